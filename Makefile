@@ -1,0 +1,56 @@
+# trainctl: every target does its own setup, so `make run` and `make test` work on a fresh clone.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON_BIN ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CHECKOV_VENV ?= .venv-checkov
+CONSTRAINTS := requirements/constraints.txt
+# Some machines point pip at local CPU-only torch wheels; torchvision on PyPI only matches the
+# standard torch wheel, so installs here use plain PyPI and the pinned pair (both run on CPU).
+PIP := env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(PY) -m pip
+KUBERAY_VERSION ?= v1.7.0
+KUBERAY_CRDS_DIR ?= ../shared/kuberay-crds
+export KUBERAY_CRDS_DIR
+
+.PHONY: help setup run test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
+	test -x $(PY) || $(PYTHON_BIN) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements/checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON_BIN) -m venv $(CHECKOV_VENV)
+	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(CHECKOV_VENV)/bin/pip install --quiet -r requirements/checkov.txt
+	touch $@
+
+setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed  ## create the virtualenvs with pinned versions
+
+run: $(VENV)/.installed  ## train the default job (digits, 2 CPU workers, local Ray)
+	$(VENV)/bin/trainctl train
+
+test: setup  ## lint, then the whole test suite
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/pytest
+
+lint: $(VENV)/.installed  ## ruff lint and format check
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+fmt: $(VENV)/.installed  ## format and autofix
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+docs: $(VENV)/.installed  ## regenerate docs/settings.md from the settings model
+	$(VENV)/bin/trainctl env --format markdown > docs/settings.md
+
+lock:  ## re-resolve and rewrite requirements/constraints.txt (needs the package index)
+	rm -rf .venv-lock && $(PYTHON_BIN) -m venv .venv-lock
+	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null .venv-lock/bin/pip install --quiet -e '.[dev]'
+	.venv-lock/bin/pip freeze --exclude-editable | sort -f > $(CONSTRAINTS)
+	rm -rf .venv-lock

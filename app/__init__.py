@@ -1,0 +1,1 @@
+"""trainctl: PyTorch training with Ray Train, locally or as KubeRay RayJobs."""

@@ -1,0 +1,93 @@
+"""The `trainctl` command line.
+
+Each command is a thin shell over one module. Heavy imports (ray, torch, kubernetes) happen
+inside the commands so that `trainctl env` and bad-input errors answer in well under a second.
+Expected failures raise TrainctlError subclasses; `main` turns them into a message on stderr and
+the documented exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from app.errors import EXIT_FAILED, EXIT_INVALID, TrainctlError
+from app.settings import NAMED_DATASETS
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="trainctl")
+def cli() -> None:
+    """Run PyTorch training with Ray Train, locally or as KubeRay RayJobs.
+
+    All training settings come from TRAIN_* environment variables: see `trainctl env`.
+    """
+
+
+@cli.command("prepare-data")
+@click.option("--dataset", required=True, type=click.Choice(NAMED_DATASETS), help="Dataset.")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@click.option("--force", is_flag=True, help="Rewrite even if a complete copy exists.")
+@click.option("--seed", default=0, show_default=True, help="Seed (synthetic data only).")
+def prepare_data_cmd(dataset: str, out: Path, force: bool, seed: int) -> None:
+    """Write DATASET as Parquet: OUT/train/ and OUT/valid/ with `image` and `label` columns."""
+    from app.data.prepare import prepare_dataset
+
+    info = prepare_dataset(dataset, out, force=force, seed=seed)
+    click.echo(info)
+
+
+@cli.command("train", epilog="Settings: run `trainctl env` for every TRAIN_* variable.")
+def train_cmd() -> None:
+    """Train with the settings in TRAIN_* env vars (and ./.env); resume if the run exists."""
+    from app.run import run_training
+    from app.settings import load_settings
+
+    run_training(load_settings())
+
+
+@cli.command("check")
+@click.option("--skip-cluster", is_flag=True, help="Do not connect to Ray.")
+def check_cmd(skip_cluster: bool) -> None:
+    """Preflight: settings, storage, dataset schema, cluster resources and versions."""
+    from app.preflight import run_preflight
+    from app.settings import load_settings
+
+    run_preflight(load_settings(), connect=not skip_cluster)
+
+
+@cli.command("env")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "markdown", "dotenv"]), default="table"
+)
+def env_cmd(fmt: str) -> None:
+    """List every TRAIN_* variable with its type, default and meaning."""
+    from app.envdoc import render_env
+
+    click.echo(render_env(fmt))
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except TrainctlError as err:
+        label = "invalid input" if err.exit_code == EXIT_INVALID else "failed"
+        click.echo(f"trainctl: {label}:", err=True)
+        for problem in err.problems:
+            click.echo(f"  - {problem}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        click.echo("trainctl: aborted", err=True)
+        sys.exit(EXIT_FAILED)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(EXIT_INVALID)
+    except KeyboardInterrupt:
+        click.echo("trainctl: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

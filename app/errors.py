@@ -1,0 +1,31 @@
+"""The two ways a command can fail, and the exit codes users and CI scripts rely on."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # training or a cluster operation failed at run time
+EXIT_INVALID = 2  # bad settings or data, found before any work starts
+
+
+class TrainctlError(Exception):
+    """An expected failure: the CLI prints its message, without a traceback, and exits."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, problems: str | Sequence[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class ConfigError(TrainctlError):
+    """Invalid settings, values or data: nothing was started."""
+
+    exit_code = EXIT_INVALID
+
+
+class RunFailed(TrainctlError):
+    """Training (or a submitted job) started and then failed."""
+
+    exit_code = EXIT_FAILED

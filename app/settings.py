@@ -1,0 +1,258 @@
+"""Every run setting, declared once.
+
+`trainctl train` reads these from `TRAIN_*` environment variables (and a `.env` file in the
+working directory). The env listing (`trainctl env`), docs/settings.md, the Helm chart's
+ConfigMap and the rendered manifests all derive from this one class, so a setting is added
+here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.errors import ConfigError
+
+ENV_PREFIX = "TRAIN_"
+NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
+DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "cifar10", "parquet"]
+ModelName = Literal["cnn", "resnet18", "vit"]
+
+# Run names become folder names and, on Kubernetes, RayJob names: keep them to DNS-1123 labels.
+RUN_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+WORKERS_PATTERN = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+class WorkerRange(NamedTuple):
+    """How many training workers to run: fixed when min == max, elastic otherwise."""
+
+    min: int
+    max: int
+
+    @property
+    def elastic(self) -> bool:
+        return self.min != self.max
+
+
+class TrainSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        protected_namespaces=(),
+        validate_default=True,
+    )
+
+    # --- data ---------------------------------------------------------------------------
+    dataset: DatasetName = Field(
+        "digits",
+        description="What to train on: a built-in dataset (digits, synthetic, mnist, "
+        "fashion_mnist, cifar10) or `parquet` for your own train/ and valid/ folders.",
+    )
+    data_path: Path = Field(
+        Path("data"),
+        description="Where the data lives. A built-in dataset is kept in "
+        "<data_path>/<dataset>/ and prepared there on first use; for `parquet` this folder "
+        "holds train/ and valid/.",
+    )
+
+    # --- model and optimisation ---------------------------------------------------------
+    model: ModelName = Field(
+        "resnet18",
+        description="Network to train: resnet18, vit, or cnn (small and fast). "
+        "Its stem adapts to the data's channel count and image size.",
+    )
+    epochs: int = Field(10, ge=1, le=100_000, description="Total epochs of the run.")
+    global_batch_size: int = Field(
+        128,
+        ge=1,
+        description="Samples per optimizer step across all workers; each worker gets "
+        "global_batch_size / workers.",
+    )
+    lr: float = Field(1e-3, gt=0, le=10, description="Peak learning rate (AdamW, cosine decay).")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay.")
+    seed: int = Field(0, ge=0, description="Seed for weights, shuffling and synthetic data.")
+    amp: Literal["off", "bf16", "fp16"] = Field(
+        "off", description="Mixed precision: off, bf16 (CPU or GPU) or fp16 (GPU only)."
+    )
+    warm_start: Path | None = Field(
+        None,
+        description="Checkpoint folder (or its model.pt) whose weights initialise a new run. "
+        "Ignored when the run resumes from its own checkpoints.",
+    )
+
+    # --- scaling --------------------------------------------------------------------------
+    num_workers: str = Field(
+        "2",
+        description="Training workers: a count such as `4`, or `MIN-MAX` such as `2-8` for "
+        "elastic training that grows and shrinks with the cluster.",
+    )
+    use_gpu: bool = Field(False, description="Give each worker one GPU and train with NCCL.")
+    cpus_per_worker: float = Field(1.0, gt=0, le=512, description="CPUs reserved per worker.")
+    accelerator_type: str | None = Field(
+        None,
+        description="Ray accelerator type to pin workers to, e.g. A100 or L4 "
+        "(matches Ray's `accelerator_type:<name>` node resource).",
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster to join, e.g. `auto` or ray://host:10001. Empty starts a "
+        "local cluster unless RAY_ADDRESS is set (as it is inside a RayJob).",
+    )
+
+    # --- run folder, checkpoints, fault tolerance ----------------------------------------
+    storage_path: Path = Field(
+        Path("runs"),
+        description="Shared folder for run outputs and checkpoints; on Kubernetes, a path "
+        "on the ReadWriteMany volume that every Ray pod mounts.",
+    )
+    run_name: str = Field(
+        "",
+        description="Run folder under storage_path. The same name resumes the same run; "
+        "empty means <dataset>-<model>.",
+    )
+    max_failures: int = Field(
+        3, ge=-1, description="Worker-group failures to recover from; -1 retries forever."
+    )
+    checkpoints_to_keep: int = Field(2, ge=1, description="Checkpoints kept on storage.")
+    checkpoint_metric: Literal["val_accuracy", "val_loss"] = Field(
+        "val_accuracy",
+        description="Metric that ranks checkpoints when old ones are deleted "
+        "(val_accuracy: higher is better, val_loss: lower is better).",
+    )
+
+    # --- validators, next to what they check ----------------------------------------------
+    @field_validator("num_workers")
+    @classmethod
+    def _workers_is_count_or_range(cls, value: str) -> str:
+        match = WORKERS_PATTERN.match(value)
+        if not match:
+            raise ValueError("must be a whole number such as 4, or MIN-MAX such as 2-8")
+        low = int(match.group(1))
+        high = int(match.group(2) or low)
+        if low < 1 or high < low:
+            raise ValueError("needs 1 <= MIN <= MAX")
+        return f"{low}" if low == high else f"{low}-{high}"
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_name_is_dns_label(cls, value: str) -> str:
+        if value and not RUN_NAME_PATTERN.match(value):
+            raise ValueError(
+                "must be 1-63 lowercase letters, digits or '-', starting and ending "
+                "with a letter or digit"
+            )
+        return value
+
+    @field_validator("accelerator_type", "ray_address", "warm_start", mode="before")
+    @classmethod
+    def _empty_means_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("storage_path", "data_path")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # Ray requires an absolute storage path, and workers may start in other folders.
+        return value.expanduser().absolute()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainSettings:
+        if not self.run_name:
+            self.run_name = f"{self.dataset}-{self.model}".replace("_", "-")
+        if self.global_batch_size < self.workers.max:
+            raise ValueError(
+                f"TRAIN_GLOBAL_BATCH_SIZE={self.global_batch_size} is smaller than the "
+                f"{self.workers.max} workers of TRAIN_NUM_WORKERS={self.num_workers}; "
+                "every worker needs at least one sample per step"
+            )
+        if self.amp == "fp16" and not self.use_gpu:
+            raise ValueError(
+                "TRAIN_AMP=fp16 needs TRAIN_USE_GPU=true; use TRAIN_AMP=bf16 or off on CPU"
+            )
+        return self
+
+    # --- derived values --------------------------------------------------------------------
+    @property
+    def workers(self) -> WorkerRange:
+        low, _, high = self.num_workers.partition("-")
+        return WorkerRange(int(low), int(high or low))
+
+    @property
+    def run_dir(self) -> Path:
+        return self.storage_path / self.run_name
+
+    @property
+    def dataset_dir(self) -> Path:
+        """Folder holding train/ and valid/ for this run's dataset."""
+        if self.dataset == "parquet":
+            return self.data_path
+        return self.data_path / self.dataset
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective settings as JSON-ready values, with credentials in URLs removed."""
+        values = self.model_dump(mode="json")
+        return {key: _redact(value) for key, value in values.items()}
+
+
+def _redact(value: Any) -> Any:
+    if not isinstance(value, str) or "@" not in value or "://" not in value:
+        return value
+    parts = urlsplit(value)
+    if parts.password is None and parts.username is None:
+        return value
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
+def env_name(field: str) -> str:
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def load_settings() -> TrainSettings:
+    """Read settings from the environment, raising ConfigError with one line per problem."""
+    problems = _unknown_variables(os.environ)
+    try:
+        settings = TrainSettings()
+    except ValidationError as err:
+        problems.extend(describe_validation_error(err, os.environ))
+        raise ConfigError(problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def _unknown_variables(env: Mapping[str, str]) -> list[str]:
+    known = {env_name(name) for name in TrainSettings.model_fields}
+    problems = []
+    for key in sorted(k for k in env if k.upper().startswith(ENV_PREFIX)):
+        if key.upper() in known:
+            continue
+        close = difflib.get_close_matches(key.upper(), known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else "; run `trainctl env` for the list"
+        problems.append(f"{key} is not a trainctl setting{hint}")
+    return problems
+
+
+def describe_validation_error(err: ValidationError, env: Mapping[str, str]) -> list[str]:
+    """One line per bad variable: its name, the value given and what is allowed."""
+    lines = []
+    for item in err.errors():
+        message = str(item["msg"]).removeprefix("Value error, ")
+        if not item["loc"]:
+            lines.append(message)
+            continue
+        name = env_name(str(item["loc"][0]))
+        given = env.get(name, env.get(name.lower(), item.get("input")))
+        lines.append(f"{name}={given!r}: {message}")
+    return lines
