@@ -7,6 +7,8 @@ from collections.abc import Sequence
 EXIT_OK = 0
 EXIT_FAILED = 1  # training or a cluster operation failed at run time
 EXIT_INVALID = 2  # bad settings or data, found before any work starts
+EXIT_WAIT_TIMEOUT = 3  # `submit --wait --timeout` ran out; the RayJob itself keeps running
+EXIT_CLUSTER = 4  # Kubernetes unusable: no kubeconfig, API unreachable, CRD missing, RBAC
 
 
 class TrainctlError(Exception):
@@ -29,3 +31,15 @@ class RunFailed(TrainctlError):
     """Training (or a submitted job) started and then failed."""
 
     exit_code = EXIT_FAILED
+
+
+class WaitTimedOut(TrainctlError):
+    """`trainctl submit --wait --timeout` gave up; the RayJob was left running."""
+
+    exit_code = EXIT_WAIT_TIMEOUT
+
+
+class ClusterError(TrainctlError):
+    """The Kubernetes API could not be used: nothing about the job itself is known."""
+
+    exit_code = EXIT_CLUSTER

@@ -1,0 +1,67 @@
+"""Joining a Ray cluster and checking it can ever hold the requested workers."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from app.errors import ConfigError
+from app.settings import TrainSettings
+
+
+def connect_ray(settings: TrainSettings) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = settings.ray_address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, logging_level="WARNING")
+        return
+    # A local cluster: leave CPUs for Ray Data's read tasks beside the training workers.
+    need = settings.workers.max * settings.cpus_per_worker + 2
+    ray.init(num_cpus=max(os.cpu_count() or 1, int(need + 0.999)), logging_level="WARNING")
+
+
+def check_capacity(settings: TrainSettings) -> None:
+    """Refuse a request the cluster can never hold, instead of waiting for it forever."""
+    import ray
+
+    deadline = time.monotonic() + (
+        10 if settings.ray_address or os.environ.get("RAY_ADDRESS") else 0
+    )
+    while True:
+        missing = capacity_problems(settings, ray.cluster_resources())
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(1)  # nodes of a just-started cluster may still be joining
+    if missing:
+        raise ConfigError(missing)
+
+
+def capacity_problems(settings: TrainSettings, resources: dict[str, float]) -> list[str]:
+    workers = settings.workers.min
+    problems = []
+    cpus = workers * settings.cpus_per_worker
+    if resources.get("CPU", 0) < cpus:
+        problems.append(
+            f"TRAIN_NUM_WORKERS={settings.num_workers} x TRAIN_CPUS_PER_WORKER="
+            f"{settings.cpus_per_worker:g} needs {cpus:g} CPUs; the Ray cluster has "
+            f"{resources.get('CPU', 0):g}"
+        )
+    if settings.use_gpu and resources.get("GPU", 0) < workers:
+        problems.append(
+            f"TRAIN_USE_GPU=true with TRAIN_NUM_WORKERS={settings.num_workers} needs {workers} "
+            f"GPUs; the Ray cluster has {resources.get('GPU', 0):g}"
+        )
+    if settings.accelerator_type:
+        key = f"accelerator_type:{settings.accelerator_type}"
+        if resources.get(key, 0) <= 0:
+            known = sorted(
+                k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")
+            )
+            problems.append(
+                f"TRAIN_ACCELERATOR_TYPE={settings.accelerator_type}: no node of that type in the "
+                f"Ray cluster (types present: {', '.join(known) or 'none'})"
+            )
+    return problems

@@ -1,0 +1,223 @@
+"""The `trainctl train` driver: settings -> dataset -> TorchTrainer -> run folder.
+
+Everything that can be checked cheaply is checked before Ray starts (exit 2). The run folder
+<storage_path>/<run_name> is the run's identity: rerunning with the same settings resumes from the
+newest intact checkpoint there, and a run that already reached TRAIN_EPOCHS is not trained again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+import uuid
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from app import checkpoints, history
+from app.data import DatasetInfo, ensure_dataset
+from app.errors import ConfigError, RunFailed, TrainctlError
+from app.model import model_problem
+from app.ray_cluster import check_capacity, connect_ray
+from app.settings import TrainSettings
+from app.storage import ensure_writable
+from app.summary import build_summary, plot_curves, read_summary, write_summary
+
+EXIT_INTERRUPTED = 143  # 128 + SIGTERM, what Kubernetes expects from an evicted process
+RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"
+
+
+class Interrupted(TrainctlError):
+    exit_code = EXIT_INTERRUPTED
+
+
+def run_training(settings: TrainSettings) -> dict[str, Any]:
+    started = time.monotonic()
+    run_dir = settings.run_dir
+    try:
+        info = _preflight(settings)
+    except ConfigError as err:
+        _record_invalid(run_dir, err)
+        raise
+
+    scan = checkpoints.scan(run_dir)
+    for folder, why in scan.bad:
+        moved = checkpoints.quarantine(folder)
+        _say(f"checkpoint {folder.name} is unusable: {why}; set aside as {moved.name}")
+    latest = scan.latest
+    if latest and latest.epoch >= settings.epochs:
+        _say(
+            f"run {settings.run_name} already finished {latest.epoch} epochs "
+            f"(TRAIN_EPOCHS={settings.epochs}); nothing to train. Raise TRAIN_EPOCHS to continue."
+        )
+        return _finish(settings, "succeeded", started, invocation="", resumed=str(latest.path))
+    if latest:
+        _say(f"resuming run {settings.run_name} at epoch {latest.epoch + 1} from {latest.path}")
+    else:
+        _say(f"starting run {settings.run_name} in {run_dir}")
+
+    invocation = uuid.uuid4().hex
+    resume_from = str(latest.path) if latest else None
+    connect_ray(settings)
+    check_capacity(settings)
+    write_summary(run_dir, _running_summary(settings, resume_from))
+    # Resume is decided above from verified files; Ray's own snapshot may name checkpoints that
+    # were corrupted or set aside, which would stop Ray from starting at all.
+    (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)
+
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        _fit(settings, info, invocation, resume_from)
+    except Interrupted:
+        _finish(settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM")
+        raise Interrupted(
+            f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
+        ) from None
+    except Exception as err:  # any training failure becomes a clear exit 1
+        cause = _root_cause(err)
+        _finish(settings, "failed", started, invocation, resume_from, cause)
+        raise RunFailed(
+            [
+                f"training failed: {cause}",
+                f"checkpoints and summary: {run_dir}",
+                "worker logs: /tmp/ray/session_latest/logs on the Ray head (or the Ray dashboard)",
+            ]
+        ) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+    return _finish(settings, "succeeded", started, invocation, resume_from)
+
+
+def _preflight(settings: TrainSettings) -> DatasetInfo:
+    """The checks that need no cluster: storage, data, model fit, warm-start file."""
+    ensure_writable(settings.storage_path, "TRAIN_STORAGE_PATH")
+    if settings.warm_start is not None and not settings.warm_start.exists():
+        raise ConfigError(f"TRAIN_WARM_START={settings.warm_start}: no such checkpoint or file")
+    info = ensure_dataset(settings)
+    problem = model_problem(settings.model, info)
+    if problem:
+        raise ConfigError(problem)
+    return info
+
+
+def _fit(
+    settings: TrainSettings, info: DatasetInfo, invocation: str, resume_from: str | None
+) -> None:
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from app.data import build_datasets
+    from app.train_loop import train_loop_per_worker
+
+    workers = settings.workers
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={
+            "settings": settings,
+            "info": info,
+            "invocation": invocation,
+            "resume_from": resume_from,
+        },
+        scaling_config=ScalingConfig(
+            num_workers=(workers.min, workers.max) if workers.elastic else workers.max,
+            use_gpu=settings.use_gpu,
+            resources_per_worker={"CPU": settings.cpus_per_worker},
+            accelerator_type=settings.accelerator_type,
+        ),
+        run_config=RunConfig(
+            name=settings.run_name,
+            storage_path=str(settings.storage_path),
+            failure_config=FailureConfig(max_failures=settings.max_failures),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=settings.checkpoints_to_keep,
+                checkpoint_score_attribute=settings.checkpoint_metric,
+                checkpoint_score_order="min" if settings.checkpoint_metric == "val_loss" else "max",
+            ),
+        ),
+        datasets=build_datasets(settings, info),
+    )
+    trainer.fit()
+
+
+def _finish(
+    settings: TrainSettings,
+    status: str,
+    started: float,
+    invocation: str,
+    resumed: str | None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    run_dir = settings.run_dir
+    checkpoints.prune(run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric)
+    starts = history.attempts(run_dir, invocation) if invocation else []
+    restored_from = next(
+        (a["restored_from"] for a in reversed(starts) if a.get("restored_from")), resumed
+    )
+    summary = build_summary(
+        run_dir,
+        status=status,
+        run_name=settings.run_name,
+        target_epochs=settings.epochs,
+        settings=settings.redacted(),
+        duration_s=time.monotonic() - started,
+        failures=max(0, len(starts) - 1),
+        restored_from=restored_from,
+        error=error,
+    )
+    curves = plot_curves(run_dir)
+    path = write_summary(run_dir, summary)
+    metrics = summary["metrics"]
+    accuracy = f", val_accuracy {metrics['val_accuracy']:.4f}" if "val_accuracy" in metrics else ""
+    _say(
+        f"run {settings.run_name} {status}: {summary['epochs_completed']}/{settings.epochs} "
+        f"epochs{accuracy}, {summary['failures']} failure(s) recovered"
+    )
+    _say(f"  summary: {path}")
+    if curves:
+        _say(f"  curves:  {curves}")
+    return summary
+
+
+def _running_summary(settings: TrainSettings, resume_from: str | None) -> dict[str, Any]:
+    summary = read_summary(settings.run_dir) or {}
+    summary.update(
+        status="running",
+        run_name=settings.run_name,
+        run_dir=str(settings.run_dir),
+        epochs_target=settings.epochs,
+        restored_from=resume_from,
+        settings=settings.redacted(),
+    )
+    summary.pop("error", None)
+    return summary
+
+
+def _record_invalid(run_dir: Path, err: ConfigError) -> None:
+    """Where the run folder already exists, leave the reason there; never create it for this."""
+    if not run_dir.is_dir():
+        return
+    summary = read_summary(run_dir) or {"run_name": run_dir.name}
+    summary.update(status="invalid", error="; ".join(err.problems))
+    # An unwritable run folder is itself the error being reported.
+    with contextlib.suppress(OSError):
+        write_summary(run_dir, summary)
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted("SIGTERM")
+
+
+def _root_cause(err: BaseException) -> str:
+    """The innermost error's one-line message, not Ray's layers of wrapping."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""
+    return f"{type(err).__name__}: {last}" if last else type(err).__name__
+
+
+def _say(message: str) -> None:
+    click.echo(f"trainctl: {message}", err=False)
