@@ -9,7 +9,7 @@ from app.settings import TrainSettings, load_settings
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     for key in list(__import__("os").environ):
         if key.startswith("TRAIN_"):
             monkeypatch.delenv(key)
@@ -38,7 +38,7 @@ def test_env_values_are_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.accelerator_type is None
 
 
-def test_dotenv_file_is_read(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_dotenv_file_is_read(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / ".env").write_text("TRAIN_EPOCHS=7\nTRAIN_MODEL=cnn\n")
     settings = load_settings()
     assert (settings.epochs, settings.model, settings.run_name) == (7, "cnn", "digits-cnn")

@@ -1,0 +1,79 @@
+"""Checkpoint folders are verified before anyone trusts them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from app import checkpoints
+
+
+def _write(folder: Path, epoch: int, accuracy: float) -> nn.Module:
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    checkpoints.write_checkpoint(
+        folder,
+        model_state=model.state_dict(),
+        train_state={"optimizer": optimizer.state_dict(), "epoch": epoch, "step": 7},
+        epoch=epoch,
+        metrics={"val_accuracy": accuracy, "val_loss": 1 - accuracy},
+    )
+    return model
+
+
+def test_round_trip_loads_on_cpu_with_weights_only(tmp_path: Path) -> None:
+    model = _write(tmp_path / checkpoints.dir_name(3), 3, 0.5)
+    ref = checkpoints.verify(tmp_path / "checkpoint_epoch_0003")
+    assert ref.epoch == 3
+    weights = torch.load(ref.path / "model.pt", map_location="cpu", weights_only=True)
+    assert torch.equal(weights["weight"], model.state_dict()["weight"])
+    _, state = checkpoints.load_train_state(ref.path)
+    assert state["step"] == 7
+    assert state["optimizer"]["state"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda f: (f / "model.pt").write_bytes((f / "model.pt").read_bytes()[:50]), "checksum"),
+        (lambda f: (f / "train_state.pt").unlink(), "train_state.pt is missing"),
+        (lambda f: (f / "meta.json").unlink(), "never completed"),
+        (lambda f: (f / "meta.json").write_text("{not json"), "unreadable"),
+    ],
+)
+def test_damaged_checkpoints_are_rejected_with_a_reason(tmp_path: Path, damage, reason) -> None:
+    folder = tmp_path / checkpoints.dir_name(1)
+    _write(folder, 1, 0.5)
+    damage(folder)
+    with pytest.raises(ValueError, match=reason):
+        checkpoints.verify(folder)
+
+
+def test_scan_skips_bad_and_orders_newest_first(tmp_path: Path) -> None:
+    for epoch in (1, 2, 3):
+        _write(tmp_path / checkpoints.dir_name(epoch), epoch, 0.1 * epoch)
+    (tmp_path / "checkpoint_epoch_0003" / "model.pt").write_bytes(b"")
+    scan = checkpoints.scan(tmp_path)
+    assert [ref.epoch for ref in scan.good] == [2, 1]
+    assert scan.latest is not None and scan.latest.epoch == 2
+    assert [folder.name for folder, _ in scan.bad] == ["checkpoint_epoch_0003"]
+    moved = checkpoints.quarantine(scan.bad[0][0])
+    assert moved.name == "corrupt_checkpoint_epoch_0003"
+    assert checkpoints.scan(tmp_path).bad == []
+
+
+def test_prune_keeps_the_best_and_the_newest(tmp_path: Path) -> None:
+    for epoch, accuracy in [(1, 0.9), (2, 0.5), (3, 0.7), (4, 0.6)]:
+        _write(tmp_path / checkpoints.dir_name(epoch), epoch, accuracy)
+    removed = checkpoints.prune(tmp_path, keep=2, metric="val_accuracy")
+    left = sorted(ref.epoch for ref in checkpoints.scan(tmp_path).good)
+    assert left == [1, 3, 4]  # best two by accuracy (1, 3) plus the newest (4)
+    assert len(removed) == 1
+    meta = json.loads((tmp_path / "checkpoint_epoch_0001" / "meta.json").read_text())
+    assert meta["metrics"]["val_accuracy"] == 0.9
