@@ -1,0 +1,42 @@
+"""Run-folder history: progress lines people read, and history that survives resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app import history
+
+
+def _metrics(epoch: int) -> dict[str, float]:
+    return {
+        "epoch": epoch,
+        "train_loss": 1.0 / epoch,
+        "val_loss": 1.5 / epoch,
+        "val_accuracy": 0.5 + epoch / 100,
+        "epoch_time_s": 4.25,
+    }
+
+
+def test_progress_line_is_readable_with_eta() -> None:
+    line = history.progress_line(_metrics(3), 10, eta_s=125)
+    assert line.startswith("epoch  3/10")
+    assert "val_acc 53.00%" in line and "4.2s/epoch" in line and line.endswith("ETA 2m05s")
+
+
+def test_resume_forgets_epochs_after_the_checkpoint(tmp_path: Path) -> None:
+    for epoch in (1, 2, 3):
+        history.record_epoch(tmp_path, _metrics(epoch))
+    history.start_attempt(
+        tmp_path, invocation="b", start_epoch=3, world_size=2, restored_from="ckpt2"
+    )
+    history.record_epoch(tmp_path, _metrics(3))
+    assert [row["epoch"] for row in history.epochs(tmp_path)] == [1, 2, 3]
+    assert history.attempts(tmp_path, "b")[0]["restored_from"] == "ckpt2"
+    assert history.attempts(tmp_path, "a") == []
+
+
+def test_a_line_cut_short_by_a_kill_is_ignored(tmp_path: Path) -> None:
+    history.record_epoch(tmp_path, _metrics(1))
+    with (tmp_path / history.METRICS_FILE).open("a") as handle:
+        handle.write('{"epoch": 2, "train_lo')
+    assert [row["epoch"] for row in history.epochs(tmp_path)] == [1]
