@@ -1,0 +1,1 @@
+"""Kubernetes: render manifests, submit RayJobs, follow their status."""
