@@ -69,6 +69,82 @@ def env_cmd(fmt: str) -> None:
     click.echo(render_env(fmt))
 
 
+SUBMIT_EPILOG = """\b
+Exit codes:
+  0  created or attached (without --wait), or the RayJob SUCCEEDED
+  1  the RayJob failed (status.reason and status.message are printed)
+  2  invalid values, or KubeRay ValidationFailed
+  3  --timeout ran out while waiting; the RayJob keeps running
+  4  Kubernetes unusable: no kubeconfig, API unreachable, CRD missing, RBAC
+"""
+
+
+@cli.command("submit", epilog=SUBMIT_EPILOG)
+@click.option(
+    "--values",
+    "values_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Values file, as for the Helm chart and `trainctl render`.",
+)
+@click.option("--pool", required=True, help="Node pool whose RayJob to submit.")
+@click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
+@click.option("--release", default="trainctl", show_default=True, help="Release name.")
+@click.option("--run-tag", help="Folded into the run's content hash: a new tag is a new run.")
+@click.option("--wait", is_flag=True, help="Follow the RayJob until it ends.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --wait: give up after SECONDS (exit 3).",
+)
+@click.option(
+    "--storage-mount",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="With --wait: local mount of the shared volume, for epoch lines and summary.json.",
+)
+def submit_cmd(
+    values_file: Path,
+    pool: str,
+    namespace: str | None,
+    release: str,
+    run_tag: str | None,
+    wait: bool,
+    timeout_s: float | None,
+    storage_mount: Path | None,
+) -> None:
+    """Create the RayJob for --pool (an existing run is attached to), and follow it."""
+    from app.k8s.submit import SubmitRequest, submit
+
+    request = SubmitRequest(
+        values_file, pool, release, namespace, run_tag, wait, timeout_s, storage_mount
+    )
+    submit(request, click.echo)
+
+
+@cli.command("status")
+@click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
+@click.option("--release", help="Only this release's RayJobs.")
+def status_cmd(namespace: str | None, release: str | None) -> None:
+    """List this app's RayJobs with their KubeRay status, newest first."""
+    from app.k8s.inspect import show_status
+
+    show_status(namespace, release, click.echo)
+
+
+@cli.command("logs")
+@click.argument("name")
+@click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
+@click.option("--head", "which", flag_value="head", help="The Ray head's logs.")
+@click.option("--submitter", "which", flag_value="submitter", help="The submitter's (default).")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+def logs_cmd(name: str, namespace: str | None, which: str | None, follow: bool) -> None:
+    """Print the logs of RayJob NAME: its submitter (the driver's output) or its Ray head."""
+    from app.k8s.inspect import show_logs
+
+    show_logs(name, namespace, which, follow, click.echo)  # type: ignore[arg-type]
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

@@ -1,0 +1,128 @@
+"""Kubernetes API failures turned into one clear line and the right exit code.
+
+Pure functions of the HTTP status and the Status body the API server sends, so each message is
+unit-tested without a cluster. A 404 means three different things (no such object, no such
+resource type, no such namespace) and only the body tells them apart.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.errors import ClusterError, ConfigError, TrainctlError
+
+KUBERAY_INSTALL = (
+    "install the KubeRay operator first: helm repo add kuberay "
+    "https://ray-project.github.io/kuberay-helm/ && helm install kuberay-operator "
+    "kuberay/kuberay-operator --version 1.7.0"
+)
+
+
+@dataclass(frozen=True)
+class ApiFailure:
+    """The parts of an API error response that decide the message."""
+
+    status: int
+    message: str = ""
+    reason: str = ""
+    details: dict[str, Any] | None = None
+
+    @classmethod
+    def parse(cls, status: int, body: str | bytes | None) -> ApiFailure:
+        text = body.decode(errors="replace") if isinstance(body, bytes) else (body or "")
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            return cls(status, message=text.strip()[:300])
+        return cls(
+            status,
+            message=str(data.get("message") or ""),
+            reason=str(data.get("reason") or ""),
+            details=data.get("details") or {},
+        )
+
+    def not_found(self) -> Literal["object", "namespace", "type"] | None:
+        """What a 404 is about: the named object, its namespace, or the whole resource type."""
+        if self.status != 404:
+            return None
+        details = self.details or {}
+        if details.get("kind") == "namespaces":
+            return "namespace"
+        return "object" if details.get("name") else "type"
+
+
+def explain(
+    failure: ApiFailure, *, verb: str, kind: str, name: str, namespace: str
+) -> TrainctlError:
+    """The error to raise for an API failure that the caller did not expect."""
+    target = f"{kind.lower()}/{name}" if name else f"{kind.lower()} objects"
+    where = f"in namespace {namespace}"
+    detail = f": {failure.message}" if failure.message else ""
+    if failure.status == 401:
+        return ClusterError(
+            "the Kubernetes API rejected the credentials (401 Unauthorized): the token or "
+            "certificate in the kubeconfig is missing, expired or wrong"
+        )
+    if failure.status == 403:
+        return ClusterError(
+            f"forbidden by RBAC: cannot {verb} {target} {where}{detail}. Grant the identity "
+            f"`{verb}` on {kind} (the chart's schedule ServiceAccount and Role cover submit)"
+        )
+    not_found = failure.not_found()
+    if not_found == "namespace":
+        return ClusterError(
+            f"namespace {namespace} does not exist: create it (kubectl create namespace "
+            f"{namespace}) or pass --namespace"
+        )
+    if not_found == "type":
+        if kind in ("RayJob", "RayCluster"):
+            return ClusterError(
+                f"the {kind} custom resource (ray.io/v1) is not installed in this cluster: "
+                f"{KUBERAY_INSTALL}"
+            )
+        return ClusterError(f"the API server does not serve {kind} objects{detail}")
+    if not_found == "object":
+        return ClusterError(f"{target} not found {where}")
+    if failure.status in (400, 422):
+        # The server's validation (CRD schema, admission) refused the object: bad values.
+        return ConfigError(f"the API server refused {target} {where}{detail}")
+    return ClusterError(
+        f"the Kubernetes API failed to {verb} {target} {where} "
+        f"({failure.status} {failure.reason or 'error'}){detail}"
+    )
+
+
+def unreachable(host: str, error: BaseException) -> ClusterError:
+    """The API server could not be reached at all (DNS, refused, TLS, timeout)."""
+    return ClusterError(
+        f"cannot reach the Kubernetes API server at {host or 'the configured address'}: "
+        f"{root_cause(error)}. Is the cluster up, and is the kubeconfig context the right one?"
+    )
+
+
+def root_cause(error: BaseException) -> str:
+    """The innermost reason, without urllib3's pool and URL preamble around it."""
+    while getattr(error, "reason", None) is not None and isinstance(error.reason, BaseException):
+        error = error.reason  # type: ignore[attr-defined]
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    # "HTTPSConnection(host='h', port=1): Failed to establish ..." -> the part that matters.
+    if text.startswith(("HTTPConnection(", "HTTPSConnection(")) and "): " in text:
+        text = text.split("): ", 1)[1]
+    return text.rstrip(".")[:300]
+
+
+def no_config(in_pod: bool, kubeconfig: str, error: BaseException) -> ClusterError:
+    """Neither in-cluster credentials nor a usable kubeconfig were found."""
+    if in_pod:
+        return ClusterError(
+            "running in a pod but its service account credentials could not be loaded: "
+            f"{root_cause(error)}"
+        )
+    return ClusterError(
+        f"no usable Kubernetes configuration: not in a pod, and the kubeconfig {kubeconfig} "
+        f"could not be loaded ({root_cause(error)}). Set KUBECONFIG or create ~/.kube/config"
+    )

@@ -1,0 +1,152 @@
+"""`trainctl submit --wait`: follow a RayJob until KubeRay calls it finished.
+
+`advance` is the whole decision per poll, a pure function of the previous state, the RayJob as
+the API server returned it and the run folder's records; `follow` only loops, sleeps and prints.
+Tests drive `follow` with a scripted API (the one thing allowed to be faked) and real files.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.errors import EXIT_FAILED
+from app.k8s.status import JobView, Verdict, format_duration, judge, progress_line
+
+
+@dataclass(frozen=True)
+class FollowState:
+    last_key: tuple[str, str, str, int] | None = None
+    last_view: JobView | None = None
+    # (epoch, time written) of every metrics record already printed: a resumed run rewrites
+    # the file and repeats epochs, and a repeated epoch is worth a line of its own.
+    printed: frozenset[tuple[int, float]] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class Tick:
+    state: FollowState
+    lines: tuple[str, ...]
+    verdict: Verdict | None  # set once the wait is over
+
+
+def epoch_line(record: Mapping[str, Any], total: int) -> str:
+    """Same shape as the training driver's own epoch line, so logs read alike everywhere."""
+    epoch = int(record["epoch"])
+    parts = [f"epoch {epoch:>{len(str(total))}}/{total}"]
+    for name, label in (("train_loss", "train_loss"), ("val_loss", "val_loss")):
+        if isinstance(record.get(name), int | float):
+            parts.append(f"{label} {record[name]:.4f}")
+    if isinstance(record.get("val_accuracy"), int | float):
+        parts.append(f"val_acc {record['val_accuracy']:.2%}")
+    if isinstance(record.get("epoch_time_s"), int | float):
+        parts.append(f"{record['epoch_time_s']:.1f}s/epoch")
+        parts.append(f"ETA {format_duration(max(0, total - epoch) * record['epoch_time_s'])}")
+    return "  ".join(parts)
+
+
+def advance(
+    state: FollowState,
+    rayjob: Mapping[str, Any] | None,
+    *,
+    name: str,
+    elapsed_s: float,
+    records: Sequence[Mapping[str, Any]] = (),
+    total_epochs: int = 0,
+) -> Tick:
+    """One poll: new epoch lines, a progress line if the status changed, and the verdict."""
+    lines: list[str] = []
+    printed = set(state.printed)
+    for record in sorted(records, key=lambda r: (float(r.get("time", 0)), int(r["epoch"]))):
+        mark = (int(record["epoch"]), float(record.get("time", 0)))
+        if mark not in printed:
+            printed.add(mark)
+            lines.append(epoch_line(record, total_epochs or int(record["epoch"])))
+
+    if rayjob is None:
+        last = state.last_view
+        was = f"; last seen as {last.deployment or 'New'} / job {last.job or '-'}" if last else ""
+        verdict = Verdict(
+            True,
+            EXIT_FAILED,
+            "failed",
+            (
+                f"RayJob {name} disappeared before it finished{was}. Something deleted it "
+                "(kubectl delete, a deletionStrategy DeleteSelf rule, or a GitOps prune)",
+            ),
+        )
+        return Tick(FollowState(state.last_key, last, frozenset(printed)), tuple(lines), verdict)
+
+    view = JobView.of(rayjob)
+    if view.progress_key != state.last_key:
+        lines.append(progress_line(view, elapsed_s))
+    verdict = judge(view)
+    new_state = FollowState(view.progress_key, view, frozenset(printed))
+    return Tick(new_state, tuple(lines), verdict if verdict.terminal else None)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: Verdict | None  # None: --timeout ran out first
+    elapsed_s: float
+    last_view: JobView | None
+
+
+def follow(
+    fetch: Callable[[], Mapping[str, Any] | None],
+    *,
+    name: str,
+    echo: Callable[[str], None],
+    run_dir: Path | None = None,
+    total_epochs: int = 0,
+    timeout_s: float | None = None,
+    poll_s: float = 3.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
+    """Poll until the RayJob is terminal (or gone), or until timeout_s has passed."""
+    from app import history
+
+    started = clock()
+    state = FollowState()
+    while True:
+        elapsed = clock() - started
+        records = history.epochs(run_dir) if run_dir is not None else []
+        tick = advance(
+            state,
+            fetch(),
+            name=name,
+            elapsed_s=elapsed,
+            records=records,
+            total_epochs=total_epochs,
+        )
+        for line in tick.lines:
+            echo(line)
+        state = tick.state
+        if tick.verdict is not None:
+            return Outcome(tick.verdict, elapsed, state.last_view)
+        if timeout_s is not None and elapsed >= timeout_s:
+            return Outcome(None, elapsed, state.last_view)
+        sleep(poll_s if timeout_s is None else max(0.0, min(poll_s, timeout_s - elapsed)))
+
+
+def summary_line(summary: Mapping[str, Any] | None, run_dir: Path) -> str:
+    """What the run folder says about the finished run, in one line."""
+    if not summary:
+        return f"run folder {run_dir}: no summary.json yet"
+    best = summary.get("best") or {}
+    accuracy = best.get("val_accuracy")
+    best_text = (
+        f", best val_accuracy {accuracy:.4f} at epoch {best.get('epoch')}"
+        if isinstance(accuracy, int | float)
+        else ""
+    )
+    return (
+        f"run {summary.get('run_name', run_dir.name)} {summary.get('status', 'unknown')}: "
+        f"{summary.get('epochs_completed', 0)}/{summary.get('epochs_target', '?')} epochs"
+        f"{best_text}, {summary.get('failures', 0)} failure(s) recovered; "
+        f"checkpoint {summary.get('checkpoint') or 'none'}; summary {run_dir / 'summary.json'}"
+    )

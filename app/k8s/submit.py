@@ -1,0 +1,126 @@
+"""`trainctl submit`: render one pool, create what is missing, then optionally wait.
+
+Orchestration only: the plan (plan.py), the verdicts (status.py, follow.py) and the messages
+(api_errors.py) are pure and tested on their own; this module wires them to the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedOut
+from app.k8s.cluster import AlreadyExists, Cluster
+from app.k8s.follow import follow, summary_line
+from app.k8s.plan import (
+    CREATE_ONLY,
+    head_env,
+    key,
+    local_run_dir,
+    plan_submit,
+    pool_objects,
+    resolve_namespace,
+    the_rayjob,
+)
+from app.k8s.status import format_duration
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    values_file: Path
+    pool: str
+    release: str
+    namespace: str | None = None
+    run_tag: str | None = None
+    wait: bool = False
+    timeout_s: float | None = None
+    storage_mount: Path | None = None
+    poll_s: float = 3.0
+
+
+def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
+    """Create (or find) the pool's RayJob; with wait, return only if it succeeded."""
+    from app.k8s.render import load_values, render_objects
+
+    if not request.wait and (request.timeout_s is not None or request.storage_mount):
+        raise ConfigError("--timeout and --storage-mount only apply together with --wait")
+    values = load_values(request.values_file)
+    if request.run_tag:
+        values["runTag"] = request.run_tag
+    cluster = Cluster.connect()
+    namespace = resolve_namespace(request.namespace, cluster.default_namespace)
+    objects = pool_objects(
+        render_objects(values, release=request.release, namespace=namespace), request.pool
+    )
+    rayjob = the_rayjob(objects)
+    name = key(rayjob)[1]
+
+    exists = cluster.get("RayJob", namespace, name) is not None
+    existing = set()
+    if not exists:
+        for obj in objects:
+            if obj["kind"] in CREATE_ONLY and cluster.get(*_where(obj, namespace)) is not None:
+                existing.add(key(obj))
+    for step in plan_submit(objects, rayjob_exists=exists, existing=existing):
+        if step.action == "apply":
+            cluster.apply(step.kind, namespace, step.body)
+        elif step.action == "create":
+            try:
+                cluster.create(step.kind, namespace, step.body)
+            except AlreadyExists:
+                # Someone (a parallel submit, Helm, Argo CD) created it since we looked.
+                step = replace(step, action="attach" if step.kind == "RayJob" else "keep")
+        echo(f"{step.describe()} (namespace {namespace})")
+
+    if not request.wait:
+        echo(f"follow it: trainctl status -n {namespace}  |  trainctl logs {name} -n {namespace}")
+        return
+
+    run_dir = local_run_dir(objects, request.storage_mount) if request.storage_mount else None
+    if run_dir is not None:
+        echo(f"reading epoch lines from {run_dir}")
+    total_epochs = _total_epochs(head_env(objects, rayjob))
+    try:
+        outcome = follow(
+            lambda: cluster.get("RayJob", namespace, name),
+            name=name,
+            echo=echo,
+            run_dir=run_dir,
+            total_epochs=total_epochs,
+            timeout_s=request.timeout_s,
+            poll_s=request.poll_s,
+        )
+    except KeyboardInterrupt:
+        echo(f"stopped waiting; RayJob {name} keeps running (trainctl status -n {namespace})")
+        raise
+    if run_dir is not None:
+        from app.summary import read_summary
+
+        echo(summary_line(read_summary(run_dir), run_dir))
+    if outcome.verdict is None:
+        raise WaitTimedOut(
+            f"--timeout {request.timeout_s:g}s ran out after {format_duration(outcome.elapsed_s)}; "
+            f"RayJob {name} is still running in namespace {namespace} (run the same submit "
+            "command again to attach to it)"
+        )
+    if outcome.verdict.exit_code == EXIT_OK:
+        echo(f"RayJob {name} succeeded in {format_duration(outcome.elapsed_s)}")
+        return
+    if outcome.verdict.exit_code == EXIT_INVALID:
+        raise ConfigError(outcome.verdict.problems)
+    raise RunFailed(outcome.verdict.problems)
+
+
+def _where(obj: dict[str, Any], namespace: str) -> tuple[str, str, str]:
+    return obj["kind"], namespace, obj["metadata"]["name"]
+
+
+def _total_epochs(env: dict[str, str]) -> int:
+    from app.settings import TrainSettings
+
+    try:
+        return int(env["TRAIN_EPOCHS"])
+    except (KeyError, ValueError):
+        return int(TrainSettings.model_fields["epochs"].default)
