@@ -71,7 +71,7 @@ def the_rayjob(objects: list[dict[str, Any]]) -> dict[str, Any]:
     rayjobs = [o for o in objects if o.get("kind") == "RayJob"]
     if len(rayjobs) != 1:
         raise ConfigError(
-            f"expected exactly one RayJob for the pool, the render gave {len(rayjobs)}"
+            f"expected exactly one RayJob for the pool, the render produced {len(rayjobs)}"
         )
     return rayjobs[0]
 

@@ -1,0 +1,201 @@
+"""`trainctl submit --wait`: the per-poll decision and the loop around it.
+
+The RayJob statuses come from a scripted list, standing in for the Kubernetes API server (the
+one thing allowed to be faked); the epoch lines come from a real metrics.jsonl written by the
+training app's own history module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from app import history
+from app.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from app.k8s.follow import FollowState, advance, epoch_line, follow, summary_line
+
+NAME = "demo-a100-1a2b3c4d"
+
+
+def _rayjob(deployment: str, job: str = "", reason: str = "", **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": NAME},
+        "spec": {"activeDeadlineSeconds": 60},
+        "status": {
+            "jobDeploymentStatus": deployment,
+            "jobStatus": job,
+            "reason": reason,
+            **status,
+        },
+    }
+
+
+class ScriptedApi:
+    """Answers each poll with the next RayJob state; the last one repeats."""
+
+    def __init__(self, states: list[Mapping[str, Any] | None]) -> None:
+        self.states = states
+        self.polls = 0
+
+    def __call__(self) -> Mapping[str, Any] | None:
+        state = self.states[min(self.polls, len(self.states) - 1)]
+        self.polls += 1
+        return state
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _follow(api: ScriptedApi, **kwargs: Any) -> tuple[Any, list[str]]:
+    lines: list[str] = []
+    clock = FakeClock()
+    outcome = follow(api, name=NAME, echo=lines.append, clock=clock, sleep=clock.sleep, **kwargs)
+    return outcome, lines
+
+
+def test_one_line_per_change_until_success() -> None:
+    api = ScriptedApi(
+        [
+            _rayjob(""),
+            _rayjob("Initializing"),
+            _rayjob("Initializing"),
+            _rayjob("Running", "PENDING"),
+            _rayjob("Running", "RUNNING"),
+            _rayjob("Running", "RUNNING"),
+            _rayjob("Complete", "SUCCEEDED"),
+        ]
+    )
+    outcome, lines = _follow(api, poll_s=5)
+    assert outcome.verdict.exit_code == EXIT_OK
+    assert api.polls == 7
+    assert [line.split("] ", 1)[1].split(":")[0] for line in lines] == [
+        "New / job -",
+        "Initializing / job -",
+        "Running / job PENDING",
+        "Running / job RUNNING",
+        "Complete / job SUCCEEDED",
+    ]
+    assert lines[-1].startswith("[    30s]")
+
+
+def test_failure_returns_the_reason_and_message() -> None:
+    api = ScriptedApi(
+        [
+            _rayjob("Running", "RUNNING"),
+            _rayjob("Failed", "RUNNING", "DeadlineExceeded", message="past the deadline"),
+        ]
+    )
+    outcome, lines = _follow(api)
+    assert outcome.verdict.exit_code == EXIT_FAILED
+    assert "Failed / job RUNNING: failed (DeadlineExceeded)" in lines[-1]
+    assert "activeDeadlineSeconds (60s)" in outcome.verdict.problems[0]
+    assert "message: past the deadline" in outcome.verdict.problems
+
+
+def test_validation_failed_is_invalid_input() -> None:
+    outcome, _ = _follow(ScriptedApi([_rayjob("ValidationFailed", "", "ValidationFailed")]))
+    assert outcome.verdict.exit_code == EXIT_INVALID
+
+
+def test_timeout_gives_up_without_a_verdict_and_never_oversleeps() -> None:
+    api = ScriptedApi([_rayjob("Running", "RUNNING")])
+    outcome, lines = _follow(api, timeout_s=10, poll_s=4)
+    assert outcome.verdict is None
+    assert outcome.elapsed_s == 10  # polls at 0, 4, 8 and a last one exactly at the limit
+    assert api.polls == 4
+    assert len(lines) == 1
+
+
+def test_a_rayjob_deleted_mid_wait_is_a_failure_that_says_so() -> None:
+    outcome, _ = _follow(ScriptedApi([_rayjob("Running", "RUNNING"), None]))
+    assert outcome.verdict.exit_code == EXIT_FAILED
+    problem = outcome.verdict.problems[0]
+    assert "disappeared before it finished; last seen as Running / job RUNNING" in problem
+
+
+def test_retries_print_a_line_per_attempt() -> None:
+    api = ScriptedApi(
+        [
+            _rayjob("Running", "RUNNING"),
+            _rayjob("Retrying", "FAILED", failed=1),
+            _rayjob("Initializing", "", failed=1),
+            _rayjob("Running", "RUNNING", failed=1),
+            _rayjob("Complete", "SUCCEEDED", failed=1),
+        ]
+    )
+    outcome, lines = _follow(api)
+    assert outcome.verdict.exit_code == EXIT_OK
+    assert len(lines) == 5 and "attempt 2" in lines[1]
+
+
+def _epochs(run_dir: Path, count: int) -> Iterator[dict[str, Any]]:
+    for epoch in range(1, count + 1):
+        metrics = {
+            "epoch": epoch,
+            "train_loss": 1.0 / epoch,
+            "val_loss": 1.1 / epoch,
+            "val_accuracy": 0.5 + epoch / 10,
+            "epoch_time_s": 2.0,
+        }
+        history.record_epoch(run_dir, metrics)
+        yield metrics
+
+
+def test_epoch_lines_come_from_the_run_folder_once_each(tmp_path: Path) -> None:
+    run_dir = tmp_path / NAME
+    writer = _epochs(run_dir, 2)
+
+    def api() -> dict[str, Any]:
+        # Training advances one epoch per poll, as it would while the job runs.
+        if next(writer, None) is None:
+            return _rayjob("Complete", "SUCCEEDED")
+        return _rayjob("Running", "RUNNING")
+
+    outcome, lines = _follow(api, run_dir=run_dir, total_epochs=2)  # type: ignore[arg-type]
+    assert outcome.verdict.exit_code == EXIT_OK
+    epoch_lines = [line for line in lines if line.startswith("epoch")]
+    assert epoch_lines == [
+        "epoch 1/2  train_loss 1.0000  val_loss 1.1000  val_acc 60.00%  2.0s/epoch  ETA 2s",
+        "epoch 2/2  train_loss 0.5000  val_loss 0.5500  val_acc 70.00%  2.0s/epoch  ETA 0s",
+    ]
+
+
+def test_an_epoch_repeated_after_a_restart_is_printed_again() -> None:
+    first = {"epoch": 1, "train_loss": 1.0, "time": 100.0}
+    state = advance(FollowState(), None, name=NAME, elapsed_s=0, records=[first]).state
+    again = advance(state, _rayjob("Running"), name=NAME, elapsed_s=1, records=[first])
+    assert not any(line.startswith("epoch") for line in again.lines)
+    redone = {**first, "time": 200.0}
+    tick = advance(again.state, _rayjob("Running"), name=NAME, elapsed_s=2, records=[redone])
+    assert [line for line in tick.lines if line.startswith("epoch")] == [
+        "epoch 1/1  train_loss 1.0000"
+    ]
+
+
+def test_epoch_line_tolerates_missing_metrics() -> None:
+    assert epoch_line({"epoch": 3}, 10) == "epoch  3/10"
+
+
+def test_summary_line_reports_the_run_folder(tmp_path: Path) -> None:
+    summary = {
+        "run_name": NAME,
+        "status": "succeeded",
+        "epochs_completed": 2,
+        "epochs_target": 2,
+        "best": {"val_accuracy": 0.91234, "epoch": 2},
+        "failures": 1,
+        "checkpoint": "/mnt/x/checkpoint_000001",
+    }
+    line = summary_line(summary, tmp_path)
+    assert line.startswith(f"run {NAME} succeeded: 2/2 epochs, best val_accuracy 0.9123")
+    assert "1 failure(s) recovered; checkpoint /mnt/x/checkpoint_000001" in line
+    assert "no summary.json yet" in summary_line(None, tmp_path)
