@@ -1,0 +1,229 @@
+"""`trainctl render`: the chart's objects from the same values, without Helm.
+
+The jinja2 templates next to this module mirror the chart's Go templates one for one; what Go
+computes inside templates (merged pools, worker counts, names, the content hash) is computed
+here in Python, and tests/contract/test_render_parity.py holds both engines to the same objects
+on several values files. Shared objects (claim, auth Secret, ServiceAccount) appear in every
+pool's list, so each pool's folder applies on its own with `kubectl apply -k`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jinja2 import Environment, FileSystemLoader
+
+from app.errors import ConfigError
+from app.k8s import canonical, rules
+from app.k8s.values import (
+    chart_metadata,
+    coalesce,
+    default_values,
+    enabled_pools,
+    merged_train,
+    read_values_file,
+    validate,
+)
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+MANAGED_BY = "trainctl"
+DNS_1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def load_values(values_file: Path | None) -> dict[str, Any]:
+    """The chart's defaults with the user's values file coalesced over them, schema-checked."""
+    user = read_values_file(values_file) if values_file else {}
+    values = coalesce(default_values(), user)
+    validate(values)
+    return values
+
+
+def _env() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["str"] = canonical.scalar
+    # A JSON string is a YAML double-quoted scalar that parses to the same text as Go's %q.
+    env.filters["q"] = lambda value: json.dumps(str(value), ensure_ascii=False)
+    env.filters["tojson"] = canonical.go_json
+    env.filters["toyaml"] = lambda value: yaml.safe_dump(
+        value, default_flow_style=False, sort_keys=True, allow_unicode=True
+    ).rstrip("\n")
+    return env
+
+
+def _base_context(values: dict[str, Any], release: str, namespace: str) -> dict[str, Any]:
+    image = values["image"]
+    app_version = str(chart_metadata()["appVersion"])
+    if image.get("digest"):
+        ref = f"{image['repository']}@{image['digest']}"
+    else:
+        ref = f"{image['repository']}:{image.get('tag') or app_version}"
+    sa = values.get("serviceAccount") or {}
+    service_account = sa.get("name") or (f"{release}-ray" if sa.get("create") else "default")
+    return {
+        "v": values,
+        "release": release,
+        "namespace": namespace,
+        "managed_by": MANAGED_BY,
+        "app_version": app_version,
+        "image": ref,
+        "service_account": service_account,
+        "claim_name": values["storage"].get("existingClaim") or f"{release}-shared",
+        "auth_secret_name": values["rayAuth"].get("existingSecret") or f"{release}-ray-auth",
+        "mount_path": values["storage"]["mountPath"].rstrip("/"),
+    }
+
+
+def _parse(text: str, template: str) -> list[dict[str, Any]]:
+    try:
+        return [doc for doc in yaml.safe_load_all(text) if doc]
+    except yaml.YAMLError as err:  # a template bug, not bad input: say where
+        raise RuntimeError(f"{template} rendered invalid YAML: {err}\n{text}") from err
+
+
+def _render(env: Environment, template: str, **context: Any) -> list[dict[str, Any]]:
+    return _parse(env.get_template(template).render(**context), template)
+
+
+def _check_inputs(values: dict[str, Any], release: str, namespace: str) -> None:
+    problems = []
+    if not re.match(DNS_1123, release) or len(release) > 53:
+        problems.append(f"release name {release!r} must be a DNS-1123 label of at most 53 chars")
+    if not re.match(DNS_1123, namespace) or len(namespace) > 63:
+        problems.append(f"namespace {namespace!r} must be a DNS-1123 label")
+    if problems:
+        raise ConfigError(problems)
+    validate(values)
+    problems = rules.values_problems(values)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _pool_objects(
+    env: Environment, base: dict[str, Any], pool: str, p: dict[str, Any]
+) -> list[dict[str, Any]]:
+    gpus = int(p["gpusPerWorker"])
+    ctx = dict(base, pool=pool, p=p, train=merged_train(base["v"], p), gpus=gpus)
+    ctx["workers"] = int(p["replicas"]) * gpus if gpus > 0 else int(p["replicas"])
+    draft = dict(ctx, name="")
+    job = _render(env, "rayjob.yaml.j2", c=draft)[0]
+    config = _render(env, "configmap.yaml.j2", c=draft)[0]
+    name = f"{base['release']}-{pool}-{canonical.content_hash(job['spec'], config['data'])}"
+    problem = rules.name_problem(name, base["release"], pool)
+    if problem:
+        raise ConfigError(problem)
+    ctx["name"] = name
+    objects = _render(env, "configmap.yaml.j2", c=ctx)
+    if base["v"]["networkPolicy"].get("enabled"):
+        objects += _render(env, "networkpolicy.yaml.j2", c=ctx)
+    objects += _render(env, "rayjob.yaml.j2", c=ctx)
+    return objects
+
+
+def _shared_objects(env: Environment, base: dict[str, Any]) -> list[dict[str, Any]]:
+    values = base["v"]
+    objects = []
+    if not values["storage"].get("existingClaim"):
+        objects += _render(env, "shared.yaml.j2", c=base, kind="PersistentVolumeClaim")
+    if values["rayAuth"].get("enabled") and not values["rayAuth"].get("existingSecret"):
+        token = base64.b64encode(secrets.token_urlsafe(36).encode()).decode()
+        objects += _render(env, "shared.yaml.j2", c=base, kind="Secret", token=token)
+    if (values.get("serviceAccount") or {}).get("create"):
+        objects += _render(env, "shared.yaml.j2", c=base, kind="ServiceAccount")
+    return objects
+
+
+def render_objects(values: dict[str, Any], *, release: str, namespace: str) -> dict[str, list[dict]]:
+    """Pool name -> every object that pool's RayJob needs, as parsed dicts.
+
+    The created auth Secret carries a fresh random token on every call (Helm does the same
+    offline); it is marked `trainctl.io/create-only`: create it if absent, never overwrite it.
+    """
+    _check_inputs(values, release, namespace)
+    env = _env()
+    base = _base_context(values, release, namespace)
+    shared = _shared_objects(env, base)
+    return {
+        pool: shared + _pool_objects(env, base, pool, p)
+        for pool, p in enabled_pools(values).items()
+    }
+
+
+def render_schedule_objects(
+    values: dict[str, Any], *, release: str, namespace: str
+) -> list[dict[str, Any]]:
+    """The scheduled-retraining objects (CronJobs and their RBAC); empty unless enabled."""
+    _check_inputs(values, release, namespace)
+    schedule = values.get("schedule") or {}
+    if not schedule.get("enabled"):
+        return []
+    pools = enabled_pools(values)
+    wanted = schedule.get("pools") or sorted(pools)
+    base = _base_context(values, release, namespace)
+    stored = {k: v for k, v in values.items() if k != "runTag"}
+    return _render(
+        _env(),
+        "schedule.yaml.j2",
+        c=base,
+        sa=f"{release}-submit",
+        values_json=canonical.go_json(stored),
+        pools=[pool for pool in wanted if pool in pools],
+    )
+
+
+def _keep_existing_token(obj: dict[str, Any], path: Path) -> None:
+    """Like Helm's lookup: re-rendering into a folder keeps the token already written there."""
+    if obj["kind"] != "Secret" or not path.exists():
+        return
+    old = yaml.safe_load(path.read_text())
+    if old and old.get("metadata", {}).get("name") == obj["metadata"]["name"]:
+        obj["data"]["auth_token"] = old.get("data", {}).get("auth_token", obj["data"]["auth_token"])
+
+
+def write_manifests(
+    values: dict[str, Any], out_dir: Path, *, release: str, namespace: str
+) -> list[Path]:
+    """Write <out_dir>/<pool>/*.yaml and a kustomization.yaml per pool; return the paths."""
+    pools = render_objects(values, release=release, namespace=namespace)
+    schedule = render_schedule_objects(values, release=release, namespace=namespace)
+    written = []
+    for pool, objects in pools.items():
+        folder = out_dir / pool
+        folder.mkdir(parents=True, exist_ok=True)
+        extra = [
+            obj
+            for obj in schedule
+            if obj["kind"] != "CronJob" or obj["metadata"]["labels"]["trainctl.io/pool"] == pool
+        ]
+        names: list[str] = []
+        for obj in objects + extra:
+            # Named by kind, so a changed config rewrites the same files instead of adding some.
+            name = f"{obj['kind'].lower()}.yaml"
+            if name in names:  # e.g. the schedule's ServiceAccount next to the Ray pods' one
+                name = f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+            path = folder / name
+            _keep_existing_token(obj, path)
+            text = yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=100)
+            path.write_text(text, encoding="utf-8")
+            names.append(name)
+            written.append(path)
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": names,
+        }
+        path = folder / "kustomization.yaml"
+        path.write_text(yaml.safe_dump(kustomization, sort_keys=False), encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,107 @@
+"""KubeRay and Kueue rules that the CRD schema cannot express.
+
+The operator only refuses these after the RayJob exists (as a failed status), so both engines
+refuse them at render instead: charts/trainctl/templates/_checks.tpl and _helpers.tpl fail with
+the same messages as `values_problems` and `rayjob_problems` here. The tests also run
+`rayjob_problems` on what Helm renders.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MAX_RAYJOB_NAME = 47  # KubeRay's MaxRayJobNameLength: the cluster name adds a suffix to it
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+RAY_START_RESOURCES = ("num-cpus", "num-gpus", "memory", "resources")
+MIN_AUTH_RAY = (2, 52, 0)
+
+
+def name_problem(name: str, release: str, pool: str) -> str | None:
+    """The chart's trainctl.runName checks, word for word."""
+    if len(name) > MAX_RAYJOB_NAME:
+        return (
+            f'RayJob name "{name}" is {len(name)} characters; KubeRay allows at most 47: '
+            f'shorten the release name ("{release}") or the pool name ("{pool}") so that '
+            "release + pool is at most 37 characters"
+        )
+    if not DNS_1035.match(name):
+        return (
+            f'RayJob name "{name}" is not a valid DNS-1035 label: the release name must start '
+            "with a lowercase letter and use only a-z, 0-9 and '-'"
+        )
+    return None
+
+
+def values_problems(values: dict[str, Any]) -> list[str]:
+    """The chart's trainctl.checks: cross-field rules on the values."""
+    job = values.get("rayJob") or {}
+    shutdown = bool(job.get("shutdownAfterJobFinishes"))
+    problems = []
+    if (values.get("kueue") or {}).get("enabled") and not shutdown:
+        problems.append(
+            "kueue.enabled needs rayJob.shutdownAfterJobFinishes=true: Kueue creates RayJobs "
+            "suspended, and KubeRay refuses to suspend one that keeps its cluster"
+        )
+    if not shutdown and int(job.get("ttlSecondsAfterFinished") or 0) > 0:
+        problems.append(
+            "rayJob.ttlSecondsAfterFinished needs rayJob.shutdownAfterJobFinishes=true (KubeRay "
+            "refuses a TTL on a RayJob that keeps its cluster); set the TTL to 0"
+        )
+    if shutdown and (job.get("deletionStrategy") or {}).get("deletionRules"):
+        problems.append(
+            "rayJob.deletionStrategy.deletionRules and rayJob.shutdownAfterJobFinishes=true are "
+            "mutually exclusive in KubeRay: set shutdownAfterJobFinishes to false and "
+            "ttlSecondsAfterFinished to 0"
+        )
+    pools = values.get("nodePools") or {}
+    for pool in (values.get("schedule") or {}).get("pools") or []:
+        if pool not in pools:
+            problems.append(
+                f'schedule.pools names "{pool}", which is not in nodePools '
+                f"({', '.join(sorted(pools))})"
+            )
+    return problems
+
+
+def rayjob_problems(job: dict[str, Any]) -> list[str]:
+    """Operator-side validation of one rendered RayJob (KubeRay v1.7 ValidateRayJob*)."""
+    name = job.get("metadata", {}).get("name", "")
+    spec = job.get("spec", {})
+    cluster = spec.get("rayClusterSpec") or {}
+    problems = []
+    if len(name) > MAX_RAYJOB_NAME or not DNS_1035.match(name):
+        problems.append(f"{name!r}: RayJob names are DNS-1035 labels of at most 47 characters")
+    shutdown = bool(spec.get("shutdownAfterJobFinishes"))
+    if spec.get("suspend") and not shutdown:
+        problems.append(f"{name}: a suspended RayJob needs shutdownAfterJobFinishes=true")
+    if not shutdown and int(spec.get("ttlSecondsAfterFinished") or 0) > 0:
+        problems.append(f"{name}: ttlSecondsAfterFinished needs shutdownAfterJobFinishes=true")
+    if shutdown and (spec.get("deletionStrategy") or {}).get("deletionRules"):
+        problems.append(f"{name}: deletionRules and shutdownAfterJobFinishes are exclusive")
+    if spec.get("activeDeadlineSeconds") is not None and spec["activeDeadlineSeconds"] <= 0:
+        problems.append(f"{name}: activeDeadlineSeconds must be positive")
+    if spec.get("backoffLimit") is not None and spec["backoffLimit"] < 0:
+        problems.append(f"{name}: backoffLimit must not be negative")
+    if spec.get("submissionMode") == "SidecarMode" and spec.get("submitterPodTemplate"):
+        problems.append(f"{name}: SidecarMode does not take a submitterPodTemplate")
+    groups = [("head", cluster.get("headGroupSpec") or {})]
+    groups += [(g.get("groupName", "?"), g) for g in cluster.get("workerGroupSpecs") or []]
+    for group_name, group in groups:
+        params = group.get("rayStartParams") or {}
+        if any(params.get(key) for key in RAY_START_RESOURCES) and group.get("resources"):
+            problems.append(
+                f"{name}: group {group_name} sets resources in both rayStartParams and resources"
+            )
+        if "labels" in params:
+            problems.append(f"{name}: group {group_name} sets rayStartParams['labels']")
+    auth = cluster.get("authOptions") or {}
+    if auth.get("mode") == "token":
+        version = tuple(int(p) for p in re.findall(r"\d+", cluster.get("rayVersion", ""))[:3])
+        if version < MIN_AUTH_RAY:
+            problems.append(f"{name}: token authentication needs rayVersion >= 2.52.0")
+    if cluster.get("enableInTreeAutoscaling") and (
+        spec.get("suspend") or "kueue.x-k8s.io/queue-name" in job["metadata"].get("labels", {})
+    ):
+        problems.append(f"{name}: Kueue-managed RayJobs cannot autoscale")
+    return problems

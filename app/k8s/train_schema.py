@@ -1,0 +1,74 @@
+"""The `train:` section of the chart's values.schema.json, generated from TrainSettings.
+
+Settings are declared once, in app/settings.py. The chart's schema embeds the JSON schema of
+the settings a user may set (`definitions.train`); `python -m app.k8s.train_schema --write`
+regenerates it in the chart and in the packaged copy, and a contract test fails when the
+committed schema and the settings model disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.settings import TrainSettings
+
+# Set by the chart per pool (from the pool, the storage mount and the RayJob name), so a value
+# in `train:` could only contradict them.
+DERIVED = (
+    "num_workers",
+    "use_gpu",
+    "accelerator_type",
+    "run_name",
+    "storage_path",
+    "data_path",
+    "ray_address",
+)
+
+# Keys of pydantic's JSON schema that carry no constraint the chart needs to repeat.
+_DROP = ("default", "title", "format")
+
+
+def settable_fields() -> list[str]:
+    return [name for name in TrainSettings.model_fields if name not in DERIVED]
+
+
+def train_schema() -> dict[str, Any]:
+    """A draft-07 object schema: one property per settable field, nothing else allowed."""
+    source = TrainSettings.model_json_schema()["properties"]
+    properties = {}
+    for name in settable_fields():
+        prop = {k: v for k, v in source[name].items() if k not in _DROP}
+        if "anyOf" in prop:  # Optional[X]: an empty string already means "unset" in settings
+            options = [o for o in prop.pop("anyOf") if o.get("type") != "null"]
+            prop.update({k: v for k, v in options[0].items() if k not in _DROP})
+        properties[name] = dict(sorted(prop.items()))
+    return {
+        "type": "object",
+        "description": "TRAIN_* settings by TrainSettings field name (see docs/settings.md).",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+def _write(schema_path: Path) -> None:
+    schema = json.loads(schema_path.read_text())
+    schema["definitions"]["train"] = train_schema()
+    schema_path.write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["--write"]:
+        print(json.dumps(train_schema(), indent=2))
+        return 0
+    from app.k8s.values import CHART_DIR, PACKAGED_DIR
+
+    for folder in (CHART_DIR, PACKAGED_DIR):
+        _write(folder / "values.schema.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

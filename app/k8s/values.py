@@ -1,0 +1,119 @@
+"""Chart values for `trainctl render`: the chart's defaults, the user's file, the schema check.
+
+Defaults live in one place, the chart's values.yaml. The package cannot read charts/ once it
+is installed as a wheel, so it ships byte-equal copies of Chart.yaml, values.yaml and
+values.schema.json next to its templates (app/k8s/templates/chart/). `make manifests` refreshes
+the copies and a contract test fails when they differ, so Helm and `trainctl render` always
+start from the same defaults and refuse the same values.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.errors import ConfigError
+
+PACKAGED_DIR = Path(__file__).resolve().parent / "templates" / "chart"
+# Only present in a source checkout; used by the sync step and the tests.
+CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "trainctl"
+SYNCED_FILES = ("Chart.yaml", "values.yaml", "values.schema.json")
+
+
+@cache
+def chart_metadata() -> dict[str, Any]:
+    return yaml.safe_load((PACKAGED_DIR / "Chart.yaml").read_text())
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    return json.loads((PACKAGED_DIR / "values.schema.json").read_text())
+
+
+def default_values() -> dict[str, Any]:
+    return yaml.safe_load((PACKAGED_DIR / "values.yaml").read_text())
+
+
+def coalesce(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Helm's merge of user values over chart defaults.
+
+    Maps merge key by key, anything else replaces, and a null removes a key the defaults have
+    (Helm's way of deleting a default); a null elsewhere stays, for the schema to refuse.
+    """
+    merged = copy.deepcopy(defaults)
+    for key, value in overrides.items():
+        if value is None and key in merged:
+            del merged[key]
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = coalesce(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def read_values_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"values file {path}: {err.strerror or err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"values file {path} is not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"values file {path} must hold a mapping, not {type(data).__name__}")
+    return data
+
+
+def validate(values: dict[str, Any]) -> None:
+    """Check values against the chart's values.schema.json; one line per problem."""
+    from jsonschema import Draft7Validator
+
+    validator = Draft7Validator(_schema())
+    errors = sorted(validator.iter_errors(values), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        raise ConfigError([_describe(err) for err in errors])
+
+
+def _describe(err: Any) -> str:
+    where = ".".join(str(part) for part in err.absolute_path) or "(top level)"
+    if err.validator == "additionalProperties" and err.path and err.path[-1] == "train":
+        known = ", ".join(sorted(err.schema.get("properties", {})))
+        return f"{where}: {err.message}; settable TRAIN_* keys: {known}"
+    if err.validator == "additionalProperties":
+        known = ", ".join(sorted(err.schema.get("properties", {})))
+        return f"{where}: {err.message}; allowed: {known}"
+    if err.validator == "not" and "pattern" in err.validator_value:
+        return f"{where}: {err.instance!r} is not allowed here (refused pattern " + (
+            f"{err.validator_value['pattern']})"
+        )
+    return f"{where}: {err.message}"
+
+
+def merged_pool(values: dict[str, Any], pool: dict[str, Any] | None) -> dict[str, Any]:
+    """A pool over poolDefaults: each key the pool sets replaces the default's key."""
+    merged = copy.deepcopy(values.get("poolDefaults") or {})
+    merged.update(copy.deepcopy(pool or {}))
+    return merged
+
+
+def enabled_pools(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    pools = {}
+    for name in sorted(values.get("nodePools") or {}):
+        pool = merged_pool(values, values["nodePools"][name])
+        if pool.get("enabled"):
+            pools[name] = pool
+    return pools
+
+
+def merged_train(values: dict[str, Any], pool: dict[str, Any]) -> dict[str, Any]:
+    train = dict(values.get("train") or {})
+    train.update(pool.get("train") or {})
+    return {key: value for key, value in sorted(train.items()) if value is not None}

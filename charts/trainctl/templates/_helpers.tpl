@@ -1,0 +1,107 @@
+{{/*
+Small helpers. app/k8s/templates/*.j2 and app/k8s/render.py mirror these one for one:
+a change here needs the same change there (tests/contract/test_render_parity.py checks).
+*/}}
+
+{{/* A scalar as the string Python renders too: integral numbers without ".0" or exponent. */}}
+{{- define "trainctl.str" -}}
+{{- if kindIs "float64" . -}}
+{{- if eq . (floor .) -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
+{{- else -}}{{ . }}{{- end -}}
+{{- end -}}
+
+{{/* Canonical text of parsed YAML for the content hash: sorted keys, length-prefixed strings,
+numbers via trainctl.str, so Go and Python agree byte for byte without JSON's quirks. */}}
+{{- define "trainctl.canon" -}}
+{{- if kindIs "map" . -}}
+{{- $m := . -}}
+{ {{- range $i, $k := keys $m | sortAlpha -}}{{ if $i }},{{ end }}s{{ len $k }}:{{ $k }}={{ include "trainctl.canon" (get $m $k) }}{{- end -}} }
+{{- else if kindIs "slice" . -}}
+[ {{- range $i, $x := . -}}{{ if $i }},{{ end }}{{ include "trainctl.canon" $x }}{{- end -}} ]
+{{- else if kindIs "string" . -}}s{{ len . }}:{{ . }}
+{{- else if kindIs "bool" . -}}b{{ . }}
+{{- else if kindIs "invalid" . -}}null
+{{- else -}}n{{ include "trainctl.str" . }}
+{{- end -}}
+{{- end -}}
+
+{{- define "trainctl.image" -}}
+{{- $img := .Values.image -}}
+{{- if $img.digest -}}{{ $img.repository }}@{{ $img.digest }}
+{{- else -}}{{ $img.repository }}:{{ $img.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of pod templates too: no managed-by here, since it differs between Helm and
+`trainctl render` and pod templates are part of the hashed spec. */}}
+{{- define "trainctl.commonLabels" -}}
+app.kubernetes.io/name: trainctl
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: trainctl
+{{- range $k, $v := .Values.labels }}
+{{ $k }}: {{ $v | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "trainctl.labels" -}}
+{{ include "trainctl.commonLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+{{- end -}}
+
+{{- define "trainctl.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}{{ .Values.serviceAccount.name }}
+{{- else if .Values.serviceAccount.create -}}{{ printf "%s-ray" .Release.Name }}
+{{- else -}}default
+{{- end -}}
+{{- end -}}
+
+{{- define "trainctl.claimName" -}}
+{{ .Values.storage.existingClaim | default (printf "%s-shared" .Release.Name) }}
+{{- end -}}
+
+{{- define "trainctl.authSecretName" -}}
+{{ .Values.rayAuth.existingSecret | default (printf "%s-ray-auth" .Release.Name) }}
+{{- end -}}
+
+{{- define "trainctl.mountPath" -}}
+{{ .Values.storage.mountPath | trimSuffix "/" }}
+{{- end -}}
+
+{{/* A pool with poolDefaults under it: a key set on the pool replaces the default's key.
+(sprig's merge would treat false and 0 as unset and bring the defaults back.) */}}
+{{- define "trainctl.pool" -}}
+{{- $p := deepCopy .root.Values.poolDefaults -}}
+{{- range $k, $v := .pool -}}{{- $_ := set $p $k $v -}}{{- end -}}
+{{- toJson $p -}}
+{{- end -}}
+
+{{/* Pools to render, sorted by name: enabled ones only. Returns JSON {name: pool}. */}}
+{{- define "trainctl.enabledPools" -}}
+{{- $out := dict -}}
+{{- range $name, $pool := .Values.nodePools -}}
+{{- $p := include "trainctl.pool" (dict "root" $ "pool" ($pool | default dict)) | fromJson -}}
+{{- if $p.enabled -}}{{- $_ := set $out $name $p -}}{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* The RayJob (and ConfigMap, NetworkPolicy) name: <release>-<pool>-<hash8>, where the hash
+covers the RayJob spec and the ConfigMap data rendered with an empty name. */}}
+{{- define "trainctl.runName" -}}
+{{- $draft := dict "root" .root "pool" .pool "p" .p "train" .train "name" "" -}}
+{{- $job := include "trainctl.rayjob" $draft | fromYaml -}}
+{{- $cm := include "trainctl.configmap" $draft | fromYaml -}}
+{{- if or (hasKey $job "Error") (hasKey $cm "Error") -}}
+{{- fail (printf "internal error rendering pool %s: %v %v" .pool ($job.Error | default "") ($cm.Error | default "")) -}}
+{{- end -}}
+{{- $hash := include "trainctl.canon" (dict "spec" $job.spec "data" $cm.data) | sha256sum | trunc 8 -}}
+{{- $name := printf "%s-%s-%s" .root.Release.Name .pool $hash -}}
+{{- if gt (len $name) 47 -}}
+{{- fail (printf "RayJob name %q is %d characters; KubeRay allows at most 47: shorten the release name (%q) or the pool name (%q) so that release + pool is at most 37 characters" $name (len $name) .root.Release.Name .pool) -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
+{{- fail (printf "RayJob name %q is not a valid DNS-1035 label: the release name must start with a lowercase letter and use only a-z, 0-9 and '-'" $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}

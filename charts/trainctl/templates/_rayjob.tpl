@@ -1,0 +1,325 @@
+{{/*
+One pool's objects. Context: dict root ($), pool (name), p (pool over poolDefaults),
+train (merged TRAIN_* map) and name (the RayJob name; "" while hashing).
+Mirrored by app/k8s/templates/{rayjob,configmap,networkpolicy}.yaml.j2.
+*/}}
+
+{{- define "trainctl.podLabels" -}}
+{{ include "trainctl.commonLabels" .root }}
+app.kubernetes.io/component: {{ .component }}
+trainctl.io/pool: {{ .pool | quote }}
+trainctl.io/run: {{ .name | quote }}
+{{- with .root.Values.runTag }}
+trainctl.io/run-tag: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "trainctl.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 1000
+runAsGroup: 100
+fsGroup: 100
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "trainctl.containerSecurityContext" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Pod-spec fields shared by head and workers (not the containers). */}}
+{{- define "trainctl.podCommon" -}}
+serviceAccountName: {{ include "trainctl.serviceAccountName" .root | quote }}
+automountServiceAccountToken: false
+securityContext:
+  {{- include "trainctl.podSecurityContext" . | nindent 2 }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . | quote }}
+{{- end }}
+{{- end }}
+volumes:
+  - name: shared
+    persistentVolumeClaim:
+      claimName: {{ include "trainctl.claimName" .root | quote }}
+  - name: dshm
+    emptyDir:
+      medium: Memory
+      sizeLimit: {{ include "trainctl.str" .root.Values.sharedMemorySize | quote }}
+{{- end -}}
+
+{{/* Container fields shared by head and workers: image, env, mounts, security. */}}
+{{- define "trainctl.rayContainerCommon" -}}
+image: {{ include "trainctl.image" .root | quote }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+envFrom:
+  - configMapRef:
+      name: {{ .name | quote }}
+{{- range .root.Values.secretEnvFrom }}
+  - secretRef:
+      name: {{ . | quote }}
+{{- end }}
+{{- with .root.Values.secretEnv }}
+env:
+{{- range . }}
+  - name: {{ .name | quote }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ .secretName | quote }}
+        key: {{ .key | quote }}
+{{- end }}
+{{- end }}
+volumeMounts:
+  - name: shared
+    mountPath: {{ include "trainctl.mountPath" .root | quote }}
+  - name: dshm
+    mountPath: /dev/shm
+securityContext:
+  {{- include "trainctl.containerSecurityContext" . | nindent 2 }}
+{{- end -}}
+
+{{- define "trainctl.configmap" -}}
+{{- $v := .root.Values -}}
+{{- $p := .p -}}
+{{- $gpus := int $p.gpusPerWorker -}}
+{{- $mount := include "trainctl.mountPath" .root -}}
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .name | quote }}
+  namespace: {{ .root.Release.Namespace | quote }}
+  labels:
+    {{- include "trainctl.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: settings
+    trainctl.io/pool: {{ .pool | quote }}
+data:
+  {{- range $k, $val := .train }}
+  {{ printf "TRAIN_%s" (upper $k) }}: {{ include "trainctl.str" $val | quote }}
+  {{- end }}
+  TRAIN_NUM_WORKERS: {{ ternary (mul (int $p.replicas) $gpus) (int $p.replicas) (gt $gpus 0) | quote }}
+  TRAIN_USE_GPU: {{ ternary "true" "false" (gt $gpus 0) | quote }}
+  {{- with $p.acceleratorType }}
+  TRAIN_ACCELERATOR_TYPE: {{ . | quote }}
+  {{- end }}
+  TRAIN_RUN_NAME: {{ .name | quote }}
+  TRAIN_STORAGE_PATH: {{ printf "%s/%s" $mount $v.storage.runsSubPath | quote }}
+  TRAIN_DATA_PATH: {{ printf "%s/%s" $mount $v.storage.dataSubPath | quote }}
+  {{- range $k, $val := $v.env }}
+  {{ $k }}: {{ $val | quote }}
+  {{- end }}
+{{- end -}}
+
+{{- define "trainctl.rayjob" -}}
+{{- $v := .root.Values -}}
+{{- $p := .p -}}
+{{- $job := $v.rayJob -}}
+{{- $gpus := int $p.gpusPerWorker -}}
+{{- $head := dict "root" .root "pool" .pool "name" .name "component" "ray-head" -}}
+{{- $worker := dict "root" .root "pool" .pool "name" .name "component" "ray-worker" -}}
+{{- $submitter := dict "root" .root "pool" .pool "name" .name "component" "ray-submitter" -}}
+apiVersion: ray.io/v1
+kind: RayJob
+metadata:
+  name: {{ .name | quote }}
+  namespace: {{ .root.Release.Namespace | quote }}
+  labels:
+    {{- include "trainctl.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: rayjob
+    trainctl.io/pool: {{ .pool | quote }}
+    {{- if $v.kueue.enabled }}
+    kueue.x-k8s.io/queue-name: {{ $v.kueue.queueName | quote }}
+    {{- with $v.kueue.priorityClass }}
+    kueue.x-k8s.io/priority-class: {{ . | quote }}
+    {{- end }}
+    {{- end }}
+spec:
+  entrypoint: {{ $job.entrypoint | quote }}
+  {{- with $job.runtimeEnv }}
+  runtimeEnvYAML: {{ toJson . | quote }}
+  {{- end }}
+  submissionMode: {{ $job.submissionMode }}
+  backoffLimit: {{ int $job.backoffLimit }}
+  {{- with $job.preRunningDeadlineSeconds }}
+  preRunningDeadlineSeconds: {{ int . }}
+  {{- end }}
+  {{- with $job.activeDeadlineSeconds }}
+  activeDeadlineSeconds: {{ int . }}
+  {{- end }}
+  shutdownAfterJobFinishes: {{ $job.shutdownAfterJobFinishes }}
+  {{- if $job.shutdownAfterJobFinishes }}
+  ttlSecondsAfterFinished: {{ int $job.ttlSecondsAfterFinished }}
+  {{- end }}
+  {{- with $job.deletionStrategy }}
+  deletionStrategy:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if $v.kueue.enabled }}
+  suspend: true
+  {{- end }}
+  {{- if eq $job.submissionMode "K8sJobMode" }}
+  submitterPodTemplate:
+    metadata:
+      labels:
+        {{- include "trainctl.podLabels" $submitter | nindent 8 }}
+    spec:
+      restartPolicy: Never
+      serviceAccountName: {{ include "trainctl.serviceAccountName" .root | quote }}
+      automountServiceAccountToken: false
+      securityContext:
+        {{- include "trainctl.podSecurityContext" . | nindent 8 }}
+      {{- with $v.imagePullSecrets }}
+      imagePullSecrets:
+      {{- range . }}
+        - name: {{ . | quote }}
+      {{- end }}
+      {{- end }}
+      containers:
+        - name: ray-job-submitter
+          image: {{ include "trainctl.image" .root | quote }}
+          imagePullPolicy: {{ $v.image.pullPolicy }}
+          resources:
+            {{- include "trainctl.resources" $job.submitter.resources | nindent 12 }}
+          securityContext:
+            {{- include "trainctl.containerSecurityContext" . | nindent 12 }}
+  {{- end }}
+  rayClusterSpec:
+    rayVersion: {{ $v.rayVersion | quote }}
+    enableInTreeAutoscaling: false
+    {{- if $v.rayAuth.enabled }}
+    authOptions:
+      mode: token
+      secretName: {{ include "trainctl.authSecretName" .root | quote }}
+    {{- end }}
+    headGroupSpec:
+      {{- with $v.head.rayStartParams }}
+      rayStartParams:
+        {{- range $k, $val := . }}
+        {{ $k }}: {{ $val | quote }}
+        {{- end }}
+      {{- else }}
+      rayStartParams: {}
+      {{- end }}
+      template:
+        metadata:
+          labels:
+            {{- include "trainctl.podLabels" $head | nindent 12 }}
+        spec:
+          {{- include "trainctl.podCommon" $head | nindent 10 }}
+          {{- with $v.head.nodeSelector }}
+          nodeSelector:
+            {{- range $k, $val := . }}
+            {{ $k }}: {{ $val | quote }}
+            {{- end }}
+          {{- end }}
+          {{- with $v.head.tolerations }}
+          tolerations:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          containers:
+            - name: ray-head
+              {{- include "trainctl.rayContainerCommon" $head | nindent 14 }}
+              ports:
+                - name: gcs-server
+                  containerPort: 6379
+                - name: dashboard
+                  containerPort: 8265
+                - name: client
+                  containerPort: 10001
+              resources:
+                requests:
+                  cpu: {{ include "trainctl.str" $v.head.cpu | quote }}
+                  memory: {{ include "trainctl.str" $v.head.memory | quote }}
+                limits:
+                  cpu: {{ include "trainctl.str" $v.head.cpu | quote }}
+                  memory: {{ include "trainctl.str" $v.head.memory | quote }}
+    workerGroupSpecs:
+      - groupName: {{ .pool | quote }}
+        replicas: {{ int $p.replicas }}
+        minReplicas: {{ int $p.replicas }}
+        maxReplicas: {{ int $p.replicas }}
+        rayStartParams: {}
+        {{- with $p.acceleratorType }}
+        resources:
+          {{ printf "accelerator_type:%s" . | quote }}: "1"
+        {{- end }}
+        template:
+          metadata:
+            labels:
+              {{- include "trainctl.podLabels" $worker | nindent 14 }}
+          spec:
+            {{- include "trainctl.podCommon" $worker | nindent 12 }}
+            {{- with $p.nodeSelector }}
+            nodeSelector:
+              {{- range $k, $val := . }}
+              {{ $k }}: {{ $val | quote }}
+              {{- end }}
+            {{- end }}
+            {{- with $p.tolerations }}
+            tolerations:
+              {{- toYaml . | nindent 14 }}
+            {{- end }}
+            containers:
+              - name: ray-worker
+                {{- include "trainctl.rayContainerCommon" $worker | nindent 16 }}
+                resources:
+                  requests:
+                    cpu: {{ include "trainctl.str" $p.cpusPerWorker | quote }}
+                    memory: {{ include "trainctl.str" $p.memoryPerWorker | quote }}
+                    {{- if gt $gpus 0 }}
+                    {{ $v.gpuResourceName }}: {{ $gpus | quote }}
+                    {{- end }}
+                  limits:
+                    cpu: {{ include "trainctl.str" $p.cpusPerWorker | quote }}
+                    memory: {{ include "trainctl.str" $p.memoryPerWorker | quote }}
+                    {{- if gt $gpus 0 }}
+                    {{ $v.gpuResourceName }}: {{ $gpus | quote }}
+                    {{- end }}
+{{- end -}}
+
+{{/* requests/limits with every quantity as a string. */}}
+{{- define "trainctl.resources" -}}
+{{- range $kind := list "requests" "limits" }}
+{{ $kind }}:
+{{- range $k, $q := get $ $kind }}
+  {{ $k }}: {{ include "trainctl.str" $q | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "trainctl.networkpolicy" -}}
+{{- $v := .root.Values -}}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ .name | quote }}
+  namespace: {{ .root.Release.Namespace | quote }}
+  labels:
+    {{- include "trainctl.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: network-policy
+    trainctl.io/pool: {{ .pool | quote }}
+spec:
+  # The Ray ports (GCS, dashboard/job API, client, raylet and worker ports) of this run's pods
+  # take traffic only from this run's own pods, plus the dashboard from dashboardFrom.
+  podSelector:
+    matchLabels:
+      trainctl.io/run: {{ .name | quote }}
+  policyTypes: ["Ingress"]
+  ingress:
+    - from:
+        - podSelector:
+            matchLabels:
+              trainctl.io/run: {{ .name | quote }}
+    {{- with $v.networkPolicy.dashboardFrom }}
+    - from:
+        {{- toYaml . | nindent 8 }}
+      ports:
+        - protocol: TCP
+          port: 8265
+    {{- end }}
+{{- end -}}

@@ -1,0 +1,119 @@
+{{/* Mirrored by app/k8s/templates/schedule.yaml.j2. */}}
+{{- define "trainctl.submitRbac" -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .name | quote }}
+  namespace: {{ .root.Release.Namespace | quote }}
+  labels:
+    {{- include "trainctl.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: schedule
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ .name | quote }}
+  namespace: {{ .root.Release.Namespace | quote }}
+  labels:
+    {{- include "trainctl.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: schedule
+rules:
+  # What `trainctl submit --wait` creates (every object of a pool's run) and follows.
+  - apiGroups: ["ray.io"]
+    resources: ["rayjobs"]
+    verbs: ["get", "list", "watch", "create", "patch"]
+  - apiGroups: [""]
+    resources: ["configmaps", "secrets", "persistentvolumeclaims", "serviceaccounts"]
+    verbs: ["get", "list", "watch", "create", "patch"]
+  - apiGroups: ["networking.k8s.io"]
+    resources: ["networkpolicies"]
+    verbs: ["get", "list", "watch", "create", "patch"]
+  - apiGroups: [""]
+    resources: ["pods", "pods/log"]
+    verbs: ["get", "list"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ .name | quote }}
+  namespace: {{ .root.Release.Namespace | quote }}
+  labels:
+    {{- include "trainctl.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: schedule
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ .name | quote }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ .name | quote }}
+    namespace: {{ .root.Release.Namespace | quote }}
+{{- end -}}
+
+{{- define "trainctl.cronjob" -}}
+{{- $v := .root.Values -}}
+{{- $s := $v.schedule -}}
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: {{ printf "%s-%s-retrain" .root.Release.Name .pool | quote }}
+  namespace: {{ .root.Release.Namespace | quote }}
+  labels:
+    {{- include "trainctl.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: schedule
+    trainctl.io/pool: {{ .pool | quote }}
+spec:
+  schedule: {{ $s.cron | quote }}
+  {{- with $s.timeZone }}
+  timeZone: {{ . | quote }}
+  {{- end }}
+  concurrencyPolicy: {{ $s.concurrencyPolicy | default "Forbid" }}
+  successfulJobsHistoryLimit: 3
+  failedJobsHistoryLimit: 3
+  jobTemplate:
+    spec:
+      backoffLimit: 0
+      template:
+        metadata:
+          labels:
+            {{- include "trainctl.commonLabels" .root | nindent 12 }}
+            app.kubernetes.io/component: schedule
+            trainctl.io/pool: {{ .pool | quote }}
+        spec:
+          restartPolicy: Never
+          serviceAccountName: {{ .sa | quote }}
+          # submit talks to the Kubernetes API, so this pod (unlike the Ray pods) has a token.
+          automountServiceAccountToken: true
+          securityContext:
+            {{- include "trainctl.podSecurityContext" . | nindent 12 }}
+          {{- with $v.imagePullSecrets }}
+          imagePullSecrets:
+          {{- range . }}
+            - name: {{ . | quote }}
+          {{- end }}
+          {{- end }}
+          containers:
+            - name: submit
+              image: {{ include "trainctl.image" .root | quote }}
+              imagePullPolicy: {{ $v.image.pullPolicy }}
+              # A fresh runTag per run changes the content hash, so each run is a new RayJob.
+              command:
+                - /bin/sh
+                - -c
+                - >-
+                  sed "1s/^{/{\"runTag\":\"$(date -u +%Y%m%d-%H%M%S)\",/" /etc/trainctl/values.json > /tmp/values.json &&
+                  exec trainctl submit --wait --values /tmp/values.json
+                  --pool {{ .pool }} --namespace {{ .root.Release.Namespace }} --release {{ .root.Release.Name }}
+              resources:
+                {{- include "trainctl.resources" $s.resources | nindent 16 }}
+              securityContext:
+                {{- include "trainctl.containerSecurityContext" . | nindent 16 }}
+              volumeMounts:
+                - name: values
+                  mountPath: /etc/trainctl
+                  readOnly: true
+          volumes:
+            - name: values
+              configMap:
+                name: {{ printf "%s-values" .root.Release.Name | quote }}
+{{- end -}}
