@@ -69,6 +69,27 @@ def env_cmd(fmt: str) -> None:
     click.echo(render_env(fmt))
 
 
+@cli.command("render")
+@click.option(
+    "--values",
+    "values_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Values file, as for the Helm chart [default: the chart's defaults].",
+)
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@click.option("--release", default="trainctl", show_default=True, help="Release name.")
+@click.option("-n", "--namespace", default="default", show_default=True, help="Namespace.")
+def render_cmd(values_file: Path | None, out: Path, release: str, namespace: str) -> None:
+    """Write plain YAML per node pool: OUT/<pool>/*.yaml with a kustomization.yaml."""
+    from app.k8s.render import load_values, write_manifests
+
+    paths = write_manifests(load_values(values_file), out, release=release, namespace=namespace)
+    pools = sorted({path.parent.name for path in paths})
+    click.echo(f"wrote {len(paths)} files for pool(s) {', '.join(pools) or '(none enabled)'}")
+    for pool in pools:
+        click.echo(f"  kubectl apply -k {out / pool}")
+
+
 SUBMIT_EPILOG = """\b
 Exit codes:
   0  created or attached (without --wait), or the RayJob SUCCEEDED

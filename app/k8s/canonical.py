@@ -17,7 +17,7 @@ from typing import Any
 
 def _shortest_digits(value: float) -> tuple[str, int]:
     """Shortest round-trip digits and the decimal exponent of the first digit."""
-    sign, digits, exponent = Decimal(repr(abs(value))).as_tuple()
+    _, digits, exponent = Decimal(repr(abs(value))).as_tuple()
     text = "".join(map(str, digits)).rstrip("0") or "0"
     return text, len(digits) + int(exponent) - 1
 

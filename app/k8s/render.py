@@ -144,7 +144,9 @@ def _shared_objects(env: Environment, base: dict[str, Any]) -> list[dict[str, An
     return objects
 
 
-def render_objects(values: dict[str, Any], *, release: str, namespace: str) -> dict[str, list[dict]]:
+def render_objects(
+    values: dict[str, Any], *, release: str, namespace: str
+) -> dict[str, list[dict]]:
     """Pool name -> every object that pool's RayJob needs, as parsed dicts.
 
     The created auth Secret carries a fresh random token on every call (Helm does the same

@@ -96,14 +96,14 @@ spec:
             - name: submit
               image: {{ include "trainctl.image" .root | quote }}
               imagePullPolicy: {{ $v.image.pullPolicy }}
-              # A fresh runTag per run changes the content hash, so each run is a new RayJob.
+              # A fresh run tag per run changes the content hash, so each run is a new RayJob.
               command:
                 - /bin/sh
                 - -c
                 - >-
-                  sed "1s/^{/{\"runTag\":\"$(date -u +%Y%m%d-%H%M%S)\",/" /etc/trainctl/values.json > /tmp/values.json &&
-                  exec trainctl submit --wait --values /tmp/values.json
+                  exec trainctl submit --wait --values /etc/trainctl/values.json
                   --pool {{ .pool }} --namespace {{ .root.Release.Namespace }} --release {{ .root.Release.Name }}
+                  --run-tag "$(date -u +%Y%m%d-%H%M%S)"
               resources:
                 {{- include "trainctl.resources" $s.resources | nindent 16 }}
               securityContext:
