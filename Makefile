@@ -49,6 +49,25 @@ fmt: $(VENV)/.installed  ## format and autofix
 docs: $(VENV)/.installed  ## regenerate docs/settings.md from the settings model
 	$(VENV)/bin/trainctl env --format markdown > docs/settings.md
 
+CHART := charts/trainctl
+IMAGE ?= trainctl:$(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' $(CHART)/Chart.yaml)
+KUBERAY_CRDS_URL := https://raw.githubusercontent.com/ray-project/kuberay/$(KUBERAY_VERSION)/ray-operator/config/crd/bases
+
+manifests: $(VENV)/.installed  ## sync the packaged chart defaults, re-render manifests/ from the example values
+	cp $(CHART)/Chart.yaml $(CHART)/values.yaml $(CHART)/values.schema.json app/k8s/templates/chart/
+	rm -rf manifests
+	$(VENV)/bin/trainctl render --values examples/values-three-pools.yaml --out manifests --release train --namespace ml
+
+image:  ## build the app image (needs docker)
+	@command -v docker >/dev/null || { echo "make image needs docker on PATH" >&2; exit 1; }
+	DOCKER_BUILDKIT=1 docker build -f docker/Dockerfile -t $(IMAGE) .
+
+crds:  ## download the pinned KubeRay CRDs into $(KUBERAY_CRDS_DIR) (needs internet)
+	mkdir -p $(KUBERAY_CRDS_DIR)
+	for crd in rayjobs rayclusters; do \
+	  curl -fsSL -o $(KUBERAY_CRDS_DIR)/ray.io_$$crd.yaml $(KUBERAY_CRDS_URL)/ray.io_$$crd.yaml || exit 1; \
+	done
+
 lock:  ## re-resolve and rewrite requirements/constraints.txt (needs the package index)
 	rm -rf .venv-lock && $(PYTHON_BIN) -m venv .venv-lock
 	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null .venv-lock/bin/pip install --quiet -e '.[dev]'
