@@ -1,0 +1,139 @@
+"""Rendering the chart the way Helm does, and walking what it renders.
+
+`helm_render` uses the real `helm` binary when it is on PATH and the Helm v4 SDK embedded in
+the helm-python-sdk wheel otherwise: the same Go template engine either way, no mocks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "trainctl"
+VALUES_DIR = Path(__file__).resolve().parent / "values"
+EXAMPLES = REPO / "examples"
+
+# Values files the parity, schema and security tests all run over.
+VALUES_FILES = [
+    EXAMPLES / "values-three-pools.yaml",
+    EXAMPLES / "values-cpu.yaml",
+    *sorted(VALUES_DIR.glob("*.yaml")),
+]
+
+
+class HelmFailed(Exception):
+    """Helm refused to render (schema or a template `fail`); the message is Helm's."""
+
+
+def crds_dir() -> Path:
+    path = Path(os.environ.get("KUBERAY_CRDS_DIR", "../shared/kuberay-crds"))
+    return path if path.is_absolute() else (REPO / path).resolve()
+
+
+@cache
+def crd_schema(plural: str = "rayjobs") -> dict[str, Any]:
+    crd = yaml.safe_load((crds_dir() / f"ray.io_{plural}.yaml").read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return version["schema"]["openAPIV3Schema"]
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _parse(texts: list[str]) -> list[dict[str, Any]]:
+    return [doc for text in texts for doc in yaml.safe_load_all(text) if doc]
+
+
+def helm_render(
+    values: dict[str, Any], *, release: str = "demo", namespace: str = "ml"
+) -> list[dict[str, Any]]:
+    """Every object the chart renders for these user values."""
+    helm = shutil.which("helm")
+    if helm:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as handle:
+            yaml.safe_dump(values, handle)
+            handle.flush()
+            cmd = [helm, "template", release, str(CHART), "-n", namespace, "-f", handle.name]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise HelmFailed(proc.stderr)
+        return _parse([proc.stdout])
+    import helm_python
+    from helm_python.errors import HelmError
+
+    try:
+        with helm_python.Chart.load(CHART) as chart:
+            out = chart.render(values, name=release, namespace=namespace)
+    except HelmError as err:
+        raise HelmFailed(str(err)) from err
+    return _parse([text for name, text in sorted(out.items()) if name.endswith(".yaml")])
+
+
+def helm_lint(values: dict[str, Any] | None = None) -> list[str]:
+    """`helm lint --strict`: the findings that make it fail (warnings and errors)."""
+    helm = shutil.which("helm")
+    if helm:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as handle:
+            yaml.safe_dump(values or {}, handle)
+            handle.flush()
+            cmd = [helm, "lint", "--strict", str(CHART), "-f", handle.name]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        return [] if proc.returncode == 0 else [proc.stdout + proc.stderr]
+    import helm_python
+
+    report = helm_python.lint(CHART, values, strict=True)
+    # Severity 1 is INFO (e.g. "icon is recommended"), which --strict lets pass.
+    findings = [f"{m['path']}: {m['error']}" for m in report["messages"] if m["severity"] > 1]
+    return findings + [str(e) for e in report["errors"]]
+
+
+def by_key(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def pod_templates(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, pod template) for every pod template an object carries, nested ones included."""
+    name = f"{obj['kind']}/{obj['metadata']['name']}"
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "RayJob":
+        cluster = spec.get("rayClusterSpec") or {}
+        if "headGroupSpec" in cluster:
+            yield f"{name} head", cluster["headGroupSpec"]["template"]
+        for group in cluster.get("workerGroupSpecs") or []:
+            yield f"{name} worker group {group['groupName']}", group["template"]
+        if "submitterPodTemplate" in spec:
+            yield f"{name} submitter", spec["submitterPodTemplate"]
+    elif obj["kind"] == "CronJob":
+        yield name, spec["jobTemplate"]["spec"]["template"]
+    elif obj["kind"] in ("Job", "Deployment", "StatefulSet", "DaemonSet"):
+        yield name, spec["template"]
+    elif obj["kind"] == "Pod":
+        yield name, obj
+
+
+def containers(template: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = template["spec"]
+    return list(spec.get("initContainers") or []) + list(spec["containers"])
+
+
+def rayjob_groups(job: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    cluster = job["spec"]["rayClusterSpec"]
+    return cluster["headGroupSpec"], cluster["workerGroupSpecs"]
+
+
+def config_data(objects: list[dict[str, Any]], name: str) -> dict[str, str]:
+    return by_key(objects)[("ConfigMap", name)]["data"]
