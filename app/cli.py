@@ -124,6 +124,14 @@ Exit codes:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="With --wait: local mount of the shared volume, for epoch lines and summary.json.",
 )
+@click.option(
+    "--poll-interval",
+    "poll_s",
+    type=click.FloatRange(min=0.05),
+    default=3.0,
+    show_default=True,
+    help="With --wait: seconds between status checks.",
+)
 def submit_cmd(
     values_file: Path,
     pool: str,
@@ -133,12 +141,13 @@ def submit_cmd(
     wait: bool,
     timeout_s: float | None,
     storage_mount: Path | None,
+    poll_s: float,
 ) -> None:
     """Create the RayJob for --pool (an existing run is attached to), and follow it."""
     from app.k8s.submit import SubmitRequest, submit
 
     request = SubmitRequest(
-        values_file, pool, release, namespace, run_tag, wait, timeout_s, storage_mount
+        values_file, pool, release, namespace, run_tag, wait, timeout_s, storage_mount, poll_s
     )
     submit(request, click.echo)
 

@@ -7,6 +7,7 @@ Tests drive `follow` with a scripted API (the one thing allowed to be faked) and
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -150,3 +151,16 @@ def summary_line(summary: Mapping[str, Any] | None, run_dir: Path) -> str:
         f"{best_text}, {summary.get('failures', 0)} failure(s) recovered; "
         f"checkpoint {summary.get('checkpoint') or 'none'}; summary {run_dir / 'summary.json'}"
     )
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """summary.json as the training app wrote it (atomically), or None while there is none.
+
+    Read here rather than through app.summary, which pulls in torch and matplotlib: seconds of
+    imports for one small JSON file.
+    """
+    try:
+        data = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

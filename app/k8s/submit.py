@@ -13,7 +13,7 @@ from typing import Any
 
 from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedOut
 from app.k8s.cluster import AlreadyExists, Cluster
-from app.k8s.follow import follow, summary_line
+from app.k8s.follow import follow, read_summary, summary_line
 from app.k8s.plan import (
     CREATE_ONLY,
     head_env,
@@ -96,8 +96,6 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
         echo(f"stopped waiting; RayJob {name} keeps running (trainctl status -n {namespace})")
         raise
     if run_dir is not None:
-        from app.summary import read_summary
-
         echo(summary_line(read_summary(run_dir), run_dir))
     if outcome.verdict is None:
         raise WaitTimedOut(

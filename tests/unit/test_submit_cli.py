@@ -1,0 +1,254 @@
+"""`trainctl submit`, `status` and `logs` end to end against a fake Kubernetes API server.
+
+Everything real except the API server: the values file, the renderer, the official kubernetes
+client, kubeconfig loading, the CLI and its exit codes. The fake plays the operator's part by
+answering each RayJob read with the next scripted status.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app import history
+from app.cli import main
+from app.errors import EXIT_CLUSTER, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_WAIT_TIMEOUT
+from app.k8s.render import load_values, render_objects
+from tests.unit.fake_kube_api import FakeKubeApi, serve
+
+VALUES = """\
+nodePools:
+  cpu-a:
+    gpusPerWorker: 0
+    cpusPerWorker: "1"
+    memoryPerWorker: 2Gi
+    replicas: 2
+train:
+  dataset: digits
+  model: cnn
+  epochs: 2
+"""
+RUNNING = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
+SUCCEEDED = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
+
+
+@pytest.fixture
+def values_file(tmp_path: Path) -> Path:
+    path = tmp_path / "values.yaml"
+    path.write_text(VALUES)
+    return path
+
+
+@pytest.fixture
+def rayjob_name(values_file: Path) -> str:
+    objects = render_objects(load_values(values_file), release="demo", namespace="ml")["cpu-a"]
+    return next(o["metadata"]["name"] for o in objects if o["kind"] == "RayJob")
+
+
+@pytest.fixture
+def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubeApi]:
+    kubeconfig = tmp_path / "kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with serve(FakeKubeApi(), kubeconfig) as fake:
+        yield fake
+
+
+def trainctl(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    argv = sys.argv
+    sys.argv = ["trainctl", *args]
+    try:
+        main()
+        code = EXIT_OK
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    finally:
+        sys.argv = argv
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def submit(capsys: pytest.CaptureFixture[str], values: Path, *extra: str) -> tuple[int, str, str]:
+    args = ("submit", "--values", str(values), "--pool", "cpu-a", "--release", "demo")
+    return trainctl(capsys, *args, "--poll-interval", "0.05", *extra)
+
+
+def test_submit_wait_creates_everything_and_exits_0_on_success(
+    api: FakeKubeApi, values_file: Path, rayjob_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.rayjob_statuses = [{}, {"jobDeploymentStatus": "Initializing"}, RUNNING, SUCCEEDED]
+    code, out, err = submit(capsys, values_file, "--wait")
+    assert code == EXIT_OK, err
+    assert f"rayjob/{rayjob_name} created (namespace ml)" in out
+    assert "secret/demo-ray-auth created" in out
+    assert f"configmap/{rayjob_name} applied" in out
+    assert "Initializing / job -" in out and "Running / job RUNNING: training" in out
+    assert f"RayJob {rayjob_name} succeeded" in out
+    writes = api.writes()
+    assert writes[-1] == ("POST", "/apis/ray.io/v1/namespaces/ml/rayjobs")
+    applies = [q for m, _, q, ct in api.requests if m == "PATCH"]
+    assert applies and all(q == {"fieldManager": ["trainctl"], "force": ["true"]} for q in applies)
+    stored = api.objects[("rayjobs", "ml", rayjob_name)]
+    assert stored["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 2
+
+
+def test_submitting_again_attaches_and_writes_nothing(
+    api: FakeKubeApi, values_file: Path, rayjob_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.rayjob_statuses = [SUCCEEDED]
+    assert submit(capsys, values_file)[0] == EXIT_OK
+    before = len(api.writes())
+    code, out, _ = submit(capsys, values_file, "--wait")
+    assert code == EXIT_OK
+    assert f"rayjob/{rayjob_name} exists: attaching to it" in out
+    assert len(api.writes()) == before
+
+
+def test_a_run_tag_makes_a_new_run_beside_the_old_one(
+    api: FakeKubeApi, values_file: Path, rayjob_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert submit(capsys, values_file)[0] == EXIT_OK
+    code, out, _ = submit(capsys, values_file, "--run-tag", "20300101")
+    assert code == EXIT_OK
+    names = {name for plural, _, name in api.objects if plural == "rayjobs"}
+    assert len(names) == 2 and rayjob_name in names
+    # The Secret made by the first submit is kept, never overwritten with a new token.
+    assert "secret/demo-ray-auth exists, kept as is" in out
+
+
+def test_a_failed_rayjob_exits_1_with_reason_and_message(
+    api: FakeKubeApi, values_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.rayjob_statuses = [
+        RUNNING,
+        {**RUNNING, "jobDeploymentStatus": "Failed", "reason": "AppFailed", "message": "OOM"},
+    ]
+    code, out, err = submit(capsys, values_file, "--wait")
+    assert code == EXIT_FAILED
+    assert "reason=AppFailed" in err and "message: OOM" in err
+    assert "Traceback" not in err + out
+
+
+def test_validation_failed_exits_2(
+    api: FakeKubeApi, values_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.rayjob_statuses = [
+        {"jobDeploymentStatus": "ValidationFailed", "reason": "ValidationFailed"}
+    ]
+    code, _, err = submit(capsys, values_file, "--wait")
+    assert code == EXIT_INVALID and "invalid input" in err
+
+
+def test_the_wait_timeout_exits_3_and_leaves_the_job_running(
+    api: FakeKubeApi, values_file: Path, rayjob_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.rayjob_statuses = [RUNNING]
+    code, _, err = submit(capsys, values_file, "--wait", "--timeout", "0.2")
+    assert code == EXIT_WAIT_TIMEOUT
+    assert f"RayJob {rayjob_name} is still running" in err
+
+
+def test_epoch_lines_and_summary_from_a_local_mount(
+    api: FakeKubeApi,
+    values_file: Path,
+    rayjob_name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    mount = tmp_path / "volume"
+    run_dir = mount / "runs" / rayjob_name  # TRAIN_STORAGE_PATH is <mountPath>/runs
+    for epoch in (1, 2):
+        history.record_epoch(run_dir, {"epoch": epoch, "train_loss": 0.5, "val_accuracy": 0.9})
+    summary = {"run_name": rayjob_name, "status": "succeeded", "epochs_completed": 2}
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "epochs_target": 2}))
+    api.rayjob_statuses = [RUNNING, SUCCEEDED]
+    code, out, _ = submit(capsys, values_file, "--wait", "--storage-mount", str(mount))
+    assert code == EXIT_OK
+    assert "epoch 1/2  train_loss 0.5000  val_acc 90.00%" in out
+    assert f"run {rayjob_name} succeeded: 2/2 epochs" in out
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ({"crd_installed": False}, "RayJob custom resource (ray.io/v1) is not installed"),
+        ({"forbidden": {("POST", "rayjobs")}}, "forbidden by RBAC: cannot create rayjob/demo-"),
+        ({"namespaces": set()}, "namespace ml does not exist"),
+    ],
+)
+def test_cluster_problems_exit_4_with_one_clear_line(
+    api: FakeKubeApi,
+    values_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    setup: dict[str, Any],
+    expected: str,
+) -> None:
+    for attr, value in setup.items():
+        setattr(api, attr, value)
+    code, out, err = submit(capsys, values_file)
+    assert code == EXIT_CLUSTER
+    assert expected in err and "Traceback" not in err + out
+
+
+def test_no_kubeconfig_exits_4(
+    tmp_path: Path, values_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, _, err = submit(capsys, values_file)
+    assert code == EXIT_CLUSTER and "no usable Kubernetes configuration" in err
+
+
+def test_bad_input_exits_2_before_touching_the_cluster(
+    tmp_path: Path, values_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    code, _, err = submit(capsys, values_file, "--timeout", "5")
+    assert code == EXIT_INVALID and "only apply together with --wait" in err
+
+
+def test_an_unknown_pool_exits_2_naming_the_pools(
+    api: FakeKubeApi, values_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("submit", "--values", str(values_file), "--pool", "t4")
+    code, _, err = trainctl(capsys, *args)
+    assert code == EXIT_INVALID and "'t4' is not an enabled pool" in err and "cpu-a" in err
+    assert api.writes() == []
+
+
+def test_status_lists_this_apps_rayjobs(
+    api: FakeKubeApi, values_file: Path, rayjob_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.rayjob_statuses = [SUCCEEDED]
+    submit(capsys, values_file)
+    api.add("rayjobs", "ml", {"metadata": {"name": "someone-else", "labels": {}}})
+    code, out, _ = trainctl(capsys, "status")
+    assert code == EXIT_OK
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["NAME", "POOL", "RESULT"]
+    assert [line.split()[:3] for line in lines[1:]] == [[rayjob_name, "cpu-a", "succeeded"]]
+
+
+def test_logs_prints_the_newest_submitter_pod(
+    api: FakeKubeApi, values_file: Path, rayjob_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    submit(capsys, values_file)
+    for name, created in (("sub-old", "2030-01-01T00:00:00Z"), ("sub-new", "2030-01-01T00:09:00Z")):
+        pod = {"metadata": {"name": name, "creationTimestamp": created}}
+        pod["metadata"]["labels"] = {"job-name": rayjob_name}
+        api.add("pods", "ml", pod)
+    api.pod_logs = {"sub-old": "old attempt\n", "sub-new": "epoch 1/2\nepoch 2/2\n"}
+    code, out, _ = trainctl(capsys, "logs", rayjob_name)
+    assert code == EXIT_OK
+    assert out.splitlines() == [
+        f"==> submitter of RayJob {rayjob_name}: pod sub-new <==",
+        "epoch 1/2",
+        "epoch 2/2",
+    ]
+    code, _, err = trainctl(capsys, "logs", "nope")
+    assert code == EXIT_FAILED and "RayJob nope not found in namespace ml" in err
