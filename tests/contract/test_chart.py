@@ -1,0 +1,290 @@
+"""The Helm chart, rendered by the real Helm engine: lint, CRD schema, pools, storage, names."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import kubernetes_validate
+import pytest
+
+from app.k8s import rules
+from app.settings import TrainSettings
+from tests.contract.k8s_support import (
+    EXAMPLES,
+    VALUES_FILES,
+    HelmFailed,
+    by_key,
+    config_data,
+    containers,
+    crd_schema,
+    crd_validator,
+    helm_lint,
+    helm_render,
+    load_yaml,
+    of_kind,
+    rayjob_groups,
+)
+
+THREE_POOLS = load_yaml(EXAMPLES / "values-three-pools.yaml")
+CORE_KINDS = (
+    "ConfigMap",
+    "Secret",
+    "PersistentVolumeClaim",
+    "NetworkPolicy",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "CronJob",
+)
+
+
+@pytest.fixture(scope="module")
+def three_pools() -> list[dict]:
+    return helm_render(THREE_POOLS, release="train", namespace="ml")
+
+
+@pytest.fixture(scope="module", params=VALUES_FILES, ids=lambda p: p.stem)
+def rendered(request: pytest.FixtureRequest) -> list[dict]:
+    return helm_render(load_yaml(request.param))
+
+
+def test_lint_strict_is_clean_with_defaults_and_every_values_file() -> None:
+    assert helm_lint() == []
+    for path in VALUES_FILES:
+        assert helm_lint(load_yaml(path)) == [], path
+
+
+def test_three_pools_render_exactly_three_rayjobs_one_per_pool(three_pools: list[dict]) -> None:
+    jobs = of_kind(three_pools, "RayJob")
+    assert sorted(
+        j["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["groupName"] for j in jobs
+    ) == [
+        "a100",
+        "l4",
+        "t4",
+    ]
+    for job in jobs:
+        assert re.fullmatch(r"train-(a100|l4|t4)-[0-9a-f]{8}", job["metadata"]["name"])
+
+
+def test_every_rayjob_is_valid_against_the_kuberay_crd(rendered: list[dict]) -> None:
+    schema = crd_schema("rayjobs")
+    for job in of_kind(rendered, "RayJob"):
+        crd_validator("rayjobs").validate(job)
+        _no_unknown_fields(job["spec"], schema["properties"]["spec"], "spec")
+
+
+def _no_unknown_fields(value: object, schema: dict, where: str) -> None:
+    """The API server would silently prune fields the CRD does not declare: refuse them."""
+    if isinstance(value, dict) and "properties" in schema:
+        for key, item in value.items():
+            assert key in schema["properties"], f"{where}.{key} is not in the CRD"
+            _no_unknown_fields(item, schema["properties"][key], f"{where}.{key}")
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            _no_unknown_fields(item, schema["items"], f"{where}[{i}]")
+
+
+def test_core_kinds_are_valid_kubernetes_objects(rendered: list[dict]) -> None:
+    kinds = {o["kind"] for o in rendered}
+    assert kinds <= {"RayJob", *CORE_KINDS}, kinds
+    for obj in rendered:
+        if obj["kind"] in CORE_KINDS:
+            kubernetes_validate.validate(obj, "1.31", strict=True)
+
+
+def test_each_rayjob_targets_only_its_pool(three_pools: list[dict]) -> None:
+    for job in of_kind(three_pools, "RayJob"):
+        _, (group,) = rayjob_groups(job)
+        pool = THREE_POOLS["nodePools"][group["groupName"]]
+        worker_spec = group["template"]["spec"]
+        assert worker_spec["nodeSelector"] == pool["nodeSelector"]
+        expected_tolerations = pool.get("tolerations") or [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+        assert worker_spec["tolerations"] == expected_tolerations
+        (worker,) = worker_spec["containers"]
+        gpus = str(pool["gpusPerWorker"])
+        assert worker["resources"]["requests"]["nvidia.com/gpu"] == gpus
+        assert worker["resources"]["limits"]["nvidia.com/gpu"] == gpus
+        assert group["replicas"] == group["minReplicas"] == group["maxReplicas"]
+        assert group["resources"] == {f"accelerator_type:{pool['acceleratorType']}": "1"}
+
+        data = config_data(three_pools, job["metadata"]["name"])
+        assert data["TRAIN_NUM_WORKERS"] == str(pool["replicas"] * pool["gpusPerWorker"])
+        assert data["TRAIN_USE_GPU"] == "true"
+        assert data["TRAIN_ACCELERATOR_TYPE"] == pool["acceleratorType"]
+
+
+def test_the_head_stays_on_cpu_nodes(three_pools: list[dict]) -> None:
+    for job in of_kind(three_pools, "RayJob"):
+        head, _ = rayjob_groups(job)
+        spec = head["template"]["spec"]
+        assert spec["nodeSelector"] == THREE_POOLS["head"]["nodeSelector"]
+        assert not any("gpu" in t.get("key", "") for t in spec.get("tolerations") or [])
+        for container in containers(head["template"]):
+            for kind in ("requests", "limits"):
+                assert not any("gpu" in r for r in container["resources"][kind])
+        assert head["rayStartParams"] == {"num-cpus": "0"}
+
+
+def test_every_ray_pod_mounts_the_shared_claim_and_reads_the_configmap(
+    rendered: list[dict],
+) -> None:
+    claims = [o["metadata"]["name"] for o in of_kind(rendered, "PersistentVolumeClaim")]
+    for job in of_kind(rendered, "RayJob"):
+        name = job["metadata"]["name"]
+        data = config_data(rendered, name)
+        head, groups = rayjob_groups(job)
+        mounts = set()
+        for group in [head, *groups]:
+            spec = group["template"]["spec"]
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            claim = volumes["shared"]["persistentVolumeClaim"]["claimName"]
+            assert claim in claims or claim == "team-datasets"  # created here or existingClaim
+            (container,) = spec["containers"]
+            assert {"configMapRef": {"name": name}} in container["envFrom"]
+            mount = next(m for m in container["volumeMounts"] if m["name"] == "shared")
+            mounts.add(mount["mountPath"])
+        (mount_path,) = mounts  # one mount path on head and every worker
+        assert data["TRAIN_STORAGE_PATH"].startswith(mount_path + "/")
+        assert data["TRAIN_DATA_PATH"].startswith(mount_path + "/")
+
+
+def test_storage_is_a_readwritemany_claim_and_never_an_inline_volume(rendered: list[dict]) -> None:
+    for claim in of_kind(rendered, "PersistentVolumeClaim"):
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    for job in of_kind(rendered, "RayJob"):
+        head, groups = rayjob_groups(job)
+        for group in [head, *groups]:
+            for volume in group["template"]["spec"]["volumes"]:
+                assert set(volume) & {"persistentVolumeClaim", "emptyDir"}, volume
+                assert not set(volume) & {"nfs", "hostPath"}, volume
+
+
+def test_names_link_rayjob_configmap_and_run_name(rendered: list[dict]) -> None:
+    for job in of_kind(rendered, "RayJob"):
+        name = job["metadata"]["name"]
+        assert len(name) <= rules.MAX_RAYJOB_NAME
+        assert rules.DNS_1035.match(name)
+        assert config_data(rendered, name)["TRAIN_RUN_NAME"] == name
+        assert job["spec"]["entrypoint"].startswith("trainctl check && ")
+
+
+def test_rendered_rayjobs_pass_the_operator_rules(rendered: list[dict]) -> None:
+    for job in of_kind(rendered, "RayJob"):
+        assert rules.rayjob_problems(job) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda s: s.update(suspend=True, shutdownAfterJobFinishes=False), "suspended"),
+        (
+            lambda s: s.update(shutdownAfterJobFinishes=False, ttlSecondsAfterFinished=60),
+            "ttlSecondsAfterFinished",
+        ),
+        (
+            lambda s: s["rayClusterSpec"]["workerGroupSpecs"][0]["rayStartParams"].update(
+                {"num-gpus": "4"}
+            ),
+            "both rayStartParams and resources",
+        ),
+        (lambda s: s["rayClusterSpec"].update(rayVersion="2.50.0"), "2.52.0"),
+        (lambda s: s.update(activeDeadlineSeconds=0), "activeDeadlineSeconds"),
+    ],
+)
+def test_the_operator_rules_catch_what_the_schema_cannot(
+    three_pools: list[dict], change: object, expected: str
+) -> None:
+    job = copy.deepcopy(of_kind(three_pools, "RayJob")[0])
+    change(job["spec"])  # type: ignore[operator]
+    crd_validator("rayjobs").validate(job)  # the CRD schema lets it through...
+    assert any(expected in p for p in rules.rayjob_problems(job))  # ...the rules do not
+
+
+def test_a_long_name_fails_at_render_with_the_limit_in_the_message() -> None:
+    with pytest.raises(HelmFailed, match="at most 47"):
+        helm_render(THREE_POOLS, release="a-very-long-release-name-for-training")
+    job = copy.deepcopy(of_kind(helm_render(THREE_POOLS), "RayJob")[0])
+    job["metadata"]["name"] = "x" * 48
+    assert rules.rayjob_problems(job)
+
+
+def test_cpu_only_pool_runs_one_worker_per_pod_without_gpus() -> None:
+    values = load_yaml(EXAMPLES / "values-cpu.yaml")
+    objects = helm_render(values)
+    for job in of_kind(objects, "RayJob"):
+        _, (group,) = rayjob_groups(job)
+        (worker,) = group["template"]["spec"]["containers"]
+        assert set(worker["resources"]["limits"]) == {"cpu", "memory"}
+        data = config_data(objects, job["metadata"]["name"])
+        assert data["TRAIN_USE_GPU"] == "false"
+        assert data["TRAIN_NUM_WORKERS"] == str(values["poolDefaults"]["replicas"])
+
+
+def test_kueue_labels_and_suspends_and_needs_shutdown() -> None:
+    values = load_yaml(EXAMPLES.parent / "tests/contract/values/existing-claim-kueue.yaml")
+    (job,) = of_kind(helm_render(values), "RayJob")
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert job["spec"]["suspend"] is True
+    assert job["spec"]["shutdownAfterJobFinishes"] is True
+    assert job["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] is False
+    values["rayJob"] = {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0}
+    with pytest.raises(HelmFailed, match=r"kueue\.enabled needs rayJob\.shutdownAfterJobFinishes"):
+        helm_render(values)
+
+
+def _job_names(values: dict) -> dict[str, str]:
+    return {
+        j["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["groupName"]: j["metadata"]["name"]
+        for j in of_kind(helm_render(values, release="train"), "RayJob")
+    }
+
+
+def test_content_hash_names_change_with_the_config_and_only_for_that_pool() -> None:
+    before = _job_names(THREE_POOLS)
+    assert _job_names(copy.deepcopy(THREE_POOLS)) == before  # same config, same objects
+
+    changed = copy.deepcopy(THREE_POOLS)
+    changed["nodePools"]["l4"]["train"] = {"epochs": 31}
+    after = _job_names(changed)
+    assert after["l4"] != before["l4"]
+    assert (after["a100"], after["t4"]) == (before["a100"], before["t4"])
+
+    everywhere = copy.deepcopy(THREE_POOLS)
+    everywhere["train"]["lr"] = 0.003
+    assert set(_job_names(everywhere).values()).isdisjoint(before.values())
+
+    tagged = copy.deepcopy(THREE_POOLS)
+    tagged["runTag"] = "2024-06-01"
+    assert set(_job_names(tagged).values()).isdisjoint(before.values())
+
+
+def test_configmap_env_is_valid_settings_for_every_pool(
+    rendered: list[dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for job in of_kind(rendered, "RayJob"):
+        data = config_data(rendered, job["metadata"]["name"])
+        train_keys = {k for k in data if k.startswith("TRAIN_")}
+        fields = {f"TRAIN_{name.upper()}" for name in TrainSettings.model_fields}
+        assert train_keys <= fields, train_keys - fields
+        with monkeypatch.context() as env:
+            for key in list(__import__("os").environ):
+                if key.startswith("TRAIN_"):
+                    env.delenv(key)
+            for key in train_keys:
+                env.setenv(key, data[key])
+            env.chdir(__import__("tempfile").mkdtemp())  # no stray .env file
+            settings = TrainSettings()
+        assert settings.run_name == job["metadata"]["name"]
+        assert str(settings.storage_path) == data["TRAIN_STORAGE_PATH"]
+
+
+def test_shared_objects_are_rendered_once(three_pools: list[dict]) -> None:
+    keys = [(o["kind"], o["metadata"]["name"]) for o in three_pools]
+    assert len(keys) == len(set(keys))
+    objects = by_key(three_pools)
+    assert ("PersistentVolumeClaim", "train-shared") in objects
+    assert ("Secret", "train-ray-auth") not in objects  # the example uses an existing Secret

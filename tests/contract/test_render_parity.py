@@ -1,0 +1,163 @@
+"""Helm and `trainctl render` produce the same objects from the same values."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from app.k8s import canonical
+from app.k8s.render import load_values, render_objects, render_schedule_objects
+from tests.contract.k8s_support import (
+    VALUES_FILES,
+    HelmFailed,
+    by_key,
+    helm_render,
+    load_yaml,
+)
+
+# The two places the engines may differ, on purpose: who manages the object, and the random
+# token of a created auth Secret (a fresh one per offline render, in Helm as in Python).
+MANAGED_BY = "app.kubernetes.io/managed-by"
+
+
+def _normalized(obj: dict) -> dict:
+    obj = json.loads(json.dumps(obj))  # a deep copy, and ints vs floats compare equal anyway
+    obj["metadata"].get("labels", {}).pop(MANAGED_BY, None)
+    if obj["kind"] == "Secret":
+        token = obj["data"]["auth_token"]
+        assert len(base64.b64decode(token)) >= 32, "auth token too short"
+        obj["data"]["auth_token"] = "<random>"
+    return obj
+
+
+def python_objects(path: Path, release: str, namespace: str) -> dict:
+    values = load_values(path)
+    objects = {}
+    for pool_objects in render_objects(values, release=release, namespace=namespace).values():
+        objects.update(by_key(pool_objects))  # shared objects repeat per pool: same content
+    objects.update(by_key(render_schedule_objects(values, release=release, namespace=namespace)))
+    return objects
+
+
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.stem)
+def test_helm_and_trainctl_render_agree_object_for_object(path: Path) -> None:
+    helm = by_key(helm_render(load_yaml(path), release="train", namespace="ml"))
+    python = python_objects(path, "train", "ml")
+    assert sorted(helm) == sorted(python)
+    for key, obj in helm.items():
+        assert _normalized(obj) == _normalized(python[key]), key
+        assert obj["metadata"]["labels"][MANAGED_BY] == "Helm"
+        assert python[key]["metadata"]["labels"][MANAGED_BY] == "trainctl"
+
+
+def test_each_pool_list_holds_everything_its_rayjob_references() -> None:
+    values = load_values(VALUES_FILES[0])
+    pools = render_objects(values, release="train", namespace="ml")
+    assert sorted(pools) == ["a100", "l4", "t4"]
+    for pool, objects in pools.items():
+        kinds = sorted(o["kind"] for o in objects)
+        assert kinds == sorted(
+            ["ConfigMap", "NetworkPolicy", "PersistentVolumeClaim", "RayJob", "ServiceAccount"]
+        ), pool
+        (job,) = [o for o in objects if o["kind"] == "RayJob"]
+        assert job["metadata"]["name"].startswith(f"train-{pool}-")
+
+
+def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None:
+    values = load_values(VALUES_FILES[1])  # values-cpu.yaml: the chart creates the Secret
+    for objects in render_objects(values, release="demo", namespace="ml").values():
+        (secret,) = [o for o in objects if o["kind"] == "Secret"]
+        assert secret["metadata"]["annotations"]["trainctl.io/create-only"] == "true"
+        token = base64.b64decode(secret["data"]["auth_token"]).decode()
+        for obj in objects:
+            if obj["kind"] == "ConfigMap":
+                assert token not in json.dumps(obj)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"train": {"epochs": 0}},
+        {"train": {"num_workers": 4}},  # derived per pool
+        {"train": {"learning_rate": 0.1}},  # not a setting
+        {"train": {"amp": False}},  # YAML `off` without quotes
+        {"nodePools": {"A100": {}}},
+        {"nodePools": {"a": {"gpusPerWorker": -1}}},
+        {"nodePools": {"a": {"memoryPerWorker": "lots"}}},
+        {"storage": {"mountPath": "relative/path"}},
+        {"storage": {"runsSubPath": "../escape"}},
+        {"env": {"WANDB_API_KEY": "secret-value"}},
+        {"env": {"TRAIN_EPOCHS": "3"}},
+        {"rayJob": {"submissionMode": "SidecarMode"}},
+        {"kueue": {"enabled": True}},
+        {"rayAuth": {"enabled": "yes"}},
+        {"unknownTopLevel": 1},
+    ],
+    ids=lambda b: json.dumps(b),
+)
+def test_bad_values_are_refused_by_both_engines(bad: dict, tmp_path: Path) -> None:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(json.dumps(bad))
+    with pytest.raises(HelmFailed):
+        helm_render(bad)
+    from app.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        render_objects(load_values(values_file), release="demo", namespace="ml")
+    key = next(iter(bad))
+    assert any(key in problem for problem in err.value.problems), err.value.problems
+
+
+def test_rule_failures_carry_the_same_message_in_both_engines(tmp_path: Path) -> None:
+    from app.errors import ConfigError
+
+    bad = {"rayJob": {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 60}}
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(json.dumps(bad))
+    with pytest.raises(ConfigError) as err:
+        render_objects(load_values(values_file), release="demo", namespace="ml")
+    (message,) = err.value.problems
+    with pytest.raises(HelmFailed) as helm_err:
+        helm_render(bad)
+    assert message in str(helm_err.value)
+
+    long_release = "a-release-name-that-is-far-too-long"
+    with pytest.raises(ConfigError) as err:
+        render_objects(load_values(VALUES_FILES[0]), release=long_release, namespace="ml")
+    with pytest.raises(HelmFailed) as helm_err:
+        helm_render(load_yaml(VALUES_FILES[0]), release=long_release)
+    assert err.value.problems[0] in str(helm_err.value)
+
+
+@pytest.mark.parametrize(
+    "number", [0.00001, 1e-7, 0.5, 2.5e-5, 100000.5, 1234567.5, 3.0, 1e6, 0.1 + 0.2, 123.456]
+)
+def test_number_formats_match_go(number: float) -> None:
+    values = {
+        "rayJob": {"runtimeEnv": {"x": number, "s": "<&>"}},
+        "nodePools": {"p": {"cpusPerWorker": number}},
+    }
+    values["train"] = {"lr": number} if 0 < number <= 10 else {}
+    (job,) = [o for o in helm_render(values) if o["kind"] == "RayJob"]
+    assert job["spec"]["runtimeEnvYAML"] == canonical.go_json(values["rayJob"]["runtimeEnv"])
+    _, (group,) = (
+        job["spec"]["rayClusterSpec"]["headGroupSpec"],
+        job["spec"]["rayClusterSpec"]["workerGroupSpecs"],
+    )
+    worker = group["template"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"]["cpu"] == canonical.scalar(number)
+    if values["train"]:
+        data = next(o for o in helm_render(values) if o["kind"] == "ConfigMap")["data"]
+        assert data["TRAIN_LR"] == canonical.scalar(number)
+
+
+def test_canonical_text_is_unambiguous() -> None:
+    assert canonical.canon({"a": "b,c"}) != canonical.canon({"a": "b", "c": ""})
+    assert canonical.canon(["1"]) != canonical.canon([1])
+    assert canonical.canon({"k": 1}) == canonical.canon({"k": 1.0})  # Helm has only float64
+    spec = {"x": [1, {"y": "é"}]}
+    assert canonical.content_hash(spec, {}) == canonical.content_hash(copy.deepcopy(spec), {})
