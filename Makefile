@@ -68,6 +68,15 @@ crds:  ## download the pinned KubeRay CRDs into $(KUBERAY_CRDS_DIR) (needs inter
 	  curl -fsSL -o $(KUBERAY_CRDS_DIR)/ray.io_$$crd.yaml $(KUBERAY_CRDS_URL)/ray.io_$$crd.yaml || exit 1; \
 	done
 
+kind-up: $(VENV)/.installed  ## kind cluster + KubeRay operator + app image + shared volume (needs docker, kind, kubectl)
+	$(PY) -m tests.kind.kindenv up
+
+kind-test: $(VENV)/.installed  ## run the kind integration suite (brings the cluster up if absent)
+	$(VENV)/bin/pytest tests/kind -m kind -v -rs
+
+kind-down: $(VENV)/.installed  ## delete the kind cluster and its shared folder
+	$(PY) -m tests.kind.kindenv down
+
 lock:  ## re-resolve and rewrite requirements/constraints.txt (needs the package index)
 	rm -rf .venv-lock && $(PYTHON_BIN) -m venv .venv-lock
 	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null .venv-lock/bin/pip install --quiet -e '.[dev]'
