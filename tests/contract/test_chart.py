@@ -288,3 +288,20 @@ def test_shared_objects_are_rendered_once(three_pools: list[dict]) -> None:
     objects = by_key(three_pools)
     assert ("PersistentVolumeClaim", "train-shared") in objects
     assert ("Secret", "train-ray-auth") not in objects  # the example uses an existing Secret
+
+
+def test_the_crd_schema_check_can_fail(three_pools: list[dict]) -> None:
+    import jsonschema
+
+    job = copy.deepcopy(of_kind(three_pools, "RayJob")[0])
+    job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        crd_validator("rayjobs").validate(job)
+    job = copy.deepcopy(of_kind(three_pools, "RayJob")[0])
+    job["spec"]["rayClusterSpec"]["authOptions"]["mode"] = "password"
+    with pytest.raises(jsonschema.ValidationError):
+        crd_validator("rayjobs").validate(job)
+    job = copy.deepcopy(of_kind(three_pools, "RayJob")[0])
+    job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["x"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        crd_validator("rayjobs").validate(job)
