@@ -81,25 +81,3 @@ def epochs(run_dir: Path) -> list[dict[str, Any]]:
 
 def attempts(run_dir: Path, invocation: str) -> list[dict[str, Any]]:
     return [r for r in read_jsonl(run_dir / ATTEMPTS_FILE) if r.get("invocation") == invocation]
-
-
-def progress_line(metrics: dict[str, Any], total_epochs: int, eta_s: float) -> str:
-    return (
-        f"epoch {metrics['epoch']:>{len(str(total_epochs))}}/{total_epochs}"
-        f"  train_loss {metrics['train_loss']:.4f}"
-        f"  val_loss {metrics['val_loss']:.4f}"
-        f"  val_acc {metrics['val_accuracy']:.2%}"
-        f"  {metrics['epoch_time_s']:.1f}s/epoch"
-        f"  ETA {_duration(eta_s)}"
-    )
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"

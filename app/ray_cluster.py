@@ -8,24 +8,31 @@ import time
 from app.errors import ConfigError
 from app.settings import TrainSettings
 
+# Progress comes from the run's metrics file (app.progress); worker output stays in Ray's log
+# folder instead of burying the epoch lines.
+QUIET = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
+
 
 def connect_ray(settings: TrainSettings) -> None:
     import ray
+    import ray.data
 
     if ray.is_initialized():
         return
+    ray.data.DataContext.get_current().enable_progress_bars = False
     address = settings.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, logging_level="WARNING")
+        ray.init(address=address, **QUIET)
         return
     # A local cluster: leave CPUs for Ray Data's read tasks beside the training workers.
     need = settings.workers.max * settings.cpus_per_worker + 2
-    ray.init(num_cpus=max(os.cpu_count() or 1, int(need + 0.999)), logging_level="WARNING")
+    ray.init(num_cpus=max(os.cpu_count() or 1, int(need + 0.999)), **QUIET)
 
 
 def check_capacity(settings: TrainSettings) -> None:
     """Refuse a request the cluster can never hold, instead of waiting for it forever."""
     import ray
+    import ray.data
 
     deadline = time.monotonic() + (
         10 if settings.ray_address or os.environ.get("RAY_ADDRESS") else 0

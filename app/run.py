@@ -21,6 +21,7 @@ from app import checkpoints, history
 from app.data import DatasetInfo, ensure_dataset
 from app.errors import ConfigError, RunFailed, TrainctlError
 from app.model import model_problem
+from app.progress import EpochFollower
 from app.ray_cluster import check_capacity, connect_ray
 from app.settings import TrainSettings
 from app.storage import ensure_writable
@@ -139,7 +140,8 @@ def _fit(
         ),
         datasets=build_datasets(settings, info),
     )
-    trainer.fit()
+    with EpochFollower(settings.run_dir, settings.epochs, since=time.time(), emit=click.echo):
+        trainer.fit()
 
 
 def _finish(

@@ -73,7 +73,6 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     loss_fn = nn.CrossEntropyLoss()
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(settings.amp)
 
-    epoch_times: list[float] = []
     for epoch in range(start_epoch, settings.epochs + 1):
         started = time.monotonic()
 
@@ -97,21 +96,17 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
         train_loss = _global_mean(loss_sum, seen, device)
         val_loss, val_accuracy = _evaluate(model, valid_shard, info, device, autocast_dtype)
-        epoch_times.append(time.monotonic() - started)
         metrics = {
             "epoch": epoch,
             "train_loss": train_loss,
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
             "lr": schedule(step),
-            "epoch_time_s": round(epoch_times[-1], 3),
+            "epoch_time_s": round(time.monotonic() - started, 3),
         }
         _report(rank, metrics, model, optimizer, scaler, step)
         if rank == 0:
             history.record_epoch(run_dir, metrics)
-            remaining = settings.epochs - epoch
-            eta = remaining * sum(epoch_times) / len(epoch_times)
-            print(history.progress_line(metrics, settings.epochs, eta), flush=True)
 
 
 def _resume_point(driver_choice: str | None) -> Path | None:

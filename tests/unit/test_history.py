@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app import history
+from app.progress import progress_line
 
 
 def _metrics(epoch: int) -> dict[str, float]:
@@ -18,7 +19,7 @@ def _metrics(epoch: int) -> dict[str, float]:
 
 
 def test_progress_line_is_readable_with_eta() -> None:
-    line = history.progress_line(_metrics(3), 10, eta_s=125)
+    line = progress_line(_metrics(3), 10, eta_s=125)
     assert line.startswith("epoch  3/10")
     assert "val_acc 53.00%" in line and "4.2s/epoch" in line and line.endswith("ETA 2m05s")
 

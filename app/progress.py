@@ -1,0 +1,78 @@
+"""One readable line per epoch, printed by the driver while Ray trains.
+
+Workers append each finished epoch to metrics.jsonl on shared storage; the driver follows that
+file. Ray's own worker logs stay in the Ray log folder, so the console shows progress, not noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app import history
+
+
+def progress_line(metrics: dict[str, Any], total_epochs: int, eta_s: float) -> str:
+    return (
+        f"epoch {metrics['epoch']:>{len(str(total_epochs))}}/{total_epochs}"
+        f"  train_loss {metrics['train_loss']:.4f}"
+        f"  val_loss {metrics['val_loss']:.4f}"
+        f"  val_acc {metrics['val_accuracy']:.2%}"
+        f"  {metrics['epoch_time_s']:.1f}s/epoch"
+        f"  ETA {_duration(eta_s)}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class EpochFollower:
+    """Prints each epoch that appears in the run's history after `since` (a unix time)."""
+
+    def __init__(
+        self, run_dir: Path, total_epochs: int, since: float, emit: Callable[[str], None]
+    ) -> None:
+        self._run_dir, self._total, self._since, self._emit = run_dir, total_epochs, since, emit
+        self._printed: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="epoch-follower", daemon=True)
+
+    def __enter__(self) -> EpochFollower:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.poll()  # the last epoch may land between the final poll and the stop
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self.poll()
+
+    def poll(self) -> None:
+        fresh = [
+            row
+            for row in history.epochs(self._run_dir)
+            if row.get("time", 0) >= self._since and int(row["epoch"]) not in self._printed
+        ]
+        for row in fresh:
+            self._printed.add(int(row["epoch"]))
+            durations = [
+                r["epoch_time_s"]
+                for r in history.epochs(self._run_dir)
+                if r.get("time", 0) >= self._since
+            ]
+            eta = (self._total - int(row["epoch"])) * statistics.median(durations)
+            self._emit(progress_line(row, self._total, eta))
