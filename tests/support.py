@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +53,38 @@ def explain(result: subprocess.CompletedProcess[str]) -> str:
         f"exit {result.returncode}\n--- stdout\n{result.stdout[-4000:]}"
         f"\n--- stderr\n{result.stderr[-6000:]}"
     )
+
+
+def start_trainctl(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    """`trainctl` in the background, for tests that interrupt it; output goes to cwd/driver.log."""
+    log = (cwd / "driver.log").open("a")
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", *args],
+        env=env,
+        cwd=cwd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def committed_epochs(run_dir: Path) -> set[int]:
+    """Epochs whose checkpoint Ray's controller has registered (written to its snapshot).
+
+    A checkpoint on disk is not yet committed: Ray counts it only once every worker's report is
+    collected. Fault tests inject only after this, so they never race the commit.
+    """
+    snapshot = run_dir / "checkpoint_manager_snapshot.json"
+    try:
+        text = snapshot.read_text()
+    except OSError:
+        return set()
+    return {int(epoch) for epoch in re.findall(r"checkpoint_epoch_(\d{4})", text)}

@@ -1,0 +1,162 @@
+"""Fault injection on the real local multi-node cluster: the run survives and resumes.
+
+Every injection waits until Ray's controller has *committed* a checkpoint (it is in Ray's
+checkpoint snapshot), so no test races the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support import (
+    committed_epochs,
+    explain,
+    read_history,
+    read_summary,
+    run_trainctl,
+    start_trainctl,
+    trainctl_env,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+EPOCHS = 4
+RUN = "faults"
+
+
+def _env(tmp: Path, cluster: object, **overrides: str) -> dict[str, str]:
+    values = {
+        "dataset": "synthetic",
+        "model": "cnn",
+        "epochs": str(EPOCHS),
+        "num_workers": "2",
+        "global_batch_size": "64",
+        "data_path": str(tmp / "data"),
+        "storage_path": str(tmp / "runs"),
+        "run_name": RUN,
+        "ray_address": cluster.address,  # type: ignore[attr-defined]
+        "max_failures": "3",
+    }
+    values.update(overrides)
+    env = trainctl_env(**values)
+    env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"  # notice dead workers quickly
+    return env
+
+
+def _attempts(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "attempts.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _train_workers() -> list[dict]:
+    from ray.util.state import list_actors
+
+    actors = list_actors(filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")])
+    return [actor.__dict__ if hasattr(actor, "__dict__") else dict(actor) for actor in actors]
+
+
+def _assert_recovered_run(run_dir: Path, resumed_after: int) -> None:
+    summary = read_summary(run_dir)
+    assert summary["status"] == "succeeded", summary
+    assert summary["epochs_completed"] == EPOCHS
+    assert summary["failures"] >= 1
+    assert summary["restored_from"], summary
+    # The group that took over started right after a committed epoch: nothing committed was
+    # trained again, and the history holds each epoch exactly once.
+    restart = _attempts(run_dir)[-1]
+    assert restart["start_epoch"] > resumed_after
+    assert restart["restored_from"].endswith(f"checkpoint_epoch_{restart['start_epoch'] - 1:04d}")
+    assert [row["epoch"] for row in read_history(run_dir)] == list(range(1, EPOCHS + 1))
+
+
+def test_killed_training_worker_is_replaced_and_the_run_finishes(
+    ray_cluster: object, ray_session: None, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "runs" / RUN
+    driver = start_trainctl("train", env=_env(tmp_path, ray_cluster), cwd=tmp_path)
+    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=300, what="epoch 1 committed")
+
+    victim = _train_workers()[0]
+    os.kill(int(victim["pid"]), signal.SIGKILL)
+
+    assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-5000:]
+    _assert_recovered_run(run_dir, resumed_after=1)
+
+
+def test_lost_worker_node_is_survived(
+    ray_cluster: object, ray_session: None, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "runs" / RUN
+    driver = start_trainctl("train", env=_env(tmp_path, ray_cluster), cwd=tmp_path)
+    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=300, what="epoch 1 committed")
+
+    node_id = _train_workers()[0]["node_id"]
+    node = next(n for n in ray_cluster.worker_nodes if n.unique_id == node_id)  # type: ignore[attr-defined]
+    ray_cluster.remove_node(node, allow_graceful=False)  # type: ignore[attr-defined]
+    # A replacement joins, as a Kubernetes node pool would bring one back.
+    ray_cluster.add_node(num_cpus=2, resources={"accelerator_type:A100": 1})  # type: ignore[attr-defined]
+
+    assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-5000:]
+    _assert_recovered_run(run_dir, resumed_after=1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "sigterm"])
+def test_driver_killed_or_evicted_then_rerun_resumes(
+    ray_cluster: object, tmp_path: Path, sig: signal.Signals
+) -> None:
+    run_dir = tmp_path / "runs" / RUN
+    env = _env(tmp_path, ray_cluster)
+    driver = start_trainctl("train", env=env, cwd=tmp_path)
+    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=300, what="epoch 1 committed")
+    driver.send_signal(sig)
+    code = driver.wait(timeout=120)
+
+    if sig == signal.SIGTERM:
+        assert code == 143
+        summary = read_summary(run_dir)
+        assert summary["status"] == "interrupted", summary
+        assert summary["epochs_completed"] >= 1
+        assert "Traceback" not in (tmp_path / "driver.log").read_text()
+    done = max(committed_epochs(run_dir))
+
+    rerun = run_trainctl("train", env=env, cwd=tmp_path, timeout=600)
+    assert rerun.returncode == 0, explain(rerun)
+    assert f"resuming run {RUN} at epoch {done + 1}" in rerun.stdout, explain(rerun)
+    summary = read_summary(run_dir)
+    assert summary["status"] == "succeeded" and summary["epochs_completed"] == EPOCHS
+    assert summary["restored_from"].endswith(f"checkpoint_epoch_{done:04d}")
+    assert [row["epoch"] for row in read_history(run_dir)] == list(range(1, EPOCHS + 1))
+
+
+def test_corrupt_or_partial_newest_checkpoint_falls_back_to_the_previous_good_one(
+    ray_cluster: object, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "runs" / RUN
+    env = _env(tmp_path, ray_cluster, epochs="2", checkpoints_to_keep="5")
+    first = run_trainctl("train", env=env, cwd=tmp_path, timeout=600)
+    assert first.returncode == 0, explain(first)
+
+    # Truncated weights in the newest checkpoint.
+    model = run_dir / "checkpoint_epoch_0002" / "model.pt"
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    rerun = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "3"}, cwd=tmp_path, timeout=600)
+    assert rerun.returncode == 0, explain(rerun)
+    assert "checkpoint checkpoint_epoch_0002 is unusable" in rerun.stdout, explain(rerun)
+    assert "resuming run faults at epoch 2" in rerun.stdout, explain(rerun)
+    assert (run_dir / "corrupt_checkpoint_epoch_0002").is_dir()
+    assert read_summary(run_dir)["epochs_completed"] == 3
+
+    # A partial checkpoint: the upload never finished, so meta.json never arrived.
+    (run_dir / "checkpoint_epoch_0003" / "meta.json").unlink()
+    again = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "3"}, cwd=tmp_path, timeout=600)
+    assert again.returncode == 0, explain(again)
+    assert "checkpoint_epoch_0003 is unusable: meta.json is missing" in again.stdout
+    assert "resuming run faults at epoch 3" in again.stdout, explain(again)
+    summary = read_summary(run_dir)
+    assert summary["epochs_completed"] == 3 and summary["status"] == "succeeded"
