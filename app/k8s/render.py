@@ -10,6 +10,7 @@ pool's list, so each pool's folder applies on its own with `kubectl apply -k`.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
 import secrets
@@ -156,8 +157,9 @@ def render_objects(
     env = _env()
     base = _base_context(values, release, namespace)
     shared = _shared_objects(env, base)
+    # Copies per pool: callers may change one pool's objects without touching another's.
     return {
-        pool: shared + _pool_objects(env, base, pool, p)
+        pool: copy.deepcopy(shared) + _pool_objects(env, base, pool, p)
         for pool, p in enabled_pools(values).items()
     }
 
