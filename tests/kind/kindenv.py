@@ -130,8 +130,9 @@ def up() -> None:
         # The Ray pods run as UID 1000; hostPath ignores fsGroup, so the folder itself is open.
         shared.chmod(0o777)
         subprocess.run(
+            # A kubeconfig of its own: the user's ~/.kube/config and current context stay as is.
             ["kind", "create", "cluster", "--name", CLUSTER, "--config", str(KIND_CONFIG),
-             "--wait", "180s"],
+             "--kubeconfig", str(KUBECONFIG), "--wait", "180s"],
             check=True,
         )  # fmt: skip
     KUBECONFIG.write_text(run("kind", "get", "kubeconfig", "--name", CLUSTER))
@@ -162,7 +163,8 @@ def down() -> None:
              "rm -rf /shared/* /shared/.[!.]*"],
             check=False,
         )  # fmt: skip
-        subprocess.run(["kind", "delete", "cluster", "--name", CLUSTER], check=True)
+        own = ["--kubeconfig", str(KUBECONFIG)] if KUBECONFIG.exists() else []
+        subprocess.run(["kind", "delete", "cluster", "--name", CLUSTER, *own], check=True)
     shutil.rmtree(shared, ignore_errors=True)
     shutil.rmtree(STATE_DIR, ignore_errors=True)
 

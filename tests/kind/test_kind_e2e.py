@@ -128,7 +128,13 @@ def test_upgrade_renames_only_the_changed_pool_and_keeps_the_old_run(
     assert new["pool-a"]["metadata"]["name"] != old["pool-a"]["metadata"]["name"]
     # pool-b's values did not change: same name, same object, no rerun.
     assert new["pool-b"]["metadata"]["uid"] == old["pool-b"]["metadata"]["uid"]
-    kept = kubectl_json("get", "rayjob", old["pool-a"]["metadata"]["name"], "-n", NAMESPACE)
+    old_name = old["pool-a"]["metadata"]["name"]
+    found = kubectl("get", "rayjob", old_name, "-n", NAMESPACE, "--ignore-not-found", "-o", "json")
+    assert found.strip(), (
+        f"helm upgrade deleted the previous run's RayJob {old_name}: the chart must keep "
+        "RayJobs that leave the manifest (helm.sh/resource-policy: keep)"
+    )
+    kept = yaml.safe_load(found)
     assert kept["metadata"]["uid"] == old["pool-a"]["metadata"]["uid"]
     assert kept["metadata"]["generation"] == old["pool-a"]["metadata"]["generation"]
     assert kept["spec"] == old["pool-a"]["spec"]
@@ -183,7 +189,8 @@ def test_submit_wait_runs_a_tagged_run_to_success(
         "--storage-mount", str(kind_env),
     )  # fmt: skip
     created = [line.split()[0] for line in proc.stdout.splitlines() if " created " in line]
-    name = next(c.split("/", 1)[1] for c in created if c.startswith("rayjob/"))
+    name = next((c.split("/", 1)[1] for c in created if c.startswith("rayjob/")), None)
+    assert name, f"no RayJob created:\n{proc.stdout}{proc.stderr}"
     try:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert name != installed["pool-b"]["metadata"]["name"]
