@@ -169,7 +169,8 @@ def test_names_link_rayjob_configmap_and_run_name(rendered: list[dict]) -> None:
         assert len(name) <= rules.MAX_RAYJOB_NAME
         assert rules.DNS_1035.match(name)
         assert config_data(rendered, name)["TRAIN_RUN_NAME"] == name
-        assert job["spec"]["entrypoint"].startswith("trainctl check && ")
+        # One quoted bash -c argument: KubeRay's submitter pastes it into its own bash line.
+        assert job["spec"]["entrypoint"] == "bash -c 'trainctl check && exec trainctl train'"
 
 
 def test_rendered_rayjobs_pass_the_operator_rules(rendered: list[dict]) -> None:
