@@ -1,13 +1,20 @@
 """Shared fixtures: one real multi-node Ray cluster for the whole session.
 
 Starting Ray costs seconds, so every test that needs a cluster shares this one. Tests that
-run `trainctl` as a subprocess point it at the cluster through TRAIN_RAY_ADDRESS.
+run `trainctl` as a subprocess point it at the cluster through TRAIN_RAY_ADDRESS; tests that
+submit jobs use its job API at `http://<cluster.webui_url>`, as KubeRay's submitter does.
+
+Token authentication: Ray turns it on by default only for clusters that `ray.init()` starts;
+`Cluster` starts its nodes directly, so this cluster runs without it (unless RAY_AUTH_MODE=token
+is in the environment), and clients here need no token. tests/cluster/test_token_auth.py starts
+its own cluster with the chart's token settings.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 # Quiet, deterministic Ray: no usage stats prompt, no log-to-driver spam in test output.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# The cluster's processes inherit this environment. A submitted job's entrypoint finds `trainctl`
+# and `python` on PATH, as it does in the image, so the test venv's bin comes first.
+_VENV_BIN = str(Path(sys.executable).parent)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _VENV_BIN:
+    os.environ["PATH"] = os.pathsep.join([_VENV_BIN, os.environ.get("PATH", "")])
 
 
 def _free_port() -> int:
@@ -26,15 +38,33 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _local_cluster_class() -> type:
+    from ray.cluster_utils import Cluster
+
+    class LocalCluster(Cluster):
+        """Every node's dashboard agent listens on its own free port.
+
+        Ray's default agent port (52365) is one per machine: the second node on it (or another
+        test session's) fails to bind, and without the head's agent the job API answers
+        "No available agent to submit job". Nodes added later (a replacement after a node is
+        killed) get a free port too.
+        """
+
+        def add_node(self, wait: bool = True, **node_args: object) -> object:
+            node_args.setdefault("dashboard_agent_listen_port", _free_port())
+            return super().add_node(wait, **node_args)
+
+    return LocalCluster
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[object]:
     """A head node (no training capacity of its own) and two worker 'nodes' on this machine.
 
     Each worker node carries a fake accelerator label so pool targeting can be tested on CPU.
+    The head runs the dashboard and its job API, so jobs can be submitted over HTTP.
     """
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(
+    cluster = _local_cluster_class()(
         initialize_head=True,
         head_node_args={
             "num_cpus": 1,
