@@ -1,0 +1,174 @@
+"""The ingest path: Parquet -> Ray Data (uint8 all the way) -> normalized batches on the device.
+
+Ray Data only reads and, where the stored layout needs it, decodes images to fixed-shape uint8
+arrays in one block-at-a-time `map_batches` fused into the read tasks. Everything per batch runs
+in `epoch_batches` on the training device, as a few whole-tensor operations: the host moves a
+quarter of the bytes float32 would need, and no CPU core is spent on per-row transforms.
+
+Batches are pulled from Ray in chunks of several thousand rows and cut into training batches
+with torch: Ray's per-batch bookkeeping is then paid per chunk, not per step.
+
+Shuffling, for training only, happens at two levels: Ray reads the Parquet files in a new order
+every time the dataset is run (every epoch), and each chunk is permuted on the device with a
+generator seeded from (seed, epoch). The permutation is therefore the same for the same
+(seed, epoch) and the same input order; Ray keeps that order fixed for a dataset iterated by one
+consumer, while Ray Train's split across workers may hand out blocks in a different order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from app.data.images import ImageFormat, to_images
+from app.data.schema import DatasetInfo
+
+if TYPE_CHECKING:
+    import ray.data
+
+    from app.settings import TrainSettings
+
+CHUNK_ROWS = 4096  # rows per pull from Ray, when they fit in CHUNK_BYTES
+CHUNK_BYTES = 32 << 20
+
+
+def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.data.Dataset]:
+    """train and valid as Ray Datasets of {"image": uint8 (H, W, C), "label": int64} rows."""
+    import ray.data
+    from ray.data import FileShuffleConfig
+
+    root = Path(info.path) if info.path else settings.dataset_dir
+    datasets = {}
+    for split in ("train", "valid"):
+        shuffle = (
+            FileShuffleConfig(seed=settings.seed, reseed_after_execution=True)
+            if split == "train"
+            else None
+        )
+        dataset = ray.data.read_parquet(
+            str(root / split), columns=["image", "label"], shuffle=shuffle
+        ).map_batches(
+            _to_uint8_rows,
+            fn_kwargs={"fmt": info.image_format},
+            batch_format="pyarrow",
+            batch_size=None,  # whole blocks: the conversion is vectorized per column
+            zero_copy_batch=True,
+        )
+        # Row order then depends only on the file order, not on which read task ends first.
+        dataset.context.execution_options.preserve_order = True
+        datasets[split] = dataset
+    return datasets
+
+
+def _to_uint8_rows(table: pa.Table, fmt: ImageFormat) -> dict[str, np.ndarray]:
+    images = to_images(table.column("image"), fmt)
+    labels = table.column("label").to_numpy().astype(np.int64, copy=False)
+    return {"image": images, "label": labels}
+
+
+def epoch_batches(
+    shard: Any,
+    *,
+    batch_size: int,
+    info: DatasetInfo,
+    device: torch.device,
+    epoch: int,
+    seed: int,
+    shuffle: bool,
+    drop_last: bool = False,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(images, labels) for one pass over a shard: float32 NCHW (channels_last), int64.
+
+    `shard` is what `ray.train.get_dataset_shard` returns, or any Ray Dataset / DataIterator
+    from `build_datasets`.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    device = torch.device(device)
+    normalize = _Normalizer(info, device)
+    generator = _generator(seed, epoch) if shuffle else None
+    row_bytes = info.height * info.width * info.channels
+    chunk = max(batch_size, min(CHUNK_ROWS, CHUNK_BYTES // max(1, row_bytes)))
+    chunks = shard.iter_torch_batches(
+        batch_size=chunk,
+        device=device,
+        pin_memory=device.type == "cuda",
+        prefetch_batches=2,
+    )
+    pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+    pending_rows = 0
+    for batch in chunks:
+        images, labels = batch["image"], batch["label"]
+        order = _permutation(len(labels), generator, device)
+        start = 0
+        if pending_rows:  # finish the batch that straddles the previous chunk
+            take = min(batch_size - pending_rows, len(labels))
+            pending.append(_rows(images, labels, order, 0, take))
+            pending_rows += take
+            start = take
+            if pending_rows == batch_size:
+                yield normalize(*_concat(pending))
+                pending, pending_rows = [], 0
+        while start + batch_size <= len(labels):
+            yield normalize(*_rows(images, labels, order, start, start + batch_size))
+            start += batch_size
+        if start < len(labels):
+            pending.append(_rows(images, labels, order, start, len(labels)))
+            pending_rows += len(labels) - start
+    if pending_rows and not drop_last:
+        yield normalize(*_concat(pending))
+
+
+class _Normalizer:
+    """uint8 NHWC -> float32 NCHW in channels_last memory, (x/255 - mean) / std, one pass."""
+
+    def __init__(self, info: DatasetInfo, device: torch.device) -> None:
+        mean = torch.tensor(info.mean, dtype=torch.float32, device=device) * 255.0
+        scale = 1.0 / (torch.tensor(info.std, dtype=torch.float32, device=device) * 255.0)
+        self.mean = mean.view(1, -1, 1, 1)
+        self.scale = scale.view(1, -1, 1, 1)
+        self.shape = (info.height, info.width, info.channels)
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if images.dim() == 3:  # defensive: single-channel rows stored without a channel axis
+            images = images.unsqueeze(-1)
+        if tuple(images.shape[1:]) != self.shape:
+            raise ValueError(f"batch images are {tuple(images.shape[1:])}, expected {self.shape}")
+        # NHWC viewed as NCHW is exactly the channels_last layout: no copy before the math.
+        pixels = images.permute(0, 3, 1, 2).to(torch.float32)  # a new tensor: safe in place
+        return pixels.sub_(self.mean).mul_(self.scale), labels.to(torch.int64)
+
+
+def _generator(seed: int, epoch: int) -> torch.Generator:
+    state = np.random.SeedSequence([seed, epoch]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def _permutation(
+    rows: int, generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor | None:
+    if generator is None:
+        return None
+    return torch.randperm(rows, generator=generator).to(device, non_blocking=True)
+
+
+def _rows(
+    images: torch.Tensor, labels: torch.Tensor, order: torch.Tensor | None, start: int, stop: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if order is None:
+        return images[start:stop], labels[start:stop]  # views, no copy
+    index = order[start:stop]
+    return images.index_select(0, index), labels.index_select(0, index)
+
+
+def _concat(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])

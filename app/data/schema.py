@@ -1,0 +1,243 @@
+"""What a dataset folder holds, checked before any training starts.
+
+`inspect_dataset` reads only Parquet footers, the label columns and a sample of images, so it is
+quick even for large datasets. Every problem it finds becomes one line of a ConfigError naming
+the file or folder, what is wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from app.data.images import ImageError, ImageFormat, describe_type, infer_format, to_images
+from app.errors import ConfigError
+
+SPLITS = ("train", "valid")
+SAMPLE_ROWS = 2048  # images read for format checks and the normalization statistics
+SAMPLE_FILES = 8
+MAX_PROBLEMS = 12
+COLUMNS_HELP = "need columns image (uint8 pixels) and label (integer class id 0..K-1)"
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    channels: int  # 1 or 3
+    height: int
+    width: int
+    num_classes: int
+    train_rows: int
+    valid_rows: int
+    layout: str  # raw | tensor | list | encoded: how images are stored on disk
+    mean: tuple[float, ...]  # per channel, in [0, 1] units, from a sample of the train split
+    std: tuple[float, ...]
+    image_shape: tuple[int, ...] = ()  # one image as stored on disk; () for encoded images
+    path: str = ""  # the folder holding train/ and valid/
+
+    def describe(self) -> str:
+        return (
+            f"{self.train_rows} train + {self.valid_rows} valid rows, "
+            f"{self.height}x{self.width}x{self.channels} uint8 images ({self.layout}), "
+            f"{self.num_classes} classes"
+        )
+
+    @property
+    def image_format(self) -> ImageFormat:
+        return ImageFormat(self.layout, self.image_shape, self.height, self.width, self.channels)
+
+
+@dataclass
+class _Split:
+    name: str
+    folder: Path
+    files: list[Path] = field(default_factory=list)
+    rows: int = 0
+    labels: tuple[int, int] | None = None  # (min, max)
+    label_file: dict[int, Path] = field(default_factory=dict)  # where the extremes are
+    fields: dict[Path, pa.Field] = field(default_factory=dict)
+    file_rows: dict[Path, int] = field(default_factory=dict)
+    format: ImageFormat | None = None
+    sample: np.ndarray | None = None
+
+
+class _Problems(list[str]):
+    def add(self, message: str) -> None:
+        if len(self) < MAX_PROBLEMS:
+            self.append(message)
+        elif len(self) == MAX_PROBLEMS:
+            self.append("... more problems not shown")
+
+
+def inspect_dataset(dataset_dir: Path) -> DatasetInfo:
+    """Layout, image geometry, classes and statistics of dataset_dir/train and dataset_dir/valid."""
+    import ray.data  # noqa: F401 - registers Ray's tensor extension types with pyarrow
+
+    root = Path(dataset_dir).expanduser().absolute()
+    problems = _Problems()
+    splits = {name: _scan(_Split(name, root / name), problems) for name in SPLITS}
+    if problems:
+        raise ConfigError(problems)
+    train, valid = splits["train"], splits["valid"]
+    _check_across_splits(train, valid, problems)
+    if problems:
+        raise ConfigError(problems)
+    assert train.format is not None and train.sample is not None and train.labels is not None
+    pixels = train.sample.reshape(-1, train.format.channels).astype(np.float64) / 255.0
+    std = pixels.std(axis=0)
+    fmt = train.format
+    return DatasetInfo(
+        channels=fmt.channels,
+        height=fmt.height,
+        width=fmt.width,
+        num_classes=train.labels[1] + 1,
+        train_rows=train.rows,
+        valid_rows=valid.rows,
+        layout=fmt.layout,
+        mean=tuple(round(float(v), 6) for v in pixels.mean(axis=0)),
+        # A constant channel would divide by zero; leaving it unscaled is harmless.
+        std=tuple(round(float(v), 6) if v > 1e-6 else 1.0 for v in std),
+        image_shape=fmt.stored_shape,
+        path=str(root),
+    )
+
+
+def _scan(split: _Split, problems: _Problems) -> _Split:
+    if not split.folder.is_dir():
+        problems.add(
+            f"{split.folder}: folder not found; a dataset folder holds train/ and valid/, "
+            f"each with Parquet files ({COLUMNS_HELP})"
+        )
+        return split
+    split.files = _parquet_files(split.folder)
+    if not split.files:
+        problems.add(f"{split.folder}: no .parquet files; {COLUMNS_HELP}")
+        return split
+    for path in split.files:
+        _scan_file(split, path, problems)
+    if problems:
+        return split
+    if split.rows == 0:
+        problems.add(f"{split.folder}: no rows; the {split.name} split needs at least one image")
+        return split
+    layouts = {describe_type(f)[0]: p for p, f in split.fields.items()}
+    if len(layouts) > 1:
+        listed = ", ".join(f"{name} in {path.name}" for name, path in layouts.items())
+        problems.add(f"{split.folder}: files store images in different layouts ({listed})")
+        return split
+    _sample_images(split, problems)
+    return split
+
+
+def _parquet_files(folder: Path) -> list[Path]:
+    # Names starting with _ or . are metadata or temporaries (Spark, Ray), as readers agree.
+    return sorted(
+        path
+        for path in folder.rglob("*.parquet")
+        if path.is_file()
+        and not any(part.startswith(("_", ".")) for part in path.relative_to(folder).parts)
+    )
+
+
+def _scan_file(split: _Split, path: Path, problems: _Problems) -> None:
+    try:
+        parquet = pq.ParquetFile(path)
+        schema = parquet.schema_arrow
+    except (OSError, pa.ArrowException) as err:
+        problems.add(f"{path}: not a readable Parquet file ({err})")
+        return
+    missing = [name for name in ("image", "label") if name not in schema.names]
+    if missing:
+        found = ", ".join(schema.names) or "none"
+        problems.add(f"{path}: missing column {', '.join(missing)} (found {found}); {COLUMNS_HELP}")
+        return
+    image_field = schema.field("image")
+    try:
+        describe_type(image_field)
+    except ImageError as err:
+        problems.add(f"{path}: column image: {err}")
+        return
+    label_type = schema.field("label").type
+    if not pa.types.is_integer(label_type):
+        problems.add(
+            f"{path}: column label is {label_type}; labels must be integers 0..K-1 (int64)"
+        )
+        return
+    split.fields[path] = image_field
+    split.file_rows[path] = parquet.metadata.num_rows
+    split.rows += parquet.metadata.num_rows
+    labels = parquet.read(columns=["label"]).column("label")
+    if labels.null_count:
+        problems.add(f"{path}: column label has {labels.null_count} missing values")
+        return
+    if len(labels) == 0:
+        return
+    extremes = pc.min_max(labels)
+    low, high = int(extremes["min"].as_py()), int(extremes["max"].as_py())
+    if low < 0:
+        problems.add(f"{path}: label {low} is negative; labels must be 0..K-1")
+    if split.labels is None or low < split.labels[0]:
+        split.label_file[0] = path
+    if split.labels is None or high > split.labels[1]:
+        split.label_file[1] = path
+    old = split.labels or (low, high)
+    split.labels = (min(old[0], low), max(old[1], high))
+
+
+def _sample_images(split: _Split, problems: _Problems) -> None:
+    """Decode up to SAMPLE_ROWS images spread over the first files: format, shape, pixel type."""
+    files = [path for path, rows in split.file_rows.items() if rows > 0][:SAMPLE_FILES]
+    per_file = max(1, SAMPLE_ROWS // len(files))
+    samples = []
+    for path in files:
+        batch = next(pq.ParquetFile(path).iter_batches(batch_size=per_file, columns=["image"]))
+        column = batch.column(0)
+        try:
+            if split.format is None:
+                split.format = infer_format(split.fields[path], column)
+            images = to_images(column, split.format)
+        except ImageError as err:
+            problems.add(f"{path}: column image: {err}")
+            return
+        samples.append(images)
+    split.sample = np.concatenate(samples)
+
+
+def _check_across_splits(train: _Split, valid: _Split, problems: _Problems) -> None:
+    assert train.format is not None and valid.format is not None
+    fields = {**train.fields, **valid.fields}
+    fixed = {path: describe_type(image)[1] for path, image in fields.items()}
+    shapes = {shape: path for path, shape in fixed.items() if shape is not None}
+    if len(shapes) > 1:
+        listed = ", ".join(f"{shape} in {path}" for shape, path in shapes.items())
+        problems.add(f"images have mixed shapes: {listed}; every image needs the same HxWxC")
+    sizes = {s.name: (s.format.height, s.format.width, s.format.channels) for s in (train, valid)}
+    if sizes["train"] != sizes["valid"] and len(shapes) <= 1:
+        problems.add(
+            f"images have mixed shapes: valid images are {_hwc(sizes['valid'])} but train images "
+            f"are {_hwc(sizes['train'])}; both splits need the same HxWxC"
+        )
+    if train.format.layout != valid.format.layout:
+        problems.add(
+            f"{valid.folder}: images are stored as {valid.format.layout} but train uses "
+            f"{train.format.layout}; store both splits the same way"
+        )
+    assert train.labels is not None and valid.labels is not None
+    classes = train.labels[1] + 1
+    if classes < 2:
+        problems.add(
+            f"{train.folder}: every label is {train.labels[1]}; training needs at least 2 classes"
+        )
+    if valid.labels[1] >= classes:
+        problems.add(
+            f"{valid.label_file[1]}: label {valid.labels[1]} never occurs in train "
+            f"(train labels are 0..{classes - 1}); valid labels must be classes seen in train"
+        )
+
+
+def _hwc(size: tuple[int, int, int]) -> str:
+    return "x".join(str(v) for v in size)
