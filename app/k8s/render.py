@@ -35,6 +35,9 @@ from app.k8s.values import (
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MANAGED_BY = "trainctl"
 DNS_1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# On every run's RayJob, ConfigMap and NetworkPolicy: Helm leaves them when they leave the
+# manifest, so an old run finishes undisturbed and its RayJob stays as the record of it.
+KEEP = ("helm.sh/resource-policy", "keep")
 
 
 def load_values(values_file: Path | None) -> dict[str, Any]:
@@ -83,6 +86,8 @@ def _base_context(values: dict[str, Any], release: str, namespace: str) -> dict[
         "claim_name": values["storage"].get("existingClaim") or f"{release}-shared",
         "auth_secret_name": values["rayAuth"].get("existingSecret") or f"{release}-ray-auth",
         "mount_path": values["storage"]["mountPath"].rstrip("/"),
+        # As "trainctl.runAnnotations": keep on helm upgrade/uninstall; runAnnotations win.
+        "run_annotations": {KEEP[0]: KEEP[1], **(values.get("runAnnotations") or {})},
     }
 
 

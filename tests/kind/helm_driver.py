@@ -108,11 +108,9 @@ class HelmSdk:
 
     def uninstall(self, release: str, namespace: str) -> None:
         record = self._record(release, namespace)
-        for obj in _objects(record.read_text()) if record.exists() else []:
-            if _annotated(obj, KEEP):
-                continue
-            self.kubectl("delete", obj["kind"], obj["metadata"]["name"], "-n", namespace,
-                         "--ignore-not-found", "--wait=true")  # fmt: skip
+        old = _objects(record.read_text()) if record.exists() else []
+        for kind, name in helm_deletes(old, []):
+            self.kubectl("delete", kind, name, "-n", namespace, "--ignore-not-found", "--wait=true")
         record.unlink(missing_ok=True)
 
     # --- what `helm upgrade --install` does --------------------------------------------------
@@ -131,12 +129,8 @@ class HelmSdk:
                 continue
             self._apply(yaml.safe_dump(obj), namespace)
         if not first:
-            keys = {(o["kind"], o["metadata"]["name"]) for o in new}
-            for old in _objects(record.read_text()):
-                gone = (old["kind"], old["metadata"]["name"]) not in keys
-                if gone and not _annotated(old, KEEP):
-                    self.kubectl("delete", old["kind"], old["metadata"]["name"], "-n", namespace,
-                                 "--ignore-not-found")  # fmt: skip
+            for kind, name in helm_deletes(_objects(record.read_text()), new):
+                self.kubectl("delete", kind, name, "-n", namespace, "--ignore-not-found")
         record.write_text(manifest)
 
     def _record(self, release: str, namespace: str) -> Path:
@@ -154,6 +148,18 @@ class HelmSdk:
     def _create_namespace(self, namespace: str) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         self._apply(yaml.safe_dump(body))
+
+
+def helm_deletes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(kind, name) of what Helm deletes going from manifest `old` to `new` (uninstall: `new`
+    empty): every object that left the manifest, unless annotated `helm.sh/resource-policy:
+    keep`."""
+    keys = {(o["kind"], o["metadata"]["name"]) for o in new}
+    return [
+        (o["kind"], o["metadata"]["name"])
+        for o in old
+        if (o["kind"], o["metadata"]["name"]) not in keys and not _annotated(o, KEEP)
+    ]
 
 
 def _objects(text: str) -> list[dict[str, Any]]:

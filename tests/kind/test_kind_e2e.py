@@ -3,7 +3,8 @@
 The tests run in file order and build on each other, as one release's life does: install and
 train both pools; `trainctl submit` attaches to what Helm made; an upgrade changing one pool's
 training value starts exactly one new run (a worker pod is killed during it); a tagged submit
-runs and waits on its own; uninstall cleans up and keeps the claim.
+runs and waits on its own; uninstall leaves every run (never a Ray cluster) for the documented
+`kubectl delete ... -l app.kubernetes.io/instance=<release>`, and keeps the claim.
 """
 
 from __future__ import annotations
@@ -139,6 +140,10 @@ def test_upgrade_renames_only_the_changed_pool_and_keeps_the_old_run(
     assert kept["metadata"]["generation"] == old["pool-a"]["metadata"]["generation"]
     assert kept["spec"] == old["pool-a"]["spec"]
     assert_succeeded(kept)
+    # Its settings and network policy stay with it (a run still going would need them).
+    for kind in ("configmap", "networkpolicy"):
+        left = kubectl("get", kind, old_name, "-n", NAMESPACE, "--ignore-not-found", "-o", "name")
+        assert left.strip(), f"helm upgrade deleted the previous run's {kind} {old_name}"
 
 
 def _node_labels() -> dict[str, dict[str, str]]:
@@ -204,13 +209,48 @@ def test_submit_wait_runs_a_tagged_run_to_success(
             kubectl("delete", kind, name, "-n", NAMESPACE, "--ignore-not-found")
 
 
-def test_uninstall_leaves_no_rayjob_or_raycluster_and_keeps_the_claim(
+def names_of(kinds: str) -> set[str]:
+    """`kind/name` of this release's objects of these kinds (comma-separated, as kubectl)."""
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    out = kubectl("get", kinds, "-n", NAMESPACE, "-l", selector, "-o", "name")
+    found = set()
+    for line in out.split():  # rayjob.ray.io/NAME, configmap/NAME, ...
+        kind, name = line.split("/", 1)
+        found.add(f"{kind.split('.', 1)[0]}/{name}")
+    return found
+
+
+def test_uninstall_keeps_the_runs_until_the_documented_cleanup_and_keeps_the_claim(
     upgraded: dict[str, dict[str, Any]],
 ) -> None:
+    runs = {
+        upgraded["old"]["pool-a"]["metadata"]["name"],
+        upgraded["new"]["pool-a"]["metadata"]["name"],
+        upgraded["new"]["pool-b"]["metadata"]["name"],
+    }
     kindenv.helm().uninstall(RELEASE, NAMESPACE)
+
+    # No Ray cluster outlives its job: shutdownAfterJobFinishes deletes each one after the TTL
+    # (120 s in values-kind.yaml), kept RayJob or not, so nothing holds the pools' nodes.
     deadline = time.monotonic() + 300
-    while left := kubectl("get", "rayjobs,rayclusters", "-n", NAMESPACE, "-o", "name").split():
-        assert time.monotonic() < deadline, f"still there 5 min after uninstall: {left}"
+    while left := kubectl("get", "rayclusters", "-n", NAMESPACE, "-o", "name").split():
+        assert time.monotonic() < deadline, f"Ray clusters still there 5 min later: {left}"
         time.sleep(5)
+    # Every run Helm made stays (helm.sh/resource-policy: keep), with its ConfigMap and policy;
+    # what only the release needed is gone.
+    kept = {f"{kind}/{name}" for kind in ("rayjob", "configmap", "networkpolicy") for name in runs}
+    assert names_of("rayjobs,configmaps,networkpolicies") == kept
+    for kind, name in (("secret", f"{RELEASE}-ray-auth"), ("serviceaccount", f"{RELEASE}-ray")):
+        gone = kubectl("get", kind, name, "-n", NAMESPACE, "--ignore-not-found", "-o", "name")
+        assert not gone.strip(), f"helm uninstall left {kind}/{name}"
+
+    # The cleanup NOTES.txt and docs/kubernetes.md give removes them all.
+    kubectl(
+        "delete", "rayjobs,configmaps,networkpolicies", "-n", NAMESPACE,
+        "-l", f"app.kubernetes.io/instance={RELEASE}", "--wait=true",
+    )  # fmt: skip
+    assert names_of("rayjobs,configmaps,networkpolicies") == set()
+    assert not kubectl("get", "rayjobs,rayclusters", "-n", NAMESPACE, "-o", "name").split()
+
     claim = kubectl_json("get", "pvc", f"{RELEASE}-shared", "-n", NAMESPACE)
     assert claim["status"]["phase"] == "Bound"

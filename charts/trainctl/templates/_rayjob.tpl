@@ -84,6 +84,17 @@ securityContext:
   {{- include "trainctl.containerSecurityContext" . | nindent 2 }}
 {{- end -}}
 
+{{/* Annotations of a run's RayJob, ConfigMap and NetworkPolicy. `keep`: `helm upgrade` to a
+changed config, and `helm uninstall`, leave these objects in place, so a run in flight keeps its
+settings and network policy (a restarted pod or a backoffLimit retry needs the ConfigMap) and a
+finished run's RayJob stays as its record; its Ray cluster still goes after the job (shutdown
+and TTL). runAnnotations are added, and win on the same key. */}}
+{{- define "trainctl.runAnnotations" -}}
+{{- $ann := dict "helm.sh/resource-policy" "keep" -}}
+{{- range $k, $v := .root.Values.runAnnotations }}{{ $_ := set $ann $k $v }}{{ end -}}
+{{- toYaml $ann -}}
+{{- end -}}
+
 {{- define "trainctl.configmap" -}}
 {{- $v := .root.Values -}}
 {{- $p := .p -}}
@@ -98,6 +109,8 @@ metadata:
     {{- include "trainctl.labels" .root | nindent 4 }}
     app.kubernetes.io/component: settings
     trainctl.io/pool: {{ .pool | quote }}
+  annotations:
+    {{- include "trainctl.runAnnotations" . | nindent 4 }}
 data:
   {{- range $k, $val := .train }}
   {{ printf "TRAIN_%s" (upper $k) }}: {{ include "trainctl.str" $val | quote }}
@@ -138,6 +151,8 @@ metadata:
     kueue.x-k8s.io/priority-class: {{ . | quote }}
     {{- end }}
     {{- end }}
+  annotations:
+    {{- include "trainctl.runAnnotations" . | nindent 4 }}
 spec:
   entrypoint: {{ $job.entrypoint | quote }}
   {{- with $job.runtimeEnv }}
@@ -303,6 +318,8 @@ metadata:
     {{- include "trainctl.labels" .root | nindent 4 }}
     app.kubernetes.io/component: network-policy
     trainctl.io/pool: {{ .pool | quote }}
+  annotations:
+    {{- include "trainctl.runAnnotations" . | nindent 4 }}
 spec:
   # The Ray ports (GCS, dashboard/job API, client, raylet and worker ports) of this run's pods
   # take traffic only from this run's own pods, plus the dashboard from dashboardFrom.
