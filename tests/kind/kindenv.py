@@ -33,7 +33,9 @@ NAMESPACE = "trainctl-e2e"
 RELEASE = "e2e"
 IMAGE = "trainctl:kind-e2e"  # must match image.repository:tag in values-kind.yaml
 # The CPU Ray image keeps the image small enough to `kind load` into every node; the GPU base of
-# docker/Dockerfile is many gigabytes and brings nothing to CPU-only pods.
+# docker/Dockerfile is many gigabytes and brings nothing to CPU-only pods. The CPU torch index
+# gives the matching torch+cpu/torchvision+cpu pair (see the Dockerfile's comment), and
+# tests/contract/test_docker.py keeps these arguments declared there and on the pinned Ray.
 BUILD_ARGS = {
     "BASE_IMAGE": "rayproject/ray:2.60.0-py311",
     "TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
