@@ -58,12 +58,16 @@ class ImageFormat:
 def describe_type(field: pa.Field) -> tuple[str, tuple[int, ...] | None]:
     """The layout of an image column, and the per-image shape when the schema alone tells it."""
     kind = field.type
-    if isinstance(kind, pa.ExtensionType):
+    if isinstance(kind, pa.BaseExtensionType):
         if kind.extension_name in VARIABLE_TENSOR_EXTENSIONS:
             raise ImageError("images have mixed shapes (a variable-shaped tensor column)")
         if kind.extension_name in TENSOR_EXTENSIONS:
             _check_value_type(getattr(kind, "scalar_type", None) or kind.value_type)
-            return "tensor", tuple(int(d) for d in kind.shape)
+            shape = tuple(int(d) for d in kind.shape)
+            identity = list(range(len(shape)))
+            if list(getattr(kind, "permutation", None) or identity) != identity:
+                raise ImageError("tensors with a dimension permutation are not supported")
+            return "tensor", shape
         raise ImageError(f"type {kind.extension_name} is not an image layout; {ALLOWED}")
     metadata = field.metadata or {}
     if (
@@ -133,6 +137,10 @@ def to_images(column: pa.ChunkedArray | pa.Array, fmt: ImageFormat) -> np.ndarra
     if fmt.layout == "raw":
         pixels = _raw_pixels(array, math.prod(fmt.stored_shape))
     elif fmt.layout == "tensor":
+        if tuple(array.type.shape) != fmt.stored_shape:
+            raise ImageError(
+                f"images have mixed shapes: {tuple(array.type.shape)} and {fmt.stored_shape}"
+            )
         # The extension's storage is one flat list of every pixel per image.
         pixels = _as_uint8(_flat_values(array.storage, 0, None))
     else:

@@ -81,11 +81,14 @@ def epoch_batches(
     seed: int,
     shuffle: bool,
     drop_last: bool = False,
+    chunk_rows: int | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(images, labels) for one pass over a shard: float32 NCHW (channels_last), int64.
 
     `shard` is what `ray.train.get_dataset_shard` returns, or any Ray Dataset / DataIterator
-    from `build_datasets`.
+    from `build_datasets`. Every batch has batch_size rows except the last (dropped with
+    drop_last). chunk_rows overrides how many rows are pulled from Ray at a time, which is
+    also the shuffle window.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -93,7 +96,7 @@ def epoch_batches(
     normalize = _Normalizer(info, device)
     generator = _generator(seed, epoch) if shuffle else None
     row_bytes = info.height * info.width * info.channels
-    chunk = max(batch_size, min(CHUNK_ROWS, CHUNK_BYTES // max(1, row_bytes)))
+    chunk = chunk_rows or max(batch_size, min(CHUNK_ROWS, CHUNK_BYTES // max(1, row_bytes)))
     chunks = shard.iter_torch_batches(
         batch_size=chunk,
         device=device,

@@ -129,6 +129,11 @@ def _scan(split: _Split, problems: _Problems) -> _Split:
         listed = ", ".join(f"{name} in {path.name}" for name, path in layouts.items())
         problems.add(f"{split.folder}: files store images in different layouts ({listed})")
         return split
+    shapes = {describe_type(f)[1]: p for p, f in split.fields.items()}
+    if len(shapes) > 1:
+        listed = ", ".join(f"{shape} in {path.name}" for shape, path in shapes.items())
+        problems.add(f"{split.folder}: images have mixed shapes ({listed})")
+        return split
     _sample_images(split, problems)
     return split
 

@@ -1,0 +1,213 @@
+"""prepare_dataset and ensure_dataset on real files: content, idempotence, concurrency, offline."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import socket
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from app.data.prepare import MARKER, download_dir, ensure_dataset, prepare_dataset
+from app.errors import ConfigError, RunFailed
+from app.settings import TrainSettings
+from tests.support import explain, run_trainctl, trainctl_env
+
+
+def _read(split_dir: Path) -> tuple[np.ndarray, np.ndarray, pa.Schema]:
+    table = pq.read_table(sorted(split_dir.glob("*.parquet")))
+    schema = pq.read_schema(sorted(split_dir.glob("*.parquet"))[0])
+    shape = tuple(
+        int(v) for v in schema.field("image").metadata[b"trainctl.image_shape"].split(b",")
+    )
+    column = table.column("image").combine_chunks()
+    images = np.frombuffer(column.buffers()[1], np.uint8).reshape(len(column), *shape)
+    return images, table.column("label").to_numpy(), schema
+
+
+def _files(folder: Path) -> dict[str, int]:
+    """Every file under folder with its inode: a rewrite gives new inodes."""
+    return {str(p.relative_to(folder)): p.stat().st_ino for p in folder.rglob("*") if p.is_file()}
+
+
+def test_digits_are_the_real_sklearn_digits_scaled_to_uint8(tmp_path: Path) -> None:
+    from sklearn.datasets import load_digits
+
+    out = tmp_path / "digits"
+    summary = prepare_dataset("digits", out)
+    assert "1438 train + 359 valid rows" in summary and "8x8x1" in summary and str(out) in summary
+
+    train_x, train_y, schema = _read(out / "train")
+    valid_x, valid_y, _ = _read(out / "valid")
+    assert schema.field("image").type == pa.binary(64)
+    assert schema.field("label").type == pa.int64()
+    assert train_x.shape == (1438, 8, 8) and valid_x.shape == (359, 8, 8)
+    assert train_x.dtype == np.uint8 and train_x.max() == 255 and train_x.min() == 0
+    assert set(np.unique(train_y)) == set(range(10)) and set(np.unique(valid_y)) <= set(range(10))
+
+    # Same images as scikit-learn's (0..16 scaled to 0..255), every one exactly once.
+    bunch = load_digits()
+    expected = np.rint(bunch.images * 255 / 16).astype(np.uint8).reshape(1797, -1)
+    got = np.concatenate([train_x, valid_x]).reshape(1797, -1)
+    got_labels = np.concatenate([train_y, valid_y])
+    order_expected = np.lexsort((bunch.target, *expected.T))
+    order_got = np.lexsort((got_labels, *got.T))
+    np.testing.assert_array_equal(got[order_got], expected[order_expected])
+    np.testing.assert_array_equal(got_labels[order_got], bunch.target[order_expected])
+
+    meta = json.loads((out / MARKER).read_text())
+    assert meta["layout"] == "raw" and meta["num_classes"] == 10
+
+
+def test_digits_split_is_the_same_every_time(tmp_path: Path) -> None:
+    prepare_dataset("digits", tmp_path / "a")
+    prepare_dataset("digits", tmp_path / "b")
+    for split in ("train", "valid"):
+        a, b = _read(tmp_path / "a" / split), _read(tmp_path / "b" / split)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_synthetic_is_sized_seeded_and_learnable(tmp_path: Path) -> None:
+    prepare_dataset("synthetic", tmp_path / "s0", rows=600, seed=0)
+    prepare_dataset("synthetic", tmp_path / "s0again", rows=600, seed=0)
+    prepare_dataset("synthetic", tmp_path / "s1", rows=600, seed=1)
+    train_x, train_y, _ = _read(tmp_path / "s0" / "train")
+    valid_x, valid_y, _ = _read(tmp_path / "s0" / "valid")
+    assert train_x.shape == (600, 32, 32, 3) and valid_x.shape == (120, 32, 32, 3)
+    assert set(np.unique(train_y)) == set(range(10))
+    np.testing.assert_array_equal(train_x, _read(tmp_path / "s0again" / "train")[0])
+    assert not np.array_equal(train_x, _read(tmp_path / "s1" / "train")[0])
+
+    # Learnable: even nearest class mean, with no training at all, gets most of valid right.
+    flat = train_x.reshape(600, -1).astype(np.float32)
+    centroids = np.stack([flat[train_y == k].mean(axis=0) for k in range(10)])
+    queries = valid_x.reshape(120, -1).astype(np.float32)
+    distances = ((queries[:, None, :] - centroids[None]) ** 2).sum(-1)
+    assert (distances.argmin(1) == valid_y).mean() > 0.9
+
+
+def test_a_complete_dataset_is_not_rewritten_unless_forced(tmp_path: Path) -> None:
+    out = tmp_path / "synthetic"
+    prepare_dataset("synthetic", out, rows=50)
+    before = _files(out)
+    again = prepare_dataset("synthetic", out, rows=50)
+    assert "already prepared" in again
+    assert _files(out) == before
+
+    prepare_dataset("synthetic", out, rows=80, force=True)
+    after = _files(out)
+    assert set(after) == set(before) and all(after[name] != before[name] for name in before)
+    assert _read(out / "train")[0].shape[0] == 80
+
+
+def _prepare_in_child(out: str, force: bool) -> str:
+    return prepare_dataset("synthetic", Path(out), rows=3000, force=force)
+
+
+def test_concurrent_prepares_leave_one_complete_dataset_and_no_temporaries(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "shared" / "synthetic"
+    # Separate processes, as on a cluster; half force a rewrite so renames race with readers.
+    # forkserver: fresh processes (no Ray threads inherited) that import the code only once.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["app.data.prepare"])
+    with context.Pool(4) as pool:
+        results = pool.starmap(_prepare_in_child, [(str(out), i % 2 == 1) for i in range(4)])
+    assert all("3000 train + 600 valid rows" in line for line in results)
+    assert sum("already prepared" in line for line in results) <= 2
+    images, labels, _ = _read(out / "train")
+    assert images.shape == (3000, 32, 32, 3) and labels.shape == (3000,)
+    assert (out / MARKER).is_file()
+    assert sorted(p.name for p in out.parent.iterdir()) == [".synthetic.lock", "synthetic"]
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "train", "valid"]
+
+
+def test_temporaries_of_a_killed_writer_are_cleaned_up(tmp_path: Path) -> None:
+    out = tmp_path / "digits"
+    (tmp_path / ".digits.tmp-999-deadbeef" / "train").mkdir(parents=True)
+    (tmp_path / ".digits.old-cafe0000").mkdir()
+    prepare_dataset("digits", out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".digits.lock", "digits"]
+
+
+def test_a_folder_with_other_content_is_never_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("precious")
+    with pytest.raises(ConfigError, match="holds more than a dataset"):
+        prepare_dataset("digits", out, force=True)
+    assert (out / "notes.txt").read_text() == "precious"
+
+
+def test_hand_seeded_train_and_valid_count_as_present(tmp_path: Path) -> None:
+    out = tmp_path / "digits"
+    (out / "train").mkdir(parents=True)
+    (out / "valid").mkdir()
+    assert "not written by trainctl" in prepare_dataset("digits", out)
+    assert not (out / MARKER).exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "message"),
+    [
+        ("imagenet", None, "not built in"),
+        ("digits", 10, "only the synthetic"),
+        ("synthetic", 0, "rows=0"),
+    ],
+)
+def test_bad_requests_are_config_errors(tmp_path: Path, name: str, rows: int, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        prepare_dataset(name, tmp_path / "x", rows=rows)
+    assert not (tmp_path / "x").exists()
+
+
+def test_ensure_prepares_a_missing_named_dataset_once(tmp_path: Path) -> None:
+    settings = TrainSettings(dataset="digits", data_path=tmp_path)
+    info = ensure_dataset(settings)
+    assert (info.channels, info.height, info.width, info.num_classes) == (1, 8, 8, 10)
+    assert (info.train_rows, info.valid_rows, info.layout) == (1438, 359, "raw")
+    before = _files(tmp_path / "digits")
+    assert ensure_dataset(settings) == info
+    assert _files(tmp_path / "digits") == before
+
+
+def test_ensure_never_prepares_parquet(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="train: folder not found"):
+        ensure_dataset(TrainSettings(dataset="parquet", data_path=tmp_path / "mine"))
+    assert not (tmp_path / "mine").exists()
+
+
+def _network_reachable() -> bool:
+    try:
+        socket.create_connection(("ossci-datasets.s3.amazonaws.com", 443), timeout=3).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_mnist_download_without_network_fails_cleanly(tmp_path: Path) -> None:
+    if _network_reachable():
+        pytest.skip("the MNIST mirror is reachable: this test checks the offline failure")
+    out = tmp_path / "mnist"
+    with pytest.raises(RunFailed) as caught:
+        prepare_dataset("mnist", out)  # the real torchvision download, no mock
+    message = str(caught.value)
+    assert "could not download mnist" in message
+    assert "TRAIN_DATASET=parquet" in message and str(download_dir(out)) in message
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_cli_prepares_digits(tmp_path: Path) -> None:
+    result = run_trainctl(
+        "prepare-data", "--dataset", "digits", "--out", "d", env=trainctl_env(), cwd=tmp_path
+    )
+    assert result.returncode == 0, explain(result)
+    assert "digits: 1438 train + 359 valid rows" in result.stdout
+    assert (tmp_path / "d" / MARKER).is_file()
