@@ -46,6 +46,14 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
 
     if not request.wait and (request.timeout_s is not None or request.storage_mount):
         raise ConfigError("--timeout and --storage-mount only apply together with --wait")
+    if request.run_tag is not None and not request.run_tag.strip():
+        # Silently dropping it would attach to the untagged run (Helm's), and a schedule would
+        # then never train again: say so instead.
+        raise ConfigError(
+            "--run-tag is empty: give a tag (letters, digits, '-', '_', '.'; at most 63) or leave "
+            "the option out. A scheduled CronJob passes its Job's name, from the pod label "
+            "batch.kubernetes.io/job-name (Kubernetes 1.27 and later)"
+        )
     values = load_values(request.values_file)
     if request.run_tag:
         values["runTag"] = request.run_tag

@@ -185,6 +185,33 @@ def check_submit_cronjob(obj: dict[str, Any], where: str) -> None:
     unknown = set(submit_flags(args)) - known
     assert not unknown, f"{where}: trainctl submit has no option {unknown}"
     assert "--wait" in args and "--pool" in submit_flags(args), f"{where}: {args}"
+    check_run_tag_is_the_job_name(obj, container, args, where)
+
+
+JOB_NAME_LABEL = "metadata.labels['batch.kubernetes.io/job-name']"
+
+
+def check_run_tag_is_the_job_name(
+    obj: dict[str, Any], container: dict[str, Any], args: list[str], where: str
+) -> None:
+    """One tag per scheduled Job, the same for every pod of it: a retry attaches to its run."""
+    tags = [arg for arg in args if arg.split("=", 1)[0] == "--run-tag"]
+    assert tags == ["--run-tag=$(RUN_TAG)"], (
+        f"{where}: the run tag must be the Job's name (not a time: a retried pod would start a "
+        f"second run), got {tags}"
+    )
+    env = {e["name"]: e for e in container.get("env", [])}
+    field = env.get("RUN_TAG", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+    assert field == JOB_NAME_LABEL, f"{where}: RUN_TAG comes from {field}"
+    job = obj["spec"]["jobTemplate"]["spec"]
+    assert job.get("backoffLimit", 6) > 0, f"{where}: retries are safe, so allow them"
+    fail_codes = {
+        code
+        for rule in job.get("podFailurePolicy", {}).get("rules", [])
+        if rule["action"] == "FailJob" and "onExitCodes" in rule
+        for code in rule["onExitCodes"]["values"]
+    }
+    assert {1, 2} <= fail_codes, f"{where}: a failed run (1) or bad values (2) must not retry"
 
 
 # --- Argo CD ------------------------------------------------------------------------------

@@ -121,6 +121,36 @@ def test_a_run_tag_makes_a_new_run_beside_the_old_one(
     assert "secret/demo-ray-auth exists, kept as is" in out
 
 
+def test_a_retried_scheduled_pod_attaches_to_the_run_of_its_job(
+    api: FakeKubeApi, values_file: Path, rayjob_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The chart's CronJob passes its Job's name as the tag: a retried pod of the same Job
+    renders the same RayJob and attaches; the next scheduled Job starts a new run."""
+    api.rayjob_statuses = [RUNNING]
+    job = "--run-tag=train-cpu-a-retrain-29000000"
+    code, first, _ = submit(capsys, values_file, job)
+    assert code == EXIT_OK
+    (created,) = [line.split()[0] for line in first.splitlines() if line.startswith("rayjob/")]
+    writes = len(api.writes())
+    code, retry, _ = submit(capsys, values_file, job)
+    assert code == EXIT_OK
+    assert f"{created} exists: attaching to it" in retry and len(api.writes()) == writes
+    assert submit(capsys, values_file, "--run-tag=train-cpu-a-retrain-29010080")[0] == EXIT_OK
+    names = {name for plural, _, name in api.objects if plural == "rayjobs"}
+    assert len(names) == 2 and rayjob_name not in names  # never the untagged (Helm's) run
+
+
+@pytest.mark.parametrize("tag", ["", "  "])
+def test_an_empty_run_tag_exits_2_and_creates_nothing(
+    api: FakeKubeApi, values_file: Path, capsys: pytest.CaptureFixture[str], tag: str
+) -> None:
+    code, out, err = submit(capsys, values_file, f"--run-tag={tag}", "--wait")
+    assert code == EXIT_INVALID
+    assert "--run-tag is empty" in err and "batch.kubernetes.io/job-name" in err
+    assert "Traceback" not in err + out
+    assert api.writes() == []
+
+
 def test_a_failed_rayjob_exits_1_with_reason_and_message(
     api: FakeKubeApi, values_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -72,7 +72,22 @@ spec:
   failedJobsHistoryLimit: 3
   jobTemplate:
     spec:
-      backoffLimit: 0
+      # Retrying is safe: a retried pod computes the same RayJob name (the run tag is this Job's
+      # name) and attaches to the run already going instead of starting a second one.
+      backoffLimit: 3
+      podFailurePolicy:
+        rules:
+          # 1: the run failed, 2: invalid values or ValidationFailed; a retry would say the same.
+          - action: FailJob
+            onExitCodes:
+              containerName: submit
+              operator: In
+              values: [1, 2]
+          # An evicted or preempted pod (node drain) does not use up a retry.
+          - action: Ignore
+            onPodConditions:
+              - type: DisruptionTarget
+                status: "True"
       template:
         metadata:
           labels:
@@ -96,14 +111,24 @@ spec:
             - name: submit
               image: {{ include "trainctl.image" .root | quote }}
               imagePullPolicy: {{ $v.image.pullPolicy }}
-              # A fresh run tag per run changes the content hash, so each run is a new RayJob.
-              command:
-                - /bin/sh
-                - -c
-                - >-
-                  exec trainctl submit --wait --values /etc/trainctl/values.json
-                  --pool {{ .pool }} --namespace {{ .root.Release.Namespace }} --release {{ .root.Release.Name }}
-                  --run-tag "$(date -u +%Y%m%d-%H%M%S)"
+              # The run tag is this Job's name (<cronjob>-<scheduled minute>), folded into the
+              # content hash: each scheduled time is a new RayJob, and every pod of one Job (a
+              # retry) renders the same name. Empty (no job-name label, Kubernetes < 1.27), submit
+              # exits 2 rather than attach to the untagged run.
+              command: ["trainctl"]
+              args:
+                - submit
+                - --wait
+                - --values=/etc/trainctl/values.json
+                - {{ printf "--pool=%s" .pool | quote }}
+                - {{ printf "--namespace=%s" .root.Release.Namespace | quote }}
+                - {{ printf "--release=%s" .root.Release.Name | quote }}
+                - --run-tag=$(RUN_TAG)
+              env:
+                - name: RUN_TAG
+                  valueFrom:
+                    fieldRef:
+                      fieldPath: metadata.labels['batch.kubernetes.io/job-name']
               resources:
                 {{- include "trainctl.resources" $s.resources | nindent 16 }}
               securityContext:
