@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks for trainctl (`make bench`); not part of the test suite."""

@@ -1,0 +1,112 @@
+"""`make bench`: run every benchmark in turn, then print the figures that matter on one screen.
+
+Each benchmark runs in its own process (a fresh Ray, no state carried over) and its output is
+shown as it comes; its last line is its result. bench/gpu.sh runs too when a GPU is present.
+Usage: python -m bench [--smoke] [--only ingest,overhead] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCHES = ("ingest", "overhead", "startup", "checkpoint")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _gpu_present() -> bool:
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
+
+
+def run(name: str, extra: list[str]) -> dict[str, Any]:
+    if name == "gpu":
+        command = ["bash", str(REPO / "bench" / "gpu.sh"), *extra]
+    else:
+        command = [sys.executable, "-m", f"bench.{name}", *extra]
+    print(f"\n=== {' '.join(command[1:])}", flush=True)
+    started = time.monotonic()
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        last = ""
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            last = line if line.startswith("{") else last
+    if proc.returncode != 0 or not last:
+        raise SystemExit(f"bench {name} failed (exit {proc.returncode})")
+    result = json.loads(last)
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    return result
+
+
+def summary(results: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    if "ingest" in results:
+        r = results["ingest"]
+        rates = r["rows_per_s"]
+        lines.append(
+            f"ingest     tutorial {rates['a_tutorial']:,} | app {rates['b_app']:,} | "
+            f"pyarrow {rates['c_pyarrow']:,} rows/s: b/a {r['b_over_a']} (>= 3), "
+            f"b/c {r['b_over_c']} (>= 0.5); prepare-data layout: app {rates['b_app_raw']:,} "
+            f"rows/s, b/a {r['raw_b_over_a']}, b/c {r['raw_b_over_c']}"
+        )
+    if "overhead" in results:
+        r = results["overhead"]
+        lines.append(
+            f"overhead   app {r['samples_per_s']['app']} vs bare {r['samples_per_s']['bare']} "
+            f"samples/s: app/bare {r['app_over_bare']} (>= 0.95)"
+        )
+    if "startup" in results:
+        r = results["startup"]
+        lines.append(
+            f"startup    first optimizer step {r['first_step_s']}s, first committed "
+            f"checkpoint {r['first_checkpoint_s']}s (medians of {r['reps']})"
+        )
+    if "checkpoint" in results:
+        r = results["checkpoint"]
+        sync, asyn = r["per_epoch"]["SYNC"], r["per_epoch"]["ASYNC"]
+        lines.append(
+            f"checkpoint {r['model']} {r['checkpoint_mib']} MiB: save+report SYNC "
+            f"{sync['blocked_s']}s vs ASYNC {asyn['blocked_s']}s per epoch"
+        )
+    if "gpu" in results:
+        r = results["gpu"]
+        shown = ", ".join(
+            f"{name} {v['epoch_s']}s ({v['images_per_s']:,} img/s)"
+            for name, v in r["variants"].items()
+        )
+        lines.append(f"gpu        {r['device']}: {shown}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="every benchmark at a tiny size")
+    parser.add_argument("--only", help="comma-separated subset of " + ",".join(BENCHES))
+    parser.add_argument("--out", type=Path, help="also write all results to this JSON file")
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else [*BENCHES, *(["gpu"] if _gpu_present() else [])]
+    extra = ["--smoke"] if args.smoke else []
+    started = time.monotonic()
+    results = {name: run(name, extra) for name in names}
+    print(f"\n=== summary ({time.monotonic() - started:.0f}s)")
+    for line in summary(results):
+        print(line)
+    met = all(r.get("targets_met", True) for r in results.values())
+    total = {
+        "bench": "all",
+        "targets_met": met,
+        **{name: {k: v for k, v in r.items() if k != "machine"} for name, r in results.items()},
+    }
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(total))
+
+
+if __name__ == "__main__":
+    main()

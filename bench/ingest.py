@@ -1,0 +1,213 @@
+"""Ingest: rows/s that reach a do-nothing consumer, tutorial pipeline vs the app's vs pyarrow.
+
+  (a) tutorial: Ray Data `read_parquet` + per-row `.map` with torchvision ToTensor + Normalize,
+      then `iter_torch_batches`;
+  (b) app: `build_datasets` + `epoch_batches` from `app.data`, exactly the calls `trainctl train`
+      makes (uint8 batches, normalized on the training device; here the CPU);
+  (c) ceiling: pyarrow reads the same files into numpy, no Ray, no torch.
+
+The steady-state rate excludes the wait for the first batch, which is reported on its own. Usage:
+    python -m bench.ingest [--rows 100000] [--reps 3] [--smoke] [--address RAY_ADDRESS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import (
+    CACHE,
+    IMAGE_SHAPE,
+    interleave,
+    medians,
+    ratio,
+    result_line,
+    say,
+    tutorial_dataset,
+)
+
+BATCH = 512  # the tutorial's global batch; one consumer here, so also the per-worker batch
+TARGET_B_OVER_A, TARGET_B_OVER_C = 3.0, 0.5
+
+
+def drain(batches: Iterable[Any], rows_of: Callable[[Any], int]) -> dict[str, float]:
+    """Pull every batch and do nothing with it.
+
+    The rate is taken between the moments 10% and 90% of the rows have arrived: that leaves out
+    the wait for the first batch (reported on its own), the burst of blocks that finished
+    together while the consumer waited for it, and the straggling last read task.
+    """
+    started = time.perf_counter()
+    marks = [(0, started)]
+    rows = 0
+    for batch in batches:
+        rows += rows_of(batch)
+        marks.append((rows, time.perf_counter()))
+    first = marks[1][1] - started
+    low = next(m for m in marks[1:] if m[0] >= 0.1 * rows)
+    high = next(m for m in marks if m[0] >= 0.9 * rows)
+    if high[1] <= low[1]:  # too few batches for a window: fall back to after the first batch
+        low, high = marks[1], marks[-1]
+    span = high[1] - low[1]
+    return {
+        "rows_per_s": (high[0] - low[0]) / span if span > 0 else float("nan"),
+        "first_batch_s": first,
+        "rows": rows,
+    }
+
+
+# --- (a) the tutorial's pipeline ------------------------------------------------------------
+def _tutorial_transform() -> Callable[[dict[str, Any]], dict[str, Any]]:
+    from torchvision import transforms
+
+    # Built once per worker rather than once per row: if anything this flatters the tutorial.
+    compose = transforms.Compose(
+        [transforms.ToTensor(), transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))]
+    )
+
+    def transform(row: dict[str, Any]) -> dict[str, Any]:
+        row["image"] = compose(row["image"])
+        return row
+
+    return transform
+
+
+def tutorial(train_dir: Path) -> dict[str, float]:
+    import ray.data
+
+    dataset = ray.data.read_parquet(str(train_dir)).map(_tutorial_transform())
+    return drain(dataset.iter_torch_batches(batch_size=BATCH), lambda b: len(b["label"]))
+
+
+# --- (b) the app's pipeline -------------------------------------------------------------------
+def app_pipeline(data_dir: Path) -> Callable[[], dict[str, float]]:
+    """`trainctl train`'s calls: settings, ensure_dataset, build_datasets, epoch_batches."""
+    import torch
+
+    from app.data import build_datasets, ensure_dataset, epoch_batches
+    from app.settings import TrainSettings
+
+    settings = TrainSettings(
+        dataset="parquet", data_path=data_dir, num_workers="1", global_batch_size=BATCH
+    )
+    info = ensure_dataset(settings)
+    epoch = iter(range(1, 1_000_000))
+
+    def run() -> dict[str, float]:
+        train = build_datasets(settings, info)["train"]
+        batches = epoch_batches(
+            train.iterator(), batch_size=BATCH, info=info, device=torch.device("cpu"),
+            epoch=next(epoch), seed=settings.seed, shuffle=True,
+        )  # fmt: skip
+        return drain(batches, lambda b: int(b[1].shape[0]))
+
+    return run
+
+
+# --- (c) the ceiling: pyarrow straight into numpy -----------------------------------------------
+def pyarrow_numpy(folder: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(images uint8 NHWC, labels) per file, as fast as pyarrow gives them: no checks, no copy
+    beyond Parquet's own decoding. Reads the tutorial's tensor column and the app's raw bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for path in sorted(folder.glob("*.parquet")):
+        table = pq.read_table(path, columns=["image", "label"])
+        column = table.column("image").combine_chunks()
+        if pa.types.is_fixed_size_binary(column.type):  # prepare-data's raw layout
+            pixels = np.frombuffer(column.buffers()[1], np.uint8)
+        else:  # a tensor column: its storage is a list of every pixel per image
+            storage = getattr(column, "storage", column)
+            pixels = storage.flatten().to_numpy(zero_copy_only=False)
+        yield pixels.reshape(len(table), *IMAGE_SHAPE), table.column("label").to_numpy()
+
+
+def ceiling(folder: Path) -> dict[str, float]:
+    return drain(pyarrow_numpy(folder), lambda b: len(b[1]))
+
+
+def prepare_data_layout(rows: int) -> Path:
+    """CIFAR-shaped data as `trainctl prepare-data` writes it (synthetic, so no download)."""
+    from app.data.prepare import prepare_dataset
+
+    out = CACHE / f"prepared-synthetic-{rows}"
+    prepare_dataset("synthetic", out, rows=rows)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="tiny size, one rep")
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.rows, args.files, args.reps = 4096, 4, 1
+
+    import ray
+    import ray.data
+
+    root = tutorial_dataset(args.rows, args.files, valid_rows=max(BATCH, args.rows // 10))
+    prepared = prepare_data_layout(args.rows)
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
+    if args.address:
+        ray.init(address=args.address, **quiet)
+    else:
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **quiet)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+
+    say(
+        f"ingest: {args.rows:,} CIFAR-shaped rows, batch {BATCH}; tutorial layout (Ray tensor "
+        f"column, {args.files} files) in {root}, prepare-data layout (raw bytes) in {prepared}"
+    )
+    variants = {
+        "a_tutorial": lambda: tutorial(root / "train"),
+        "b_app": app_pipeline(root),
+        "c_pyarrow": lambda: ceiling(root / "train"),
+        "b_app_raw": app_pipeline(prepared),
+        "c_pyarrow_raw": lambda: ceiling(prepared / "train"),
+    }
+    figures = medians(interleave(variants, args.reps, say=say))
+    ray.shutdown()
+
+    rate = {name: values["rows_per_s"] for name, values in figures.items()}
+    for name, values in figures.items():
+        say(
+            f"median {name:<14} {values['rows_per_s']:>10,.0f} rows/s   first batch "
+            f"{values['first_batch_s']:.2f}s"
+        )
+    b_over_a = ratio(rate["b_app"], rate["a_tutorial"])
+    b_over_c = ratio(rate["b_app"], rate["c_pyarrow"])
+    raw_over_a = ratio(rate["b_app_raw"], rate["a_tutorial"])
+    raw_over_c = ratio(rate["b_app_raw"], rate["c_pyarrow_raw"])
+    say(
+        f"same files (tutorial layout): b/a = {b_over_a:.2f} (target >= {TARGET_B_OVER_A}), "
+        f"b/c = {b_over_c:.2f} (target >= {TARGET_B_OVER_C})"
+    )
+    say(f"prepare-data layout:          b/a = {raw_over_a:.2f}, b/c = {raw_over_c:.2f}")
+    result = {
+        "rows": args.rows,
+        "reps": args.reps,
+        "rows_per_s": {k: round(v["rows_per_s"]) for k, v in figures.items()},
+        "first_batch_s": {k: round(v["first_batch_s"], 3) for k, v in figures.items()},
+        "rows_delivered": {k: int(v["rows"]) for k, v in figures.items()},
+        "b_over_a": b_over_a,
+        "b_over_c": b_over_c,
+        "raw_b_over_a": raw_over_a,
+        "raw_b_over_c": raw_over_c,
+        "targets_met": b_over_a >= TARGET_B_OVER_A and b_over_c >= TARGET_B_OVER_C,
+    }
+    print(result_line("ingest", result), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

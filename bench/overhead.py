@@ -1,0 +1,176 @@
+"""Training overhead: the app's epoch under Ray Train against a bare PyTorch loop, same model.
+
+  app:  `trainctl train`'s own driver (`run_training`) with one CPU worker: Ray Train worker,
+        Ray Data shard, the app's uint8 batches normalized in the loop, AMP off, validation and
+        a checkpoint every epoch;
+  bare: the same model, batch, optimizer and validation in this process, over tensors already
+        normalized in memory; no Ray, no checkpoint.
+
+Both use one torch thread. An app epoch is timed from the worker's own records (the attempt start,
+then each epoch's line in metrics.jsonl), so it includes everything between two epochs: the
+per-epoch pipeline start, validation, all-reduces, the checkpoint and its report. Usage:
+    python -m bench.overhead [--rows 4096] [--epochs 2] [--reps 3] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import interleave, median, medians, ratio, result_line, say, tutorial_dataset
+from bench.ingest import pyarrow_numpy
+
+THREADS = 1
+MODEL, BATCH, LR, WEIGHT_DECAY = "cnn", 128, 1e-3, 0.01
+VALID_BATCH = 512  # the app's validation batch
+TARGET = 0.95
+
+
+def _load(folder: Path) -> tuple[Any, Any]:
+    """Every row of a split as float tensors normalized to [-1, 1], NCHW, ready for the model."""
+    import numpy as np
+    import torch
+
+    parts = list(pyarrow_numpy(folder))
+    images = torch.from_numpy(np.concatenate([p[0] for p in parts]))
+    labels = torch.from_numpy(np.concatenate([p[1] for p in parts]))
+    images = images.permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0).contiguous()
+    return images, labels
+
+
+def bare(data_dir: Path, epochs: int) -> Callable[[], dict[str, float]]:
+    import torch
+    from torch import nn
+
+    from app.model import build_model
+
+    info = _info(data_dir)
+    train_x, train_y = _load(data_dir / "train")
+    valid_x, valid_y = _load(data_dir / "valid")
+
+    def run() -> dict[str, float]:
+        torch.manual_seed(0)
+        model = build_model(MODEL, info)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+        loss_fn = nn.CrossEntropyLoss()
+        times = []
+        for _ in range(epochs):
+            started = time.perf_counter()
+            model.train()
+            order = torch.randperm(len(train_y))
+            for begin in range(0, len(order), BATCH):
+                index = order[begin : begin + BATCH]
+                loss = loss_fn(model(train_x[index]), train_y[index])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                loss.item()
+            model.eval()
+            with torch.inference_mode():
+                for begin in range(0, len(valid_y), VALID_BATCH):
+                    logits = model(valid_x[begin : begin + VALID_BATCH])
+                    (logits.argmax(dim=1) == valid_y[begin : begin + VALID_BATCH]).sum().item()
+            times.append(time.perf_counter() - started)
+        return _figures(times, len(train_y))
+
+    return run
+
+
+def app(data_dir: Path, storage: Path, epochs: int) -> Callable[[], dict[str, float]]:
+    from app.run import run_training
+    from app.settings import TrainSettings
+
+    runs = iter(range(1, 1000))
+
+    def run() -> dict[str, float]:
+        settings = TrainSettings(
+            dataset="parquet", data_path=data_dir, model=MODEL, epochs=epochs,
+            global_batch_size=BATCH, lr=LR, weight_decay=WEIGHT_DECAY, num_workers="1",
+            cpus_per_worker=THREADS, storage_path=storage, run_name=f"overhead-{next(runs)}",
+            max_failures=0, amp="off",
+        )  # fmt: skip
+        run_training(settings)
+        run_dir = settings.run_dir
+        start = json.loads((run_dir / "attempts.jsonl").read_text().splitlines()[0])["time"]
+        ends = [json.loads(line)["time"] for line in (run_dir / "metrics.jsonl").open()]
+        times = [b - a for a, b in zip([start, *ends], ends, strict=False)]
+        return _figures(times, _info(data_dir).train_rows)
+
+    return run
+
+
+def _figures(epoch_times: list[float], rows: int) -> dict[str, float]:
+    # The median epoch, so one epoch hit by another process's burst does not decide the result.
+    epoch_s = median(epoch_times)
+    return {"samples_per_s": rows / epoch_s, "epoch_s": epoch_s}
+
+
+def _info(data_dir: Path) -> Any:
+    from app.data import ensure_dataset
+    from app.settings import TrainSettings
+
+    return ensure_dataset(TrainSettings(dataset="parquet", data_path=data_dir, num_workers="1"))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=4096)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="tiny size, one rep")
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.rows, args.epochs, args.reps = 512, 1, 1
+
+    # Fixed threads on both sides: Ray's workers inherit this, the bare loop sets it below.
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
+    import ray
+    import torch
+
+    torch.set_num_threads(THREADS)
+    data_dir = tutorial_dataset(args.rows, max(1, args.rows // 2048), valid_rows=VALID_BATCH)
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
+    if args.address:
+        ray.init(address=args.address, **quiet)
+    else:
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **quiet)
+    storage = Path(tempfile.mkdtemp(prefix="trainctl-overhead-"))
+
+    steps = math.ceil(args.rows / BATCH)
+    say(
+        f"overhead: model {MODEL}, batch {BATCH}, {args.rows:,} rows ({steps} steps) + "
+        f"{VALID_BATCH} validation rows per epoch, {args.epochs} epoch(s) per rep, "
+        f"{THREADS} torch thread(s)"
+    )
+    variants = {"bare": bare(data_dir, args.epochs), "app": app(data_dir, storage, args.epochs)}
+    figures = medians(interleave(variants, args.reps, say=say))
+    ray.shutdown()
+    shutil.rmtree(storage, ignore_errors=True)
+
+    for name, values in figures.items():
+        say(f"median {name:<5} {values['samples_per_s']:8,.0f} samples/s  {values['epoch_s']:.2f}s")
+    app_over_bare = ratio(figures["app"]["samples_per_s"], figures["bare"]["samples_per_s"])
+    say(f"app/bare = {app_over_bare:.3f} (target >= {TARGET})")
+    result = {
+        "rows": args.rows,
+        "epochs": args.epochs,
+        "reps": args.reps,
+        "samples_per_s": {k: round(v["samples_per_s"], 1) for k, v in figures.items()},
+        "app_over_bare": app_over_bare,
+        "targets_met": app_over_bare >= TARGET,
+    }
+    print(result_line("overhead", result), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Every benchmark in bench/ runs at a tiny size and reports sane figures, so none can rot.
+
+The figures themselves are not checked (no timing assertions): only that each script runs the
+real app code paths end to end and its result line says what it measured. Scripts that need Ray
+join the shared test cluster instead of starting their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import REPO
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+def run_bench(name: str, *args: str, cache: Path, command: list[str] | None = None) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAIN_")}
+    env.update(
+        TRAINCTL_BENCH_CACHE=str(cache),
+        PYTHON=sys.executable,
+        PYTHONUNBUFFERED="1",
+        RAY_USAGE_STATS_ENABLED="0",
+    )
+    command = command or [sys.executable, "-m", f"bench.{name}"]
+    result = subprocess.run(
+        [*command, "--smoke", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    tail = f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    assert result.returncode == 0, tail
+    last = result.stdout.strip().splitlines()[-1]
+    figures = json.loads(last)
+    assert figures["bench"] == name, tail
+    return figures
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bench-cache")
+
+
+def test_ingest_variants_each_deliver_every_row(ray_cluster: Any, cache: Path) -> None:
+    figures = run_bench("ingest", "--address", ray_cluster.address, cache=cache)
+    delivered = figures["rows_delivered"]
+    assert set(delivered) == {"a_tutorial", "b_app", "c_pyarrow", "b_app_raw", "c_pyarrow_raw"}
+    assert set(delivered.values()) == {figures["rows"]}
+    assert all(rate > 0 for rate in figures["rows_per_s"].values())
+    assert figures["b_over_a"] > 0 and figures["b_over_c"] > 0
+
+
+def test_overhead_times_the_app_run_and_the_bare_loop(ray_cluster: Any, cache: Path) -> None:
+    figures = run_bench("overhead", "--address", ray_cluster.address, cache=cache)
+    assert figures["samples_per_s"]["app"] > 0 and figures["samples_per_s"]["bare"] > 0
+    assert figures["app_over_bare"] > 0
+
+
+def test_startup_sees_every_phase_in_order(ray_cluster: Any, cache: Path) -> None:
+    figures = run_bench("startup", "--address", ray_cluster.address, cache=cache)
+    phases = figures["phases_s"]
+    order = "python_start app_imported cluster_ready workers_ready first_step checkpoint exit"
+    assert list(phases) == order.split()
+    assert all(seconds >= 0 for seconds in phases.values()), phases
+    assert 0 < figures["first_step_s"] < figures["first_checkpoint_s"]
+
+
+def test_checkpoint_compares_sync_and_async_reports(ray_cluster: Any, cache: Path) -> None:
+    figures = run_bench("checkpoint", "--address", ray_cluster.address, cache=cache)
+    assert set(figures["per_epoch"]) == {"SYNC", "ASYNC"}
+    assert all(mode["blocked_s"] > 0 for mode in figures["per_epoch"].values())
+    assert figures["checkpoint_mib"] > 0
+
+
+def test_gpu_script_runs_its_variants_on_cpu(ray_cluster: Any, cache: Path) -> None:
+    script = REPO / "bench" / "gpu.sh"
+    figures = run_bench(
+        "gpu", "--address", ray_cluster.address, cache=cache, command=["bash", str(script)]
+    )
+    variants = figures["variants"]
+    assert set(variants) == {"tutorial", "app", "app-nchw"}
+    assert all(v["images_per_s"] > 0 and v["epoch_s"] > 0 for v in variants.values())
+    assert os.access(script, os.X_OK)
