@@ -25,8 +25,10 @@ def connect_ray(settings: TrainSettings) -> None:
         ray.init(address=address, **QUIET)
         return
     # A local cluster: leave CPUs for Ray Data's read tasks beside the training workers.
+    # address="local": without it, ray.init() joins whatever cluster this machine last started
+    # (/tmp/ray/ray_current_cluster) and then rejects num_cpus.
     need = settings.workers.max * settings.cpus_per_worker + 2
-    ray.init(num_cpus=max(os.cpu_count() or 1, int(need + 0.999)), **QUIET)
+    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(need + 0.999)), **QUIET)
 
 
 def check_capacity(settings: TrainSettings) -> None:
