@@ -77,6 +77,9 @@ kind-test: $(VENV)/.installed  ## run the kind integration suite (brings the clu
 kind-down: $(VENV)/.installed  ## delete the kind cluster and its shared folder
 	$(PY) -m tests.kind.kindenv down
 
+bench: $(VENV)/.installed  ## side-by-side benchmarks (ingest, overhead, startup, checkpoint; GPU if present), < 10 min
+	$(PY) -m bench
+
 lock:  ## re-resolve and rewrite requirements/constraints.txt (needs the package index)
 	rm -rf .venv-lock && $(PYTHON_BIN) -m venv .venv-lock
 	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null .venv-lock/bin/pip install --quiet -e '.[dev]'
