@@ -1,0 +1,155 @@
+"""Ray token authentication as the chart configures it: the job API refuses a submitter without
+the token and runs the job of one that has it.
+
+The chart asks KubeRay for `authOptions: {mode: token, secretName: <release>-ray-auth}`; KubeRay
+then starts the head with RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from the Secret's `auth_token`,
+and gives the submitter the same two variables. This module starts its own short-lived head
+(`ray start --head --block`, as KubeRay's head container does) with exactly that env, so the
+shared cluster of the other tests is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.contract.k8s_support import EXAMPLES, load_yaml
+from tests.rayjob_support import auth_env, render_pool
+from tests.support import REPO
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+READY = "This command will now block forever"
+# A driver that talks to the GCS and runs a task on a worker: in-cluster auth works too.
+ENTRYPOINT = (
+    "python -c 'import ray; ray.init(); "
+    'print("task answered", ray.get(ray.remote(lambda: 6 * 7).remote()))\''
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _clean_env() -> dict[str, str]:
+    """The test's env without any Ray credentials, cluster address or TRAIN_* settings."""
+    drop = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("TRAIN_")}
+
+
+@pytest.fixture(scope="module")
+def chart_auth() -> dict[str, str]:
+    """The env KubeRay derives from the chart's authOptions and the rendered auth Secret."""
+    job, objects = render_pool(load_yaml(EXAMPLES / "values-cpu.yaml"), "pool-a")
+    env = auth_env(job, objects)
+    assert env.get("RAY_AUTH_MODE") == "token", job["spec"]["rayClusterSpec"]
+    assert len(env["RAY_AUTH_TOKEN"]) >= 32
+    return env
+
+
+@pytest.fixture(scope="module")
+def token_head(chart_auth: dict[str, str]) -> Iterator[str]:
+    """A one-node cluster started with the chart's auth env; yields its job API address."""
+    # Its own short temp dir: Ray's socket paths must stay short, and `ray start` records its
+    # address there instead of in /tmp/ray, where other clusters' `ray.init()` would find it.
+    temp_dir = Path(tempfile.mkdtemp(prefix="rayauth-", dir="/tmp"))
+    dashboard = _free_port()
+    log_path = temp_dir / "head.log"
+    command = [
+        str(Path(sys.executable).parent / "ray"),
+        "start",
+        "--head",
+        "--block",
+        f"--port={_free_port()}",
+        "--num-cpus=1",
+        "--include-dashboard=true",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard}",
+        f"--dashboard-agent-listen-port={_free_port()}",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+    ]
+    with log_path.open("w") as log:
+        head = subprocess.Popen(
+            command,
+            env={**_clean_env(), **chart_auth},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its Ray processes form one group we can end together
+        )
+    try:
+        _wait_ready(head, log_path)
+        yield f"http://127.0.0.1:{dashboard}"
+    finally:
+        _stop(head)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _wait_ready(head: subprocess.Popen[bytes], log_path: Path, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while READY not in log_path.read_text():
+        if head.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"token-auth head did not start:\n{log_path.read_text()[-4000:]}")
+        time.sleep(0.5)
+
+
+def _stop(head: subprocess.Popen[bytes]) -> None:
+    # SIGTERM makes `ray start --block` stop every Ray process it started.
+    head.send_signal(signal.SIGTERM)
+    try:
+        head.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(head.pid, signal.SIGKILL)
+        head.wait(timeout=30)
+
+
+def _submit(address: str, env: dict[str, str]) -> dict[str, str]:
+    """Submit ENTRYPOINT from a separate process holding only `env`'s credentials."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.job_submitter", address, ENTRYPOINT, "--timeout", "240"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stdout.strip(), result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_submission_without_a_token_is_refused(token_head: str, tmp_path: Path) -> None:
+    # An empty HOME: no ~/.ray/auth_token to fall back on.
+    outcome = _submit(token_head, {**_clean_env(), "HOME": str(tmp_path)})
+    assert "status" not in outcome, outcome
+    assert "Missing authentication token" in outcome["error"], outcome
+
+
+def test_submission_with_a_wrong_token_is_refused(
+    token_head: str, chart_auth: dict[str, str], tmp_path: Path
+) -> None:
+    wrong = {**chart_auth, "RAY_AUTH_TOKEN": chart_auth["RAY_AUTH_TOKEN"][::-1] + "x"}
+    outcome = _submit(token_head, {**_clean_env(), "HOME": str(tmp_path), **wrong})
+    assert "status" not in outcome, outcome
+    assert "Invalid authentication token" in outcome["error"], outcome
+
+
+def test_submission_with_the_charts_token_runs(
+    token_head: str, chart_auth: dict[str, str], tmp_path: Path
+) -> None:
+    outcome = _submit(token_head, {**_clean_env(), "HOME": str(tmp_path), **chart_auth})
+    assert outcome.get("status") == "SUCCEEDED", outcome
+    assert "task answered 42" in outcome["logs"], outcome["logs"]
