@@ -19,6 +19,7 @@ from app.errors import EXIT_INVALID, ConfigError
 RNG = np.random.default_rng(7)
 GRAY = RNG.integers(0, 256, (40, 6, 5), dtype=np.uint8)  # non-square: catches H/W mix-ups
 LABELS = np.arange(40, dtype=np.int64) % 4
+NULLABLE_LABELS = pd.array([1, None], "Int64")  # pandas writes this as int64 with a null
 
 
 def lists(path: Path, images: np.ndarray, labels: np.ndarray | list) -> None:
@@ -144,7 +145,7 @@ BROKEN: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "null-labels": (
         lambda r: (
             good(r),
-            _frame(r / "valid" / "a.parquet", image=[[[1]]] * 2, label=pd.array([1, None], "Int64")),
+            _frame(r / "valid" / "a.parquet", image=[[[1]]] * 2, label=NULLABLE_LABELS),
         ),
         ["column label has 1 missing values"],
     ),

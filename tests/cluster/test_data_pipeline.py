@@ -1,0 +1,141 @@
+"""epoch_batches over real Ray Data: normalization, layout, batch sizes and shuffling."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from app.data import DatasetInfo, build_datasets, ensure_dataset, epoch_batches
+from app.settings import TrainSettings
+
+pytestmark = [pytest.mark.cluster]
+CPU = torch.device("cpu")
+ROWS = 3000  # two train files (the second small): file order matters for the shuffle
+
+
+@pytest.fixture(scope="module")
+def synthetic(
+    ray_session: None, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[TrainSettings, DatasetInfo]:
+    from app.data.prepare import prepare_dataset
+
+    data = tmp_path_factory.mktemp("pipeline-data")
+    prepare_dataset("synthetic", data / "synthetic", rows=ROWS)
+    settings = TrainSettings(dataset="synthetic", data_path=data, seed=5)
+    return settings, ensure_dataset(settings)
+
+
+def _epoch(shard: object, info: DatasetInfo, **options: object) -> list[tuple]:
+    defaults: dict[str, object] = {"epoch": 1, "seed": 5, "shuffle": True, "batch_size": 256}
+    return list(epoch_batches(shard, info=info, device=CPU, **{**defaults, **options}))
+
+
+def _labels(batches: list[tuple]) -> list[int]:
+    return torch.cat([b[1] for b in batches]).tolist()
+
+
+def _file_rows(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    table = pq.read_table(sorted(folder.glob("*.parquet")))
+    column = table.column("image").combine_chunks()
+    images = np.frombuffer(column.buffers()[1], np.uint8).reshape(len(column), -1)
+    return images, table.column("label").to_numpy()
+
+
+def _as_uint8(x: torch.Tensor, info: DatasetInfo) -> np.ndarray:
+    std = torch.tensor(info.std).view(1, -1, 1, 1) * 255
+    mean = torch.tensor(info.mean).view(1, -1, 1, 1) * 255
+    pixels = (x * std + mean).round().to(torch.uint8).permute(0, 2, 3, 1)
+    return pixels.reshape(len(x), -1).numpy()
+
+
+def test_batches_are_normalized_float32_nchw_channels_last(synthetic) -> None:
+    settings, info = synthetic
+    train = build_datasets(settings, info)["train"]
+    batches = _epoch(train, info)
+    assert [len(b[1]) for b in batches] == [256] * (ROWS // 256) + [ROWS % 256]
+    for images, labels in batches:
+        assert images.dtype == torch.float32 and labels.dtype == torch.int64
+        assert images.shape[1:] == (3, 32, 32)
+        assert images.is_contiguous(memory_format=torch.channels_last)
+    x = torch.cat([b[0] for b in batches])
+    per_channel_mean = x.mean(dim=(0, 2, 3))
+    per_channel_std = x.std(dim=(0, 2, 3))
+    assert torch.all(per_channel_mean.abs() < 0.05), per_channel_mean
+    assert torch.all((per_channel_std - 1).abs() < 0.05), per_channel_std
+
+
+def test_each_epoch_is_a_new_order_of_exactly_the_same_rows(synthetic) -> None:
+    settings, info = synthetic
+    train = build_datasets(settings, info)["train"]
+    # Chunks of 700 rows and batches of 256: batches straddle chunk boundaries.
+    first = _epoch(train, info, epoch=1, chunk_rows=700)
+    second = _epoch(train, info, epoch=2, chunk_rows=700)
+    assert _labels(first) != _labels(second)
+    images, labels = _file_rows(Path(info.path) / "train")
+    expected = sorted(zip(map(bytes, images), labels.tolist(), strict=True))
+    for batches in (first, second):
+        got = _as_uint8(torch.cat([b[0] for b in batches]), info)
+        pairs = zip(map(bytes, got), _labels(batches), strict=True)
+        assert sorted(pairs) == expected
+
+
+def test_same_seed_and_epoch_give_the_same_order(synthetic) -> None:
+    settings, info = synthetic
+
+    def order(seed: int, epoch: int) -> torch.Tensor:
+        train = build_datasets(settings, info)["train"]  # a fresh dataset, as in a new run
+        return torch.cat([b[0][:, 0, 0, 0] for b in _epoch(train, info, seed=seed, epoch=epoch)])
+
+    reference = order(5, 3)
+    assert torch.equal(order(5, 3), reference)
+    assert not torch.equal(order(6, 3), reference)
+
+
+def test_validation_is_not_shuffled(synthetic) -> None:
+    settings, info = synthetic
+    valid = build_datasets(settings, info)["valid"]
+    once = _epoch(valid, info, shuffle=False, batch_size=64, seed=1, epoch=1)
+    again = _epoch(valid, info, shuffle=False, batch_size=64, seed=2, epoch=9)
+    images, labels = _file_rows(Path(info.path) / "valid")
+    assert _labels(once) == _labels(again) == labels.tolist()
+    np.testing.assert_array_equal(_as_uint8(torch.cat([b[0] for b in once]), info), images)
+
+
+def test_drop_last_keeps_only_full_batches(synthetic) -> None:
+    settings, info = synthetic
+    valid = build_datasets(settings, info)["valid"]
+    sizes = [len(b[1]) for b in _epoch(valid, info, batch_size=256, drop_last=True)]
+    assert sizes == [256] * (info.valid_rows // 256)
+
+
+def test_streaming_split_shards_as_ray_train_hands_them_out(synthetic) -> None:
+    settings, info = synthetic
+    shards = build_datasets(settings, info)["train"].streaming_split(2, equal=True)
+    results: dict[int, list[tuple]] = {}
+
+    def consume(rank: int) -> None:  # the shards of one split must be read at the same time
+        results[rank] = _epoch(shards[rank], info, batch_size=100)
+
+    threads = [threading.Thread(target=consume, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    counts = [sum(len(b[1]) for b in results[rank]) for rank in range(2)]
+    assert counts == [ROWS // 2, ROWS // 2]
+
+
+def test_single_channel_rows_stored_as_hxw(ray_session: None, tmp_path: Path) -> None:
+    settings = TrainSettings(dataset="digits", data_path=tmp_path)
+    info = ensure_dataset(settings)
+    valid = build_datasets(settings, info)["valid"]
+    batches = _epoch(valid, info, shuffle=False, batch_size=100)
+    assert all(b[0].shape[1:] == (1, 8, 8) for b in batches)
+    images, labels = _file_rows(tmp_path / "digits" / "valid")
+    np.testing.assert_array_equal(_as_uint8(torch.cat([b[0] for b in batches]), info), images)
+    assert _labels(batches) == labels.tolist()
