@@ -42,10 +42,13 @@ def prepare_data_cmd(dataset: str, out: Path, force: bool, seed: int) -> None:
 @cli.command("train", epilog="Settings: run `trainctl env` for every TRAIN_* variable.")
 def train_cmd() -> None:
     """Train with the settings in TRAIN_* env vars (and ./.env); resume if the run exists."""
-    from app.run import run_training
     from app.settings import load_settings
 
-    run_training(load_settings())
+    # Settings first: app.run imports torch (seconds), and a bad setting should answer at once.
+    settings = load_settings()
+    from app.run import run_training
+
+    run_training(settings)
 
 
 @cli.command("check")
