@@ -11,6 +11,9 @@ from app.errors import ConfigError
 
 def ensure_writable(path: Path, variable: str) -> None:
     """Create `path` if needed and prove a file can be written there, or raise ConfigError."""
+    # Checked first: mkdir on an existing file fails with a bare "File exists".
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{variable}={path}: exists but is not a folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
