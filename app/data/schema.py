@@ -78,6 +78,11 @@ def inspect_dataset(dataset_dir: Path) -> DatasetInfo:
     import ray.data  # noqa: F401 - registers Ray's tensor extension types with pyarrow
 
     root = Path(dataset_dir).expanduser().absolute()
+    if not root.is_dir():  # one line for the folder, not one per missing split
+        raise ConfigError(
+            f"{root}: folder not found; a dataset folder holds train/ and valid/, "
+            f"each with Parquet files ({COLUMNS_HELP})"
+        )
     problems = _Problems()
     splits = {name: _scan(_Split(name, root / name), problems) for name in SPLITS}
     if problems:
