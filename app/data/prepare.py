@@ -93,12 +93,14 @@ def _load(name: str, out: Path, *, seed: int, rows: int | None) -> Splits:
     try:
         return load_source(name, target, seed=seed, rows=rows)
     except DownloadFailed as err:
+        if target.is_dir() and not any(p.is_file() for p in target.rglob("*")):
+            shutil.rmtree(target, ignore_errors=True)  # only the empty folders torchvision made
         raise RunFailed(
             [
                 f"could not download {name} into {target}: {err}",
                 f"fix: give this machine internet access, or seed {out} with train/ and valid/ "
                 f"from `trainctl prepare-data --dataset {name} --out DIR` run where there is "
-                f"internet, or put torchvision's {name} files in {target}, "
+                f"internet, or put torchvision's own {name} files (its root folder) in {target}, "
                 "or train on your own data with TRAIN_DATASET=parquet",
             ]
         ) from None
