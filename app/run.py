@@ -63,7 +63,11 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     invocation = uuid.uuid4().hex
     resume_from = str(latest.path) if latest else None
     connect_ray(settings)
-    check_capacity(settings)
+    try:
+        check_capacity(settings)
+    except ConfigError as err:  # a request the cluster never holds is bad input, like the rest
+        _record_invalid(run_dir, err)
+        raise
     write_summary(run_dir, _running_summary(settings, resume_from))
     # Resume is decided above from verified files; Ray's own snapshot may name checkpoints that
     # were corrupted or set aside, which would stop Ray from starting at all.
