@@ -128,13 +128,20 @@ def epoch_batches(
 
 
 class _Normalizer:
-    """uint8 NHWC -> float32 NCHW in channels_last memory, (x/255 - mean) / std, one pass."""
+    """uint8 NHWC -> float32 NCHW in channels_last memory, (x/255 - mean) / std, in one pass.
+
+    The per-channel affine map is spelled out once per pixel position (H*W*C values), so that
+    one `addcmul` reads each uint8 and writes each float exactly once, with a long contiguous
+    inner loop. Broadcasting a (1, C, 1, 1) mean over channels_last memory instead runs an
+    inner loop of C elements and took three passes; on CPU that was several times slower.
+    """
 
     def __init__(self, info: DatasetInfo, device: torch.device) -> None:
-        mean = torch.tensor(info.mean, dtype=torch.float32, device=device) * 255.0
-        scale = 1.0 / (torch.tensor(info.std, dtype=torch.float32, device=device) * 255.0)
-        self.mean = mean.view(1, -1, 1, 1)
-        self.scale = scale.view(1, -1, 1, 1)
+        std = torch.tensor(info.std, dtype=torch.float64)
+        mean = torch.tensor(info.mean, dtype=torch.float64)
+        positions = info.height * info.width
+        self.scale = (1.0 / (255.0 * std)).repeat(positions).to(device, torch.float32)
+        self.bias = (-mean / std).repeat(positions).to(device, torch.float32)
         self.shape = (info.height, info.width, info.channels)
 
     def __call__(
@@ -144,9 +151,10 @@ class _Normalizer:
             images = images.unsqueeze(-1)
         if tuple(images.shape[1:]) != self.shape:
             raise ValueError(f"batch images are {tuple(images.shape[1:])}, expected {self.shape}")
-        # NHWC viewed as NCHW is exactly the channels_last layout: no copy before the math.
-        pixels = images.permute(0, 3, 1, 2).to(torch.float32)  # a new tensor: safe in place
-        return pixels.sub_(self.mean).mul_(self.scale), labels.to(torch.int64)
+        rows = len(images)
+        pixels = torch.addcmul(self.bias, images.reshape(rows, -1), self.scale)
+        # NHWC viewed as NCHW is exactly the channels_last layout: no copy.
+        return pixels.view(rows, *self.shape).permute(0, 3, 1, 2), labels.to(torch.int64)
 
 
 def _generator(seed: int, epoch: int) -> torch.Generator:

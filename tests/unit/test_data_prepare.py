@@ -178,7 +178,7 @@ def test_ensure_prepares_a_missing_named_dataset_once(tmp_path: Path) -> None:
 
 
 def test_ensure_never_prepares_parquet(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="train: folder not found"):
+    with pytest.raises(ConfigError, match="mine: folder not found"):
         ensure_dataset(TrainSettings(dataset="parquet", data_path=tmp_path / "mine"))
     assert not (tmp_path / "mine").exists()
 
