@@ -1,0 +1,173 @@
+"""`trainctl check`, the RayJob's first step: every check passes on a good setup, and each one
+fails on its own problem with exit 2, the check named, the others still reported.
+
+Real CLI, real files, the shared multi-node cluster. A wrong installed version is a real
+distribution record (a dist-info folder) earlier on the path, as a stray install would be.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from tests import parquet_support as data
+from tests.support import explain, run_trainctl, trainctl_env
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+CHECKS = ("settings", "storage", "dataset", "versions", "cluster")
+BASE = {
+    "dataset": "parquet",
+    "model": "cnn",
+    "num_workers": "2",
+    "global_batch_size": "16",
+    "accelerator_type": "A100",
+}
+
+
+def _stray_torch(tmp: Path) -> dict[str, str]:
+    """A torch 9.9.9 distribution record ahead of the real one on the path."""
+    record = tmp / "stray" / "torch-9.9.9.dist-info"
+    record.mkdir(parents=True)
+    (record / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9.9\n")
+    return {"PYTHONPATH": str(tmp / "stray")}
+
+
+@dataclass(frozen=True)
+class Failure:
+    id: str
+    check: str  # the one check that must fail
+    message: str
+    settings: dict[str, str] = field(default_factory=dict)
+    data: Callable[[Path], None] = data.good
+    env: Callable[[Path], dict[str, str]] | None = None
+
+
+STORAGE_FILE = {"storage_path": "{tmp}/a-file"}
+TOO_MANY = {"num_workers": "40", "global_batch_size": "64"}
+FAILURES = [
+    Failure("storage-not-a-folder", "storage", "exists but is not a folder", STORAGE_FILE),
+    Failure("storage-unwritable", "storage", "not writable", {"storage_path": "/proc/self"}),
+    Failure("dataset-schema", "dataset", "missing column image, label", data=data.wrong_columns),
+    Failure("dataset-no-rows", "dataset", "no rows; the train split needs", data=data.empty),
+    Failure(
+        "dataset-labels",
+        "dataset",
+        "label 9 never occurs in train",
+        data=data.valid_label_unseen_in_train,
+    ),
+    Failure("dataset-model-fit", "dataset", "vit needs square", {"model": "vit"}, data.non_square),
+    Failure("cluster-workers", "cluster", "needs 40 CPUs; the Ray cluster has", TOO_MANY),
+    Failure("cluster-gpus", "cluster", "needs 2 GPUs; the Ray cluster has 0", {"use_gpu": "true"}),
+    Failure(
+        "cluster-accelerator",
+        "cluster",
+        "H100: no node of that type in the Ray cluster (types present: A100)",
+        {"accelerator_type": "H100"},
+    ),
+    Failure(
+        "versions-torch",
+        "versions",
+        "torch 9.9.9 is installed but trainctl is pinned to torch==",
+        env=_stray_torch,
+    ),
+]
+
+
+Result = tuple[subprocess.CompletedProcess[str], Path]
+
+
+def _check(failure: Failure, tmp: Path, address: str) -> Result:
+    (tmp / "a-file").write_text("a regular file, not a folder\n")
+    failure.data(tmp / "data")
+    settings = {
+        **BASE,
+        "data_path": str(tmp / "data"),
+        "storage_path": str(tmp / "runs"),
+        "ray_address": address,
+        **{k: v.replace("{tmp}", str(tmp)) for k, v in failure.settings.items()},
+    }
+    env = {**trainctl_env(**settings), **(failure.env(tmp) if failure.env else {})}
+    return run_trainctl("check", env=env, cwd=tmp, timeout=240), tmp
+
+
+def _verdicts(result: subprocess.CompletedProcess[str]) -> dict[str, tuple[str, str]]:
+    """check name -> (ok | FAIL, detail), from the lines `trainctl check` prints."""
+    lines = re.findall(r"^(ok|FAIL)\s+(\w+): (.*)$", result.stdout, flags=re.MULTILINE)
+    return {name: (verdict, detail) for verdict, name, detail in lines}
+
+
+@pytest.fixture(scope="module")
+def outcomes(
+    ray_cluster: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Result]]]:
+    """Every case at once on a few threads: the cluster ones mostly wait for capacity."""
+    address = ray_cluster.address  # type: ignore[attr-defined]
+    good = Failure("all-good", "", "")
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        yield {
+            case.id: pool.submit(_check, case, tmp_path_factory.mktemp(case.id), address)
+            for case in [good, *FAILURES]
+        }
+
+
+def test_every_check_passes_and_says_what_it_found(outcomes: dict[str, Future[Result]]) -> None:
+    result, tmp = outcomes["all-good"].result()
+    assert result.returncode == 0, explain(result)
+    verdicts = _verdicts(result)
+    assert {name: verdict for name, (verdict, _) in verdicts.items()} == dict.fromkeys(
+        CHECKS, "ok"
+    ), explain(result)
+    assert re.search(r"writable, [\d.]+ (B|KiB|MiB|GiB|TiB) free$", verdicts["storage"][1])
+    assert "24 train / 8 valid rows, 8x8x1 images" in verdicts["dataset"][1]
+    assert "4 classes" in verdicts["dataset"][1]
+    versions = verdicts["versions"][1]
+    for name in ("ray", "torch", "torchvision"):
+        assert f"{name} {metadata.version(name)}" in versions
+    assert re.match(r"\d+ node\(s\), \d+ CPUs, 0 GPUs \(Ray 2\.60\.0\)", verdicts["cluster"][1])
+    # The storage probe leaves nothing behind: check never writes a run folder.
+    assert list((tmp / "runs").iterdir()) == []
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("failure", FAILURES, ids=[f.id for f in FAILURES])
+def test_each_check_fails_on_its_own_problem(
+    failure: Failure, outcomes: dict[str, Future[Result]]
+) -> None:
+    result, _ = outcomes[failure.id].result()
+    why = explain(result)
+    assert result.returncode == 2, why
+    assert "Traceback" not in result.stdout + result.stderr, why
+    verdicts = _verdicts(result)
+    failed = {name for name, (verdict, _) in verdicts.items() if verdict == "FAIL"}
+    assert failed == {failure.check}, why
+    assert failure.message in verdicts[failure.check][1], why
+    # The other checks still ran and said so: one problem never hides another.
+    assert set(verdicts) == set(CHECKS), why
+    assert "trainctl: invalid input:" in result.stderr and failure.message in result.stderr, why
+
+
+def test_skip_cluster_checks_everything_else_without_ray(tmp_path: Path) -> None:
+    data.good(tmp_path / "data")
+    env = trainctl_env(
+        **BASE, data_path=str(tmp_path / "data"), storage_path=str(tmp_path / "runs")
+    )
+    result = run_trainctl("check", "--skip-cluster", env=env, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, explain(result)
+    assert set(_verdicts(result)) == set(CHECKS) - {"cluster"}, explain(result)
+    assert list((tmp_path / "runs").iterdir()) == []  # the write probe cleaned up after itself
+
+
+def test_bad_settings_stop_check_before_any_other_check(tmp_path: Path) -> None:
+    env = trainctl_env(**BASE, epochs="0", storage_path=str(tmp_path / "runs"))
+    result = run_trainctl("check", env=env, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, explain(result)
+    assert "TRAIN_EPOCHS='0'" in result.stderr and _verdicts(result) == {}, explain(result)
+    assert not (tmp_path / "runs").exists()
