@@ -25,7 +25,7 @@ def trainctl_env(**settings: str) -> dict[str, str]:
 
 
 def run_trainctl(
-    *args: str, env: dict[str, str], cwd: Path, timeout: float = 300
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "app", *args],

@@ -80,12 +80,12 @@ def test_killed_training_worker_is_replaced_and_the_run_finishes(
 ) -> None:
     run_dir = tmp_path / "runs" / RUN
     driver = start_trainctl("train", env=_env(tmp_path, ray_cluster), cwd=tmp_path)
-    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=300, what="epoch 1 committed")
+    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=900, what="epoch 1 committed")
 
     victim = _train_workers()[0]
     os.kill(int(victim["pid"]), signal.SIGKILL)
 
-    assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-5000:]
+    assert driver.wait(timeout=1200) == 0, (tmp_path / "driver.log").read_text()[-5000:]
     _assert_recovered_run(run_dir, resumed_after=1)
 
 
@@ -94,7 +94,7 @@ def test_lost_worker_node_is_survived(
 ) -> None:
     run_dir = tmp_path / "runs" / RUN
     driver = start_trainctl("train", env=_env(tmp_path, ray_cluster), cwd=tmp_path)
-    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=300, what="epoch 1 committed")
+    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=900, what="epoch 1 committed")
 
     node_id = _train_workers()[0]["node_id"]
     node = next(n for n in ray_cluster.worker_nodes if n.unique_id == node_id)  # type: ignore[attr-defined]
@@ -102,7 +102,7 @@ def test_lost_worker_node_is_survived(
     # A replacement joins, as a Kubernetes node pool would bring one back.
     ray_cluster.add_node(num_cpus=2, resources={"accelerator_type:A100": 1})  # type: ignore[attr-defined]
 
-    assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-5000:]
+    assert driver.wait(timeout=1200) == 0, (tmp_path / "driver.log").read_text()[-5000:]
     _assert_recovered_run(run_dir, resumed_after=1)
 
 
@@ -113,9 +113,9 @@ def test_driver_killed_or_evicted_then_rerun_resumes(
     run_dir = tmp_path / "runs" / RUN
     env = _env(tmp_path, ray_cluster)
     driver = start_trainctl("train", env=env, cwd=tmp_path)
-    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=300, what="epoch 1 committed")
+    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=900, what="epoch 1 committed")
     driver.send_signal(sig)
-    code = driver.wait(timeout=120)
+    code = driver.wait(timeout=300)
 
     if sig == signal.SIGTERM:
         assert code == 143
@@ -125,7 +125,7 @@ def test_driver_killed_or_evicted_then_rerun_resumes(
         assert "Traceback" not in (tmp_path / "driver.log").read_text()
     done = max(committed_epochs(run_dir))
 
-    rerun = run_trainctl("train", env=env, cwd=tmp_path, timeout=600)
+    rerun = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
     assert rerun.returncode == 0, explain(rerun)
     assert f"resuming run {RUN} at epoch {done + 1}" in rerun.stdout, explain(rerun)
     summary = read_summary(run_dir)
@@ -139,13 +139,13 @@ def test_corrupt_or_partial_newest_checkpoint_falls_back_to_the_previous_good_on
 ) -> None:
     run_dir = tmp_path / "runs" / RUN
     env = _env(tmp_path, ray_cluster, epochs="2", checkpoints_to_keep="5")
-    first = run_trainctl("train", env=env, cwd=tmp_path, timeout=600)
+    first = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
     assert first.returncode == 0, explain(first)
 
     # Truncated weights in the newest checkpoint.
     model = run_dir / "checkpoint_epoch_0002" / "model.pt"
     model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
-    rerun = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "3"}, cwd=tmp_path, timeout=600)
+    rerun = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "3"}, cwd=tmp_path, timeout=900)
     assert rerun.returncode == 0, explain(rerun)
     assert "checkpoint checkpoint_epoch_0002 is unusable" in rerun.stdout, explain(rerun)
     assert "resuming run faults at epoch 2" in rerun.stdout, explain(rerun)
@@ -154,7 +154,7 @@ def test_corrupt_or_partial_newest_checkpoint_falls_back_to_the_previous_good_on
 
     # A partial checkpoint: the upload never finished, so meta.json never arrived.
     (run_dir / "checkpoint_epoch_0003" / "meta.json").unlink()
-    again = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "3"}, cwd=tmp_path, timeout=600)
+    again = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "3"}, cwd=tmp_path, timeout=900)
     assert again.returncode == 0, explain(again)
     assert "checkpoint_epoch_0003 is unusable: meta.json is missing" in again.stdout
     assert "resuming run faults at epoch 3" in again.stdout, explain(again)
