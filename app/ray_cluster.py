@@ -28,7 +28,14 @@ def connect_ray(settings: TrainSettings) -> None:
     # address="local": without it, ray.init() joins whatever cluster this machine last started
     # (/tmp/ray/ray_current_cluster) and then rejects num_cpus.
     need = settings.workers.max * settings.cpus_per_worker + 2
-    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(need + 0.999)), **QUIET)
+    # No dashboard: its dozen processes would compete with training for a laptop's cores, and
+    # nothing submits jobs to a cluster that lives only as long as this command.
+    ray.init(
+        address="local",
+        num_cpus=max(os.cpu_count() or 1, int(need + 0.999)),
+        include_dashboard=False,
+        **QUIET,
+    )
 
 
 def check_capacity(settings: TrainSettings) -> None:
