@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -76,12 +77,13 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         _fit(settings, info, invocation, resume_from)
-    except Interrupted:
-        _finish(settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM")
-        raise Interrupted(
-            f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
-        ) from None
     except Exception as err:  # any training failure becomes a clear exit 1
+        # The Interrupted raised by the SIGTERM handler may reach here wrapped by Ray.
+        if isinstance(err, Interrupted) or _SIGTERM.is_set():
+            _finish(settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM")
+            raise Interrupted(
+                f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
+            ) from None
         cause = _root_cause(err)
         _finish(settings, "failed", started, invocation, resume_from, cause)
         raise RunFailed(
@@ -212,7 +214,11 @@ def _record_invalid(run_dir: Path, err: ConfigError) -> None:
         write_summary(run_dir, summary)
 
 
+_SIGTERM = threading.Event()
+
+
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    _SIGTERM.set()
     raise Interrupted("SIGTERM")
 
 
