@@ -46,7 +46,14 @@ def _free_port() -> int:
 
 def _clean_env() -> dict[str, str]:
     """The test's env without any Ray credentials, cluster address or TRAIN_* settings."""
-    drop = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
+    # Either address variable would win over the address the submitter is given.
+    drop = (
+        "RAY_AUTH_MODE",
+        "RAY_AUTH_TOKEN",
+        "RAY_AUTH_TOKEN_PATH",
+        "RAY_ADDRESS",
+        "RAY_API_SERVER_ADDRESS",
+    )
     return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("TRAIN_")}
 
 
