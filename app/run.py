@@ -77,13 +77,16 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         _fit(settings, info, invocation, resume_from)
-    except Exception as err:  # any training failure becomes a clear exit 1
-        # The Interrupted raised by the SIGTERM handler may reach here wrapped by Ray.
+    except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
+        # What the SIGTERM handler raised may reach here wrapped or replaced by Ray (ray.get
+        # turns it into a plain KeyboardInterrupt); the flag tells.
         if isinstance(err, Interrupted) or _SIGTERM.is_set():
             _finish(settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM")
             raise Interrupted(
                 f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
             ) from None
+        if isinstance(err, KeyboardInterrupt):  # Ctrl-C: the CLI reports it
+            raise
         cause = _root_cause(err)
         _finish(settings, "failed", started, invocation, resume_from, cause)
         raise RunFailed(
@@ -217,9 +220,18 @@ def _record_invalid(run_dir: Path, err: ConfigError) -> None:
 _SIGTERM = threading.Event()
 
 
+class _StopForSigterm(KeyboardInterrupt):
+    """What the SIGTERM handler raises.
+
+    Ray's blocking calls (the ray.get inside trainer.fit) let only a KeyboardInterrupt out of a
+    signal handler at once; any other exception is held back until the call returns, which in
+    fit() is when training ends, long after Kubernetes has given up and sent SIGKILL.
+    """
+
+
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     _SIGTERM.set()
-    raise Interrupted("SIGTERM")
+    raise _StopForSigterm("SIGTERM")
 
 
 def _root_cause(err: BaseException) -> str:
