@@ -154,7 +154,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
     import ray.data
+    import torch
 
+    # The consumer runs as a training worker would: Ray gives a worker with
+    # TRAIN_CPUS_PER_WORKER=1 OMP_NUM_THREADS=1. Two torch threads on two busy cores made the
+    # app's on-device normalization 5-20x slower here, an artefact no worker ever sees.
+    torch.set_num_threads(1)
     root = tutorial_dataset(args.rows, args.files, valid_rows=max(BATCH, args.rows // 10))
     prepared = prepare_data_layout(args.rows)
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}

@@ -118,7 +118,7 @@ def _scan(split: _Split, problems: _Problems) -> _Split:
             f"each with Parquet files ({COLUMNS_HELP})"
         )
         return split
-    split.files = _parquet_files(split.folder)
+    split.files = parquet_files(split.folder)
     if not split.files:
         problems.add(f"{split.folder}: no .parquet files; {COLUMNS_HELP}")
         return split
@@ -143,7 +143,7 @@ def _scan(split: _Split, problems: _Problems) -> _Split:
     return split
 
 
-def _parquet_files(folder: Path) -> list[Path]:
+def parquet_files(folder: Path) -> list[Path]:
     # Names starting with _ or . are metadata or temporaries (Spark, Ray), as readers agree.
     return sorted(
         path
