@@ -180,21 +180,29 @@ def _report(
         return
     epoch = int(metrics["epoch"])
     unwrapped = model.module if hasattr(model, "module") else model
-    with tempfile.TemporaryDirectory(prefix="trainctl-ckpt-") as tmp:
-        checkpoints.write_checkpoint(
-            Path(tmp),
-            model_state=unwrapped.state_dict(),
-            train_state={
-                "optimizer": optimizer.state_dict(),
-                "scaler": scaler.state_dict(),
-                "epoch": epoch,
-                "step": step,
-            },
-            epoch=epoch,
-            metrics={k: float(v) for k, v in metrics.items()},
-        )
-        ray.train.report(
-            metrics,
-            checkpoint=ray.train.Checkpoint.from_directory(tmp),
-            checkpoint_dir_name=checkpoints.dir_name(epoch),
-        )
+    # The files are complete here, so the copy to shared storage can run in the background
+    # (ASYNC) while the next epoch trains: nothing writes to this folder again, Ray deletes it
+    # once copied, commits the checkpoint only after the copy, keeps reports in order, and
+    # waits for the last copy before the run ends. A copy cut short by a crash lacks files or
+    # fails its checksums, and the next run sets it aside (app/checkpoints.py). BENCHMARKS.md
+    # has the time this saves.
+    folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
+    checkpoints.write_checkpoint(
+        folder,
+        model_state=unwrapped.state_dict(),
+        train_state={
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(),
+            "epoch": epoch,
+            "step": step,
+        },
+        epoch=epoch,
+        metrics={k: float(v) for k, v in metrics.items()},
+    )
+    ray.train.report(
+        metrics,
+        checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
+        checkpoint_dir_name=checkpoints.dir_name(epoch),
+        checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
+        delete_local_checkpoint_after_upload=True,
+    )
