@@ -16,13 +16,16 @@ from app import history
 
 
 def progress_line(metrics: dict[str, Any], total_epochs: int, eta_s: float) -> str:
+    # images_per_s is absent from runs recorded before it was added.
+    rate = metrics.get("images_per_s")
     return (
         f"epoch {metrics['epoch']:>{len(str(total_epochs))}}/{total_epochs}"
         f"  train_loss {metrics['train_loss']:.4f}"
         f"  val_loss {metrics['val_loss']:.4f}"
         f"  val_acc {metrics['val_accuracy']:.2%}"
         f"  {metrics['epoch_time_s']:.1f}s/epoch"
-        f"  ETA {_duration(eta_s)}"
+        + (f"  {rate:,.0f} img/s" if rate is not None else "")
+        + f"  ETA {_duration(eta_s)}"
     )
 
 

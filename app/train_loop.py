@@ -78,10 +78,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
         model.train()
         seen, loss_sum = 0, 0.0
+        first_batch_at = None
         for images, labels in epoch_batches(
             train_shard, batch_size=batch_size, info=info, device=device,
             epoch=epoch, seed=settings.seed, shuffle=True,
         ):  # fmt: skip
+            first_batch_at = first_batch_at or time.monotonic()
             for group in optimizer.param_groups:
                 group["lr"] = schedule(step)
             with _autocast(device, autocast_dtype):
@@ -94,7 +96,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             seen += labels.numel()
             loss_sum += loss.detach().float().item() * labels.numel()
 
-        train_loss = _global_mean(loss_sum, seen, device)
+        # Steady-state throughput: from the first batch in hand to the last step, so that the
+        # wait for the epoch's data pipeline to start is reported on its own (first_batch_s).
+        # Workers train side by side, so their rates add up.
+        step_s = time.monotonic() - (first_batch_at or started)
+        loss_sum, seen_all, rate = _all_reduce(
+            [loss_sum, float(seen), seen / step_s if step_s > 0 else 0.0], device
+        )
+        train_loss = loss_sum / max(seen_all, 1.0)
         val_loss, val_accuracy = _evaluate(model, valid_shard, info, device, autocast_dtype)
         metrics = {
             "epoch": epoch,
@@ -103,6 +112,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             "val_accuracy": val_accuracy,
             "lr": schedule(step),
             "epoch_time_s": round(time.monotonic() - started, 3),
+            "images_per_s": round(rate, 1),
+            "first_batch_s": round((first_batch_at or started) - started, 3),
         }
         _report(rank, metrics, model, optimizer, scaler, step)
         if rank == 0:
@@ -135,11 +146,6 @@ def _all_reduce(values: list[float], device: torch.device) -> list[float]:
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor.tolist()
-
-
-def _global_mean(total: float, count: int, device: torch.device) -> float:
-    total, count = _all_reduce([total, float(count)], device)
-    return total / max(count, 1.0)
 
 
 @torch.inference_mode()

@@ -58,8 +58,9 @@ def summary(results: dict[str, dict[str, Any]]) -> list[str]:
     if "overhead" in results:
         r = results["overhead"]
         lines.append(
-            f"overhead   app {r['samples_per_s']['app']} vs bare {r['samples_per_s']['bare']} "
-            f"samples/s: app/bare {r['app_over_bare']} (>= 0.95)"
+            f"overhead   training steps: app {r['samples_per_s']['app']} vs bare "
+            f"{r['samples_per_s']['bare']} samples/s, app/bare {r['app_over_bare']} (>= 0.95); "
+            f"whole epoch incl. validation and checkpoint {r['epoch_app_over_bare']}"
         )
     if "startup" in results:
         r = results["startup"]

@@ -48,11 +48,14 @@ def test_two_workers_train_and_leave_a_complete_run_folder(synthetic_run) -> Non
     assert summary["best"]["epoch"] in (1, 2)
     assert summary["failures"] == 0 and summary["restored_from"] is None
     assert summary["settings"]["num_workers"] == "2"
-    assert [row["epoch"] for row in read_history(run_dir)] == [1, 2]
+    history = read_history(run_dir)
+    assert [row["epoch"] for row in history] == [1, 2]
+    assert all(row["images_per_s"] > 0 and row["first_batch_s"] >= 0 for row in history)
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    # One readable progress line per epoch, with an ETA.
+    # One readable progress line per epoch, with throughput and an ETA.
     lines = [line for line in result.stdout.splitlines() if "epoch 2/2" in line]
     assert lines and "ETA" in lines[0] and "val_acc" in lines[0], explain(result)
+    assert " img/s " in lines[0], explain(result)
 
 
 def test_checkpoint_loads_on_cpu_without_ray(synthetic_run) -> None:

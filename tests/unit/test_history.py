@@ -24,6 +24,11 @@ def test_progress_line_is_readable_with_eta() -> None:
     assert "val_acc 53.00%" in line and "4.2s/epoch" in line and line.endswith("ETA 2m05s")
 
 
+def test_progress_line_shows_throughput_when_recorded() -> None:
+    line = progress_line({**_metrics(1), "images_per_s": 12345.6}, 2, eta_s=4)
+    assert "4.2s/epoch  12,346 img/s  ETA 4s" in line
+
+
 def test_resume_forgets_epochs_after_the_checkpoint(tmp_path: Path) -> None:
     for epoch in (1, 2, 3):
         history.record_epoch(tmp_path, _metrics(epoch))
