@@ -127,6 +127,18 @@ def geometry(shape: tuple[int, ...]) -> tuple[int, int, int]:
     )
 
 
+def to_uint8_rows(table: pa.Table, fmt: ImageFormat) -> dict[str, np.ndarray]:
+    """One Parquet block as the rows Ray Data hands to training: uint8 NHWC images and labels.
+
+    It lives here, not in app.data.pipeline, because Ray's read tasks import the module of the
+    function they run: this one needs numpy and pyarrow only, so those short-lived processes
+    skip importing torch (about 2 s each on a small machine; BENCHMARKS.md, startup).
+    """
+    images = to_images(table.column("image"), fmt)
+    labels = table.column("label").to_numpy().astype(np.int64, copy=False)
+    return {"image": images, "label": labels}
+
+
 def to_images(column: pa.ChunkedArray | pa.Array, fmt: ImageFormat) -> np.ndarray:
     """All images of a column as one C-contiguous uint8 array shaped (N, H, W, C)."""
     array = _single(column)

@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 import torch
 
-from app.data.images import ImageFormat, to_images
+from app.data.images import to_uint8_rows
 from app.data.schema import DatasetInfo, parquet_files
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.
                 override_num_blocks=max(1, len(parquet_files(root / split))),
             )
         dataset = dataset.map_batches(
-            _to_uint8_rows,
+            to_uint8_rows,
             fn_kwargs={"fmt": info.image_format},
             batch_format="pyarrow",
             batch_size=None,  # whole blocks: the conversion is vectorized per column
@@ -91,12 +90,6 @@ def _classic_parquet_reader() -> Iterator[None]:
         yield
     finally:
         context.use_datasource_v2 = saved
-
-
-def _to_uint8_rows(table: pa.Table, fmt: ImageFormat) -> dict[str, np.ndarray]:
-    images = to_images(table.column("image"), fmt)
-    labels = table.column("label").to_numpy().astype(np.int64, copy=False)
-    return {"image": images, "label": labels}
 
 
 def epoch_batches(
