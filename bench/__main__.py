@@ -53,7 +53,8 @@ def summary(results: dict[str, dict[str, Any]]) -> list[str]:
             f"ingest     tutorial {rates['a_tutorial']:,} | app {rates['b_app']:,} | "
             f"pyarrow {rates['c_pyarrow']:,} rows/s: b/a {r['b_over_a']} (>= 3), "
             f"b/c {r['b_over_c']} (>= 0.5); prepare-data layout: app {rates['b_app_raw']:,} "
-            f"rows/s, b/a {r['raw_b_over_a']}, b/c {r['raw_b_over_c']}"
+            f"rows/s, b/a {r['raw_b_over_a']}, b/c {r['raw_b_over_c']}, "
+            f"b/(Ray Data alone) {r['raw_b_over_ray_blocks']}"
         )
     if "overhead" in results:
         r = results["overhead"]

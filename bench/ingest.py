@@ -4,7 +4,9 @@
       then `iter_torch_batches`;
   (b) app: `build_datasets` + `epoch_batches` from `app.data`, exactly the calls `trainctl train`
       makes (uint8 batches, normalized on the training device; here the CPU);
-  (c) ceiling: pyarrow reads the same files into numpy, no Ray, no torch.
+  (c) ceiling: pyarrow reads the same files into numpy, no Ray, no torch;
+  (d) on the prepare-data layout only: Ray Data alone, the app's datasets drained block by block
+      by Ray's iterator, to tell Ray Data's own cost from the app's.
 
 The steady-state rate excludes the wait for the first batch, which is reported on its own. Usage:
     python -m bench.ingest [--rows 100000] [--reps 3] [--smoke] [--address RAY_ADDRESS]
@@ -113,6 +115,18 @@ def app_pipeline(data_dir: Path) -> Callable[[], dict[str, float]]:
     return run
 
 
+def ray_blocks(data_dir: Path) -> dict[str, float]:
+    """The app's datasets drained whole blocks at a time by Ray's own iterator: no batching,
+    no shuffle, no torch. What Ray Data alone delivers, for telling its cost from the app's."""
+    from app.data import build_datasets, ensure_dataset
+    from app.settings import TrainSettings
+
+    settings = TrainSettings(dataset="parquet", data_path=data_dir, num_workers="1")
+    train = build_datasets(settings, ensure_dataset(settings))["train"]
+    batches = train.iter_batches(batch_size=None, batch_format="numpy")
+    return drain(batches, lambda b: len(b["label"]))
+
+
 # --- (c) the ceiling: pyarrow straight into numpy -----------------------------------------------
 def pyarrow_numpy(folder: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(images uint8 NHWC, labels) per file, as fast as pyarrow gives them: no checks, no copy
@@ -182,6 +196,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "c_pyarrow": lambda: ceiling(root / "train"),
         "b_app_raw": app_pipeline(prepared),
         "c_pyarrow_raw": lambda: ceiling(prepared / "train"),
+        "d_ray_blocks_raw": lambda: ray_blocks(prepared),
     }
     figures = medians(interleave(variants, args.reps, say=say))
     ray.shutdown()
@@ -200,7 +215,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"same files (tutorial layout): b/a = {b_over_a:.2f} (target >= {TARGET_B_OVER_A}), "
         f"b/c = {b_over_c:.2f} (target >= {TARGET_B_OVER_C})"
     )
-    say(f"prepare-data layout:          b/a = {raw_over_a:.2f}, b/c = {raw_over_c:.2f}")
+    raw_over_d = ratio(rate["b_app_raw"], rate["d_ray_blocks_raw"])
+    say(
+        f"prepare-data layout:          b/a = {raw_over_a:.2f}, b/c = {raw_over_c:.2f}, "
+        f"b against Ray Data alone on the same blocks = {raw_over_d:.2f}"
+    )
     whole = {name: values["end_to_end_rows_per_s"] for name, values in figures.items()}
     say(
         "end to end (first batch included): "
@@ -220,6 +239,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "b_over_c": b_over_c,
         "raw_b_over_a": raw_over_a,
         "raw_b_over_c": raw_over_c,
+        "raw_b_over_ray_blocks": raw_over_d,
         "targets_met": b_over_a >= TARGET_B_OVER_A and b_over_c >= TARGET_B_OVER_C,
     }
     print(result_line("ingest", result), flush=True)

@@ -55,7 +55,15 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_ingest_variants_each_deliver_every_row(ray_cluster: Any, cache: Path) -> None:
     figures = run_bench("ingest", "--address", ray_cluster.address, cache=cache)
     delivered = figures["rows_delivered"]
-    assert set(delivered) == {"a_tutorial", "b_app", "c_pyarrow", "b_app_raw", "c_pyarrow_raw"}
+    variants = [
+        "a_tutorial",
+        "b_app",
+        "c_pyarrow",
+        "b_app_raw",
+        "c_pyarrow_raw",
+        "d_ray_blocks_raw",
+    ]
+    assert set(delivered) == set(variants)
     assert set(delivered.values()) == {figures["rows"]}
     assert all(rate > 0 for rate in figures["rows_per_s"].values())
     assert figures["b_over_a"] > 0 and figures["b_over_c"] > 0
