@@ -74,13 +74,14 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     # were corrupted or set aside, which would stop Ray from starting at all.
     (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)
 
+    _SIGTERM.clear()  # a flag left from an earlier run in this process must not count here
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         _fit(settings, info, invocation, resume_from)
     except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
         # What the SIGTERM handler raised may reach here wrapped or replaced by Ray (ray.get
         # turns it into a plain KeyboardInterrupt); the flag tells.
-        if isinstance(err, Interrupted) or _SIGTERM.is_set():
+        if _SIGTERM.is_set():
             _finish(settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM")
             raise Interrupted(
                 f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"

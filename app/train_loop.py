@@ -99,7 +99,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         # Steady-state throughput: from the first batch in hand to the last step, so that the
         # wait for the epoch's data pipeline to start is reported on its own (first_batch_s).
         # Workers train side by side, so their rates add up.
-        step_s = time.monotonic() - (first_batch_at or started)
+        first_batch_at = first_batch_at or started  # an empty shard: no batch ever came
+        step_s = time.monotonic() - first_batch_at
         loss_sum, seen_all, rate = _all_reduce(
             [loss_sum, float(seen), seen / step_s if step_s > 0 else 0.0], device
         )
@@ -113,7 +114,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             "lr": schedule(step),
             "epoch_time_s": round(time.monotonic() - started, 3),
             "images_per_s": round(rate, 1),
-            "first_batch_s": round((first_batch_at or started) - started, 3),
+            "first_batch_s": round(first_batch_at - started, 3),
         }
         _report(rank, metrics, model, optimizer, scaler, step)
         if rank == 0:

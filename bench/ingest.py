@@ -91,17 +91,24 @@ def tutorial(train_dir: Path) -> dict[str, float]:
 
 
 # --- (b) the app's pipeline -------------------------------------------------------------------
-def app_pipeline(data_dir: Path) -> Callable[[], dict[str, float]]:
-    """`trainctl train`'s calls: settings, ensure_dataset, build_datasets, epoch_batches."""
-    import torch
-
-    from app.data import build_datasets, ensure_dataset, epoch_batches
+def _app_dataset(data_dir: Path) -> tuple[Any, Any]:
+    """The settings and checked dataset `trainctl train` starts from, built once per variant."""
+    from app.data import ensure_dataset
     from app.settings import TrainSettings
 
     settings = TrainSettings(
         dataset="parquet", data_path=data_dir, num_workers="1", global_batch_size=BATCH
     )
-    info = ensure_dataset(settings)
+    return settings, ensure_dataset(settings)
+
+
+def app_pipeline(data_dir: Path) -> Callable[[], dict[str, float]]:
+    """`trainctl train`'s calls: settings, ensure_dataset, build_datasets, epoch_batches."""
+    import torch
+
+    from app.data import build_datasets, epoch_batches
+
+    settings, info = _app_dataset(data_dir)
     epoch = iter(range(1, 1_000_000))
 
     def run() -> dict[str, float]:
@@ -115,16 +122,19 @@ def app_pipeline(data_dir: Path) -> Callable[[], dict[str, float]]:
     return run
 
 
-def ray_blocks(data_dir: Path) -> dict[str, float]:
+def ray_blocks(data_dir: Path) -> Callable[[], dict[str, float]]:
     """The app's datasets drained whole blocks at a time by Ray's own iterator: no batching,
     no shuffle, no torch. What Ray Data alone delivers, for telling its cost from the app's."""
-    from app.data import build_datasets, ensure_dataset
-    from app.settings import TrainSettings
+    from app.data import build_datasets
 
-    settings = TrainSettings(dataset="parquet", data_path=data_dir, num_workers="1")
-    train = build_datasets(settings, ensure_dataset(settings))["train"]
-    batches = train.iter_batches(batch_size=None, batch_format="numpy")
-    return drain(batches, lambda b: len(b["label"]))
+    settings, info = _app_dataset(data_dir)
+
+    def run() -> dict[str, float]:
+        train = build_datasets(settings, info)["train"]
+        batches = train.iter_batches(batch_size=None, batch_format="numpy")
+        return drain(batches, lambda b: len(b["label"]))
+
+    return run
 
 
 # --- (c) the ceiling: pyarrow straight into numpy -----------------------------------------------
@@ -196,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "c_pyarrow": lambda: ceiling(root / "train"),
         "b_app_raw": app_pipeline(prepared),
         "c_pyarrow_raw": lambda: ceiling(prepared / "train"),
-        "d_ray_blocks_raw": lambda: ray_blocks(prepared),
+        "d_ray_blocks_raw": ray_blocks(prepared),
     }
     figures = medians(interleave(variants, args.reps, say=say))
     ray.shutdown()

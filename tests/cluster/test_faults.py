@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app import checkpoints
 from tests.support import (
     committed_epochs,
     explain,
@@ -66,15 +67,6 @@ def _train_workers(cluster: object) -> list[dict]:
         filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
     )
     return [actor.__dict__ if hasattr(actor, "__dict__") else dict(actor) for actor in actors]
-
-
-def _complete_checkpoint_epochs(run_dir: Path) -> list[int]:
-    # meta.json is written last, so a checkpoint folder holding it is complete.
-    return [
-        int(folder.name.rsplit("_", 1)[1])
-        for folder in run_dir.glob("checkpoint_epoch_*")
-        if (folder / "meta.json").is_file()
-    ]
 
 
 def _assert_recovered_run(run_dir: Path, resumed_after: int) -> None:
@@ -146,7 +138,9 @@ def test_driver_killed_or_evicted_then_rerun_resumes(
     # checkpoint meanwhile. That checkpoint is complete and verified, so it is the one to
     # resume from: read what is on storage once the old workers are gone.
     wait_until(lambda: not _train_workers(ray_cluster), timeout=120, what="old workers gone")
-    done = max(_complete_checkpoint_epochs(run_dir))
+    newest = checkpoints.scan(run_dir).latest
+    assert newest is not None
+    done = newest.epoch
     assert done >= committed_at_signal
 
     rerun = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
