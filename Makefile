@@ -53,7 +53,8 @@ CHART := charts/trainctl
 IMAGE ?= trainctl:$(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' $(CHART)/Chart.yaml)
 KUBERAY_CRDS_URL := https://raw.githubusercontent.com/ray-project/kuberay/$(KUBERAY_VERSION)/ray-operator/config/crd/bases
 
-manifests: $(VENV)/.installed  ## sync the packaged chart defaults, re-render manifests/ from the example values
+manifests: $(VENV)/.installed  ## regenerate the chart schema from the settings, sync the packaged chart, re-render manifests/
+	$(VENV)/bin/python -m app.k8s.train_schema --write
 	cp $(CHART)/Chart.yaml $(CHART)/values.yaml $(CHART)/values.schema.json app/k8s/templates/chart/
 	rm -rf manifests
 	$(VENV)/bin/trainctl render --values examples/values-three-pools.yaml --out manifests --release train --namespace ml

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -20,6 +21,10 @@ def connect_ray(settings: TrainSettings) -> None:
     if ray.is_initialized():
         return
     ray.data.DataContext.get_current().enable_progress_bars = False
+    # The driver now runs Ray Data itself (reading, caching): its INFO lines would bury ours.
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    # ... and the bars are off on purpose (the epoch lines are the progress), not worth a warning.
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     address = settings.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, **QUIET)

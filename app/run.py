@@ -120,9 +120,13 @@ def _fit(
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from app.data import build_datasets
+    from app.data import build_datasets, cache_datasets
     from app.train_loop import train_loop_per_worker
 
+    read_started = time.monotonic()
+    datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
+    took = f" ({time.monotonic() - read_started:.1f} s)" if cache.cache else ""
+    _say(f"data: {cache.reason}{took}")
     workers = settings.workers
     trainer = TorchTrainer(
         train_loop_per_worker,
@@ -148,7 +152,7 @@ def _fit(
                 checkpoint_score_order="min" if settings.checkpoint_metric == "val_loss" else "max",
             ),
         ),
-        datasets=build_datasets(settings, info),
+        datasets=datasets,
     )
     with EpochFollower(settings.run_dir, settings.epochs, since=time.time(), emit=click.echo):
         trainer.fit()

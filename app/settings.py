@@ -65,6 +65,13 @@ class TrainSettings(BaseSettings):
         "holds train/ and valid/.",
     )
 
+    cache_dataset: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Keep the decoded dataset in Ray's object store after the first epoch "
+        "reads it, so later epochs skip Parquet: auto when train + valid take at most half "
+        "of the object-store memory, on always, off to stream from the files every epoch.",
+    )
+
     # --- model and optimisation ---------------------------------------------------------
     model: ModelName = Field(
         "resnet18",

@@ -2,9 +2,9 @@
 
   tutorial: a torch DataLoader that turns each image into a PIL image, then ToTensor + Normalize
             on the CPU, one sample at a time; float32 batches copied to the GPU; fp32 training.
-  app:      the app's own pipeline (`build_datasets` + `epoch_batches`: uint8 rows from Parquet,
-            normalized on the GPU into channels_last batches) and bf16 autocast, as
-            `trainctl train` with TRAIN_AMP=bf16 runs it;
+  app:      the app's own pipeline (`build_datasets` + `cache_datasets` + `epoch_batches`: uint8
+            rows from Parquet, read once, normalized on the GPU into channels_last batches) and
+            bf16 autocast, as `trainctl train` with TRAIN_AMP=bf16 runs its first epoch;
   app-nchw: the same with each batch made contiguous NCHW, to show whether channels_last helps
             this model (a ViT has one convolution, the patch embedding).
 
@@ -110,14 +110,15 @@ def tutorial_batches(images: np.ndarray, labels: np.ndarray, batch: int) -> Iter
 
 
 def app_batches(data_dir: Path, batch: int, device: Any) -> Iterable[Any]:
-    from app.data import build_datasets, ensure_dataset, epoch_batches
+    from app.data import build_datasets, cache_datasets, ensure_dataset, epoch_batches
     from app.settings import TrainSettings
 
     settings = TrainSettings(
         dataset="parquet", data_path=data_dir, num_workers="1", global_batch_size=batch
     )
     info = ensure_dataset(settings)
-    train = build_datasets(settings, info)["train"]
+    # One epoch, timed from here: with the cache, the read before the first batch counts.
+    train = cache_datasets(build_datasets(settings, info), settings, info)[0]["train"]
     return epoch_batches(
         train.iterator(), batch_size=batch, info=info, device=device, epoch=1, seed=0, shuffle=True
     )

@@ -10,6 +10,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from app.data.cache import cache_datasets
     from app.data.pipeline import build_datasets, epoch_batches
     from app.data.prepare import ensure_dataset, prepare_dataset
     from app.data.schema import DatasetInfo, inspect_dataset
@@ -20,11 +21,13 @@ _HOMES = {
     "prepare_dataset": "app.data.prepare",
     "ensure_dataset": "app.data.prepare",
     "build_datasets": "app.data.pipeline",
+    "cache_datasets": "app.data.cache",
     "epoch_batches": "app.data.pipeline",
 }
 __all__ = [
     "DatasetInfo",
     "build_datasets",
+    "cache_datasets",
     "ensure_dataset",
     "epoch_batches",
     "inspect_dataset",

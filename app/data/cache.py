@@ -1,0 +1,97 @@
+"""Keep the decoded dataset in Ray's object store, so that only the first epoch reads Parquet.
+
+Without it every epoch runs the read pipeline again: Ray Data starts read tasks, decodes every
+file and converts it to uint8 rows, and on a small cluster spends its first second or so running
+one task at a time (its resource limits arrive from Ray's autoscaling coordinator only after the
+execution starts). Ray's guidance for data that fits in the object store is to materialize it
+once; later epochs then stream the same blocks from memory, several times faster than Parquet can
+be decoded (BENCHMARKS.md, bench/ingest.py).
+
+The decision is a pure function of the setting, the decoded size and the object-store memory, so
+it is tested without Ray. The cache lives as long as the driver: a rerun reads the files again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import ray.data
+
+    from app.data.schema import DatasetInfo
+    from app.settings import TrainSettings
+
+CacheMode = Literal["auto", "on", "off"]
+# auto caches when train + valid take at most this share of the cluster's object-store memory:
+# the rest stays free for Ray Train's own objects and for prefetching, so nothing spills to disk.
+AUTO_SHARE = 0.5
+LABEL_BYTES = 8  # int64
+
+
+@dataclass(frozen=True)
+class CacheDecision:
+    cache: bool
+    reason: str
+
+
+def decoded_bytes(info: DatasetInfo) -> int:
+    """Bytes that train + valid take as uint8 rows in the object store."""
+    row = info.height * info.width * info.channels + LABEL_BYTES
+    return (info.train_rows + info.valid_rows) * row
+
+
+def decide(mode: CacheMode, needed: int, object_store: float) -> CacheDecision:
+    size = _human(needed)
+    if mode == "off":
+        return CacheDecision(False, "TRAIN_CACHE_DATASET=off: every epoch reads the Parquet files")
+    if mode == "on":
+        return CacheDecision(True, f"TRAIN_CACHE_DATASET=on: {size} decoded, kept in memory")
+    budget = AUTO_SHARE * object_store
+    if needed <= budget:
+        return CacheDecision(
+            True,
+            f"{size} decoded fits in {AUTO_SHARE:.0%} of the object store ({_human(object_store)}):"
+            " only the first epoch reads the files",
+        )
+    return CacheDecision(
+        False,
+        f"{size} decoded exceeds {AUTO_SHARE:.0%} of the object store ({_human(object_store)}): "
+        "every epoch streams from the files (TRAIN_CACHE_DATASET=on forces the cache)",
+    )
+
+
+def cache_datasets(
+    datasets: dict[str, ray.data.Dataset], settings: TrainSettings, info: DatasetInfo
+) -> tuple[dict[str, ray.data.Dataset], CacheDecision]:
+    """The datasets to train on: materialized when the decision says so, else as given.
+
+    A cached train split gets a new block order every epoch, reproducible from the seed, in
+    place of the per-epoch file order of the streamed one; epoch_batches still permutes rows
+    within each chunk.
+    """
+    import ray
+    from ray.data import RandomSeedConfig
+
+    store = ray.cluster_resources().get("object_store_memory", 0.0)
+    decision = decide(settings.cache_dataset, decoded_bytes(info), store)
+    if not decision.cache:
+        return datasets, decision
+    cached = {}
+    for split, dataset in datasets.items():
+        dataset = dataset.materialize()
+        if split == "train":
+            seed = RandomSeedConfig(seed=settings.seed, reseed_after_execution=True)
+            dataset = dataset.randomize_block_order(seed=seed)
+        dataset.context.execution_options.preserve_order = True
+        cached[split] = dataset
+    return cached, decision
+
+
+def _human(size: float) -> str:
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    step = 0
+    while size >= 1024 and step < len(units) - 1:
+        size /= 1024
+        step += 1
+    return f"{size:.0f} B" if step == 0 else f"{size:.1f} {units[step]}"
