@@ -25,6 +25,7 @@ ENV_PREFIX = "TRAIN_"
 NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
 DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "cifar10", "parquet"]
 ModelName = Literal["cnn", "resnet18", "vit"]
+CacheMode = Literal["auto", "on", "off"]
 
 # Run names become folder names and, on Kubernetes, RayJob names: keep them to DNS-1123 labels.
 RUN_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -65,7 +66,7 @@ class TrainSettings(BaseSettings):
         "holds train/ and valid/.",
     )
 
-    cache_dataset: Literal["auto", "on", "off"] = Field(
+    cache_dataset: CacheMode = Field(
         "auto",
         description="Keep the decoded dataset in Ray's object store after the first epoch "
         "reads it, so later epochs skip Parquet: auto when train + valid take at most half "

@@ -14,7 +14,10 @@ it is tested without Ray. The cache lives as long as the driver: a rerun reads t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+
+from app.settings import CacheMode
+from app.storage import human_bytes
 
 if TYPE_CHECKING:
     import ray.data
@@ -22,7 +25,6 @@ if TYPE_CHECKING:
     from app.data.schema import DatasetInfo
     from app.settings import TrainSettings
 
-CacheMode = Literal["auto", "on", "off"]
 # auto caches when train + valid take at most this share of the cluster's object-store memory:
 # the rest stays free for Ray Train's own objects and for prefetching, so nothing spills to disk.
 AUTO_SHARE = 0.5
@@ -42,7 +44,7 @@ def decoded_bytes(info: DatasetInfo) -> int:
 
 
 def decide(mode: CacheMode, needed: int, object_store: float) -> CacheDecision:
-    size = _human(needed)
+    size, store = human_bytes(needed), human_bytes(object_store)
     if mode == "off":
         return CacheDecision(False, "TRAIN_CACHE_DATASET=off: every epoch reads the Parquet files")
     if mode == "on":
@@ -51,12 +53,12 @@ def decide(mode: CacheMode, needed: int, object_store: float) -> CacheDecision:
     if needed <= budget:
         return CacheDecision(
             True,
-            f"{size} decoded fits in {AUTO_SHARE:.0%} of the object store ({_human(object_store)}):"
+            f"{size} decoded fits in {AUTO_SHARE:.0%} of the object store ({store}):"
             " only the first epoch reads the files",
         )
     return CacheDecision(
         False,
-        f"{size} decoded exceeds {AUTO_SHARE:.0%} of the object store ({_human(object_store)}): "
+        f"{size} decoded exceeds {AUTO_SHARE:.0%} of the object store ({store}): "
         "every epoch streams from the files (TRAIN_CACHE_DATASET=on forces the cache)",
     )
 
@@ -83,15 +85,5 @@ def cache_datasets(
         if split == "train":
             seed = RandomSeedConfig(seed=settings.seed, reseed_after_execution=True)
             dataset = dataset.randomize_block_order(seed=seed)
-        dataset.context.execution_options.preserve_order = True
-        cached[split] = dataset
+        cached[split] = dataset  # derived datasets keep build_datasets' preserve_order
     return cached, decision
-
-
-def _human(size: float) -> str:
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    step = 0
-    while size >= 1024 and step < len(units) - 1:
-        size /= 1024
-        step += 1
-    return f"{size:.0f} B" if step == 0 else f"{size:.1f} {units[step]}"
