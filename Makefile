@@ -10,11 +10,11 @@ CONSTRAINTS := requirements/constraints.txt
 # Some machines point pip at local CPU-only torch wheels; torchvision on PyPI only matches the
 # standard torch wheel, so installs here use plain PyPI and the pinned pair (both run on CPU).
 PIP := env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(PY) -m pip
-KUBERAY_VERSION ?= v1.7.0
-KUBERAY_CRDS_DIR ?= ../shared/kuberay-crds
-export KUBERAY_CRDS_DIR
+# KubeRay's CRDs for the schema tests: found (or downloaded and checked against the committed
+# SHA-256 sums) by tests/kuberay_crds.py, which needs only the machine's Python.
+CRDS := $(PYTHON_BIN) tests/kuberay_crds.py
 
-.PHONY: help setup run test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
+.PHONY: help setup run test fresh-clone-test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -35,10 +35,13 @@ setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed  ## create the virtualenvs 
 run: $(VENV)/.installed  ## train the default job (digits, 2 CPU workers, local Ray)
 	$(VENV)/bin/trainctl train
 
-test: setup  ## lint, then the whole test suite
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/pytest
+test:  ## find the KubeRay CRDs, lint, then the whole test suite
+	@crds="$$($(CRDS))" && $(MAKE) --no-print-directory setup && \
+	  $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
+	  KUBERAY_CRDS_DIR="$$crds" CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+fresh-clone-test:  ## clone this commit into an empty temp folder and run `make test` there
+	scripts/fresh-clone-test.sh
 
 lint: $(VENV)/.installed  ## ruff lint and format check
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
@@ -51,7 +54,6 @@ docs: $(VENV)/.installed  ## regenerate docs/settings.md from the settings model
 
 CHART := charts/trainctl
 IMAGE ?= trainctl:$(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' $(CHART)/Chart.yaml)
-KUBERAY_CRDS_URL := https://raw.githubusercontent.com/ray-project/kuberay/$(KUBERAY_VERSION)/ray-operator/config/crd/bases
 
 manifests: $(VENV)/.installed  ## regenerate the chart schema from the settings, sync the packaged chart, re-render manifests/
 	$(VENV)/bin/python -m app.k8s.train_schema --write
@@ -63,11 +65,8 @@ image:  ## build the app image (needs docker)
 	@command -v docker >/dev/null || { echo "make image needs docker on PATH" >&2; exit 1; }
 	DOCKER_BUILDKIT=1 docker build -f docker/Dockerfile -t $(IMAGE) .
 
-crds:  ## download the pinned KubeRay CRDs into $(KUBERAY_CRDS_DIR) (needs internet)
-	mkdir -p $(KUBERAY_CRDS_DIR)
-	for crd in rayjobs rayclusters; do \
-	  curl -fsSL -o $(KUBERAY_CRDS_DIR)/ray.io_$$crd.yaml $(KUBERAY_CRDS_URL)/ray.io_$$crd.yaml || exit 1; \
-	done
+crds:  ## find the pinned KubeRay CRDs, or download them into .cache/ and check their SHA-256
+	@$(CRDS)
 
 kind-up: $(VENV)/.installed  ## kind cluster + KubeRay operator + app image + shared volume (needs docker, kind, kubectl)
 	$(PY) -m tests.kind.kindenv up

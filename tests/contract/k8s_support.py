@@ -6,7 +6,6 @@ the helm-python-sdk wheel otherwise: the same Go template engine either way, no 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests import kuberay_crds
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "trainctl"
@@ -34,9 +35,15 @@ class HelmFailed(Exception):
     """Helm refused to render (schema or a template `fail`); the message is Helm's."""
 
 
+@cache
 def crds_dir() -> Path:
-    path = Path(os.environ.get("KUBERAY_CRDS_DIR", "../shared/kuberay-crds"))
-    return path if path.is_absolute() else (REPO / path).resolve()
+    """KubeRay's pinned CRDs, wherever tests/kuberay_crds.py finds them; a test fails without."""
+    import pytest
+
+    try:
+        return kuberay_crds.resolve()
+    except kuberay_crds.CrdsMissing as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 @cache

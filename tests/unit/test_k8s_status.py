@@ -10,7 +10,6 @@ the decision logic has never classified.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,8 +30,8 @@ from app.k8s.status import (
     progress_line,
     status_table,
 )
+from tests.contract.k8s_support import crds_dir
 
-REPO = Path(__file__).resolve().parents[2]
 STATUS_FIELDS = {
     "jobDeploymentStatus": set(DEPLOYMENT_STATUSES),
     "jobStatus": set(JOB_STATUSES),
@@ -41,13 +40,7 @@ STATUS_FIELDS = {
 
 
 def _crd_path() -> Path:
-    crds = Path(os.environ.get("KUBERAY_CRDS_DIR", REPO.parent / "shared" / "kuberay-crds"))
-    if not crds.is_absolute():
-        crds = REPO / crds
-    path = crds / "ray.io_rayjobs.yaml"
-    if not path.is_file():
-        pytest.skip(f"KubeRay RayJob CRD not found at {path} (set KUBERAY_CRDS_DIR)")
-    return path
+    return crds_dir() / "ray.io_rayjobs.yaml"
 
 
 def _walk(node: Any, key: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
