@@ -88,3 +88,13 @@ def ray_session(ray_cluster: object) -> Iterator[None]:
     ray.init(address=ray_cluster.address, log_to_driver=False)  # type: ignore[attr-defined]
     yield
     ray.shutdown()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` runs two pytest-xdist workers: every test that uses the shared Ray cluster goes
+    to one of them (one cluster, its tests in order), and the unit and contract layers run on the
+    other meanwhile, in the cluster layer's idle moments (process starts, polling, waits).
+    """
+    for item in items:
+        if item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("ray-cluster"))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +90,23 @@ def committed_epochs(run_dir: Path) -> set[int]:
     except OSError:
         return set()
     return {int(epoch) for epoch in re.findall(r"checkpoint_epoch_(\d{4})", text)}
+
+
+FINISHED_EPOCHS = 6
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    tmp: Path
+    env: dict[str, str]
+    result: subprocess.CompletedProcess[str]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.tmp / "runs" / "digits-cnn"
+
+    def copy_to(self, dest: Path) -> tuple[dict[str, str], Path]:
+        """The run folder copied under `dest/runs`, and the env that continues it there."""
+        run_dir = dest / "runs" / self.run_dir.name
+        shutil.copytree(self.run_dir, run_dir)
+        return {**self.env, "TRAIN_STORAGE_PATH": str(dest / "runs")}, run_dir

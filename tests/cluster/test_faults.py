@@ -15,6 +15,8 @@ import pytest
 
 from app import checkpoints
 from tests.support import (
+    FINISHED_EPOCHS,
+    FinishedRun,
     committed_epochs,
     explain,
     read_history,
@@ -153,28 +155,28 @@ def test_driver_killed_or_evicted_then_rerun_resumes(
 
 
 def test_corrupt_or_partial_newest_checkpoint_falls_back_to_the_previous_good_one(
-    ray_cluster: object, tmp_path: Path
+    finished_run: FinishedRun, tmp_path: Path
 ) -> None:
-    run_dir = tmp_path / "runs" / RUN
-    env = _env(tmp_path, ray_cluster, epochs="2", checkpoints_to_keep="5")
-    first = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
-    assert first.returncode == 0, explain(first)
+    # A finished run (every checkpoint kept), copied: the same start as training one here.
+    env, run_dir = finished_run.copy_to(tmp_path)
+    name, last, more = run_dir.name, FINISHED_EPOCHS, FINISHED_EPOCHS + 1
+    env = {**env, "TRAIN_EPOCHS": str(more), "TRAIN_CHECKPOINTS_TO_KEEP": "10"}  # keep them all
 
     # Truncated weights in the newest checkpoint.
-    model = run_dir / "checkpoint_epoch_0002" / "model.pt"
+    model = run_dir / f"checkpoint_epoch_{last:04d}" / "model.pt"
     model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
-    rerun = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "3"}, cwd=tmp_path, timeout=900)
+    rerun = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
     assert rerun.returncode == 0, explain(rerun)
-    assert "checkpoint checkpoint_epoch_0002 is unusable" in rerun.stdout, explain(rerun)
-    assert "resuming run faults at epoch 2" in rerun.stdout, explain(rerun)
-    assert (run_dir / "corrupt_checkpoint_epoch_0002").is_dir()
-    assert read_summary(run_dir)["epochs_completed"] == 3
+    assert f"checkpoint checkpoint_epoch_{last:04d} is unusable" in rerun.stdout, explain(rerun)
+    assert f"resuming run {name} at epoch {last}" in rerun.stdout, explain(rerun)
+    assert (run_dir / f"corrupt_checkpoint_epoch_{last:04d}").is_dir()
+    assert read_summary(run_dir)["epochs_completed"] == more
 
     # A partial checkpoint: the upload never finished, so meta.json never arrived.
-    (run_dir / "checkpoint_epoch_0003" / "meta.json").unlink()
-    again = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "3"}, cwd=tmp_path, timeout=900)
+    (run_dir / f"checkpoint_epoch_{more:04d}" / "meta.json").unlink()
+    again = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
     assert again.returncode == 0, explain(again)
-    assert "checkpoint_epoch_0003 is unusable: meta.json is missing" in again.stdout
-    assert "resuming run faults at epoch 3" in again.stdout, explain(again)
+    assert f"checkpoint_epoch_{more:04d} is unusable: meta.json is missing" in again.stdout
+    assert f"resuming run {name} at epoch {more}" in again.stdout, explain(again)
     summary = read_summary(run_dir)
-    assert summary["epochs_completed"] == 3 and summary["status"] == "succeeded"
+    assert summary["epochs_completed"] == more and summary["status"] == "succeeded"

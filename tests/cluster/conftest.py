@@ -1,0 +1,34 @@
+"""One finished training run, shared by the cluster tests that only need its outputs.
+
+A `trainctl train` costs about half a minute of two busy cores, mostly process starts, so the
+tests that read a finished run (its folder, its checkpoint, its learning) share this one, and the
+tests that change a run (rerun, corrupt a checkpoint) work on their own copy of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import FINISHED_EPOCHS, FinishedRun, explain, run_trainctl, trainctl_env
+
+
+@pytest.fixture(scope="session")
+def finished_run(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
+    """digits on two workers for 6 epochs, every checkpoint kept: enough to learn (>= 90%)."""
+    tmp = tmp_path_factory.mktemp("finished")
+    env = trainctl_env(
+        dataset="digits",
+        model="cnn",
+        epochs=str(FINISHED_EPOCHS),
+        lr="0.003",
+        num_workers="2",
+        global_batch_size="64",
+        checkpoints_to_keep=str(FINISHED_EPOCHS),
+        data_path=str(tmp / "data"),
+        storage_path=str(tmp / "runs"),
+        ray_address=ray_cluster.address,  # type: ignore[attr-defined]
+        max_failures="0",
+    )
+    result = run_trainctl("train", env=env, cwd=tmp)
+    assert result.returncode == 0, explain(result)
+    return FinishedRun(tmp, env, result)
