@@ -48,9 +48,10 @@ def check_capacity(settings: TrainSettings) -> None:
     import ray
     import ray.data
 
-    deadline = time.monotonic() + (
-        10 if settings.ray_address or os.environ.get("RAY_ADDRESS") else 0
-    )
+    # A cluster this command started itself is complete at once; a joined one may still be
+    # adding nodes (a RayJob's workers start after its head).
+    joined = settings.ray_address or os.environ.get("RAY_ADDRESS")
+    deadline = time.monotonic() + (settings.capacity_wait_s if joined else 0)
     while True:
         missing = capacity_problems(settings, ray.cluster_resources())
         if not missing or time.monotonic() >= deadline:

@@ -116,6 +116,13 @@ class TrainSettings(BaseSettings):
         description="Ray cluster to join, e.g. `auto` or ray://host:10001. Empty starts a "
         "local cluster unless RAY_ADDRESS is set (as it is inside a RayJob).",
     )
+    capacity_wait_s: float = Field(
+        10,
+        ge=0,
+        le=3600,
+        description="Seconds to let a joined cluster's nodes come up before a request it "
+        "cannot hold (workers, GPUs, accelerator type) is refused with exit 2.",
+    )
 
     # --- run folder, checkpoints, fault tolerance ----------------------------------------
     storage_path: Path = Field(

@@ -194,6 +194,8 @@ def _run_case(case: Case, tmp: Path, address: str) -> Outcome:
     settings = {key: value.replace("{tmp}", str(tmp)) for key, value in settings.items()}
     if case.cluster:
         settings["ray_address"] = address
+        # The session cluster has all its nodes before any test: waiting for more only costs time.
+        settings.setdefault("capacity_wait_s", "1")
     if case.data:
         case.data(tmp / "data")
     run_before = None

@@ -92,6 +92,7 @@ def _check(failure: Failure, tmp: Path, address: str) -> Result:
         "data_path": str(tmp / "data"),
         "storage_path": str(tmp / "runs"),
         "ray_address": address,
+        "capacity_wait_s": "1",  # the session cluster is complete: no nodes are still joining
         **{k: v.replace("{tmp}", str(tmp)) for k, v in failure.settings.items()},
     }
     env = {**trainctl_env(**settings), **(failure.env(tmp) if failure.env else {})}
