@@ -15,7 +15,7 @@ PIP := env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(PY) -m pip
 CRDS := $(PYTHON_BIN) tests/kuberay_crds.py
 # Two xdist workers: the Ray-cluster tests on one (tests/conftest.py groups them), the rest on the
 # other. Override with e.g. PYTEST_ARGS='-n 0 tests/unit' for a quick loop.
-PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=20
+PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=30
 
 .PHONY: help setup run test fresh-clone-test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
 
