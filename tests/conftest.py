@@ -96,5 +96,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     other meanwhile, in the cluster layer's idle moments (process starts, polling, waits).
     """
     for item in items:
-        if item.get_closest_marker("cluster"):
+        if item.get_closest_marker("cluster") or "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("ray-cluster"))
