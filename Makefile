@@ -6,6 +6,7 @@ PYTHON_BIN ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CHECKOV_VENV ?= .venv-checkov
+MLFLOW_VENV ?= .venv-mlflow
 CONSTRAINTS := requirements/constraints.txt
 # Some machines point pip at local CPU-only torch wheels; torchvision on PyPI only matches the
 # standard torch wheel, so installs here use plain PyPI and the pinned pair (both run on CPU).
@@ -33,7 +34,12 @@ $(CHECKOV_VENV)/.installed: requirements/checkov.txt
 	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(CHECKOV_VENV)/bin/pip install --quiet -r requirements/checkov.txt
 	touch $@
 
-setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed  ## create the virtualenvs with pinned versions
+$(MLFLOW_VENV)/.installed: requirements/mlflow-server.txt
+	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MLFLOW_VENV)
+	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(MLFLOW_VENV)/bin/pip install --quiet -r requirements/mlflow-server.txt
+	touch $@
+
+setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(MLFLOW_VENV)/.installed  ## create the virtualenvs with pinned versions
 
 run: $(VENV)/.installed  ## train the default job (digits, 2 CPU workers, local Ray)
 	$(VENV)/bin/trainctl train
@@ -41,7 +47,8 @@ run: $(VENV)/.installed  ## train the default job (digits, 2 CPU workers, local 
 test:  ## find the KubeRay CRDs, lint, then the whole test suite
 	@crds="$$($(CRDS))" && $(MAKE) --no-print-directory setup && \
 	  $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
-	  KUBERAY_CRDS_DIR="$$crds" CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov $(VENV)/bin/pytest $(PYTEST_ARGS)
+	  KUBERAY_CRDS_DIR="$$crds" CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov \
+	  MLFLOW_BIN=$(abspath $(MLFLOW_VENV))/bin/mlflow $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 fresh-clone-test:  ## clone this commit into an empty temp folder and run `make test` there
 	scripts/fresh-clone-test.sh

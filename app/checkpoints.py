@@ -3,8 +3,11 @@
 A checkpoint folder holds:
 - model.pt: the unwrapped model's state dict (loads with torch.load(weights_only=True) on CPU);
 - train_state.pt: optimizer and grad-scaler state, epoch and step, to resume exactly;
-- meta.json: epoch, metrics and a SHA-256 of each file. It is written last, so a folder without a
+- meta.json: epoch, metrics and a SHA-256 of each file, and `meta_sha256` over those three, so
+  an edited epoch or metric no longer matches. It is written last, so a folder without a
   readable meta.json, or whose files no longer match it, is partial or corrupt and is skipped.
+The epoch must agree three ways: the folder name, meta.json and (checked before resuming, since
+it means loading the file) train_state.pt; and the weights must fit the model being trained.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
 PREFIX = "checkpoint_epoch_"
 CORRUPT_PREFIX = "corrupt_"
+REASON_FILE = "UNUSABLE.txt"
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,17 @@ def write_checkpoint(
     metrics: dict[str, float],
 ) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save(model_state, folder / MODEL_FILE)
+    torch.save(plain_keys(model_state), folder / MODEL_FILE)
     torch.save(train_state, folder / STATE_FILE)
     files = {name: _sha256(folder / name) for name in (MODEL_FILE, STATE_FILE)}
     meta = {"epoch": epoch, "metrics": metrics, "files": files}
+    meta["meta_sha256"] = _meta_digest(meta)
     (folder / META_FILE).write_text(json.dumps(meta, indent=2))
+
+
+def _meta_digest(meta: dict[str, Any]) -> str:
+    covered = {key: meta.get(key) for key in ("epoch", "metrics", "files")}
+    return hashlib.sha256(json.dumps(covered, sort_keys=True).encode()).hexdigest()
 
 
 def verify(folder: Path) -> CheckpointRef:
@@ -58,22 +68,68 @@ def verify(folder: Path) -> CheckpointRef:
     if not meta_path.is_file():
         raise ValueError(f"{META_FILE} is missing (the checkpoint was never completed)")
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
         files, epoch = dict(meta["files"]), int(meta["epoch"])
-    except (ValueError, KeyError, TypeError) as err:
+        metrics = {str(k): float(v) for k, v in dict(meta.get("metrics", {})).items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{META_FILE} is unreadable ({err})") from None
+    if meta.get("meta_sha256") != _meta_digest(meta):
+        raise ValueError(f"{META_FILE} does not match its recorded checksum (edited or damaged)")
+    named = _epoch_of(folder.name)
+    if named is not None and named != epoch:
+        raise ValueError(f"{META_FILE} says epoch {epoch} but the folder is named for {named}")
+    if set(files) != {MODEL_FILE, STATE_FILE}:
+        raise ValueError(f"{META_FILE} lists {sorted(files)}, not {MODEL_FILE} and {STATE_FILE}")
     for name, digest in files.items():
         path = folder / name
         if not path.is_file():
             raise ValueError(f"{name} is missing")
         if _sha256(path) != digest:
             raise ValueError(f"{name} does not match its recorded checksum (truncated or altered)")
-    return CheckpointRef(path=folder, epoch=epoch, metrics=dict(meta.get("metrics", {})))
+    return CheckpointRef(path=folder, epoch=epoch, metrics=metrics)
+
+
+def _epoch_of(name: str) -> int | None:
+    digits = name.removeprefix(PREFIX)
+    return int(digits) if name.startswith(PREFIX) and digits.isdigit() else None
+
+
+def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str | None:
+    """Why a verified checkpoint still cannot resume this run (None when it can).
+
+    `expected` is the model's own {name: shape}: a checkpoint of another model or another
+    class count passes its checksums and would fail inside every worker, every retry.
+    """
+    try:
+        model_state, train_state = load_train_state(ref.path)
+    except Exception as err:  # any unpickling failure means "unusable", whatever its type
+        return f"cannot be loaded ({type(err).__name__}: {err})"
+    if not isinstance(train_state, dict) or train_state.get("epoch") != ref.epoch:
+        got = train_state.get("epoch") if isinstance(train_state, dict) else None
+        return f"{STATE_FILE} holds epoch {got}, but {META_FILE} and the folder say {ref.epoch}"
+    problem = fit_problem(model_state, expected)
+    return f"its weights do not fit this model ({problem})" if problem else None
+
+
+def fit_problem(model_state: Any, expected: dict[str, torch.Size]) -> str | None:
+    """How a state dict differs from the model's {name: shape}; None when it loads as is."""
+    if not isinstance(model_state, dict):
+        return f"{MODEL_FILE} holds a {type(model_state).__name__}, not a state dict"
+    shapes = {k: tuple(v.shape) for k, v in model_state.items() if hasattr(v, "shape")}
+    want = {k: tuple(v) for k, v in expected.items()}
+    if shapes == want:
+        return None
+    missing = sorted(set(want) - set(shapes))[:3]
+    extra = sorted(set(shapes) - set(want))[:3]
+    differ = [k for k in sorted(set(want) & set(shapes)) if want[k] != shapes[k]][:3]
+    parts = [f"missing {missing}" if missing else "", f"unexpected {extra}" if extra else ""]
+    parts += [f"{k} is {shapes[k]} not {want[k]}" for k in differ]
+    return "; ".join(part for part in parts if part)
 
 
 def load_train_state(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model state dict, training state) from a verified checkpoint, on CPU."""
-    model_state = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True)
+    model_state = plain_keys(torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True))
     train_state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
     return model_state, train_state
 
@@ -81,7 +137,16 @@ def load_train_state(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def load_weights(path: Path) -> dict[str, Any]:
     """Model weights for a warm start: a checkpoint folder or a model.pt file."""
     file = path / MODEL_FILE if path.is_dir() else path
-    return torch.load(file, map_location="cpu", weights_only=True)
+    return plain_keys(torch.load(file, map_location="cpu", weights_only=True))
+
+
+def plain_keys(state: dict[str, Any]) -> dict[str, Any]:
+    """A state dict with the names of a plain module: weights saved from a compiled
+    (`_orig_mod.`) or DDP (`module.`) wrapper elsewhere load into a plain model too."""
+    for prefix in ("_orig_mod.", "module."):
+        if state and all(key.startswith(prefix) for key in state):
+            state = {key.removeprefix(prefix): value for key, value in state.items()}
+    return state
 
 
 @dataclass(frozen=True)
@@ -106,12 +171,14 @@ def scan(run_dir: Path) -> Scan:
     return Scan(good=good, bad=bad)
 
 
-def quarantine(folder: Path) -> Path:
+def quarantine(folder: Path, reason: str = "") -> Path:
     """Rename an unusable checkpoint so no later run trusts it, keeping it for inspection."""
     target = folder.with_name(CORRUPT_PREFIX + folder.name)
     if target.exists():
         shutil.rmtree(target)
     folder.rename(target)
+    if reason:
+        (target / REASON_FILE).write_text(reason + "\n", encoding="utf-8")
     return target
 
 

@@ -8,13 +8,20 @@ the documented exit code, never a traceback.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
+from types import FrameType
 
 import click
 
 from app.errors import EXIT_FAILED, EXIT_INVALID, TrainctlError
-from app.settings import NAMED_DATASETS
+from app.settings import NAMED_DATASETS, SEED_MAX
+
+EXIT_CTRL_C = 130  # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_SIGTERM = 143  # 128 + SIGTERM, what Kubernetes expects from an evicted process
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,7 +37,13 @@ def cli() -> None:
 @click.option("--dataset", required=True, type=click.Choice(NAMED_DATASETS), help="Dataset.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @click.option("--force", is_flag=True, help="Rewrite even if a complete copy exists.")
-@click.option("--seed", default=0, show_default=True, help="Seed (synthetic data only).")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, SEED_MAX),
+    default=0,
+    show_default=True,
+    help="Seed (synthetic data only).",
+)
 def prepare_data_cmd(dataset: str, out: Path, force: bool, seed: int) -> None:
     """Write DATASET as Parquet: OUT/train/ and OUT/valid/ with `image` and `label` columns."""
     from app.data.prepare import prepare_dataset
@@ -171,31 +184,110 @@ def status_cmd(namespace: str | None, release: str | None) -> None:
 @click.option("--head", "which", flag_value="head", help="The Ray head's logs.")
 @click.option("--submitter", "which", flag_value="submitter", help="The submitter's (default).")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
-def logs_cmd(name: str, namespace: str | None, which: str | None, follow: bool) -> None:
-    """Print the logs of RayJob NAME: its submitter (the driver's output) or its Ray head."""
+@click.option(
+    "--worker",
+    type=click.IntRange(min=0),
+    help="From the run folder: worker N's log (N = world rank); NAME is the run folder or name.",
+)
+@click.option("--driver", is_flag=True, help="From the run folder: the driver's log.")
+@click.option("--attempt", type=click.IntRange(min=1), help="With --worker/--driver [newest].")
+@click.option(
+    "--storage",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="With --worker/--driver: where run folders are [TRAIN_STORAGE_PATH].",
+)
+def logs_cmd(
+    name: str,
+    namespace: str | None,
+    which: str | None,
+    follow: bool,
+    worker: int | None,
+    driver: bool,
+    attempt: int | None,
+    storage: Path | None,
+) -> None:
+    """Print the logs of RayJob NAME (its submitter or Ray head), or with --worker/--driver
+    a run's own logs from its run folder, which outlive the Ray cluster."""
+    if worker is not None or driver:
+        if worker is not None and driver:
+            raise click.UsageError("give --worker N or --driver, not both")
+        if which or follow or namespace:
+            raise click.UsageError("--head/--submitter/--follow/-n read pods, not the run folder")
+        from app import run_logs
+
+        path = run_logs.log_file(
+            run_logs.resolve_run_dir(name, storage), worker=worker, attempt=attempt
+        )
+        click.echo(f"==> {path} <==")
+        for line in run_logs.read_lines(path):
+            click.echo(line)
+        return
+    if attempt is not None or storage is not None:
+        raise click.UsageError("--attempt and --storage go with --worker or --driver")
     from app.k8s.inspect import show_logs
 
     show_logs(name, namespace, which, follow, click.echo)  # type: ignore[arg-type]
 
 
-def main() -> None:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every `finally` (staging folders, locks) runs."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Terminated("SIGTERM")
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run one command and return its exit code; failures end in a message, not a traceback."""
+    # Every phase of every command stops cleanly on SIGTERM (`train` installs its own handler
+    # while it trains, to record the run as interrupted).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
-        cli.main(standalone_mode=False)
+        return _run(argv)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: list[str] | None) -> int:
+    try:
+        code = cli.main(args=argv, prog_name="trainctl", standalone_mode=False)
     except TrainctlError as err:
         label = "invalid input" if err.exit_code == EXIT_INVALID else "failed"
         click.echo(f"trainctl: {label}:", err=True)
         for problem in err.problems:
             click.echo(f"  - {problem}", err=True)
-        sys.exit(err.exit_code)
-    except click.exceptions.Abort:
+        return err.exit_code
+    except click.exceptions.Abort as err:
+        if isinstance(err.__context__, Terminated):
+            click.echo("trainctl: stopped by SIGTERM", err=True)
+            return EXIT_SIGTERM
+        if isinstance(err.__context__, KeyboardInterrupt):  # click's wrapping of Ctrl-C
+            click.echo("trainctl: interrupted", err=True)
+            return EXIT_CTRL_C
         click.echo("trainctl: aborted", err=True)
-        sys.exit(EXIT_FAILED)
+        return EXIT_FAILED
     except click.ClickException as err:
         err.show()
-        sys.exit(EXIT_INVALID)
+        return EXIT_INVALID
+    except Terminated:
+        click.echo("trainctl: stopped by SIGTERM", err=True)
+        return EXIT_SIGTERM
     except KeyboardInterrupt:
         click.echo("trainctl: interrupted", err=True)
-        sys.exit(130)
+        return EXIT_CTRL_C
+    except Exception as err:  # a bug: still one line, the traceback only on request
+        if os.environ.get("TRAINCTL_DEBUG"):
+            raise
+        click.echo(f"trainctl: internal error: {type(err).__name__}: {err}", err=True)
+        click.echo("  (set TRAINCTL_DEBUG=1 to see where; please report it)", err=True)
+        return EXIT_FAILED
+    return code if isinstance(code, int) else 0
+
+
+def main() -> None:
+    sys.exit(run())
 
 
 if __name__ == "__main__":

@@ -11,29 +11,59 @@ from app.errors import ConfigError
 # so small images get the CIFAR-style 3x3/stride-1 stem instead.
 SMALL_IMAGE = 64
 
-# The reference ViT for 32x32 images (patch 4, 12 layers, 8 heads, hidden 384, MLP 768).
+# The tutorial's ViT for 32x32 images: patch 4 (an 8x8 grid), 12 layers, 8 heads, hidden 384,
+# MLP 768. Other sizes keep the encoder and take their patch from vit_patch_for().
 VIT_LAYERS, VIT_HEADS, VIT_HIDDEN, VIT_MLP = 12, 8, 384, 768
+VIT_PATCHES = (16, 8, 4, 2)
+# A grid of at least 7x7 patches: 28px -> 4 (7x7), 32px -> 4 (8x8, the tutorial's),
+# 64px -> 8 (8x8), 224px -> 16 (14x14, ViT-B/16's). Tiny images settle for a 4x4 grid.
+VIT_MIN_GRID, VIT_TINY_GRID = 7, 4
 
 
-def build_model(name: str, info: DatasetInfo) -> nn.Module:
-    problem = model_problem(name, info)
+def build_model(name: str, info: DatasetInfo, vit_patch: int = 0) -> nn.Module:
+    problem = model_problem(name, info, vit_patch)
     if problem:
         raise ConfigError(problem)
     if name == "cnn":
         return _small_cnn(info)
     if name == "resnet18":
         return _resnet18(info)
-    return _vit(info)
+    return _vit(info, vit_patch)
 
 
-def model_problem(name: str, info: DatasetInfo) -> str | None:
+def model_problem(name: str, info: DatasetInfo, vit_patch: int = 0) -> str | None:
     """Why `name` cannot train on this data, or None. Checked before any worker starts."""
     if name == "vit":
+        size = info.height
         if info.height != info.width:
             return f"TRAIN_MODEL=vit needs square images; the data is {info.height}x{info.width}"
-        if _vit_patch(info.height) is None:
-            return f"TRAIN_MODEL=vit needs an even image size; the data is {info.height}px"
+        if vit_patch and (vit_patch > size or size % vit_patch):
+            return (
+                f"TRAIN_VIT_PATCH={vit_patch} does not divide the {size}px images into whole "
+                f"patches; use a divisor of {size}, or 0 for the default rule"
+            )
+        if not vit_patch and vit_patch_for(size) is None:
+            return (
+                f"TRAIN_MODEL=vit has no default patch for {size}px images (the rule needs an "
+                f"even image size of at least 8px); set TRAIN_VIT_PATCH to a divisor of {size}"
+            )
     return None
+
+
+def vit_patch_for(size: int) -> int | None:
+    """The default patch: the largest of 16, 8, 4, 2 that cuts the image into whole patches and
+    leaves a grid of at least 7x7 (at least 4x4 for tiny images), or None."""
+    for grid in (VIT_MIN_GRID, VIT_TINY_GRID):
+        for patch in VIT_PATCHES:
+            if size % patch == 0 and size // patch >= grid:
+                return patch
+    return None
+
+
+def uses_channels_last(name: str) -> bool:
+    """CNNs run faster on channels_last batches; the ViT (one convolution, then matrix
+    products) on contiguous NCHW ones. BENCHMARKS.md has the measurements."""
+    return name != "vit"
 
 
 def _small_cnn(info: DatasetInfo) -> nn.Module:
@@ -66,18 +96,10 @@ def _resnet18(info: DatasetInfo) -> nn.Module:
     return model
 
 
-def _vit_patch(size: int) -> int | None:
-    # Aim for at least a 4x4 grid of patches; tiny images get 2-pixel patches.
-    for patch in (16, 8, 4, 2):
-        if size % patch == 0 and size // patch >= 4:
-            return patch
-    return None
-
-
-def _vit(info: DatasetInfo) -> nn.Module:
+def _vit(info: DatasetInfo, vit_patch: int) -> nn.Module:
     from torchvision.models import VisionTransformer
 
-    patch = _vit_patch(info.height)
+    patch = vit_patch or vit_patch_for(info.height)
     assert patch is not None  # model_problem() ruled this out
     model = VisionTransformer(
         image_size=info.height,

@@ -11,6 +11,7 @@ from importlib import metadata
 
 import click
 
+from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.settings import TrainSettings
 from app.storage import ensure_writable, free_bytes, human_bytes
@@ -19,14 +20,17 @@ PINNED = ("ray", "torch", "torchvision")
 
 
 def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
+    found: dict[str, DatasetInfo] = {}  # the dataset check's findings, for the cluster check
     checks: list[tuple[str, Callable[[TrainSettings], str]]] = [
         ("settings", _settings),
         ("storage", _storage),
-        ("dataset", _dataset),
+        # Rows per worker is judged after the cluster's capacity, as `train` does, so a request
+        # the cluster never holds is reported once, by the cluster check.
+        ("dataset", lambda s: _dataset(s, found, rows_per_worker=not connect)),
         ("versions", _versions),
     ]
     if connect:
-        checks.append(("cluster", _cluster))
+        checks.append(("cluster", lambda s: _cluster(s, found.get("info"))))
     problems = []
     for name, check in checks:
         try:
@@ -57,21 +61,39 @@ def _storage(settings: TrainSettings) -> str:
     )
 
 
-def _dataset(settings: TrainSettings) -> str:
+def _dataset(settings: TrainSettings, found: dict[str, DatasetInfo], rows_per_worker: bool) -> str:
     from app.data import inspect_dataset
     from app.model import model_problem
 
     folder = settings.dataset_dir
     if settings.dataset != "parquet" and not (folder / "train").exists():
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
-    info = inspect_dataset(folder)
-    problem = model_problem(settings.model, info)
+    info = found["info"] = inspect_dataset(folder)
+    problem = model_problem(settings.model, info, settings.vit_patch)
+    if rows_per_worker:
+        problem = problem or workers_problem(settings, info)
     if problem:
         raise ConfigError(problem)
     return (
         f"{folder}: {info.train_rows} train / {info.valid_rows} valid rows, "
         f"{info.height}x{info.width}x{info.channels} images ({info.layout}), "
         f"{info.num_classes} classes"
+    )
+
+
+def workers_problem(settings: TrainSettings, info: DatasetInfo) -> str | None:
+    """Every worker needs rows of each split; None when it gets them.
+
+    Ray splits each dataset evenly across workers: a rank with no rows would "train" on
+    nothing, and the run would still report success.
+    """
+    workers = settings.workers.max
+    if min(info.train_rows, info.valid_rows) >= workers:
+        return None
+    return (
+        f"TRAIN_NUM_WORKERS={settings.num_workers}: {workers} workers need at least one row "
+        f"each, but train has {info.train_rows} rows and valid {info.valid_rows}; use fewer "
+        "workers or more data"
     )
 
 
@@ -100,13 +122,16 @@ def _pins() -> dict[str, str]:
     return pins
 
 
-def _cluster(settings: TrainSettings) -> str:
+def _cluster(settings: TrainSettings, info: DatasetInfo | None) -> str:
     import ray
 
     from app.ray_cluster import check_capacity, connect_ray
 
     connect_ray(settings)
     check_capacity(settings)
+    problem = workers_problem(settings, info) if info else None
+    if problem:
+        raise ConfigError(problem)
     resources = ray.cluster_resources()
     nodes = len([n for n in ray.nodes() if n.get("Alive")])
     return (

@@ -1,7 +1,8 @@
 """One readable line per epoch, printed by the driver while Ray trains.
 
 Workers append each finished epoch to metrics.jsonl on shared storage; the driver follows that
-file. Ray's own worker logs stay in the Ray log folder, so the console shows progress, not noise.
+file. Worker output stays in Ray's log folder and <run_dir>/logs/, so the console shows progress,
+not noise; the same records feed the experiment trackers (app/tracking.py).
 """
 
 from __future__ import annotations
@@ -44,9 +45,15 @@ class EpochFollower:
     """Prints each epoch that appears in the run's history after `since` (a unix time)."""
 
     def __init__(
-        self, run_dir: Path, total_epochs: int, since: float, emit: Callable[[str], None]
+        self,
+        run_dir: Path,
+        total_epochs: int,
+        since: float,
+        emit: Callable[[str], None],
+        on_epoch: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._run_dir, self._total, self._since, self._emit = run_dir, total_epochs, since, emit
+        self._on_epoch = on_epoch  # the experiment trackers: each epoch once, in order
         self._printed: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="epoch-follower", daemon=True)
@@ -79,3 +86,5 @@ class EpochFollower:
             ]
             eta = (self._total - int(row["epoch"])) * statistics.median(durations)
             self._emit(progress_line(row, self._total, eta))
+            if self._on_epoch is not None:
+                self._on_epoch(row)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
+
+import click
 
 from app.errors import ConfigError
 from app.settings import TrainSettings
@@ -18,6 +21,11 @@ def connect_ray(settings: TrainSettings) -> None:
     import ray
     import ray.data
 
+    address = settings.ray_address or os.environ.get("RAY_ADDRESS")
+    if address:
+        # ray.init alone retries a closed port for minutes, deaf to SIGTERM: knock first, even
+        # when this process is already connected (the address asked for must answer).
+        wait_for_address(address, settings.ray_connect_timeout)
     if ray.is_initialized():
         return
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -25,7 +33,6 @@ def connect_ray(settings: TrainSettings) -> None:
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     # ... and the bars are off on purpose (the epoch lines are the progress), not worth a warning.
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
-    address = settings.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, **QUIET)
         return
@@ -41,6 +48,47 @@ def connect_ray(settings: TrainSettings) -> None:
         include_dashboard=False,
         **QUIET,
     )
+
+
+RETRY_EVERY_S = 5.0
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """Where `address` points (ray://host:port or host:port); None for auto, local and the like."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def wait_for_address(address: str, timeout_s: float) -> None:
+    """Return once something listens at `address`; ConfigError after `timeout_s`."""
+    target = _host_port(address)
+    if target is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    attempts = int(timeout_s // RETRY_EVERY_S) + 1
+    attempt = 1
+    while True:
+        try:
+            socket.create_connection(target, timeout=min(RETRY_EVERY_S, timeout_s)).close()
+            return
+        except OSError as err:
+            remaining = deadline - time.monotonic()
+            why = err.strerror or type(err).__name__
+            if remaining <= 0 or attempt >= attempts:
+                raise ConfigError(
+                    f"Ray address {address}: nothing answers at {target[0]}:{target[1]} ({why}) "
+                    f"within {timeout_s:g} s (TRAIN_RAY_CONNECT_TIMEOUT); is the Ray head up?"
+                ) from None
+            delay = min(RETRY_EVERY_S, remaining)
+            attempt += 1
+            click.echo(
+                f"trainctl: Ray at {target[0]}:{target[1]} not reachable ({why}); "
+                f"retrying in {delay:g} s ({attempt}/{attempts})"
+            )
+            time.sleep(delay)
 
 
 def check_capacity(settings: TrainSettings) -> None:

@@ -12,21 +12,25 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import click
 
-from app import checkpoints, history
+from app import checkpoints, history, resume, run_logs
+from app.accel import resolve
 from app.data import DatasetInfo, ensure_dataset
 from app.errors import ConfigError, RunFailed, TrainctlError
 from app.model import model_problem
+from app.preflight import workers_problem
 from app.progress import EpochFollower
 from app.ray_cluster import check_capacity, connect_ray
 from app.settings import TrainSettings
 from app.storage import ensure_writable
 from app.summary import build_summary, plot_curves, read_summary, write_summary
+from app.tracking import Trackers
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, what Kubernetes expects from an evicted process
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"
@@ -44,18 +48,44 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     except ConfigError as err:
         _record_invalid(run_dir, err)
         raise
+    # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
+    # to worker-N.log there: they outlive the Ray cluster (app/run_logs.py).
+    attempt = run_logs.next_attempt(run_dir)
+    driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
+    banner = f"driver, attempt {attempt}"
+    with run_logs.capture(driver_log, settings.log_max_mb, banner, held=True) as log:
+        return _train(settings, info, started, attempt, log.open)
 
-    scan = checkpoints.scan(run_dir)
-    for folder, why in scan.bad:
-        moved = checkpoints.quarantine(folder)
-        _say(f"checkpoint {folder.name} is unusable: {why}; set aside as {moved.name}")
-    latest = scan.latest
+
+def _train(
+    settings: TrainSettings,
+    info: DatasetInfo,
+    started: float,
+    attempt: int,
+    open_log: Callable[[], None],
+) -> dict[str, Any]:
+    run_dir = settings.run_dir
+    # auto values become concrete once, here: the workers and summary.json see what ran.
+    settings, choices = resolve(settings, info)
+    if choices:
+        _say(f"gpu: {', '.join(choices)}")
+
+    latest = resume.usable_checkpoint(settings, info, _say)
     if latest and latest.epoch >= settings.epochs:
         _say(
             f"run {settings.run_name} already finished {latest.epoch} epochs "
             f"(TRAIN_EPOCHS={settings.epochs}); nothing to train. Raise TRAIN_EPOCHS to continue."
         )
-        return _finish(settings, "succeeded", started, invocation="", resumed=str(latest.path))
+        # A driver killed after the last checkpoint left its tracker runs open: close them.
+        before = read_summary(run_dir) or {}
+        previous = before.get("tracking") if before.get("status") != "succeeded" else None
+        trackers = Trackers.start(settings, previous) if previous else None
+        if trackers is not None:
+            trackers.catch_up(history.epochs(run_dir))
+        return _finish(
+            settings, "succeeded", started, invocation="", resumed=str(latest.path),
+            trackers=trackers,
+        )  # fmt: skip
     if latest:
         _say(f"resuming run {settings.run_name} at epoch {latest.epoch + 1} from {latest.path}")
     else:
@@ -63,13 +93,28 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
 
     invocation = uuid.uuid4().hex
     resume_from = str(latest.path) if latest else None
-    connect_ray(settings)
-    try:
+    _SIGTERM.clear()
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:  # joining a cluster may take a while: SIGTERM and Ctrl-C end it cleanly too
+        connect_ray(settings)
         check_capacity(settings)
+        # After capacity: a request the cluster can never hold is the first thing to fix.
+        problem = workers_problem(settings, info)
+        if problem:
+            raise ConfigError(problem)
+    except _StopForSigterm:
+        raise Interrupted(
+            f"stopped by SIGTERM while joining the Ray cluster; run folder {run_dir} is unchanged"
+        ) from None
     except ConfigError as err:  # a request the cluster never holds is bad input, like the rest
         _record_invalid(run_dir, err)
         raise
-    write_summary(run_dir, _running_summary(settings, resume_from))
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+    open_log()  # training starts: from here on the driver's output is kept in the run folder
+    trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
+    trackers.catch_up([r for r in history.epochs(run_dir) if latest and r["epoch"] <= latest.epoch])
+    write_summary(run_dir, {**_running_summary(settings, resume_from), "tracking": trackers.ids})
     # Resume is decided above from verified files; Ray's own snapshot may name checkpoints that
     # were corrupted or set aside, which would stop Ray from starting at all.
     (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)
@@ -77,29 +122,38 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     _SIGTERM.clear()  # a flag left from an earlier run in this process must not count here
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
-        _fit(settings, info, invocation, resume_from)
+        _fit(settings, info, invocation, resume_from, attempt, trackers)
     except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
         # What the SIGTERM handler raised may reach here wrapped or replaced by Ray (ray.get
         # turns it into a plain KeyboardInterrupt); the flag tells.
         if _SIGTERM.is_set():
-            _finish(settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM")
+            _finish(
+                settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM",
+                trackers=trackers,
+            )  # fmt: skip
             raise Interrupted(
                 f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
             ) from None
         if isinstance(err, KeyboardInterrupt):  # Ctrl-C: the CLI reports it
             raise
         cause = _root_cause(err)
-        _finish(settings, "failed", started, invocation, resume_from, cause)
+        if "ImageError" in f"{cause} {err}":  # a worker's block-relative row: find the file
+            from app.data.locate import locate_bad_image
+
+            cause = f"bad image in {locate_bad_image(info) or 'the data'}: {cause}"
+        _finish(settings, "failed", started, invocation, resume_from, cause, trackers=trackers)
+        logs = run_logs.attempt_dir(run_dir, attempt)
         raise RunFailed(
             [
                 f"training failed: {cause}",
                 f"checkpoints and summary: {run_dir}",
-                "worker logs: /tmp/ray/session_latest/logs on the Ray head (or the Ray dashboard)",
+                f"driver and worker logs: {logs}/ (`trainctl logs {run_dir} --worker N`, "
+                "N = 0 for rank 0; --driver for the driver's)",
             ]
         ) from None
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
-    return _finish(settings, "succeeded", started, invocation, resume_from)
+    return _finish(settings, "succeeded", started, invocation, resume_from, trackers=trackers)
 
 
 def _preflight(settings: TrainSettings) -> DatasetInfo:
@@ -108,14 +162,23 @@ def _preflight(settings: TrainSettings) -> DatasetInfo:
     if settings.warm_start is not None and not settings.warm_start.exists():
         raise ConfigError(f"TRAIN_WARM_START={settings.warm_start}: no such checkpoint or file")
     info = ensure_dataset(settings)
-    problem = model_problem(settings.model, info)
+    problem = model_problem(settings.model, info, settings.vit_patch)
     if problem:
         raise ConfigError(problem)
+    if settings.warm_start is not None:
+        problem = resume.warm_start_problem(settings)
+        if problem:
+            raise ConfigError(problem)
     return info
 
 
 def _fit(
-    settings: TrainSettings, info: DatasetInfo, invocation: str, resume_from: str | None
+    settings: TrainSettings,
+    info: DatasetInfo,
+    invocation: str,
+    resume_from: str | None,
+    attempt: int,
+    trackers: Trackers,
 ) -> None:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -135,6 +198,7 @@ def _fit(
             "info": info,
             "invocation": invocation,
             "resume_from": resume_from,
+            "log_attempt": attempt,
         },
         scaling_config=ScalingConfig(
             num_workers=(workers.min, workers.max) if workers.elastic else workers.max,
@@ -154,7 +218,11 @@ def _fit(
         ),
         datasets=datasets,
     )
-    with EpochFollower(settings.run_dir, settings.epochs, since=time.time(), emit=click.echo):
+    follower = EpochFollower(
+        settings.run_dir, settings.epochs, since=time.time(), emit=click.echo,
+        on_epoch=trackers.log_epoch,
+    )  # fmt: skip
+    with follower:
         trainer.fit()
 
 
@@ -165,6 +233,7 @@ def _finish(
     invocation: str,
     resumed: str | None,
     error: str | None = None,
+    trackers: Trackers | None = None,
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
     checkpoints.prune(run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric)
@@ -177,13 +246,27 @@ def _finish(
         status=status,
         run_name=settings.run_name,
         target_epochs=settings.epochs,
-        settings=settings.redacted(),
+        settings=_recorded_settings(settings),
         duration_s=time.monotonic() - started,
         failures=max(0, len(starts) - 1),
         restored_from=restored_from,
         error=error,
     )
-    curves = plot_curves(run_dir)
+    if settings.compile == "on" and any(
+        e.get("compiled") == 0.0 for e in history.epochs(run_dir)
+    ):  # workers' output does not reach this terminal: say it here, once
+        _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
+    try:
+        curves = plot_curves(run_dir)
+    except Exception as err:  # a plot must never leave summary.json at "running"
+        _say(f"curves not drawn ({type(err).__name__}: {err})")
+        curves = None
+    if trackers is not None:
+        best = (summary.get("best") or {}).get("checkpoint")
+        trackers.finish(status, Path(best) if best else None)
+        summary["tracking"] = trackers.ids
+    elif (read_summary(run_dir) or {}).get("tracking"):
+        summary["tracking"] = read_summary(run_dir)["tracking"]  # type: ignore[index]
     path = write_summary(run_dir, summary)
     metrics = summary["metrics"]
     accuracy = f", val_accuracy {metrics['val_accuracy']:.4f}" if "val_accuracy" in metrics else ""
@@ -205,10 +288,15 @@ def _running_summary(settings: TrainSettings, resume_from: str | None) -> dict[s
         run_dir=str(settings.run_dir),
         epochs_target=settings.epochs,
         restored_from=resume_from,
-        settings=settings.redacted(),
+        settings=_recorded_settings(settings),
     )
     summary.pop("error", None)
     return summary
+
+
+def _recorded_settings(settings: TrainSettings) -> dict[str, Any]:
+    """The effective settings, plus the one choice that is not a setting: the optimizer."""
+    return {**settings.redacted(), "fused_adamw": settings.use_gpu}
 
 
 def _record_invalid(run_dir: Path, err: ConfigError) -> None:

@@ -28,8 +28,12 @@ ModelName = Literal["cnn", "resnet18", "vit"]
 CacheMode = Literal["auto", "on", "off"]
 
 # Run names become folder names and, on Kubernetes, RayJob names: keep them to DNS-1123 labels.
-RUN_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-WORKERS_PATTERN = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+# \A and \Z: `$` would also accept a trailing newline, which would end up in a folder name.
+RUN_NAME_PATTERN = re.compile(r"\A[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
+SEED_MAX = 2**64 - 1  # torch.manual_seed's range
+# ASCII digits only: Python's \d also takes other scripts' digits, which int() then reads.
+WORKERS_PATTERN = re.compile(r"\A\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?\Z")
+MAX_WORKERS = 10_000
 
 
 class WorkerRange(NamedTuple):
@@ -83,14 +87,31 @@ class TrainSettings(BaseSettings):
     global_batch_size: int = Field(
         128,
         ge=1,
+        le=2**24,
         description="Samples per optimizer step across all workers; each worker gets "
         "global_batch_size / workers.",
     )
     lr: float = Field(1e-3, gt=0, le=10, description="Peak learning rate (AdamW, cosine decay).")
     weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay.")
-    seed: int = Field(0, ge=0, description="Seed for weights, shuffling and synthetic data.")
-    amp: Literal["off", "bf16", "fp16"] = Field(
-        "off", description="Mixed precision: off, bf16 (CPU or GPU) or fp16 (GPU only)."
+    seed: int = Field(
+        0, ge=0, le=SEED_MAX, description="Seed for weights, shuffling and synthetic data."
+    )
+    amp: Literal["auto", "off", "bf16", "fp16"] = Field(
+        "auto",
+        description="Mixed precision: off, bf16 (CPU or GPU) or fp16 (GPU only); auto is bf16 "
+        "on GPUs that support it and off on CPU.",
+    )
+    compile: CacheMode = Field(
+        "auto",
+        description="Run the model through torch.compile: auto is on for GPU workers and off "
+        "on CPU; a compilation failure is reported in one line and the run trains uncompiled.",
+    )
+    vit_patch: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="ViT patch size in pixels; 0 picks the largest of 16, 8, 4, 2 that leaves "
+        "a grid of at least 7x7 patches (28px: 4, 32px: 4, 64px: 8, 224px: 16).",
     )
     warm_start: Path | None = Field(
         None,
@@ -124,6 +145,14 @@ class TrainSettings(BaseSettings):
         "cannot hold (workers, GPUs, accelerator type) is refused with exit 2.",
     )
 
+    ray_connect_timeout: float = Field(
+        60,
+        gt=0,
+        le=3600,
+        description="Seconds to wait for the Ray cluster at TRAIN_RAY_ADDRESS (or RAY_ADDRESS) "
+        "to answer before giving up with exit 2; retries are announced every 5 s.",
+    )
+
     # --- run folder, checkpoints, fault tolerance ----------------------------------------
     storage_path: Path = Field(
         Path("runs"),
@@ -145,6 +174,21 @@ class TrainSettings(BaseSettings):
         "(val_accuracy: higher is better, val_loss: lower is better).",
     )
 
+    # --- observability --------------------------------------------------------------------
+    log_max_mb: float = Field(
+        20.0,
+        gt=0,
+        le=10240,
+        description="Size at which each driver and worker log under <run_dir>/logs/ rotates "
+        "(three older files are kept per log).",
+    )
+    tensorboard: bool = Field(
+        False,
+        description="Write TensorBoard event files under <run_dir>/tensorboard/ (rank 0). "
+        "MLflow and W&B switch on by their own variables: MLFLOW_TRACKING_URI, "
+        "WANDB_API_KEY or WANDB_MODE.",
+    )
+
     # --- validators, next to what they check ----------------------------------------------
     @field_validator("num_workers")
     @classmethod
@@ -156,6 +200,8 @@ class TrainSettings(BaseSettings):
         high = int(match.group(2) or low)
         if low < 1 or high < low:
             raise ValueError("needs 1 <= MIN <= MAX")
+        if high > MAX_WORKERS:
+            raise ValueError(f"at most {MAX_WORKERS} workers")
         return f"{low}" if low == high else f"{low}-{high}"
 
     @field_validator("run_name")
@@ -177,7 +223,10 @@ class TrainSettings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         # Ray requires an absolute storage path, and workers may start in other folders.
-        return value.expanduser().absolute()
+        try:
+            return value.expanduser().absolute()
+        except RuntimeError:  # ~name of no user on this machine
+            raise ValueError(f"{str(value).split('/')[0]} names no user on this machine") from None
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainSettings:
@@ -235,7 +284,16 @@ def env_name(field: str) -> str:
 
 
 def load_settings() -> TrainSettings:
-    """Read settings from the environment, raising ConfigError with one line per problem."""
+    """Read settings from the environment, raising ConfigError with one line per problem.
+
+    ./.env is held to the same rules as the environment: an unknown TRAIN_ key or a line that
+    is not KEY=VALUE is refused with its line number, never skipped with a warning.
+    """
+    from app.envfile import check_env_file
+
+    problems = check_env_file(Path(".env"), {env_name(name) for name in TrainSettings.model_fields})
+    if problems:
+        raise ConfigError(problems)
     problems = _unknown_variables(os.environ)
     try:
         settings = TrainSettings()

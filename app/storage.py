@@ -9,6 +9,16 @@ from pathlib import Path
 from app.errors import ConfigError
 
 
+def expand(path: Path | str, what: str) -> Path:
+    """`path` with ~ or ~user expanded and made absolute; an unknown user is bad input."""
+    try:
+        return Path(path).expanduser().absolute()
+    except RuntimeError:  # pathlib: "Could not determine home directory"
+        raise ConfigError(
+            f"{what}={path}: {str(path).split('/')[0]} names no user on this machine"
+        ) from None
+
+
 def ensure_writable(path: Path, variable: str) -> None:
     """Create `path` if needed and prove a file can be written there, or raise ConfigError."""
     # Checked first: mkdir on an existing file fails with a bare "File exists".

@@ -17,9 +17,10 @@ METRIC_KEYS = ("train_loss", "val_loss", "val_accuracy")
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / SUMMARY_FILE
     try:
-        return json.loads(path.read_text())
+        summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return summary if isinstance(summary, dict) else None
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
@@ -55,7 +56,7 @@ def build_summary(
         "run_dir": str(run_dir),
         "epochs_completed": good[0].epoch if good else 0,
         "epochs_target": target_epochs,
-        "metrics": {key: last[key] for key in METRIC_KEYS if key in last},
+        "metrics": {key: last[key] for key in METRIC_KEYS if last.get(key) is not None},
         "best": (
             {
                 "val_accuracy": best_ref.metrics.get("val_accuracy"),
@@ -89,11 +90,12 @@ def plot_curves(run_dir: Path) -> Path | None:
 
     xs = [int(r["epoch"]) for r in epochs]
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    loss_ax.plot(xs, [r["train_loss"] for r in epochs], marker="o", label="train")
-    loss_ax.plot(xs, [r["val_loss"] for r in epochs], marker="o", label="validation")
+    nan = float("nan")  # a line without a metric leaves a gap, not a crash
+    loss_ax.plot(xs, [r.get("train_loss", nan) for r in epochs], marker="o", label="train")
+    loss_ax.plot(xs, [r.get("val_loss", nan) for r in epochs], marker="o", label="validation")
     loss_ax.set(title="Loss", xlabel="epoch", ylabel="cross-entropy")
     loss_ax.legend()
-    acc_ax.plot(xs, [r["val_accuracy"] for r in epochs], marker="o", color="tab:green")
+    acc_ax.plot(xs, [r.get("val_accuracy", nan) for r in epochs], marker="o", color="tab:green")
     acc_ax.set(title="Validation accuracy", xlabel="epoch", ylabel="accuracy", ylim=(0, 1))
     for ax in (loss_ax, acc_ax):
         ax.grid(alpha=0.3)

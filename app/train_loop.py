@@ -20,12 +20,26 @@ import torch.distributed as dist
 from torch import nn
 
 from app import checkpoints, history
+from app.accel import (
+    CompiledModel,
+    autocast_dtype,
+    make_optimizer,
+    memory_format,
+    share_compile_cache,
+)
 from app.data import DatasetInfo, epoch_batches
-from app.model import build_model
+from app.model import build_model, uses_channels_last
 from app.settings import TrainSettings
+from app.worker_hooks import EpochHook, worker_hooks
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
+    # Logs to the run folder and the epoch gauges live in app/worker_hooks.py.
+    with worker_hooks(config, ray.train.get_context().get_world_rank()) as on_epoch:
+        _train_loop(config, on_epoch)
+
+
+def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     settings: TrainSettings = config["settings"]
     info: DatasetInfo = config["info"]
     context = ray.train.get_context()
@@ -37,18 +51,24 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     # Resume from Ray's latest committed checkpoint (a worker failure inside this run) or else
     # from the newest intact checkpoint the driver found on storage (a rerun of the same run).
     resume = _resume_point(config.get("resume_from"))
-    model = build_model(settings.model, info)
+    model = build_model(settings.model, info, settings.vit_patch)
     if resume is None and settings.warm_start is not None:
         model.load_state_dict(checkpoints.load_weights(settings.warm_start))
     train_state: dict[str, Any] = {}
     if resume is not None:
         model_state, train_state = checkpoints.load_train_state(resume)
         model.load_state_dict(model_state)
+    batch_format = memory_format(settings.model)
+    if uses_channels_last(settings.model):
+        model = model.to(memory_format=torch.channels_last)
 
+    # Weights are loaded into the plain module before it is wrapped (DDP) and compiled, so
+    # checkpoints never see compile's `_orig_mod.` names and resume works either way.
     model = ray.train.torch.prepare_model(model)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
-    )
+    if settings.compile == "on":
+        share_compile_cache(settings.storage_path)
+    forward = CompiledModel(model, enabled=settings.compile == "on")
+    optimizer = make_optimizer(model.parameters(), settings, device)
     scaler = torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16")
     if train_state:
         optimizer.load_state_dict(train_state["optimizer"])
@@ -71,41 +91,59 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     train_shard = ray.train.get_dataset_shard("train")
     valid_shard = ray.train.get_dataset_shard("valid")
     loss_fn = nn.CrossEntropyLoss()
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(settings.amp)
+    amp_dtype = autocast_dtype(settings.amp, device)
+    compile_pending = forward.active
 
     for epoch in range(start_epoch, settings.epochs + 1):
         started = time.monotonic()
 
         model.train()
-        seen, loss_sum = 0, 0.0
-        first_batch_at = None
+        seen, first_rows = 0, 0
+        # Summed on the device: a per-step .item() would make the CPU wait for every step.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        first_batch_at = first_step_done = None
         for images, labels in epoch_batches(
             train_shard, batch_size=batch_size, info=info, device=device,
             epoch=epoch, seed=settings.seed, shuffle=True,
         ):  # fmt: skip
             first_batch_at = first_batch_at or time.monotonic()
+            images = images.contiguous(memory_format=batch_format)
             for group in optimizer.param_groups:
                 group["lr"] = schedule(step)
-            with _autocast(device, autocast_dtype):
-                loss = loss_fn(model(images), labels)
+            with _autocast(device, amp_dtype):
+                loss = loss_fn(forward(images), labels)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
             step += 1
             seen += labels.numel()
-            loss_sum += loss.detach().float().item() * labels.numel()
+            loss_sum += loss.detach().double() * labels.numel()
+            if first_step_done is None:  # one wait per epoch: the first step ends here
+                _sync(device)
+                first_step_done, first_rows = time.monotonic(), seen
 
-        # Steady-state throughput: from the first batch in hand to the last step, so that the
-        # wait for the epoch's data pipeline to start is reported on its own (first_batch_s).
-        # Workers train side by side, so their rates add up.
+        # Steady-state throughput: after the epoch's first step (which compiles the model in
+        # the first epoch), so that compilation and the wait for the data pipeline to start are
+        # reported on their own (compile_s, first_batch_s). Workers' rates add up.
+        _sync(device)
         first_batch_at = first_batch_at or started  # an empty shard: no batch ever came
-        step_s = time.monotonic() - first_batch_at
-        loss_sum, seen_all, rate = _all_reduce(
-            [loss_sum, float(seen), seen / step_s if step_s > 0 else 0.0], device
+        first_step_done = first_step_done or first_batch_at
+        ended = time.monotonic()
+        if seen > first_rows and ended > first_step_done:
+            steady = (seen - first_rows) / (ended - first_step_done)
+        else:  # a one-step epoch: its only step is all there is to time
+            steady = seen / (ended - first_batch_at) if ended > first_batch_at else 0.0
+        loss_sum, seen_all, rate, empty_ranks = _all_reduce(
+            [loss_sum, float(seen), steady, float(seen == 0)], device
         )
+        if empty_ranks:  # never report an epoch that some worker trained on nothing
+            raise RuntimeError(
+                f"{int(empty_ranks)} of {world} workers got no training rows in epoch {epoch} "
+                f"(train has {info.train_rows} rows); use fewer workers or more data"
+            )
         train_loss = loss_sum / max(seen_all, 1.0)
-        val_loss, val_accuracy = _evaluate(model, valid_shard, info, device, autocast_dtype)
+        val_loss, val_accuracy = _evaluate(model, valid_shard, info, device, amp_dtype)
         metrics = {
             "epoch": epoch,
             "train_loss": train_loss,
@@ -115,10 +153,17 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             "epoch_time_s": round(time.monotonic() - started, 3),
             "images_per_s": round(rate, 1),
             "first_batch_s": round(first_batch_at - started, 3),
+            "first_step_s": round(first_step_done - first_batch_at, 3),
+            "compile_s": round(first_step_done - first_batch_at, 3) if compile_pending else 0.0,
+            "compiled": 1.0 if forward.active else 0.0,
         }
+        if device.type == "cuda":
+            metrics["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        compile_pending = False
         _report(rank, metrics, model, optimizer, scaler, step)
         if rank == 0:
             history.record_epoch(run_dir, metrics)
+            on_epoch(metrics)
 
 
 def _resume_point(driver_choice: str | None) -> Path | None:
@@ -142,8 +187,15 @@ def _autocast(device: torch.device, dtype: torch.dtype | None) -> torch.autocast
     return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
 
-def _all_reduce(values: list[float], device: torch.device) -> list[float]:
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _all_reduce(values: list[float | torch.Tensor], device: torch.device) -> list[float]:
+    tensor = torch.stack(
+        [torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in values]
+    )
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor.tolist()
@@ -160,16 +212,18 @@ def _evaluate(
     """Validation loss and accuracy over every worker's shard, not just this one's."""
     model.eval()
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
-    loss_sum, correct, count = 0.0, 0.0, 0.0
+    # Sums stay on the device until the end: one wait for the whole pass, not three per batch.
+    totals = torch.zeros(2, dtype=torch.float64, device=device)
+    count = 0.0
     for images, labels in epoch_batches(
         shard, batch_size=512, info=info, device=device, epoch=0, seed=0, shuffle=False
     ):
         with _autocast(device, autocast_dtype):
             logits = model(images)
-        loss_sum += loss_fn(logits.float(), labels).item()
-        correct += (logits.argmax(dim=1) == labels).sum().item()
+        totals[0] += loss_fn(logits.float(), labels)
+        totals[1] += (logits.argmax(dim=1) == labels).sum()
         count += labels.numel()
-    loss_sum, correct, count = _all_reduce([loss_sum, correct, count], device)
+    loss_sum, correct, count = _all_reduce([totals[0], totals[1], count], device)
     return loss_sum / max(count, 1.0), correct / max(count, 1.0)
 
 

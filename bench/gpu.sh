@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# One epoch of the tutorial's CIFAR-10 ViT on one NVIDIA GPU: the tutorial's way, then the app's
-# way (uint8 ingest, normalization on the GPU, bf16 autocast; channels_last batches, and NCHW).
-# Prints epoch time, images/s and peak GPU memory for each, then one JSON line.
+# The tutorial's CIFAR-10 ViT on one NVIDIA GPU, three ways in one run: (a) the tutorial's Ray
+# Train + Ray Data pipeline, (b) `trainctl train` with TRAIN_USE_GPU=true, (c) the bare loop on
+# batches already in GPU memory (bf16, eager and compiled: the ceiling). Prints images/s, epoch
+# times, peak GPU memory, start-up phases, the ratios b/a and b/c, then one JSON line.
 #
 # Needs no internet: the data is synthetic and generated locally. Run it from a checkout with the
 # project's virtualenv (`make setup`) or inside the app image:
-#   bench/gpu.sh                 # the full run (GPU required; a few minutes)
-#   bench/gpu.sh --smoke         # a tiny ViT on CPU: checks that the script works, nothing more
-#   bench/gpu.sh --variants tutorial,app --images 20000
+#   bench/gpu.sh                 # the full run (GPU required; about 6 minutes on an H100)
+#   bench/gpu.sh --smoke         # tiny models on CPU: checks that the script works, nothing more
+#   bench/gpu.sh --parts b,c --images 20000 --epochs 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

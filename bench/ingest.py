@@ -72,7 +72,7 @@ def drain(batches: Iterable[Any], rows_of: Callable[[Any], int]) -> dict[str, fl
 
 
 # --- (a) the tutorial's pipeline ------------------------------------------------------------
-def _tutorial_transform() -> Callable[[dict[str, Any]], dict[str, Any]]:
+def tutorial_transform() -> Callable[[dict[str, Any]], dict[str, Any]]:
     from torchvision import transforms
 
     # Built once per worker rather than once per row: if anything this flatters the tutorial.
@@ -90,7 +90,7 @@ def _tutorial_transform() -> Callable[[dict[str, Any]], dict[str, Any]]:
 def tutorial(train_dir: Path) -> dict[str, float]:
     import ray.data
 
-    dataset = ray.data.read_parquet(str(train_dir)).map(_tutorial_transform())
+    dataset = ray.data.read_parquet(str(train_dir)).map(tutorial_transform())
     return drain(dataset.iter_torch_batches(batch_size=BATCH), lambda b: len(b["label"]))
 
 

@@ -9,8 +9,8 @@
 Both use one torch thread. Two figures per variant:
 
   samples_per_s (the target): training steps at steady state. The app's is what its worker
-      records in metrics.jsonl (images_per_s: rows over the time from the epoch's first batch in
-      hand to its last step, so Ray Data feeding each step counts, its start-up does not); the
+      records in metrics.jsonl (images_per_s: rows over the time from the end of the epoch's first
+      step to its last step, so Ray Data feeding each step counts, its start-up does not); the
       bare loop's is rows over its training steps.
   epoch_samples_per_s: rows over the whole epoch. The app's epoch is timed from its own records
       (the attempt start, then each epoch's line in metrics.jsonl), so it includes everything

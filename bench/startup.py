@@ -70,7 +70,15 @@ def _file_marks(run_dir: Path, marks: dict[str, float]) -> None:
             marks["checkpoint"] = stamp
 
 
-def one_start(work: Path, rep: int, address: str | None = None) -> dict[str, float]:
+def one_start(
+    work: Path,
+    rep: int,
+    address: str | None = None,
+    settings: dict[str, str] | None = None,
+    data_path: Path | None = None,
+) -> dict[str, float]:
+    """Time points of one `trainctl train` (SETTINGS unless `settings` says otherwise), in
+    seconds since launch; the run folder is <work>/runs/startup-<rep>."""
     storage = work / "runs"
     run_name = f"startup-{rep}"
     probe = work / f"probe-{rep}.jsonl"
@@ -83,9 +91,9 @@ def one_start(work: Path, rep: int, address: str | None = None) -> dict[str, flo
         probe_env = {"PYTHONPATH": str(PROBE_DIR), "TRAINCTL_BENCH_PROBE": str(probe)}
         env["RAY_JOB_CONFIG_JSON_ENV_VAR"] = json.dumps({"runtime_env": {"env_vars": probe_env}})
         env["TRAIN_RAY_ADDRESS"] = address
-    env.update({f"TRAIN_{k.upper()}": v for k, v in SETTINGS.items()})
+    env.update({f"TRAIN_{k.upper()}": v for k, v in (settings or SETTINGS).items()})
     env.update(
-        TRAIN_DATA_PATH=str(work / "data"),
+        TRAIN_DATA_PATH=str(data_path or work / "data"),
         TRAIN_STORAGE_PATH=str(storage),
         TRAIN_RUN_NAME=run_name,
         TRAINCTL_BENCH_PROBE=str(probe),

@@ -90,6 +90,9 @@ def ray_session(ray_cluster: object) -> Iterator[None]:
     ray.shutdown()
 
 
+# tryfirst: pytest-xdist turns the group mark into the item's node id in its own hook of this
+# name, registered after this conftest and so called before it unless this one goes first.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` runs two pytest-xdist workers: every test that uses the shared Ray cluster goes
     to one of them (one cluster, its tests in order), and the unit and contract layers run on the

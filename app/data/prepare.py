@@ -25,7 +25,8 @@ from app.data.images import SHAPE_KEY, geometry
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.data.sources import DownloadFailed, Splits, load_source
 from app.errors import ConfigError, RunFailed
-from app.settings import NAMED_DATASETS, TrainSettings
+from app.settings import NAMED_DATASETS, SEED_MAX, TrainSettings
+from app.storage import expand
 
 MARKER = "_trainctl_dataset.json"
 LAYOUT = "raw"  # see app/data/images.py: the fastest of the layouts to read back
@@ -41,7 +42,11 @@ def prepare_dataset(
         raise ConfigError(f"dataset {name!r} is not built in; choose one of {NAMED_DATASETS}")
     if rows is not None and (name != "synthetic" or rows < 1):
         raise ConfigError(f"rows={rows}: only the synthetic dataset is sized, with rows >= 1")
-    out = Path(out).expanduser().absolute()
+    if not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"seed={seed}: must be 0..{SEED_MAX}")
+    out = expand(out, "--out")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out={out}: exists but is not a folder")
     if not force and is_present(out):
         return _already(name, out)
     try:

@@ -22,6 +22,9 @@ SPLITS = ("train", "valid")
 SAMPLE_ROWS = 2048  # images read for format checks and the normalization statistics
 SAMPLE_FILES = 8
 MAX_PROBLEMS = 12
+# The largest class count trainctl accepts: the output layer holds K units, and a stray label
+# such as 2**31 would otherwise ask for gigabytes of weights after Ray has started.
+MAX_CLASSES = 100_000
 COLUMNS_HELP = "need columns image (uint8 pixels) and label (integer class id 0..K-1)"
 
 
@@ -190,6 +193,11 @@ def _scan_file(split: _Split, path: Path, problems: _Problems) -> None:
     low, high = int(extremes["min"].as_py()), int(extremes["max"].as_py())
     if low < 0:
         problems.add(f"{path}: label {low} is negative; labels must be 0..K-1")
+    if high >= MAX_CLASSES:
+        problems.add(
+            f"{path}: label {high} is too large; labels must be 0..K-1 with at most "
+            f"{MAX_CLASSES} classes (the model's output layer has one unit per class)"
+        )
     if split.labels is None or low < split.labels[0]:
         split.label_file[0] = path
     if split.labels is None or high > split.labels[1]:

@@ -13,13 +13,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from app.errors import TrainctlError
-from app.k8s import api_errors
+from app.errors import ClusterError, TrainctlError
+from app.k8s import api_errors, deadlines
 from app.k8s.api_errors import ApiFailure
 from app.k8s.plan import config_source, resource_path
 
 FIELD_MANAGER = "trainctl"
-REQUEST_TIMEOUT_S = 30
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 POD_TOKEN_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
@@ -37,10 +36,15 @@ class Cluster:
     # --- connection -----------------------------------------------------------------------
     @classmethod
     def connect(cls) -> Cluster:
+        import yaml
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
+        deadlines.bound_exec_plugins()
+        deadlines.PLUGIN_FAILURES.clear()
         cfg = client.Configuration()
+        # One attempt per request here; with_retries() repeats them, aloud.
+        cfg.retries = False
         source = config_source(os.environ, POD_TOKEN_FILE.is_file())
         kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
         try:
@@ -51,8 +55,10 @@ class Cluster:
                 config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
                 _, active = config.list_kube_config_contexts(config_file=kubeconfig)
                 namespace = (active or {}).get("context", {}).get("namespace")
-        except (ConfigException, OSError, ValueError, TypeError) as err:
+        except (ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as err:
             raise api_errors.no_config(source == "pod", kubeconfig, err) from None
+        if deadlines.PLUGIN_FAILURES:
+            raise ClusterError(deadlines.PLUGIN_FAILURES.pop())
         return cls(client.ApiClient(cfg), cfg.host, namespace)
 
     # --- one request ----------------------------------------------------------------------
@@ -78,15 +84,19 @@ class Cluster:
             body=body,
             auth_settings=["BearerToken"],
         )
+        timeout = deadlines.api_timeout()
         try:
-            response = self.api.rest_client.request(
-                method,
-                url,
-                headers=headers,
-                body=body,
-                post_params=post,
-                # Streams (logs --follow) wait for new lines indefinitely: connect timeout only.
-                _request_timeout=(REQUEST_TIMEOUT_S, None) if stream else REQUEST_TIMEOUT_S,
+            response = deadlines.with_retries(
+                lambda: self.api.rest_client.request(
+                    method,
+                    url,
+                    headers=headers,
+                    body=body,
+                    post_params=post,
+                    # Streams (logs --follow) wait for new lines indefinitely: connect timeout only.
+                    _request_timeout=(timeout, None) if stream else timeout,
+                ),
+                (HTTPError, OSError),
             )
         except (ApiException, HTTPError, OSError) as err:  # TLS failures arrive as ApiException
             raise api_errors.unreachable(self.host, err) from None
@@ -146,8 +156,12 @@ class Cluster:
             content_type="application/apply-patch+yaml",
         )
 
-    def list(self, kind: str, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+    def list(
+        self, kind: str, namespace: str, selector: str = "", fields: str = ""
+    ) -> list[dict[str, Any]]:
         query = [("labelSelector", selector)] if selector else []
+        if fields:
+            query.append(("fieldSelector", fields))
         result = self._call(
             "list",
             kind,

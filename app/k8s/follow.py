@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app.errors import EXIT_FAILED
+from app.errors import EXIT_FAILED, EXIT_OK
+from app.k8s.diagnose import needs_look
 from app.k8s.status import JobView, Verdict, format_duration, judge, progress_line
 
 
@@ -107,18 +108,27 @@ def follow(
     poll_s: float = 3.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    look: Callable[[Mapping[str, Any]], tuple[str, ...]] | None = None,
+    look_every_s: float = 15.0,
 ) -> Outcome:
-    """Poll until the RayJob is terminal (or gone), or until timeout_s has passed."""
+    """Poll until the RayJob is terminal (or gone), or until timeout_s has passed.
+
+    `look` explains a RayJob that is not training yet (pods Pending, image pulls, Kueue); it
+    costs a few API calls, so it runs every look_every_s, and prints only what changed.
+    """
     from app import history
 
     started = clock()
     state = FollowState()
+    why: tuple[str, ...] = ()
+    looked_at: float | None = None
     while True:
         elapsed = clock() - started
         records = history.epochs(run_dir) if run_dir is not None else []
+        rayjob = fetch()
         tick = advance(
             state,
-            fetch(),
+            rayjob,
             name=name,
             elapsed_s=elapsed,
             records=records,
@@ -128,10 +138,29 @@ def follow(
             echo(line)
         state = tick.state
         if tick.verdict is not None:
-            return Outcome(tick.verdict, elapsed, state.last_view)
+            verdict = tick.verdict
+            if verdict.exit_code != EXIT_OK and why:
+                # A pre-running deadline fails the job with a generic reason; what held the
+                # pods back is the useful part, and the pods are gone once the cluster is.
+                verdict = replace(verdict, problems=(*verdict.problems, *_why(why, "last seen")))
+            return Outcome(verdict, elapsed, state.last_view)
+        if look is not None and rayjob is not None and needs_look(rayjob):
+            if looked_at is None or elapsed - looked_at >= look_every_s:
+                looked_at = elapsed
+                found = look(rayjob)
+                if found != why:
+                    for line in _why(found, "why"):
+                        echo(line)
+                why = found
+        elif rayjob is not None:
+            why = ()
         if timeout_s is not None and elapsed >= timeout_s:
             return Outcome(None, elapsed, state.last_view)
         sleep(poll_s if timeout_s is None else max(0.0, min(poll_s, timeout_s - elapsed)))
+
+
+def _why(lines: tuple[str, ...], label: str) -> list[str]:
+    return [f"  {label}: {line}" for line in lines]
 
 
 def summary_line(summary: Mapping[str, Any] | None, run_dir: Path) -> str:

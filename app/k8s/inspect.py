@@ -7,9 +7,12 @@ from datetime import UTC, datetime
 
 from app.errors import RunFailed
 from app.k8s.cluster import Cluster
+from app.k8s.diagnose import needs_look
+from app.k8s.names import check_dns_label
 from app.k8s.plan import resolve_namespace
 from app.k8s.podlogs import Which, log_target, pick_pod
 from app.k8s.status import status_table
+from app.k8s.stuck import why_stuck
 
 # The labels the chart (and `trainctl render`) put on every object of this app.
 APP_SELECTOR = "app.kubernetes.io/name=trainctl"
@@ -21,11 +24,32 @@ def app_selector(release: str | None) -> str:
     return f"{APP_SELECTOR},{RELEASE_LABEL}={release}" if release else APP_SELECTOR
 
 
+def _checked_namespace(flag: str | None, cluster: Cluster) -> str:
+    namespace = resolve_namespace(flag, cluster.default_namespace)
+    if flag is None:  # the kubeconfig's: still never pasted into a URL unchecked
+        check_dns_label(namespace, "the kubeconfig context's namespace")
+    return namespace
+
+
 def show_status(namespace: str | None, release: str | None, echo: Callable[[str], None]) -> None:
+    # Names go into request URLs and selectors: check them before any connection is made.
+    if namespace is not None:
+        check_dns_label(namespace, "--namespace")
+    if release is not None:
+        check_dns_label(release, "--release")
     cluster = Cluster.connect()
-    namespace = resolve_namespace(namespace, cluster.default_namespace)
+    namespace = _checked_namespace(namespace, cluster)
     rayjobs = cluster.list("RayJob", namespace, app_selector(release))
-    echo(status_table(rayjobs, now=datetime.now(UTC), pool_label=POOL_LABEL))
+    now = datetime.now(UTC)
+    echo(status_table(rayjobs, now=now, pool_label=POOL_LABEL))
+    # Below the table: why each RayJob that is not training yet is held back.
+    for rayjob in sorted(rayjobs, key=lambda r: r["metadata"].get("creationTimestamp", "")):
+        if needs_look(rayjob):
+            lines = why_stuck(cluster, namespace, rayjob, now)
+            if lines:
+                echo(f"\n{rayjob['metadata']['name']}:")
+                for line in lines:
+                    echo(f"  {line}")
 
 
 def show_logs(
@@ -35,8 +59,11 @@ def show_logs(
     follow: bool,
     echo: Callable[[str], None],
 ) -> None:
+    check_dns_label(name, "RayJob name")
+    if namespace is not None:
+        check_dns_label(namespace, "--namespace")
     cluster = Cluster.connect()
-    namespace = resolve_namespace(namespace, cluster.default_namespace)
+    namespace = _checked_namespace(namespace, cluster)
     rayjob = cluster.get("RayJob", namespace, name)
     if rayjob is None:
         raise RunFailed(

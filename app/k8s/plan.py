@@ -25,10 +25,13 @@ KINDS: dict[str, tuple[str, str]] = {
     "ServiceAccount": ("v1", "serviceaccounts"),
     "Service": ("v1", "services"),
     "Pod": ("v1", "pods"),  # read only: `trainctl logs` lists pods to find the right one
+    "Event": ("v1", "events"),  # read only: why pods are stuck (status, submit --wait)
+    "Workload": ("kueue.x-k8s.io/v1beta1", "workloads"),  # read only: Kueue's admission
     "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies"),
     "Role": ("rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings"),
     "CronJob": ("batch/v1", "cronjobs"),
+    "PodMonitor": ("monitoring.coreos.com/v1", "podmonitors"),
     "RayJob": ("ray.io/v1", "rayjobs"),
 }
 # Created once and never overwritten: a claim's spec is mostly immutable, and a generated

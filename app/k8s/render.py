@@ -31,6 +31,7 @@ from app.k8s.values import (
     read_values_file,
     validate,
 )
+from app.storage import expand
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MANAGED_BY = "trainctl"
@@ -57,13 +58,29 @@ def _env() -> Environment:
         autoescape=False,
     )
     env.filters["str"] = canonical.scalar
-    # A JSON string is a YAML double-quoted scalar that parses to the same text as Go's %q.
-    env.filters["q"] = lambda value: json.dumps(str(value), ensure_ascii=False)
+    env.filters["q"] = quote
     env.filters["tojson"] = canonical.go_json
+    # ASCII only: PyYAML folds U+2028 inside a quoted scalar into a space, and `indent` would
+    # split lines there; escaped, every string parses back as it was given.
     env.filters["toyaml"] = lambda value: yaml.safe_dump(
-        value, default_flow_style=False, sort_keys=True, allow_unicode=True
+        value, default_flow_style=False, sort_keys=True, allow_unicode=False
     ).rstrip("\n")
     return env
+
+
+def quote(value: Any) -> str:
+    """A YAML double-quoted scalar that parses back to exactly str(value), as Go's %q does.
+
+    A JSON string is one, once characters YAML reads as line breaks (U+0085, U+2028, U+2029)
+    or refuses (other non-printables) are escaped too: `indent` would split a line on them.
+    """
+    text = json.dumps(str(value), ensure_ascii=False)
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def _base_context(values: dict[str, Any], release: str, namespace: str) -> dict[str, Any]:
@@ -104,9 +121,9 @@ def _render(env: Environment, template: str, **context: Any) -> list[dict[str, A
 
 def _check_inputs(values: dict[str, Any], release: str, namespace: str) -> None:
     problems = []
-    if not re.match(DNS_1123, release) or len(release) > 53:
+    if not re.fullmatch(DNS_1123[1:-1], release) or len(release) > 53:
         problems.append(f"release name {release!r} must be a DNS-1123 label of at most 53 chars")
-    if not re.match(DNS_1123, namespace) or len(namespace) > 63:
+    if not re.fullmatch(DNS_1123[1:-1], namespace) or len(namespace) > 63:
         problems.append(f"namespace {namespace!r} must be a DNS-1123 label")
     if problems:
         raise ConfigError(problems)
@@ -145,6 +162,9 @@ def _shared_objects(env: Environment, base: dict[str, Any]) -> list[dict[str, An
     if values["rayAuth"].get("enabled") and not values["rayAuth"].get("existingSecret"):
         token = base64.b64encode(secrets.token_urlsafe(36).encode()).decode()
         objects += _render(env, "shared.yaml.j2", c=base, kind="Secret", token=token)
+    metrics = values.get("metrics") or {}
+    if metrics.get("enabled") and (metrics.get("podMonitor") or {}).get("enabled"):
+        objects += _render(env, "shared.yaml.j2", c=base, kind="PodMonitor")
     if (values.get("serviceAccount") or {}).get("create"):
         objects += _render(env, "shared.yaml.j2", c=base, kind="ServiceAccount")
     return objects
@@ -206,10 +226,16 @@ def write_manifests(
     """Write <out_dir>/<pool>/*.yaml and a kustomization.yaml per pool; return the paths."""
     pools = render_objects(values, release=release, namespace=namespace)
     schedule = render_schedule_objects(values, release=release, namespace=namespace)
+    out_dir = expand(out_dir, "--out")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out={out_dir}: exists but is not a folder")
     written = []
     for pool, objects in pools.items():
         folder = out_dir / pool
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"--out={out_dir}: cannot create {folder} ({err.strerror})") from None
         extra = [
             obj
             for obj in schedule

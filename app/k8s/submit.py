@@ -25,6 +25,7 @@ from app.k8s.plan import (
     the_rayjob,
 )
 from app.k8s.status import format_duration
+from app.k8s.stuck import why_stuck
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
             total_epochs=total_epochs,
             timeout_s=request.timeout_s,
             poll_s=request.poll_s,
+            look=lambda seen: why_stuck(cluster, namespace, seen),
         )
     except KeyboardInterrupt:
         echo(f"stopped waiting; RayJob {name} keeps running (trainctl status -n {namespace})")

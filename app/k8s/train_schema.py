@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.k8s import names
 from app.settings import TrainSettings
 
 # Set by the chart per pool (from the pool, the storage mount and the RayJob name), so a value
@@ -53,9 +54,33 @@ def train_schema() -> dict[str, Any]:
     }
 
 
+def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
+    """Every user-given map key (and label value) held to Kubernetes' rules.
+
+    The templates quote keys too, but a key Kubernetes would refuse should fail at render
+    time, naming the key, not at `kubectl apply`.
+    """
+    schema["definitions"].update(names.schema_definitions())
+    props = schema["properties"]
+    for name, ref in (("labels", "labels"), ("runAnnotations", "annotations")):
+        props[name] = {"description": props[name].get("description", ""), "$ref": _ref(ref)}
+        if not props[name]["description"]:
+            del props[name]["description"]
+    props["head"]["properties"]["rayStartParams"] = {"$ref": _ref("rayStartParams")}
+    for kind in ("requests", "limits"):
+        resources = schema["definitions"]["resources"]["properties"][kind]
+        resources["propertyNames"] = {"$ref": _ref("resourceName")}
+    return schema
+
+
+def _ref(name: str) -> str:
+    return f"#/definitions/{name}"
+
+
 def _write(schema_path: Path) -> None:
     schema = json.loads(schema_path.read_text())
     schema["definitions"]["train"] = train_schema()
+    bound_maps(schema)
     schema_path.write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -61,6 +61,10 @@ def read_values_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"values file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"values file {path}: not UTF-8 text (byte {err.start}); save it as UTF-8"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -74,12 +78,32 @@ def read_values_file(path: Path) -> dict[str, Any]:
 
 def validate(values: dict[str, Any]) -> None:
     """Check values against the chart's values.schema.json; one line per problem."""
-    from jsonschema import Draft7Validator
-
-    validator = Draft7Validator(_schema())
+    validator = _validator_class()(_schema())
     errors = sorted(validator.iter_errors(values), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         raise ConfigError([_describe(err) for err in errors])
+
+
+@cache
+def _validator_class() -> Any:
+    """Draft 7 with Go's reading of `$`: the end of the text, not before a final newline.
+
+    Python's `$` also matches before a trailing newline, so `^[A-Z_]+$` would pass "FOO\\n"
+    here while Helm (RE2) refuses it; both engines must refuse the same values.
+    """
+    import re
+
+    from jsonschema import Draft7Validator, validators
+    from jsonschema.exceptions import ValidationError
+
+    def pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "string"):
+            return
+        strict = patrn[:-1] + r"\Z" if patrn.endswith("$") and not patrn.endswith("\\$") else patrn
+        if not re.search(strict, instance):
+            yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    return validators.extend(Draft7Validator, {"pattern": pattern})
 
 
 def _describe(err: Any) -> str:

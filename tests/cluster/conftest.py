@@ -7,6 +7,8 @@ tests that change a run (rerun, corrupt a checkpoint) work on their own copy of 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.support import FINISHED_EPOCHS, FinishedRun, explain, run_trainctl, trainctl_env
@@ -14,7 +16,13 @@ from tests.support import FINISHED_EPOCHS, FinishedRun, explain, run_trainctl, t
 
 @pytest.fixture(scope="session")
 def finished_run(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
-    """digits on two workers for 6 epochs, every checkpoint kept: enough to learn (>= 90%)."""
+    """digits on two workers for 6 epochs, every checkpoint kept: enough to learn (>= 90%).
+
+    It trains compiled (TRAIN_COMPILE=on) so that every test reading it also covers compiled
+    runs. Inductor's code generation would take minutes on this CPU, so the workers compile with
+    aot_eager (TRAINCTL_COMPILE_BACKEND): the same Dynamo capture and AOT autograd graphs, run
+    without generated code.
+    """
     tmp = tmp_path_factory.mktemp("finished")
     env = trainctl_env(
         dataset="digits",
@@ -28,7 +36,12 @@ def finished_run(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) 
         storage_path=str(tmp / "runs"),
         ray_address=ray_cluster.address,  # type: ignore[attr-defined]
         max_failures="0",
+        compile="on",
     )
+    # Workers of a running cluster do not inherit this environment: hand it over the way
+    # `ray job submit` hands a job its runtime environment.
+    worker_env = {"TRAINCTL_COMPILE_BACKEND": "aot_eager"}
+    env["RAY_JOB_CONFIG_JSON_ENV_VAR"] = json.dumps({"runtime_env": {"env_vars": worker_env}})
     result = run_trainctl("train", env=env, cwd=tmp)
     assert result.returncode == 0, explain(result)
     return FinishedRun(tmp, env, result)

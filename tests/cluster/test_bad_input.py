@@ -123,6 +123,12 @@ CASES = [
     Case("valid-split-missing", {}, "{tmp}/data/valid: folder not found", data=data.valid_missing),
     Case("vit-on-non-square", {"model": "vit"}, "vit needs square images", data=data.non_square),
     Case(
+        "vit-patch-not-a-divisor",
+        {"model": "vit", "vit_patch": "3"},
+        "TRAIN_VIT_PATCH=3 does not divide the 8px images",
+        data=data.good,
+    ),
+    Case(
         "data-path-under-a-file",
         {"dataset": "synthetic", "data_path": "{tmp}/a-file/data"},
         "cannot create the output folder",

@@ -101,6 +101,11 @@ def test_gpu_script_runs_its_variants_on_cpu(ray_cluster: Any, cache: Path) -> N
         "gpu", "--address", ray_cluster.address, cache=cache, command=["bash", str(script)]
     )
     variants = figures["variants"]
-    assert set(variants) == {"tutorial", "app", "app-nchw"}
-    assert all(v["images_per_s"] > 0 and v["epoch_s"] > 0 for v in variants.values())
+    assert set(variants) == {"b_app", "a_tutorial", "c_bare_eager", "c_bare_compiled"}
+    assert all(v["images_per_s"] > 0 for v in variants.values())
+    for timed in ("a_tutorial", "b_app"):
+        assert variants[timed]["epoch_s"] > 0 and variants[timed]["first_epoch_s"] > 0
+    app = variants["b_app"]
+    assert app["first_step_s"] > 0 and next(iter(app["startup_phases_s"])) == "python_start"
+    assert figures["b_over_a"] > 0 and figures["b_over_c"] > 0
     assert os.access(script, os.X_OK)

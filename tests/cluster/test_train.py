@@ -1,4 +1,8 @@
-"""`trainctl train` end to end on the shared multi-node Ray cluster: real Ray, torch and files."""
+"""`trainctl train` end to end on the shared multi-node Ray cluster: real Ray, torch and files.
+
+The session's finished digits run (tests/cluster/conftest.py) trains compiled on two DDP workers,
+so the tests that read it also prove that compiled runs save plain weights and resume.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from app.data import inspect_dataset
+from app.model import build_model
 from tests.support import (
     FINISHED_EPOCHS,
     FinishedRun,
@@ -49,6 +55,10 @@ def test_two_workers_train_and_leave_a_complete_run_folder(finished_run: Finishe
     history = read_history(run_dir)
     assert [row["epoch"] for row in history] == list(range(1, FINISHED_EPOCHS + 1))
     assert all(row["images_per_s"] > 0 and row["first_batch_s"] >= 0 for row in history)
+    # Compiled on both DDP workers; the first epoch's first step (the compilation) apart.
+    assert all(row["compiled"] == 1.0 for row in history), history
+    assert history[0]["compile_s"] > 0 and history[1]["compile_s"] == 0.0
+    assert summary["settings"]["compile"] == "on" and summary["settings"]["amp"] == "off"
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # One readable progress line per epoch, with throughput and an ETA.
     last = f"epoch {FINISHED_EPOCHS}/{FINISHED_EPOCHS}"
@@ -66,6 +76,9 @@ def test_checkpoint_loads_on_cpu_without_ray(finished_run: FinishedRun) -> None:
     summary = read_summary(finished_run.run_dir)
     weights = torch.load(Path(summary["checkpoint"]) / "model.pt", weights_only=True)
     assert all(not key.startswith("module.") for key in weights)  # unwrapped, not DDP's names
+    assert all(not key.startswith("_orig_mod.") for key in weights)  # nor torch.compile's
+    plain = build_model("cnn", inspect_dataset(finished_run.tmp / "data" / "digits"))
+    plain.load_state_dict(weights)  # strict: exactly a plain model's names
     state = torch.load(Path(summary["checkpoint"]) / "train_state.pt", weights_only=True)
     assert state["epoch"] == FINISHED_EPOCHS and state["optimizer"]["state"]
 
@@ -87,7 +100,9 @@ def test_rerun_of_a_finished_run_trains_nothing_and_more_epochs_continue_it(
     assert summary["epochs_completed"] == more
     assert summary["restored_from"].endswith(f"checkpoint_epoch_{FINISHED_EPOCHS:04d}")
     assert Path(summary["restored_from"]).parent == run_dir, "resumed from the copy"
-    assert [row["epoch"] for row in read_history(run_dir)] == list(range(1, more + 1))
+    history = read_history(run_dir)
+    assert [row["epoch"] for row in history] == list(range(1, more + 1))
+    assert history[-1]["compiled"] == 1.0 and history[-1]["compile_s"] > 0  # resumed compiled
 
 
 def test_bad_settings_exit_2_before_anything_is_written(tmp_path: Path) -> None:

@@ -118,8 +118,14 @@ def test_network_policy_admits_only_the_runs_own_pods(rendered: list) -> None:
             assert policy["policyTypes"] == ["Ingress"]
             own, *others = policy["ingress"]
             assert own == {"from": [{"podSelector": {"matchLabels": {"trainctl.io/run": name}}}]}
-            for rule in others:  # anything else reaches the dashboard port only
-                assert rule["ports"] == [{"protocol": "TCP", "port": 8265}]
+            for rule in others:  # anything else reaches the dashboard or the metrics port only
+                if rule["ports"] == [{"protocol": "TCP", "port": 8080}]:
+                    # Ray's metrics port: one named scraper, never every namespace or pod.
+                    (peer,) = rule["from"]
+                    assert set(peer) == {"namespaceSelector", "podSelector"}
+                    assert all(selector for selector in peer.values()), peer
+                else:
+                    assert rule["ports"] == [{"protocol": "TCP", "port": 8265}]
             for where, template in pod_templates(job):
                 assert template["metadata"]["labels"]["trainctl.io/run"] == name, where
 

@@ -1,10 +1,10 @@
 """A small in-process Kubernetes API server: the one thing the tests may fake.
 
 It speaks the REST paths, Status bodies and status codes the real API server uses for what
-trainctl does (get, create, server-side apply, list with a label selector, pod logs), stores
-objects in memory, and plays a scripted sequence of RayJob statuses the way the KubeRay
-operator would write them, so `trainctl submit/status/logs` run end to end through the official
-client without a cluster.
+trainctl does (get, create, server-side apply, list with a label or field selector, pod
+logs), stores objects in memory, and plays a scripted sequence of RayJob statuses the way the
+KubeRay operator would write them, so `trainctl submit/status/logs` run end to end through the
+official client without a cluster.
 """
 
 from __future__ import annotations
@@ -69,7 +69,11 @@ class FakeKubeApi:
         if not tail:
             if method == "POST":
                 return self._create(plural, namespace, json.loads(body))
-            return self._list(plural, namespace, query.get("labelSelector", [""])[0])
+            labels, fields = (
+                query.get("labelSelector", [""])[0],
+                query.get("fieldSelector", [""])[0],
+            )
+            return self._list(plural, namespace, labels, fields)
         name = tail[0]
         if method == "GET":
             return self._get(plural, namespace, name)
@@ -109,6 +113,7 @@ class FakeKubeApi:
             details = {"name": name, "kind": plural}
             return self._status(409, f'{plural} "{name}" already exists', details, "AlreadyExists")
         obj["metadata"].setdefault("creationTimestamp", "2030-01-01T00:00:00Z")
+        obj["metadata"].setdefault("uid", f"uid-{len(self.objects):04d}")
         self.objects[(plural, namespace, name)] = obj
         return self._json(201, obj)
 
@@ -122,8 +127,12 @@ class FakeKubeApi:
         self.objects[(plural, namespace, name)] = obj
         return self._json(201 if created else 200, obj)
 
-    def _list(self, plural: str, namespace: str, selector: str) -> tuple[int, str, bytes]:
+    def _list(
+        self, plural: str, namespace: str, selector: str, fields: str = ""
+    ) -> tuple[int, str, bytes]:
         wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
+        # fieldSelector as the API server serves it for events: dotted paths, equality only.
+        wanted_fields = dict(term.split("=", 1) for term in fields.split(",") if term)
         if plural == "rayjobs" and self.rayjob_statuses:
             for (p, ns, name), obj in self.objects.items():
                 if p == plural and ns == namespace:
@@ -135,8 +144,16 @@ class FakeKubeApi:
             if p == plural
             and ns == namespace
             and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+            and all(_field(obj, k) == v for k, v in wanted_fields.items())
         ]
         return self._json(200, {"kind": "List", "apiVersion": "v1", "items": items})
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    node: Any = obj
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return "" if node is None else str(node)
 
 
 @contextmanager

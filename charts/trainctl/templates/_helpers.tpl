@@ -40,7 +40,7 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: trainctl
 {{- range $k, $v := .Values.labels }}
-{{ $k }}: {{ $v | quote }}
+{{ $k | quote }}: {{ $v | quote }}
 {{- end }}
 {{- end -}}
 

@@ -6,7 +6,7 @@ Mirrored by app/k8s/templates/{rayjob,configmap,networkpolicy}.yaml.j2.
 
 {{- define "trainctl.podLabels" -}}
 {{ include "trainctl.commonLabels" .root }}
-app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/component: {{ .component | quote }}
 trainctl.io/pool: {{ .pool | quote }}
 trainctl.io/run: {{ .name | quote }}
 {{- with .root.Values.runTag }}
@@ -57,7 +57,7 @@ volumes:
 {{/* Container fields shared by head and workers: image, env, mounts, security. */}}
 {{- define "trainctl.rayContainerCommon" -}}
 image: {{ include "trainctl.image" .root | quote }}
-imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy | quote }}
 envFrom:
   - configMapRef:
       name: {{ .name | quote }}
@@ -113,7 +113,7 @@ metadata:
     {{- include "trainctl.runAnnotations" . | nindent 4 }}
 data:
   {{- range $k, $val := .train }}
-  {{ printf "TRAIN_%s" (upper $k) }}: {{ include "trainctl.str" $val | quote }}
+  {{ printf "TRAIN_%s" (upper $k) | quote }}: {{ include "trainctl.str" $val | quote }}
   {{- end }}
   TRAIN_NUM_WORKERS: {{ ternary (mul (int $p.replicas) $gpus) (int $p.replicas) (gt $gpus 0) | quote }}
   TRAIN_USE_GPU: {{ ternary "true" "false" (gt $gpus 0) | quote }}
@@ -124,7 +124,7 @@ data:
   TRAIN_STORAGE_PATH: {{ printf "%s/%s" $mount $v.storage.runsSubPath | quote }}
   TRAIN_DATA_PATH: {{ printf "%s/%s" $mount $v.storage.dataSubPath | quote }}
   {{- range $k, $val := $v.env }}
-  {{ $k }}: {{ $val | quote }}
+  {{ $k | quote }}: {{ $val | quote }}
   {{- end }}
 {{- end -}}
 
@@ -158,7 +158,7 @@ spec:
   {{- with $job.runtimeEnv }}
   runtimeEnvYAML: {{ toJson . | quote }}
   {{- end }}
-  submissionMode: {{ $job.submissionMode }}
+  submissionMode: {{ $job.submissionMode | quote }}
   backoffLimit: {{ int $job.backoffLimit }}
   {{- with $job.preRunningDeadlineSeconds }}
   preRunningDeadlineSeconds: {{ int . }}
@@ -197,7 +197,7 @@ spec:
       containers:
         - name: ray-job-submitter
           image: {{ include "trainctl.image" .root | quote }}
-          imagePullPolicy: {{ $v.image.pullPolicy }}
+          imagePullPolicy: {{ $v.image.pullPolicy | quote }}
           resources:
             {{- include "trainctl.resources" $job.submitter.resources | nindent 12 }}
           securityContext:
@@ -211,11 +211,15 @@ spec:
       mode: token
       secretName: {{ include "trainctl.authSecretName" .root | quote }}
     {{- end }}
+    {{- with $v.rayJob.historyServerOptions }}
+    historyServerOptions:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
     headGroupSpec:
       {{- with $v.head.rayStartParams }}
       rayStartParams:
         {{- range $k, $val := . }}
-        {{ $k }}: {{ $val | quote }}
+        {{ $k | quote }}: {{ $val | quote }}
         {{- end }}
       {{- else }}
       rayStartParams: {}
@@ -229,7 +233,7 @@ spec:
           {{- with $v.head.nodeSelector }}
           nodeSelector:
             {{- range $k, $val := . }}
-            {{ $k }}: {{ $val | quote }}
+            {{ $k | quote }}: {{ $val | quote }}
             {{- end }}
           {{- end }}
           {{- with $v.head.tolerations }}
@@ -246,6 +250,10 @@ spec:
                   containerPort: 8265
                 - name: client
                   containerPort: 10001
+                {{- if $v.metrics.enabled }}
+                - name: metrics
+                  containerPort: 8080
+                {{- end }}
               resources:
                 requests:
                   cpu: {{ include "trainctl.str" $v.head.cpu | quote }}
@@ -272,7 +280,7 @@ spec:
             {{- with $p.nodeSelector }}
             nodeSelector:
               {{- range $k, $val := . }}
-              {{ $k }}: {{ $val | quote }}
+              {{ $k | quote }}: {{ $val | quote }}
               {{- end }}
             {{- end }}
             {{- with $p.tolerations }}
@@ -282,27 +290,32 @@ spec:
             containers:
               - name: ray-worker
                 {{- include "trainctl.rayContainerCommon" $worker | nindent 16 }}
+                {{- if $v.metrics.enabled }}
+                ports:
+                  - name: metrics
+                    containerPort: 8080
+                {{- end }}
                 resources:
                   requests:
                     cpu: {{ include "trainctl.str" $p.cpusPerWorker | quote }}
                     memory: {{ include "trainctl.str" $p.memoryPerWorker | quote }}
                     {{- if gt $gpus 0 }}
-                    {{ $v.gpuResourceName }}: {{ $gpus | quote }}
+                    {{ $v.gpuResourceName | quote }}: {{ $gpus | quote }}
                     {{- end }}
                   limits:
                     cpu: {{ include "trainctl.str" $p.cpusPerWorker | quote }}
                     memory: {{ include "trainctl.str" $p.memoryPerWorker | quote }}
                     {{- if gt $gpus 0 }}
-                    {{ $v.gpuResourceName }}: {{ $gpus | quote }}
+                    {{ $v.gpuResourceName | quote }}: {{ $gpus | quote }}
                     {{- end }}
 {{- end -}}
 
 {{/* requests/limits with every quantity as a string. */}}
 {{- define "trainctl.resources" -}}
 {{- range $kind := list "requests" "limits" }}
-{{ $kind }}:
+{{ $kind | quote }}:
 {{- range $k, $q := get $ $kind }}
-  {{ $k }}: {{ include "trainctl.str" $q | quote }}
+  {{ $k | quote }}: {{ include "trainctl.str" $q | quote }}
 {{- end }}
 {{- end }}
 {{- end -}}
@@ -338,5 +351,16 @@ spec:
       ports:
         - protocol: TCP
           port: 8265
+    {{- end }}
+    {{- if $v.metrics.enabled }}
+    # Ray's metrics port, for the named scraper only.
+    - from:
+        - namespaceSelector:
+            {{- toYaml $v.metrics.scraper.namespaceSelector | nindent 12 }}
+          podSelector:
+            {{- toYaml $v.metrics.scraper.podSelector | nindent 12 }}
+      ports:
+        - protocol: TCP
+          port: 8080
     {{- end }}
 {{- end -}}

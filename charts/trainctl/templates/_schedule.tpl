@@ -29,8 +29,17 @@ rules:
     resources: ["networkpolicies"]
     verbs: ["get", "list", "watch", "create", "patch"]
   - apiGroups: [""]
-    resources: ["pods", "pods/log"]
+    resources: ["pods", "pods/log", "events"]
     verbs: ["get", "list"]
+  # Read only: Kueue's admission state, for the "why is it stuck" lines of --wait.
+  - apiGroups: ["kueue.x-k8s.io"]
+    resources: ["workloads"]
+    verbs: ["get", "list"]
+  {{- if and .root.Values.metrics.enabled .root.Values.metrics.podMonitor.enabled }}
+  - apiGroups: ["monitoring.coreos.com"]
+    resources: ["podmonitors"]
+    verbs: ["get", "list", "watch", "create", "patch"]
+  {{- end }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -67,7 +76,7 @@ spec:
   {{- with $s.timeZone }}
   timeZone: {{ . | quote }}
   {{- end }}
-  concurrencyPolicy: {{ $s.concurrencyPolicy | default "Forbid" }}
+  concurrencyPolicy: {{ $s.concurrencyPolicy | default "Forbid" | quote }}
   successfulJobsHistoryLimit: 3
   failedJobsHistoryLimit: 3
   jobTemplate:
@@ -110,7 +119,7 @@ spec:
           containers:
             - name: submit
               image: {{ include "trainctl.image" .root | quote }}
-              imagePullPolicy: {{ $v.image.pullPolicy }}
+              imagePullPolicy: {{ $v.image.pullPolicy | quote }}
               # The run tag is this Job's name (<cronjob>-<scheduled minute>), folded into the
               # content hash: each scheduled time is a new RayJob, and every pod of one Job (a
               # retry) renders the same name. Empty (no job-name label, Kubernetes < 1.27), submit

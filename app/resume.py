@@ -1,0 +1,56 @@
+"""Which checkpoint, or which warm-start weights, may start this run: proven before Ray starts.
+
+Checksums prove a checkpoint intact, not that it belongs to this run: a checkpoint of another
+model (or of the same model on another class count) passes them and then fails inside every
+worker on every retry. Such checkpoints are set aside like corrupt ones, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app import checkpoints
+from app.data import DatasetInfo
+from app.settings import TrainSettings
+
+
+def usable_checkpoint(
+    settings: TrainSettings, info: DatasetInfo, say: Callable[[str], None]
+) -> checkpoints.CheckpointRef | None:
+    """The newest checkpoint that can resume this run; unusable ones are set aside, with why."""
+    scan = checkpoints.scan(settings.run_dir)
+    for folder, why in scan.bad:
+        _set_aside(folder, why, say)
+    for ref in scan.good:
+        problem = checkpoints.resume_problem(ref, model_shapes(settings, info))
+        if problem is None:
+            return ref
+        _set_aside(ref.path, problem, say)
+    return None
+
+
+def warm_start_problem(settings: TrainSettings) -> str | None:
+    """Why TRAIN_WARM_START cannot be read as weights at all, or None.
+
+    Whether the weights fit the model is left to the workers, whose load_state_dict error names
+    the mismatched keys (tests/cluster/test_train.py relies on that run-time failure path).
+    """
+    path = settings.warm_start
+    try:
+        checkpoints.load_weights(path)  # type: ignore[arg-type]
+    except Exception as err:  # not a torch file, or one that needs unpickling code
+        return f"TRAIN_WARM_START={path}: cannot be loaded as weights ({type(err).__name__})"
+    return None
+
+
+def model_shapes(settings: TrainSettings, info: DatasetInfo) -> dict[str, Any]:
+    from app.model import build_model
+
+    return {k: v.shape for k, v in build_model(settings.model, info).state_dict().items()}
+
+
+def _set_aside(folder: Path, why: str, say: Callable[[str], None]) -> None:
+    moved = checkpoints.quarantine(folder, why)
+    say(f"checkpoint {folder.name} is unusable: {why}; set aside as {moved.name}")

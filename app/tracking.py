@@ -1,0 +1,245 @@
+"""Experiment tracking, opt in: MLflow, TensorBoard and Weights & Biases, from the driver.
+
+Which trackers run is decided by each library's own switch: MLFLOW_TRACKING_URI (plus the
+usual MLFLOW_EXPERIMENT_NAME, MLFLOW_TRACKING_TOKEN...), TRAIN_TENSORBOARD=true, and
+WANDB_API_KEY or WANDB_MODE (plus WANDB_PROJECT...). The driver logs for rank 0: the figures
+are the all-reduced ones rank 0 writes to metrics.jsonl, which the driver follows anyway, so
+the train loop carries no tracker code and a tracker never slows a training step.
+
+Each tracker logs the redacted settings as params once, every epoch's metrics at step=epoch,
+and the best checkpoint as an artifact at the end. Its run id goes into summary.json before
+training starts, so a rerun, a RayJob retry or a driver killed half way continues the same
+tracker run instead of opening a second one. A tracker that fails (unreachable server, bad
+credentials, library missing) costs one warning and is switched off; training goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from app.settings import TrainSettings
+
+# Fields of a metrics.jsonl record that are logged (epoch is the step, time the timestamp).
+METRICS = (
+    "train_loss",
+    "val_loss",
+    "val_accuracy",
+    "lr",
+    "epoch_time_s",
+    "images_per_s",
+    "first_batch_s",
+)
+STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+LEDGER = "logged_epochs.txt"
+
+
+def flat_params(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Settings as tracker params: strings, lists and nested values as JSON."""
+    return {
+        key: value if isinstance(value, str) else json.dumps(value)
+        for key, value in sorted(settings.items())
+    }
+
+
+def epoch_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(record[k]) for k in METRICS if isinstance(record.get(k), int | float)}
+
+
+class _MLflow:
+    name = "mlflow"
+
+    def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
+        # The client's defaults retry an unreachable server for minutes: fail fast instead
+        # (unless the user chose otherwise), since a failure only costs a warning.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        from mlflow.entities import Param
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        uri = os.environ["MLFLOW_TRACKING_URI"]
+        self.client = MlflowClient(tracking_uri=uri)
+        run = None
+        if previous.get("run_id") and previous.get("tracking_uri") == _redact_uri(uri):
+            try:
+                run = self.client.get_run(previous["run_id"])
+            except MlflowException:
+                run = None  # deleted on the server: start a new one
+        if run is None:
+            experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "trainctl"
+            found = self.client.get_experiment_by_name(experiment)
+            experiment_id = (
+                found.experiment_id if found else self.client.create_experiment(experiment)
+            )
+            run = self.client.create_run(
+                experiment_id,
+                run_name=settings.run_name,
+                tags={"trainctl.run_dir": str(settings.run_dir)},
+            )
+            params = [Param(k, v[:6000]) for k, v in flat_params(settings.redacted()).items()]
+            self.client.log_batch(run.info.run_id, params=params)
+            self.resumed = False
+        else:
+            self.client.update_run(run.info.run_id, status="RUNNING")
+            self.resumed = True
+        self.run_id = run.info.run_id
+        self.ids = {"run_id": self.run_id, "tracking_uri": _redact_uri(uri)}
+
+    def log_epoch(self, record: Mapping[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        stamp, step = int(float(record.get("time", time.time())) * 1000), int(record["epoch"])
+        metrics = [Metric(k, v, stamp, step) for k, v in epoch_metrics(record).items()]
+        self.client.log_batch(self.run_id, metrics=metrics)
+
+    def logged_epochs(self) -> set[int]:
+        return {m.step for m in self.client.get_metric_history(self.run_id, "val_loss")}
+
+    def finish(self, status: str, best: Path | None) -> None:
+        if best is not None and best.is_dir():
+            self.client.log_artifacts(self.run_id, str(best), "best_checkpoint")
+        self.client.set_terminated(self.run_id, STATUS.get(status, "FAILED"))
+
+
+class _TensorBoard:
+    name = "tensorboard"
+
+    def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.folder = settings.run_dir / "tensorboard"
+        # A rerun adds an event file beside the first one; TensorBoard reads them as one run.
+        self.writer = SummaryWriter(log_dir=str(self.folder))
+        if not previous:
+            text = "\n".join(f"    {k}: {v}" for k, v in flat_params(settings.redacted()).items())
+            self.writer.add_text("settings", text, 0)
+        self.ids = {"log_dir": str(self.folder)}
+
+    def log_epoch(self, record: Mapping[str, Any]) -> None:
+        step, wall = int(record["epoch"]), float(record.get("time", time.time()))
+        for key, value in epoch_metrics(record).items():
+            self.writer.add_scalar(key, value, step, walltime=wall)
+        self.writer.flush()
+        with (self.folder / LEDGER).open("a") as ledger:
+            ledger.write(f"{step}\n")
+
+    def logged_epochs(self) -> set[int]:
+        # Event files are costly to parse back: a one-number-per-line ledger beside them.
+        path = self.folder / LEDGER
+        text = path.read_text() if path.is_file() else ""
+        return {int(line) for line in text.split() if line.isdigit()}
+
+    def finish(self, status: str, best: Path | None) -> None:
+        if best is not None:
+            self.writer.add_text("best_checkpoint", f"{best} ({status})", 0)
+        self.writer.close()
+
+
+class _WandB:
+    name = "wandb"
+
+    def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
+        import wandb
+
+        self.wandb = wandb
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT") or "trainctl",
+            name=settings.run_name,
+            id=previous.get("run_id") or None,
+            resume="allow",
+            config=settings.redacted(),
+            dir=str(settings.run_dir),
+        )
+        self.ids = {"run_id": self.run.id, "project": self.run.project}
+
+    def log_epoch(self, record: Mapping[str, Any]) -> None:
+        self.run.log({**epoch_metrics(record), "epoch": int(record["epoch"])})
+
+    def logged_epochs(self) -> set[int]:
+        # W&B steps only grow: epochs a killed driver missed are not logged afterwards.
+        return set(range(int(self.run.summary.get("epoch", 0)) + 1))
+
+    def finish(self, status: str, best: Path | None) -> None:
+        if best is not None and best.is_dir():
+            artifact = self.wandb.Artifact(f"{self.run.name}-best", type="model")
+            artifact.add_dir(str(best))
+            self.run.log_artifact(artifact)
+        self.run.finish(exit_code=0 if status == "succeeded" else 1)
+
+
+def wanted(env: Mapping[str, str], settings: TrainSettings) -> list[type]:
+    chosen: list[type] = []
+    if env.get("MLFLOW_TRACKING_URI"):
+        chosen.append(_MLflow)
+    if settings.tensorboard:
+        chosen.append(_TensorBoard)
+    if env.get("WANDB_API_KEY") or env.get("WANDB_MODE"):
+        chosen.append(_WandB)
+    return chosen
+
+
+class Trackers:
+    """The trackers of one driver; every call is safe: a failure warns once and disables."""
+
+    def __init__(self, warn: Callable[[str], None] | None = None) -> None:
+        self.active: list[Any] = []
+        self.ids: dict[str, dict[str, Any]] = {}
+        self._warn = warn or (lambda text: click.echo(f"trainctl: warning: {text}", err=True))
+
+    @classmethod
+    def start(cls, settings: TrainSettings, previous: Mapping[str, Any] | None) -> Trackers:
+        trackers = cls()
+        previous = previous or {}
+        for kind in wanted(os.environ, settings):
+            try:
+                tracker = kind(settings, previous.get(kind.name) or {})
+            except Exception as err:
+                trackers._failed(kind.name, "could not start", err)
+                continue
+            trackers.active.append(tracker)
+            trackers.ids[kind.name] = tracker.ids
+        return trackers
+
+    def _failed(self, name: str, what: str, err: BaseException) -> None:
+        line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        self._warn(f"{name} tracking {what}, training goes on without it: {line[:300]}")
+
+    def _each(self, call: str, *args: Any) -> None:
+        for tracker in list(self.active):
+            try:
+                getattr(tracker, call)(*args)
+            except Exception as err:
+                self.active.remove(tracker)
+                self._failed(tracker.name, f"failed ({call})", err)
+
+    def log_epoch(self, record: Mapping[str, Any]) -> None:
+        self._each("log_epoch", record)
+
+    def catch_up(self, records: list[dict[str, Any]]) -> None:
+        """Log the recorded epochs a tracker does not have: a driver killed between an epoch
+        and its next look at metrics.jsonl never sent that epoch."""
+        for tracker in list(self.active):
+            try:
+                have = tracker.logged_epochs()
+                for record in records:
+                    if int(record["epoch"]) not in have:
+                        tracker.log_epoch(record)
+            except Exception as err:
+                self.active.remove(tracker)
+                self._failed(tracker.name, "failed (catching up)", err)
+
+    def finish(self, status: str, best: Path | None) -> None:
+        self._each("finish", status, best)
+
+
+def _redact_uri(uri: str) -> str:
+    from app.settings import _redact
+
+    return str(_redact(uri))

@@ -1,0 +1,43 @@
+"""What a training worker adds around the train loop: its log file and, on rank 0, the epoch
+gauges. Kept apart from app/train_loop.py so the loop itself stays about training."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from app import run_logs
+from app.settings import TrainSettings
+
+EpochHook = Callable[[dict[str, Any]], None]
+
+
+@contextlib.contextmanager
+def worker_hooks(config: dict[str, Any], rank: int) -> Iterator[EpochHook]:
+    """Tee this worker's output to <run_dir>/logs/attempt-K/worker-<rank>.log; yield the
+    per-epoch hook (Ray metrics on rank 0, nothing elsewhere)."""
+    settings: TrainSettings = config["settings"]
+    attempt = int(config.get("log_attempt") or 1)
+    path = run_logs.attempt_dir(settings.run_dir, attempt) / f"worker-{rank}.log"
+    with run_logs.capture(path, settings.log_max_mb, f"worker rank {rank}, attempt {attempt}"):
+        yield _epoch_hook(settings) if rank == 0 else (lambda metrics: None)
+
+
+def _epoch_hook(settings: TrainSettings) -> EpochHook:
+    try:
+        from app.epoch_metrics import EpochGauges
+
+        gauges = EpochGauges(settings.run_name, settings.epochs)
+    except Exception as err:
+        logging.getLogger(__name__).warning("Ray metrics are off: %s", err)
+        return lambda metrics: None
+
+    def record(metrics: dict[str, Any]) -> None:
+        try:
+            gauges.record(metrics)
+        except Exception as err:
+            logging.getLogger(__name__).warning("could not set Ray metrics: %s", err)
+
+    return record

@@ -1,0 +1,342 @@
+"""Hostile data and a tampered run folder: refused before Ray starts, or set aside with a reason.
+
+Data cases run `trainctl check --skip-cluster` in-process (the same dataset checks `train` runs
+before Ray); warm-start cases run `train` itself with Ray's start replaced by a failure, so a case
+that wrongly passes preflight fails loudly instead of starting a cluster.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from PIL import Image
+
+from app import checkpoints, history, resume, run
+from app.data.locate import locate_bad_image
+from app.data.schema import MAX_CLASSES, inspect_dataset
+from app.summary import build_summary, plot_curves, read_summary
+from tests import parquet_support as data
+from tests.hostile.support import assert_refused, files_under, trainctl
+
+BASE = {"TRAIN_DATASET": "parquet", "TRAIN_MODEL": "cnn", "TRAIN_GLOBAL_BATCH_SIZE": "64"}
+
+
+def _settings_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **extra: str) -> None:
+    env = {**BASE, "TRAIN_DATA_PATH": str(tmp_path / "data"), **extra}
+    env["TRAIN_STORAGE_PATH"] = str(tmp_path / "runs")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+
+def _huge_label(value: int) -> Callable[[Path], None]:
+    def build(root: Path) -> None:
+        data.good(root)
+        data.write(root / "train" / "part-1.parquet", data.images(4), [0, 1, 2, value])
+        data.write(root / "valid" / "part-0.parquet", data.images(8), data.labels(8))
+
+    return build
+
+
+DATA_CASES = [
+    ("label-2**31", _huge_label(2**31), {}, f"at most {MAX_CLASSES} classes"),
+    ("label-int64-max", _huge_label(2**63 - 1), {}, "is too large"),
+    ("label-just-over-max", _huge_label(MAX_CLASSES), {}, "is too large"),
+    ("more-workers-than-train-rows", data.good, {"TRAIN_NUM_WORKERS": "30"}, "train has 24 rows"),
+    ("more-workers-than-valid-rows", data.good, {"TRAIN_NUM_WORKERS": "9"}, "valid 8"),
+    ("elastic-max-over-rows", data.good, {"TRAIN_NUM_WORKERS": "2-40"}, "40 workers need"),
+    ("wrong-columns", data.wrong_columns, {}, "missing column image, label"),
+    ("negative-label", data.negative_label, {}, "label -1 is negative"),
+    ("string-labels", data.string_labels, {}, "column label is string"),
+    ("single-class", data.single_class, {}, "at least 2 classes"),
+    ("mixed-shapes", data.mixed_shapes, {}, "mixed shapes"),
+    ("float-pixels", data.float_pixels, {}, "pixels are float"),
+    ("empty", data.empty, {}, "no rows"),
+    ("no-parquet", data.no_parquet_files, {}, "no .parquet files"),
+    ("not-parquet", data.not_parquet, {}, "not a readable Parquet file"),
+    ("valid-missing", data.valid_missing, {}, "valid: folder not found"),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "extra", "needle"), [c[1:] for c in DATA_CASES], ids=[c[0] for c in DATA_CASES]
+)
+def test_hostile_data_is_refused_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, build, extra, needle
+) -> None:
+    build(tmp_path / "data")
+    _settings_env(monkeypatch, tmp_path, **extra)
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, needle)
+    assert files_under(tmp_path / "runs") == []
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(settings: object) -> None:
+        raise AssertionError("preflight let this through: Ray would start")
+
+    monkeypatch.setattr(run, "connect_ray", refuse)
+
+
+def _warm_start_file(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "warm.pt"
+    if kind == "not-torch":
+        path.write_text("not a checkpoint")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "pickled-code":
+        torch.save({"weight": Path("needs unpickling code")}, path)  # weights_only refuses
+    elif kind == "folder-without-model":
+        path = tmp_path / "ckpt"
+        path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("kind", ["not-torch", "empty", "pickled-code", "folder-without-model"])
+def test_warm_start_that_cannot_be_read_is_refused_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_ray: None, kind: str
+) -> None:
+    data.good(tmp_path / "data")
+    path = _warm_start_file(tmp_path, kind)
+    _settings_env(monkeypatch, tmp_path, TRAIN_WARM_START=str(path), TRAIN_RUN_NAME="w")
+    assert_refused(trainctl("train"), 2, f"TRAIN_WARM_START={path}")
+    assert not (tmp_path / "runs" / "w").exists()
+
+
+def test_train_with_more_workers_than_rows_is_refused_before_training(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The issue's fake success: 0 rows per worker used to "succeed" with loss 0.0000.
+
+    The check follows the cluster's capacity check (a cluster that can never hold the workers is
+    the first thing to fix), so both are stood in for by what a big enough cluster answers.
+    """
+
+    def never(*args: object) -> None:
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(run, "connect_ray", lambda settings: None)
+    monkeypatch.setattr(run, "check_capacity", lambda settings: None)
+    monkeypatch.setattr(run, "_fit", never)
+    data.good(tmp_path / "data")
+    _settings_env(monkeypatch, tmp_path, TRAIN_NUM_WORKERS="30", TRAIN_RUN_NAME="r")
+    assert_refused(trainctl("train"), 2, "30 workers need at least one row", "train has 24 rows")
+
+
+# --- a bad image deep in a Parquet file is named by file and row --------------------------------
+def _png(value: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((8, 8), value, dtype=np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _write_png_split(folder: Path, images: list[bytes], name: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"image": images, "label": data.labels(len(images))})
+    pq.write_table(table, folder / name)
+
+
+def test_corrupt_image_deep_in_a_file_is_named_with_file_and_row(tmp_path: Path) -> None:
+    for split, rows in data.ROWS.items():
+        for part in ("part-0.parquet", "part-1.parquet"):
+            _write_png_split(tmp_path / split, [_png(i) for i in range(rows)], part)
+    info = inspect_dataset(tmp_path)
+    # Damaged after preflight (or in rows it never decoded): only a worker meets it.
+    images = [_png(i) for i in range(data.ROWS["train"])]
+    images[17] = b"\x89PNG\r\n\x1a\n but truncated"
+    _write_png_split(tmp_path / "train", images, "part-1.parquet")
+    found = locate_bad_image(info)
+    assert found is not None
+    assert found.startswith(f"{tmp_path / 'train' / 'part-1.parquet'}: row 17: "), found
+    assert "PNG" in found
+
+
+# --- checkpoints: tampering is caught, with a reason --------------------------------------------
+def _checkpoint(run_dir: Path, epoch: int, model: torch.nn.Module | None = None) -> Path:
+    model = model or torch.nn.Linear(4, 3)
+    folder = run_dir / checkpoints.dir_name(epoch)
+    checkpoints.write_checkpoint(
+        folder,
+        model_state=model.state_dict(),
+        train_state={"optimizer": {}, "epoch": epoch, "step": 1},
+        epoch=epoch,
+        metrics={"val_accuracy": 0.5, "val_loss": 0.5},
+    )
+    return folder
+
+
+def _edit_meta(folder: Path, change: Callable[[dict], None], *, reseal: bool) -> None:
+    meta = json.loads((folder / "meta.json").read_text())
+    change(meta)
+    if reseal:  # a careful forger recomputes the digest too
+        meta["meta_sha256"] = checkpoints._meta_digest(meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+TAMPER = [
+    ("epoch-999", lambda f: _edit_meta(f, lambda m: m.update(epoch=999), reseal=False), "checksum"),
+    (
+        "epoch-999-resealed",
+        lambda f: _edit_meta(f, lambda m: m.update(epoch=999), reseal=True),
+        "folder is named for 1",
+    ),
+    (
+        "metric-edited",
+        lambda f: _edit_meta(f, lambda m: m["metrics"].update(val_accuracy=1.0), reseal=False),
+        "checksum",
+    ),
+    (
+        "digest-removed",
+        lambda f: _edit_meta(f, lambda m: m.pop("meta_sha256"), reseal=False),
+        "checksum",
+    ),
+    (
+        "file-list-escapes",
+        lambda f: _edit_meta(f, lambda m: m["files"].update({"../../x": "0"}), reseal=True),
+        "lists",
+    ),
+    (
+        "file-list-shrunk",
+        lambda f: _edit_meta(f, lambda m: m["files"].pop("model.pt"), reseal=True),
+        "lists",
+    ),
+    ("meta-is-a-list", lambda f: (f / "meta.json").write_text("[1, 2]"), "unreadable"),
+    ("meta-is-null", lambda f: (f / "meta.json").write_text("null"), "unreadable"),
+    ("meta-not-utf8", lambda f: (f / "meta.json").write_bytes(b"\xff\xfe{"), "unreadable"),
+    (
+        "metric-not-a-number",
+        lambda f: _edit_meta(f, lambda m: m["metrics"].update(val_accuracy="high"), reseal=True),
+        "unreadable",
+    ),
+    (
+        "meta-is-a-folder",
+        lambda f: ((f / "meta.json").unlink(), (f / "meta.json").mkdir()),
+        "missing",
+    ),
+]
+
+
+@pytest.mark.parametrize(("damage", "reason"), [t[1:] for t in TAMPER], ids=[t[0] for t in TAMPER])
+def test_tampered_checkpoint_is_refused_with_a_reason(tmp_path: Path, damage, reason) -> None:
+    folder = _checkpoint(tmp_path, 1)
+    damage(folder)
+    with pytest.raises(ValueError, match=reason):
+        checkpoints.verify(folder)
+
+
+def test_folder_renamed_to_a_later_epoch_is_refused(tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path, 1)
+    folder.rename(tmp_path / checkpoints.dir_name(999))
+    with pytest.raises(ValueError, match="says epoch 1 but the folder is named for 999"):
+        checkpoints.verify(tmp_path / checkpoints.dir_name(999))
+
+
+def _expected(model: torch.nn.Module) -> dict:
+    return {k: v.shape for k, v in model.state_dict().items()}
+
+
+def test_train_state_epoch_must_agree(tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path, 2)
+    torch.save({"optimizer": {}, "epoch": 999, "step": 1}, folder / "train_state.pt")
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["files"]["train_state.pt"] = checkpoints._sha256(folder / "train_state.pt")
+    meta["meta_sha256"] = checkpoints._meta_digest(meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    ref = checkpoints.verify(folder)
+    problem = checkpoints.resume_problem(ref, _expected(torch.nn.Linear(4, 3)))
+    assert problem is not None and "holds epoch 999" in problem
+
+
+@pytest.mark.parametrize(
+    ("model", "needle"),
+    [
+        (torch.nn.Linear(4, 5), "weight is (5, 4) not (3, 4)"),
+        (torch.nn.Sequential(torch.nn.Linear(4, 3)), "missing ['bias', 'weight']"),
+        (torch.nn.Linear(4, 3, bias=False), "missing ['bias']"),
+    ],
+)
+def test_checkpoint_of_another_model_does_not_fit(
+    tmp_path: Path, model: torch.nn.Module, needle: str
+) -> None:
+    ref = checkpoints.verify(_checkpoint(tmp_path, 1, model))
+    problem = checkpoints.resume_problem(ref, _expected(torch.nn.Linear(4, 3)))
+    assert problem is not None and needle in problem
+
+
+def test_driver_sets_aside_a_checkpoint_of_another_model_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A checksum-valid checkpoint of another model was retried forever; now it is set aside."""
+    from app.settings import load_settings
+
+    data.good(tmp_path / "data")
+    _settings_env(monkeypatch, tmp_path, TRAIN_RUN_NAME="r")
+    settings = load_settings()
+    info = inspect_dataset(tmp_path / "data")
+    _checkpoint(settings.run_dir, 1, torch.nn.Linear(4, 3))  # not the cnn this run trains
+    said: list[str] = []
+    assert resume.usable_checkpoint(settings, info, said.append) is None
+    assert "do not fit this model" in said[0]
+    moved = settings.run_dir / "corrupt_checkpoint_epoch_0001"
+    assert "do not fit this model" in (moved / checkpoints.REASON_FILE).read_text()
+    assert not (settings.run_dir / "checkpoint_epoch_0001").exists()
+
+
+# --- run records: damaged lines are skipped with one warning ------------------------------------
+GOOD = '{"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5}'
+GARBAGE = [
+    "not json",
+    '{"epoch": 2, "train_loss": 0.5',
+    "[1, 2, 3]",
+    '"a string"',
+    "42",
+    "null",
+    '{"epoch": "two", "train_loss": 0.5}',
+    '{"epoch": true, "train_loss": 0.5}',
+    '{"epoch": 2.5, "train_loss": 0.5}',
+    '{"epoch": 2, "train_loss": "low"}',
+    '{"train_loss": 0.5}',
+    "\x00\x00\x00",
+]
+
+
+@pytest.mark.parametrize("line", GARBAGE, ids=lambda v: repr(v)[:24])
+def test_damaged_metrics_line_is_skipped_and_summary_still_builds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str
+) -> None:
+    (tmp_path / history.METRICS_FILE).write_text(f"{GOOD}\n{line}\n")
+    records = history.epochs(tmp_path)
+    assert [r["epoch"] for r in records] == [1]
+    history.epochs(tmp_path)  # a second read says nothing new
+    err = capsys.readouterr().err
+    assert err.count("skipped 1 unreadable line(s)") == 1 and "line 2" in err
+    summary = build_summary(
+        tmp_path, status="succeeded", run_name="r", target_epochs=1, settings={},
+        duration_s=1.0, failures=0, restored_from=None,
+    )  # fmt: skip
+    assert summary["metrics"]["val_accuracy"] == 0.5
+    assert plot_curves(tmp_path) is not None
+
+
+def test_non_utf8_metrics_file_is_read_around(tmp_path: Path) -> None:
+    (tmp_path / history.METRICS_FILE).write_bytes(GOOD.encode() + b"\n\xff\xfe\xfd\n")
+    assert [r["epoch"] for r in history.epochs(tmp_path)] == [1]
+
+
+def test_damaged_attempts_lines_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / history.ATTEMPTS_FILE).write_text('{"invocation": "a"}\n[]\nnope\n')
+    assert history.attempts(tmp_path, "a") == [{"invocation": "a"}]
+
+
+@pytest.mark.parametrize("content", [b"[]", b"null", b"\xff\xfe", b'"running"', b"{"])
+def test_damaged_summary_is_ignored(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "summary.json").write_bytes(content)
+    assert read_summary(tmp_path) is None

@@ -1,0 +1,102 @@
+"""Fuzzing the two parsers every user feeds: values files and ./.env, for a bounded time.
+
+Whatever the text, the outcome is either a clean refusal (ConfigError, exit 2) or objects that
+hold exactly what was given: never another exception, never a key or field that was not there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.envfile import check_env_file
+from app.errors import ConfigError
+from app.k8s.render import load_values, render_objects
+
+FUZZ = settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=True,  # the same examples every run: a failure here is reproducible
+    database=None,  # and nothing written into the checkout (.hypothesis/)
+)
+# Text rich in what YAML and templates treat specially.
+SPECIAL = st.sampled_from([*list(":-#&*!|>'\"%@`{}[],?\n\r\t ./\\"), "---", "{{", "}}", "\u2028"])
+HOSTILE_TEXT = st.lists(st.one_of(SPECIAL, st.text(max_size=4)), max_size=8).map("".join)
+
+
+@FUZZ
+@given(labels=st.dictionaries(HOSTILE_TEXT, HOSTILE_TEXT, max_size=3), note=HOSTILE_TEXT)
+def test_values_file_fuzz_refuses_or_renders_exactly(
+    tmp_path: Path, labels: dict[str, str], note: str
+) -> None:
+    user = {
+        "nodePools": {"cpu": {"gpusPerWorker": 0, "tolerations": [], "nodeSelector": labels}},
+        "labels": labels,
+        "runAnnotations": {"example.com/note": note},
+    }
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(user, allow_unicode=True), encoding="utf-8")
+    try:
+        values = load_values(path)
+        objects = render_objects(values, release="demo", namespace="ml")["cpu"]
+    except ConfigError:
+        return
+    for obj in objects:
+        assert labels.items() <= obj["metadata"]["labels"].items()
+    (job,) = [o for o in objects if o["kind"] == "RayJob"]
+    assert job["metadata"]["annotations"]["example.com/note"] == note
+    workers = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert [w["template"]["spec"].get("nodeSelector", {}) for w in workers] == [labels]
+    assert not {"hostNetwork", "hostPID", "hostIPC"} & set(workers[0]["template"]["spec"])
+
+
+@FUZZ
+@given(raw=st.binary(max_size=200))
+def test_values_file_fuzz_bytes_never_escape_as_a_traceback(tmp_path: Path, raw: bytes) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_bytes(raw)
+    with contextlib.suppress(ConfigError):
+        load_values(path)
+
+
+KNOWN = {"TRAIN_EPOCHS", "TRAIN_MODEL", "TRAIN_SEED"}
+DOTENV_LINE = st.one_of(
+    st.builds(
+        lambda k, v: f"{k}={v}", st.sampled_from([*sorted(KNOWN), "TRAIN_X", "OTHER"]), HOSTILE_TEXT
+    ),
+    HOSTILE_TEXT,
+)
+
+
+@FUZZ
+@given(lines=st.lists(DOTENV_LINE, max_size=6))
+def test_dotenv_fuzz_only_ever_lists_problems(tmp_path: Path, lines: list[str]) -> None:
+    path = tmp_path / ".env"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    problems = check_env_file(path, KNOWN)
+    assert all(isinstance(p, str) and p.startswith(f"{path}:") for p in problems)
+
+
+@FUZZ
+@given(raw=st.binary(max_size=120))
+def test_dotenv_fuzz_bytes_settings_load_or_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: bytes
+) -> None:
+    from app.settings import load_settings
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_bytes(raw)
+    try:
+        settings = load_settings()
+    except ConfigError as err:
+        assert err.problems and all(isinstance(p, str) for p in err.problems)
+        return
+    assert "\n" not in settings.run_name
+    assert not any(k.startswith("TRAIN_") for k in os.environ)  # .env never leaks into env

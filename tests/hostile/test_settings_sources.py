@@ -1,0 +1,174 @@
+"""Hostile and careless settings, from the environment and from ./.env, held to one set of rules.
+
+Each case runs the real CLI in-process (`trainctl check --skip-cluster`, which reads settings
+exactly as `train` does) and expects exit 2, a message naming the variable (and for .env the
+file and line), no traceback, and no file written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.hostile.support import assert_refused, files_under, trainctl
+
+BIG = str(2**64)
+# (variable, value, text the message must contain)
+ENV_CASES = [
+    ("TRAIN_SEED", BIG, "TRAIN_SEED"),
+    ("TRAIN_SEED", str(2**200), "TRAIN_SEED"),
+    ("TRAIN_SEED", "-1", "TRAIN_SEED"),
+    ("TRAIN_SEED", "1e3", "TRAIN_SEED"),
+    ("TRAIN_SEED", "0x10", "TRAIN_SEED"),
+    ("TRAIN_RUN_NAME", "run\n", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "run\r\n", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "\nrun", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "../escape", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "a/b", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "/abs", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", ".", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "..", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "x" * 64, "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "ünïcode", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "run name", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "-lead", "TRAIN_RUN_NAME"),
+    ("TRAIN_RUN_NAME", "$(reboot)", "TRAIN_RUN_NAME"),
+    ("TRAIN_EPOCHS", "1e9", "TRAIN_EPOCHS"),
+    ("TRAIN_EPOCHS", "100001", "TRAIN_EPOCHS"),
+    ("TRAIN_EPOCHS", "nan", "TRAIN_EPOCHS"),
+    ("TRAIN_LR", "nan", "TRAIN_LR"),
+    ("TRAIN_LR", "inf", "TRAIN_LR"),
+    ("TRAIN_LR", "-inf", "TRAIN_LR"),
+    ("TRAIN_WEIGHT_DECAY", "nan", "TRAIN_WEIGHT_DECAY"),
+    ("TRAIN_CPUS_PER_WORKER", "inf", "TRAIN_CPUS_PER_WORKER"),
+    ("TRAIN_NUM_WORKERS", "2-", "TRAIN_NUM_WORKERS"),
+    ("TRAIN_NUM_WORKERS", "1-2-3", "TRAIN_NUM_WORKERS"),
+    ("TRAIN_NUM_WORKERS", "٣", "TRAIN_NUM_WORKERS"),
+    ("TRAIN_GLOBAL_BATCH_SIZE", str(2**70), "TRAIN_GLOBAL_BATCH_SIZE"),
+    ("TRAIN_MODEL", "cnn\n", "TRAIN_MODEL"),
+    ("TRAIN_DATASET", "digits; rm -rf /", "TRAIN_DATASET"),
+    ("TRAIN_STORAGE_PATH", "~nosuchuser-xyz/runs", "~nosuchuser-xyz names no user"),
+    ("TRAIN_DATA_PATH", "~nosuchuser-xyz/data", "~nosuchuser-xyz names no user"),
+    ("TRAIN_RAY_CONNECT_TIMEOUT", "0", "TRAIN_RAY_CONNECT_TIMEOUT"),
+    ("TRAIN_RAY_CONNECT_TIMEOUT", "nan", "TRAIN_RAY_CONNECT_TIMEOUT"),
+    ("TRAIN_RAY_CONNECT_TIMEOUT", "1e9", "TRAIN_RAY_CONNECT_TIMEOUT"),
+    ("TRAIN_EPOCH", "1", "did you mean TRAIN_EPOCHS?"),
+    ("train_epoch", "1", "is not a trainctl setting"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "needle"), ENV_CASES, ids=lambda v: repr(v)[:30])
+def test_bad_env_setting_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, value: str, needle: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, needle)
+    assert files_under(tmp_path) == []
+
+
+def test_a_64_bit_seed_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.settings import load_settings
+
+    monkeypatch.setenv("TRAIN_SEED", str(2**64 - 1))
+    assert load_settings().seed == 2**64 - 1
+
+
+# (.env text or bytes, what the message must name)
+DOTENV_CASES = [
+    (
+        "TRAIN_EPOCH=1\n",
+        ".env:1: TRAIN_EPOCH is not a trainctl setting; did you mean TRAIN_EPOCHS?",
+    ),
+    ("TRAIN_MODEL=cnn\n\n\nTRAIN_EPOCH=1\n", ".env:4: TRAIN_EPOCH"),
+    ("# comment\nTRAIN_MODLE=cnn\n", ".env:2: TRAIN_MODLE"),
+    ("export TRAIN_EPOCH=1\n", ".env:1: TRAIN_EPOCH"),
+    ("train_epoch=1\n", ".env:1: train_epoch"),
+    ("this is not a setting\n", ".env:1: cannot parse"),
+    ("TRAIN_MODEL=cnn\ngarbage line\n", ".env:2: cannot parse"),
+    ("TRAIN_MODEL='cnn\n", ".env:1: cannot parse"),
+    ('TRAIN_MODEL="cnn\n', ".env:1: cannot parse"),
+    ("TRAIN_MODEL\n", ".env:1: TRAIN_MODEL has no value"),
+    ("=cnn\n", ".env:1: cannot parse"),
+    ("TRAIN MODEL=cnn\n", ".env:1: cannot parse"),
+    ("TRAIN_EPOCHS=ten\n", "TRAIN_EPOCHS='ten'"),
+    ("TRAIN_RUN_NAME='run\n'\n", "TRAIN_RUN_NAME"),
+    ("TRAIN_SEED=18446744073709551616\n", "TRAIN_SEED"),
+    (b"TRAIN_MODEL=\xff\xfe\n", ".env:1: not UTF-8"),
+    (b"TRAIN_MODEL=cnn\nTRAIN_EPOCHS=\xe9\n", ".env:2: not UTF-8"),
+    (b"\xff\xfeT\x00R\x00", ".env:1: not UTF-8"),
+]
+
+
+@pytest.mark.parametrize(("content", "needle"), DOTENV_CASES, ids=lambda v: repr(v)[:30])
+def test_bad_dotenv_is_refused_with_file_and_line(
+    tmp_path: Path, content: str | bytes, needle: str
+) -> None:
+    path = tmp_path / ".env"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, needle)
+    assert files_under(tmp_path) == [".env"]
+
+
+def test_dotenv_that_is_a_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / ".env").mkdir()
+    assert_refused(trainctl("check", "--skip-cluster"), 2, ".env: is a folder")
+
+
+def test_dotenv_keys_of_other_tools_and_good_lines_pass(tmp_path: Path) -> None:
+    from app.settings import load_settings
+
+    (tmp_path / ".env").write_text(
+        "# tools share this file\nexport AWS_REGION=eu-west-1\nOTHER\nTRAIN_EPOCHS=3\n"
+        "TRAIN_MODEL='cnn'  # inline comment\n"
+    )
+    settings = load_settings()
+    assert (settings.epochs, settings.model) == (3, "cnn")
+
+
+# prepare-data: every option refused before anything is written.
+PREPARE_CASES = [
+    (["--seed", "-1"], "--seed"),
+    (["--seed", str(2**64)], "--seed"),
+    (["--seed", "abc"], "--seed"),
+    (["--out", "a-file"], "exists but is not a folder"),
+    (["--out", "~nosuchuser-xyz/data"], "~nosuchuser-xyz names no user"),
+    (["--out", "a-file/sub"], "cannot create the output folder"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), PREPARE_CASES, ids=lambda v: repr(v)[:30])
+def test_prepare_data_bad_options(tmp_path: Path, args: list[str], needle: str) -> None:
+    (tmp_path / "a-file").write_text("x")
+    argv = ["prepare-data", "--dataset", "synthetic", *args]
+    if "--out" not in args:
+        argv += ["--out", str(tmp_path / "out")]
+    assert_refused(trainctl(*argv), 2, needle)
+    assert files_under(tmp_path) == ["a-file"]
+
+
+RENDER_CASES = [
+    (["--out", "a-file"], "exists but is not a folder"),
+    (["--out", "~nosuchuser-xyz/m"], "~nosuchuser-xyz names no user"),
+    (["--out", "m", "--release", "demo\n"], "release name"),
+    (["--out", "m", "-n", "ml\n"], "namespace"),
+    (["--out", "m", "-n", "../kube-system"], "namespace"),
+    (["--out", "m", "--values", "latin1.yaml"], "not UTF-8"),
+    (["--out", "m", "--values", "list.yaml"], "must hold a mapping"),
+    (["--out", "m", "--values", "bad.yaml"], "not valid YAML"),
+    (["--out", "m", "--values", "alias.yaml"], "not valid YAML"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), RENDER_CASES, ids=lambda v: repr(v)[:30])
+def test_render_bad_options_and_files(tmp_path: Path, args: list[str], needle: str) -> None:
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "latin1.yaml").write_bytes(b"labels: {team: caf\xe9}\n")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    (tmp_path / "bad.yaml").write_text("labels: {a: [\n")
+    (tmp_path / "alias.yaml").write_text("labels: *nowhere\n")
+    before = files_under(tmp_path)
+    assert_refused(trainctl("render", *args), 2, needle)
+    assert files_under(tmp_path) == before

@@ -1,0 +1,124 @@
+"""Run-folder logs: the tee, rotation, tracebacks, and `trainctl logs --worker/--driver`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import run_logs
+from app.epoch_metrics import figures
+from app.errors import EXIT_INVALID, EXIT_OK, RunFailed
+from tests.unit.test_submit_cli import trainctl
+
+
+def test_capture_tees_output_and_writes_the_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = run_logs.attempt_dir(tmp_path, 1) / "worker-0.log"
+    with pytest.raises(ZeroDivisionError), run_logs.capture(log, 1.0, "worker rank 0"):
+        print("epoch 1 done")
+        print("partial line without newline", end="", file=sys.stderr)
+        1 / 0  # noqa: B018
+    out, err = capsys.readouterr()
+    assert out == "epoch 1 done\n" and err == "partial line without newline"  # still on screen
+    text = log.read_text().splitlines()
+    assert text[0].startswith("=== worker rank 0 at ")
+    assert text[1:3] == ["epoch 1 done", "partial line without newline"]
+    assert text[3] == "Traceback (most recent call last):"
+    assert text[-1] == "ZeroDivisionError: division by zero"
+    assert sys.stdout is not None and not isinstance(sys.stdout, run_logs._Tee)
+
+
+def test_expected_errors_are_written_as_messages(tmp_path: Path) -> None:
+    log = tmp_path / "driver.log"
+    with pytest.raises(RunFailed), run_logs.capture(log, 1.0, "driver"):
+        raise RunFailed(["training failed: boom", "logs: here"])
+    assert log.read_text().splitlines()[1:] == [
+        "trainctl: training failed: boom",
+        "trainctl: logs: here",
+    ]
+
+
+def test_logs_rotate_and_read_back_oldest_first(tmp_path: Path) -> None:
+    log = run_logs.attempt_dir(tmp_path, 1) / "worker-1.log"
+    with run_logs.capture(log, 2048 / 1024 / 1024, "rank 1"):  # 2 KiB
+        for i in range(400):
+            print(f"line {i:04d} " + "x" * 40)
+    files = sorted(p.name for p in log.parent.iterdir())
+    assert files == ["worker-1.log", "worker-1.log.1", "worker-1.log.2", "worker-1.log.3"]
+    assert all(p.stat().st_size <= 2048 for p in log.parent.iterdir())
+    lines = [line for line in run_logs.read_lines(log) if line.startswith("line ")]
+    numbers = [int(line.split()[1]) for line in lines]
+    assert numbers == list(range(numbers[0], 400)) and numbers[0] > 0  # oldest ones rotated out
+
+
+def test_logs_command_reads_the_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "runs" / "demo"
+    for attempt, text in ((1, "first"), (2, "second")):
+        folder = run_logs.attempt_dir(run_dir, attempt)
+        folder.mkdir(parents=True)
+        (folder / "worker-1.log").write_text(f"{text} attempt\n")
+        (folder / "driver.log").write_text(f"driver {text}\n")
+    code, out, _ = trainctl(capsys, "logs", str(run_dir), "--worker", "1")
+    assert code == EXIT_OK
+    assert out.splitlines() == [f"==> {run_dir}/logs/attempt-2/worker-1.log <==", "second attempt"]
+    code, out, _ = trainctl(capsys, "logs", str(run_dir), "--worker", "1", "--attempt", "1")
+    assert out.splitlines()[1] == "first attempt"
+    # A run name under --storage, or under TRAIN_STORAGE_PATH.
+    code, out, _ = trainctl(capsys, "logs", "demo", "--driver", "--storage", str(run_dir.parent))
+    assert code == EXIT_OK and out.splitlines()[1] == "driver second"
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(run_dir.parent))
+    code, out, _ = trainctl(capsys, "logs", "demo", "--driver")
+    assert code == EXIT_OK and out.splitlines()[1] == "driver second"
+    # Bad input: exit 2 with what exists.
+    code, _, err = trainctl(capsys, "logs", str(run_dir), "--worker", "7")
+    assert code == EXIT_INVALID and "no worker-7.log" in err and "worker-1.log" in err
+    code, _, err = trainctl(capsys, "logs", str(run_dir), "--worker", "1", "--attempt", "9")
+    assert code == EXIT_INVALID and "holds attempts 1, 2" in err
+    code, _, err = trainctl(capsys, "logs", "nope", "--worker", "0")
+    assert code == EXIT_INVALID and "is a run folder with logs" in err
+    code, _, err = trainctl(capsys, "logs", str(run_dir), "--worker", "0", "--driver")
+    assert code == EXIT_INVALID and "not both" in err
+    code, _, err = trainctl(capsys, "logs", "some-rayjob", "--attempt", "1")
+    assert code == EXIT_INVALID and "go with --worker or --driver" in err
+
+
+def test_epoch_figures_for_the_gauges() -> None:
+    record = {
+        "epoch": 3,
+        "train_loss": 0.5,
+        "val_loss": 0.25,
+        "val_accuracy": 0.9,
+        "images_per_s": 1200.0,
+        "epoch_time_s": 10.0,
+    }
+    assert figures(record, target_epochs=5) == {
+        "trainctl_epoch": 3.0,
+        "trainctl_train_loss": 0.5,
+        "trainctl_val_loss": 0.25,
+        "trainctl_val_accuracy": 0.9,
+        "trainctl_images_per_second": 1200.0,
+        "trainctl_eta_seconds": 20.0,
+    }
+    assert figures({"epoch": 5, "epoch_time_s": 10.0}, 5) == {
+        "trainctl_epoch": 5.0,
+        "trainctl_eta_seconds": 0.0,
+    }
+
+
+def test_a_held_log_writes_nothing_unless_opened(tmp_path: Path) -> None:
+    refused = tmp_path / "refused" / "driver.log"
+    with pytest.raises(RunFailed), run_logs.capture(refused, 1.0, "driver", held=True):
+        print("checking the cluster")
+        raise RunFailed("no capacity")
+    assert not refused.parent.exists()  # bad input leaves no folder behind
+    started = tmp_path / "started" / "driver.log"
+    with run_logs.capture(started, 1.0, "driver", held=True) as log:
+        print("starting run")
+        log.open()
+        print("epoch 1/2")
+    assert started.read_text().splitlines()[1:] == ["starting run", "epoch 1/2"]
