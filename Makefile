@@ -14,8 +14,8 @@ PIP := env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(PY) -m pip
 # KubeRay's CRDs for the schema tests: found (or downloaded and checked against the committed
 # SHA-256 sums) by tests/kuberay_crds.py, which needs only the machine's Python.
 CRDS := $(PYTHON_BIN) tests/kuberay_crds.py
-# Two xdist workers: the Ray-cluster tests on one (tests/conftest.py groups them), the rest on the
-# other. Override with e.g. PYTEST_ARGS='-n 0 tests/unit' for a quick loop.
+# Two xdist workers: the tests that use the shared Ray cluster on one (tests/conftest.py groups
+# them), the rest on the other. Override with e.g. PYTEST_ARGS='-n 0 tests/unit' for a quick loop.
 PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=30
 
 .PHONY: help setup run test fresh-clone-test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
