@@ -14,31 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app import history
-
-
-def progress_line(metrics: dict[str, Any], total_epochs: int, eta_s: float) -> str:
-    # images_per_s is absent from runs recorded before it was added.
-    rate = metrics.get("images_per_s")
-    return (
-        f"epoch {metrics['epoch']:>{len(str(total_epochs))}}/{total_epochs}"
-        f"  train_loss {metrics['train_loss']:.4f}"
-        f"  val_loss {metrics['val_loss']:.4f}"
-        f"  val_acc {metrics['val_accuracy']:.2%}"
-        f"  {metrics['epoch_time_s']:.1f}s/epoch"
-        + (f"  {rate:,.0f} img/s" if rate is not None else "")
-        + f"  ETA {_duration(eta_s)}"
-    )
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+from app.formatting import epoch_line
 
 
 class EpochFollower:
@@ -85,6 +61,6 @@ class EpochFollower:
                 if r.get("time", 0) >= self._since
             ]
             eta = (self._total - int(row["epoch"])) * statistics.median(durations)
-            self._emit(progress_line(row, self._total, eta))
+            self._emit(epoch_line(row, self._total, eta))
             if self._on_epoch is not None:
                 self._on_epoch(row)

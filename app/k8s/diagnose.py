@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from app.k8s.status import format_duration
+from app.formatting import format_duration
 
 MAX_EVENTS = 3
 MAX_MESSAGE = 240

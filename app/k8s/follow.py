@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import EXIT_FAILED, EXIT_OK
+from app.formatting import epoch_line
 from app.k8s.diagnose import needs_look
-from app.k8s.status import JobView, Verdict, format_duration, judge, progress_line
+from app.k8s.status import JobView, Verdict, judge, progress_line
 
 
 @dataclass(frozen=True)
@@ -33,21 +34,6 @@ class Tick:
     state: FollowState
     lines: tuple[str, ...]
     verdict: Verdict | None  # set once the wait is over
-
-
-def epoch_line(record: Mapping[str, Any], total: int) -> str:
-    """Same shape as the training driver's own epoch line, so logs read alike everywhere."""
-    epoch = int(record["epoch"])
-    parts = [f"epoch {epoch:>{len(str(total))}}/{total}"]
-    for name, label in (("train_loss", "train_loss"), ("val_loss", "val_loss")):
-        if isinstance(record.get(name), int | float):
-            parts.append(f"{label} {record[name]:.4f}")
-    if isinstance(record.get("val_accuracy"), int | float):
-        parts.append(f"val_acc {record['val_accuracy']:.2%}")
-    if isinstance(record.get("epoch_time_s"), int | float):
-        parts.append(f"{record['epoch_time_s']:.1f}s/epoch")
-        parts.append(f"ETA {format_duration(max(0, total - epoch) * record['epoch_time_s'])}")
-    return "  ".join(parts)
 
 
 def advance(

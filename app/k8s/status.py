@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from app.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from app.formatting import format_duration
 
 # jobDeploymentStatus -> what is happening, for the progress line. "" is KubeRay's "New".
 WAITING_DEPLOYMENT = {
@@ -181,19 +182,6 @@ def progress_line(view: JobView, elapsed_s: float) -> str:
     if view.failed and view.deployment not in TERMINAL_DEPLOYMENT:
         meaning += f" (attempt {view.failed + 1} of {view.backoff_limit + 1})"
     return f"[{format_duration(elapsed_s):>7}] {deployment} / job {job}: {meaning}"
-
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    return f"{hours // 24}d"
 
 
 def age(created: str, now: datetime) -> str:

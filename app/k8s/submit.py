@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedOut
+from app.formatting import format_duration
 from app.k8s.cluster import AlreadyExists, Cluster
 from app.k8s.follow import follow, read_summary, summary_line
 from app.k8s.plan import (
@@ -24,7 +25,6 @@ from app.k8s.plan import (
     resolve_namespace,
     the_rayjob,
 )
-from app.k8s.status import format_duration
 from app.k8s.stuck import why_stuck
 
 

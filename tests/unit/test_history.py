@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app import history
-from app.progress import progress_line
+from app.formatting import epoch_line, format_duration
 
 
 def _metrics(epoch: int) -> dict[str, float]:
@@ -19,14 +19,28 @@ def _metrics(epoch: int) -> dict[str, float]:
 
 
 def test_progress_line_is_readable_with_eta() -> None:
-    line = progress_line(_metrics(3), 10, eta_s=125)
+    line = epoch_line(_metrics(3), 10, eta_s=125)
     assert line.startswith("epoch  3/10")
     assert "val_acc 53.00%" in line and "4.2s/epoch" in line and line.endswith("ETA 2m05s")
 
 
 def test_progress_line_shows_throughput_when_recorded() -> None:
-    line = progress_line({**_metrics(1), "images_per_s": 12345.6}, 2, eta_s=4)
+    line = epoch_line({**_metrics(1), "images_per_s": 12345.6}, 2, eta_s=4)
     assert "4.2s/epoch  12,346 img/s  ETA 4s" in line
+
+
+def test_without_an_estimate_the_eta_is_the_remaining_epochs_at_this_pace() -> None:
+    assert epoch_line(_metrics(2), 10).endswith("4.2s/epoch  ETA 34s")
+
+
+def test_missing_or_odd_fields_are_left_out() -> None:
+    record = {"epoch": 2, "train_loss": True, "val_loss": "nan", "val_accuracy": 0.5}
+    assert epoch_line(record, 3) == "epoch 2/3  val_acc 50.00%"
+
+
+def test_durations_read_short() -> None:
+    cases = {-3: "0s", 59.4: "59s", 125: "2m05s", 3 * 3600 + 7 * 60: "3h07m", 5 * 86400: "5d"}
+    assert {seconds: format_duration(seconds) for seconds in cases} == cases
 
 
 def test_resume_forgets_epochs_after_the_checkpoint(tmp_path: Path) -> None:
