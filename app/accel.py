@@ -2,7 +2,7 @@
 batch memory format each model prefers, and torch.compile with a fallback to eager.
 
 The driver resolves the `auto` values once (`resolve`), prints them, and hands the workers and
-summary.json the concrete values, so every worker and every record agrees on what ran.
+the run summary the concrete values, so every worker and every record agrees on what ran.
 """
 
 from __future__ import annotations

@@ -182,17 +182,30 @@ def quarantine(folder: Path, reason: str = "") -> Path:
     return target
 
 
+def higher_is_better(metric: str) -> bool:
+    """The one place the score direction is decided: Ray's CheckpointConfig, pruning and the
+    summary's `best` all ask here."""
+    return metric != "val_loss"
+
+
+def ranked(good: list[CheckpointRef], metric: str) -> list[CheckpointRef]:
+    """Best first by `metric`; a checkpoint without it ranks last, newer before older on ties."""
+    up = higher_is_better(metric)
+    missing = float("-inf") if up else float("inf")
+    by_epoch = sorted(good, key=lambda ref: ref.epoch, reverse=True)
+    return sorted(by_epoch, key=lambda ref: ref.metrics.get(metric, missing), reverse=up)
+
+
 def prune(run_dir: Path, *, keep: int, metric: str) -> list[Path]:
-    """Delete good checkpoints beyond the `keep` best by `metric`, always keeping the newest."""
+    """Delete good checkpoints beyond the `keep` best by `metric`, always keeping the newest.
+
+    Within one run Ray's CheckpointConfig applies the same rule as checkpoints are committed;
+    this pass also covers the checkpoints of earlier runs of the folder, which Ray never saw.
+    """
     good = scan(run_dir).good
     if len(good) <= keep:
         return []
-    higher_is_better = metric != "val_loss"
-    default = float("-inf") if higher_is_better else float("inf")
-    ranked = sorted(
-        good, key=lambda ref: ref.metrics.get(metric, default), reverse=higher_is_better
-    )
-    survivors = {ref.path for ref in ranked[:keep]} | {good[0].path}
+    survivors = {ref.path for ref in ranked(good, metric)[:keep]} | {good[0].path}
     removed = [ref.path for ref in good if ref.path not in survivors]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)

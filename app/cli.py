@@ -138,7 +138,7 @@ Exit codes:
 @click.option(
     "--storage-mount",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="With --wait: local mount of the shared volume, for epoch lines and summary.json.",
+    help="With --wait: local mount of the shared volume, for epoch lines and the run summary.",
 )
 @click.option(
     "--poll-interval",

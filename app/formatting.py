@@ -29,7 +29,7 @@ def _number(value: object) -> bool:
 
 
 def epoch_line(record: Mapping[str, Any], total: int, eta_s: float | None = None) -> str:
-    """One metrics.jsonl record as one line.
+    """One epoch record of the run folder as one line.
 
     Fields a record lacks (runs recorded before a field existed, a line edited by hand) are left
     out rather than failing. The ETA is `eta_s` where the caller has a better estimate (the

@@ -1,8 +1,9 @@
 """One readable line per epoch, printed by the driver while Ray trains.
 
-Workers append each finished epoch to metrics.jsonl on shared storage; the driver follows that
-file. Worker output stays in Ray's log folder and <run_dir>/logs/, so the console shows progress,
-not noise; the same records feed the experiment trackers (app/tracking.py).
+Rank 0 records each finished epoch in the run folder on shared storage (app/run_folder.py);
+the driver follows that record. Worker output stays in Ray's log folder and <run_dir>/logs/, so
+the console shows progress, not noise; the same records feed the experiment trackers
+(app/tracking.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app import history
+from app import run_folder
 from app.formatting import epoch_line
 
 
@@ -50,14 +51,14 @@ class EpochFollower:
     def poll(self) -> None:
         fresh = [
             row
-            for row in history.epochs(self._run_dir)
+            for row in run_folder.epochs(self._run_dir)
             if row.get("time", 0) >= self._since and int(row["epoch"]) not in self._printed
         ]
         for row in fresh:
             self._printed.add(int(row["epoch"]))
             durations = [
                 r["epoch_time_s"]
-                for r in history.epochs(self._run_dir)
+                for r in run_folder.epochs(self._run_dir)
                 if r.get("time", 0) >= self._since
             ]
             eta = (self._total - int(row["epoch"])) * statistics.median(durations)

@@ -19,7 +19,6 @@ QUIET = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging"
 
 def connect_ray(settings: TrainSettings) -> None:
     import ray
-    import ray.data
 
     address = settings.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
@@ -28,23 +27,32 @@ def connect_ray(settings: TrainSettings) -> None:
         wait_for_address(address, settings.ray_connect_timeout)
     if ray.is_initialized():
         return
+    # A local cluster: leave CPUs for Ray Data's read tasks beside the training workers.
+    need = settings.workers.max * settings.cpus_per_worker + 2
+    join_or_start(address, num_cpus=max(os.cpu_count() or 1, int(need + 0.999)))
+
+
+def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
+    """Join the Ray cluster at `address`, or start a local one that lives as long as this
+    process. The one place `trainctl train` and the benchmarks (bench/) connect to Ray."""
+    import ray
+    import ray.data
+
     ray.data.DataContext.get_current().enable_progress_bars = False
-    # The driver now runs Ray Data itself (reading, caching): its INFO lines would bury ours.
+    # The driver runs Ray Data itself (reading, caching): its INFO lines would bury ours.
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     # ... and the bars are off on purpose (the epoch lines are the progress), not worth a warning.
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     if address:
         ray.init(address=address, **QUIET)
         return
-    # A local cluster: leave CPUs for Ray Data's read tasks beside the training workers.
     # address="local": without it, ray.init() joins whatever cluster this machine last started
     # (/tmp/ray/ray_current_cluster) and then rejects num_cpus.
-    need = settings.workers.max * settings.cpus_per_worker + 2
     # No dashboard: its dozen processes would compete with training for a laptop's cores, and
     # nothing submits jobs to a cluster that lives only as long as this command.
     ray.init(
         address="local",
-        num_cpus=max(os.cpu_count() or 1, int(need + 0.999)),
+        num_cpus=num_cpus or os.cpu_count() or 1,
         include_dashboard=False,
         **QUIET,
     )

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from app import checkpoints, history, resume, run_logs
+from app import checkpoints, resume, run_folder, run_logs
 from app.accel import resolve
 from app.data import DatasetInfo, ensure_dataset
 from app.errors import ConfigError, RunFailed, TrainctlError
@@ -27,13 +27,13 @@ from app.model import model_problem
 from app.preflight import workers_problem
 from app.progress import EpochFollower
 from app.ray_cluster import check_capacity, connect_ray
+from app.run_folder import read_summary, write_summary
 from app.settings import TrainSettings
 from app.storage import ensure_writable
-from app.summary import build_summary, plot_curves, read_summary, write_summary
+from app.summary import build_summary, plot_curves
 from app.tracking import Trackers
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, what Kubernetes expects from an evicted process
-RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"
 
 
 class Interrupted(TrainctlError):
@@ -65,7 +65,7 @@ def _train(
     open_log: Callable[[], None],
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
-    # auto values become concrete once, here: the workers and summary.json see what ran.
+    # auto values become concrete once, here: the workers and the summary see what ran.
     settings, choices = resolve(settings, info)
     if choices:
         _say(f"gpu: {', '.join(choices)}")
@@ -81,7 +81,7 @@ def _train(
         previous = before.get("tracking") if before.get("status") != "succeeded" else None
         trackers = Trackers.start(settings, previous) if previous else None
         if trackers is not None:
-            trackers.catch_up(history.epochs(run_dir))
+            trackers.catch_up(run_folder.epochs(run_dir))
         return _finish(
             settings, "succeeded", started, invocation="", resumed=str(latest.path),
             trackers=trackers,
@@ -113,11 +113,11 @@ def _train(
         signal.signal(signal.SIGTERM, previous_handler)
     open_log()  # training starts: from here on the driver's output is kept in the run folder
     trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
-    trackers.catch_up([r for r in history.epochs(run_dir) if latest and r["epoch"] <= latest.epoch])
+    trackers.catch_up(
+        [r for r in run_folder.epochs(run_dir) if latest and r["epoch"] <= latest.epoch]
+    )
     write_summary(run_dir, {**_running_summary(settings, resume_from), "tracking": trackers.ids})
-    # Resume is decided above from verified files; Ray's own snapshot may name checkpoints that
-    # were corrupted or set aside, which would stop Ray from starting at all.
-    (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)
+    run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
 
     _SIGTERM.clear()  # a flag left from an earlier run in this process must not count here
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
@@ -213,7 +213,9 @@ def _fit(
             checkpoint_config=CheckpointConfig(
                 num_to_keep=settings.checkpoints_to_keep,
                 checkpoint_score_attribute=settings.checkpoint_metric,
-                checkpoint_score_order="min" if settings.checkpoint_metric == "val_loss" else "max",
+                checkpoint_score_order=(
+                    "max" if checkpoints.higher_is_better(settings.checkpoint_metric) else "min"
+                ),
             ),
         ),
         datasets=datasets,
@@ -237,7 +239,7 @@ def _finish(
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
     checkpoints.prune(run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric)
-    starts = history.attempts(run_dir, invocation) if invocation else []
+    starts = run_folder.attempts(run_dir, invocation) if invocation else []
     restored_from = next(
         (a["restored_from"] for a in reversed(starts) if a.get("restored_from")), resumed
     )
@@ -250,15 +252,16 @@ def _finish(
         duration_s=time.monotonic() - started,
         failures=max(0, len(starts) - 1),
         restored_from=restored_from,
+        metric=settings.checkpoint_metric,
         error=error,
     )
     if settings.compile == "on" and any(
-        e.get("compiled") == 0.0 for e in history.epochs(run_dir)
+        e.get("compiled") == 0.0 for e in run_folder.epochs(run_dir)
     ):  # workers' output does not reach this terminal: say it here, once
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
     try:
         curves = plot_curves(run_dir)
-    except Exception as err:  # a plot must never leave summary.json at "running"
+    except Exception as err:  # a plot must never leave the summary at "running"
         _say(f"curves not drawn ({type(err).__name__}: {err})")
         curves = None
     if trackers is not None:

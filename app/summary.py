@@ -1,36 +1,15 @@
-"""summary.json and curves.png: what a person (or CI script) reads after a run."""
+"""The run's summary and its curves.png: assembled from what the run folder holds."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from app import checkpoints, history
+from app import checkpoints, run_folder
+from app.run_folder import CURVES_FILE
 
-SUMMARY_FILE = "summary.json"
-CURVES_FILE = "curves.png"
 METRIC_KEYS = ("train_loss", "val_loss", "val_accuracy")
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / SUMMARY_FILE
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
-    """Write atomically: readers (and `trainctl submit --wait`) never see half a file."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / SUMMARY_FILE
-    tmp = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
-    return path
 
 
 def build_summary(
@@ -43,13 +22,15 @@ def build_summary(
     duration_s: float,
     failures: int,
     restored_from: str | None,
+    metric: str = "val_accuracy",
     error: str | None = None,
 ) -> dict[str, Any]:
     """Assemble the summary from what is on storage, so it is true whoever trained the epochs."""
-    epochs = history.epochs(run_dir)
+    epochs = run_folder.epochs(run_dir)
     good = checkpoints.scan(run_dir).good
     last = epochs[-1] if epochs else {}
-    best_ref = max(good, key=lambda ref: ref.metrics.get("val_accuracy", -1.0), default=None)
+    # `best` is ranked the way checkpoints are kept: by TRAIN_CHECKPOINT_METRIC.
+    best_ref = next(iter(checkpoints.ranked(good, metric)), None)
     summary: dict[str, Any] = {
         "status": status,
         "run_name": run_name,
@@ -59,7 +40,8 @@ def build_summary(
         "metrics": {key: last[key] for key in METRIC_KEYS if last.get(key) is not None},
         "best": (
             {
-                "val_accuracy": best_ref.metrics.get("val_accuracy"),
+                "metric": metric,
+                **{key: best_ref.metrics[key] for key in METRIC_KEYS if key in best_ref.metrics},
                 "epoch": best_ref.epoch,
                 "checkpoint": str(best_ref.path),
             }
@@ -80,7 +62,7 @@ def build_summary(
 
 def plot_curves(run_dir: Path) -> Path | None:
     """Loss and accuracy per epoch, side by side; None when no epoch finished yet."""
-    epochs = history.epochs(run_dir)
+    epochs = run_folder.epochs(run_dir)
     if not epochs:
         return None
     import matplotlib

@@ -3,11 +3,11 @@
 Which trackers run is decided by each library's own switch: MLFLOW_TRACKING_URI (plus the
 usual MLFLOW_EXPERIMENT_NAME, MLFLOW_TRACKING_TOKEN...), TRAIN_TENSORBOARD=true, and
 WANDB_API_KEY or WANDB_MODE (plus WANDB_PROJECT...). The driver logs for rank 0: the figures
-are the all-reduced ones rank 0 writes to metrics.jsonl, which the driver follows anyway, so
+are the all-reduced ones rank 0 records in the run folder, which the driver follows anyway, so
 the train loop carries no tracker code and a tracker never slows a training step.
 
 Each tracker logs the redacted settings as params once, every epoch's metrics at step=epoch,
-and the best checkpoint as an artifact at the end. Its run id goes into summary.json before
+and the best checkpoint as an artifact at the end. Its run id goes into the run summary before
 training starts, so a rerun, a RayJob retry or a driver killed half way continues the same
 tracker run instead of opening a second one. A tracker that fails (unreachable server, bad
 credentials, library missing) costs one warning and is switched off; training goes on.
@@ -26,7 +26,7 @@ import click
 
 from app.settings import TrainSettings
 
-# Fields of a metrics.jsonl record that are logged (epoch is the step, time the timestamp).
+# Fields of an epoch record that are logged (epoch is the step, time the timestamp).
 METRICS = (
     "train_loss",
     "val_loss",
@@ -224,7 +224,7 @@ class Trackers:
 
     def catch_up(self, records: list[dict[str, Any]]) -> None:
         """Log the recorded epochs a tracker does not have: a driver killed between an epoch
-        and its next look at metrics.jsonl never sent that epoch."""
+        and its next look at the epoch records never sent that epoch."""
         for tracker in list(self.active):
             try:
                 have = tracker.logged_epochs()

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from app import checkpoints, history
+from app import checkpoints, run_folder
 from app.accel import (
     CompiledModel,
     autocast_dtype,
@@ -77,7 +77,7 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     step = int(train_state.get("step", 0))
 
     if rank == 0:
-        history.start_attempt(
+        run_folder.start_attempt(
             run_dir,
             invocation=config["invocation"],
             start_epoch=start_epoch,
@@ -162,7 +162,7 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
         compile_pending = False
         _report(rank, metrics, model, optimizer, scaler, step)
         if rank == 0:
-            history.record_epoch(run_dir, metrics)
+            run_folder.record_epoch(run_dir, metrics)
             on_epoch(metrics)
 
 

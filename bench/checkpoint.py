@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.ray_cluster import join_or_start
 from bench.common import IMAGE_SHAPE, NUM_CLASSES, median, ratio, result_line, say
 
 MODES = ("SYNC", "ASYNC")
@@ -111,11 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from ray.train import CheckpointConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
-    if args.address:
-        ray.init(address=args.address, **quiet)
-    else:
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **quiet)
+    join_or_start(args.address)
     work = Path(tempfile.mkdtemp(prefix="trainctl-ckptbench-"))
     schedule = [mode for _ in range(args.blocks) for mode in MODES for _ in range(2)]
     out = work / "timings.json"

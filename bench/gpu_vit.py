@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.ray_cluster import join_or_start
 from bench import gpu_parts
 from bench.common import cifar_arrays, ratio, result_line, say, write_tensor_parquet
 
@@ -39,7 +40,7 @@ def app_run(
 ) -> dict[str, Any]:
     """(b): one real `trainctl train`; steady figures are the medians of epochs 2 and later.
     rep 1 is a second, fresh run on the same storage: its compilation comes from the cache."""
-    from app.history import read_jsonl
+    from app.run_folder import read_jsonl
     from bench.startup import MARKS, one_start
 
     settings = {
@@ -82,11 +83,7 @@ def app_run(
 def tutorial_run(work: Path, args: argparse.Namespace, gpu: bool) -> dict[str, Any]:
     import ray
 
-    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
-    if args.address:
-        ray.init(address=args.address, **quiet)
-    else:
-        ray.init(address="local", include_dashboard=False, **quiet)
+    join_or_start(args.address)
     try:
         shape = TINY_VIT if args.smoke else VIT
         records = gpu_parts.tutorial(
@@ -107,8 +104,7 @@ def tutorial_run(work: Path, args: argparse.Namespace, gpu: bool) -> dict[str, A
 def fed_run(work: Path, args: argparse.Namespace, device: Any) -> dict[str, Any]:
     import ray
 
-    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
-    ray.init(address=args.address or "local", **quiet)
+    join_or_start(args.address)
     try:
         feed = gpu_parts.app_feed(work, args.batch, device)
         backend = "eager" if device.type == "cpu" else "inductor"

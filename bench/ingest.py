@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from app.ray_cluster import join_or_start
 from bench.common import (
     CACHE,
     IMAGE_SHAPE,
@@ -198,12 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
     root = tutorial_dataset(args.rows, args.files, valid_rows=max(BATCH, args.rows // 10))
     prepared = prepare_data_layout(args.rows)
-    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
-    if args.address:
-        ray.init(address=args.address, **quiet)
-    else:
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **quiet)
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    join_or_start(args.address)
 
     say(
         f"ingest: {args.rows:,} CIFAR-shaped rows, batch {BATCH}; tutorial layout (Ray tensor "

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.ray_cluster import join_or_start
 from bench.common import interleave, median, medians, ratio, result_line, say, tutorial_dataset
 from bench.ingest import pyarrow_numpy
 
@@ -159,11 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(THREADS)
     data_dir = tutorial_dataset(args.rows, max(1, args.rows // 2048), valid_rows=VALID_BATCH)
-    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
-    if args.address:
-        ray.init(address=args.address, **quiet)
-    else:
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **quiet)
+    join_or_start(args.address)
     storage = Path(tempfile.mkdtemp(prefix="trainctl-overhead-"))
 
     steps = math.ceil(args.rows / BATCH)

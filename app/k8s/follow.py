@@ -7,13 +7,13 @@ Tests drive `follow` with a scripted API (the one thing allowed to be faked) and
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app import run_folder
 from app.errors import EXIT_FAILED, EXIT_OK
 from app.formatting import epoch_line
 from app.k8s.diagnose import needs_look
@@ -102,15 +102,13 @@ def follow(
     `look` explains a RayJob that is not training yet (pods Pending, image pulls, Kueue); it
     costs a few API calls, so it runs every look_every_s, and prints only what changed.
     """
-    from app import history
-
     started = clock()
     state = FollowState()
     why: tuple[str, ...] = ()
     looked_at: float | None = None
     while True:
         elapsed = clock() - started
-        records = history.epochs(run_dir) if run_dir is not None else []
+        records = run_folder.epochs(run_dir) if run_dir is not None else []
         rayjob = fetch()
         tick = advance(
             state,
@@ -151,31 +149,20 @@ def _why(lines: tuple[str, ...], label: str) -> list[str]:
 
 def summary_line(summary: Mapping[str, Any] | None, run_dir: Path) -> str:
     """What the run folder says about the finished run, in one line."""
+    path = run_dir / run_folder.SUMMARY_FILE
     if not summary:
-        return f"run folder {run_dir}: no summary.json yet"
+        return f"run folder {run_dir}: no summary yet ({path})"
     best = summary.get("best") or {}
-    accuracy = best.get("val_accuracy")
+    metric = best.get("metric", "val_accuracy")
+    value = best.get(metric)
     best_text = (
-        f", best val_accuracy {accuracy:.4f} at epoch {best.get('epoch')}"
-        if isinstance(accuracy, int | float)
+        f", best {metric} {value:.4f} at epoch {best.get('epoch')}"
+        if isinstance(value, int | float)
         else ""
     )
     return (
         f"run {summary.get('run_name', run_dir.name)} {summary.get('status', 'unknown')}: "
         f"{summary.get('epochs_completed', 0)}/{summary.get('epochs_target', '?')} epochs"
         f"{best_text}, {summary.get('failures', 0)} failure(s) recovered; "
-        f"checkpoint {summary.get('checkpoint') or 'none'}; summary {run_dir / 'summary.json'}"
+        f"checkpoint {summary.get('checkpoint') or 'none'}; summary {path}"
     )
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """summary.json as the training app wrote it (atomically), or None while there is none.
-
-    Read here rather than through app.summary, which pulls in torch and matplotlib: seconds of
-    imports for one small JSON file.
-    """
-    try:
-        data = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.errors import ConfigError, RunFailed
+from app.run_folder import METRICS_FILE, SUMMARY_FILE
 
 Which = Literal["submitter", "head"]
 SUBMITTER_CONTAINER = "ray-job-submitter"  # KubeRay's name, in the Job and in SidecarMode
@@ -58,6 +59,6 @@ def pick_pod(pods: list[Mapping[str, Any]], target: LogTarget) -> Mapping[str, A
         raise RunFailed(
             f"no pod found for the {target.what} ({target.label_selector}); it may not have "
             "started yet, or was removed with the Ray cluster (shutdownAfterJobFinishes). "
-            "The run's metrics.jsonl and summary.json stay on the shared volume"
+            f"The run's {METRICS_FILE} and {SUMMARY_FILE} stay on the shared volume"
         )
     return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp", "")))

@@ -14,7 +14,7 @@ from typing import Any
 from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedOut
 from app.formatting import format_duration
 from app.k8s.cluster import AlreadyExists, Cluster
-from app.k8s.follow import follow, read_summary, summary_line
+from app.k8s.follow import follow, summary_line
 from app.k8s.plan import (
     CREATE_ONLY,
     head_env,
@@ -26,6 +26,7 @@ from app.k8s.plan import (
     the_rayjob,
 )
 from app.k8s.stuck import why_stuck
+from app.run_folder import read_summary
 
 
 @dataclass(frozen=True)

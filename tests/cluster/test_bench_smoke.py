@@ -1,8 +1,10 @@
 """Every benchmark in bench/ runs at a tiny size and reports sane figures, so none can rot.
 
 The figures themselves are not checked (no timing assertions): only that each script runs the
-real app code paths end to end and its result line says what it measured. Scripts that need Ray
-join the shared test cluster instead of starting their own.
+real app code paths end to end and its result line says what it measured. Each script starts
+its own local Ray, as `make bench` does: they stay off the shared test cluster, so they run
+beside the tests that need it (tests/conftest.py), and they cover the local start-up that users
+of `make run` and `make bench` get.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def run_bench(name: str, *args: str, cache: Path, command: list[str] | None = None) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAIN_")}
+    # Nothing points it at a running cluster: the script starts its own.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAIN_") and k != "RAY_ADDRESS"}
     env.update(
         TRAINCTL_BENCH_CACHE=str(cache),
         PYTHON=sys.executable,
@@ -52,8 +55,8 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("bench-cache")
 
 
-def test_ingest_variants_each_deliver_every_row(ray_cluster: Any, cache: Path) -> None:
-    figures = run_bench("ingest", "--address", ray_cluster.address, cache=cache)
+def test_ingest_variants_each_deliver_every_row(cache: Path) -> None:
+    figures = run_bench("ingest", cache=cache)
     delivered = figures["rows_delivered"]
     variants = [
         "a_tutorial",
@@ -73,14 +76,14 @@ def test_ingest_variants_each_deliver_every_row(ray_cluster: Any, cache: Path) -
     assert all(rate > 0 for rate in figures["cold_end_to_end_rows_per_s"].values())
 
 
-def test_overhead_times_the_app_run_and_the_bare_loop(ray_cluster: Any, cache: Path) -> None:
-    figures = run_bench("overhead", "--address", ray_cluster.address, cache=cache)
+def test_overhead_times_the_app_run_and_the_bare_loop(cache: Path) -> None:
+    figures = run_bench("overhead", cache=cache)
     assert figures["samples_per_s"]["app"] > 0 and figures["samples_per_s"]["bare"] > 0
     assert figures["app_over_bare"] > 0 and figures["epoch_app_over_bare"] > 0
 
 
-def test_startup_sees_every_phase_in_order(ray_cluster: Any, cache: Path) -> None:
-    figures = run_bench("startup", "--address", ray_cluster.address, cache=cache)
+def test_startup_sees_every_phase_in_order(cache: Path) -> None:
+    figures = run_bench("startup", cache=cache)
     phases = figures["phases_s"]
     order = "python_start app_imported cluster_ready workers_ready first_step checkpoint exit"
     assert list(phases) == order.split()
@@ -88,18 +91,16 @@ def test_startup_sees_every_phase_in_order(ray_cluster: Any, cache: Path) -> Non
     assert 0 < figures["first_step_s"] < figures["first_checkpoint_s"]
 
 
-def test_checkpoint_compares_sync_and_async_reports(ray_cluster: Any, cache: Path) -> None:
-    figures = run_bench("checkpoint", "--address", ray_cluster.address, cache=cache)
+def test_checkpoint_compares_sync_and_async_reports(cache: Path) -> None:
+    figures = run_bench("checkpoint", cache=cache)
     assert set(figures["per_epoch"]) == {"SYNC", "ASYNC"}
     assert all(mode["blocked_s"] > 0 for mode in figures["per_epoch"].values())
     assert figures["checkpoint_mib"] > 0
 
 
-def test_gpu_script_runs_its_variants_on_cpu(ray_cluster: Any, cache: Path) -> None:
+def test_gpu_script_runs_its_variants_on_cpu(cache: Path) -> None:
     script = REPO / "bench" / "gpu.sh"
-    figures = run_bench(
-        "gpu", "--address", ray_cluster.address, cache=cache, command=["bash", str(script)]
-    )
+    figures = run_bench("gpu", cache=cache, command=["bash", str(script)])
     variants = figures["variants"]
     assert set(variants) == {"b_app", "a_tutorial", "c_bare_eager", "c_bare_compiled"}
     assert all(v["images_per_s"] > 0 for v in variants.values())

@@ -19,10 +19,11 @@ import pytest
 import torch
 from PIL import Image
 
-from app import checkpoints, history, resume, run
+from app import checkpoints, resume, run, run_folder
 from app.data.locate import locate_bad_image
 from app.data.schema import MAX_CLASSES, inspect_dataset
-from app.summary import build_summary, plot_curves, read_summary
+from app.run_folder import read_summary
+from app.summary import build_summary, plot_curves
 from tests import parquet_support as data
 from tests.hostile.support import assert_refused, files_under, trainctl
 
@@ -312,10 +313,10 @@ GARBAGE = [
 def test_damaged_metrics_line_is_skipped_and_summary_still_builds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str
 ) -> None:
-    (tmp_path / history.METRICS_FILE).write_text(f"{GOOD}\n{line}\n")
-    records = history.epochs(tmp_path)
+    (tmp_path / run_folder.METRICS_FILE).write_text(f"{GOOD}\n{line}\n")
+    records = run_folder.epochs(tmp_path)
     assert [r["epoch"] for r in records] == [1]
-    history.epochs(tmp_path)  # a second read says nothing new
+    run_folder.epochs(tmp_path)  # a second read says nothing new
     err = capsys.readouterr().err
     assert err.count("skipped 1 unreadable line(s)") == 1 and "line 2" in err
     summary = build_summary(
@@ -327,13 +328,13 @@ def test_damaged_metrics_line_is_skipped_and_summary_still_builds(
 
 
 def test_non_utf8_metrics_file_is_read_around(tmp_path: Path) -> None:
-    (tmp_path / history.METRICS_FILE).write_bytes(GOOD.encode() + b"\n\xff\xfe\xfd\n")
-    assert [r["epoch"] for r in history.epochs(tmp_path)] == [1]
+    (tmp_path / run_folder.METRICS_FILE).write_bytes(GOOD.encode() + b"\n\xff\xfe\xfd\n")
+    assert [r["epoch"] for r in run_folder.epochs(tmp_path)] == [1]
 
 
 def test_damaged_attempts_lines_are_skipped(tmp_path: Path) -> None:
-    (tmp_path / history.ATTEMPTS_FILE).write_text('{"invocation": "a"}\n[]\nnope\n')
-    assert history.attempts(tmp_path, "a") == [{"invocation": "a"}]
+    (tmp_path / run_folder.ATTEMPTS_FILE).write_text('{"invocation": "a"}\n[]\nnope\n')
+    assert run_folder.attempts(tmp_path, "a") == [{"invocation": "a"}]
 
 
 @pytest.mark.parametrize("content", [b"[]", b"null", b"\xff\xfe", b'"running"', b"{"])

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app import history
+from app import run_folder
 from app.k8s.status import JobView, judge, progress_line
 from tests.kind import kindenv
 from tests.kind.kindenv import CHART, NAMESPACE, RELEASE, VALUES, kubectl, kubectl_json, trainctl
@@ -157,7 +157,7 @@ def test_worker_pod_deleted_mid_run_is_recovered(
     name = upgraded["new"]["pool-a"]["metadata"]["name"]
     run_dir = kind_env / RUNS / name
     deadline = time.monotonic() + 1200
-    while len(history.epochs(run_dir)) < 2:  # training is under way, with checkpoints
+    while len(run_folder.epochs(run_dir)) < 2:  # training is under way, with checkpoints
         assert time.monotonic() < deadline, f"no 2 epochs in {run_dir} after 20 min"
         assert not judge(JobView.of(kubectl_json("get", "rayjob", name, "-n", NAMESPACE))).terminal
         time.sleep(2)

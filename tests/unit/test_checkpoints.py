@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from app import checkpoints
+from app.summary import build_summary
 
 
 def _write(folder: Path, epoch: int, accuracy: float) -> nn.Module:
@@ -77,3 +78,25 @@ def test_prune_keeps_the_best_and_the_newest(tmp_path: Path) -> None:
     assert len(removed) == 1
     meta = json.loads((tmp_path / "checkpoint_epoch_0001" / "meta.json").read_text())
     assert meta["metrics"]["val_accuracy"] == 0.9
+
+
+def test_best_and_pruning_follow_the_checkpoint_metric(tmp_path: Path) -> None:
+    # Accuracy and loss disagree here on purpose: epoch 2 has the best accuracy, epoch 3 the
+    # lowest loss. With TRAIN_CHECKPOINT_METRIC=val_loss the summary's best is epoch 3.
+    for epoch, accuracy, loss in [(1, 0.5, 0.9), (2, 0.9, 0.6), (3, 0.8, 0.2), (4, 0.7, 0.8)]:
+        _write(tmp_path / checkpoints.dir_name(epoch), epoch, accuracy)
+        meta_path = tmp_path / checkpoints.dir_name(epoch) / "meta.json"
+        meta = json.loads(meta_path.read_text())
+        meta["metrics"]["val_loss"] = loss
+        meta["meta_sha256"] = checkpoints._meta_digest(meta)
+        meta_path.write_text(json.dumps(meta))
+    record = {"status": "succeeded", "run_name": "r", "target_epochs": 4, "settings": {}}
+    timing = {"duration_s": 1.0, "failures": 0, "restored_from": None}
+    by_loss = build_summary(tmp_path, **record, **timing, metric="val_loss")["best"]
+    assert (by_loss["metric"], by_loss["epoch"], by_loss["val_loss"]) == ("val_loss", 3, 0.2)
+    by_accuracy = build_summary(tmp_path, **record, **timing, metric="val_accuracy")["best"]
+    assert (by_accuracy["epoch"], by_accuracy["val_accuracy"]) == (2, 0.9)
+
+    checkpoints.prune(tmp_path, keep=1, metric="val_loss")
+    left = sorted(ref.epoch for ref in checkpoints.scan(tmp_path).good)
+    assert left == [3, 4]  # the lowest loss, plus the newest

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app import history
+from app import run_folder
 from app.cli import main
 from app.errors import EXIT_CLUSTER, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_WAIT_TIMEOUT
 from app.k8s.render import load_values, render_objects
@@ -193,7 +193,7 @@ def test_epoch_lines_and_summary_from_a_local_mount(
     mount = tmp_path / "volume"
     run_dir = mount / "runs" / rayjob_name  # TRAIN_STORAGE_PATH is <mountPath>/runs
     for epoch in (1, 2):
-        history.record_epoch(run_dir, {"epoch": epoch, "train_loss": 0.5, "val_accuracy": 0.9})
+        run_folder.record_epoch(run_dir, {"epoch": epoch, "train_loss": 0.5, "val_accuracy": 0.9})
     summary = {"run_name": rayjob_name, "status": "succeeded", "epochs_completed": 2}
     (run_dir / "summary.json").write_text(json.dumps({**summary, "epochs_target": 2}))
     api.rayjob_statuses = [RUNNING, SUCCEEDED]

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from app import history
+from app import run_folder
 from app.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from app.k8s.follow import FollowState, advance, epoch_line, follow, summary_line
 
@@ -146,7 +146,7 @@ def _epochs(run_dir: Path, count: int) -> Iterator[dict[str, Any]]:
             "val_accuracy": 0.5 + epoch / 10,
             "epoch_time_s": 2.0,
         }
-        history.record_epoch(run_dir, metrics)
+        run_folder.record_epoch(run_dir, metrics)
         yield metrics
 
 
@@ -198,4 +198,7 @@ def test_summary_line_reports_the_run_folder(tmp_path: Path) -> None:
     line = summary_line(summary, tmp_path)
     assert line.startswith(f"run {NAME} succeeded: 2/2 epochs, best val_accuracy 0.9123")
     assert "1 failure(s) recovered; checkpoint /mnt/x/checkpoint_000001" in line
-    assert "no summary.json yet" in summary_line(None, tmp_path)
+    assert f"no summary yet ({tmp_path / 'summary.json'})" in summary_line(None, tmp_path)
+    # A summary written by a run that keeps its best by val_loss names that metric.
+    by_loss = {**summary, "best": {"metric": "val_loss", "val_loss": 0.25, "epoch": 1}}
+    assert ", best val_loss 0.2500 at epoch 1," in summary_line(by_loss, tmp_path)

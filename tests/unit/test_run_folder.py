@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import history
+from app import run_folder
 from app.formatting import epoch_line, format_duration
 
 
@@ -45,18 +45,18 @@ def test_durations_read_short() -> None:
 
 def test_resume_forgets_epochs_after_the_checkpoint(tmp_path: Path) -> None:
     for epoch in (1, 2, 3):
-        history.record_epoch(tmp_path, _metrics(epoch))
-    history.start_attempt(
+        run_folder.record_epoch(tmp_path, _metrics(epoch))
+    run_folder.start_attempt(
         tmp_path, invocation="b", start_epoch=3, world_size=2, restored_from="ckpt2"
     )
-    history.record_epoch(tmp_path, _metrics(3))
-    assert [row["epoch"] for row in history.epochs(tmp_path)] == [1, 2, 3]
-    assert history.attempts(tmp_path, "b")[0]["restored_from"] == "ckpt2"
-    assert history.attempts(tmp_path, "a") == []
+    run_folder.record_epoch(tmp_path, _metrics(3))
+    assert [row["epoch"] for row in run_folder.epochs(tmp_path)] == [1, 2, 3]
+    assert run_folder.attempts(tmp_path, "b")[0]["restored_from"] == "ckpt2"
+    assert run_folder.attempts(tmp_path, "a") == []
 
 
 def test_a_line_cut_short_by_a_kill_is_ignored(tmp_path: Path) -> None:
-    history.record_epoch(tmp_path, _metrics(1))
-    with (tmp_path / history.METRICS_FILE).open("a") as handle:
+    run_folder.record_epoch(tmp_path, _metrics(1))
+    with (tmp_path / run_folder.METRICS_FILE).open("a") as handle:
         handle.write('{"epoch": 2, "train_lo')
-    assert [row["epoch"] for row in history.epochs(tmp_path)] == [1]
+    assert [row["epoch"] for row in run_folder.epochs(tmp_path)] == [1]

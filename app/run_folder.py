@@ -1,9 +1,13 @@
-"""The run folder's running record: one line per epoch and one per worker-group start.
+"""The run folder <storage_path>/<run_name>: its layout, and every read and write of its records.
 
-Both files are JSON lines in <run_dir>: `metrics.jsonl` (epoch metrics, what curves.png plots)
-and `attempts.jsonl` (each time a worker group starts: from which checkpoint, at which epoch).
-Only rank 0 writes them, after its checkpoint has been handed to Ray, so a line never describes
-an epoch whose checkpoint was lost.
+- `summary.json`: what a person or a CI script reads after a run; written atomically by the driver.
+- `metrics.jsonl`: one line per finished epoch (what curves.png plots and the epoch lines print).
+- `attempts.jsonl`: one line per worker-group start: from which checkpoint, at which epoch.
+- `checkpoint_epoch_NNNN/`: the checkpoints (app/checkpoints.py), `logs/` (app/run_logs.py).
+
+Only rank 0 writes the two JSON-lines files, after its checkpoint has been handed to Ray, so a
+line never describes an epoch whose checkpoint was lost. No torch here: `submit --wait`, the
+progress follower and the tests read the folder without paying for it.
 """
 
 from __future__ import annotations
@@ -15,8 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
 ATTEMPTS_FILE = "attempts.jsonl"
+CURVES_FILE = "curves.png"
+# Ray Train's record of the checkpoints it registered. Resume is decided from verified files
+# instead; a stale snapshot may name checkpoints since set aside, which stops Ray from starting.
+RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"
 # A metrics line needs a whole epoch number; the metrics it has must be numbers (None: absent
 # is fine). Anything else is a damaged line.
 EPOCH_FIELDS: dict[str, Any] = {
@@ -31,7 +40,7 @@ def read_jsonl(path: Path, required: dict[str, Any] | None = None) -> list[dict[
     """The file's records; lines that are not JSON objects with `required` fields are skipped.
 
     A process killed mid-write leaves half a line, and hands or tools may leave worse; a bad
-    line must neither crash the run nor, through summary.json, every later rerun. The first
+    line must neither crash the run nor, through the summary, every later rerun. The first
     time a file has bad lines it is said once, with their line numbers.
     """
     try:
@@ -127,3 +136,26 @@ def epochs(run_dir: Path) -> list[dict[str, Any]]:
 
 def attempts(run_dir: Path, invocation: str) -> list[dict[str, Any]]:
     return [r for r in read_jsonl(run_dir / ATTEMPTS_FILE) if r.get("invocation") == invocation]
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The summary as last written, or None while there is none (or it is unreadable)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
+    """Write atomically: readers (and `trainctl submit --wait`) never see half a file."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / SUMMARY_FILE
+    tmp = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def forget_ray_snapshot(run_dir: Path) -> None:
+    (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)
