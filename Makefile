@@ -18,7 +18,7 @@ CRDS := $(PYTHON_BIN) tests/kuberay_crds.py
 # them), the rest on the other. Override with e.g. PYTEST_ARGS='-n 0 tests/unit' for a quick loop.
 PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=30
 
-.PHONY: help setup run test fresh-clone-test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
+.PHONY: help setup run test parity fresh-clone-test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -49,6 +49,12 @@ test:  ## find the KubeRay CRDs, lint, then the whole test suite
 	  $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
 	  KUBERAY_CRDS_DIR="$$crds" CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov \
 	  MLFLOW_BIN=$(abspath $(MLFLOW_VENV))/bin/mlflow $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+PARITY_EXAMPLES ?= 5000
+parity: $(VENV)/.installed  ## Helm and `trainctl render` on many generated values files (make test runs 400)
+	@crds="$$($(CRDS))" && KUBERAY_CRDS_DIR="$$crds" TRAINCTL_PARITY_EXAMPLES=$(PARITY_EXAMPLES) \
+	  $(VENV)/bin/pytest -n 0 -p no:cacheprovider tests/contract/test_render_parity.py \
+	  -k generated --hypothesis-show-statistics
 
 fresh-clone-test:  ## clone this commit into an empty temp folder and run `make test` there
 	scripts/fresh-clone-test.sh

@@ -1,40 +1,65 @@
-"""`trainctl check`: what `trainctl train` would trip over, found in seconds, without training.
+"""The checks `trainctl check` prints and `trainctl train` runs first: one list, one order.
 
-The chart runs it as the RayJob's first step, so a bad setting fails before the GPUs are busy.
+`check` runs every check and prints each verdict; the chart runs it as the RayJob's first step,
+so a bad setting fails before the GPUs are busy. `train` runs the same checks quietly and stops
+at the first problem (exit 2, before Ray starts); it prepares a built-in dataset that is not
+there yet, where `check` only says it will be. The cluster check comes last in both: `train`
+runs it once the run folder is settled, while it may still be stopped cleanly (app/run.py).
+Each check returns what it found, in a few words, or raises ConfigError naming the problem.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from importlib import metadata
 
 import click
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
+from app.ray_cluster import check_capacity, connect_ray
 from app.settings import TrainSettings
 from app.storage import ensure_writable, free_bytes, human_bytes
 
 PINNED = ("ray", "torch", "torchvision")
 
 
-def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
-    found: dict[str, DatasetInfo] = {}  # the dataset check's findings, for the cluster check
-    checks: list[tuple[str, Callable[[TrainSettings], str]]] = [
+@dataclass
+class Found:
+    """What earlier checks learned that later ones use."""
+
+    info: DatasetInfo | None = None
+
+
+Check = Callable[[TrainSettings, Found], str]
+
+
+def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
+    """The checks that need no cluster, in order. `rows_per_worker`: judge rows per worker with
+    the dataset; without it that waits for the cluster check, so that a request the cluster
+    never holds is reported once, by the check that can say why."""
+    return [
         ("settings", _settings),
         ("storage", _storage),
-        # Rows per worker is judged after the cluster's capacity, as `train` does, so a request
-        # the cluster never holds is reported once, by the cluster check.
-        ("dataset", lambda s: _dataset(s, found, rows_per_worker=not connect)),
+        ("dataset", partial(_dataset, prepare=prepare, rows_per_worker=rows_per_worker)),
+        ("warm_start", _warm_start),
         ("versions", _versions),
     ]
+
+
+def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
+    """`trainctl check`: every check, each verdict printed; ConfigError with all problems."""
+    found = Found()
+    todo = checks(prepare=False, rows_per_worker=not connect)
     if connect:
-        checks.append(("cluster", lambda s: _cluster(s, found.get("info"))))
+        todo.append(("cluster", cluster_check))
     problems = []
-    for name, check in checks:
+    for name, check in todo:
         try:
-            detail = check(settings)
+            detail = check(settings, found)
         except ConfigError as err:
             problems.extend(err.problems)
             click.echo(f"FAIL  {name}: {'; '.join(err.problems)}")
@@ -44,7 +69,16 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
         raise ConfigError(problems)
 
 
-def _settings(settings: TrainSettings) -> str:
+def preflight_for_training(settings: TrainSettings) -> DatasetInfo:
+    """`trainctl train`: the same checks but the cluster's, stopping at the first problem."""
+    found = Found()
+    for _name, check in checks(prepare=True, rows_per_worker=False):
+        check(settings, found)
+    assert found.info is not None  # the dataset check sets it or raises
+    return found.info
+
+
+def _settings(settings: TrainSettings, found: Found) -> str:
     workers = settings.workers
     scale = f"{workers.min}-{workers.max} (elastic)" if workers.elastic else str(workers.max)
     device = "GPU" if settings.use_gpu else "CPU"
@@ -54,21 +88,25 @@ def _settings(settings: TrainSettings) -> str:
     )
 
 
-def _storage(settings: TrainSettings) -> str:
+def _storage(settings: TrainSettings, found: Found) -> str:
     ensure_writable(settings.storage_path, "TRAIN_STORAGE_PATH")
     return (
         f"{settings.storage_path} writable, {human_bytes(free_bytes(settings.storage_path))} free"
     )
 
 
-def _dataset(settings: TrainSettings, found: dict[str, DatasetInfo], rows_per_worker: bool) -> str:
-    from app.data import inspect_dataset
+def _dataset(settings: TrainSettings, found: Found, *, prepare: bool, rows_per_worker: bool) -> str:
+    from app.data import ensure_dataset, inspect_dataset
     from app.model import model_problem
 
     folder = settings.dataset_dir
-    if settings.dataset != "parquet" and not (folder / "train").exists():
+    if prepare:
+        info = ensure_dataset(settings)
+    elif settings.dataset != "parquet" and not (folder / "train").exists():
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
-    info = found["info"] = inspect_dataset(folder)
+    else:
+        info = inspect_dataset(folder)
+    found.info = info
     problem = model_problem(settings.model, info, settings.vit_patch)
     if rows_per_worker:
         problem = problem or workers_problem(settings, info)
@@ -79,6 +117,22 @@ def _dataset(settings: TrainSettings, found: dict[str, DatasetInfo], rows_per_wo
         f"{info.height}x{info.width}x{info.channels} images ({info.layout}), "
         f"{info.num_classes} classes"
     )
+
+
+def _warm_start(settings: TrainSettings, found: Found) -> str:
+    """The file must exist and load as weights. Whether they fit the model is found by the
+    workers' load_state_dict, whose error names the mismatched keys."""
+    from app.resume import warm_start_problem
+
+    path = settings.warm_start
+    if path is None:
+        return "none (TRAIN_WARM_START is not set)"
+    if not path.exists():
+        raise ConfigError(f"TRAIN_WARM_START={path}: no such checkpoint or file")
+    problem = warm_start_problem(settings)
+    if problem:
+        raise ConfigError(problem)
+    return f"{path} loads as weights"
 
 
 def workers_problem(settings: TrainSettings, info: DatasetInfo) -> str | None:
@@ -97,7 +151,7 @@ def workers_problem(settings: TrainSettings, info: DatasetInfo) -> str | None:
     )
 
 
-def _versions(settings: TrainSettings) -> str:
+def _versions(settings: TrainSettings, found: Found) -> str:
     pins = _pins()
     found = []
     for name in PINNED:
@@ -122,14 +176,15 @@ def _pins() -> dict[str, str]:
     return pins
 
 
-def _cluster(settings: TrainSettings, info: DatasetInfo | None) -> str:
+def cluster_check(settings: TrainSettings, found: Found) -> str:
+    """Join the cluster, wait for it to hold the workers (TRAIN_CAPACITY_WAIT_S at most), and
+    judge rows per worker against them."""
     import ray
-
-    from app.ray_cluster import check_capacity, connect_ray
 
     connect_ray(settings)
     check_capacity(settings)
-    problem = workers_problem(settings, info) if info else None
+    # After capacity: a request the cluster can never hold is the first thing to fix.
+    problem = workers_problem(settings, found.info) if found.info else None
     if problem:
         raise ConfigError(problem)
     resources = ray.cluster_resources()

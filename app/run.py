@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,15 +21,12 @@ import click
 
 from app import checkpoints, resume, run_folder, run_logs
 from app.accel import resolve
-from app.data import DatasetInfo, ensure_dataset
+from app.data import DatasetInfo
 from app.errors import ConfigError, RunFailed, TrainctlError
-from app.model import model_problem
-from app.preflight import workers_problem
+from app.preflight import Found, cluster_check, preflight_for_training
 from app.progress import EpochFollower
-from app.ray_cluster import check_capacity, connect_ray
 from app.run_folder import read_summary, write_summary
 from app.settings import TrainSettings
-from app.storage import ensure_writable
 from app.summary import build_summary, plot_curves
 from app.tracking import Trackers
 
@@ -44,7 +41,7 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     started = time.monotonic()
     run_dir = settings.run_dir
     try:
-        info = _preflight(settings)
+        info = preflight_for_training(settings)
     except ConfigError as err:
         _record_invalid(run_dir, err)
         raise
@@ -93,24 +90,18 @@ def _train(
 
     invocation = uuid.uuid4().hex
     resume_from = str(latest.path) if latest else None
-    _SIGTERM.clear()
-    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
-    try:  # joining a cluster may take a while: SIGTERM and Ctrl-C end it cleanly too
-        connect_ray(settings)
-        check_capacity(settings)
-        # After capacity: a request the cluster can never hold is the first thing to fix.
-        problem = workers_problem(settings, info)
-        if problem:
-            raise ConfigError(problem)
-    except _StopForSigterm:
-        raise Interrupted(
-            f"stopped by SIGTERM while joining the Ray cluster; run folder {run_dir} is unchanged"
-        ) from None
-    except ConfigError as err:  # a request the cluster never holds is bad input, like the rest
-        _record_invalid(run_dir, err)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+    # Joining a cluster may take a while: SIGTERM and Ctrl-C end it cleanly too.
+    with _sigterm_interrupts():
+        try:
+            cluster_check(settings, Found(info))  # the last of `trainctl check`'s checks
+        except _StopForSigterm:
+            raise Interrupted(
+                f"stopped by SIGTERM while joining the Ray cluster; run folder {run_dir} is "
+                "unchanged"
+            ) from None
+        except ConfigError as err:  # a request the cluster never holds is bad input too
+            _record_invalid(run_dir, err)
+            raise
     open_log()  # training starts: from here on the driver's output is kept in the run folder
     trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
     trackers.catch_up(
@@ -119,57 +110,38 @@ def _train(
     write_summary(run_dir, {**_running_summary(settings, resume_from), "tracking": trackers.ids})
     run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
 
-    _SIGTERM.clear()  # a flag left from an earlier run in this process must not count here
-    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupted)
-    try:
-        _fit(settings, info, invocation, resume_from, attempt, trackers)
-    except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
-        # What the SIGTERM handler raised may reach here wrapped or replaced by Ray (ray.get
-        # turns it into a plain KeyboardInterrupt); the flag tells.
-        if _SIGTERM.is_set():
-            _finish(
-                settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM",
-                trackers=trackers,
-            )  # fmt: skip
-            raise Interrupted(
-                f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
+    with _sigterm_interrupts():
+        try:
+            _fit(settings, info, invocation, resume_from, attempt, trackers)
+        except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
+            # What the SIGTERM handler raised may reach here wrapped or replaced by Ray (ray.get
+            # turns it into a plain KeyboardInterrupt); the flag tells.
+            if _SIGTERM.is_set():
+                _finish(
+                    settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM",
+                    trackers=trackers,
+                )  # fmt: skip
+                raise Interrupted(
+                    f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
+                ) from None
+            if isinstance(err, KeyboardInterrupt):  # Ctrl-C: the CLI reports it
+                raise
+            cause = _root_cause(err)
+            if "ImageError" in f"{cause} {err}":  # a worker's block-relative row: find the file
+                from app.data.locate import locate_bad_image
+
+                cause = f"bad image in {locate_bad_image(info) or 'the data'}: {cause}"
+            _finish(settings, "failed", started, invocation, resume_from, cause, trackers=trackers)
+            logs = run_logs.attempt_dir(run_dir, attempt)
+            raise RunFailed(
+                [
+                    f"training failed: {cause}",
+                    f"checkpoints and summary: {run_dir}",
+                    f"driver and worker logs: {logs}/ (`trainctl logs {run_dir} --worker N`, "
+                    "N = 0 for rank 0; --driver for the driver's)",
+                ]
             ) from None
-        if isinstance(err, KeyboardInterrupt):  # Ctrl-C: the CLI reports it
-            raise
-        cause = _root_cause(err)
-        if "ImageError" in f"{cause} {err}":  # a worker's block-relative row: find the file
-            from app.data.locate import locate_bad_image
-
-            cause = f"bad image in {locate_bad_image(info) or 'the data'}: {cause}"
-        _finish(settings, "failed", started, invocation, resume_from, cause, trackers=trackers)
-        logs = run_logs.attempt_dir(run_dir, attempt)
-        raise RunFailed(
-            [
-                f"training failed: {cause}",
-                f"checkpoints and summary: {run_dir}",
-                f"driver and worker logs: {logs}/ (`trainctl logs {run_dir} --worker N`, "
-                "N = 0 for rank 0; --driver for the driver's)",
-            ]
-        ) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
     return _finish(settings, "succeeded", started, invocation, resume_from, trackers=trackers)
-
-
-def _preflight(settings: TrainSettings) -> DatasetInfo:
-    """The checks that need no cluster: storage, data, model fit, warm-start file."""
-    ensure_writable(settings.storage_path, "TRAIN_STORAGE_PATH")
-    if settings.warm_start is not None and not settings.warm_start.exists():
-        raise ConfigError(f"TRAIN_WARM_START={settings.warm_start}: no such checkpoint or file")
-    info = ensure_dataset(settings)
-    problem = model_problem(settings.model, info, settings.vit_patch)
-    if problem:
-        raise ConfigError(problem)
-    if settings.warm_start is not None:
-        problem = resume.warm_start_problem(settings)
-        if problem:
-            raise ConfigError(problem)
-    return info
 
 
 def _fit(
@@ -323,6 +295,18 @@ class _StopForSigterm(KeyboardInterrupt):
     signal handler at once; any other exception is held back until the call returns, which in
     fit() is when training ends, long after Kubernetes has given up and sent SIGKILL.
     """
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Inside: SIGTERM raises _StopForSigterm and sets _SIGTERM (cleared on entry, so that a
+    flag left by an earlier run in this process does not count); the old handler after."""
+    _SIGTERM.clear()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:

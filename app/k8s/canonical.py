@@ -15,6 +15,9 @@ from decimal import Decimal
 from typing import Any
 
 
+EXACT_INTEGERS = 2.0**53  # every whole float64 below this is exact; `trainctl.str` agrees
+
+
 def _shortest_digits(value: float) -> tuple[str, int]:
     """Shortest round-trip digits and the decimal exponent of the first digit."""
     _, digits, exponent = Decimal(repr(abs(value))).as_tuple()
@@ -39,7 +42,8 @@ def scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        if math.isfinite(value) and value == math.floor(value):
+        # As integers only while a float64 holds them exactly; the chart's int64 would overflow.
+        if math.isfinite(value) and value == math.floor(value) and abs(value) < EXACT_INTEGERS:
             return str(int(value))
         return go_float(value)
     return str(value)

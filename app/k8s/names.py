@@ -25,6 +25,11 @@ LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 LABEL_VALUE_MAX = 63
 # Kubernetes allows 256 KiB for all annotations of an object together.
 ANNOTATION_VALUE_MAX = 262_144
+# Characters Helm's toYaml cannot write (DEL, the C1 controls, the non-characters U+FFFE and
+# U+FFFF: it renders the whole annotations block empty, keep-policy included), or writes raw
+# where a YAML 1.1 reader sees a line break (NEL: the value arrives changed). Literal
+# characters, not escapes, so that Go's and Python's regex engines read the pattern alike.
+YAML_SAFE_TEXT = "^[^\u007f-\u009f\ufffe\uffff]*$"
 # `ray start` flag names; KubeRay pastes the values into the head's shell command line, so
 # control characters and shell metacharacters are refused there.
 RAY_START_KEY = r"^[a-z][a-z0-9-]{0,62}$"
@@ -48,7 +53,11 @@ def schema_definitions() -> dict[str, Any]:
             "type": "object",
             "description": "Kubernetes annotations: qualified-name keys, string values.",
             "propertyNames": key,
-            "additionalProperties": {"type": "string", "maxLength": ANNOTATION_VALUE_MAX},
+            "additionalProperties": {
+                "type": "string",
+                "maxLength": ANNOTATION_VALUE_MAX,
+                "pattern": YAML_SAFE_TEXT,
+            },
         },
         "nodeSelector": {
             "type": "object",

@@ -30,6 +30,10 @@ DERIVED = (
 
 # Keys of pydantic's JSON schema that carry no constraint the chart needs to repeat.
 _DROP = ("default", "title", "format")
+# Helm reads every number of a values file as a float64, which holds integers exactly only up
+# to 2^53: a larger seed would reach the pod rounded (and `trainctl render` would disagree).
+# The chart stops there; TRAIN_* environment variables still take the setting's full range.
+HELM_EXACT_MAX = 2**53 - 1
 
 
 def settable_fields() -> list[str]:
@@ -45,6 +49,8 @@ def train_schema() -> dict[str, Any]:
         if "anyOf" in prop:  # Optional[X]: an empty string already means "unset" in settings
             options = [o for o in prop.pop("anyOf") if o.get("type") != "null"]
             prop.update({k: v for k, v in options[0].items() if k not in _DROP})
+        if prop.get("type") == "integer" and prop.get("maximum", 0) > HELM_EXACT_MAX:
+            prop["maximum"] = HELM_EXACT_MAX
         properties[name] = dict(sorted(prop.items()))
     return {
         "type": "object",

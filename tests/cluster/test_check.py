@@ -22,7 +22,7 @@ from tests.support import explain, run_trainctl, trainctl_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-CHECKS = ("settings", "storage", "dataset", "versions", "cluster")
+CHECKS = ("settings", "storage", "dataset", "warm_start", "versions", "cluster")
 BASE = {
     "dataset": "parquet",
     "model": "cnn",
@@ -64,6 +64,12 @@ FAILURES = [
         data=data.valid_label_unseen_in_train,
     ),
     Failure("dataset-model-fit", "dataset", "vit needs square", {"model": "vit"}, data.non_square),
+    Failure(
+        "warm-start-missing",
+        "warm_start",
+        "TRAIN_WARM_START={tmp}/no-such.pt: no such checkpoint or file",
+        {"warm_start": "{tmp}/no-such.pt"},
+    ),
     Failure("cluster-workers", "cluster", "needs 40 CPUs; the Ray cluster has", TOO_MANY),
     Failure("cluster-gpus", "cluster", "needs 2 GPUs; the Ray cluster has 0", {"use_gpu": "true"}),
     Failure(
@@ -142,17 +148,18 @@ def test_every_check_passes_and_says_what_it_found(outcomes: dict[str, Future[Re
 def test_each_check_fails_on_its_own_problem(
     failure: Failure, outcomes: dict[str, Future[Result]]
 ) -> None:
-    result, _ = outcomes[failure.id].result()
+    result, tmp = outcomes[failure.id].result()
     why = explain(result)
     assert result.returncode == 2, why
     assert "Traceback" not in result.stdout + result.stderr, why
     verdicts = _verdicts(result)
     failed = {name for name, (verdict, _) in verdicts.items() if verdict == "FAIL"}
     assert failed == {failure.check}, why
-    assert failure.message in verdicts[failure.check][1], why
+    message = failure.message.replace("{tmp}", str(tmp))
+    assert message in verdicts[failure.check][1], why
     # The other checks still ran and said so: one problem never hides another.
     assert set(verdicts) == set(CHECKS), why
-    assert "trainctl: invalid input:" in result.stderr and failure.message in result.stderr, why
+    assert "trainctl: invalid input:" in result.stderr and message in result.stderr, why
 
 
 def test_skip_cluster_checks_everything_else_without_ray(tmp_path: Path) -> None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, event, given, settings
 
+from app.errors import ConfigError
 from app.k8s import canonical
 from app.k8s.render import load_values, render_objects, render_schedule_objects
 from tests.contract.k8s_support import (
@@ -18,6 +22,7 @@ from tests.contract.k8s_support import (
     helm_render,
     load_yaml,
 )
+from tests.contract.values_strategy import values_files
 
 # The two places the engines may differ, on purpose: who manages the object, and the random
 # token of a created auth Secret (a fresh one per offline render, in Helm as in Python).
@@ -52,6 +57,41 @@ def test_helm_and_trainctl_render_agree_object_for_object(path: Path) -> None:
         assert _normalized(obj) == _normalized(python[key]), key
         assert obj["metadata"]["labels"][MANAGED_BY] == "Helm"
         assert python[key]["metadata"]["labels"][MANAGED_BY] == "trainctl"
+
+
+# `make test` renders this many generated values files through both engines (about half render,
+# the rest are refused by the chart's rules, which both engines must do alike); `make parity`
+# raises it. Derandomized: the same files every run, so a divergence is reproducible.
+PARITY = settings(
+    max_examples=int(os.environ.get("TRAINCTL_PARITY_EXAMPLES", "400")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@PARITY
+@given(user=values_files())
+def test_generated_values_render_alike_or_are_refused_by_both(tmp_path: Path, user: dict) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(user), encoding="utf-8")
+    try:
+        python = python_objects(path, "train", "ml")
+    except ConfigError as err:
+        python = err
+    try:
+        helm = by_key(helm_render(load_yaml(path), release="train", namespace="ml"))
+    except HelmFailed as err:
+        helm = err
+    assert isinstance(python, ConfigError) == isinstance(helm, HelmFailed), (python, helm)
+    if isinstance(helm, HelmFailed):
+        event("refused by both")  # --hypothesis-show-statistics: how many rendered
+        return
+    event("rendered by both")
+    assert sorted(helm) == sorted(python)
+    for key, obj in helm.items():
+        assert _normalized(obj) == _normalized(python[key]), key
 
 
 def test_each_pool_list_holds_everything_its_rayjob_references() -> None:

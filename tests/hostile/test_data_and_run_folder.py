@@ -19,7 +19,7 @@ import pytest
 import torch
 from PIL import Image
 
-from app import checkpoints, resume, run, run_folder
+from app import checkpoints, preflight, resume, run, run_folder
 from app.data.locate import locate_bad_image
 from app.data.schema import MAX_CLASSES, inspect_dataset
 from app.run_folder import read_summary
@@ -84,7 +84,7 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(settings: object) -> None:
         raise AssertionError("preflight let this through: Ray would start")
 
-    monkeypatch.setattr(run, "connect_ray", refuse)
+    monkeypatch.setattr(preflight, "connect_ray", refuse)
 
 
 def _warm_start_file(tmp_path: Path, kind: str) -> Path:
@@ -101,14 +101,25 @@ def _warm_start_file(tmp_path: Path, kind: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["not-torch", "empty", "pickled-code", "folder-without-model"])
+@pytest.mark.parametrize("command", [("train",), ("check", "--skip-cluster")])
+@pytest.mark.parametrize(
+    "kind", ["not-torch", "empty", "pickled-code", "folder-without-model", "missing"]
+)
 def test_warm_start_that_cannot_be_read_is_refused_before_ray(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_ray: None, kind: str
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    no_ray: None,
+    kind: str,
+    command: tuple[str, ...],
 ) -> None:
+    """`check` and `train` run one preflight: a warm-start problem stops both, the same way."""
     data.good(tmp_path / "data")
     path = _warm_start_file(tmp_path, kind)
     _settings_env(monkeypatch, tmp_path, TRAIN_WARM_START=str(path), TRAIN_RUN_NAME="w")
-    assert_refused(trainctl("train"), 2, f"TRAIN_WARM_START={path}")
+    result = trainctl(*command)
+    assert_refused(result, 2, f"TRAIN_WARM_START={path}")
+    if command[0] == "check":
+        assert f"FAIL  warm_start: TRAIN_WARM_START={path}" in result.out
     assert not (tmp_path / "runs" / "w").exists()
 
 
@@ -124,8 +135,8 @@ def test_train_with_more_workers_than_rows_is_refused_before_training(
     def never(*args: object) -> None:
         raise AssertionError("training started")
 
-    monkeypatch.setattr(run, "connect_ray", lambda settings: None)
-    monkeypatch.setattr(run, "check_capacity", lambda settings: None)
+    monkeypatch.setattr(preflight, "connect_ray", lambda settings: None)
+    monkeypatch.setattr(preflight, "check_capacity", lambda settings: None)
     monkeypatch.setattr(run, "_fit", never)
     data.good(tmp_path / "data")
     _settings_env(monkeypatch, tmp_path, TRAIN_NUM_WORKERS="30", TRAIN_RUN_NAME="r")

@@ -6,7 +6,9 @@ a change here needs the same change there (tests/contract/test_render_parity.py 
 {{/* A scalar as the string Python renders too: integral numbers without ".0" or exponent. */}}
 {{- define "trainctl.str" -}}
 {{- if kindIs "float64" . -}}
-{{- if eq . (floor .) -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
+{{- /* Whole numbers print as integers only while float64 holds them exactly (below 2^53):
+int64 of 1e21 overflows. Beyond that, Go's own %v form (1e+21). */ -}}
+{{- if and (eq . (floor .)) (lt . 9007199254740992.0) (gt . -9007199254740992.0) -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
 {{- else -}}{{ . }}{{- end -}}
 {{- end -}}
 
