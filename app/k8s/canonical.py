@@ -14,7 +14,6 @@ import math
 from decimal import Decimal
 from typing import Any
 
-
 EXACT_INTEGERS = 2.0**53  # every whole float64 below this is exact; `trainctl.str` agrees
 
 
