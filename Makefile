@@ -51,7 +51,7 @@ test:  ## find the KubeRay CRDs, lint, then the whole test suite
 	  MLFLOW_BIN=$(abspath $(MLFLOW_VENV))/bin/mlflow $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 PARITY_EXAMPLES ?= 5000
-parity: $(VENV)/.installed  ## Helm and `trainctl render` on many generated values files (make test runs 400)
+parity: $(VENV)/.installed  ## Helm and `trainctl render` on many generated values files (make test runs 200)
 	@crds="$$($(CRDS))" && KUBERAY_CRDS_DIR="$$crds" TRAINCTL_PARITY_EXAMPLES=$(PARITY_EXAMPLES) \
 	  $(VENV)/bin/pytest -n 0 -p no:cacheprovider tests/contract/test_render_parity.py \
 	  -k generated --hypothesis-show-statistics

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from app.data import DatasetInfo
+from app.data.schema import DatasetInfo
 from app.model import uses_channels_last, vit_patch_for
 from app.settings import TrainSettings
 

@@ -196,13 +196,16 @@ def ranked(good: list[CheckpointRef], metric: str) -> list[CheckpointRef]:
     return sorted(by_epoch, key=lambda ref: ref.metrics.get(metric, missing), reverse=up)
 
 
-def prune(run_dir: Path, *, keep: int, metric: str) -> list[Path]:
+def prune(
+    run_dir: Path, *, keep: int, metric: str, good: list[CheckpointRef] | None = None
+) -> list[Path]:
     """Delete good checkpoints beyond the `keep` best by `metric`, always keeping the newest.
 
     Within one run Ray's CheckpointConfig applies the same rule as checkpoints are committed;
     this pass also covers the checkpoints of earlier runs of the folder, which Ray never saw.
+    `good`: the folder's scan, where the caller has one (every file hashed once per pass).
     """
-    good = scan(run_dir).good
+    good = scan(run_dir).good if good is None else sorted(good, key=lambda r: -r.epoch)
     if len(good) <= keep:
         return []
     survivors = {ref.path for ref in ranked(good, metric)[:keep]} | {good[0].path}

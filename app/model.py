@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from app.data import DatasetInfo
+from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 
 # Below this size a ResNet's 7x7/stride-2 stem and max-pool would shrink the image to nothing,

@@ -96,7 +96,8 @@ def _storage(settings: TrainSettings, found: Found) -> str:
 
 
 def _dataset(settings: TrainSettings, found: Found, *, prepare: bool, rows_per_worker: bool) -> str:
-    from app.data import ensure_dataset, inspect_dataset
+    from app.data.prepare import ensure_dataset
+    from app.data.schema import inspect_dataset
     from app.model import model_problem
 
     folder = settings.dataset_dir

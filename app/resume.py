@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from app import checkpoints
-from app.data import DatasetInfo
+from app.data.schema import DatasetInfo
 from app.settings import TrainSettings
 
 

@@ -21,7 +21,7 @@ import click
 
 from app import checkpoints, resume, run_folder, run_logs
 from app.accel import resolve
-from app.data import DatasetInfo
+from app.data.schema import DatasetInfo
 from app.errors import ConfigError, RunFailed, TrainctlError
 from app.preflight import Found, cluster_check, preflight_for_training
 from app.progress import EpochFollower
@@ -155,7 +155,8 @@ def _fit(
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from app.data import build_datasets, cache_datasets
+    from app.data.cache import cache_datasets
+    from app.data.pipeline import build_datasets
     from app.train_loop import train_loop_per_worker
 
     read_started = time.monotonic()
@@ -210,7 +211,10 @@ def _finish(
     trackers: Trackers | None = None,
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
-    checkpoints.prune(run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric)
+    good = checkpoints.scan(run_dir).good  # every checkpoint hashed once, for both uses below
+    removed = checkpoints.prune(
+        run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, good=good
+    )
     starts = run_folder.attempts(run_dir, invocation) if invocation else []
     restored_from = next(
         (a["restored_from"] for a in reversed(starts) if a.get("restored_from")), resumed
@@ -226,6 +230,7 @@ def _finish(
         restored_from=restored_from,
         metric=settings.checkpoint_metric,
         error=error,
+        good=[ref for ref in good if ref.path not in removed],
     )
     if settings.compile == "on" and any(
         e.get("compiled") == 0.0 for e in run_folder.epochs(run_dir)

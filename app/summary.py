@@ -24,10 +24,11 @@ def build_summary(
     restored_from: str | None,
     metric: str = "val_accuracy",
     error: str | None = None,
+    good: list[checkpoints.CheckpointRef] | None = None,
 ) -> dict[str, Any]:
     """Assemble the summary from what is on storage, so it is true whoever trained the epochs."""
     epochs = run_folder.epochs(run_dir)
-    good = checkpoints.scan(run_dir).good
+    good = checkpoints.scan(run_dir).good if good is None else good
     last = epochs[-1] if epochs else {}
     # `best` is ranked the way checkpoints are kept: by TRAIN_CHECKPOINT_METRIC.
     best_ref = next(iter(checkpoints.ranked(good, metric)), None)

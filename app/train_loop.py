@@ -27,7 +27,8 @@ from app.accel import (
     memory_format,
     share_compile_cache,
 )
-from app.data import DatasetInfo, epoch_batches
+from app.data.pipeline import epoch_batches
+from app.data.schema import DatasetInfo
 from app.model import build_model, uses_channels_last
 from app.settings import TrainSettings
 from app.worker_hooks import EpochHook, worker_hooks

@@ -14,9 +14,7 @@ Usage: python -m bench.checkpoint [--model resnet18] [--blocks 3] [--smoke]
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -24,13 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from app.ray_cluster import join_or_start
-from bench.common import IMAGE_SHAPE, NUM_CLASSES, median, ratio, result_line, say
+from bench.common import (
+    IMAGE_SHAPE,
+    NUM_CLASSES,
+    median,
+    ratio,
+    ray_bench_arguments,
+    result_line,
+    say,
+)
 
 MODES = ("SYNC", "ASYNC")
 
 
 def _cifar_info() -> Any:
-    from app.data import DatasetInfo
+    from app.data.schema import DatasetInfo
 
     height, width, channels = IMAGE_SHAPE
     return DatasetInfo(
@@ -97,13 +103,11 @@ def worker(config: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ray_bench_arguments(__doc__, "small model, one block")
     parser.add_argument("--model", default="resnet18", choices=["resnet18", "vit", "cnn"])
     parser.add_argument("--blocks", type=int, default=3, help="S S A A blocks")
     parser.add_argument("--steps", type=int, default=3, help="training steps per epoch")
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--smoke", action="store_true", help="small model, one block")
-    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
     args = parser.parse_args(argv)
     if args.smoke:
         args.model, args.blocks, args.steps, args.batch = "cnn", 1, 1, 8

@@ -6,6 +6,7 @@ its variants in one process, alternating them rep by rep, and reports ratios of 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -20,6 +21,17 @@ import numpy as np
 CACHE = Path(os.environ.get("TRAINCTL_BENCH_CACHE", "/tmp/trainctl-bench"))
 IMAGE_SHAPE = (32, 32, 3)  # CIFAR-10: height, width, channels, uint8
 NUM_CLASSES = 10
+
+
+def ray_bench_arguments(doc: str | None, smoke: str, **sizes: int) -> argparse.ArgumentParser:
+    """The options every benchmark on Ray takes: its sizes (--rows 4096 ...), --smoke (with
+    what it shrinks to) and --address (a running cluster to join; else a local one starts)."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    for name, default in sizes.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--smoke", action="store_true", help=smoke)
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
+    return parser
 
 
 def median(values: Iterable[float]) -> float:

@@ -17,7 +17,6 @@ b/c, then one JSON line. Usage (bench/gpu.sh wraps it):
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -26,7 +25,14 @@ from typing import Any
 
 from app.ray_cluster import join_or_start
 from bench import gpu_parts
-from bench.common import cifar_arrays, ratio, result_line, say, write_tensor_parquet
+from bench.common import (
+    cifar_arrays,
+    ratio,
+    ray_bench_arguments,
+    result_line,
+    say,
+    write_tensor_parquet,
+)
 
 VIT = {"image_size": 32, "patch_size": 4, "num_layers": 12, "num_heads": 8, "hidden_dim": 384}
 VIT |= {"mlp_dim": 768, "num_classes": 10}
@@ -163,7 +169,7 @@ def _line(name: str, figures: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ray_bench_arguments(__doc__, "tiny models and data; runs on CPU")
     parser.add_argument("--images", type=int, default=50_000)
     parser.add_argument("--batch", type=int, default=BATCH)
     parser.add_argument("--epochs", type=int, default=4, help="epochs of (b)")
@@ -171,8 +177,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--parts", default="b,b2,c,a", help="which of a, b, b2 (b again, warm cache), c to run"
     )
-    parser.add_argument("--smoke", action="store_true", help="tiny models and data; runs on CPU")
-    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
     args = parser.parse_args(argv)
     if args.smoke:
         args.images, args.batch, args.epochs, args.tutorial_epochs = 256, 64, 1, 1

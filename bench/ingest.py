@@ -18,8 +18,6 @@ wait for the first batch, which is reported on its own. Usage:
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -34,6 +32,7 @@ from bench.common import (
     interleave,
     medians,
     ratio,
+    ray_bench_arguments,
     result_line,
     say,
     tutorial_dataset,
@@ -98,7 +97,7 @@ def tutorial(train_dir: Path) -> dict[str, float]:
 # --- (b) the app's pipeline -------------------------------------------------------------------
 def _app_dataset(data_dir: Path, cache: str) -> tuple[Any, Any]:
     """The settings and checked dataset `trainctl train` starts from, built once per variant."""
-    from app.data import ensure_dataset
+    from app.data.prepare import ensure_dataset
     from app.settings import TrainSettings
 
     settings = TrainSettings(
@@ -119,7 +118,8 @@ def app_pipeline(data_dir: Path, cache: str = "auto") -> Callable[[], dict[str, 
     """
     import torch
 
-    from app.data import build_datasets, cache_datasets, epoch_batches
+    from app.data.cache import cache_datasets
+    from app.data.pipeline import build_datasets, epoch_batches
 
     settings, info = _app_dataset(data_dir, cache)
     epoch = iter(range(1, 1_000_000))
@@ -179,12 +179,7 @@ def prepare_data_layout(rows: int) -> Path:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--files", type=int, default=20)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="tiny size, one rep")
-    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
+    parser = ray_bench_arguments(__doc__, "tiny size, one rep", rows=100_000, files=20, reps=3)
     args = parser.parse_args(argv)
     if args.smoke:
         args.rows, args.files, args.reps = 4096, 4, 1

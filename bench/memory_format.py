@@ -19,7 +19,7 @@ def one(name: str, fmt: str, batch: int, steps: int, device: Any) -> float:
     import torch
     from torch import nn
 
-    from app.data import DatasetInfo
+    from app.data.schema import DatasetInfo
     from app.model import build_model
 
     info = DatasetInfo(3, 32, 32, 10, 50_000, 10_000, "tensor", (0.5,) * 3, (0.5,) * 3)

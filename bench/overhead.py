@@ -22,7 +22,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -34,7 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from app.ray_cluster import join_or_start
-from bench.common import interleave, median, medians, ratio, result_line, say, tutorial_dataset
+from bench.common import (
+    interleave,
+    median,
+    medians,
+    ratio,
+    ray_bench_arguments,
+    result_line,
+    say,
+    tutorial_dataset,
+)
 from bench.ingest import pyarrow_numpy
 
 THREADS = 1
@@ -136,19 +144,14 @@ def _figures(epoch_times: list[float], rows: int, step_rates: list[float]) -> di
 
 
 def _info(data_dir: Path) -> Any:
-    from app.data import ensure_dataset
+    from app.data.prepare import ensure_dataset
     from app.settings import TrainSettings
 
     return ensure_dataset(TrainSettings(dataset="parquet", data_path=data_dir, num_workers="1"))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=4096)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="tiny size, one rep")
-    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"))
+    parser = ray_bench_arguments(__doc__, "tiny size, one rep", rows=4096, epochs=2, reps=3)
     args = parser.parse_args(argv)
     if args.smoke:
         args.rows, args.epochs, args.reps = 512, 1, 1

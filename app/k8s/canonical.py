@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -50,11 +51,10 @@ def scalar(value: Any) -> str:
 
 def canon(value: Any) -> str:
     """The chart's `trainctl.canon`: hash input with no quoting or escaping to get wrong."""
-    if isinstance(value, dict):
-        items = (f"s{_blen(k)}:{k}={canon(value[k])}" for k in sorted(value))
-        return "{" + ",".join(items) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(canon(item) for item in value) + "]"
+    return _walk(value, key=lambda k: f"s{_blen(k)}:{k}=", leaf=_canon_leaf)
+
+
+def _canon_leaf(value: Any) -> str:
     if isinstance(value, str):
         return f"s{_blen(value)}:{value}"
     if isinstance(value, bool):
@@ -62,6 +62,16 @@ def canon(value: Any) -> str:
     if value is None:
         return "null"
     return "n" + scalar(float(value) if isinstance(value, int) else value)
+
+
+def _walk(value: Any, *, key: Callable[[str], str], leaf: Callable[[Any], str]) -> str:
+    """Maps as {key(k)value,...} in sorted key order, lists as [item,...], the rest leaf()."""
+    if isinstance(value, dict):
+        items = (key(k) + _walk(value[k], key=key, leaf=leaf) for k in sorted(value))
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_walk(item, key=key, leaf=leaf) for item in value) + "]"
+    return leaf(value)
 
 
 def _blen(text: str) -> int:
@@ -89,11 +99,10 @@ def _go_json_float(value: float) -> str:
 
 def go_json(value: Any) -> str:
     """Sprig's toJson: compact, sorted keys, HTML characters escaped, Go's number format."""
-    if isinstance(value, dict):
-        items = (f"{go_json(str(k))}:{go_json(value[k])}" for k in sorted(value))
-        return "{" + ",".join(items) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(go_json(item) for item in value) + "]"
+    return _walk(value, key=lambda k: _json_leaf(str(k)) + ":", leaf=_json_leaf)
+
+
+def _json_leaf(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int | float):

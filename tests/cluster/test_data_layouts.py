@@ -17,7 +17,8 @@ import pytest
 import torch
 from PIL import Image
 
-from app.data import DatasetInfo, build_datasets, epoch_batches, inspect_dataset
+from app.data.pipeline import build_datasets, epoch_batches
+from app.data.schema import DatasetInfo, inspect_dataset
 from app.settings import TrainSettings
 
 pytestmark = [pytest.mark.cluster]

@@ -10,7 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from app.data import DatasetInfo, build_datasets, ensure_dataset, epoch_batches
+from app.data.pipeline import build_datasets, epoch_batches
+from app.data.prepare import ensure_dataset
+from app.data.schema import DatasetInfo
 from app.settings import TrainSettings
 
 pytestmark = [pytest.mark.cluster]
@@ -139,7 +141,7 @@ def test_single_channel_rows_stored_as_hxw(ray_session: None, tmp_path: Path) ->
 def test_cached_datasets_hold_the_same_rows_in_a_new_reproducible_order_per_epoch(
     synthetic,
 ) -> None:
-    from app.data import cache_datasets
+    from app.data.cache import cache_datasets
 
     settings, info = synthetic
     datasets, decision = cache_datasets(build_datasets(settings, info), settings, info)
@@ -159,7 +161,7 @@ def test_cached_datasets_hold_the_same_rows_in_a_new_reproducible_order_per_epoc
 
 
 def test_cache_off_streams_the_files_every_epoch(synthetic) -> None:
-    from app.data import cache_datasets
+    from app.data.cache import cache_datasets
 
     settings, info = synthetic
     streamed = build_datasets(settings, info)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.data import inspect_dataset
+from app.data.schema import inspect_dataset
 from app.model import build_model
 from tests.support import (
     FINISHED_EPOCHS,

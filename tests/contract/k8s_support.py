@@ -68,8 +68,16 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
+class _KubeLoader(yaml.SafeLoader):
+    """Reads manifests as Kubernetes does: a plain `=` is the string "=" (YAML 1.2 and Go's
+    yaml), not YAML 1.1's value tag, which PyYAML cannot even construct."""
+
+
+_KubeLoader.add_constructor("tag:yaml.org,2002:value", _KubeLoader.construct_yaml_str)
+
+
 def _parse(texts: list[str]) -> list[dict[str, Any]]:
-    return [doc for text in texts for doc in yaml.safe_load_all(text) if doc]
+    return [doc for text in texts for doc in yaml.load_all(text, Loader=_KubeLoader) if doc]
 
 
 def helm_render(

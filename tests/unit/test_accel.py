@@ -10,7 +10,7 @@ from torch import nn
 
 from app import checkpoints
 from app.accel import CompiledModel, make_optimizer, memory_format, resolve
-from app.data import DatasetInfo
+from app.data.schema import DatasetInfo
 from app.model import build_model
 from app.settings import TrainSettings
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from app.data import DatasetInfo, inspect_dataset
+from app.data.schema import DatasetInfo, inspect_dataset
 from app.errors import EXIT_INVALID, ConfigError
 
 RNG = np.random.default_rng(7)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.data import DatasetInfo
+from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.model import build_model, model_problem, vit_patch_for
 
