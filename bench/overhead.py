@@ -33,16 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from app.ray_cluster import join_or_start
-from bench.common import (
-    interleave,
-    median,
-    medians,
-    ratio,
-    ray_bench_arguments,
-    result_line,
-    say,
-    tutorial_dataset,
-)
+from bench import common
 from bench.ingest import pyarrow_numpy
 
 THREADS = 1
@@ -135,9 +126,9 @@ def app(data_dir: Path, storage: Path, epochs: int) -> Callable[[], dict[str, fl
 
 def _figures(epoch_times: list[float], rows: int, step_rates: list[float]) -> dict[str, float]:
     # The median epoch, so one epoch hit by another process's burst does not decide the result.
-    epoch_s = median(epoch_times)
+    epoch_s = common.median(epoch_times)
     return {
-        "samples_per_s": median(step_rates),
+        "samples_per_s": common.median(step_rates),
         "epoch_samples_per_s": rows / epoch_s,
         "epoch_s": epoch_s,
     }
@@ -151,7 +142,7 @@ def _info(data_dir: Path) -> Any:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = ray_bench_arguments(__doc__, "tiny size, one rep", rows=4096, epochs=2, reps=3)
+    parser = common.ray_bench_arguments(__doc__, "tiny size, one rep", rows=4096, epochs=2, reps=3)
     args = parser.parse_args(argv)
     if args.smoke:
         args.rows, args.epochs, args.reps = 512, 1, 1
@@ -162,32 +153,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(THREADS)
-    data_dir = tutorial_dataset(args.rows, max(1, args.rows // 2048), valid_rows=VALID_BATCH)
+    data_dir = common.tutorial_dataset(args.rows, max(1, args.rows // 2048), valid_rows=VALID_BATCH)
     join_or_start(args.address)
     storage = Path(tempfile.mkdtemp(prefix="trainctl-overhead-"))
 
     steps = math.ceil(args.rows / BATCH)
-    say(
+    common.say(
         f"overhead: model {MODEL}, batch {BATCH}, {args.rows:,} rows ({steps} steps) + "
         f"{VALID_BATCH} validation rows per epoch, {args.epochs} epoch(s) per rep, "
         f"{THREADS} torch thread(s)"
     )
     variants = {"bare": bare(data_dir, args.epochs), "app": app(data_dir, storage, args.epochs)}
-    figures = medians(interleave(variants, args.reps, say=say))
+    figures = common.medians(common.interleave(variants, args.reps, say=common.say))
     ray.shutdown()
     shutil.rmtree(storage, ignore_errors=True)
 
     for name, values in figures.items():
-        say(
+        common.say(
             f"median {name:<5} training steps {values['samples_per_s']:8,.0f} samples/s, "
             f"whole epoch {values['epoch_samples_per_s']:8,.0f} samples/s "
             f"({values['epoch_s']:.2f}s)"
         )
-    app_over_bare = ratio(figures["app"]["samples_per_s"], figures["bare"]["samples_per_s"])
-    epoch_ratio = ratio(
+    app_over_bare = common.ratio(figures["app"]["samples_per_s"], figures["bare"]["samples_per_s"])
+    epoch_ratio = common.ratio(
         figures["app"]["epoch_samples_per_s"], figures["bare"]["epoch_samples_per_s"]
     )
-    say(f"app/bare = {app_over_bare:.3f} (target >= {TARGET}); whole epoch {epoch_ratio:.3f}")
+    common.say(
+        f"app/bare = {app_over_bare:.3f} (target >= {TARGET}); whole epoch {epoch_ratio:.3f}"
+    )
     result = {
         "rows": args.rows,
         "epochs": args.epochs,
@@ -198,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "epoch_app_over_bare": epoch_ratio,
         "targets_met": app_over_bare >= TARGET,
     }
-    print(result_line("overhead", result), flush=True)
+    print(common.result_line("overhead", result), flush=True)
     return result
 
 
