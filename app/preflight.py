@@ -154,7 +154,7 @@ def workers_problem(settings: TrainSettings, info: DatasetInfo) -> str | None:
 
 def _versions(settings: TrainSettings, found: Found) -> str:
     pins = _pins()
-    found = []
+    versions = []
     for name in PINNED:
         installed = metadata.version(name)
         wanted = pins.get(name)
@@ -164,8 +164,8 @@ def _versions(settings: TrainSettings, found: Found) -> str:
                 f"{name} {installed} is installed but trainctl is pinned to {name}=={wanted}; "
                 "use the project's image or `pip install -c requirements/constraints.txt .`"
             )
-        found.append(f"{name} {installed}")
-    return ", ".join(found)
+        versions.append(f"{name} {installed}")
+    return ", ".join(versions)
 
 
 def _pins() -> dict[str, str]:

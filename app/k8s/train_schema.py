@@ -87,7 +87,8 @@ def _write(schema_path: Path) -> None:
     schema = json.loads(schema_path.read_text())
     schema["definitions"]["train"] = train_schema()
     bound_maps(schema)
-    schema_path.write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
+    # ASCII: the annotation pattern's control characters stay visible as \u escapes.
+    schema_path.write_text(json.dumps(schema, indent=2, ensure_ascii=True) + "\n")
 
 
 def main(argv: list[str]) -> int:
