@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
-def trainctl_env(**settings: str) -> dict[str, str]:
-    """The current environment minus any TRAIN_* the developer has set, plus `settings`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAIN_")}
+def trainctl_env(base: Mapping[str, str] | None = None, **settings: str) -> dict[str, str]:
+    """`base` (the current environment by default) minus any TRAIN_* the developer has set,
+    plus `settings`.
+
+    Tests that build environments on threads pass a snapshot taken on the main thread: pytest
+    sets and deletes PYTEST_CURRENT_TEST there, and reading os.environ meanwhile can fail.
+    """
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if not k.startswith("TRAIN_")}
     env.update({f"TRAIN_{k.upper()}": str(v) for k, v in settings.items()})
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     env["PYTHONUNBUFFERED"] = "1"

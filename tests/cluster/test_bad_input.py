@@ -9,6 +9,7 @@ The cases run a few at a time: the cluster-capacity ones mostly wait for nodes t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -194,7 +195,7 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-def _run_case(case: Case, tmp: Path, address: str) -> Outcome:
+def _run_case(case: Case, tmp: Path, address: str, base: dict[str, str]) -> Outcome:
     (tmp / "a-file").write_text("a regular file, not a folder\n")
     settings = {**BASE, "data_path": "{tmp}/data", "storage_path": "{tmp}/runs", **case.settings}
     settings = {key: value.replace("{tmp}", str(tmp)) for key, value in settings.items()}
@@ -211,7 +212,7 @@ def _run_case(case: Case, tmp: Path, address: str) -> Outcome:
         (run_dir / "summary.json").write_text(json.dumps(OLD_SUMMARY))
         (run_dir / "metrics.jsonl").write_text('{"epoch": 1, "val_accuracy": 0.5}\n')
         run_before = _files(run_dir)
-    env = {**trainctl_env(**settings), **case.extra_env}
+    env = {**trainctl_env(base, **settings), **case.extra_env}
     return Outcome(run_trainctl("train", env=env, cwd=tmp, timeout=240), tmp, run_before)
 
 
@@ -232,9 +233,10 @@ def outcomes(
         address = request.getfixturevalue("ray_cluster").address
     # Cluster cases first: they mostly wait, which overlaps with the others' work.
     ordered = sorted(selected, key=lambda case: not case.cluster)
+    base = dict(os.environ)  # read here, on pytest's thread, not on the pool's
     with ThreadPoolExecutor(max_workers=3) as pool:
         yield {
-            case.id: pool.submit(_run_case, case, tmp_path_factory.mktemp(case.id), address)
+            case.id: pool.submit(_run_case, case, tmp_path_factory.mktemp(case.id), address, base)
             for case in ordered
         }
 

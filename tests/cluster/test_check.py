@@ -7,6 +7,7 @@ distribution record (a dist-info folder) earlier on the path, as a stray install
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Callable, Iterator
@@ -90,7 +91,7 @@ FAILURES = [
 Result = tuple[subprocess.CompletedProcess[str], Path]
 
 
-def _check(failure: Failure, tmp: Path, address: str) -> Result:
+def _check(failure: Failure, tmp: Path, address: str, base: dict[str, str]) -> Result:
     (tmp / "a-file").write_text("a regular file, not a folder\n")
     failure.data(tmp / "data")
     settings = {
@@ -101,7 +102,7 @@ def _check(failure: Failure, tmp: Path, address: str) -> Result:
         "capacity_wait_s": "1",  # the session cluster is complete: no nodes are still joining
         **{k: v.replace("{tmp}", str(tmp)) for k, v in failure.settings.items()},
     }
-    env = {**trainctl_env(**settings), **(failure.env(tmp) if failure.env else {})}
+    env = {**trainctl_env(base, **settings), **(failure.env(tmp) if failure.env else {})}
     return run_trainctl("check", env=env, cwd=tmp, timeout=240), tmp
 
 
@@ -118,9 +119,10 @@ def outcomes(
     """Every case at once on a few threads: the cluster ones mostly wait for capacity."""
     address = ray_cluster.address  # type: ignore[attr-defined]
     good = Failure("all-good", "", "")
+    base = dict(os.environ)  # read here, on pytest's thread, not on the pool's
     with ThreadPoolExecutor(max_workers=3) as pool:
         yield {
-            case.id: pool.submit(_check, case, tmp_path_factory.mktemp(case.id), address)
+            case.id: pool.submit(_check, case, tmp_path_factory.mktemp(case.id), address, base)
             for case in [good, *FAILURES]
         }
 
