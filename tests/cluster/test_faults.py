@@ -154,29 +154,36 @@ def test_driver_killed_or_evicted_then_rerun_resumes(
     assert [row["epoch"] for row in read_history(run_dir)] == list(range(1, EPOCHS + 1))
 
 
-def test_corrupt_or_partial_newest_checkpoint_falls_back_to_the_previous_good_one(
+def test_corrupt_and_partial_newest_checkpoints_fall_back_to_the_last_good_one(
     finished_run: FinishedRun, tmp_path: Path
 ) -> None:
+    """The two newest checkpoints are damaged in the two ways storage damages them: the rerun
+    sets both aside, each with its reason, and resumes after the last good one.
+
+    One rerun checks both kinds: a `trainctl train` is about half a minute of this machine.
+    """
     # A finished run (every checkpoint kept), copied: the same start as training one here.
     env, run_dir = finished_run.copy_to(tmp_path)
     name, last, more = run_dir.name, FINISHED_EPOCHS, FINISHED_EPOCHS + 1
+    partial, good = last - 1, last - 2
     env = {**env, "TRAIN_EPOCHS": str(more), "TRAIN_CHECKPOINTS_TO_KEEP": "10"}  # keep them all
 
     # Truncated weights in the newest checkpoint.
     model = run_dir / f"checkpoint_epoch_{last:04d}" / "model.pt"
     model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    # A partial one before it: the upload never finished, so meta.json never arrived.
+    (run_dir / f"checkpoint_epoch_{partial:04d}" / "meta.json").unlink()
+
     rerun = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
     assert rerun.returncode == 0, explain(rerun)
     assert f"checkpoint checkpoint_epoch_{last:04d} is unusable" in rerun.stdout, explain(rerun)
-    assert f"resuming run {name} at epoch {last}" in rerun.stdout, explain(rerun)
+    assert f"checkpoint_epoch_{partial:04d} is unusable: meta.json is missing" in rerun.stdout
+    assert f"resuming run {name} at epoch {good + 1}" in rerun.stdout, explain(rerun)
     assert (run_dir / f"corrupt_checkpoint_epoch_{last:04d}").is_dir()
-    assert read_summary(run_dir)["epochs_completed"] == more
-
-    # A partial checkpoint: the upload never finished, so meta.json never arrived.
-    (run_dir / f"checkpoint_epoch_{more:04d}" / "meta.json").unlink()
-    again = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
-    assert again.returncode == 0, explain(again)
-    assert f"checkpoint_epoch_{more:04d} is unusable: meta.json is missing" in again.stdout
-    assert f"resuming run {name} at epoch {more}" in again.stdout, explain(again)
+    assert (run_dir / f"corrupt_checkpoint_epoch_{partial:04d}").is_dir()
+    # The epochs after the good one were trained again: their new checkpoints are whole.
+    assert {ref.epoch for ref in checkpoints.scan(run_dir).good} >= {good, partial, last, more}
     summary = read_summary(run_dir)
-    assert summary["epochs_completed"] == more and summary["status"] == "succeeded"
+    assert summary["epochs_completed"] == more and summary["status"] == "succeeded", summary
+    assert summary["restored_from"].endswith(f"checkpoint_epoch_{good:04d}"), summary
+    assert [row["epoch"] for row in read_history(run_dir)] == list(range(1, more + 1))
