@@ -14,11 +14,12 @@ PIP := env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(PY) -m pip
 # KubeRay's CRDs for the schema tests: found (or downloaded and checked against the committed
 # SHA-256 sums) by tests/kuberay_crds.py, which needs only the machine's Python.
 CRDS := $(PYTHON_BIN) tests/kuberay_crds.py
-# Two xdist workers: the tests that use the shared Ray cluster on one (tests/conftest.py groups
-# them), the rest on the other. Override with e.g. PYTEST_ARGS='-n 0 tests/unit' for a quick loop.
-PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=30
+# Two xdist workers, each with its own shared Ray cluster for one group of cluster tests
+# (tests/conftest.py), the other tests filling in behind. The bench/ smoke tests run in
+# `make bench-smoke` (CI runs both). Override with e.g. PYTEST_ARGS='-n 0 tests/unit'.
+PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=30 -m "not bench_smoke"
 
-.PHONY: help setup run test parity fresh-clone-test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
+.PHONY: help setup run test bench-smoke parity fresh-clone-test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,11 +45,14 @@ setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(MLFLOW_VENV)/.installed  
 run: $(VENV)/.installed  ## train the default job (digits, 2 CPU workers, local Ray)
 	$(VENV)/bin/trainctl train
 
-test:  ## find the KubeRay CRDs, lint, then the whole test suite
+test:  ## find the KubeRay CRDs, lint, then the test suite (all but the bench smokes)
 	@crds="$$($(CRDS))" && $(MAKE) --no-print-directory setup && \
 	  $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
 	  KUBERAY_CRDS_DIR="$$crds" CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov \
 	  MLFLOW_BIN=$(abspath $(MLFLOW_VENV))/bin/mlflow $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench-smoke: $(VENV)/.installed  ## every bench/ script at a tiny size: they still run and report (CI runs this too)
+	$(VENV)/bin/pytest -n 2 -p no:cacheprovider -m bench_smoke tests/cluster/test_bench_smoke.py
 
 PARITY_EXAMPLES ?= 5000
 parity: $(VENV)/.installed  ## Helm and `trainctl render` on many generated values files (make test runs 200)

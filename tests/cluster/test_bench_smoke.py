@@ -2,9 +2,12 @@
 
 The figures themselves are not checked (no timing assertions): only that each script runs the
 real app code paths end to end and its result line says what it measured. Each script starts
-its own local Ray, as `make bench` does: they stay off the shared test cluster, so they run
-beside the tests that need it (tests/conftest.py), and they cover the local start-up that users
-of `make run` and `make bench` get.
+its own local Ray, as `make bench` does, and so covers the local start-up that users of
+`make run` and `make bench` get.
+
+They check the benchmark tooling, not the product, and take four to five minutes of both cores:
+`make bench-smoke` runs them, and CI (.ci/run) runs it after `make test`, which leaves them out
+so that the product's suite stays within ten minutes on two cores.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pytest
 
 from tests.support import REPO
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.bench_smoke]
 
 
 def run_bench(name: str, *args: str, cache: Path, command: list[str] | None = None) -> Any:
