@@ -7,6 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CHECKOV_VENV ?= .venv-checkov
 MLFLOW_VENV ?= .venv-mlflow
+MOTO_VENV ?= .venv-moto
 CONSTRAINTS := requirements/constraints.txt
 # Some machines point pip at local CPU-only torch wheels; torchvision on PyPI only matches the
 # standard torch wheel, so installs here use plain PyPI and the pinned pair (both run on CPU).
@@ -40,7 +41,12 @@ $(MLFLOW_VENV)/.installed: requirements/mlflow-server.txt
 	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(MLFLOW_VENV)/bin/pip install --quiet -r requirements/mlflow-server.txt
 	touch $@
 
-setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(MLFLOW_VENV)/.installed  ## create the virtualenvs with pinned versions
+$(MOTO_VENV)/.installed: requirements/moto-server.txt
+	test -x $(MOTO_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MOTO_VENV)
+	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(MOTO_VENV)/bin/pip install --quiet -r requirements/moto-server.txt
+	touch $@
+
+setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(MLFLOW_VENV)/.installed $(MOTO_VENV)/.installed  ## create the virtualenvs with pinned versions
 
 run: $(VENV)/.installed  ## train the default job (digits, 2 CPU workers, local Ray)
 	$(VENV)/bin/trainctl train
@@ -49,7 +55,8 @@ test:  ## find the KubeRay CRDs, lint, then the test suite (all but the bench sm
 	@crds="$$($(CRDS))" && $(MAKE) --no-print-directory setup && \
 	  $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
 	  KUBERAY_CRDS_DIR="$$crds" CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov \
-	  MLFLOW_BIN=$(abspath $(MLFLOW_VENV))/bin/mlflow $(VENV)/bin/pytest $(PYTEST_ARGS)
+	  MLFLOW_BIN=$(abspath $(MLFLOW_VENV))/bin/mlflow MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server \
+	  $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 bench-smoke: $(VENV)/.installed  ## every bench/ script at a tiny size: they still run and report (CI runs this too)
 	$(VENV)/bin/pytest -n 2 -p no:cacheprovider -m bench_smoke tests/cluster/test_bench_smoke.py

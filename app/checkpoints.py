@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from app.objectstore import ObjectPath
+from app.storage import RunPath, remove_tree, rename_dir
 
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
@@ -31,7 +33,7 @@ REASON_FILE = "UNUSABLE.txt"
 
 @dataclass(frozen=True)
 class CheckpointRef:
-    path: Path
+    path: RunPath
     epoch: int
     metrics: dict[str, float]
 
@@ -62,7 +64,7 @@ def _meta_digest(meta: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(covered, sort_keys=True).encode()).hexdigest()
 
 
-def verify(folder: Path) -> CheckpointRef:
+def verify(folder: RunPath) -> CheckpointRef:
     """Return the checkpoint's reference, or raise ValueError saying why it is unusable."""
     meta_path = folder / META_FILE
     if not meta_path.is_file():
@@ -127,17 +129,22 @@ def fit_problem(model_state: Any, expected: dict[str, torch.Size]) -> str | None
     return "; ".join(part for part in parts if part)
 
 
-def load_train_state(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_train_state(folder: RunPath) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model state dict, training state) from a verified checkpoint, on CPU."""
-    model_state = plain_keys(torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True))
-    train_state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    model_state = plain_keys(_load(folder / MODEL_FILE))
+    train_state = _load(folder / STATE_FILE)
     return model_state, train_state
 
 
-def load_weights(path: Path) -> dict[str, Any]:
+def load_weights(path: RunPath) -> dict[str, Any]:
     """Model weights for a warm start: a checkpoint folder or a model.pt file."""
     file = path / MODEL_FILE if path.is_dir() else path
-    return plain_keys(torch.load(file, map_location="cpu", weights_only=True))
+    return plain_keys(_load(file))
+
+
+def _load(file: RunPath) -> Any:
+    source = file.open("rb") if isinstance(file, ObjectPath) else file
+    return torch.load(source, map_location="cpu", weights_only=True)
 
 
 def plain_keys(state: dict[str, Any]) -> dict[str, Any]:
@@ -152,14 +159,14 @@ def plain_keys(state: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Scan:
     good: list[CheckpointRef]  # newest first
-    bad: list[tuple[Path, str]]  # (folder, why it is unusable)
+    bad: list[tuple[RunPath, str]]  # (folder, why it is unusable)
 
     @property
     def latest(self) -> CheckpointRef | None:
         return self.good[0] if self.good else None
 
 
-def scan(run_dir: Path) -> Scan:
+def scan(run_dir: RunPath) -> Scan:
     good, bad = [], []
     folders = sorted(run_dir.glob(f"{PREFIX}*")) if run_dir.is_dir() else []
     for folder in folders:
@@ -171,12 +178,10 @@ def scan(run_dir: Path) -> Scan:
     return Scan(good=good, bad=bad)
 
 
-def quarantine(folder: Path, reason: str = "") -> Path:
+def quarantine(folder: RunPath, reason: str = "") -> RunPath:
     """Rename an unusable checkpoint so no later run trusts it, keeping it for inspection."""
     target = folder.with_name(CORRUPT_PREFIX + folder.name)
-    if target.exists():
-        shutil.rmtree(target)
-    folder.rename(target)
+    rename_dir(folder, target)
     if reason:
         (target / REASON_FILE).write_text(reason + "\n", encoding="utf-8")
     return target
@@ -197,8 +202,8 @@ def ranked(good: list[CheckpointRef], metric: str) -> list[CheckpointRef]:
 
 
 def prune(
-    run_dir: Path, *, keep: int, metric: str, good: list[CheckpointRef] | None = None
-) -> list[Path]:
+    run_dir: RunPath, *, keep: int, metric: str, good: list[CheckpointRef] | None = None
+) -> list[RunPath]:
     """Delete good checkpoints beyond the `keep` best by `metric`, always keeping the newest.
 
     Within one run Ray's CheckpointConfig applies the same rule as checkpoints are committed;
@@ -211,11 +216,11 @@ def prune(
     survivors = {ref.path for ref in ranked(good, metric)[:keep]} | {good[0].path}
     removed = [ref.path for ref in good if ref.path not in survivors]
     for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
     return removed
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: RunPath) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):

@@ -193,8 +193,8 @@ def status_cmd(namespace: str | None, release: str | None) -> None:
 @click.option("--attempt", type=click.IntRange(min=1), help="With --worker/--driver [newest].")
 @click.option(
     "--storage",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="With --worker/--driver: where run folders are [TRAIN_STORAGE_PATH].",
+    help="With --worker/--driver: where run folders are, a folder or s3:// or gs:// URI "
+    "[TRAIN_STORAGE_PATH].",
 )
 def logs_cmd(
     name: str,
@@ -204,7 +204,7 @@ def logs_cmd(
     worker: int | None,
     driver: bool,
     attempt: int | None,
-    storage: Path | None,
+    storage: str | None,
 ) -> None:
     """Print the logs of RayJob NAME (its submitter or Ray head), or with --worker/--driver
     a run's own logs from its run folder, which outlive the Ray cluster."""

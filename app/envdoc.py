@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, get_args, get_origin
 
+from app.objectstore import ObjectPath
 from app.settings import TrainSettings, env_name
 
 
@@ -40,8 +41,13 @@ def _type_label(annotation: Any) -> str:
     if origin is Literal:
         return " | ".join(str(arg) for arg in get_args(annotation))
     if origin in (typing.Union, types.UnionType):
-        labels = [_type_label(arg) for arg in get_args(annotation) if arg is not type(None)]
-        return " | ".join(labels) + " (optional)"
+        args = get_args(annotation)
+        labels = [_type_label(arg) for arg in args if arg not in (type(None), ObjectPath)]
+        if ObjectPath in args:  # a local path or a bucket URI: one kind of value to a user
+            labels = [
+                "path or URI (s3://, gs://)" if label == "path" else label for label in labels
+            ]
+        return " | ".join(labels) + (" (optional)" if type(None) in args else "")
     if annotation is Path:
         return "path"
     return getattr(annotation, "__name__", str(annotation))

@@ -15,14 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
+from pathlib import Path
 
 import click
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
+from app.objectstore import ObjectPath
 from app.ray_cluster import check_capacity, connect_ray
 from app.settings import TrainSettings
-from app.storage import ensure_writable, free_bytes, human_bytes
+from app.storage import describe_store_error, ensure_writable, free_bytes, human_bytes
 
 PINNED = ("ray", "torch", "torchvision")
 
@@ -90,17 +92,32 @@ def _settings(settings: TrainSettings, found: Found) -> str:
 
 def _storage(settings: TrainSettings, found: Found) -> str:
     ensure_writable(settings.storage_path, "TRAIN_STORAGE_PATH")
-    return (
-        f"{settings.storage_path} writable, {human_bytes(free_bytes(settings.storage_path))} free"
-    )
+    free = free_bytes(settings.storage_path)
+    space = "the store reports no free space" if free is None else f"{human_bytes(free)} free"
+    return f"{settings.storage_path} writable, {space}"
 
 
 def _dataset(settings: TrainSettings, found: Found, *, prepare: bool, rows_per_worker: bool) -> str:
+    folder = settings.dataset_dir
+    try:
+        return _dataset_in(folder, settings, found, prepare, rows_per_worker)
+    except OSError as err:  # a bucket that cannot be read; a local folder's errors say more
+        if not isinstance(folder, ObjectPath):
+            raise
+        raise ConfigError(describe_store_error(folder, "TRAIN_DATA_PATH", err)) from None
+
+
+def _dataset_in(
+    folder: Path | ObjectPath,
+    settings: TrainSettings,
+    found: Found,
+    prepare: bool,
+    rows_per_worker: bool,
+) -> str:
     from app.data.prepare import ensure_dataset
     from app.data.schema import inspect_dataset
     from app.model import model_problem
 
-    folder = settings.dataset_dir
     if prepare:
         info = ensure_dataset(settings)
     elif settings.dataset != "parquet" and not (folder / "train").exists():
@@ -128,7 +145,11 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
     path = settings.warm_start
     if path is None:
         return "none (TRAIN_WARM_START is not set)"
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as err:  # only a bucket's client raises here
+        raise ConfigError(describe_store_error(path, "TRAIN_WARM_START", err)) from None
+    if not exists:
         raise ConfigError(f"TRAIN_WARM_START={path}: no such checkpoint or file")
     problem = warm_start_problem(settings)
     if problem:

@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -23,10 +22,12 @@ from app import checkpoints, resume, run_folder, run_logs
 from app.accel import resolve
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError, RunFailed, TrainctlError
+from app.objectstore import locate
 from app.preflight import Found, cluster_check, preflight_for_training
 from app.progress import EpochFollower
 from app.run_folder import read_summary, write_summary
 from app.settings import TrainSettings
+from app.storage import RunPath, storage_options
 from app.summary import build_summary, plot_curves
 from app.tracking import Trackers
 
@@ -130,7 +131,8 @@ def _train(
             if "ImageError" in f"{cause} {err}":  # a worker's block-relative row: find the file
                 from app.data.locate import locate_bad_image
 
-                cause = f"bad image in {locate_bad_image(info) or 'the data'}: {cause}"
+                where = locate_bad_image(info, endpoint=settings.storage_endpoint)
+                cause = f"bad image in {where or 'the data'}: {cause}"
             _finish(settings, "failed", started, invocation, resume_from, cause, trackers=trackers)
             logs = run_logs.attempt_dir(run_dir, attempt)
             raise RunFailed(
@@ -181,7 +183,7 @@ def _fit(
         ),
         run_config=RunConfig(
             name=settings.run_name,
-            storage_path=str(settings.storage_path),
+            **storage_options(settings.storage_path),
             failure_config=FailureConfig(max_failures=settings.max_failures),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=settings.checkpoints_to_keep,
@@ -243,7 +245,7 @@ def _finish(
         curves = None
     if trackers is not None:
         best = (summary.get("best") or {}).get("checkpoint")
-        trackers.finish(status, Path(best) if best else None)
+        trackers.finish(status, locate(best, settings.storage_endpoint) if best else None)
         summary["tracking"] = trackers.ids
     elif (read_summary(run_dir) or {}).get("tracking"):
         summary["tracking"] = read_summary(run_dir)["tracking"]  # type: ignore[index]
@@ -279,9 +281,12 @@ def _recorded_settings(settings: TrainSettings) -> dict[str, Any]:
     return {**settings.redacted(), "fused_adamw": settings.use_gpu}
 
 
-def _record_invalid(run_dir: Path, err: ConfigError) -> None:
+def _record_invalid(run_dir: RunPath, err: ConfigError) -> None:
     """Where the run folder already exists, leave the reason there; never create it for this."""
-    if not run_dir.is_dir():
+    try:
+        if not run_dir.is_dir():
+            return
+    except OSError:  # an unreachable store is itself the error being reported
         return
     summary = read_summary(run_dir) or {"run_name": run_dir.name}
     summary.update(status="invalid", error="; ".join(err.problems))

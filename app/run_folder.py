@@ -13,11 +13,11 @@ progress follower and the tests read the folder without paying for it.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
+
+from app.storage import RunPath, append_line, write_atomic, write_json
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
@@ -36,7 +36,7 @@ EPOCH_FIELDS: dict[str, Any] = {
 }
 
 
-def read_jsonl(path: Path, required: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The file's records; lines that are not JSON objects with `required` fields are skipped.
 
     A process killed mid-write leaves half a line, and hands or tools may leave worse; a bad
@@ -48,7 +48,8 @@ def read_jsonl(path: Path, required: dict[str, Any] | None = None) -> list[dict[
     except FileNotFoundError:
         return []
     except OSError as err:
-        _warn_once(path, f"cannot read {path} ({err.strerror}); its records are ignored")
+        why = err.strerror or str(err).splitlines()[0]
+        _warn_once(path, f"cannot read {path} ({why}); its records are ignored")
         return []
     records, bad = [], []
     for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
@@ -79,28 +80,22 @@ def _fits(record: dict[str, Any], required: dict[str, Any]) -> bool:
 _WARNED: set[tuple[str, str]] = set()
 
 
-def _warn_once(path: Path, message: str) -> None:
+def _warn_once(path: RunPath, message: str) -> None:
     if (str(path), message) not in _WARNED:
         _WARNED.add((str(path), message))
         print(f"trainctl: warning: {message}", file=sys.stderr)
 
 
-def _append(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        handle.write(json.dumps(record) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+def _append(path: RunPath, record: dict[str, Any]) -> None:
+    append_line(path, json.dumps(record))
 
 
-def _rewrite(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    os.replace(tmp, path)
+def _rewrite(path: RunPath, records: list[dict[str, Any]]) -> None:
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in records).encode())
 
 
 def start_attempt(
-    run_dir: Path,
+    run_dir: RunPath,
     *,
     invocation: str,
     start_epoch: int,
@@ -124,21 +119,21 @@ def start_attempt(
     )
 
 
-def record_epoch(run_dir: Path, metrics: dict[str, Any]) -> None:
+def record_epoch(run_dir: RunPath, metrics: dict[str, Any]) -> None:
     _append(run_dir / METRICS_FILE, {**metrics, "time": time.time()})
 
 
-def epochs(run_dir: Path) -> list[dict[str, Any]]:
+def epochs(run_dir: RunPath) -> list[dict[str, Any]]:
     """Per-epoch metrics, one record per epoch (the newest wins if an epoch repeats)."""
     by_epoch = {r["epoch"]: r for r in read_jsonl(run_dir / METRICS_FILE, EPOCH_FIELDS)}
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
-def attempts(run_dir: Path, invocation: str) -> list[dict[str, Any]]:
+def attempts(run_dir: RunPath, invocation: str) -> list[dict[str, Any]]:
     return [r for r in read_jsonl(run_dir / ATTEMPTS_FILE) if r.get("invocation") == invocation]
 
 
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
+def read_summary(run_dir: RunPath) -> dict[str, Any] | None:
     """The summary as last written, or None while there is none (or it is unreadable)."""
     try:
         summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
@@ -147,15 +142,12 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     return summary if isinstance(summary, dict) else None
 
 
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
+def write_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:
     """Write atomically: readers (and `trainctl submit --wait`) never see half a file."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / SUMMARY_FILE
-    tmp = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    write_json(path, summary)
     return path
 
 
-def forget_ray_snapshot(run_dir: Path) -> None:
+def forget_ray_snapshot(run_dir: RunPath) -> None:
     (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)

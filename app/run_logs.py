@@ -19,6 +19,7 @@ import logging.handlers
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -27,17 +28,20 @@ from pathlib import Path
 from typing import TextIO
 
 from app.errors import ConfigError, TrainctlError
+from app.objectstore import ObjectPath, locate
+from app.storage import RunPath
 
 LOGS_DIR = "logs"
 BACKUPS = 3
+UPLOAD_EVERY_S = 5.0  # a log in a bucket is written locally and copied up this often
 ATTEMPT_PATTERN = re.compile(r"^attempt-(\d+)$")
 
 
-def attempt_dir(run_dir: Path, attempt: int) -> Path:
+def attempt_dir(run_dir: RunPath, attempt: int) -> RunPath:
     return run_dir / LOGS_DIR / f"attempt-{attempt}"
 
 
-def attempts(run_dir: Path) -> list[int]:
+def attempts(run_dir: RunPath) -> list[int]:
     folder = run_dir / LOGS_DIR
     if not folder.is_dir():
         return []
@@ -45,18 +49,54 @@ def attempts(run_dir: Path) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
-def next_attempt(run_dir: Path) -> int:
+def next_attempt(run_dir: RunPath) -> int:
     """The attempt number for a new driver: one past the highest on the volume."""
     return max(attempts(run_dir), default=0) + 1
 
 
-def _handler(path: Path, max_mb: float) -> logging.Handler:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.handlers.RotatingFileHandler(
-        path, maxBytes=max(1024, int(max_mb * 1024 * 1024)), backupCount=BACKUPS, delay=True
-    )
+def _handler(path: RunPath, max_mb: float) -> logging.Handler:
+    max_bytes = max(1024, int(max_mb * 1024 * 1024))
+    if isinstance(path, ObjectPath):
+        handler: logging.Handler = _Uploaded(path, max_bytes)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            path, maxBytes=max_bytes, backupCount=BACKUPS, delay=True
+        )
     handler.setFormatter(logging.Formatter("%(message)s"))
     return handler
+
+
+class _Uploaded(logging.handlers.RotatingFileHandler):
+    """A log in a bucket: objects cannot be appended to, so the lines go to a local file (same
+    rotation) that is copied up every UPLOAD_EVERY_S and when the log closes."""
+
+    def __init__(self, target: ObjectPath, max_bytes: int) -> None:
+        self.target = target
+        self.local = Path(tempfile.mkdtemp(prefix="trainctl-log-")) / target.name
+        super().__init__(self.local, maxBytes=max_bytes, backupCount=BACKUPS, delay=True)
+        self.sent: dict[str, int] = {}
+        self.done = threading.Event()
+        self.uploader = threading.Thread(target=self._loop, name="log-upload", daemon=True)
+        self.uploader.start()
+
+    def _loop(self) -> None:
+        while not self.done.wait(UPLOAD_EVERY_S):
+            self.upload()
+
+    def upload(self) -> None:
+        with contextlib.suppress(OSError):  # a missed copy is retried on the next tick
+            self.flush()
+            for local in sorted(self.local.parent.glob(f"{self.local.name}*")):
+                stamp = local.stat().st_mtime_ns
+                if self.sent.get(local.name) != stamp:
+                    self.target.with_name(local.name).write_bytes(local.read_bytes())
+                    self.sent[local.name] = stamp
+
+    def close(self) -> None:
+        self.done.set()
+        super().close()
+        self.upload()
 
 
 class _Tee(io.TextIOBase):
@@ -111,7 +151,7 @@ class _Held(logging.Handler):
     """Holds records until `open()` hands them to the file: a driver refused for bad input
     must leave no file behind, yet its first lines belong in the log once it does start."""
 
-    def __init__(self, path: Path, max_mb: float, held: bool) -> None:
+    def __init__(self, path: RunPath, max_mb: float, held: bool) -> None:
         super().__init__()
         self.path, self.max_mb = path, max_mb
         self.records: list[logging.LogRecord] = []
@@ -143,7 +183,7 @@ class _Held(logging.Handler):
 
 
 @contextlib.contextmanager
-def capture(path: Path, max_mb: float, banner: str, held: bool = False) -> Iterator[_Held]:
+def capture(path: RunPath, max_mb: float, banner: str, held: bool = False) -> Iterator[_Held]:
     """Tee this process's stdout/stderr (and Python logging) into `path` while inside.
 
     With held=True nothing is written until the yielded handler's open() is called. An
@@ -186,7 +226,7 @@ def _flush() -> None:
             stream.flush()
 
 
-def log_file(run_dir: Path, *, worker: int | None, attempt: int | None) -> Path:
+def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> RunPath:
     """The log to show: a worker's (or the driver's when worker is None), newest attempt."""
     found = attempts(run_dir)
     if not found:
@@ -212,7 +252,7 @@ def log_file(run_dir: Path, *, worker: int | None, attempt: int | None) -> Path:
     return path
 
 
-def read_lines(path: Path) -> Iterator[str]:
+def read_lines(path: RunPath) -> Iterator[str]:
     """The log's lines oldest first: rotated files (.3, .2, .1) before the current one."""
     for index in range(BACKUPS, 0, -1):
         older = path.with_name(f"{path.name}.{index}")
@@ -221,17 +261,26 @@ def read_lines(path: Path) -> Iterator[str]:
     yield from path.read_text(errors="replace").splitlines()
 
 
-def resolve_run_dir(run: str, storage: Path | None) -> Path:
-    """RUN as a run folder path, or a run name under --storage (default TRAIN_STORAGE_PATH)."""
-    as_path = Path(run)
+def resolve_run_dir(run: str, storage: str | None) -> RunPath:
+    """RUN as a run folder path or URI, or a run name under --storage (default
+    TRAIN_STORAGE_PATH; TRAIN_STORAGE_ENDPOINT reaches an S3-compatible store)."""
+    endpoint = os.environ.get("TRAIN_STORAGE_ENDPOINT") or None
+    try:
+        as_path = locate(run, endpoint)
+    except ValueError as err:
+        raise ConfigError(f"run {run!r}: {err}") from None
     if (as_path / LOGS_DIR).is_dir():
         return as_path
     if storage is None:
         from app.settings import TrainSettings
 
-        default = TrainSettings.model_fields["storage_path"].default
-        storage = Path(os.environ.get("TRAIN_STORAGE_PATH") or default)
-    candidate = storage / run
+        storage = os.environ.get("TRAIN_STORAGE_PATH") or str(
+            TrainSettings.model_fields["storage_path"].default
+        )
+    try:
+        candidate = locate(storage, endpoint) / run
+    except ValueError as err:
+        raise ConfigError(f"--storage {storage}: {err}") from None
     if candidate.is_dir():
         return candidate
     raise ConfigError(

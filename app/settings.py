@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.errors import ConfigError
+from app.objectstore import ObjectPath, check_endpoint, check_uri, uri_scheme
 
 ENV_PREFIX = "TRAIN_"
 NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
@@ -63,11 +64,11 @@ class TrainSettings(BaseSettings):
         description="What to train on: a built-in dataset (digits, synthetic, mnist, "
         "fashion_mnist, cifar10) or `parquet` for your own train/ and valid/ folders.",
     )
-    data_path: Path = Field(
+    data_path: Path | ObjectPath = Field(
         Path("data"),
-        description="Where the data lives. A built-in dataset is kept in "
-        "<data_path>/<dataset>/ and prepared there on first use; for `parquet` this folder "
-        "holds train/ and valid/.",
+        description="Where the data lives: a folder, or s3://bucket/prefix or gs://bucket/prefix. "
+        "A built-in dataset is kept in <data_path>/<dataset>/ and prepared there on first use; "
+        "for `parquet` this folder holds train/ and valid/.",
     )
 
     cache_dataset: CacheMode = Field(
@@ -113,10 +114,10 @@ class TrainSettings(BaseSettings):
         description="ViT patch size in pixels; 0 picks the largest of 16, 8, 4, 2 that leaves "
         "a grid of at least 7x7 patches (28px: 4, 32px: 4, 64px: 8, 224px: 16).",
     )
-    warm_start: Path | None = Field(
+    warm_start: Path | ObjectPath | None = Field(
         None,
-        description="Checkpoint folder (or its model.pt) whose weights initialise a new run. "
-        "Ignored when the run resumes from its own checkpoints.",
+        description="Checkpoint folder (or its model.pt), local or in a bucket, whose weights "
+        "initialise a new run. Ignored when the run resumes from its own checkpoints.",
     )
 
     # --- scaling --------------------------------------------------------------------------
@@ -154,10 +155,16 @@ class TrainSettings(BaseSettings):
     )
 
     # --- run folder, checkpoints, fault tolerance ----------------------------------------
-    storage_path: Path = Field(
+    storage_path: Path | ObjectPath = Field(
         Path("runs"),
-        description="Shared folder for run outputs and checkpoints; on Kubernetes, a path "
-        "on the ReadWriteMany volume that every Ray pod mounts.",
+        description="Where run folders and checkpoints go: a shared folder (on Kubernetes, a "
+        "path on the ReadWriteMany volume every Ray pod mounts), or s3://bucket/prefix or "
+        "gs://bucket/prefix, with credentials from the cloud's own variables or identity.",
+    )
+    storage_endpoint: str | None = Field(
+        None,
+        description="S3-compatible endpoint for s3:// paths, e.g. http://minio:9000 (MinIO, "
+        "Ceph); empty uses AWS_ENDPOINT_URL, or AWS itself.",
     )
     run_name: str = Field(
         "",
@@ -214,15 +221,32 @@ class TrainSettings(BaseSettings):
             )
         return value
 
-    @field_validator("accelerator_type", "ray_address", "warm_start", mode="before")
+    @field_validator(
+        "accelerator_type", "ray_address", "warm_start", "storage_endpoint", mode="before"
+    )
     @classmethod
     def _empty_means_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("storage_path", "data_path")
+    @field_validator("storage_endpoint")
     @classmethod
-    def _absolute(cls, value: Path) -> Path:
+    def _endpoint_is_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_endpoint(value)
+
+    @field_validator("storage_path", "data_path", "warm_start", mode="before")
+    @classmethod
+    def _uri_stays_a_uri(cls, value: Any) -> Any:
+        # pathlib would read s3://b/p as the folder "s3:/b/p": a URI is taken apart here.
+        if isinstance(value, str | Path) and uri_scheme(str(value)):
+            return ObjectPath(check_uri(str(value)))
+        return value
+
+    @field_validator("storage_path", "data_path", "warm_start")
+    @classmethod
+    def _absolute(cls, value: Path | ObjectPath | None) -> Path | ObjectPath | None:
         # Ray requires an absolute storage path, and workers may start in other folders.
+        if not isinstance(value, Path):
+            return value
         try:
             return value.expanduser().absolute()
         except RuntimeError:  # ~name of no user on this machine
@@ -230,6 +254,10 @@ class TrainSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainSettings:
+        for name in ("storage_path", "data_path", "warm_start"):
+            value = getattr(self, name)
+            if isinstance(value, ObjectPath) and value.endpoint != self.storage_endpoint:
+                setattr(self, name, ObjectPath(value.uri, self.storage_endpoint))
         if not self.run_name:
             self.run_name = f"{self.dataset}-{self.model}".replace("_", "-")
         if self.global_batch_size < self.workers.max:
@@ -251,11 +279,11 @@ class TrainSettings(BaseSettings):
         return WorkerRange(int(low), int(high or low))
 
     @property
-    def run_dir(self) -> Path:
+    def run_dir(self) -> Path | ObjectPath:
         return self.storage_path / self.run_name
 
     @property
-    def dataset_dir(self) -> Path:
+    def dataset_dir(self) -> Path | ObjectPath:
         """Folder holding train/ and valid/ for this run's dataset."""
         if self.dataset == "parquet":
             return self.data_path
@@ -327,5 +355,5 @@ def describe_validation_error(err: ValidationError, env: Mapping[str, str]) -> l
             continue
         name = env_name(str(item["loc"][0]))
         given = env.get(name, env.get(name.lower(), item.get("input")))
-        lines.append(f"{name}={given!r}: {message}")
+        lines.append(f"{name}={_redact(given)!r}: {message}")
     return lines

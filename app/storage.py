@@ -1,12 +1,27 @@
-"""Is the shared storage usable? Checked before any Ray work starts."""
+"""Is the run storage usable, and the writes that differ between a volume and a bucket.
+
+Checked before any Ray work starts. A run folder is a local `Path` (a volume) or an
+`ObjectPath` (s3://, gs://); the few operations an object store does differently (append,
+replace, rename a folder, delete a tree) are decided here, once.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import re
 import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TypeAlias
 
 from app.errors import ConfigError
+from app.objectstore import ObjectPath
+
+RunPath: TypeAlias = Path | ObjectPath
 
 
 def expand(path: Path | str, what: str) -> Path:
@@ -19,8 +34,10 @@ def expand(path: Path | str, what: str) -> Path:
         ) from None
 
 
-def ensure_writable(path: Path, variable: str) -> None:
+def ensure_writable(path: RunPath, variable: str) -> None:
     """Create `path` if needed and prove a file can be written there, or raise ConfigError."""
+    if isinstance(path, ObjectPath):
+        return _ensure_bucket_writable(path, variable)
     # Checked first: mkdir on an existing file fails with a bare "File exists".
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{variable}={path}: exists but is not a folder")
@@ -42,16 +59,177 @@ def ensure_writable(path: Path, variable: str) -> None:
         probe.unlink(missing_ok=True)
 
 
-def free_bytes(path: Path) -> int:
+def free_bytes(path: RunPath) -> int | None:
+    """Free space where it can be known; None for an object store, which does not say."""
+    if isinstance(path, ObjectPath):
+        return None
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     return shutil.disk_usage(existing).free
 
 
-def human_bytes(size: float) -> str:
+def human_bytes(size: float | None) -> str:
+    if size is None:
+        return "free space not reported by the store"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if size < 1024 or unit == "TiB":
             return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
         size /= 1024
     return f"{size:.1f} TiB"
+
+
+# --- object storage: reachability and what its errors mean --------------------------------
+# pyarrow reports AWS errors as "AWS Error <CODE> during <operation>"; GCS's as HTTP statuses.
+_REFUSED = re.compile(
+    r"ACCESS_DENIED|INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH|EXPIRED_TOKEN|"
+    r"INVALID_TOKEN|UNAUTHORIZED|FORBIDDEN|HTTP status 40[13]|PermissionDenied|Unauthenticated|"
+    r"credentials",
+    re.IGNORECASE,
+)
+_NO_BUCKET = re.compile(r"NO_SUCH_BUCKET|bucket does not exist|Bucket '.*' not found", re.I)
+_UNREACHABLE = re.compile(
+    r"NETWORK_CONNECTION|Could not resolve|Couldn't connect|Connection refused|Timeout|"
+    r"curlCode|ServiceUnavailable|SERVICE_UNAVAILABLE",
+    re.IGNORECASE,
+)
+
+
+def describe_store_error(path: ObjectPath, variable: str, err: BaseException) -> str:
+    """One line naming the variable and what is wrong; the client's text never carries keys,
+    and neither does this (only the error's kind is kept, not the request it came from)."""
+    text = str(err)
+    where = f"{variable}={path}"
+    if _NO_BUCKET.search(text):
+        return f"{where}: bucket {path.bucket!r} does not exist (create it, or fix the name)"
+    if _REFUSED.search(text):
+        return (
+            f"{where}: the store refused the credentials ({_code(text)}); check AWS_ACCESS_KEY_ID"
+            "/AWS_SECRET_ACCESS_KEY, the pod's service account (IRSA, Workload Identity) or "
+            "the bucket's policy"
+        )
+    if _UNREACHABLE.search(text):
+        return (
+            f"{where}: the store cannot be reached ({_code(text)}); check "
+            "TRAIN_STORAGE_ENDPOINT or AWS_ENDPOINT_URL and the network"
+        )
+    return f"{where}: {_code(text)}"
+
+
+def _code(text: str) -> str:
+    match = re.search(r"AWS Error ([A-Z_]+)", text)
+    if match:
+        return match.group(1)
+    first = text.strip().splitlines()[0] if text.strip() else "error"
+    return first[:200]
+
+
+def _ensure_bucket_writable(path: ObjectPath, variable: str) -> None:
+    probe = path / f".trainctl-write-test-{uuid.uuid4().hex}"
+    try:
+        if path.is_file():
+            raise ConfigError(f"{variable}={path}: is an object, not a prefix")
+        probe.write_bytes(b"ok")
+        probe.unlink(missing_ok=True)
+    except ConfigError:
+        raise
+    except OSError as err:
+        raise ConfigError(describe_store_error(path, variable, err)) from None
+
+
+def reachable(path: ObjectPath, variable: str) -> None:
+    """A read-only probe (a listing): the store answers and the bucket exists."""
+    try:
+        path.at(path.bucket).is_dir()
+        list(path.iterdir())
+    except OSError as err:
+        raise ConfigError(describe_store_error(path, variable, err)) from None
+
+
+# --- writes that differ between a volume and a bucket --------------------------------------
+def append_line(path: RunPath, line: str) -> None:
+    """Add one line. On a volume an fsync'd append; an object is rewritten whole (only rank 0
+    writes these small files, so there is no one to race)."""
+    if isinstance(path, ObjectPath):
+        try:
+            before = path.read_bytes()
+        except FileNotFoundError:
+            before = b""
+        path.write_bytes(before + line.encode() + b"\n")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_atomic(path: RunPath, data: bytes) -> None:
+    """Readers see the old content or the new, never half: a rename on a volume, one PUT in a
+    bucket."""
+    if isinstance(path, ObjectPath):
+        path.write_bytes(data)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_json(path: RunPath, value: Any) -> None:
+    write_atomic(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode())
+
+
+def rename_dir(folder: RunPath, target: RunPath) -> None:
+    """Move a folder; in a bucket a copy of every object, then the originals deleted."""
+    if isinstance(folder, ObjectPath) and isinstance(target, ObjectPath):
+        target.rmtree()
+        folder.copy_tree_to(target)
+        folder.rmtree()
+        return
+    assert isinstance(folder, Path) and isinstance(target, Path)
+    if target.exists():
+        shutil.rmtree(target)
+    folder.rename(target)
+
+
+def remove_tree(folder: RunPath) -> None:
+    if isinstance(folder, ObjectPath):
+        folder.rmtree()
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def upload_tree(local: Path, target: ObjectPath) -> None:
+    """Copy a folder up; its top-level files last, since markers and metadata there describe
+    the rest (a copy cut short then lacks them and reads as incomplete)."""
+    files = [p for p in local.rglob("*") if p.is_file()]
+    for file in sorted(files, key=lambda p: (p.parent == local, p.as_posix())):
+        (target / file.relative_to(local).as_posix()).write_bytes(file.read_bytes())
+
+
+def download_tree(source: ObjectPath, local: Path) -> Path:
+    for file in source.walk_files():
+        dest = local / file.key[len(source.key) + 1 :]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(file.read_bytes())
+    return local
+
+
+@contextlib.contextmanager
+def local_copy(path: RunPath) -> Iterator[Path]:
+    """A folder on this machine with `path`'s files, for tools that only read local files
+    (MLflow and W&B artifact uploads); a local path is used as it is."""
+    if not isinstance(path, ObjectPath):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="trainctl-copy-") as tmp:
+        yield download_tree(path, Path(tmp) / path.name)
+
+
+def storage_options(storage: RunPath) -> dict[str, Any]:
+    """Ray Train's RunConfig arguments for this storage: a bucket is given as its filesystem
+    (the same client trainctl uses) and the path inside it."""
+    if isinstance(storage, ObjectPath):
+        return {"storage_path": storage.key, "storage_filesystem": storage.fs}
+    return {"storage_path": str(storage)}

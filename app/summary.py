@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import io
 from typing import Any
 
 from app import checkpoints, run_folder
 from app.run_folder import CURVES_FILE
+from app.storage import RunPath, write_atomic
 
 METRIC_KEYS = ("train_loss", "val_loss", "val_accuracy")
 
 
 def build_summary(
-    run_dir: Path,
+    run_dir: RunPath,
     *,
     status: str,
     run_name: str,
@@ -61,7 +61,7 @@ def build_summary(
     return summary
 
 
-def plot_curves(run_dir: Path) -> Path | None:
+def plot_curves(run_dir: RunPath) -> RunPath | None:
     """Loss and accuracy per epoch, side by side; None when no epoch finished yet."""
     epochs = run_folder.epochs(run_dir)
     if not epochs:
@@ -84,9 +84,9 @@ def plot_curves(run_dir: Path) -> Path | None:
         ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(run_dir.name)
-    path = run_dir / CURVES_FILE
-    tmp = path.with_name(f".{CURVES_FILE}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
+    path = run_dir / CURVES_FILE
+    write_atomic(path, image.getvalue())
     return path

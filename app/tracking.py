@@ -24,7 +24,9 @@ from typing import Any
 
 import click
 
+from app.objectstore import ObjectPath
 from app.settings import TrainSettings
+from app.storage import RunPath, download_tree, local_copy, upload_tree
 
 # Fields of an epoch record that are logged (epoch is the step, time the timestamp).
 METRICS = (
@@ -102,9 +104,10 @@ class _MLflow:
     def logged_epochs(self) -> set[int]:
         return {m.step for m in self.client.get_metric_history(self.run_id, "val_loss")}
 
-    def finish(self, status: str, best: Path | None) -> None:
+    def finish(self, status: str, best: RunPath | None) -> None:
         if best is not None and best.is_dir():
-            self.client.log_artifacts(self.run_id, str(best), "best_checkpoint")
+            with local_copy(best) as folder:
+                self.client.log_artifacts(self.run_id, str(folder), "best_checkpoint")
         self.client.set_terminated(self.run_id, STATUS.get(status, "FAILED"))
 
 
@@ -114,13 +117,26 @@ class _TensorBoard:
     def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.folder = settings.run_dir / "tensorboard"
+        # Event files are appended to, which objects cannot be: in a bucket run they are
+        # written to a local folder that is copied up after every epoch.
+        self.target = settings.run_dir / "tensorboard"
+        self.folder = self.target if isinstance(self.target, Path) else self._mirror(self.target)
         # A rerun adds an event file beside the first one; TensorBoard reads them as one run.
         self.writer = SummaryWriter(log_dir=str(self.folder))
         if not previous:
             text = "\n".join(f"    {k}: {v}" for k, v in flat_params(settings.redacted()).items())
             self.writer.add_text("settings", text, 0)
-        self.ids = {"log_dir": str(self.folder)}
+        self.ids = {"log_dir": str(self.target)}
+
+    @staticmethod
+    def _mirror(target: ObjectPath) -> Path:
+        import tempfile
+
+        return download_tree(target, Path(tempfile.mkdtemp(prefix="trainctl-tb-")))
+
+    def _upload(self) -> None:
+        if isinstance(self.target, ObjectPath):
+            upload_tree(self.folder, self.target)
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
         step, wall = int(record["epoch"]), float(record.get("time", time.time()))
@@ -129,6 +145,7 @@ class _TensorBoard:
         self.writer.flush()
         with (self.folder / LEDGER).open("a") as ledger:
             ledger.write(f"{step}\n")
+        self._upload()
 
     def logged_epochs(self) -> set[int]:
         # Event files are costly to parse back: a one-number-per-line ledger beside them.
@@ -136,10 +153,11 @@ class _TensorBoard:
         text = path.read_text() if path.is_file() else ""
         return {int(line) for line in text.split() if line.isdigit()}
 
-    def finish(self, status: str, best: Path | None) -> None:
+    def finish(self, status: str, best: RunPath | None) -> None:
         if best is not None:
             self.writer.add_text("best_checkpoint", f"{best} ({status})", 0)
         self.writer.close()
+        self._upload()
 
 
 class _WandB:
@@ -155,7 +173,8 @@ class _WandB:
             id=previous.get("run_id") or None,
             resume="allow",
             config=settings.redacted(),
-            dir=str(settings.run_dir),
+            # W&B's own files are local; in a bucket run they stay on the driver's disk.
+            dir=str(settings.run_dir) if isinstance(settings.run_dir, Path) else None,
         )
         self.ids = {"run_id": self.run.id, "project": self.run.project}
 
@@ -166,11 +185,12 @@ class _WandB:
         # W&B steps only grow: epochs a killed driver missed are not logged afterwards.
         return set(range(int(self.run.summary.get("epoch", 0)) + 1))
 
-    def finish(self, status: str, best: Path | None) -> None:
+    def finish(self, status: str, best: RunPath | None) -> None:
         if best is not None and best.is_dir():
             artifact = self.wandb.Artifact(f"{self.run.name}-best", type="model")
-            artifact.add_dir(str(best))
-            self.run.log_artifact(artifact)
+            with local_copy(best) as folder:
+                artifact.add_dir(str(folder))
+                self.run.log_artifact(artifact)
         self.run.finish(exit_code=0 if status == "succeeded" else 1)
 
 
@@ -235,7 +255,7 @@ class Trackers:
                 self.active.remove(tracker)
                 self._failed(tracker.name, "failed (catching up)", err)
 
-    def finish(self, status: str, best: Path | None) -> None:
+    def finish(self, status: str, best: RunPath | None) -> None:
         self._each("finish", status, best)
 
 

@@ -30,7 +30,9 @@ from app.accel import (
 from app.data.pipeline import epoch_batches
 from app.data.schema import DatasetInfo
 from app.model import build_model, uses_channels_last
+from app.objectstore import ObjectPath, locate
 from app.settings import TrainSettings
+from app.storage import RunPath
 from app.worker_hooks import EpochHook, worker_hooks
 
 
@@ -51,7 +53,7 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
 
     # Resume from Ray's latest committed checkpoint (a worker failure inside this run) or else
     # from the newest intact checkpoint the driver found on storage (a rerun of the same run).
-    resume = _resume_point(config.get("resume_from"))
+    resume = _resume_point(config.get("resume_from"), settings)
     model = build_model(settings.model, info, settings.vit_patch)
     if resume is None and settings.warm_start is not None:
         model.load_state_dict(checkpoints.load_weights(settings.warm_start))
@@ -66,7 +68,7 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     # Weights are loaded into the plain module before it is wrapped (DDP) and compiled, so
     # checkpoints never see compile's `_orig_mod.` names and resume works either way.
     model = ray.train.torch.prepare_model(model)
-    if settings.compile == "on":
+    if settings.compile == "on" and isinstance(settings.storage_path, Path):
         share_compile_cache(settings.storage_path)
     forward = CompiledModel(model, enabled=settings.compile == "on")
     optimizer = make_optimizer(model.parameters(), settings, device)
@@ -167,11 +169,12 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             on_epoch(metrics)
 
 
-def _resume_point(driver_choice: str | None) -> Path | None:
+def _resume_point(driver_choice: str | None, settings: TrainSettings) -> RunPath | None:
     latest = ray.train.get_checkpoint()
-    if latest is not None:
-        return Path(latest.path)
-    return Path(driver_choice) if driver_choice else None
+    if latest is not None:  # Ray names it by its path inside the storage filesystem
+        storage = settings.storage_path
+        return storage.at(latest.path) if isinstance(storage, ObjectPath) else Path(latest.path)
+    return locate(driver_choice, settings.storage_endpoint) if driver_choice else None
 
 
 def _cosine_with_warmup(peak: float, warmup: int, total: int) -> Callable[[int], float]:

@@ -25,6 +25,17 @@ REPO = Path(__file__).resolve().parent.parent
 # Quiet, deterministic Ray: no usage stats prompt, no log-to-driver spam in test output.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Fake AWS credentials, for every process including the cluster's: the object-storage tests talk
+# to a local S3 server (tests/s3_support.py), and no test may reach a real account with a
+# developer's own keys. No metadata-service lookups either (they wait for a timeout off EC2).
+os.environ.update(
+    AWS_ACCESS_KEY_ID="testing",
+    AWS_SECRET_ACCESS_KEY="testing",
+    AWS_REGION="us-east-1",
+    AWS_EC2_METADATA_DISABLED="true",
+)
+for _name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+    os.environ.pop(_name, None)
 # The cluster's processes inherit this environment. A submitted job's entrypoint finds `trainctl`
 # and `python` on PATH, as it does in the image, so the test venv's bin comes first.
 _VENV_BIN = str(Path(sys.executable).parent)

@@ -12,22 +12,23 @@ import time
 from pathlib import Path
 
 from app.data.images import ImageError, to_images
-from app.data.schema import DatasetInfo, parquet_files
+from app.data.schema import DatasetInfo, open_parquet, parquet_files
+from app.objectstore import locate
 
 SEARCH_LIMIT_S = 60.0
 ROWS_PER_STEP = 1024
 
 
-def locate_bad_image(info: DatasetInfo, limit_s: float = SEARCH_LIMIT_S) -> str | None:
+def locate_bad_image(
+    info: DatasetInfo, limit_s: float = SEARCH_LIMIT_S, endpoint: str | None = None
+) -> str | None:
     """'<file>: row <n> (of the file): <cause>' for the first bad image, or None."""
-    import pyarrow.parquet as pq
-
     deadline = time.monotonic() + limit_s
-    root = Path(info.path)
+    root = locate(info.path, endpoint)
     for split in ("train", "valid"):
         for path in parquet_files(root / split):
             offset = 0
-            for batch in pq.ParquetFile(path).iter_batches(ROWS_PER_STEP, columns=["image"]):
+            for batch in open_parquet(path).iter_batches(ROWS_PER_STEP, columns=["image"]):
                 if time.monotonic() > deadline:
                     return None
                 try:

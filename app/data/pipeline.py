@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +26,7 @@ import torch
 
 from app.data.images import to_uint8_rows
 from app.data.schema import DatasetInfo, parquet_files
+from app.objectstore import ObjectPath, locate
 
 if TYPE_CHECKING:
     import ray.data
@@ -42,7 +42,9 @@ def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.
     import ray.data
     from ray.data import FileShuffleConfig
 
-    root = Path(info.path) if info.path else settings.dataset_dir
+    root = locate(info.path, settings.storage_endpoint) if info.path else settings.dataset_dir
+    # In a bucket Ray Data streams the files with trainctl's client (its endpoint, retries).
+    where: dict[str, Any] = {"filesystem": root.fs} if isinstance(root, ObjectPath) else {}
     datasets = {}
     for split in ("train", "valid"):
         shuffle = (
@@ -51,13 +53,15 @@ def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.
             else None
         )
         with _classic_parquet_reader():
+            files = parquet_files(root / split)
             dataset = ray.data.read_parquet(
-                str(root / split),
+                (root / split).key if isinstance(root, ObjectPath) else str(root / split),
+                **where,
                 columns=["image", "label"],
                 shuffle=shuffle,
                 # One read task per file with the map below fused into it. Left to itself, Ray
                 # cuts each file into ~10 blocks and runs the map as that many separate tasks.
-                override_num_blocks=max(1, len(parquet_files(root / split))),
+                override_num_blocks=max(1, len(files)),
             )
         dataset = dataset.map_batches(
             to_uint8_rows,

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -25,8 +26,9 @@ from app.data.images import SHAPE_KEY, geometry
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.data.sources import DownloadFailed, Splits, load_source
 from app.errors import ConfigError, RunFailed
+from app.objectstore import ObjectPath
 from app.settings import NAMED_DATASETS, SEED_MAX, TrainSettings
-from app.storage import expand
+from app.storage import expand, upload_tree
 
 MARKER = "_trainctl_dataset.json"
 LAYOUT = "raw"  # see app/data/images.py: the fastest of the layouts to read back
@@ -76,11 +78,17 @@ def ensure_dataset(settings: TrainSettings) -> DatasetInfo:
     """The run's dataset, prepared first if it is a named one that is not there yet."""
     folder = settings.dataset_dir
     if settings.dataset != "parquet" and not is_present(folder):
-        prepare_dataset(settings.dataset, folder, seed=settings.seed)
+        if isinstance(folder, ObjectPath):  # written whole on this machine, then copied up
+            with tempfile.TemporaryDirectory(prefix="trainctl-data-") as tmp:
+                local = Path(tmp) / folder.name
+                prepare_dataset(settings.dataset, local, seed=settings.seed)
+                upload_tree(local, folder)
+        else:
+            prepare_dataset(settings.dataset, folder, seed=settings.seed)
     return inspect_dataset(folder)
 
 
-def is_present(out: Path) -> bool:
+def is_present(out: Path | ObjectPath) -> bool:
     """A complete trainctl dataset, or train/ and valid/ that someone put there themselves.
 
     trainctl never writes into `out` directly (only a finished folder is renamed to it), so

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 
 from app.data.images import ImageError, ImageFormat, describe_type, infer_format, to_images
 from app.errors import ConfigError
+from app.objectstore import ObjectPath
 
 SPLITS = ("train", "valid")
 SAMPLE_ROWS = 2048  # images read for format checks and the normalization statistics
@@ -76,11 +78,11 @@ class _Problems(list[str]):
             self.append("... more problems not shown")
 
 
-def inspect_dataset(dataset_dir: Path) -> DatasetInfo:
+def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
     """Layout, image geometry, classes and statistics of dataset_dir/train and dataset_dir/valid."""
     import ray.data  # noqa: F401 - registers Ray's tensor extension types with pyarrow
 
-    root = Path(dataset_dir).expanduser().absolute()
+    root = dataset_dir if isinstance(dataset_dir, ObjectPath) else _absolute(dataset_dir)
     if not root.is_dir():  # one line for the folder, not one per missing split
         raise ConfigError(
             f"{root}: folder not found; a dataset folder holds train/ and valid/, "
@@ -146,8 +148,28 @@ def _scan(split: _Split, problems: _Problems) -> _Split:
     return split
 
 
-def parquet_files(folder: Path) -> list[Path]:
+def _absolute(folder: Path) -> Path:
+    return Path(folder).expanduser().absolute()
+
+
+def open_parquet(path: Path | ObjectPath) -> pq.ParquetFile:
+    """A Parquet file on disk or in a bucket (read in ranges, not downloaded whole)."""
+    if isinstance(path, ObjectPath):
+        return pq.ParquetFile(path.fs.open_input_file(path.key))
+    return pq.ParquetFile(path)
+
+
+def parquet_files(folder: Path | ObjectPath) -> list[Any]:
     # Names starting with _ or . are metadata or temporaries (Spark, Ray), as readers agree.
+    if isinstance(folder, ObjectPath):
+        return [
+            file
+            for file in sorted(folder.walk_files())
+            if file.name.endswith(".parquet")
+            and not any(
+                part.startswith(("_", ".")) for part in file.key[len(folder.key) + 1 :].split("/")
+            )
+        ]
     return sorted(
         path
         for path in folder.rglob("*.parquet")
@@ -158,7 +180,7 @@ def parquet_files(folder: Path) -> list[Path]:
 
 def _scan_file(split: _Split, path: Path, problems: _Problems) -> None:
     try:
-        parquet = pq.ParquetFile(path)
+        parquet = open_parquet(path)
         schema = parquet.schema_arrow
     except (OSError, pa.ArrowException) as err:
         problems.add(f"{path}: not a readable Parquet file ({err})")
@@ -212,7 +234,7 @@ def _sample_images(split: _Split, problems: _Problems) -> None:
     per_file = max(1, SAMPLE_ROWS // len(files))
     samples = []
     for path in files:
-        batch = next(pq.ParquetFile(path).iter_batches(batch_size=per_file, columns=["image"]))
+        batch = next(open_parquet(path).iter_batches(batch_size=per_file, columns=["image"]))
         column = batch.column(0)
         try:
             if split.format is None:

@@ -25,6 +25,7 @@ DERIVED = (
     "run_name",
     "storage_path",
     "data_path",
+    "storage_endpoint",
     "ray_address",
 )
 

@@ -1,0 +1,250 @@
+"""Run folders and data on object storage: `s3://bucket/prefix` and `gs://bucket/prefix`.
+
+The I/O goes through pyarrow's filesystems, the ones Ray Train and Ray Data use themselves, so
+trainctl, Ray's checkpoint uploads and Ray Data's reads share one client and one set of
+credentials: the standard chain of each cloud (AWS_* variables, ~/.aws, IRSA's web identity;
+GOOGLE_APPLICATION_CREDENTIALS, GKE Workload Identity). S3-compatible stores (MinIO, Ceph)
+are reached through TRAIN_STORAGE_ENDPOINT or AWS_ENDPOINT_URL.
+
+`ObjectPath` offers the part of pathlib's API the run folder uses, so app/run_folder.py,
+app/checkpoints.py and app/run_logs.py read the same on a volume and in a bucket. What an
+object store cannot do the same way (append, rename a folder) lives in app/storage.py.
+An ObjectPath pickles as its URI and endpoint only: every process builds its own client from
+its own environment, so no credential travels through Ray's object store.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import io
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+SCHEMES = ("s3", "gs")
+# Transient errors (throttling, 5xx, dropped connections) are retried this many times by the
+# cloud client itself, with backoff; then the error reaches the caller.
+RETRIES = 5
+TIMEOUT_S = 20.0  # connect and per-request: an unreachable endpoint fails, it never hangs
+# S3 bucket rules (3-63 lowercase letters, digits, dots, hyphens); GCS allows underscores and
+# longer dotted names, so this is the loose union and the store has the last word.
+BUCKET_PATTERN = re.compile(r"\A[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]\Z")
+URI_PATTERN = re.compile(r"\A([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def uri_scheme(value: object) -> str | None:
+    """The scheme of a `scheme://...` string (lowercased), None for a plain path."""
+    match = URI_PATTERN.match(str(value))
+    return match.group(1).lower() if match else None
+
+
+def check_uri(value: str) -> str:
+    """`value` normalised (no trailing slash), or ValueError naming what is allowed."""
+    scheme = uri_scheme(value)
+    if scheme not in SCHEMES:
+        raise ValueError(
+            f"unknown scheme {scheme}://; use a local path, s3://bucket/prefix or "
+            "gs://bucket/prefix"
+        )
+    parts = urlsplit(value)
+    if parts.username or parts.password:
+        raise ValueError("credentials do not belong in the path; use the cloud's own variables")
+    if parts.query or parts.fragment:
+        raise ValueError("a storage path takes no ?query or #fragment")
+    if not BUCKET_PATTERN.match(parts.netloc):
+        raise ValueError(
+            f"{parts.netloc!r} is not a bucket name (3-63 lowercase letters, digits, '.', '-')"
+        )
+    key = "/".join(part for part in parts.path.split("/") if part)
+    if any(part in (".", "..") for part in key.split("/")):
+        raise ValueError("'.' and '..' are not allowed in an object key")
+    return f"{scheme}://{parts.netloc}" + (f"/{key}" if key else "")
+
+
+def check_endpoint(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL such as http://minio:9000")
+    if parts.username or parts.password or parts.path.strip("/") or parts.query:
+        raise ValueError("only scheme, host and port: credentials come from AWS_* variables")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+@functools.cache
+def filesystem(scheme: str, endpoint: str | None) -> pafs.FileSystem:
+    """One client per process for (scheme, endpoint), from this process's environment."""
+    if scheme == "gs":
+        from datetime import timedelta
+
+        return pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=TIMEOUT_S * 3))
+    endpoint = (
+        endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    )
+    options: dict[str, Any] = {
+        "connect_timeout": TIMEOUT_S,
+        "request_timeout": TIMEOUT_S,
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=RETRIES),
+    }
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options["region"] = region
+    if endpoint:
+        parts = urlsplit(endpoint)
+        options.update(endpoint_override=parts.netloc, scheme=parts.scheme or "https")
+    return pafs.S3FileSystem(**options)
+
+
+class ObjectPath:
+    """A path in a bucket with the pathlib methods the run folder needs."""
+
+    def __init__(self, uri: str, endpoint: str | None = None) -> None:
+        self.uri = uri.rstrip("/")
+        self.scheme, _, self.key = self.uri.partition("://")
+        self.endpoint = endpoint
+
+    # --- naming ---------------------------------------------------------------------------
+    def __str__(self) -> str:
+        return self.uri
+
+    def __repr__(self) -> str:
+        return f"ObjectPath({self.uri!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectPath) and other.uri == self.uri
+
+    def __hash__(self) -> int:
+        return hash(self.uri)
+
+    def __lt__(self, other: ObjectPath) -> bool:
+        return self.uri < other.uri
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ObjectPath, (self.uri, self.endpoint))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        # In settings: an instance (made from a URI by the field's before-validator), shown
+        # and serialised as its URI.
+        from pydantic_core import core_schema
+
+        return core_schema.is_instance_schema(
+            cls, serialization=core_schema.plain_serializer_function_ser_schema(str)
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "string", "format": "uri"}
+
+    def __truediv__(self, part: str) -> ObjectPath:
+        return ObjectPath(f"{self.uri}/{str(part).strip('/')}", self.endpoint)
+
+    def at(self, key: str) -> ObjectPath:
+        """Another key in this store, e.g. one that Ray reports without a scheme."""
+        return ObjectPath(f"{self.scheme}://{key.strip('/')}", self.endpoint)
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> ObjectPath:
+        head = self.key.rsplit("/", 1)[0] if "/" in self.key else self.key
+        return self.at(head)
+
+    @property
+    def bucket(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    def with_name(self, name: str) -> ObjectPath:
+        return self.parent / name
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return filesystem(self.scheme, self.endpoint)
+
+    # --- queries --------------------------------------------------------------------------
+    def _type(self) -> pafs.FileType:
+        return self.fs.get_file_info(self.key).type
+
+    def exists(self) -> bool:
+        return self._type() != pafs.FileType.NotFound
+
+    def is_dir(self) -> bool:
+        return self._type() == pafs.FileType.Directory
+
+    def is_file(self) -> bool:
+        return self._type() == pafs.FileType.File
+
+    def size(self) -> int:
+        info = self.fs.get_file_info(self.key)
+        if info.type != pafs.FileType.File:
+            raise FileNotFoundError(f"{self.uri} does not exist")
+        return int(info.size or 0)
+
+    def iterdir(self) -> Iterator[ObjectPath]:
+        selector = pafs.FileSelector(self.key, allow_not_found=True)
+        for info in self.fs.get_file_info(selector):
+            yield self.at(info.path)
+
+    def glob(self, pattern: str) -> Iterator[ObjectPath]:
+        """Direct children whose name matches `pattern` (no `**`: the run folder needs none)."""
+        return (child for child in self.iterdir() if fnmatch.fnmatchcase(child.name, pattern))
+
+    def walk_files(self) -> list[ObjectPath]:
+        selector = pafs.FileSelector(self.key, recursive=True, allow_not_found=True)
+        infos = self.fs.get_file_info(selector)
+        return [self.at(i.path) for i in infos if i.type == pafs.FileType.File]
+
+    # --- reading and writing --------------------------------------------------------------
+    def read_bytes(self) -> bytes:
+        with self.fs.open_input_stream(self.key) as stream:
+            return stream.read()
+
+    def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return self.read_bytes().decode(encoding, errors=errors)
+
+    def write_bytes(self, data: bytes) -> int:
+        # One PUT: readers see the old object or the new one, never half of it.
+        with self.fs.open_output_stream(self.key) as stream:
+            stream.write(data)
+        return len(data)
+
+    def write_text(self, text: str, encoding: str = "utf-8") -> int:
+        return self.write_bytes(text.encode(encoding))
+
+    def open(self, mode: str = "rb") -> Any:
+        if mode == "rb":
+            return io.BytesIO(self.read_bytes())
+        raise ValueError(f"{self.uri}: only whole-object reads (rb) are supported")
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        """Nothing to do: a prefix exists once an object is written under it."""
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        try:
+            self.fs.delete_file(self.key)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def rmtree(self) -> None:
+        if self.is_dir():
+            self.fs.delete_dir(self.key)
+
+    def copy_tree_to(self, target: ObjectPath) -> None:
+        for file in self.walk_files():
+            relative = file.key[len(self.key) + 1 :]
+            self.fs.copy_file(file.key, f"{target.key}/{relative}")
+
+
+def locate(value: str | os.PathLike[str], endpoint: str | None = None) -> Any:
+    """A Path for a local path, an ObjectPath for an s3:// or gs:// URI."""
+    from pathlib import Path
+
+    text = os.fspath(value)
+    return ObjectPath(check_uri(text), endpoint) if uri_scheme(text) else Path(text)

@@ -1,0 +1,115 @@
+"""A real S3 server for the object-storage tests, and a client that is not trainctl's.
+
+The server is moto's standalone server (`moto_server`, from .venv-moto: botocore pins
+python-dateutil<3, the app's venv has 4), started on 127.0.0.1 once per session. moto accepts
+any credentials; tests/conftest.py sets fake ones so that no test can reach a real account.
+
+Tests assert what is in the bucket through `Bucket`, which talks to the server with pyarrow's
+S3 client configured here, never through app/objectstore.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from tests.support import wait_until
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Bucket:
+    """One bucket on the test server, read and written with a client of the test's own."""
+
+    endpoint: str
+    name: str
+
+    @property
+    def fs(self) -> pafs.S3FileSystem:
+        host = self.endpoint.removeprefix("http://")
+        return pafs.S3FileSystem(
+            endpoint_override=host, scheme="http", access_key="testing", secret_key="testing",
+            region="us-east-1",
+        )  # fmt: skip
+
+    def uri(self, key: str = "") -> str:
+        return f"s3://{self.name}/{key}".rstrip("/")
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every object key under `prefix`, relative to it."""
+        selector = pafs.FileSelector(f"{self.name}/{prefix}", recursive=True, allow_not_found=True)
+        found = self.fs.get_file_info(selector)
+        cut = len(self.name) + len(prefix) + 2
+        return sorted(i.path[cut:] for i in found if i.type == pafs.FileType.File)
+
+    def read(self, key: str) -> bytes:
+        with self.fs.open_input_stream(f"{self.name}/{key}") as stream:
+            return stream.read()
+
+    def write(self, key: str, data: bytes) -> None:
+        with self.fs.open_output_stream(f"{self.name}/{key}") as stream:
+            stream.write(data)
+
+    def upload(self, local: Path, prefix: str) -> None:
+        for file in sorted(p for p in local.rglob("*") if p.is_file()):
+            self.write(f"{prefix}/{file.relative_to(local).as_posix()}", file.read_bytes())
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+
+    def bucket(self, name: str) -> Bucket:
+        """A new, empty bucket (S3's CreateBucket: a PUT on the bucket's path)."""
+        request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200
+        return Bucket(self.endpoint, name)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    binary = os.environ.get("MOTO_BIN") or str(REPO / ".venv-moto" / "bin" / "moto_server")
+    if not Path(binary).is_file():
+        pytest.skip(f"moto_server not found at {binary} (make setup builds .venv-moto)")
+    home = tmp_path_factory.mktemp("moto")
+    port = _free_port()
+    log = (home / "server.log").open("w")
+    server = subprocess.Popen(
+        [binary, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, cwd=home, start_new_session=True,
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
+                return True
+        except OSError:
+            assert server.poll() is None, (home / "server.log").read_text()[-3000:]
+            return False
+
+    wait_until(answers, timeout=60, what="moto S3 server")
+    yield S3Server(endpoint)
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
