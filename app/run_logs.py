@@ -74,6 +74,10 @@ class _Uploaded(logging.handlers.RotatingFileHandler):
     def __init__(self, target: ObjectPath, max_bytes: int) -> None:
         self.target = target
         self.local = Path(tempfile.mkdtemp(prefix="trainctl-log-")) / target.name
+        # A restarted worker (maybe on another node) continues the log, as on a volume.
+        for name in [target.name, *(f"{target.name}.{i}" for i in range(1, BACKUPS + 1))]:
+            with contextlib.suppress(FileNotFoundError):
+                (self.local.parent / name).write_bytes(target.with_name(name).read_bytes())
         super().__init__(self.local, maxBytes=max_bytes, backupCount=BACKUPS, delay=True)
         self.sent: dict[str, int] = {}
         self.done = threading.Event()

@@ -1,0 +1,167 @@
+"""A run folder and its data in an S3 bucket, on the real local cluster and a real S3 server.
+
+The tests run in order and share one run, `s3run`, in one bucket:
+1. train 2 epochs from Parquet files in the bucket; a training worker is killed once epoch 1 is
+   committed, and the run recovers from the bucket's checkpoint;
+2. a rerun with 3 epochs resumes at epoch 3;
+3. the newest checkpoint's weights are truncated in the bucket; the next rerun sets that
+   checkpoint aside and resumes from the one before.
+What the bucket holds is read with the tests' own S3 client (tests/s3_support.py), not the app's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.data.prepare import prepare_dataset
+from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.support import explain, run_trainctl, start_trainctl, trainctl_env, wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
+
+RUN = "s3run"
+SECRET = "testing"  # the fake AWS secret every process has (tests/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Bucket:  # noqa: F811
+    """The bucket, holding a Parquet dataset at data/ (train/ and valid/) put there by hand."""
+    bucket = s3_server.bucket("trainctl-runs")
+    local = tmp_path_factory.mktemp("s3data") / "synthetic"
+    prepare_dataset("synthetic", local, seed=3)
+    bucket.upload(local, "data")
+    return bucket
+
+
+def _env(bucket: Bucket, cluster: object, epochs: int) -> dict[str, str]:
+    env = trainctl_env(
+        dataset="parquet",
+        data_path=bucket.uri("data"),
+        storage_path=bucket.uri("runs"),
+        storage_endpoint=bucket.endpoint,
+        run_name=RUN,
+        model="cnn",
+        epochs=str(epochs),
+        num_workers="2",
+        # Small steps: an epoch lasts long enough for a worker to be killed inside the next one.
+        global_batch_size="8",
+        ray_address=cluster.address,  # type: ignore[attr-defined]
+        max_failures="3",
+    )
+    env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"  # notice the dead worker quickly
+    return env
+
+
+def _json(bucket: Bucket, key: str) -> Any:
+    return json.loads(bucket.read(f"runs/{RUN}/{key}"))
+
+
+def _jsonl(bucket: Bucket, key: str) -> list[dict[str, Any]]:
+    text = bucket.read(f"runs/{RUN}/{key}").decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _committed(bucket: Bucket) -> set[int]:
+    """Epochs in Ray's checkpoint snapshot in the bucket: registered by its controller."""
+    try:
+        text = bucket.read(f"runs/{RUN}/checkpoint_manager_snapshot.json").decode()
+    except FileNotFoundError:
+        return set()
+    return {int(e) for e in re.findall(r"checkpoint_epoch_(\d{4})", text)}
+
+
+def _train_workers(cluster: object) -> list[Any]:
+    from ray.util.state import list_actors
+
+    return list_actors(
+        address=cluster.address,  # type: ignore[attr-defined]
+        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+    )
+
+
+def _assert_no_secret(bucket: Bucket) -> None:
+    for key in bucket.keys(f"runs/{RUN}"):
+        if key.endswith((".json", ".jsonl", ".log")):
+            text = bucket.read(f"runs/{RUN}/{key}").decode(errors="replace")
+            assert f"={SECRET}" not in text and f'"{SECRET}"' not in text, key
+
+
+def test_training_on_s3_recovers_a_killed_worker_from_the_buckets_checkpoint(
+    bucket: Bucket, ray_cluster: object, tmp_path: Path
+) -> None:
+    driver = start_trainctl("train", env=_env(bucket, ray_cluster, 2), cwd=tmp_path)
+    wait_until(lambda: 1 in _committed(bucket), timeout=600, what="epoch 1 committed in S3")
+    os.kill(int(_train_workers(ray_cluster)[0].pid), signal.SIGKILL)
+    assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-5000:]
+
+    summary = _json(bucket, "summary.json")
+    assert summary["status"] == "succeeded", summary
+    assert summary["epochs_completed"] == 2
+    assert summary["failures"] >= 1, summary
+    assert summary["run_dir"] == bucket.uri(f"runs/{RUN}")
+    restart = _jsonl(bucket, "attempts.jsonl")[-1]
+    assert restart["restored_from"] == bucket.uri(f"runs/{RUN}/checkpoint_epoch_0001"), restart
+    assert [row["epoch"] for row in _jsonl(bucket, "metrics.jsonl")] == [1, 2]
+
+    keys = bucket.keys(f"runs/{RUN}")
+    for epoch in (1, 2):
+        folder = f"checkpoint_epoch_{epoch:04d}"
+        assert {f"{folder}/{name}" for name in ("meta.json", "model.pt", "train_state.pt")} <= set(
+            keys
+        )
+        assert _json(bucket, f"{folder}/meta.json")["epoch"] == epoch
+    assert bucket.read(f"runs/{RUN}/curves.png").startswith(b"\x89PNG")
+    assert {"logs/attempt-1/driver.log", "logs/attempt-1/worker-0.log"} <= set(keys)
+    worker_log = bucket.read(f"runs/{RUN}/logs/attempt-1/worker-0.log").decode()
+    assert worker_log.count("=== worker rank 0, attempt 1") >= 2  # the restart appended
+    _assert_no_secret(bucket)
+
+
+def test_rerun_with_more_epochs_resumes_at_epoch_3_from_the_bucket(
+    bucket: Bucket, ray_cluster: object, tmp_path: Path
+) -> None:
+    result = run_trainctl("train", env=_env(bucket, ray_cluster, 3), cwd=tmp_path)
+    assert result.returncode == 0, explain(result)
+    assert f"resuming run {RUN} at epoch 3 from {bucket.uri(f'runs/{RUN}')}" in result.stdout
+
+    summary = _json(bucket, "summary.json")
+    assert (summary["status"], summary["epochs_completed"]) == ("succeeded", 3), summary
+    assert [row["epoch"] for row in _jsonl(bucket, "metrics.jsonl")] == [1, 2, 3]
+    start = _jsonl(bucket, "attempts.jsonl")[-1]
+    assert start["start_epoch"] == 3, start
+    # TRAIN_CHECKPOINTS_TO_KEEP=2: the oldest is gone from the bucket, the newest two remain.
+    folders = {
+        k.split("/")[0] for k in bucket.keys(f"runs/{RUN}") if k.startswith("checkpoint_epoch_")
+    }
+    assert folders == {"checkpoint_epoch_0002", "checkpoint_epoch_0003"}, folders
+
+
+def test_corrupt_checkpoint_object_is_set_aside_and_the_run_resumes_before_it(
+    bucket: Bucket, ray_cluster: object, tmp_path: Path
+) -> None:
+    weights = f"runs/{RUN}/checkpoint_epoch_0003/model.pt"
+    bucket.write(weights, bucket.read(weights)[:1000])
+
+    result = run_trainctl("train", env=_env(bucket, ray_cluster, 3), cwd=tmp_path)
+    assert result.returncode == 0, explain(result)
+    assert "checkpoint checkpoint_epoch_0003 is unusable: model.pt does not match" in result.stdout
+    assert f"resuming run {RUN} at epoch 3" in result.stdout
+
+    keys = set(bucket.keys(f"runs/{RUN}"))
+    reason = bucket.read(f"runs/{RUN}/corrupt_checkpoint_epoch_0003/UNUSABLE.txt").decode()
+    assert "model.pt does not match its recorded checksum" in reason
+    assert "corrupt_checkpoint_epoch_0003/model.pt" in keys  # kept for inspection
+    # Epoch 3 trained again, from epoch 2's checkpoint: a fresh, intact checkpoint_epoch_0003.
+    meta = _json(bucket, "checkpoint_epoch_0003/meta.json")
+    assert meta["epoch"] == 3
+    summary = _json(bucket, "summary.json")
+    assert summary["status"] == "succeeded", summary
+    assert summary["restored_from"] == bucket.uri(f"runs/{RUN}/checkpoint_epoch_0002")
+    assert [row["epoch"] for row in _jsonl(bucket, "metrics.jsonl")] == [1, 2, 3]
