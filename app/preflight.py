@@ -24,7 +24,13 @@ from app.errors import ConfigError
 from app.objectstore import ObjectPath
 from app.ray_cluster import check_capacity, connect_ray
 from app.settings import TrainSettings
-from app.storage import describe_store_error, ensure_writable, free_bytes, human_bytes
+from app.storage import (
+    describe_store_error,
+    ensure_writable,
+    free_bytes,
+    human_bytes,
+    reachable,
+)
 
 PINNED = ("ray", "torch", "torchvision")
 
@@ -99,6 +105,8 @@ def _storage(settings: TrainSettings, found: Found) -> str:
 
 def _dataset(settings: TrainSettings, found: Found, *, prepare: bool, rows_per_worker: bool) -> str:
     folder = settings.dataset_dir
+    if isinstance(folder, ObjectPath):
+        reachable(folder, "TRAIN_DATA_PATH")
     try:
         return _dataset_in(folder, settings, found, prepare, rows_per_worker)
     except OSError as err:  # a bucket that cannot be read; a local folder's errors say more

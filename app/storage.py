@@ -139,9 +139,10 @@ def _ensure_bucket_writable(path: ObjectPath, variable: str) -> None:
 
 def reachable(path: ObjectPath, variable: str) -> None:
     """A read-only probe (a listing): the store answers and the bucket exists."""
-    try:
-        path.at(path.bucket).is_dir()
-        list(path.iterdir())
+    import pyarrow.fs as pafs
+
+    try:  # the bucket's top level: a missing bucket is an error here, not an empty listing
+        path.fs.get_file_info(pafs.FileSelector(path.bucket, allow_not_found=False))
     except OSError as err:
         raise ConfigError(describe_store_error(path, variable, err)) from None
 

@@ -1,0 +1,126 @@
+"""The run folder's operations on an S3 bucket (a real moto server on 127.0.0.1), checked with
+the tests' own S3 client, and the pure parts (naming, error wording) without a server."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from app import checkpoints, run_folder, run_logs
+from app.objectstore import ObjectPath, check_uri
+from app.storage import append_line, describe_store_error, rename_dir, upload_tree
+from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Bucket:  # noqa: F811
+    name = "unit-" + request.node.name.replace("_", "-")[:40].rstrip("-").lower()
+    return s3_server.bucket(name)
+
+
+def _root(bucket: Bucket) -> ObjectPath:
+    return ObjectPath(bucket.uri("runs/r1"), bucket.endpoint)
+
+
+def test_object_paths_name_like_pathlib_and_pickle_without_a_client() -> None:
+    path = ObjectPath(check_uri("s3://bkt/runs//r1/"), "http://minio:9000")
+    assert str(path) == "s3://bkt/runs/r1"
+    assert str(path / "logs" / "attempt-1") == "s3://bkt/runs/r1/logs/attempt-1"
+    assert (path.name, str(path.parent), path.bucket) == ("r1", "s3://bkt/runs", "bkt")
+    assert str(path.with_name("r2")) == "s3://bkt/runs/r2"
+    assert str(path.at("bkt/other/key")) == "s3://bkt/other/key"
+    copy = pickle.loads(pickle.dumps(path))
+    assert (copy, copy.endpoint) == (path, "http://minio:9000")
+    assert b"S3FileSystem" not in pickle.dumps(path)  # each process builds its own client
+
+
+@pytest.mark.parametrize(
+    ("error", "says"),
+    [
+        ("AWS Error NO_SUCH_BUCKET during ListObjectsV2", "bucket 'bkt' does not exist"),
+        ("AWS Error ACCESS_DENIED during HeadObject operation", "refused the credentials"),
+        ("AWS Error INVALID_ACCESS_KEY_ID during PutObject", "refused the credentials"),
+        ("AWS Error NETWORK_CONNECTION during HeadBucket: curlCode: 7", "cannot be reached"),
+        ("google::cloud::Status(PERMISSION_DENIED): HTTP status 403", "refused the credentials"),
+    ],
+)
+def test_store_errors_are_described_by_kind(error: str, says: str) -> None:
+    line = describe_store_error(ObjectPath("s3://bkt/runs"), "TRAIN_STORAGE_PATH", OSError(error))
+    assert line.startswith("TRAIN_STORAGE_PATH=s3://bkt/runs: ")
+    assert says in line
+
+
+def test_jsonl_records_append_and_the_summary_is_replaced_in_a_bucket(bucket: Bucket) -> None:
+    root = _root(bucket)
+    run_folder.record_epoch(root, {"epoch": 1, "train_loss": 1.0})
+    run_folder.record_epoch(root, {"epoch": 2, "train_loss": 0.5})
+    append_line(root / "metrics.jsonl", "{half a line")  # a damaged line is skipped, not fatal
+    assert [r["epoch"] for r in run_folder.epochs(root)] == [1, 2]
+    run_folder.write_summary(root, {"status": "running"})
+    run_folder.write_summary(root, {"status": "succeeded"})
+    assert bucket.read("runs/r1/summary.json").startswith(b'{\n  "status": "succeeded"')
+    assert bucket.keys("runs/r1") == ["metrics.jsonl", "summary.json"]  # no temporaries left
+
+
+def _checkpoint(tmp: Path, epoch: int, accuracy: float) -> Path:
+    folder = tmp / checkpoints.dir_name(epoch)
+    checkpoints.write_checkpoint(
+        folder,
+        model_state={"w": torch.full((2,), float(epoch))},
+        train_state={"epoch": epoch, "step": epoch * 10},
+        epoch=epoch,
+        metrics={"val_accuracy": accuracy},
+    )
+    return folder
+
+
+def test_checkpoints_scan_quarantine_and_prune_in_a_bucket(bucket: Bucket, tmp_path: Path) -> None:
+    root = _root(bucket)
+    for epoch, accuracy in ((1, 0.9), (2, 0.5), (3, 0.7), (4, 0.6)):
+        upload_tree(_checkpoint(tmp_path, epoch, accuracy), root / checkpoints.dir_name(epoch))
+    weights = "runs/r1/checkpoint_epoch_0004/model.pt"
+    bucket.write(weights, bucket.read(weights)[:50])
+
+    scan = checkpoints.scan(root)
+    assert [ref.epoch for ref in scan.good] == [3, 2, 1]
+    [(bad, why)] = scan.bad
+    assert bad == root / "checkpoint_epoch_0004" and "model.pt does not match" in why
+    moved = checkpoints.quarantine(bad, why)
+    assert moved == root / "corrupt_checkpoint_epoch_0004"
+    model_state, train_state = checkpoints.load_train_state(scan.good[0].path)
+    assert train_state["epoch"] == 3 and model_state["w"].tolist() == [3.0, 3.0]
+
+    removed = checkpoints.prune(root, keep=2, metric="val_accuracy")
+    assert removed == [root / "checkpoint_epoch_0002"]  # epoch 1 is best, epoch 3 newest
+    folders = {key.split("/")[0] for key in bucket.keys("runs/r1")}
+    assert folders == {
+        "checkpoint_epoch_0001",
+        "checkpoint_epoch_0003",
+        "corrupt_checkpoint_epoch_0004",
+    }
+    assert b"does not match" in bucket.read("runs/r1/corrupt_checkpoint_epoch_0004/UNUSABLE.txt")
+    assert len(bucket.read("runs/r1/corrupt_checkpoint_epoch_0004/model.pt")) == 50
+
+
+def test_rename_dir_in_a_bucket_replaces_the_target(bucket: Bucket) -> None:
+    root = _root(bucket)
+    (root / "a" / "x.txt").write_text("new")
+    (root / "b" / "stale.txt").write_text("old")
+    rename_dir(root / "a", root / "b")
+    assert bucket.keys("runs/r1") == ["b/x.txt"]
+
+
+def test_a_log_in_a_bucket_is_uploaded_and_continued_by_a_restart(bucket: Bucket) -> None:
+    path = run_logs.attempt_dir(_root(bucket), 1) / "worker-0.log"
+    with run_logs.capture(path, 20.0, "worker rank 0, attempt 1"):
+        print("first start")
+    with run_logs.capture(path, 20.0, "worker rank 0, attempt 1"):
+        print("after a restart")
+    text = bucket.read("runs/r1/logs/attempt-1/worker-0.log").decode()
+    assert text.index("first start") < text.index("after a restart")
+    assert run_logs.attempts(_root(bucket)) == [1]
+    found = run_logs.log_file(_root(bucket), worker=0, attempt=None)
+    assert list(run_logs.read_lines(found))[-1] == "after a restart"
