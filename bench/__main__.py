@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHES = ("ingest", "overhead", "startup", "checkpoint")
+BENCHES = ("ingest", "overhead", "startup", "checkpoint", "object_storage")
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -101,6 +101,14 @@ def test_checkpoint_compares_sync_and_async_reports(cache: Path) -> None:
     assert figures["checkpoint_mib"] > 0
 
 
+def test_object_storage_compares_s3_and_the_volume(cache: Path) -> None:
+    figures = run_bench("object_storage", cache=cache)
+    assert figures["checkpoint_mib"] > 0
+    for step in ("upload", "verify", "delete"):
+        assert figures[f"s3_{step}_s"] > 0 and figures[f"volume_{step}_s"] > 0
+        assert figures[f"s3_over_volume_{step}"] > 0
+
+
 def test_gpu_script_runs_its_variants_on_cpu(cache: Path) -> None:
     script = REPO / "bench" / "gpu.sh"
     figures = run_bench("gpu", cache=cache, command=["bash", str(script)])

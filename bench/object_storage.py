@@ -1,0 +1,159 @@
+"""Checkpoint cost on S3 against a local volume: the storage-dependent steps, side by side.
+
+A checkpoint of the app's model with its AdamW state is written once (app/checkpoints.py, as
+rank 0 does each epoch). Then, per repetition and alternating the order, each store takes it
+through the three steps whose cost depends on where the run folder lives:
+
+  upload_s: Ray Train's own copy of the finished folder to storage (the background part of an
+            ASYNC report; the training loop does not wait for it, the run's end does);
+  verify_s: the driver's scan before a run or rerun: list the folder, read and hash every file
+            (app/checkpoints.scan);
+  delete_s: pruning it (app/checkpoints.prune's delete).
+
+The S3 store is moto's server on 127.0.0.1 (.venv-moto, as in the tests): it keeps objects in
+memory, so the figures show the protocol's cost on loopback, not a real network's bandwidth.
+Usage: python -m bench.object_storage [--model resnet18] [--reps 5] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import interleave, medians, ratio, result_line, say
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _checkpoint(model_name: str, folder: Path) -> int:
+    import torch
+
+    from app import checkpoints
+    from app.model import build_model
+    from bench.checkpoint import _cifar_info
+
+    model = build_model(model_name, _cifar_info())
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 3, 32, 32)).sum().backward()
+    optimizer.step()  # AdamW's moments exist only after a step: the checkpoint's real size
+    checkpoints.write_checkpoint(
+        folder / checkpoints.dir_name(1),
+        model_state=model.state_dict(),
+        train_state={"optimizer": optimizer.state_dict(), "epoch": 1, "step": 1},
+        epoch=1,
+        metrics={"val_accuracy": 0.5},
+    )
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _moto() -> tuple[subprocess.Popen[bytes], str]:
+    binary = os.environ.get("MOTO_BIN") or str(REPO / ".venv-moto" / "bin" / "moto_server")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [binary, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit(f"moto server at {binary} did not start") from None
+            time.sleep(0.2)
+    put = urllib.request.Request(f"{endpoint}/bench", method="PUT")
+    urllib.request.urlopen(put, timeout=10).close()
+    return server, endpoint
+
+
+def _steps(local: Path, storage: Any) -> Callable[[], dict[str, float]]:
+    """One repetition on `storage` (a Path or an ObjectPath): upload, verify, delete."""
+    from ray.train.v2._internal.execution.storage import _upload_to_fs_path
+
+    from app import checkpoints
+    from app.objectstore import ObjectPath
+    from app.storage import remove_tree
+
+    def once() -> dict[str, float]:
+        run_dir = storage / f"run-{time.monotonic_ns()}"
+        name = checkpoints.dir_name(1)
+        if isinstance(run_dir, ObjectPath):
+            fs, target = run_dir.fs, f"{run_dir.key}/{name}"
+        else:
+            import pyarrow.fs as pafs
+
+            fs, target = pafs.LocalFileSystem(), str(run_dir / name)
+        started = time.perf_counter()
+        _upload_to_fs_path(str(local / name), fs, target)
+        uploaded = time.perf_counter()
+        scan = checkpoints.scan(run_dir)
+        verified = time.perf_counter()
+        assert [ref.epoch for ref in scan.good] == [1], scan
+        remove_tree(run_dir)
+        deleted = time.perf_counter()
+        return {
+            "upload_s": uploaded - started,
+            "verify_s": verified - uploaded,
+            "delete_s": deleted - verified,
+        }
+
+    return once
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--model", default="resnet18", choices=["resnet18", "vit", "cnn"])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="small model, two repetitions")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.model, args.reps = "cnn", 2
+
+    from app.objectstore import ObjectPath
+
+    # moto takes any key, but an unsigned client (no credentials at all) is not what users run:
+    # fake ones, forced, so that no real key is ever sent, even to loopback.
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
+    os.environ.update(AWS_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+    server, endpoint = _moto()
+    try:
+        with tempfile.TemporaryDirectory(prefix="trainctl-bench-") as tmp:
+            local = Path(tmp) / "written"
+            size = _checkpoint(args.model, local)
+            say(f"checkpoint of {args.model}: {size / 2**20:.1f} MiB; S3 at {endpoint} (moto)")
+            variants = {
+                "volume": _steps(local, Path(tmp) / "volume"),
+                "s3": _steps(local, ObjectPath("s3://bench/runs", endpoint)),
+            }
+            got = medians(interleave(variants, args.reps, say=say))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    volume, s3 = got["volume"], got["s3"]
+    result = {
+        "model": args.model,
+        "checkpoint_mib": round(size / 2**20, 1),
+        "reps": args.reps,
+        **{f"volume_{k}": round(v, 4) for k, v in volume.items()},
+        **{f"s3_{k}": round(v, 4) for k, v in s3.items()},
+        **{f"s3_over_volume_{k.removesuffix('_s')}": ratio(s3[k], volume[k]) for k in volume},
+    }
+    print(result_line("object_storage", result), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
