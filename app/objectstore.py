@@ -202,8 +202,10 @@ class ObjectPath:
 
     # --- reading and writing --------------------------------------------------------------
     def read_bytes(self) -> bytes:
-        with self.fs.open_input_stream(self.key) as stream:
-            return stream.read()
+        # A random-access file knows its size and fetches it in one request; an input stream's
+        # read() of "everything" grows its buffer step by step (64 MiB: 11 s against 0.14 s).
+        with self.fs.open_input_file(self.key) as file:
+            return file.read()
 
     def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return self.read_bytes().decode(encoding, errors=errors)

@@ -29,7 +29,7 @@ from typing import TextIO
 
 from app.errors import ConfigError, TrainctlError
 from app.objectstore import ObjectPath, locate
-from app.storage import RunPath
+from app.storage import RunPath, describe_store_error
 
 LOGS_DIR = "logs"
 BACKUPS = 3
@@ -273,7 +273,7 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
         as_path = locate(run, endpoint)
     except ValueError as err:
         raise ConfigError(f"run {run!r}: {err}") from None
-    if (as_path / LOGS_DIR).is_dir():
+    if _is_dir(as_path / LOGS_DIR, "RUN"):
         return as_path
     if storage is None:
         from app.settings import TrainSettings
@@ -285,9 +285,17 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
         candidate = locate(storage, endpoint) / run
     except ValueError as err:
         raise ConfigError(f"--storage {storage}: {err}") from None
-    if candidate.is_dir():
+    if _is_dir(candidate, "--storage"):
         return candidate
     raise ConfigError(
         f"run {run!r}: neither {as_path} nor {candidate} is a run folder with logs; give the "
         "run folder's path, or --storage where the volume is mounted"
     )
+
+
+def _is_dir(path: RunPath, what: str) -> bool:
+    try:
+        return path.is_dir()
+    except OSError as err:  # only a bucket's client raises here: say which store, and why
+        assert isinstance(path, ObjectPath)
+        raise ConfigError(describe_store_error(path, what, err)) from None

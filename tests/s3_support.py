@@ -59,8 +59,8 @@ class Bucket:
         return sorted(i.path[cut:] for i in found if i.type == pafs.FileType.File)
 
     def read(self, key: str) -> bytes:
-        with self.fs.open_input_stream(f"{self.name}/{key}") as stream:
-            return stream.read()
+        with self.fs.open_input_file(f"{self.name}/{key}") as file:
+            return file.read()
 
     def write(self, key: str, data: bytes) -> None:
         with self.fs.open_output_stream(f"{self.name}/{key}") as stream:
