@@ -124,3 +124,20 @@ def test_a_log_in_a_bucket_is_uploaded_and_continued_by_a_restart(bucket: Bucket
     assert run_logs.attempts(_root(bucket)) == [1]
     found = run_logs.log_file(_root(bucket), worker=0, attempt=None)
     assert list(run_logs.read_lines(found))[-1] == "after a restart"
+
+
+def test_gs_uris_get_pyarrows_gcs_client_and_s3_endpoints_their_scheme() -> None:
+    import pyarrow.fs as pafs
+
+    from app.objectstore import filesystem
+    from app.settings import TrainSettings
+
+    settings = TrainSettings(
+        storage_path="gs://team-runs/vision", data_path="s3://data/cifar",
+        storage_endpoint="http://minio.minio:9000",
+    )  # fmt: skip
+    assert isinstance(settings.run_dir.fs, pafs.GcsFileSystem)
+    assert str(settings.run_dir) == "gs://team-runs/vision/digits-resnet18"
+    s3 = filesystem("s3", "http://minio.minio:9000")
+    assert isinstance(s3, pafs.S3FileSystem)
+    assert "minio.minio:9000" in repr(s3.__reduce__())
