@@ -10,14 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import run_folder
 from app.errors import EXIT_FAILED, EXIT_OK
 from app.formatting import epoch_line
 from app.k8s.diagnose import needs_look
 from app.k8s.status import JobView, Verdict, judge, progress_line
+
+if TYPE_CHECKING:
+    from app.storage import RunPath
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def follow(
     *,
     name: str,
     echo: Callable[[str], None],
-    run_dir: Path | None = None,
+    run_dir: RunPath | None = None,
     total_epochs: int = 0,
     timeout_s: float | None = None,
     poll_s: float = 3.0,
@@ -147,7 +149,7 @@ def _why(lines: tuple[str, ...], label: str) -> list[str]:
     return [f"  {label}: {line}" for line in lines]
 
 
-def summary_line(summary: Mapping[str, Any] | None, run_dir: Path) -> str:
+def summary_line(summary: Mapping[str, Any] | None, run_dir: RunPath) -> str:
     """What the run folder says about the finished run, in one line."""
     path = run_dir / run_folder.SUMMARY_FILE
     if not summary:

@@ -174,6 +174,27 @@ def local_run_dir(objects: list[dict[str, Any]], storage_mount: Path) -> Path:
     )
 
 
+def bucket_run_dir(objects: list[dict[str, Any]]) -> Any | None:
+    """The run folder in the bucket (an ObjectPath) when the chart keeps runs in object storage
+    (storage.type s3 or gcs: TRAIN_STORAGE_PATH is a URI); None when they are on a volume.
+
+    This machine reaches the bucket with its own credentials (AWS_*, ~/.aws, GCP's), and the
+    endpoint the pods use (TRAIN_STORAGE_ENDPOINT).
+    """
+    from app.objectstore import locate, uri_scheme
+
+    rayjob = the_rayjob(objects)
+    env = head_env(objects, rayjob)
+    storage = env.get("TRAIN_STORAGE_PATH", "")
+    if not uri_scheme(storage):
+        return None
+    run_name = env.get("TRAIN_RUN_NAME") or key(rayjob)[1]
+    try:
+        return locate(storage, env.get("TRAIN_STORAGE_ENDPOINT") or None) / run_name
+    except ValueError as err:
+        raise ConfigError(f"TRAIN_STORAGE_PATH={storage!r}: {err}") from None
+
+
 def config_source(env: Mapping[str, str], token_file_exists: bool) -> Literal["pod", "kubeconfig"]:
     """In a pod (service host set and a token mounted) use its service account, as kubectl does;
     elsewhere the kubeconfig: KUBECONFIG, else ~/.kube/config."""

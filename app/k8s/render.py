@@ -39,6 +39,8 @@ DNS_1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # On every run's RayJob, ConfigMap and NetworkPolicy: Helm leaves them when they leave the
 # manifest, so an old run finishes undisturbed and its RayJob stays as the record of it.
 KEEP = ("helm.sh/resource-policy", "keep")
+# storage.type gcs with credentialsSecret: where the key file (key.json) is mounted read-only.
+GCS_KEY_DIR = "/var/run/secrets/trainctl/gcs"
 
 
 def load_values(values_file: Path | None) -> dict[str, Any]:
@@ -83,6 +85,15 @@ def _escape(ch: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
+def storage_root(storage: dict[str, Any]) -> str:
+    """As "trainctl.storageRoot": the mount path, or <s3|gs>://<bucket>[/<prefix>]."""
+    if storage["type"] == "pvc":
+        return storage["mountPath"].rstrip("/")
+    scheme = "gs" if storage["type"] == "gcs" else "s3"
+    prefix = storage.get("prefix") or ""
+    return f"{scheme}://{storage['bucket']}" + (f"/{prefix}" if prefix else "")
+
+
 def _base_context(values: dict[str, Any], release: str, namespace: str) -> dict[str, Any]:
     image = values["image"]
     app_version = str(chart_metadata()["appVersion"])
@@ -103,6 +114,9 @@ def _base_context(values: dict[str, Any], release: str, namespace: str) -> dict[
         "claim_name": values["storage"].get("existingClaim") or f"{release}-shared",
         "auth_secret_name": values["rayAuth"].get("existingSecret") or f"{release}-ray-auth",
         "mount_path": values["storage"]["mountPath"].rstrip("/"),
+        "object_store": values["storage"]["type"] != "pvc",
+        "storage_root": storage_root(values["storage"]),
+        "gcs_key_dir": GCS_KEY_DIR,
         # As "trainctl.runAnnotations": keep on helm upgrade/uninstall; runAnnotations win.
         "run_annotations": {KEEP[0]: KEEP[1], **(values.get("runAnnotations") or {})},
     }
@@ -157,7 +171,7 @@ def _pool_objects(
 def _shared_objects(env: Environment, base: dict[str, Any]) -> list[dict[str, Any]]:
     values = base["v"]
     objects = []
-    if not values["storage"].get("existingClaim"):
+    if values["storage"]["type"] == "pvc" and not values["storage"].get("existingClaim"):
         objects += _render(env, "shared.yaml.j2", c=base, kind="PersistentVolumeClaim")
     if values["rayAuth"].get("enabled") and not values["rayAuth"].get("existingSecret"):
         token = base64.b64encode(secrets.token_urlsafe(36).encode()).decode()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedOut
 from app.formatting import format_duration
@@ -17,6 +17,7 @@ from app.k8s.cluster import AlreadyExists, Cluster
 from app.k8s.follow import follow, summary_line
 from app.k8s.plan import (
     CREATE_ONLY,
+    bucket_run_dir,
     head_env,
     key,
     local_run_dir,
@@ -27,6 +28,9 @@ from app.k8s.plan import (
 )
 from app.k8s.stuck import why_stuck
 from app.run_folder import read_summary
+
+if TYPE_CHECKING:
+    from app.storage import RunPath
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
         echo(f"follow it: trainctl status -n {namespace}  |  trainctl logs {name} -n {namespace}")
         return
 
-    run_dir = local_run_dir(objects, request.storage_mount) if request.storage_mount else None
+    run_dir = _run_dir(objects, request.storage_mount)
     if run_dir is not None:
         echo(f"reading epoch lines from {run_dir}")
     total_epochs = _total_epochs(head_env(objects, rayjob))
@@ -120,6 +124,19 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
     if outcome.verdict.exit_code == EXIT_INVALID:
         raise ConfigError(outcome.verdict.problems)
     raise RunFailed(outcome.verdict.problems)
+
+
+def _run_dir(objects: list[dict[str, Any]], storage_mount: Path | None) -> RunPath | None:
+    """The run folder: in the bucket with object storage, else through --storage-mount."""
+    in_bucket = bucket_run_dir(objects)
+    if in_bucket is not None and storage_mount:
+        raise ConfigError(
+            f"--storage-mount: this release keeps its runs in {in_bucket.parent}, not on a "
+            "volume; leave the option out (submit --wait reads the bucket itself)"
+        )
+    if in_bucket is not None:
+        return in_bucket
+    return local_run_dir(objects, storage_mount) if storage_mount else None
 
 
 def _where(obj: dict[str, Any], namespace: str) -> tuple[str, str, str]:

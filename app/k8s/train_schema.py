@@ -74,6 +74,8 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
         if not props[name]["description"]:
             del props[name]["description"]
     props["head"]["properties"]["rayStartParams"] = {"$ref": _ref("rayStartParams")}
+    # IRSA or GKE Workload Identity annotations on the created ServiceAccount.
+    props["serviceAccount"]["properties"]["annotations"] = {"$ref": _ref("annotations")}
     for kind in ("requests", "limits"):
         resources = schema["definitions"]["resources"]["properties"][kind]
         resources["propertyNames"] = {"$ref": _ref("resourceName")}

@@ -27,6 +27,7 @@ EXAMPLES = REPO / "examples"
 VALUES_FILES = [
     EXAMPLES / "values-three-pools.yaml",
     EXAMPLES / "values-cpu.yaml",
+    EXAMPLES / "values-s3.yaml",
     *sorted(VALUES_DIR.glob("*.yaml")),
 ]
 

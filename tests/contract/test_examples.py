@@ -60,6 +60,7 @@ def test_the_examples_the_docs_promise_are_there() -> None:
         "flux/kustomization.yaml",
         "scheduled/raycronjob.yaml",
         "scheduled/cronjob-submit.yaml",
+        "values-s3.yaml",
     ):
         assert wanted in names
 

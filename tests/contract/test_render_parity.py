@@ -89,6 +89,7 @@ def test_generated_values_render_alike_or_are_refused_by_both(tmp_path: Path, us
         event("refused by both")  # --hypothesis-show-statistics: how many rendered
         return
     event("rendered by both")
+    event(f"rendered storage.type {(user.get('storage') or {}).get('type', 'pvc')}")
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
         assert _normalized(obj) == _normalized(python[key]), key

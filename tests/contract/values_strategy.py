@@ -1,9 +1,10 @@
 """Hypothesis strategies for chart values files that values.schema.json accepts.
 
-They reach every optional block of the chart (pools and pool defaults, storage modes, head,
-RayJob options, auth, network policy, metrics, service account, Kueue, schedule) with the
-inputs where two template engines drift apart: odd strings (quotes, colons, newlines, template
-braces, non-ASCII), and numbers Go prints differently from Python (1e21, 0.1, 2^64 - 1, 1.0).
+They reach every optional block of the chart (pools and pool defaults, storage modes: volume,
+s3, gcs; head, RayJob options, auth, network policy, metrics, service account, Kueue, schedule)
+with the inputs where two template engines drift apart: odd strings (quotes, colons, newlines,
+template braces, non-ASCII), and numbers Go prints differently from Python (1e21, 0.1, 2^64 - 1,
+1.0).
 Some combinations are refused by the chart's rules (app/k8s/rules.py); both renderers must then
 refuse them alike.
 """
@@ -92,6 +93,48 @@ def _pool(*, complete: bool) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({}, optional=fields)
 
 
+def _storage() -> st.SearchStrategy[dict[str, Any]]:
+    """The volume (storage.type pvc, today's default), or a bucket (s3, gcs)."""
+    sub_paths = {
+        "runsSubPath": st.sampled_from(["runs", "a/b", "r.1"]),
+        "dataSubPath": st.sampled_from(["data", "d_2/x"]),
+    }
+    volume = st.fixed_dictionaries(
+        {},
+        optional={
+            # A bucket type without a bucket: refused by the schema, in both engines alike.
+            "type": st.sampled_from(["pvc", "pvc", "pvc", "s3"]),
+            "existingClaim": st.one_of(st.just(""), NAME),
+            "storageClassName": st.sampled_from(["", "nfs", "efs-sc"]),
+            "size": QUANTITY,
+            "volumeName": st.sampled_from(["", "pv-1"]),
+            "keepOnUninstall": st.booleans(),
+            "mountPath": st.sampled_from(["/mnt/trainctl", "/data/x y", "/m"]),
+            **sub_paths,
+        },
+    )
+    common = {
+        "prefix": st.sampled_from(["", "trainctl", "a/b.c", "x_1/-y"]),
+        "credentialsSecret": st.one_of(st.just(""), NAME),
+        "existingClaim": st.one_of(st.just(""), NAME),  # ignored with a bucket
+        **sub_paths,
+    }
+    s3 = st.fixed_dictionaries(
+        {"type": st.just("s3"), "bucket": st.sampled_from(["ml-runs", "a.b_c", "b12"])},
+        optional={
+            "endpoint": st.sampled_from(["", "http://minio.minio:9000", "https://s3.x.io"]),
+            "region": st.sampled_from(["", "us-east-1"]),
+            **common,
+        },
+    )
+    gcs = st.fixed_dictionaries(
+        {"type": st.just("gcs"), "bucket": st.sampled_from(["ml-runs", "a.b_c", "b12"])},
+        # An endpoint (s3 only) with gcs is refused by the schema, in both engines alike.
+        optional={"endpoint": st.sampled_from(["", "", "", "http://minio:9000"]), **common},
+    )
+    return st.one_of(volume, s3, gcs)
+
+
 def _resources() -> st.SearchStrategy[dict[str, Any]]:
     pair = st.fixed_dictionaries({"cpu": QUANTITY, "memory": QUANTITY})
     return st.fixed_dictionaries({"requests": pair, "limits": pair})
@@ -124,19 +167,7 @@ def values_files() -> st.SearchStrategy[dict[str, Any]]:
             unique_by=lambda item: item["name"],
         ),
         "secretEnvFrom": st.lists(NAME, max_size=2),
-        "storage": st.fixed_dictionaries(
-            {},
-            optional={
-                "existingClaim": st.one_of(st.just(""), NAME),
-                "storageClassName": st.sampled_from(["", "nfs", "efs-sc"]),
-                "size": QUANTITY,
-                "volumeName": st.sampled_from(["", "pv-1"]),
-                "keepOnUninstall": st.booleans(),
-                "mountPath": st.sampled_from(["/mnt/trainctl", "/data/x y", "/m"]),
-                "runsSubPath": st.sampled_from(["runs", "a/b", "r.1"]),
-                "dataSubPath": st.sampled_from(["data", "d_2/x"]),
-            },
-        ),
+        "storage": _storage(),
         "sharedMemorySize": QUANTITY,
         "gpuResourceName": st.sampled_from(["nvidia.com/gpu", "amd.com/gpu"]),
         "head": st.fixed_dictionaries(
@@ -188,7 +219,21 @@ def values_files() -> st.SearchStrategy[dict[str, Any]]:
             },
         ),
         "serviceAccount": st.fixed_dictionaries(
-            {}, optional={"create": st.booleans(), "name": st.one_of(st.just(""), NAME)}
+            {},
+            optional={
+                "create": st.booleans(),
+                "name": st.one_of(st.just(""), NAME),
+                "annotations": st.dictionaries(
+                    st.one_of(
+                        st.sampled_from(
+                            ["eks.amazonaws.com/role-arn", "iam.gke.io/gcp-service-account"]
+                        ),
+                        LABEL_KEY,
+                    ),
+                    st.one_of(st.just("arn:aws:iam::1:role/r"), ODD_TEXT),
+                    max_size=2,
+                ),
+            },
         ),
         "kueue": st.fixed_dictionaries(
             {},

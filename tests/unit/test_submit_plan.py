@@ -12,6 +12,7 @@ import pytest
 from app.errors import EXIT_CLUSTER, EXIT_INVALID, ClusterError, ConfigError, RunFailed
 from app.k8s.api_errors import ApiFailure, explain, no_config, root_cause, unreachable
 from app.k8s.plan import (
+    bucket_run_dir,
     config_source,
     local_run_dir,
     plan_submit,
@@ -20,6 +21,7 @@ from app.k8s.plan import (
     resource_path,
 )
 from app.k8s.podlogs import log_target, pick_pod
+from app.k8s.submit import _run_dir as submit_run_dir
 
 NAME = "demo-a100-1a2b3c4d"
 
@@ -165,6 +167,21 @@ def test_the_local_run_dir_follows_the_storage_path_inside_the_mount(tmp_path: P
     assert local_run_dir(_pool("/mnt/trainctl"), tmp_path) == tmp_path / NAME
     with pytest.raises(ConfigError, match="not on the shared volume"):
         local_run_dir(_pool("/elsewhere/runs"), tmp_path)
+
+
+def test_with_object_storage_the_run_dir_is_in_the_bucket(tmp_path: Path) -> None:
+    assert bucket_run_dir(_pool()) is None  # a volume: --storage-mount finds it
+    objects = _pool("s3://ml-runs/trainctl/runs")
+    objects[2]["data"]["TRAIN_STORAGE_ENDPOINT"] = "http://minio.minio:9000"
+    run_dir = bucket_run_dir(objects)
+    assert str(run_dir) == f"s3://ml-runs/trainctl/runs/{NAME}"
+    assert run_dir.endpoint == "http://minio.minio:9000"
+    assert str(bucket_run_dir(_pool("gs://b_1/runs"))) == f"gs://b_1/runs/{NAME}"
+    with pytest.raises(ConfigError, match="not on a volume"):
+        submit_run_dir(objects, tmp_path)  # --storage-mount means nothing here
+    assert submit_run_dir(objects, None) == run_dir
+    with pytest.raises(ConfigError, match="TRAIN_STORAGE_PATH='s3://Bad/runs'"):
+        bucket_run_dir(_pool("s3://Bad/runs"))
 
 
 # --- API failures -----------------------------------------------------------------------------

@@ -70,6 +70,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{ .Values.storage.mountPath | trimSuffix "/" }}
 {{- end -}}
 
+{{/* "true" when runs and data live in a bucket (storage.type s3 or gcs), "" with the volume. */}}
+{{- define "trainctl.objectStore" -}}
+{{- if ne .Values.storage.type "pvc" -}}true{{- end -}}
+{{- end -}}
+
+{{/* The folder runsSubPath and dataSubPath hang off: the volume's mount path, or
+<s3|gs>://<bucket>[/<prefix>] (an empty prefix gives no double slash). */}}
+{{- define "trainctl.storageRoot" -}}
+{{- $s := .Values.storage -}}
+{{- if include "trainctl.objectStore" . -}}
+{{ ternary "gs" "s3" (eq $s.type "gcs") }}://{{ $s.bucket }}{{ with $s.prefix }}/{{ . }}{{ end }}
+{{- else -}}
+{{ include "trainctl.mountPath" . }}
+{{- end -}}
+{{- end -}}
+
 {{/* A pool with poolDefaults under it: a key set on the pool replaces the default's key.
 (sprig's merge would treat false and 0 as unset and bring the defaults back.) */}}
 {{- define "trainctl.pool" -}}

@@ -45,9 +45,17 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 volumes:
+  {{- if not (include "trainctl.objectStore" .root) }}
   - name: shared
     persistentVolumeClaim:
       claimName: {{ include "trainctl.claimName" .root | quote }}
+  {{- else if and (eq .root.Values.storage.type "gcs") .root.Values.storage.credentialsSecret }}
+  # The service account key (key.json), readable by the pod's group (fsGroup) only.
+  - name: gcs-credentials
+    secret:
+      secretName: {{ .root.Values.storage.credentialsSecret | quote }}
+      defaultMode: 288
+  {{- end }}
   - name: dshm
     emptyDir:
       medium: Memory
@@ -61,6 +69,11 @@ imagePullPolicy: {{ .root.Values.image.pullPolicy | quote }}
 envFrom:
   - configMapRef:
       name: {{ .name | quote }}
+{{- if and (eq .root.Values.storage.type "s3") .root.Values.storage.credentialsSecret }}
+  # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) for the bucket.
+  - secretRef:
+      name: {{ .root.Values.storage.credentialsSecret | quote }}
+{{- end }}
 {{- range .root.Values.secretEnvFrom }}
   - secretRef:
       name: {{ . | quote }}
@@ -76,8 +89,14 @@ env:
 {{- end }}
 {{- end }}
 volumeMounts:
+  {{- if not (include "trainctl.objectStore" .root) }}
   - name: shared
     mountPath: {{ include "trainctl.mountPath" .root | quote }}
+  {{- else if and (eq .root.Values.storage.type "gcs") .root.Values.storage.credentialsSecret }}
+  - name: gcs-credentials
+    mountPath: /var/run/secrets/trainctl/gcs
+    readOnly: true
+  {{- end }}
   - name: dshm
     mountPath: /dev/shm
 securityContext:
@@ -99,7 +118,7 @@ and TTL). runAnnotations are added, and win on the same key. */}}
 {{- $v := .root.Values -}}
 {{- $p := .p -}}
 {{- $gpus := int $p.gpusPerWorker -}}
-{{- $mount := include "trainctl.mountPath" .root -}}
+{{- $root := include "trainctl.storageRoot" .root -}}
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -121,8 +140,18 @@ data:
   TRAIN_ACCELERATOR_TYPE: {{ . | quote }}
   {{- end }}
   TRAIN_RUN_NAME: {{ .name | quote }}
-  TRAIN_STORAGE_PATH: {{ printf "%s/%s" $mount $v.storage.runsSubPath | quote }}
-  TRAIN_DATA_PATH: {{ printf "%s/%s" $mount $v.storage.dataSubPath | quote }}
+  TRAIN_STORAGE_PATH: {{ printf "%s/%s" $root $v.storage.runsSubPath | quote }}
+  TRAIN_DATA_PATH: {{ printf "%s/%s" $root $v.storage.dataSubPath | quote }}
+  {{- if eq $v.storage.type "s3" }}
+  {{- with $v.storage.endpoint }}
+  TRAIN_STORAGE_ENDPOINT: {{ . | quote }}
+  {{- end }}
+  {{- with $v.storage.region }}
+  AWS_REGION: {{ . | quote }}
+  {{- end }}
+  {{- else if and (eq $v.storage.type "gcs") $v.storage.credentialsSecret }}
+  GOOGLE_APPLICATION_CREDENTIALS: "/var/run/secrets/trainctl/gcs/key.json"
+  {{- end }}
   {{- range $k, $val := $v.env }}
   {{ $k | quote }}: {{ $val | quote }}
   {{- end }}
