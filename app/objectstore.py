@@ -27,9 +27,10 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 SCHEMES = ("s3", "gs")
-# Transient errors (throttling, 5xx, dropped connections) are retried this many times by the
-# cloud client itself, with backoff; then the error reaches the caller.
-RETRIES = 5
+# Attempts per request for transient errors (throttling, 5xx, dropped connections), with
+# backoff, by the cloud client itself; then the error reaches the caller. 3 is the AWS SDKs'
+# own default (standard retry mode).
+RETRIES = 3
 TIMEOUT_S = 20.0  # connect and per-request: an unreachable endpoint fails, it never hangs
 # S3 bucket rules (3-63 lowercase letters, digits, dots, hyphens); GCS allows underscores and
 # longer dotted names, so this is the loose union and the store has the last word.

@@ -108,40 +108,57 @@ def test_lost_worker_node_is_survived(
     _assert_recovered_run(run_dir, resumed_after=1)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "sigterm"])
-def test_driver_killed_or_evicted_then_rerun_resumes(
-    ray_cluster: object, tmp_path: Path, sig: signal.Signals
-) -> None:
-    run_dir = tmp_path / "runs" / RUN
-    env = _env(tmp_path, ray_cluster)
-    driver = start_trainctl("train", env=env, cwd=tmp_path)
-    wait_until(lambda: 1 in committed_epochs(run_dir), timeout=900, what="epoch 1 committed")
-    committed_at_signal = max(committed_epochs(run_dir))
+def _signal_after_next_commit(
+    cluster: object, run_dir: Path, env: dict[str, str], tmp: Path, sig: signal.Signals, after: int
+) -> tuple[int, int]:
+    """Start `trainctl train`, send `sig` once epoch `after` + 1 is committed, and return its
+    exit code and the newest verified checkpoint's epoch once its workers are gone."""
+    driver = start_trainctl("train", env=env, cwd=tmp)
+    wait_until(lambda: after + 1 in committed_epochs(run_dir), timeout=900, what="next commit")
     driver.send_signal(sig)
     code = driver.wait(timeout=300)
-
-    if sig == signal.SIGTERM:
-        assert code == 143
-        summary = read_summary(run_dir)
-        assert summary["status"] == "interrupted", summary
-        assert summary["epochs_completed"] >= 1
-        assert "Traceback" not in (tmp_path / "driver.log").read_text()
     # Ray ends a dead driver's workers a moment later, and rank 0 may finish writing one more
     # checkpoint meanwhile. That checkpoint is complete and verified, so it is the one to
     # resume from: read what is on storage once the old workers are gone.
-    wait_until(lambda: not _train_workers(ray_cluster), timeout=120, what="old workers gone")
+    wait_until(lambda: not _train_workers(cluster), timeout=120, what="old workers gone")
     newest = checkpoints.scan(run_dir).latest
-    assert newest is not None
-    done = newest.epoch
-    assert done >= committed_at_signal
+    assert newest is not None and newest.epoch > after
+    return code, newest.epoch
+
+
+def test_driver_evicted_then_killed_and_each_rerun_resumes(
+    ray_cluster: object, tmp_path: Path
+) -> None:
+    """One run stopped twice, the two ways a driver ends early: evicted (SIGTERM, as Kubernetes
+    does) after its first commit, then its rerun killed outright (SIGKILL) after one more.
+    Each rerun resumes after the newest verified checkpoint; the last one finishes the run."""
+    run_dir = tmp_path / "runs" / RUN
+    epochs = EPOCHS + 1  # room for two interruptions, each of which may commit one epoch more
+    env = _env(tmp_path, ray_cluster, epochs=str(epochs))
+
+    code, evicted_at = _signal_after_next_commit(
+        ray_cluster, run_dir, env, tmp_path, signal.SIGTERM, after=0
+    )
+    assert code == 143
+    summary = read_summary(run_dir)
+    assert summary["status"] == "interrupted", summary
+    assert summary["epochs_completed"] >= 1
+    assert "Traceback" not in (tmp_path / "driver.log").read_text()
+
+    _, killed_at = _signal_after_next_commit(
+        ray_cluster, run_dir, env, tmp_path, signal.SIGKILL, after=evicted_at
+    )
+    log = (tmp_path / "driver.log").read_text()
+    assert f"resuming run {RUN} at epoch {evicted_at + 1}" in log, log[-3000:]
+    assert killed_at < epochs, "the killed rerun finished the run: no room left to resume"
 
     rerun = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
     assert rerun.returncode == 0, explain(rerun)
-    assert f"resuming run {RUN} at epoch {done + 1}" in rerun.stdout, explain(rerun)
+    assert f"resuming run {RUN} at epoch {killed_at + 1}" in rerun.stdout, explain(rerun)
     summary = read_summary(run_dir)
-    assert summary["status"] == "succeeded" and summary["epochs_completed"] == EPOCHS
-    assert summary["restored_from"].endswith(f"checkpoint_epoch_{done:04d}")
-    assert [row["epoch"] for row in read_history(run_dir)] == list(range(1, EPOCHS + 1))
+    assert summary["status"] == "succeeded" and summary["epochs_completed"] == epochs
+    assert summary["restored_from"].endswith(f"checkpoint_epoch_{killed_at:04d}")
+    assert [row["epoch"] for row in read_history(run_dir)] == list(range(1, epochs + 1))
 
 
 def test_corrupt_and_partial_newest_checkpoints_fall_back_to_the_last_good_one(
