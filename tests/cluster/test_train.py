@@ -123,6 +123,22 @@ def test_failure_during_training_exits_1_with_cause_and_locations(
     result = run_trainctl("train", env=env, cwd=tmp_path)
     assert result.returncode == 1, explain(result)
     assert "training failed" in result.stderr and "state_dict" in result.stderr, explain(result)
-    assert str(tmp_path / "runs" / "synthetic-cnn") in result.stderr
+    run_dir = tmp_path / "runs" / "synthetic-cnn"
+    assert f"driver and worker logs: {run_dir}/logs/attempt-1/" in result.stderr
     assert "Traceback" not in result.stderr
-    assert read_summary(tmp_path / "runs" / "synthetic-cnn")["status"] == "failed"
+    assert read_summary(run_dir)["status"] == "failed"
+
+    # The worker's traceback, which Ray only ships to the driver, outlives the cluster in the
+    # run folder. Both ranks fail loading the weights; the one that fails first makes Ray stop
+    # the other, which on a busy machine may not have reached the load yet.
+    failed = []
+    for rank in (0, 1):
+        shown = run_trainctl("logs", str(run_dir), "--worker", str(rank), env=env, cwd=tmp_path)
+        assert shown.returncode == 0, explain(shown)
+        lines = shown.stdout.splitlines()
+        assert lines[0] == f"==> {run_dir}/logs/attempt-1/worker-{rank}.log <=="
+        if "Traceback (most recent call last):" in lines:
+            failed.append(lines)
+    assert failed, "no worker log holds the traceback"
+    assert any("load_weights" in line for line in failed[0])
+    assert any("Error" in line and "state_dict" in line for line in failed[0][-3:])
