@@ -35,7 +35,8 @@ def bucket(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Buc
     """The bucket, holding a Parquet dataset at data/ (train/ and valid/) put there by hand."""
     bucket = s3_server.bucket("trainctl-runs")
     local = tmp_path_factory.mktemp("s3data") / "synthetic"
-    prepare_dataset("synthetic", local, seed=3)
+    # 1,200 rows: at 8 per step an epoch still outlasts the kill's latency, at less compute.
+    prepare_dataset("synthetic", local, seed=3, rows=1200)
     bucket.upload(local, "data")
     return bucket
 
