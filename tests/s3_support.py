@@ -10,10 +10,9 @@ S3 client configured here, never through app/objectstore.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
 import socket
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,15 +21,9 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from tests.support import wait_until
+from tests.support import background_server, free_port, server_log_tail, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -83,33 +76,29 @@ class S3Server:
         return Bucket(self.endpoint, name)
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+@contextlib.contextmanager
+def moto_server(home: Path, **extra_env: str) -> Iterator[str]:
+    """moto's S3 server on a free port of 127.0.0.1, its endpoint once it answers."""
     binary = os.environ.get("MOTO_BIN") or str(REPO / ".venv-moto" / "bin" / "moto_server")
     if not Path(binary).is_file():
         pytest.skip(f"moto_server not found at {binary} (make setup builds .venv-moto)")
-    home = tmp_path_factory.mktemp("moto")
-    port = _free_port()
-    log = (home / "server.log").open("w")
-    server = subprocess.Popen(
-        [binary, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, cwd=home, start_new_session=True,
-    )  # fmt: skip
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
+    command = [binary, "-H", "127.0.0.1", "-p", str(port)]
+    with background_server(command, home=home, env={**os.environ, **extra_env}) as server:
 
-    def answers() -> bool:
-        try:
-            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
-                return True
-        except OSError:
-            assert server.poll() is None, (home / "server.log").read_text()[-3000:]
+        def answers() -> bool:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    return True
+            assert server.poll() is None, server_log_tail(home)
             return False
 
-    wait_until(answers, timeout=60, what="moto S3 server")
-    yield S3Server(endpoint)
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=30)
+        wait_until(answers, timeout=60, what=f"moto S3 server {extra_env or ''}")
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
+        yield S3Server(endpoint)

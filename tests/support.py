@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,38 @@ def start_trainctl(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Pop
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def background_server(
+    command: list[str], *, home: Path, env: Mapping[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server the tests start (MLflow, moto): run in `home`, its output in home/server.log,
+    in its own session so that teardown ends its children too (SIGTERM, then SIGKILL)."""
+    log = (home / "server.log").open("w")
+    server = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, cwd=home, env=env, start_new_session=True
+    )
+    try:
+        yield server
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
+        log.close()
+
+
+def server_log_tail(home: Path) -> str:
+    return (home / "server.log").read_text(errors="replace")[-3000:]
 
 
 def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
-import subprocess
 import threading
 import time
 import urllib.request
@@ -27,10 +25,13 @@ import pytest
 
 from tests.support import (
     REPO,
+    background_server,
     committed_epochs,
     explain,
+    free_port,
     read_summary,
     run_trainctl,
+    server_log_tail,
     start_trainctl,
     trainctl_env,
     wait_until,
@@ -42,12 +43,6 @@ RUN = "observed"
 EPOCHS = 3
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], str]]:
     """`mlflow server` on 127.0.0.1 with a local store, from its own venv (.venv-mlflow: full
@@ -56,53 +51,32 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
     if not Path(binary).is_file():
         pytest.skip(f"mlflow server not found at {binary} (make setup builds .venv-mlflow)")
     home = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
-    log = (home / "server.log").open("w")
-    server = subprocess.Popen(
-        [
-            binary,
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-            "--backend-store-uri",
-            f"sqlite:///{home}/mlflow.db",
-            "--artifacts-destination",
-            str(home / "artifacts"),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=home,
-        # MLflow's background job runner (a pool of huey consumers) serves no test here and
-        # would compete for the 2 cores; its own session so that teardown ends uvicorn too.
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-        start_new_session=True,
-    )
+    port = free_port()
+    command = [
+        binary, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        "--backend-store-uri", f"sqlite:///{home}/mlflow.db",
+        "--artifacts-destination", str(home / "artifacts"),
+    ]  # fmt: skip
+    # MLflow's background job runner (a pool of huey consumers) serves no test here and would
+    # compete for the 2 cores.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     uri = f"http://127.0.0.1:{port}"
+    with background_server(command, home=home, env=env) as server:
 
-    def healthy() -> bool:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as answer:
-                return answer.status == 200
-        except OSError:
-            assert server.poll() is None, (home / "server.log").read_text()[-3000:]
-            return False
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as answer:
+                    return answer.status == 200
+            except OSError:
+                assert server.poll() is None, server_log_tail(home)
+                return False
 
-    def ready() -> str:
-        """The server's URI once it answers (it starts while the caller does other work)."""
-        wait_until(healthy, timeout=120, what="mlflow server")
-        return uri
+        def ready() -> str:
+            """The server's URI once it answers (it starts while the caller does other work)."""
+            wait_until(healthy, timeout=120, what="mlflow server")
+            return uri
 
-    yield ready
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=30)
+        yield ready
 
 
 def _env(tmp: Path, cluster: object, epochs: str = "2", **extra: str) -> dict[str, str]:

@@ -7,43 +7,23 @@ test process has (tests/conftest.py) as AWS refuses a wrong key.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.hostile.support import assert_refused, files_under, trainctl
-from tests.s3_support import REPO, S3Server, _free_port, s3_server  # noqa: F401 - the fixture
-from tests.support import wait_until
+from tests.s3_support import S3Server, moto_server, s3_server  # noqa: F401 - the fixture
+from tests.support import free_port
 
 SECRET_IN_URI = "hunter2secret"
 
 
 @pytest.fixture(scope="module")
-def refusing_s3() -> Iterator[str]:
+def refusing_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An S3 endpoint that checks credentials (moto with IAM auth from the first request)."""
-    binary = os.environ.get("MOTO_BIN") or str(REPO / ".venv-moto" / "bin" / "moto_server")
-    if not Path(binary).is_file():
-        pytest.skip(f"moto_server not found at {binary} (make setup builds .venv-moto)")
-    port = _free_port()
-    server = subprocess.Popen(
-        [binary, "-H", "127.0.0.1", "-p", str(port)],
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    import socket
-
-    def listening() -> bool:
-        with socket.socket() as sock:
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_until(listening, timeout=60, what="moto S3 server with auth")
-    yield f"http://127.0.0.1:{port}"
-    os.killpg(server.pid, signal.SIGTERM)
-    server.wait(timeout=30)
+    with moto_server(tmp_path_factory.mktemp("moto-auth"), INITIAL_NO_AUTH_ACTION_COUNT="0") as uri:
+        yield uri
 
 
 @pytest.mark.parametrize(
@@ -108,7 +88,7 @@ def test_an_unreachable_endpoint_fails_within_the_retry_budget(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://bucket/runs")
-    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     result = trainctl("train")
     assert_refused(result, 2, "TRAIN_STORAGE_PATH=s3://bucket/runs", "cannot be reached")
     assert files_under(tmp_path) == []
