@@ -14,13 +14,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.errors import ConfigError
 from app.objectstore import ObjectPath, check_endpoint, check_uri, uri_scheme
+from app.redact import redact
 
 ENV_PREFIX = "TRAIN_"
 NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
@@ -292,19 +292,7 @@ class TrainSettings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """The effective settings as JSON-ready values, with credentials in URLs removed."""
         values = self.model_dump(mode="json")
-        return {key: _redact(value) for key, value in values.items()}
-
-
-def _redact(value: Any) -> Any:
-    if not isinstance(value, str) or "@" not in value or "://" not in value:
-        return value
-    parts = urlsplit(value)
-    if parts.password is None and parts.username is None:
-        return value
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+        return {key: redact(value) for key, value in values.items()}
 
 
 def env_name(field: str) -> str:
@@ -355,5 +343,5 @@ def describe_validation_error(err: ValidationError, env: Mapping[str, str]) -> l
             continue
         name = env_name(str(item["loc"][0]))
         given = env.get(name, env.get(name.lower(), item.get("input")))
-        lines.append(f"{name}={_redact(given)!r}: {message}")
+        lines.append(f"{name}={redact(given)!r}: {message}")
     return lines

@@ -25,6 +25,7 @@ from typing import Any
 import click
 
 from app.objectstore import ObjectPath
+from app.redact import redact_uri
 from app.settings import TrainSettings
 from app.storage import RunPath, download_tree, local_copy, upload_tree
 
@@ -69,7 +70,7 @@ class _MLflow:
         uri = os.environ["MLFLOW_TRACKING_URI"]
         self.client = MlflowClient(tracking_uri=uri)
         run = None
-        if previous.get("run_id") and previous.get("tracking_uri") == _redact_uri(uri):
+        if previous.get("run_id") and previous.get("tracking_uri") == redact_uri(uri):
             try:
                 run = self.client.get_run(previous["run_id"])
             except MlflowException:
@@ -92,7 +93,7 @@ class _MLflow:
             self.client.update_run(run.info.run_id, status="RUNNING")
             self.resumed = True
         self.run_id = run.info.run_id
-        self.ids = {"run_id": self.run_id, "tracking_uri": _redact_uri(uri)}
+        self.ids = {"run_id": self.run_id, "tracking_uri": redact_uri(uri)}
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
         from mlflow.entities import Metric
@@ -259,7 +260,3 @@ class Trackers:
         self._each("finish", status, best)
 
 
-def _redact_uri(uri: str) -> str:
-    from app.settings import _redact
-
-    return str(_redact(uri))

@@ -1,0 +1,56 @@
+"""One rule for hiding credentials, used wherever a URI or a line of text is printed or stored.
+
+Credentials reach trainctl inside URIs (`s3://KEY:SECRET@bucket`, `https://user:pw@mlflow`) and
+in query strings (`?token=...`, presigned `X-Amz-Signature=...`). `urllib.parse.urlsplit` is no
+help for the first: an AWS secret key contains `/`, which ends the authority, so the `@` that
+ends the credentials lands in the "path" and nothing looks like a password. The rule here
+reads the authority by hand instead and masks everything up to the last `@` of the URI when
+the part before its first `/` holds a `:` or an `@`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "***"
+# A URI inside free text: scheme://, then anything up to whitespace, a quote or angle bracket.
+_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+# Query parameters whose value is a secret (case-insensitive, as names vary by service).
+_SECRET_PARAM = re.compile(
+    r"(?i)([?&;](?:[a-z0-9_.-]*(?:token|secret|password|passwd|pwd|signature|credential|"
+    r"apikey|api_key|access_key|sig|auth)[a-z0-9_.-]*)=)[^&#;\s]*"
+)
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` with its user information and secret query values replaced by ***."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    first = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    at = rest.rfind("@")
+    if at >= 0 and (":" in first or "@" in first):
+        # With no @ in the first segment, a ':' there is a port, unless an @ follows the
+        # segment: then the secret held a '/', and everything up to that @ is credentials.
+        if "@" in first or at > len(first):
+            rest = f"{MASK}{rest[at:]}"
+    return _SECRET_PARAM.sub(rf"\1{MASK}", f"{scheme}://{rest}")
+
+
+def redact_text(text: str) -> str:
+    """Free text (a log line, an error message) with every URI in it redacted."""
+    if "://" not in text:
+        return text
+    return _URI_IN_TEXT.sub(lambda match: redact_uri(match.group(0)), text)
+
+
+def redact(value: Any) -> Any:
+    """Strings redacted as text; lists, tuples and dicts walked; anything else as it is."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {key: redact(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact(item) for item in value)
+    return value

@@ -1,0 +1,51 @@
+"""The one redaction rule, on the credential shapes that reach trainctl for real."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.redact import redact, redact_text, redact_uri
+
+# The shape of a real AWS secret access key: 40 characters of base64, '/' and '+' included.
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        (f"s3://AKIAIOSFODNN7EXAMPLE:{AWS_SECRET}@bucket/runs", "s3://***@bucket/runs"),
+        ("ray://admin:hunter2@head.example:10001", "ray://***@head.example:10001"),
+        ("https://user:p@ss/w@rd@mlflow.example/api", "https://***@mlflow.example/api"),
+        ("https://token@mlflow.example", "https://***@mlflow.example"),
+        ("https://mlflow.example/?token=abc123&x=1", "https://mlflow.example/?token=***&x=1"),
+        (
+            "https://b.s3.amazonaws.com/k?X-Amz-Signature=f00d&X-Amz-Credential=AKIA%2F1",
+            "https://b.s3.amazonaws.com/k?X-Amz-Signature=***&X-Amz-Credential=***",
+        ),
+    ],
+)
+def test_credentials_are_masked(uri: str, shown: str) -> None:
+    assert redact_uri(uri) == shown
+    assert "hunter2" not in redact_uri(uri) and AWS_SECRET not in redact_uri(uri)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://bucket/runs/run@2",
+        "http://minio.local:9000",
+        "http://minio.local:9000/path",
+        "gs://bucket/a/b",
+        "/mnt/shared/runs",
+        "file:///tmp/x",
+    ],
+)
+def test_uris_without_credentials_are_unchanged(uri: str) -> None:
+    assert redact_uri(uri) == uri
+
+
+def test_text_and_structures() -> None:
+    line = f"could not reach s3://AKIA:{AWS_SECRET}@bucket/x: 'http://u:pw@h:1/' refused"
+    assert redact_text(line) == "could not reach s3://***@bucket/x: 'http://***@h:1/' refused"
+    nested = {"a": [f"s3://K:{AWS_SECRET}@b"], "b": 3, "c": ("x",)}
+    assert redact(nested) == {"a": ["s3://***@b"], "b": 3, "c": ("x",)}
