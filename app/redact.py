@@ -30,11 +30,10 @@ def redact_uri(uri: str) -> str:
         return uri
     first = re.split(r"[/?#]", rest, maxsplit=1)[0]
     at = rest.rfind("@")
-    if at >= 0 and (":" in first or "@" in first):
-        # With no @ in the first segment, a ':' there is a port, unless an @ follows the
-        # segment: then the secret held a '/', and everything up to that @ is credentials.
-        if "@" in first or at > len(first):
-            rest = f"{MASK}{rest[at:]}"
+    # With no @ in the first segment, a ':' there is a port, unless an @ follows the segment:
+    # then the secret held a '/', and everything up to that @ is credentials.
+    if at >= 0 and ("@" in first or (":" in first and at > len(first))):
+        rest = f"{MASK}{rest[at:]}"
     return _SECRET_PARAM.sub(rf"\1{MASK}", f"{scheme}://{rest}")
 
 

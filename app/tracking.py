@@ -258,5 +258,3 @@ class Trackers:
 
     def finish(self, status: str, best: RunPath | None) -> None:
         self._each("finish", status, best)
-
-
