@@ -58,8 +58,8 @@ test:  ## find the KubeRay CRDs, lint, then the test suite (all but the bench sm
 	  MLFLOW_BIN=$(abspath $(MLFLOW_VENV))/bin/mlflow MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server \
 	  $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-bench-smoke: $(VENV)/.installed  ## every bench/ script at a tiny size: they still run and report (CI runs this too)
-	$(VENV)/bin/pytest -n 2 -p no:cacheprovider -m bench_smoke tests/cluster/test_bench_smoke.py
+bench-smoke: $(VENV)/.installed $(MOTO_VENV)/.installed  ## every bench/ script at a tiny size: they still run and report (CI runs this too)
+	MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server $(VENV)/bin/pytest -n 2 -p no:cacheprovider -m bench_smoke tests/cluster/test_bench_smoke.py
 
 PARITY_EXAMPLES ?= 5000
 parity: $(VENV)/.installed  ## Helm and `trainctl render` on many generated values files (make test runs 200)
@@ -104,8 +104,8 @@ kind-test: $(VENV)/.installed  ## run the kind integration suite (brings the clu
 kind-down: $(VENV)/.installed  ## delete the kind cluster and its shared folder
 	$(PY) -m tests.kind.kindenv down
 
-bench: $(VENV)/.installed  ## side-by-side benchmarks (ingest, overhead, startup, checkpoint; GPU if present), < 10 min
-	$(PY) -m bench
+bench: $(VENV)/.installed $(MOTO_VENV)/.installed  ## side-by-side benchmarks (ingest, overhead, startup, checkpoint, S3; GPU if present), < 10 min
+	MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server $(PY) -m bench
 
 lock:  ## re-resolve and rewrite requirements/constraints.txt (needs the package index)
 	rm -rf .venv-lock && $(PYTHON_BIN) -m venv .venv-lock

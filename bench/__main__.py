@@ -2,6 +2,8 @@
 
 Each benchmark runs in its own process (a fresh Ray, no state carried over) and its output is
 shown as it comes; its last line is its result. bench/gpu.sh runs too when a GPU is present.
+A benchmark that cannot run here (its server did not start) says why and is skipped; one that
+fails is reported and the others still run, and `make bench` then exits 1.
 Usage: python -m bench [--smoke] [--only ingest,overhead] [--out results.json]
 """
 
@@ -24,6 +26,10 @@ def _gpu_present() -> bool:
     return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
 
 
+class Failed(Exception):
+    """A benchmark that exited non-zero or printed no result line."""
+
+
 def run(name: str, extra: list[str]) -> dict[str, Any]:
     if name == "gpu":
         command = ["bash", str(REPO / "bench" / "gpu.sh"), *extra]
@@ -38,7 +44,7 @@ def run(name: str, extra: list[str]) -> dict[str, Any]:
             print(line, end="", flush=True)
             last = line if line.startswith("{") else last
     if proc.returncode != 0 or not last:
-        raise SystemExit(f"bench {name} failed (exit {proc.returncode})")
+        raise Failed(f"exit {proc.returncode}" if proc.returncode else "no result line")
     result = json.loads(last)
     result["wall_s"] = round(time.monotonic() - started, 1)
     return result
@@ -97,19 +103,39 @@ def main() -> None:
     names = args.only.split(",") if args.only else [*BENCHES, *(["gpu"] if _gpu_present() else [])]
     extra = ["--smoke"] if args.smoke else []
     started = time.monotonic()
-    results = {name: run(name, extra) for name in names}
+    results: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    for name in names:
+        try:
+            result = run(name, extra)
+        except Failed as why:
+            failed[name] = str(why)
+            continue
+        if "skipped" in result:
+            skipped[name] = result["skipped"]
+        else:
+            results[name] = result
     print(f"\n=== summary ({time.monotonic() - started:.0f}s)")
     for line in summary(results):
         print(line)
+    for name, why in skipped.items():
+        print(f"{name:<10} skipped: {why}")
+    for name, why in failed.items():
+        print(f"{name:<10} FAILED: {why} (its output is above)")
     met = all(r.get("targets_met", True) for r in results.values())
     total = {
         "bench": "all",
         "targets_met": met,
+        "skipped": skipped,
+        "failed": failed,
         **{name: {k: v for k, v in r.items() if k != "machine"} for name, r in results.items()},
     }
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(total))
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

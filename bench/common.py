@@ -86,6 +86,15 @@ def result_line(bench: str, figures: dict[str, Any]) -> str:
     return json.dumps({"bench": bench, **figures, "machine": machine()}, sort_keys=False)
 
 
+class Skipped(Exception):
+    """A benchmark that cannot run here (its server did not start): reported, not failed."""
+
+
+def skipped_line(bench: str, reason: str) -> str:
+    """The last line of a benchmark that could not run: `make bench` reports it and goes on."""
+    return json.dumps({"bench": bench, "skipped": reason, "machine": machine()})
+
+
 def cifar_arrays(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """CIFAR-shaped images that compress like photos rather than like noise.
 

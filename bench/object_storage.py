@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import interleave, medians, ratio, result_line, say
+from bench.common import Skipped, interleave, medians, ratio, result_line, say, skipped_line
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,13 +57,21 @@ def _moto() -> tuple[subprocess.Popen[bytes], str]:
     binary = os.environ.get("MOTO_BIN") or str(REPO / ".venv-moto" / "bin" / "moto_server")
     import socket
 
+    if not os.access(binary, os.X_OK):
+        raise Skipped(
+            f"no moto server at {binary} (`make bench` builds .venv-moto; or set MOTO_BIN)"
+        )
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        [binary, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    try:
+        server = subprocess.Popen(
+            [binary, "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    except OSError as err:
+        raise Skipped(f"moto server at {binary} could not start: {err}") from None
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -71,8 +79,11 @@ def _moto() -> tuple[subprocess.Popen[bytes], str]:
             urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
             break
         except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit(f"moto server at {binary} did not start") from None
+            if server.poll() is not None:
+                raise Skipped(f"moto server at {binary} exited ({server.returncode})") from None
+            if time.monotonic() > deadline:
+                server.kill()
+                raise Skipped(f"moto server at {binary} did not answer within 60 s") from None
             time.sleep(0.2)
     put = urllib.request.Request(f"{endpoint}/bench", method="PUT")
     urllib.request.urlopen(put, timeout=10).close()
@@ -128,7 +139,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # fake ones, forced, so that no real key is ever sent, even to loopback.
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
     os.environ.update(AWS_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
-    server, endpoint = _moto()
+    try:
+        server, endpoint = _moto()
+    except Skipped as why:
+        say(f"skipped: {why}")
+        print(skipped_line("object_storage", str(why)), flush=True)
+        return {"skipped": str(why)}
     try:
         with tempfile.TemporaryDirectory(prefix="trainctl-bench-") as tmp:
             local = Path(tmp) / "written"
