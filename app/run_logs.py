@@ -12,6 +12,7 @@ traceback before it propagates, since Ray only ships it to the driver and then r
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import logging
@@ -103,6 +104,11 @@ class _Uploaded(logging.handlers.RotatingFileHandler):
         self.upload()
 
 
+# Lines each thread's tees wrote since that thread's last logging record reached the root
+# logger: see _LoggingRecords.
+_recent = threading.local()
+
+
 class _Tee(io.TextIOBase):
     """A text stream that writes through to the original and, by whole lines, to the log."""
 
@@ -127,6 +133,9 @@ class _Tee(io.TextIOBase):
     def _emit(self, line: str) -> None:
         record = logging.LogRecord("trainctl", logging.INFO, "", 0, line, None, None)
         self.handler.handle(record)
+        if not hasattr(_recent, "lines"):
+            _recent.lines = collections.deque(maxlen=64)
+        _recent.lines.append(line)
 
     def flush(self) -> None:
         self.original.flush()
@@ -186,6 +195,32 @@ class _Held(logging.Handler):
         super().close()
 
 
+class _LoggingRecords(logging.Handler):
+    """Python logging's records for the log, on the root logger, for loggers whose handlers
+    write to streams opened before the tee (or to none).
+
+    A record that a handler on its way up already printed to sys.stdout/stderr reached the log
+    through the tee: Ray's worker loggers do that, and each of their lines was written twice.
+    Handlers run from the record's logger up to the root, where this one comes last, all on
+    the thread that logged: so such a record's text is among the lines this thread teed since
+    its previous record.
+    """
+
+    def __init__(self, target: logging.Handler) -> None:
+        super().__init__()
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        teed, _recent.lines = getattr(_recent, "lines", ()), collections.deque(maxlen=64)
+        try:
+            first = record.getMessage().split("\n", 1)[0]
+        except Exception:  # a bad format string: let the target report it as logging does
+            first = None
+        if first and any(first in line for line in teed):
+            return
+        self.target.handle(record)
+
+
 @contextlib.contextmanager
 def capture(path: RunPath, max_mb: float, banner: str, held: bool = False) -> Iterator[_Held]:
     """Tee this process's stdout/stderr (and Python logging) into `path` while inside.
@@ -202,7 +237,8 @@ def capture(path: RunPath, max_mb: float, banner: str, held: bool = False) -> It
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Tee(saved[0], handler), _Tee(saved[1], handler)  # type: ignore[assignment]
     root = logging.getLogger()
-    root.addHandler(handler)
+    from_logging = _LoggingRecords(handler)
+    root.addHandler(from_logging)
     try:
         yield handler
     except BaseException as err:
@@ -220,7 +256,7 @@ def capture(path: RunPath, max_mb: float, banner: str, held: bool = False) -> It
     finally:
         _flush()
         sys.stdout, sys.stderr = saved
-        root.removeHandler(handler)
+        root.removeHandler(from_logging)
         handler.close()
 
 

@@ -236,6 +236,18 @@ def test_both_attempts_left_driver_and_worker_logs(tracked: dict[str, Any]) -> N
     for attempt in ("attempt-1", "attempt-2"):
         names = sorted(p.name for p in (logs / attempt).iterdir())
         assert names == ["driver.log", "worker-0.log", "worker-1.log"], (attempt, names)
+    # Each line once (Ray's worker loggers reach both the tee and the root logger), and the
+    # lines the workers printed are there: the rerun trained one or two epochs, undisturbed.
+    for rank in (0, 1):
+        lines = (logs / "attempt-2" / f"worker-{rank}.log").read_text().splitlines()
+        repeated = sorted({line for line in lines if lines.count(line) > 1})
+        assert not repeated, (rank, repeated)
+        assert lines[0].startswith(f"=== worker rank {rank}, attempt 2 at "), lines
+        assert "Moving model to device: cpu" in lines, lines
+        reports = [line for line in lines if line.startswith("Reporting training result ")]
+        assert all(line.endswith(f" from rank {rank}") for line in reports), lines
+        # Rank 0's last report can come from Ray's upload thread after the loop has returned.
+        assert 1 <= len(reports) <= 2 or (rank == 0 and not reports), lines
     driver = (logs / "attempt-2" / "driver.log").read_text()
     # Killed once epoch 1 was committed: the rerun resumes mid-run (epoch 2, or 3 when the
     # kill landed after epoch 2 was committed too).

@@ -122,3 +122,33 @@ def test_a_held_log_writes_nothing_unless_opened(tmp_path: Path) -> None:
         log.open()
         print("epoch 1/2")
     assert started.read_text().splitlines()[1:] == ["starting run", "epoch 1/2"]
+
+
+def test_a_logged_line_that_a_handler_prints_is_written_once(tmp_path: Path) -> None:
+    """Ray's worker loggers print through a handler that writes to the current sys.stderr (the
+    tee) and also reach the root logger: each line used to land in the log twice."""
+    import logging
+
+    log = tmp_path / "worker-0.log"
+    printing = logging.getLogger("trainctl.test.printing")
+    printing.setLevel(logging.INFO)
+    quiet = logging.getLogger("trainctl.test.quiet")
+    quiet.setLevel(logging.INFO)
+    with run_logs.capture(log, 1.0, "banner"):
+        # A handler made inside the capture writes to the tee; the record still propagates.
+        handler = logging.StreamHandler(sys.stderr)
+        printing.addHandler(handler)
+        try:
+            printing.info("Reporting training result 1")
+            print("printed line")
+            quiet.info("only the root logger sees this")
+            printing.info("Reporting training result 2")
+        finally:
+            printing.removeHandler(handler)
+    lines = log.read_text().splitlines()[1:]
+    assert lines == [
+        "Reporting training result 1",
+        "printed line",
+        "only the root logger sees this",
+        "Reporting training result 2",
+    ]
