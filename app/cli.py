@@ -17,11 +17,8 @@ from types import FrameType
 
 import click
 
-from app.errors import EXIT_FAILED, EXIT_INVALID, TrainctlError
+from app.errors import EXIT_CTRL_C, EXIT_FAILED, EXIT_INVALID, EXIT_SIGTERM, TrainctlError
 from app.settings import NAMED_DATASETS, SEED_MAX
-
-EXIT_CTRL_C = 130  # 128 + SIGINT, what shells report for Ctrl-C
-EXIT_SIGTERM = 143  # 128 + SIGTERM, what Kubernetes expects from an evicted process
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -8,11 +8,12 @@ same parser and refuses what it would skip, naming the file and the line.
 
 from __future__ import annotations
 
-import difflib
 import io
 from pathlib import Path
 
 from dotenv.parser import parse_stream
+
+from app.errors import did_you_mean
 
 PREFIX = "TRAIN_"
 
@@ -47,7 +48,6 @@ def check_env_file(path: Path, known: set[str]) -> list[str]:
         if binding.value is None:
             problems.append(f"{path}:{line}: {key} has no value; write {key}=VALUE")
         elif key.upper() not in known:
-            close = difflib.get_close_matches(key.upper(), known, n=1)
-            hint = f"; did you mean {close[0]}?" if close else "; run `trainctl env` for the list"
+            hint = did_you_mean(key.upper(), known, "run `trainctl env` for the list")
             problems.append(f"{path}:{line}: {key} is not a trainctl setting{hint}")
     return problems

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # training or a cluster operation failed at run time
 EXIT_INVALID = 2  # bad settings or data, found before any work starts
 EXIT_WAIT_TIMEOUT = 3  # `submit --wait --timeout` ran out; the RayJob itself keeps running
 EXIT_CLUSTER = 4  # Kubernetes unusable: no kubeconfig, API unreachable, CRD missing, RBAC
+EXIT_CTRL_C = 130  # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_SIGTERM = 143  # 128 + SIGTERM, what Kubernetes expects from an evicted process
 
 
 class TrainctlError(Exception):
@@ -43,3 +46,9 @@ class ClusterError(TrainctlError):
     """The Kubernetes API could not be used: nothing about the job itself is known."""
 
     exit_code = EXIT_CLUSTER
+
+
+def did_you_mean(name: str, known: Iterable[str], otherwise: str) -> str:
+    """The hint after an unknown name: the closest known one, or `otherwise`."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]}?" if close else f"; {otherwise}"

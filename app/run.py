@@ -21,7 +21,7 @@ import click
 from app import checkpoints, resume, run_folder, run_logs
 from app.accel import resolve
 from app.data.schema import DatasetInfo
-from app.errors import ConfigError, RunFailed, TrainctlError
+from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
 from app.objectstore import locate
 from app.preflight import Found, cluster_check, preflight_for_training
 from app.progress import EpochFollower
@@ -31,11 +31,9 @@ from app.storage import RunPath, storage_options
 from app.summary import build_summary, plot_curves
 from app.tracking import Trackers
 
-EXIT_INTERRUPTED = 143  # 128 + SIGTERM, what Kubernetes expects from an evicted process
-
 
 class Interrupted(TrainctlError):
-    exit_code = EXIT_INTERRUPTED
+    exit_code = EXIT_SIGTERM
 
 
 def run_training(settings: TrainSettings) -> dict[str, Any]:

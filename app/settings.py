@@ -8,7 +8,6 @@ here and nowhere else.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -18,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.errors import ConfigError
+from app.errors import ConfigError, did_you_mean
 from app.objectstore import ObjectPath, check_endpoint, check_uri, uri_scheme
 from app.redact import redact
 
@@ -327,8 +326,7 @@ def _unknown_variables(env: Mapping[str, str]) -> list[str]:
     for key in sorted(k for k in env if k.upper().startswith(ENV_PREFIX)):
         if key.upper() in known:
             continue
-        close = difflib.get_close_matches(key.upper(), known, n=1)
-        hint = f"; did you mean {close[0]}?" if close else "; run `trainctl env` for the list"
+        hint = did_you_mean(key.upper(), known, "run `trainctl env` for the list")
         problems.append(f"{key} is not a trainctl setting{hint}")
     return problems
 
