@@ -27,7 +27,7 @@ def worker_hooks(config: dict[str, Any], rank: int) -> Iterator[EpochHook]:
 
 def _epoch_hook(settings: TrainSettings) -> EpochHook:
     try:
-        from app.epoch_metrics import EpochGauges
+        from app.ray_gauges import EpochGauges
 
         gauges = EpochGauges(settings.run_name, settings.epochs)
     except Exception as err:

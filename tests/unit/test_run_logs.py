@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from app import run_logs
-from app.epoch_metrics import figures
 from app.errors import EXIT_INVALID, EXIT_OK, RunFailed
 from tests.unit.test_submit_cli import trainctl
 
@@ -85,29 +84,6 @@ def test_logs_command_reads_the_run_folder(
     assert code == EXIT_INVALID and "not both" in err
     code, _, err = trainctl(capsys, "logs", "some-rayjob", "--attempt", "1")
     assert code == EXIT_INVALID and "go with --worker or --driver" in err
-
-
-def test_epoch_figures_for_the_gauges() -> None:
-    record = {
-        "epoch": 3,
-        "train_loss": 0.5,
-        "val_loss": 0.25,
-        "val_accuracy": 0.9,
-        "images_per_s": 1200.0,
-        "epoch_time_s": 10.0,
-    }
-    assert figures(record, target_epochs=5) == {
-        "trainctl_epoch": 3.0,
-        "trainctl_train_loss": 0.5,
-        "trainctl_val_loss": 0.25,
-        "trainctl_val_accuracy": 0.9,
-        "trainctl_images_per_second": 1200.0,
-        "trainctl_eta_seconds": 20.0,
-    }
-    assert figures({"epoch": 5, "epoch_time_s": 10.0}, 5) == {
-        "trainctl_epoch": 5.0,
-        "trainctl_eta_seconds": 0.0,
-    }
 
 
 def test_a_held_log_writes_nothing_unless_opened(tmp_path: Path) -> None:
