@@ -13,12 +13,13 @@ its own cluster with the chart's token settings.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,12 +44,6 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != _VENV_BIN:
     os.environ["PATH"] = os.pathsep.join([_VENV_BIN, os.environ.get("PATH", "")])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _local_cluster_class() -> type:
     from ray.cluster_utils import Cluster
 
@@ -62,7 +57,7 @@ def _local_cluster_class() -> type:
         """
 
         def add_node(self, wait: bool = True, **node_args: object) -> object:
-            node_args.setdefault("dashboard_agent_listen_port", _free_port())
+            node_args.setdefault("dashboard_agent_listen_port", free_port())
             return super().add_node(wait, **node_args)
 
     return LocalCluster
@@ -81,7 +76,7 @@ def ray_cluster() -> Iterator[object]:
             "num_cpus": 1,
             "include_dashboard": True,
             "dashboard_host": "127.0.0.1",
-            "dashboard_port": _free_port(),
+            "dashboard_port": free_port(),
         },
     )
     for _ in range(2):

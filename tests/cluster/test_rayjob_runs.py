@@ -7,7 +7,6 @@ folder. Everything else is the rendered manifest's own text.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from tests.rayjob_support import (
     render_pool,
     submit_and_wait,
 )
+from tests.support import read_summary
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -64,7 +64,7 @@ def test_rendered_rayjob_trains_and_leaves_the_run_where_the_manifest_says(
     # The run folder is <TRAIN_STORAGE_PATH>/<TRAIN_RUN_NAME>, and the run name is the RayJob's.
     assert env["TRAIN_RUN_NAME"] == job["metadata"]["name"]
     run_dir = Path(env["TRAIN_STORAGE_PATH"]) / env["TRAIN_RUN_NAME"]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir)
     assert summary["status"] == "succeeded", summary
     assert summary["run_name"] == job["metadata"]["name"]
     assert summary["epochs_completed"] == EPOCHS

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import pytest
 
 from tests.contract.k8s_support import EXAMPLES, load_yaml
 from tests.rayjob_support import auth_env, render_pool
-from tests.support import REPO
+from tests.support import REPO, free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -36,12 +35,6 @@ ENTRYPOINT = (
     "python -c 'import ray; ray.init(); "
     'print("task answered", ray.get(ray.remote(lambda: 6 * 7).remote()))\''
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _clean_env() -> dict[str, str]:
@@ -73,19 +66,19 @@ def token_head(chart_auth: dict[str, str]) -> Iterator[str]:
     # Its own short temp dir: Ray's socket paths must stay short, and `ray start` records its
     # address there instead of in /tmp/ray, where other clusters' `ray.init()` would find it.
     temp_dir = Path(tempfile.mkdtemp(prefix="rayauth-", dir="/tmp"))
-    dashboard = _free_port()
+    dashboard = free_port()
     log_path = temp_dir / "head.log"
     command = [
         str(Path(sys.executable).parent / "ray"),
         "start",
         "--head",
         "--block",
-        f"--port={_free_port()}",
+        f"--port={free_port()}",
         "--num-cpus=1",
         "--include-dashboard=true",
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard}",
-        f"--dashboard-agent-listen-port={_free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
     ]

@@ -10,7 +10,6 @@ import functools
 import hashlib
 import http.server
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ import pytest
 
 from tests import kuberay_crds
 from tests.kuberay_crds import CrdsMissing, resolve
+from tests.support import free_port
 
 NAMES = ("ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml")
 
@@ -61,10 +61,7 @@ def http_folder(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 
 
 def _closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/bases"
+    return f"http://127.0.0.1:{free_port()}/bases"  # nothing listens there
 
 
 def test_the_pinned_sums_match_the_crds_the_suite_validates_against() -> None:
