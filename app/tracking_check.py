@@ -134,8 +134,9 @@ def _unsupported(uri: str, err: Exception) -> str:
     scheme = urlsplit(uri).scheme.lower()
     client = _client_name()
     allowed = ", ".join(supported_schemes())
+    store = redact_uri(uri) if urlsplit(uri).scheme not in ("", "file") else "sqlite:///mlflow.db"
     fix = (
-        f"run `mlflow server --backend-store-uri <that URI>` where it lasts and set "
+        f"run `mlflow server --backend-store-uri {store}` where it lasts and set "
         f"MLFLOW_TRACKING_URI=http://<host>:5000 (this client supports {allowed}), {OPT_OUT}"
     )
     from mlflow.store.db.db_types import DATABASE_ENGINES
