@@ -17,6 +17,7 @@ delivered and which were not, and a warning names the undelivered ones.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -85,6 +86,9 @@ class Trackers:
         self.seen: set[int] = set()
         self._warn = warn or (lambda text: click.echo(f"trainctl: warning: {text}", err=True))
         self._retry_s, self._retry_max_s, self._final_tries = retry_s, retry_max_s, final_tries
+        # The epoch follower's thread logs while the main thread may catch up or finish (its
+        # last poll runs beside a follower still waiting on a slow server): one call at a time.
+        self._lock = threading.RLock()
 
     @classmethod
     def start(
@@ -128,9 +132,11 @@ class Trackers:
             delivery.last_error = _one_line(err)
             if delivery.failing_since == 1:  # once per outage, not once per epoch
                 what = "could not start" if delivery.client is None else "failed"
+                kept = delivery.undelivered()
+                epochs = f"epochs {_epochs(kept)} are" if kept else "its epochs will be"
                 self._warn(
                     f"{delivery.name} tracking {what} ({delivery.last_error}); training goes "
-                    f"on, epochs {_epochs(delivery.undelivered())} are kept and retried"
+                    f"on, {epochs} kept and retried"
                 )
             return False
         if delivery.name not in self.ids:
@@ -141,6 +147,10 @@ class Trackers:
         return True
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._log_epoch(record)
+
+    def _log_epoch(self, record: Mapping[str, Any]) -> None:
         epoch = int(record["epoch"])
         self.seen.add(epoch)
         for delivery in self.deliveries:
@@ -151,6 +161,10 @@ class Trackers:
     def catch_up(self, records: list[dict[str, Any]]) -> None:
         """Log the recorded epochs a tracker does not have: a driver killed between an epoch
         and its next look at the epoch records never sent that epoch."""
+        with self._lock:
+            self._catch_up(records)
+
+    def _catch_up(self, records: list[dict[str, Any]]) -> None:
         self.seen.update(int(r["epoch"]) for r in records)
         for delivery in self.deliveries:
             for record in records:
@@ -162,20 +176,25 @@ class Trackers:
     def finish(self, status: str, best: RunPath | None) -> None:
         """Deliver what is kept (a few tries, with backoff), close each tracker's run, and
         name every epoch that never got there."""
-        for delivery in self.deliveries:
-            for attempt in range(self._final_tries):
-                if self._try(delivery, force=True) and self._close(delivery, status, best):
-                    break
-                if attempt + 1 < self._final_tries:
-                    time.sleep(min(self._retry_s * 2**attempt, self._retry_max_s))
-            lost = delivery.undelivered()
-            if lost or not delivery.finished:
-                self._warn(
-                    f"{delivery.name} tracking: epochs {_epochs(lost)} not delivered"
-                    f"{'' if delivery.finished else ' and its run not closed'} "
-                    f"({delivery.last_error}); every epoch's figures are in the run folder's "
-                    "epoch records"
-                )
+        with self._lock:
+            for delivery in self.deliveries:
+                self._finish(delivery, status, best)
+
+    def _finish(self, delivery: _Delivery, status: str, best: RunPath | None) -> None:
+        for attempt in range(self._final_tries):
+            if self._try(delivery, force=True) and self._close(delivery, status, best):
+                break
+            if attempt + 1 < self._final_tries:
+                time.sleep(min(self._retry_s * 2**attempt, self._retry_max_s))
+        lost = delivery.undelivered()
+        missing = [f"epochs {_epochs(lost)} not delivered"] if lost else []
+        if not delivery.finished:
+            missing.append("its run not closed")
+        if missing:
+            self._warn(
+                f"{delivery.name} tracking: {' and '.join(missing)} ({delivery.last_error}); "
+                "every epoch's figures are in the run folder's metrics.jsonl"
+            )
 
     def _close(self, delivery: _Delivery, status: str, best: RunPath | None) -> bool:
         try:
