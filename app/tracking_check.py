@@ -161,6 +161,11 @@ def _unsupported(uri: str, err: Exception) -> str:
 def _mlflow(settings: TrainSettings, env: Mapping[str, str]) -> str:
     uri = env["MLFLOW_TRACKING_URI"]
     shown = f"MLFLOW_TRACKING_URI={redact_uri(uri)}"
+    if not _installed("mlflow"):
+        raise ConfigError(
+            f"{shown}: the mlflow package is not installed (the image ships mlflow-skinny); "
+            f"install it, unset MLFLOW_TRACKING_URI, {OPT_OUT}"
+        )
     experiment = env.get("MLFLOW_EXPERIMENT_NAME") or "trainctl"
     try:
         store = _registry()._get_store(uri)
