@@ -5,11 +5,13 @@ so a bad setting fails before the GPUs are busy. `train` runs the same checks qu
 at the first problem (exit 2, before Ray starts); it prepares a built-in dataset that is not
 there yet, where `check` only says it will be. The cluster check comes last in both: `train`
 runs it once the run folder is settled, while it may still be stopped cleanly (app/run.py).
-Each check returns what it found, in a few words, or raises ConfigError naming the problem.
+Each check returns what it found, in a few words, or raises ConfigError naming the problem
+(Warned for one the settings allow: a tracker with TRAIN_TRACKING_REQUIRED=false).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +47,11 @@ class Found:
 Check = Callable[[TrainSettings, Found], str]
 
 
+class Warned(Exception):
+    """A problem the settings allow (a tracker with TRAIN_TRACKING_REQUIRED=false): `check`
+    prints it as WARN; `train` goes on, and what is switched off warns when the run starts."""
+
+
 def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
     """The checks that need no cluster, in order. `rows_per_worker`: judge rows per worker with
     the dataset; without it that waits for the cluster check, so that a request the cluster
@@ -52,6 +59,7 @@ def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
     return [
         ("settings", _settings),
         ("storage", _storage),
+        ("tracking", _tracking),
         ("dataset", partial(_dataset, prepare=prepare, rows_per_worker=rows_per_worker)),
         ("warm_start", _warm_start),
         ("versions", _versions),
@@ -71,6 +79,8 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
         except ConfigError as err:
             problems.extend(err.problems)
             click.echo(f"FAIL  {name}: {'; '.join(err.problems)}")
+        except Warned as warning:
+            click.echo(f"WARN  {name}: {warning}")
         else:
             click.echo(f"ok    {name}: {detail}")
     if problems:
@@ -81,7 +91,8 @@ def preflight_for_training(settings: TrainSettings) -> DatasetInfo:
     """`trainctl train`: the same checks but the cluster's, stopping at the first problem."""
     found = Found()
     for _name, check in checks(prepare=True, rows_per_worker=False):
-        check(settings, found)
+        with contextlib.suppress(Warned):
+            check(settings, found)
     assert found.info is not None  # the dataset check sets it or raises
     return found.info
 
@@ -101,6 +112,24 @@ def _storage(settings: TrainSettings, found: Found) -> str:
     free = free_bytes(settings.storage_path)
     space = "the store reports no free space" if free is None else f"{human_bytes(free)} free"
     return f"{settings.storage_path} writable, {space}"
+
+
+def _tracking(settings: TrainSettings, found: Found) -> str:
+    """Every configured tracker can work: a run meant to be tracked that is not is lost data."""
+    from app.tracking_check import check_trackers
+
+    verdicts = check_trackers(settings)
+    if not verdicts:
+        return (
+            "none configured (MLFLOW_TRACKING_URI, WANDB_API_KEY or WANDB_MODE, TRAIN_TENSORBOARD)"
+        )
+    problems = [v.problem for v in verdicts if v.problem]
+    if problems and settings.tracking_required:
+        raise ConfigError(problems)
+    detail = "; ".join(f"{v.name}: {v.problem or v.detail}" for v in verdicts)
+    if problems:
+        raise Warned(f"{detail} (TRAIN_TRACKING_REQUIRED=false: training goes on without it)")
+    return detail
 
 
 def _dataset(settings: TrainSettings, found: Found, *, prepare: bool, rows_per_worker: bool) -> str:

@@ -245,6 +245,8 @@ def _finish(
         best = (summary.get("best") or {}).get("checkpoint")
         trackers.finish(status, locate(best, settings.storage_endpoint) if best else None)
         summary["tracking"] = trackers.ids
+        # Per tracker, the epochs it got and did not: no metric is lost without a record.
+        summary["tracking_delivery"] = trackers.delivery()
     elif (read_summary(run_dir) or {}).get("tracking"):
         summary["tracking"] = read_summary(run_dir)["tracking"]  # type: ignore[index]
     path = write_summary(run_dir, summary)

@@ -195,6 +195,21 @@ class TrainSettings(BaseSettings):
         "WANDB_API_KEY or WANDB_MODE.",
     )
 
+    tracking_required: bool = Field(
+        True,
+        description="Stop the run (exit 2, before Ray starts) when a configured tracker "
+        "(MLFLOW_TRACKING_URI, WANDB_API_KEY or WANDB_MODE, TRAIN_TENSORBOARD) cannot work; "
+        "false warns and trains without it.",
+    )
+    tracking_timeout_s: float = Field(
+        5,
+        gt=0,
+        le=120,
+        description="Seconds a tracking server gets to answer the preflight probe (one try, "
+        "no retries). Mid-run, a failed tracker call is retried with backoff and its epochs "
+        "are kept until delivered.",
+    )
+
     # --- validators, next to what they check ----------------------------------------------
     @field_validator("num_workers")
     @classmethod

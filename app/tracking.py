@@ -6,255 +6,231 @@ WANDB_API_KEY or WANDB_MODE (plus WANDB_PROJECT...). The driver logs for rank 0:
 are the all-reduced ones rank 0 records in the run folder, which the driver follows anyway, so
 the train loop carries no tracker code and a tracker never slows a training step.
 
-Each tracker logs the redacted settings as params once, every epoch's metrics at step=epoch,
-and the best checkpoint as an artifact at the end. Its run id goes into the run summary before
-training starts, so a rerun, a RayJob retry or a driver killed half way continues the same
-tracker run instead of opening a second one. A tracker that fails (unreachable server, bad
-credentials, library missing) costs one warning and is switched off; training goes on.
+A configured tracker that cannot work stops the run before Ray starts (app/tracking_check.py,
+run by app/preflight.py), unless TRAIN_TRACKING_REQUIRED=false: then it costs one warning and
+is switched off. Mid-run, no epoch is lost silently: a failed call keeps its epoch (and every
+later one) in a buffer, retried with backoff on the next epoch (a tracker that stays down is
+not asked again on every epoch) and at the end; the summary says per tracker which epochs were
+delivered and which were not, and a warning names the undelivered ones.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import click
 
-from app.objectstore import ObjectPath
-from app.redact import redact_uri
+from app.redact import redact_text
 from app.settings import TrainSettings
-from app.storage import RunPath, download_tree, local_copy, upload_tree
+from app.storage import RunPath
+from app.tracker_clients import CLIENTS, epoch_metrics, flat_params
+from app.tracking_check import check_trackers, configured
 
-# Fields of an epoch record that are logged (epoch is the step, time the timestamp).
-METRICS = (
-    "train_loss",
-    "val_loss",
-    "val_accuracy",
-    "lr",
-    "epoch_time_s",
-    "images_per_s",
-    "first_batch_s",
-)
-STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
-LEDGER = "logged_epochs.txt"
+__all__ = ["Trackers", "epoch_metrics", "flat_params"]
 
 
-def flat_params(settings: Mapping[str, Any]) -> dict[str, str]:
-    """Settings as tracker params: strings, lists and nested values as JSON."""
-    return {
-        key: value if isinstance(value, str) else json.dumps(value)
-        for key, value in sorted(settings.items())
-    }
+class _Delivery:
+    """One tracker's client (None until it starts) and the epochs it has not got yet."""
 
+    def __init__(self, name: str, start: Callable[[], Any]) -> None:
+        self.name, self.start = name, start
+        self.client: Any = None
+        self.pending: dict[int, dict[str, Any]] = {}  # epoch -> record, sent in epoch order
+        self.unsure: dict[int, dict[str, Any]] = {}  # may be there already: asked first
+        self.delivered: set[int] = set()
+        self.errors = 0
+        self.failing_since: int = 0  # failed calls in a row
+        self.retry_at = 0.0  # time.monotonic() before which it is not asked again
+        self.last_error = ""
+        self.finished = False
 
-def epoch_metrics(record: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(record[k]) for k in METRICS if isinstance(record.get(k), int | float)}
+    def send(self) -> None:
+        """Start the client if needed and deliver every kept epoch; raises on any failure."""
+        if self.client is None:
+            self.client = self.start()
+        if self.unsure:
+            have = self.client.logged_epochs()
+            for epoch, record in sorted(self.unsure.items()):
+                if epoch in have:
+                    self.delivered.add(epoch)
+                else:
+                    self.pending.setdefault(epoch, record)
+            self.unsure.clear()
+        for epoch in sorted(self.pending):
+            self.client.log_epoch(self.pending[epoch])
+            del self.pending[epoch]
+            self.delivered.add(epoch)
 
-
-class _MLflow:
-    name = "mlflow"
-
-    def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
-        # The client's defaults retry an unreachable server for minutes: fail fast instead
-        # (unless the user chose otherwise), since a failure only costs a warning.
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-        from mlflow.entities import Param
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
-
-        uri = os.environ["MLFLOW_TRACKING_URI"]
-        self.client = MlflowClient(tracking_uri=uri)
-        run = None
-        if previous.get("run_id") and previous.get("tracking_uri") == redact_uri(uri):
-            try:
-                run = self.client.get_run(previous["run_id"])
-            except MlflowException:
-                run = None  # deleted on the server: start a new one
-        if run is None:
-            experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "trainctl"
-            found = self.client.get_experiment_by_name(experiment)
-            experiment_id = (
-                found.experiment_id if found else self.client.create_experiment(experiment)
-            )
-            run = self.client.create_run(
-                experiment_id,
-                run_name=settings.run_name,
-                tags={"trainctl.run_dir": str(settings.run_dir)},
-            )
-            params = [Param(k, v[:6000]) for k, v in flat_params(settings.redacted()).items()]
-            self.client.log_batch(run.info.run_id, params=params)
-            self.resumed = False
-        else:
-            self.client.update_run(run.info.run_id, status="RUNNING")
-            self.resumed = True
-        self.run_id = run.info.run_id
-        self.ids = {"run_id": self.run_id, "tracking_uri": redact_uri(uri)}
-
-    def log_epoch(self, record: Mapping[str, Any]) -> None:
-        from mlflow.entities import Metric
-
-        stamp, step = int(float(record.get("time", time.time())) * 1000), int(record["epoch"])
-        metrics = [Metric(k, v, stamp, step) for k, v in epoch_metrics(record).items()]
-        self.client.log_batch(self.run_id, metrics=metrics)
-
-    def logged_epochs(self) -> set[int]:
-        return {m.step for m in self.client.get_metric_history(self.run_id, "val_loss")}
-
-    def finish(self, status: str, best: RunPath | None) -> None:
-        if best is not None and best.is_dir():
-            with local_copy(best) as folder:
-                self.client.log_artifacts(self.run_id, str(folder), "best_checkpoint")
-        self.client.set_terminated(self.run_id, STATUS.get(status, "FAILED"))
-
-
-class _TensorBoard:
-    name = "tensorboard"
-
-    def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        # Event files are appended to, which objects cannot be: in a bucket run they are
-        # written to a local folder that is copied up after every epoch.
-        self.target = settings.run_dir / "tensorboard"
-        self.folder = self.target if isinstance(self.target, Path) else self._mirror(self.target)
-        # A rerun adds an event file beside the first one; TensorBoard reads them as one run.
-        self.writer = SummaryWriter(log_dir=str(self.folder))
-        if not previous:
-            text = "\n".join(f"    {k}: {v}" for k, v in flat_params(settings.redacted()).items())
-            self.writer.add_text("settings", text, 0)
-        self.ids = {"log_dir": str(self.target)}
-
-    @staticmethod
-    def _mirror(target: ObjectPath) -> Path:
-        import tempfile
-
-        return download_tree(target, Path(tempfile.mkdtemp(prefix="trainctl-tb-")))
-
-    def _upload(self) -> None:
-        if isinstance(self.target, ObjectPath):
-            upload_tree(self.folder, self.target)
-
-    def log_epoch(self, record: Mapping[str, Any]) -> None:
-        step, wall = int(record["epoch"]), float(record.get("time", time.time()))
-        for key, value in epoch_metrics(record).items():
-            self.writer.add_scalar(key, value, step, walltime=wall)
-        self.writer.flush()
-        with (self.folder / LEDGER).open("a") as ledger:
-            ledger.write(f"{step}\n")
-        self._upload()
-
-    def logged_epochs(self) -> set[int]:
-        # Event files are costly to parse back: a one-number-per-line ledger beside them.
-        path = self.folder / LEDGER
-        text = path.read_text() if path.is_file() else ""
-        return {int(line) for line in text.split() if line.isdigit()}
-
-    def finish(self, status: str, best: RunPath | None) -> None:
-        if best is not None:
-            self.writer.add_text("best_checkpoint", f"{best} ({status})", 0)
-        self.writer.close()
-        self._upload()
-
-
-class _WandB:
-    name = "wandb"
-
-    def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
-        import wandb
-
-        self.wandb = wandb
-        self.run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT") or "trainctl",
-            name=settings.run_name,
-            id=previous.get("run_id") or None,
-            resume="allow",
-            config=settings.redacted(),
-            # W&B's own files are local; in a bucket run they stay on the driver's disk.
-            dir=str(settings.run_dir) if isinstance(settings.run_dir, Path) else None,
-        )
-        self.ids = {"run_id": self.run.id, "project": self.run.project}
-
-    def log_epoch(self, record: Mapping[str, Any]) -> None:
-        self.run.log({**epoch_metrics(record), "epoch": int(record["epoch"])})
-
-    def logged_epochs(self) -> set[int]:
-        # W&B steps only grow: epochs a killed driver missed are not logged afterwards.
-        return set(range(int(self.run.summary.get("epoch", 0)) + 1))
-
-    def finish(self, status: str, best: RunPath | None) -> None:
-        if best is not None and best.is_dir():
-            artifact = self.wandb.Artifact(f"{self.run.name}-best", type="model")
-            with local_copy(best) as folder:
-                artifact.add_dir(str(folder))
-                self.run.log_artifact(artifact)
-        self.run.finish(exit_code=0 if status == "succeeded" else 1)
-
-
-def wanted(env: Mapping[str, str], settings: TrainSettings) -> list[type]:
-    chosen: list[type] = []
-    if env.get("MLFLOW_TRACKING_URI"):
-        chosen.append(_MLflow)
-    if settings.tensorboard:
-        chosen.append(_TensorBoard)
-    if env.get("WANDB_API_KEY") or env.get("WANDB_MODE"):
-        chosen.append(_WandB)
-    return chosen
+    def undelivered(self) -> list[int]:
+        return sorted(set(self.pending) | set(self.unsure))
 
 
 class Trackers:
-    """The trackers of one driver; every call is safe: a failure warns once and disables."""
+    """The trackers of one driver. No call raises: failures are counted, warned and retried."""
 
-    def __init__(self, warn: Callable[[str], None] | None = None) -> None:
-        self.active: list[Any] = []
+    def __init__(
+        self,
+        warn: Callable[[str], None] | None = None,
+        *,
+        retry_s: float = 1.0,
+        retry_max_s: float = 30.0,
+        final_tries: int = 3,
+    ) -> None:
+        self.deliveries: list[_Delivery] = []
         self.ids: dict[str, dict[str, Any]] = {}
+        self.switched_off: dict[str, str] = {}  # tracker -> why (TRAIN_TRACKING_REQUIRED=false)
+        self.seen: set[int] = set()
         self._warn = warn or (lambda text: click.echo(f"trainctl: warning: {text}", err=True))
+        self._retry_s, self._retry_max_s, self._final_tries = retry_s, retry_max_s, final_tries
+        # The epoch follower's thread logs while the main thread may catch up or finish (its
+        # last poll runs beside a follower still waiting on a slow server): one call at a time.
+        self._lock = threading.RLock()
 
     @classmethod
-    def start(cls, settings: TrainSettings, previous: Mapping[str, Any] | None) -> Trackers:
-        trackers = cls()
+    def start(
+        cls, settings: TrainSettings, previous: Mapping[str, Any] | None, **options: Any
+    ) -> Trackers:
+        """Each configured tracker, probed again (the server may have gone since the preflight).
+        Optional ones that cannot work are switched off; required ones are kept and retried."""
+        trackers = cls(**options)
         previous = previous or {}
-        for kind in wanted(os.environ, settings):
-            try:
-                tracker = kind(settings, previous.get(kind.name) or {})
-            except Exception as err:
-                trackers._failed(kind.name, "could not start", err)
+        problems = {v.name: v.problem for v in check_trackers(settings) if v.problem}
+        for name in configured(os.environ, settings):
+            if name in problems and not settings.tracking_required:
+                trackers.switched_off[name] = problems[name] or ""
+                trackers._warn(
+                    f"{name} tracking is off (TRAIN_TRACKING_REQUIRED=false), training goes on "
+                    f"without it: {problems[name]}"
+                )
                 continue
-            trackers.active.append(tracker)
-            trackers.ids[kind.name] = tracker.ids
+            kind, before = CLIENTS[name], previous.get(name) or {}
+            delivery = _Delivery(name, lambda kind=kind, before=before: kind(settings, before))
+            trackers.deliveries.append(delivery)
+            trackers._try(delivery, force=True)
         return trackers
 
-    def _failed(self, name: str, what: str, err: BaseException) -> None:
-        line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        self._warn(f"{name} tracking {what}, training goes on without it: {line[:300]}")
+    @property
+    def active(self) -> list[Any]:
+        return [d.client for d in self.deliveries if d.client is not None]
 
-    def _each(self, call: str, *args: Any) -> None:
-        for tracker in list(self.active):
-            try:
-                getattr(tracker, call)(*args)
-            except Exception as err:
-                self.active.remove(tracker)
-                self._failed(tracker.name, f"failed ({call})", err)
+    def _try(self, delivery: _Delivery, *, force: bool = False) -> bool:
+        """One attempt to deliver what `delivery` keeps; False (and warned) when it failed."""
+        if not force and time.monotonic() < delivery.retry_at:
+            return False  # still backing off: the epoch waits in the buffer
+        kept = delivery.undelivered()
+        try:
+            delivery.send()
+        except Exception as err:
+            delivery.errors += 1
+            delivery.failing_since += 1
+            wait = min(self._retry_s * 2 ** (delivery.failing_since - 1), self._retry_max_s)
+            delivery.retry_at = time.monotonic() + wait
+            delivery.last_error = _one_line(err)
+            if delivery.failing_since == 1:  # once per outage, not once per epoch
+                what = "could not start" if delivery.client is None else "failed"
+                kept = delivery.undelivered()
+                epochs = f"epochs {_epochs(kept)} are" if kept else "its epochs will be"
+                self._warn(
+                    f"{delivery.name} tracking {what} ({delivery.last_error}); training goes "
+                    f"on, {epochs} kept and retried"
+                )
+            return False
+        if delivery.name not in self.ids:
+            self.ids[delivery.name] = delivery.client.ids
+        if delivery.failing_since:
+            delivery.failing_since = 0
+            self._warn(f"{delivery.name} tracking is back: epochs {_epochs(kept)} delivered")
+        return True
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
-        self._each("log_epoch", record)
+        with self._lock:
+            self._log_epoch(record)
+
+    def _log_epoch(self, record: Mapping[str, Any]) -> None:
+        epoch = int(record["epoch"])
+        self.seen.add(epoch)
+        for delivery in self.deliveries:
+            if epoch not in delivery.delivered:
+                delivery.pending[epoch] = dict(record)
+            self._try(delivery)
 
     def catch_up(self, records: list[dict[str, Any]]) -> None:
         """Log the recorded epochs a tracker does not have: a driver killed between an epoch
         and its next look at the epoch records never sent that epoch."""
-        for tracker in list(self.active):
-            try:
-                have = tracker.logged_epochs()
-                for record in records:
-                    if int(record["epoch"]) not in have:
-                        tracker.log_epoch(record)
-            except Exception as err:
-                self.active.remove(tracker)
-                self._failed(tracker.name, "failed (catching up)", err)
+        with self._lock:
+            self._catch_up(records)
+
+    def _catch_up(self, records: list[dict[str, Any]]) -> None:
+        self.seen.update(int(r["epoch"]) for r in records)
+        for delivery in self.deliveries:
+            for record in records:
+                epoch = int(record["epoch"])
+                if epoch not in delivery.delivered and epoch not in delivery.pending:
+                    delivery.unsure[epoch] = record
+            self._try(delivery, force=True)
 
     def finish(self, status: str, best: RunPath | None) -> None:
-        self._each("finish", status, best)
+        """Deliver what is kept (a few tries, with backoff), close each tracker's run, and
+        name every epoch that never got there."""
+        with self._lock:
+            for delivery in self.deliveries:
+                self._finish(delivery, status, best)
+
+    def _finish(self, delivery: _Delivery, status: str, best: RunPath | None) -> None:
+        for attempt in range(self._final_tries):
+            if self._try(delivery, force=True) and self._close(delivery, status, best):
+                break
+            if attempt + 1 < self._final_tries:
+                time.sleep(min(self._retry_s * 2**attempt, self._retry_max_s))
+        lost = delivery.undelivered()
+        missing = [f"epochs {_epochs(lost)} not delivered"] if lost else []
+        if not delivery.finished:
+            missing.append("its run not closed")
+        if missing:
+            self._warn(
+                f"{delivery.name} tracking: {' and '.join(missing)} ({delivery.last_error}); "
+                "every epoch's figures are in the run folder's metrics.jsonl"
+            )
+
+    def _close(self, delivery: _Delivery, status: str, best: RunPath | None) -> bool:
+        try:
+            delivery.client.finish(status, best)
+        except Exception as err:
+            delivery.errors += 1
+            delivery.last_error = _one_line(err)
+            return False
+        delivery.finished = True
+        return True
+
+    def delivery(self) -> dict[str, dict[str, Any]]:
+        """Per tracker: which epochs it got, which it did not, and how many calls failed."""
+        record: dict[str, dict[str, Any]] = {}
+        for d in self.deliveries:
+            record[d.name] = {
+                "delivered_epochs": sorted(d.delivered),
+                "undelivered_epochs": d.undelivered(),
+                "errors": d.errors,
+                **({"last_error": d.last_error} if d.errors else {}),
+            }
+        for name, why in self.switched_off.items():
+            record[name] = {
+                "delivered_epochs": [],
+                "undelivered_epochs": sorted(self.seen),
+                "errors": 0,
+                "switched_off": why,
+            }
+        return record
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's message on one line, credentials hidden, whole (the fix comes last)."""
+    text = " ".join(str(err).split())
+    return redact_text(f"{type(err).__name__}: {text}" if text else type(err).__name__)
+
+
+def _epochs(epochs: list[int]) -> str:
+    return ", ".join(map(str, epochs)) if epochs else "none"

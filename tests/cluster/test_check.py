@@ -23,7 +23,7 @@ from tests.support import explain, run_trainctl, trainctl_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-CHECKS = ("settings", "storage", "dataset", "warm_start", "versions", "cluster")
+CHECKS = ("settings", "storage", "tracking", "dataset", "warm_start", "versions", "cluster")
 BASE = {
     "dataset": "parquet",
     "model": "cnn",
@@ -78,6 +78,12 @@ FAILURES = [
         "cluster",
         "H100: no node of that type in the Ray cluster (types present: A100)",
         {"accelerator_type": "H100"},
+    ),
+    Failure(
+        "tracking-sqlite",
+        "tracking",
+        "MLFLOW_TRACKING_URI=sqlite:///{tmp}/mlflow.db: sqlite:// is a database store",
+        env=lambda tmp: {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"},
     ),
     Failure(
         "versions-torch",

@@ -1,0 +1,191 @@
+"""The experiment trackers' clients: MLflow, TensorBoard and Weights & Biases, for the driver.
+
+Each logs the redacted settings as params once, every epoch's metrics at step=epoch, and the
+best checkpoint as an artifact at the end. Its ids go into the run summary before training
+starts, so a rerun, a RayJob retry or a driver killed half way continues the same tracker run
+instead of opening a second one. Failures are raised: app/tracking.py retries and buffers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from app.objectstore import ObjectPath
+from app.redact import redact_uri
+from app.settings import TrainSettings
+from app.storage import RunPath, download_tree, local_copy, upload_tree
+
+# Fields of an epoch record that are logged (epoch is the step, time the timestamp).
+METRICS = (
+    "train_loss",
+    "val_loss",
+    "val_accuracy",
+    "lr",
+    "epoch_time_s",
+    "images_per_s",
+    "first_batch_s",
+)
+STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+LEDGER = "logged_epochs.txt"
+
+
+def flat_params(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Settings as tracker params: strings, lists and nested values as JSON."""
+    return {
+        key: value if isinstance(value, str) else json.dumps(value)
+        for key, value in sorted(settings.items())
+    }
+
+
+def epoch_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(record[k]) for k in METRICS if isinstance(record.get(k), int | float)}
+
+
+class _MLflow:
+    name = "mlflow"
+
+    def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
+        # The client's defaults retry an unreachable server for minutes, on the thread that
+        # prints epochs: fail fast instead (unless the user chose otherwise); app/tracking.py
+        # keeps the epochs and retries with backoff.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        from mlflow.entities import Param
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        uri = os.environ["MLFLOW_TRACKING_URI"]
+        self.client = MlflowClient(tracking_uri=uri)
+        run = None
+        if previous.get("run_id") and previous.get("tracking_uri") == redact_uri(uri):
+            try:
+                run = self.client.get_run(previous["run_id"])
+            except MlflowException:
+                run = None  # deleted on the server: start a new one
+        if run is None:
+            experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "trainctl"
+            found = self.client.get_experiment_by_name(experiment)
+            experiment_id = (
+                found.experiment_id if found else self.client.create_experiment(experiment)
+            )
+            run = self.client.create_run(
+                experiment_id,
+                run_name=settings.run_name,
+                tags={"trainctl.run_dir": str(settings.run_dir)},
+            )
+            params = [Param(k, v[:6000]) for k, v in flat_params(settings.redacted()).items()]
+            self.client.log_batch(run.info.run_id, params=params)
+            self.resumed = False
+        else:
+            self.client.update_run(run.info.run_id, status="RUNNING")
+            self.resumed = True
+        self.run_id = run.info.run_id
+        self.ids = {"run_id": self.run_id, "tracking_uri": redact_uri(uri)}
+
+    def log_epoch(self, record: Mapping[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        stamp, step = int(float(record.get("time", time.time())) * 1000), int(record["epoch"])
+        metrics = [Metric(k, v, stamp, step) for k, v in epoch_metrics(record).items()]
+        self.client.log_batch(self.run_id, metrics=metrics)
+
+    def logged_epochs(self) -> set[int]:
+        return {m.step for m in self.client.get_metric_history(self.run_id, "val_loss")}
+
+    def finish(self, status: str, best: RunPath | None) -> None:
+        if best is not None and best.is_dir():
+            with local_copy(best) as folder:
+                self.client.log_artifacts(self.run_id, str(folder), "best_checkpoint")
+        self.client.set_terminated(self.run_id, STATUS.get(status, "FAILED"))
+
+
+class _TensorBoard:
+    name = "tensorboard"
+
+    def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        # Event files are appended to, which objects cannot be: in a bucket run they are
+        # written to a local folder that is copied up after every epoch.
+        self.target = settings.run_dir / "tensorboard"
+        self.folder = self.target if isinstance(self.target, Path) else self._mirror(self.target)
+        # A rerun adds an event file beside the first one; TensorBoard reads them as one run.
+        self.writer = SummaryWriter(log_dir=str(self.folder))
+        if not previous:
+            text = "\n".join(f"    {k}: {v}" for k, v in flat_params(settings.redacted()).items())
+            self.writer.add_text("settings", text, 0)
+        self.ids = {"log_dir": str(self.target)}
+
+    @staticmethod
+    def _mirror(target: ObjectPath) -> Path:
+        import tempfile
+
+        return download_tree(target, Path(tempfile.mkdtemp(prefix="trainctl-tb-")))
+
+    def _upload(self) -> None:
+        if isinstance(self.target, ObjectPath):
+            upload_tree(self.folder, self.target)
+
+    def log_epoch(self, record: Mapping[str, Any]) -> None:
+        step, wall = int(record["epoch"]), float(record.get("time", time.time()))
+        for key, value in epoch_metrics(record).items():
+            self.writer.add_scalar(key, value, step, walltime=wall)
+        self.writer.flush()
+        with (self.folder / LEDGER).open("a") as ledger:
+            ledger.write(f"{step}\n")
+        self._upload()
+
+    def logged_epochs(self) -> set[int]:
+        # Event files are costly to parse back: a one-number-per-line ledger beside them.
+        path = self.folder / LEDGER
+        text = path.read_text() if path.is_file() else ""
+        return {int(line) for line in text.split() if line.isdigit()}
+
+    def finish(self, status: str, best: RunPath | None) -> None:
+        if best is not None:
+            self.writer.add_text("best_checkpoint", f"{best} ({status})", 0)
+        self.writer.close()
+        self._upload()
+
+
+class _WandB:
+    name = "wandb"
+
+    def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
+        import wandb
+
+        self.wandb = wandb
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT") or "trainctl",
+            name=settings.run_name,
+            id=previous.get("run_id") or None,
+            resume="allow",
+            config=settings.redacted(),
+            # W&B's own files are local; in a bucket run they stay on the driver's disk.
+            dir=str(settings.run_dir) if isinstance(settings.run_dir, Path) else None,
+        )
+        self.ids = {"run_id": self.run.id, "project": self.run.project}
+
+    def log_epoch(self, record: Mapping[str, Any]) -> None:
+        self.run.log({**epoch_metrics(record), "epoch": int(record["epoch"])})
+
+    def logged_epochs(self) -> set[int]:
+        # W&B steps only grow: epochs a killed driver missed are not logged afterwards.
+        return set(range(int(self.run.summary.get("epoch", 0)) + 1))
+
+    def finish(self, status: str, best: RunPath | None) -> None:
+        if best is not None and best.is_dir():
+            artifact = self.wandb.Artifact(f"{self.run.name}-best", type="model")
+            with local_copy(best) as folder:
+                artifact.add_dir(str(folder))
+                self.run.log_artifact(artifact)
+        self.run.finish(exit_code=0 if status == "succeeded" else 1)
+
+
+# By the names app/tracking_check.py's configured() gives, in the order it gives them.
+CLIENTS: dict[str, type] = {"mlflow": _MLflow, "tensorboard": _TensorBoard, "wandb": _WandB}
