@@ -272,7 +272,9 @@ def _running_summary(settings: TrainSettings, resume_from: str | None) -> dict[s
         restored_from=resume_from,
         settings=_recorded_settings(settings),
     )
+    # The last driver's outcome: this one's is written when it finishes.
     summary.pop("error", None)
+    summary.pop("tracking_delivery", None)
     return summary
 
 
