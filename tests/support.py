@@ -21,14 +21,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def trainctl_env(base: Mapping[str, str] | None = None, **settings: str) -> dict[str, str]:
-    """`base` (the current environment by default) minus any TRAIN_* the developer has set,
-    plus `settings`.
+    """`base` (the current environment by default) minus any TRAIN_*, MLFLOW_* or WANDB_* the
+    developer has set, plus `settings`.
 
     Tests that build environments on threads pass a snapshot taken on the main thread: pytest
     sets and deletes PYTEST_CURRENT_TEST there, and reading os.environ meanwhile can fail.
     """
     source = os.environ if base is None else base
-    env = {k: v for k, v in source.items() if not k.startswith("TRAIN_")}
+    # A developer's own trackers stay out too: a test that wants one sets it.
+    mine = ("TRAIN_", "MLFLOW_", "WANDB_")
+    env = {k: v for k, v in source.items() if not k.startswith(mine)}
     env.update({f"TRAIN_{k.upper()}": str(v) for k, v in settings.items()})
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     env["PYTHONUNBUFFERED"] = "1"
