@@ -43,18 +43,26 @@ TIMEOUT_S = 20.0  # connect and per-request: an unreachable endpoint fails, it n
 
 
 @functools.cache
-def filesystem(scheme: str, endpoint: str | None) -> pafs.FileSystem:
-    """One client per process for (scheme, endpoint), from this process's environment."""
+def filesystem(scheme: str, endpoint: str | None, budget: float | None = None) -> pafs.FileSystem:
+    """One client per process for (scheme, endpoint), from this process's environment.
+
+    `budget`: seconds all attempts of one request may take, for probes (app/store_probe.py):
+    one they give up on still ends soon, and pyarrow waits for it at exit."""
     if scheme == "gs":
         from datetime import timedelta
 
         check_google_credentials()
-        return pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=TIMEOUT_S))
+        return pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=budget or TIMEOUT_S * 3))
     endpoint, _ = s3_endpoint(endpoint)
+    attempts, per_attempt = RETRIES, TIMEOUT_S
+    if budget:  # a short budget gets one attempt; whole seconds (curl's stall timer counts
+        # seconds, 0 would switch it off), with one share left for the retries' backoff
+        attempts = RETRIES if budget >= 3 * RETRIES else 1
+        per_attempt = max(1, int(budget / (attempts + 1)))
     options: dict[str, Any] = {
-        "connect_timeout": TIMEOUT_S,
-        "request_timeout": TIMEOUT_S,
-        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=RETRIES),
+        "connect_timeout": per_attempt,
+        "request_timeout": per_attempt,
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=attempts),
     }
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
@@ -68,10 +76,11 @@ def filesystem(scheme: str, endpoint: str | None) -> pafs.FileSystem:
 class ObjectPath:
     """A path in a bucket with the pathlib methods the run folder needs."""
 
-    def __init__(self, uri: str, endpoint: str | None = None) -> None:
+    def __init__(self, uri: str, endpoint: str | None = None, budget: float | None = None) -> None:
         self.uri = uri.rstrip("/")
         self.scheme, _, self.key = self.uri.partition("://")
         self.endpoint = endpoint
+        self.budget = budget  # the probes' client (filesystem()); not pickled: workers' own
 
     # --- naming ---------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -107,11 +116,11 @@ class ObjectPath:
         return {"type": "string", "format": "uri"}
 
     def __truediv__(self, part: str) -> ObjectPath:
-        return ObjectPath(f"{self.uri}/{str(part).strip('/')}", self.endpoint)
+        return ObjectPath(f"{self.uri}/{str(part).strip('/')}", self.endpoint, self.budget)
 
     def at(self, key: str) -> ObjectPath:
         """Another key in this store, e.g. one that Ray reports without a scheme."""
-        return ObjectPath(f"{self.scheme}://{key.strip('/')}", self.endpoint)
+        return ObjectPath(f"{self.scheme}://{key.strip('/')}", self.endpoint, self.budget)
 
     @property
     def name(self) -> str:
@@ -131,7 +140,11 @@ class ObjectPath:
 
     @property
     def fs(self) -> pafs.FileSystem:
-        return filesystem(self.scheme, self.endpoint)
+        return filesystem(self.scheme, self.endpoint, self.budget)
+
+    def with_budget(self, seconds: float) -> ObjectPath:
+        """This path, read through a client whose requests all end within `seconds`."""
+        return ObjectPath(self.uri, self.endpoint, seconds)
 
     # --- queries --------------------------------------------------------------------------
     def _type(self) -> pafs.FileType:

@@ -54,7 +54,12 @@ def probe(path: ObjectPath, variable: str, seconds: float, action: Callable[[], 
     StoreUnavailable naming `variable` and what is wrong otherwise."""
     try:
         _store_answers(path, seconds)
-        return call_with_deadline(action, seconds, str(path))
+        try:
+            return call_with_deadline(action, seconds, str(path))
+        except OSError as err:  # the client's own timeout, set from the same budget
+            if _TIMED_OUT.search(str(err)):
+                raise DeadlineExceeded(str(path), seconds) from None
+            raise
     except (OSError, pa.ArrowException, StoreSettingError) as err:
         raise StoreUnavailable(describe_store_error(path, variable, err), variable) from None
 
@@ -63,16 +68,17 @@ def reachable(path: ObjectPath, variable: str, seconds: float = DEFAULT_TIMEOUT_
     """A read-only probe (a listing): the store answers and the bucket exists."""
     # The bucket's top level: a missing bucket is an error here, not an empty listing.
     selector = pafs.FileSelector(path.bucket, allow_not_found=False)
-    probe(path, variable, seconds, lambda: path.fs.get_file_info(selector))
+    client = path.with_budget(seconds)
+    probe(path, variable, seconds, lambda: client.fs.get_file_info(selector))
 
 
 def ensure_bucket_writable(
     path: ObjectPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S
 ) -> None:
     """An object can be written under `path` (and is deleted again), or ConfigError."""
-    if probe(path, variable, seconds, path.is_file):
+    if probe(path, variable, seconds, path.with_budget(seconds).is_file):
         raise ConfigError(f"{variable}={redact_uri(str(path))}: is an object, not a prefix")
-    marker = path / f".trainctl-write-test-{uuid.uuid4().hex}"
+    marker = path.with_budget(seconds) / f".trainctl-write-test-{uuid.uuid4().hex}"
 
     def write_and_delete() -> None:
         marker.write_bytes(b"ok")
@@ -82,11 +88,11 @@ def ensure_bucket_writable(
 
 
 def is_dir(path: ObjectPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
-    return probe(path, variable, seconds, path.is_dir)
+    return probe(path, variable, seconds, path.with_budget(seconds).is_dir)
 
 
 def exists(path: ObjectPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
-    return probe(path, variable, seconds, path.exists)
+    return probe(path, variable, seconds, path.with_budget(seconds).exists)
 
 
 # --- does the endpoint answer at all ------------------------------------------------------
@@ -175,6 +181,7 @@ _REFUSED = re.compile(
     r"credentials",
     re.IGNORECASE,
 )
+_TIMED_OUT = re.compile(r"curlCode: 28|Timeout was reached|DEADLINE_EXCEEDED", re.I)
 _NO_BUCKET = re.compile(r"NO_SUCH_BUCKET|bucket does not exist|Bucket '.*' not found", re.I)
 _UNREACHABLE = re.compile(
     r"NETWORK_CONNECTION|Could not resolve|Couldn't connect|Connection refused|Timeout|"
