@@ -65,7 +65,10 @@ def check_uri(value: str) -> str:
     # Checked on the text: a secret key may hold '/', which urlsplit takes for the path.
     if "@" in value.partition("?")[0]:
         raise ValueError("credentials do not belong in the path; use the cloud's own variables")
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # "Invalid IPv6 URL": no bucket name either
+        raise ValueError("no bucket name; use s3://bucket/prefix or gs://bucket/prefix") from None
     if parts.query or parts.fragment:
         raise ValueError("a storage path takes no ?query or #fragment")
     if not BUCKET_PATTERN.match(parts.netloc):
@@ -87,7 +90,10 @@ def check_endpoint(value: str) -> str:
         raise ValueError(f"{allowed}, without spaces")
     if "@" in value:  # before urlsplit: a secret with '/' would read as a path
         raise ValueError("credentials do not belong in the endpoint; use AWS_* variables")
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # "Invalid IPv6 URL"
+        raise ValueError(allowed) from None
     if parts.scheme.lower() not in ("http", "https") or not value.lower().startswith(
         parts.scheme.lower() + "://"
     ):

@@ -192,7 +192,12 @@ def test_logs_refuses_a_uri_lookalike_run_or_storage(tmp_path: Path, value: str)
     assert files_under(tmp_path) == []
 
 
-URI_VARIABLES = ["TRAIN_STORAGE_PATH", "TRAIN_DATA_PATH", "TRAIN_WARM_START", "TRAIN_STORAGE_ENDPOINT"]
+URI_VARIABLES = [
+    "TRAIN_STORAGE_PATH",
+    "TRAIN_DATA_PATH",
+    "TRAIN_WARM_START",
+    "TRAIN_STORAGE_ENDPOINT",
+]
 
 
 @pytest.mark.parametrize("variable", URI_VARIABLES)
