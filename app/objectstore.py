@@ -19,77 +19,50 @@ import fnmatch
 import functools
 import io
 import os
-import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-SCHEMES = ("s3", "gs")
+from app.store_uris import (  # noqa: F401 - where callers have always found them
+    StoreSettingError,
+    check_endpoint,
+    check_google_credentials,
+    check_path,
+    check_uri,
+    s3_endpoint,
+    uri_scheme,
+)
+
 # Attempts per request for transient errors (throttling, 5xx, dropped connections), with
 # backoff, by the cloud client itself; then the error reaches the caller. 3 is the AWS SDKs'
 # own default (standard retry mode).
 RETRIES = 3
 TIMEOUT_S = 20.0  # connect and per-request: an unreachable endpoint fails, it never hangs
-# S3 bucket rules (3-63 lowercase letters, digits, dots, hyphens); GCS allows underscores and
-# longer dotted names, so this is the loose union and the store has the last word.
-BUCKET_PATTERN = re.compile(r"\A[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]\Z")
-URI_PATTERN = re.compile(r"\A([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-def uri_scheme(value: object) -> str | None:
-    """The scheme of a `scheme://...` string (lowercased), None for a plain path."""
-    match = URI_PATTERN.match(str(value))
-    return match.group(1).lower() if match else None
-
-
-def check_uri(value: str) -> str:
-    """`value` normalised (no trailing slash), or ValueError naming what is allowed."""
-    scheme = uri_scheme(value)
-    if scheme not in SCHEMES:
-        raise ValueError(
-            f"unknown scheme {scheme}://; use a local path, s3://bucket/prefix or "
-            "gs://bucket/prefix"
-        )
-    parts = urlsplit(value)
-    if parts.username or parts.password:
-        raise ValueError("credentials do not belong in the path; use the cloud's own variables")
-    if parts.query or parts.fragment:
-        raise ValueError("a storage path takes no ?query or #fragment")
-    if not BUCKET_PATTERN.match(parts.netloc):
-        raise ValueError(
-            f"{parts.netloc!r} is not a bucket name (3-63 lowercase letters, digits, '.', '-')"
-        )
-    key = "/".join(part for part in parts.path.split("/") if part)
-    if any(part in (".", "..") for part in key.split("/")):
-        raise ValueError("'.' and '..' are not allowed in an object key")
-    return f"{scheme}://{parts.netloc}" + (f"/{key}" if key else "")
-
-
-def check_endpoint(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("must be an http:// or https:// URL such as http://minio:9000")
-    if parts.username or parts.password or parts.path.strip("/") or parts.query:
-        raise ValueError("only scheme, host and port: credentials come from AWS_* variables")
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 @functools.cache
-def filesystem(scheme: str, endpoint: str | None) -> pafs.FileSystem:
-    """One client per process for (scheme, endpoint), from this process's environment."""
+def filesystem(scheme: str, endpoint: str | None, budget: float | None = None) -> pafs.FileSystem:
+    """One client per process for (scheme, endpoint), from this process's environment.
+
+    `budget`: seconds all attempts of one request may take, for probes (app/store_probe.py):
+    one they give up on still ends soon, and pyarrow waits for it at exit."""
     if scheme == "gs":
         from datetime import timedelta
 
-        return pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=TIMEOUT_S * 3))
-    endpoint = (
-        endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    )
+        check_google_credentials()
+        return pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=budget or TIMEOUT_S * 3))
+    endpoint, _ = s3_endpoint(endpoint)
+    attempts, per_attempt = RETRIES, TIMEOUT_S
+    if budget:  # a short budget gets one attempt; whole seconds (curl's stall timer counts
+        # seconds, 0 would switch it off), with one share left for the retries' backoff
+        attempts = RETRIES if budget >= 3 * RETRIES else 1
+        per_attempt = max(1, int(budget / (attempts + 1)))
     options: dict[str, Any] = {
-        "connect_timeout": TIMEOUT_S,
-        "request_timeout": TIMEOUT_S,
-        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=RETRIES),
+        "connect_timeout": per_attempt,
+        "request_timeout": per_attempt,
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=attempts),
     }
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
@@ -103,10 +76,11 @@ def filesystem(scheme: str, endpoint: str | None) -> pafs.FileSystem:
 class ObjectPath:
     """A path in a bucket with the pathlib methods the run folder needs."""
 
-    def __init__(self, uri: str, endpoint: str | None = None) -> None:
+    def __init__(self, uri: str, endpoint: str | None = None, budget: float | None = None) -> None:
         self.uri = uri.rstrip("/")
         self.scheme, _, self.key = self.uri.partition("://")
         self.endpoint = endpoint
+        self.budget = budget  # the probes' client (filesystem()); not pickled: workers' own
 
     # --- naming ---------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -142,11 +116,11 @@ class ObjectPath:
         return {"type": "string", "format": "uri"}
 
     def __truediv__(self, part: str) -> ObjectPath:
-        return ObjectPath(f"{self.uri}/{str(part).strip('/')}", self.endpoint)
+        return ObjectPath(f"{self.uri}/{str(part).strip('/')}", self.endpoint, self.budget)
 
     def at(self, key: str) -> ObjectPath:
         """Another key in this store, e.g. one that Ray reports without a scheme."""
-        return ObjectPath(f"{self.scheme}://{key.strip('/')}", self.endpoint)
+        return ObjectPath(f"{self.scheme}://{key.strip('/')}", self.endpoint, self.budget)
 
     @property
     def name(self) -> str:
@@ -166,7 +140,11 @@ class ObjectPath:
 
     @property
     def fs(self) -> pafs.FileSystem:
-        return filesystem(self.scheme, self.endpoint)
+        return filesystem(self.scheme, self.endpoint, self.budget)
+
+    def with_budget(self, seconds: float) -> ObjectPath:
+        """This path, read through a client whose requests all end within `seconds`."""
+        return ObjectPath(self.uri, self.endpoint, seconds)
 
     # --- queries --------------------------------------------------------------------------
     def _type(self) -> pafs.FileType:
@@ -246,8 +224,9 @@ class ObjectPath:
 
 
 def locate(value: str | os.PathLike[str], endpoint: str | None = None) -> Any:
-    """A Path for a local path, an ObjectPath for an s3:// or gs:// URI."""
+    """A Path for a local path, an ObjectPath for an s3:// or gs:// URI; ValueError for what
+    only looks like either."""
     from pathlib import Path
 
-    text = os.fspath(value)
+    text = check_path(os.fspath(value))
     return ObjectPath(check_uri(text), endpoint) if uri_scheme(text) else Path(text)

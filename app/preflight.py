@@ -20,19 +20,16 @@ from importlib import metadata
 from pathlib import Path
 
 import click
+from pyarrow import ArrowException
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.objectstore import ObjectPath
 from app.ray_cluster import check_capacity, connect_ray
+from app.redact import redact_uri
 from app.settings import TrainSettings
-from app.storage import (
-    describe_store_error,
-    ensure_writable,
-    free_bytes,
-    human_bytes,
-    reachable,
-)
+from app.storage import describe_store_error, ensure_writable, free_bytes, human_bytes
+from app.store_probe import exists, reachable
 
 PINNED = ("ray", "torch", "torchvision")
 
@@ -108,7 +105,7 @@ def _settings(settings: TrainSettings, found: Found) -> str:
 
 
 def _storage(settings: TrainSettings, found: Found) -> str:
-    ensure_writable(settings.storage_path, "TRAIN_STORAGE_PATH")
+    ensure_writable(settings.storage_path, "TRAIN_STORAGE_PATH", settings.storage_timeout_s)
     free = free_bytes(settings.storage_path)
     space = "the store reports no free space" if free is None else f"{human_bytes(free)} free"
     return f"{settings.storage_path} writable, {space}"
@@ -135,11 +132,11 @@ def _tracking(settings: TrainSettings, found: Found) -> str:
 def _dataset(settings: TrainSettings, found: Found, *, prepare: bool, rows_per_worker: bool) -> str:
     folder = settings.dataset_dir
     if isinstance(folder, ObjectPath):
-        reachable(folder, "TRAIN_DATA_PATH")
+        reachable(folder, "TRAIN_DATA_PATH", settings.storage_timeout_s)
     try:
         return _dataset_in(folder, settings, found, prepare, rows_per_worker)
-    except OSError as err:  # a bucket that cannot be read; a local folder's errors say more
-        if not isinstance(folder, ObjectPath):
+    except (OSError, ArrowException) as err:  # a bucket that cannot be read
+        if not isinstance(folder, ObjectPath):  # a local folder's own errors say more
             raise
         raise ConfigError(describe_store_error(folder, "TRAIN_DATA_PATH", err)) from None
 
@@ -182,13 +179,18 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
     path = settings.warm_start
     if path is None:
         return "none (TRAIN_WARM_START is not set)"
+    if isinstance(path, ObjectPath):
+        found_it = exists(path, "TRAIN_WARM_START", settings.storage_timeout_s)
+    else:
+        found_it = path.exists()
+    if not found_it:
+        raise ConfigError(f"TRAIN_WARM_START={redact_uri(str(path))}: no such checkpoint or file")
     try:
-        exists = path.exists()
-    except OSError as err:  # only a bucket's client raises here
+        problem = warm_start_problem(settings)
+    except (OSError, ArrowException) as err:  # only a bucket's client raises here
+        if not isinstance(path, ObjectPath):
+            raise
         raise ConfigError(describe_store_error(path, "TRAIN_WARM_START", err)) from None
-    if not exists:
-        raise ConfigError(f"TRAIN_WARM_START={path}: no such checkpoint or file")
-    problem = warm_start_problem(settings)
     if problem:
         raise ConfigError(problem)
     return f"{path} loads as weights"

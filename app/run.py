@@ -28,6 +28,7 @@ from app.progress import EpochFollower
 from app.run_folder import read_summary, write_summary
 from app.settings import TrainSettings
 from app.storage import RunPath, storage_options
+from app.store_probe import StoreUnavailable
 from app.summary import build_summary, plot_curves
 from app.tracking import Trackers
 
@@ -285,6 +286,9 @@ def _recorded_settings(settings: TrainSettings) -> dict[str, Any]:
 
 def _record_invalid(run_dir: RunPath, err: ConfigError) -> None:
     """Where the run folder already exists, leave the reason there; never create it for this."""
+    if isinstance(err, StoreUnavailable) and err.variable == "TRAIN_STORAGE_PATH":
+        return  # the run folder's store did not answer its probe: do not wait on it again
+
     try:
         if not run_dir.is_dir():
             return

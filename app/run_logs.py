@@ -28,9 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from app import store_probe
 from app.errors import ConfigError, TrainctlError
 from app.objectstore import ObjectPath, locate
-from app.storage import RunPath, describe_store_error
+from app.redact import redact
+from app.storage import RunPath
 
 LOGS_DIR = "logs"
 BACKUPS = 3
@@ -304,12 +306,14 @@ def read_lines(path: RunPath) -> Iterator[str]:
 def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     """RUN as a run folder path or URI, or a run name under --storage (default
     TRAIN_STORAGE_PATH; TRAIN_STORAGE_ENDPOINT reaches an S3-compatible store)."""
-    endpoint = os.environ.get("TRAIN_STORAGE_ENDPOINT") or None
+    from app.settings import storage_access
+
+    endpoint, timeout = storage_access(os.environ)
     try:
         as_path = locate(run, endpoint)
     except ValueError as err:
-        raise ConfigError(f"run {run!r}: {err}") from None
-    if _is_dir(as_path / LOGS_DIR, "RUN"):
+        raise ConfigError(f"run {redact(run)!r}: {err}") from None
+    if _is_dir(as_path / LOGS_DIR, "RUN", timeout):
         return as_path
     if storage is None:
         from app.settings import TrainSettings
@@ -320,18 +324,16 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     try:
         candidate = locate(storage, endpoint) / run
     except ValueError as err:
-        raise ConfigError(f"--storage {storage}: {err}") from None
-    if _is_dir(candidate, "--storage"):
+        raise ConfigError(f"--storage {redact(storage)}: {err}") from None
+    if _is_dir(candidate, "--storage", timeout):
         return candidate
     raise ConfigError(
-        f"run {run!r}: neither {as_path} nor {candidate} is a run folder with logs; give the "
-        "run folder's path, or --storage where the volume is mounted"
+        f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
+        "give the run folder's path, or --storage where the volume is mounted"
     )
 
 
-def _is_dir(path: RunPath, what: str) -> bool:
-    try:
-        return path.is_dir()
-    except OSError as err:  # only a bucket's client raises here: say which store, and why
-        assert isinstance(path, ObjectPath)
-        raise ConfigError(describe_store_error(path, what, err)) from None
+def _is_dir(path: RunPath, what: str, timeout: float) -> bool:
+    if isinstance(path, ObjectPath):  # within TRAIN_STORAGE_TIMEOUT_S, or say which store, why
+        return store_probe.is_dir(path, what, timeout)
+    return path.is_dir()

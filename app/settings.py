@@ -12,14 +12,16 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.errors import ConfigError, did_you_mean
-from app.objectstore import ObjectPath, check_endpoint, check_uri, uri_scheme
+from app.objectstore import ObjectPath
 from app.redact import redact
+from app.store_probe import DEFAULT_TIMEOUT_S
+from app.store_uris import check_endpoint, check_path, check_uri, uri_scheme
 
 ENV_PREFIX = "TRAIN_"
 NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
@@ -165,6 +167,14 @@ class TrainSettings(BaseSettings):
         description="S3-compatible endpoint for s3:// paths, e.g. http://minio:9000 (MinIO, "
         "Ceph); empty uses AWS_ENDPOINT_URL, or AWS itself.",
     )
+    storage_timeout_s: float = Field(
+        DEFAULT_TIMEOUT_S,
+        gt=0,
+        le=600,
+        description="Seconds each check of a bucket (storage, data, warm start, `trainctl "
+        "logs`) waits for the store to answer before stopping with exit 2 and the endpoint "
+        "that did not answer.",
+    )
     run_name: str = Field(
         "",
         description="Run folder under storage_path. The same name resumes the same run; "
@@ -250,7 +260,10 @@ class TrainSettings(BaseSettings):
     @field_validator("storage_path", "data_path", "warm_start", mode="before")
     @classmethod
     def _uri_stays_a_uri(cls, value: Any) -> Any:
-        # pathlib would read s3://b/p as the folder "s3:/b/p": a URI is taken apart here.
+        # pathlib would read s3://b/p as the folder "s3:/b/p": a URI is taken apart here, and
+        # what only looks like one (" s3://b", "s3:/b") is refused rather than made a folder.
+        if isinstance(value, str) and value.strip():
+            check_path(value)
         if isinstance(value, str | Path) and uri_scheme(str(value)):
             return ObjectPath(check_uri(str(value)))
         return value
@@ -333,6 +346,31 @@ def load_settings() -> TrainSettings:
     if problems:
         raise ConfigError(problems)
     return settings
+
+
+def storage_access(env: Mapping[str, str]) -> tuple[str | None, float]:
+    """TRAIN_STORAGE_ENDPOINT and TRAIN_STORAGE_TIMEOUT_S alone, held to the same rules, for
+    commands that read a bucket without the other settings (`trainctl logs`)."""
+    problems = []
+    endpoint = env.get(env_name("storage_endpoint"), "").strip() or None
+    if endpoint is not None:
+        try:
+            endpoint = check_endpoint(env[env_name("storage_endpoint")])
+        except ValueError as err:
+            given = redact(env[env_name("storage_endpoint")])
+            problems.append(f"{env_name('storage_endpoint')}={given!r}: {err}")
+    field = TrainSettings.model_fields["storage_timeout_s"]
+    timeout = float(field.default)
+    given = env.get(env_name("storage_timeout_s"), "").strip()
+    if given:
+        try:
+            timeout = TypeAdapter(Annotated[float, field]).validate_python(given)
+        except ValidationError as err:
+            message = "; ".join(str(item["msg"]) for item in err.errors())
+            problems.append(f"{env_name('storage_timeout_s')}={given!r}: {message}")
+    if problems:
+        raise ConfigError(problems)
+    return endpoint, timeout
 
 
 def _unknown_variables(env: Mapping[str, str]) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import uuid
@@ -20,6 +19,12 @@ from typing import Any, TypeAlias
 
 from app.errors import ConfigError
 from app.objectstore import ObjectPath
+from app.store_probe import (  # noqa: F401 - describe_store_error, reachable: callers import them here
+    DEFAULT_TIMEOUT_S,
+    describe_store_error,
+    ensure_bucket_writable,
+    reachable,
+)
 
 RunPath: TypeAlias = Path | ObjectPath
 
@@ -34,10 +39,11 @@ def expand(path: Path | str, what: str) -> Path:
         ) from None
 
 
-def ensure_writable(path: RunPath, variable: str) -> None:
-    """Create `path` if needed and prove a file can be written there, or raise ConfigError."""
+def ensure_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    """Create `path` if needed and prove a file can be written there, or raise ConfigError (a
+    bucket's probe waits `timeout` seconds at most: app/store_probe.py)."""
     if isinstance(path, ObjectPath):
-        return _ensure_bucket_writable(path, variable)
+        return ensure_bucket_writable(path, variable, timeout)
     # Checked first: mkdir on an existing file fails with a bare "File exists".
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{variable}={path}: exists but is not a folder")
@@ -77,74 +83,6 @@ def human_bytes(size: float | None) -> str:
             return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
         size /= 1024
     return f"{size:.1f} TiB"
-
-
-# --- object storage: reachability and what its errors mean --------------------------------
-# pyarrow reports AWS errors as "AWS Error <CODE> during <operation>"; GCS's as HTTP statuses.
-_REFUSED = re.compile(
-    r"ACCESS_DENIED|INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH|EXPIRED_TOKEN|"
-    r"INVALID_TOKEN|UNAUTHORIZED|FORBIDDEN|HTTP status 40[13]|PermissionDenied|Unauthenticated|"
-    r"credentials",
-    re.IGNORECASE,
-)
-_NO_BUCKET = re.compile(r"NO_SUCH_BUCKET|bucket does not exist|Bucket '.*' not found", re.I)
-_UNREACHABLE = re.compile(
-    r"NETWORK_CONNECTION|Could not resolve|Couldn't connect|Connection refused|Timeout|"
-    r"curlCode|ServiceUnavailable|SERVICE_UNAVAILABLE",
-    re.IGNORECASE,
-)
-
-
-def describe_store_error(path: ObjectPath, variable: str, err: BaseException) -> str:
-    """One line naming the variable and what is wrong; the client's text never carries keys,
-    and neither does this (only the error's kind is kept, not the request it came from)."""
-    text = str(err)
-    where = f"{variable}={path}"
-    if _NO_BUCKET.search(text):
-        return f"{where}: bucket {path.bucket!r} does not exist (create it, or fix the name)"
-    if _REFUSED.search(text):
-        return (
-            f"{where}: the store refused the credentials ({_code(text)}); check AWS_ACCESS_KEY_ID"
-            "/AWS_SECRET_ACCESS_KEY, the pod's service account (IRSA, Workload Identity) or "
-            "the bucket's policy"
-        )
-    if _UNREACHABLE.search(text):
-        return (
-            f"{where}: the store cannot be reached ({_code(text)}); check "
-            "TRAIN_STORAGE_ENDPOINT or AWS_ENDPOINT_URL and the network"
-        )
-    return f"{where}: {_code(text)}"
-
-
-def _code(text: str) -> str:
-    match = re.search(r"AWS Error ([A-Z_]+)", text)
-    if match:
-        return match.group(1)
-    first = text.strip().splitlines()[0] if text.strip() else "error"
-    return first[:200]
-
-
-def _ensure_bucket_writable(path: ObjectPath, variable: str) -> None:
-    probe = path / f".trainctl-write-test-{uuid.uuid4().hex}"
-    try:
-        if path.is_file():
-            raise ConfigError(f"{variable}={path}: is an object, not a prefix")
-        probe.write_bytes(b"ok")
-        probe.unlink(missing_ok=True)
-    except ConfigError:
-        raise
-    except OSError as err:
-        raise ConfigError(describe_store_error(path, variable, err)) from None
-
-
-def reachable(path: ObjectPath, variable: str) -> None:
-    """A read-only probe (a listing): the store answers and the bucket exists."""
-    import pyarrow.fs as pafs
-
-    try:  # the bucket's top level: a missing bucket is an error here, not an empty listing
-        path.fs.get_file_info(pafs.FileSelector(path.bucket, allow_not_found=False))
-    except OSError as err:
-        raise ConfigError(describe_store_error(path, variable, err)) from None
 
 
 # --- writes that differ between a volume and a bucket --------------------------------------

@@ -103,3 +103,121 @@ def test_refused_credentials_are_reported_without_printing_them(
     result = trainctl("train")
     assert_refused(result, 2, "TRAIN_STORAGE_PATH=s3://bucket/runs", "refused the credentials")
     assert SECRET_IN_URI not in result.text and "testing" not in result.text
+
+
+# --- red team, issue 23 part 5 --------------------------------------------------------------
+AWS_SECRET_SHAPE = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # real keys hold '/'
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "needle"),
+    [
+        ("http://minio:99999", "the port must be a number from 1 to 65535, not '99999'"),
+        ("http://minio:abc", "the port must be a number from 1 to 65535, not 'abc'"),
+        ("http://minio:0", "the port must be a number from 1 to 65535, not '0'"),
+        ("http://minio:9000/bucket", "only scheme, host and port"),
+        ("http://minio:9000?x=1", "only scheme, host and port"),
+        ("http:/minio:9000", "http:// or https:// URL"),
+        ("ftp://minio:9000", "http:// or https:// URL"),
+        ("http://mi nio:9000", "without spaces"),
+        ("http://:9000", "'' is not a host name"),
+    ],
+)
+def test_an_endpoint_that_cannot_work_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str, needle: str
+) -> None:
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://bucket/runs")
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", endpoint)
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "TRAIN_STORAGE_ENDPOINT=", needle)
+    assert "TRAIN_STORAGE_PATH" not in result.text  # the endpoint is to blame, not the path
+    assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+@pytest.mark.parametrize("command", [("check", "--skip-cluster"), ("train",)], ids=" ".join)
+def test_the_aws_endpoint_variable_without_a_scheme_is_bad_input_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, command: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://bucket/runs")
+    monkeypatch.setenv(variable, "minio:9000")  # pyarrow: ArrowInvalid, once "internal error"
+    result = trainctl(*command)
+    assert_refused(result, 2, f"{variable}='minio:9000'", "http:// or https:// URL")
+    assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"{bad", "this file is not one"),
+        (b'["a list"]', "this file is not one"),
+        (None, "No such file or directory"),
+    ],
+    ids=["not-json", "not-a-key", "missing"],
+)
+def test_unusable_google_credentials_are_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: bytes | None, needle: str
+) -> None:
+    key = tmp_path / "key.json"
+    if content is not None:
+        key.write_bytes(content)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "gs://bucket/runs")
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "TRAIN_STORAGE_PATH=gs://bucket/runs", "GOOGLE_APPLICATION_CRED")
+    assert needle in result.text
+
+
+LOOKALIKES = [" s3://bucket/runs", "s3://bucket/runs ", "s3:/bucket", "s3:\\\\bucket", "gs:/b",
+              "S3:/bucket", "gs:bucket/x", "s3//bucket/x", "\ts3://bucket"]  # fmt: skip
+
+
+@pytest.mark.parametrize("variable", ["TRAIN_STORAGE_PATH", "TRAIN_DATA_PATH", "TRAIN_WARM_START"])
+@pytest.mark.parametrize("value", LOOKALIKES, ids=repr)
+def test_a_uri_lookalike_is_refused_not_made_a_local_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, f"{variable}=")
+    assert "looks like a URI" in result.text or "leading or trailing spaces" in result.text
+    assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize("value", LOOKALIKES[2:7], ids=repr)
+def test_logs_refuses_a_uri_lookalike_run_or_storage(tmp_path: Path, value: str) -> None:
+    assert_refused(trainctl("logs", "--driver", value), 2, "looks like a URI")
+    result = trainctl("logs", "--driver", "run", "--storage", value)
+    assert_refused(result, 2, "--storage", "looks like a URI")
+    assert files_under(tmp_path) == []
+
+
+URI_VARIABLES = [
+    "TRAIN_STORAGE_PATH",
+    "TRAIN_DATA_PATH",
+    "TRAIN_WARM_START",
+    "TRAIN_STORAGE_ENDPOINT",
+]
+
+
+@pytest.mark.parametrize("variable", URI_VARIABLES)
+def test_a_secret_with_slashes_in_a_uri_is_never_printed(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    host = "minio:9000" if variable == "TRAIN_STORAGE_ENDPOINT" else "bucket/runs"
+    scheme = "http" if variable == "TRAIN_STORAGE_ENDPOINT" else "s3"
+    monkeypatch.setenv(variable, f"{scheme}://AKIAIOSFODNN7EXAMPLE:{AWS_SECRET_SHAPE}@{host}")
+    for command in (("check", "--skip-cluster"), ("train",)):
+        result = trainctl(*command)
+        assert_refused(result, 2, variable, "credentials do not belong")
+        for part in AWS_SECRET_SHAPE.split("/"):
+            assert part not in result.text, result.text
+
+
+def test_logs_never_prints_a_secret_given_in_storage_or_run(tmp_path: Path) -> None:
+    uri = f"s3://AKIAIOSFODNN7EXAMPLE:{AWS_SECRET_SHAPE}@bucket/runs"
+    for args in (("logs", "--driver", uri), ("logs", "--driver", "run", "--storage", uri)):
+        result = trainctl(*args)
+        assert_refused(result, 2, "credentials do not belong")
+        for part in AWS_SECRET_SHAPE.split("/"):
+            assert part not in result.text, result.text

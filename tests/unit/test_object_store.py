@@ -4,13 +4,15 @@ the tests' own S3 client, and the pure parts (naming, error wording) without a s
 from __future__ import annotations
 
 import pickle
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from app import checkpoints, run_folder, run_logs
-from app.objectstore import ObjectPath, check_uri
+from app.deadline import DeadlineExceeded, call_with_deadline
+from app.objectstore import ObjectPath, check_endpoint, check_uri, locate
 from app.storage import append_line, describe_store_error, rename_dir, upload_tree
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 
@@ -141,3 +143,52 @@ def test_gs_uris_get_pyarrows_gcs_client_and_s3_endpoints_their_scheme() -> None
     s3 = filesystem("s3", "http://minio.minio:9000")
     assert isinstance(s3, pafs.S3FileSystem)
     assert "minio.minio:9000" in repr(s3.__reduce__())
+
+
+# --- endpoints, look-alikes, deadlines (no server) ------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "normal"),
+    [
+        ("http://minio:9000", "http://minio:9000"),
+        ("HTTPS://s3.example.com/", "https://s3.example.com"),
+        ("http://[::1]:9000", "http://[::1]:9000"),
+        ("http://10.0.0.5", "http://10.0.0.5"),
+    ],
+)
+def test_a_good_endpoint_is_normalised(value: str, normal: str) -> None:
+    assert check_endpoint(value) == normal
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["minio:9000", "http://minio:65536", "http://minio:-1", "http://minio:９０", "http://minio:",
+     "http://a@minio", "http://minio/x", "http://mi_nio", " http://minio", "http://[::1"],
+)  # fmt: skip
+def test_a_bad_endpoint_is_refused(value: str) -> None:
+    with pytest.raises(ValueError, match=r"http:// or https:// URL|credentials"):
+        check_endpoint(value)
+
+
+@pytest.mark.parametrize("value", ["s3:/b", "s3:\\b", "gs:b", "S3//b", " runs", "runs\n"])
+def test_lookalikes_are_refused_and_plain_paths_kept(value: str) -> None:
+    with pytest.raises(ValueError, match=r"looks like a URI|spaces"):
+        locate(value)
+    assert locate("./s3:odd-but-local") == Path("s3:odd-but-local")
+    assert locate("runs/a b") == Path("runs/a b")
+
+
+def test_a_deadline_returns_results_raises_errors_and_gives_up() -> None:
+    assert call_with_deadline(lambda: 7, 1, "seven") == 7
+    with pytest.raises(ZeroDivisionError):
+        call_with_deadline(lambda: 1 / 0, 1, "division")
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match=r"sleeper: no answer within 0\.3 s"):
+        call_with_deadline(lambda: time.sleep(5), 0.3, "sleeper")
+    assert time.monotonic() - started < 1
+
+
+def test_a_store_error_never_carries_a_secret_with_slashes() -> None:
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    err = OSError(f"AWS Error UNKNOWN during GetObject on http://AKIA:{secret}@minio:9000/b")
+    line = describe_store_error(ObjectPath("s3://bkt/runs"), "TRAIN_STORAGE_PATH", err)
+    assert all(part not in line for part in secret.split("/")), line

@@ -1,0 +1,190 @@
+"""Stores that never answer: every probe ends within TRAIN_STORAGE_TIMEOUT_S naming the
+endpoint, and SIGTERM or Ctrl-C during a probe act at once.
+
+A black hole is a real socket on 127.0.0.1 that listens and never accepts: connections
+succeed (the kernel queues them) and no byte ever comes back, as with a firewall that drops
+replies or a wedged proxy. A stalling store answers the first "is anyone there" request and
+then never answers S3's requests, so the wait is inside pyarrow's own client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hostile.support import assert_refused, files_under, trainctl
+from tests.support import REPO, trainctl_env
+
+MARGIN_S = 3.0  # start-up and printing, on a loaded 2-core machine
+
+
+@pytest.fixture
+def black_hole() -> Iterator[socket.socket]:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield server
+
+
+def _endpoint(server: socket.socket) -> str:
+    return f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+@contextlib.contextmanager
+def _stalling_store() -> Iterator[str]:
+    """Answers `HEAD /` with 200, then holds every other request open without a word."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            held.append(conn)
+            conn.settimeout(5)
+            with contextlib.suppress(OSError):
+                if conn.recv(4096).startswith(b"HEAD / "):
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(2)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("check", "--skip-cluster"), ("train",), ("logs", "--driver", "r", "--storage", "s3://b-1/r")],
+    ids=lambda c: c[0],
+)
+def test_a_black_hole_store_is_named_within_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    black_hole: socket.socket,
+    command: tuple[str, ...],
+) -> None:
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://b-1/runs")
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", _endpoint(black_hole))
+    monkeypatch.setenv("TRAIN_STORAGE_TIMEOUT_S", "1")
+    started = time.monotonic()
+    result = trainctl(*command)
+    took = time.monotonic() - started
+    assert_refused(
+        result, 2, f"the store at {_endpoint(black_hole)} did not answer within 1 s",
+        "TRAIN_STORAGE_TIMEOUT_S", "check TRAIN_STORAGE_ENDPOINT",
+    )  # fmt: skip
+    assert took < 1 + MARGIN_S, took
+    assert files_under(tmp_path) == []
+
+
+def test_a_black_hole_data_bucket_is_named_as_the_data_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, black_hole: socket.socket
+) -> None:
+    monkeypatch.setenv("TRAIN_DATASET", "parquet")
+    monkeypatch.setenv("TRAIN_DATA_PATH", "s3://data/images")
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", _endpoint(black_hole))
+    monkeypatch.setenv("TRAIN_STORAGE_TIMEOUT_S", "0.5")
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "ok    storage:", "TRAIN_DATA_PATH=s3://data/images: the store at")
+    assert "did not answer within 0.5 s" in result.text
+
+
+def test_gcs_without_any_identity_is_named_within_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, black_hole: socket.socket
+) -> None:
+    # No key file, no gcloud credentials under HOME, a metadata server that never answers.
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.delenv("CLOUDSDK_CONFIG", raising=False)
+    monkeypatch.setenv("GCE_METADATA_ROOT", _endpoint(black_hole).removeprefix("http://"))
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "gs://bucket/runs")
+    monkeypatch.setenv("TRAIN_STORAGE_TIMEOUT_S", "1")
+    started = time.monotonic()
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(
+        result, 2, "TRAIN_STORAGE_PATH=gs://bucket/runs: no Google credentials",
+        "set GOOGLE_APPLICATION_CREDENTIALS", "no answer within 1 s",
+    )  # fmt: skip
+    assert time.monotonic() - started < 1 + MARGIN_S
+
+
+def test_the_deadline_is_settable_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value in ("0", "-1", "601", "soon"):
+        monkeypatch.setenv("TRAIN_STORAGE_TIMEOUT_S", value)
+        assert_refused(trainctl("check", "--skip-cluster"), 2, f"TRAIN_STORAGE_TIMEOUT_S='{value}'")
+        result = trainctl("logs", "--driver", "run")
+        assert_refused(result, 2, f"TRAIN_STORAGE_TIMEOUT_S='{value}'")
+
+
+def _start(tmp_path: Path, endpoint: str, timeout_s: str) -> subprocess.Popen[str]:
+    env = trainctl_env(
+        storage_path="s3://bucket/runs", storage_endpoint=endpoint, storage_timeout_s=timeout_s
+    )
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", "check", "--skip-cluster"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "says"),
+    [(signal.SIGTERM, 143, "stopped by SIGTERM"), (signal.SIGINT, 130, "interrupted")],
+    ids=["SIGTERM", "Ctrl-C"],
+)
+def test_a_signal_during_a_probe_acts_at_once(
+    tmp_path: Path, black_hole: socket.socket, signum: int, code: int, says: str
+) -> None:
+    process = _start(tmp_path, _endpoint(black_hole), "60")
+    try:
+        # The probe has connected once the black hole has a connection waiting (not accepted).
+        ready, _, _ = select.select([black_hole], [], [], 30)
+        assert ready, "trainctl never reached the store"
+        time.sleep(0.5)  # well inside the wait
+        sent = time.monotonic()
+        process.send_signal(signum)
+        out, _ = process.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == code, out
+    assert says in out and "Traceback" not in out, out
+    assert took < MARGIN_S, took
+
+
+def test_a_store_that_stalls_inside_the_client_is_left_within_the_deadline(
+    tmp_path: Path,
+) -> None:
+    with _stalling_store() as endpoint:
+        started = time.monotonic()
+        process = _start(tmp_path, endpoint, "2")
+        out, _ = process.communicate(timeout=60)
+        took = time.monotonic() - started
+    assert process.returncode == 2, out
+    assert f"the store at {endpoint} did not answer within 2 s" in out, out
+    assert "Traceback" not in out, out
+    # Exit included: pyarrow waits at exit for a request still in flight, so the probes' client
+    # must give up within the same budget.
+    assert took < 2 + 2 * MARGIN_S, took
