@@ -15,7 +15,10 @@ from typing import Any
 
 MASK = "***"
 # A URI inside free text: scheme://, then anything up to whitespace, a quote or angle bracket.
-_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+# Look-alikes (`s3:/KEY:SECRET@b`, `s3:\\b`) are refused as paths, and echoed in the refusal:
+# one or more slashes or backslashes after the scheme count too.
+_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[/\\]+[^\s'\"<>`]+")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[/\\]+")
 # Query parameters whose value is a secret (case-insensitive, as names vary by service).
 _SECRET_PARAM = re.compile(
     r"(?i)([?&;](?:[a-z0-9_.-]*(?:token|secret|password|passwd|pwd|signature|credential|"
@@ -25,21 +28,22 @@ _SECRET_PARAM = re.compile(
 
 def redact_uri(uri: str) -> str:
     """`uri` with its user information and secret query values replaced by ***."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
+    found = _SCHEME.match(uri)
+    if not found:
         return uri
-    first = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    scheme, rest = found.group(0), uri[found.end() :]
+    first = re.split(r"[/\\?#]", rest, maxsplit=1)[0]
     at = rest.rfind("@")
     # With no @ in the first segment, a ':' there is a port, unless an @ follows the segment:
     # then the secret held a '/', and everything up to that @ is credentials.
     if at >= 0 and ("@" in first or (":" in first and at > len(first))):
         rest = f"{MASK}{rest[at:]}"
-    return _SECRET_PARAM.sub(rf"\1{MASK}", f"{scheme}://{rest}")
+    return _SECRET_PARAM.sub(rf"\1{MASK}", f"{scheme}{rest}")
 
 
 def redact_text(text: str) -> str:
     """Free text (a log line, an error message) with every URI in it redacted."""
-    if "://" not in text:
+    if ":" not in text:
         return text
     return _URI_IN_TEXT.sub(lambda match: redact_uri(match.group(0)), text)
 

@@ -17,6 +17,9 @@ AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
         ("ray://admin:hunter2@head.example:10001", "ray://***@head.example:10001"),
         ("https://user:p@ss/w@rd@mlflow.example/api", "https://***@mlflow.example/api"),
         ("https://token@mlflow.example", "https://***@mlflow.example"),
+        # Look-alikes are refused as paths, and the refusal echoes them.
+        (f"s3:/AKIAIOSFODNN7EXAMPLE:{AWS_SECRET}@bucket/x", "s3:/***@bucket/x"),
+        ("s3:\\\\user:hunter2@bucket", "s3:\\\\***@bucket"),
         ("https://mlflow.example/?token=abc123&x=1", "https://mlflow.example/?token=***&x=1"),
         (
             "https://b.s3.amazonaws.com/k?X-Amz-Signature=f00d&X-Amz-Credential=AKIA%2F1",
