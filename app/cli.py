@@ -18,6 +18,7 @@ from types import FrameType
 import click
 
 from app.errors import EXIT_FAILED, EXIT_INVALID, TrainctlError
+from app.k8s.values_flags import values_options
 from app.settings import NAMED_DATASETS, SEED_MAX
 
 EXIT_CTRL_C = 130  # 128 + SIGINT, what shells report for Ctrl-C
@@ -86,20 +87,42 @@ def env_cmd(fmt: str) -> None:
 
 
 @cli.command("render")
+@values_options
 @click.option(
-    "--values",
-    "values_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Values file, as for the Helm chart [default: the chart's defaults].",
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Write OUT/<pool>/*.yaml with a kustomization.yaml [default: one YAML stream on stdout].",
 )
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @click.option("--release", default="trainctl", show_default=True, help="Release name.")
 @click.option("-n", "--namespace", default="default", show_default=True, help="Namespace.")
-def render_cmd(values_file: Path | None, out: Path, release: str, namespace: str) -> None:
-    """Write plain YAML per node pool: OUT/<pool>/*.yaml with a kustomization.yaml."""
-    from app.k8s.render import load_values, write_manifests
+def render_cmd(
+    values_files: tuple[Path, ...],
+    set_values: tuple[str, ...],
+    set_string: tuple[str, ...],
+    set_json: tuple[str, ...],
+    out: Path | None,
+    release: str,
+    namespace: str,
+) -> None:
+    """Render the chart's objects without Helm, from the same values and flags.
 
-    paths = write_manifests(load_values(values_file), out, release=release, namespace=namespace)
+    \b
+    trainctl render -f a.yaml -f b.yaml --set train.epochs=5 | kubectl apply -f -
+    trainctl render -f values.yaml --out manifests   # a kustomization per pool
+    """
+    from app.k8s.manifests_out import render_stream, write_manifests
+    from app.k8s.render import load_values
+
+    values = load_values(
+        values_files, set_json=set_json, set_values=set_values, set_string=set_string
+    )
+    if out is None:
+        text = render_stream(values, release=release, namespace=namespace)
+        if not text:
+            click.echo("trainctl: no node pool is enabled: nothing to render", err=True)
+        click.echo(text, nl=False)
+        return
+    paths = write_manifests(values, out, release=release, namespace=namespace)
     pools = sorted({path.parent.name for path in paths})
     click.echo(f"wrote {len(paths)} files for pool(s) {', '.join(pools) or '(none enabled)'}")
     for pool in pools:
@@ -117,13 +140,7 @@ Exit codes:
 
 
 @cli.command("submit", epilog=SUBMIT_EPILOG)
-@click.option(
-    "--values",
-    "values_file",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Values file, as for the Helm chart and `trainctl render`.",
-)
+@values_options
 @click.option("--pool", required=True, help="Node pool whose RayJob to submit.")
 @click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
 @click.option("--release", default="trainctl", show_default=True, help="Release name.")
@@ -149,7 +166,10 @@ Exit codes:
     help="With --wait: seconds between status checks.",
 )
 def submit_cmd(
-    values_file: Path,
+    values_files: tuple[Path, ...],
+    set_values: tuple[str, ...],
+    set_string: tuple[str, ...],
+    set_json: tuple[str, ...],
     pool: str,
     namespace: str | None,
     release: str,
@@ -160,11 +180,14 @@ def submit_cmd(
     poll_s: float,
 ) -> None:
     """Create the RayJob for --pool (an existing run is attached to), and follow it."""
+    from dataclasses import replace
+
     from app.k8s.submit import SubmitRequest, submit
 
     request = SubmitRequest(
-        values_file, pool, release, namespace, run_tag, wait, timeout_s, storage_mount, poll_s
+        values_files, pool, release, namespace, run_tag, wait, timeout_s, storage_mount, poll_s
     )
+    request = replace(request, set_values=set_values, set_string=set_string, set_json=set_json)
     submit(request, click.echo)
 
 
