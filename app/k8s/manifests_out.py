@@ -32,7 +32,7 @@ def render_stream(values: dict[str, Any], *, release: str, namespace: str) -> st
     schedule = render_schedule_objects(values, release=release, namespace=namespace)
     seen: set[tuple[str, str]] = set()
     docs = []
-    for pool, objects in list(pools.items()) + [("schedule", schedule)]:
+    for pool, objects in [*list(pools.items()), ("schedule", schedule)]:
         for obj in objects:
             key = (obj["kind"], obj["metadata"]["name"])
             if key in seen:

@@ -26,14 +26,18 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 _PLAIN = "tag:trainctl:helm-plain"
 _TAG = "tag:yaml.org,2002:"
 _BOOLS = {
-    **dict.fromkeys("y Y yes Yes YES true True TRUE on On ON".split(), True),
-    **dict.fromkeys("n N no No NO false False FALSE off Off OFF".split(), False),
+    **dict.fromkeys(
+        ["y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"], True
+    ),
+    **dict.fromkeys(
+        ["n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"], False
+    ),
 }
 _NULLS = ("", "~", "null", "Null", "NULL")
 _SPECIAL = {
-    **dict.fromkeys(".nan .NaN .NAN".split(), math.nan),
-    **dict.fromkeys(".inf .Inf .INF +.inf +.Inf +.INF".split(), math.inf),
-    **dict.fromkeys("-.inf -.Inf -.INF".split(), -math.inf),
+    **dict.fromkeys([".nan", ".NaN", ".NAN"], math.nan),
+    **dict.fromkeys([".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"], math.inf),
+    **dict.fromkeys(["-.inf", "-.Inf", "-.INF"], -math.inf),
 }
 _YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 _INT64 = (-(2**63), 2**63 - 1)
