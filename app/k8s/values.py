@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -25,6 +26,7 @@ PACKAGED_DIR = Path(__file__).resolve().parent / "templates" / "chart"
 # Only present in a source checkout; used by the sync step and the tests.
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "trainctl"
 SYNCED_FILES = ("Chart.yaml", "values.yaml", "values.schema.json")
+MAX_VALUES_BYTES = 16 * 2**20
 
 
 @cache
@@ -100,10 +102,26 @@ def user_values(
     return user
 
 
+def _read_capped(path: Path) -> bytes:
+    """The file's bytes (stdin for `-`, as in Helm), refusing more than MAX_VALUES_BYTES: a
+    device like /dev/zero must not be read forever."""
+    if str(path) == "-":
+        data = sys.stdin.buffer.read(MAX_VALUES_BYTES + 1)
+    else:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_VALUES_BYTES + 1)
+    if len(data) > MAX_VALUES_BYTES:
+        raise ConfigError(
+            f"values file {path}: larger than {MAX_VALUES_BYTES // 2**20} MiB; values files are "
+            "small YAML documents"
+        )
+    return data
+
+
 def read_values_file(path: Path) -> dict[str, Any]:
     """One -f file, read as Helm reads it (app/k8s/values_yaml.py)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_capped(path).decode("utf-8")
     except OSError as err:
         raise ConfigError(f"values file {path}: {err.strerror or err}") from None
     except UnicodeDecodeError as err:

@@ -20,8 +20,8 @@ def values_options(func: Callable[..., None]) -> Callable[..., None]:
             "--values",
             "values_files",
             multiple=True,
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            help="Values file, as for Helm; repeat to merge (later files win).",
+            type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
+            help="Values file (- for stdin), as for Helm; repeat to merge (later files win).",
         ),
         click.option(
             "--set", "set_values", multiple=True, metavar="K=V", help="As helm --set (repeatable)."

@@ -53,6 +53,18 @@ def test_missing_values_file_is_exit_2_naming_it(tmp_path: Path) -> None:
     assert_refused(trainctl("render", "-f", str(tmp_path / "nope.yaml")), 2, "nope.yaml")
 
 
+def test_endless_device_is_refused_not_read_forever() -> None:
+    started = time.monotonic()
+    assert_refused(trainctl("render", "-f", "/dev/zero"), 2, "/dev/zero", "MiB")
+    assert time.monotonic() - started < 2
+
+
+def test_not_utf8_is_exit_2_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"labels: {team: \xe9quipe}\n")
+    assert_refused(trainctl("render", "-f", str(path)), 2, "latin1.yaml", "UTF-8")
+
+
 # -- YAML as Helm reads it ------------------------------------------------------------------------
 
 
