@@ -95,15 +95,7 @@ def env_cmd(fmt: str) -> None:
 )
 @click.option("--release", default="trainctl", show_default=True, help="Release name.")
 @click.option("-n", "--namespace", default="default", show_default=True, help="Namespace.")
-def render_cmd(
-    values_files: tuple[Path, ...],
-    set_values: tuple[str, ...],
-    set_string: tuple[str, ...],
-    set_json: tuple[str, ...],
-    out: Path | None,
-    release: str,
-    namespace: str,
-) -> None:
+def render_cmd(out: Path | None, release: str, namespace: str, **values_args: tuple) -> None:
     """Render the chart's objects without Helm, from the same values and flags.
 
     \b
@@ -113,9 +105,7 @@ def render_cmd(
     from app.k8s.manifests_out import render_stream, write_manifests
     from app.k8s.render import load_values
 
-    values = load_values(
-        values_files, set_json=set_json, set_values=set_values, set_string=set_string
-    )
+    values = load_values(**values_args)  # -f files and --set* flags, as Helm takes them
     if out is None:
         text = render_stream(values, release=release, namespace=namespace)
         if not text:
@@ -166,10 +156,6 @@ Exit codes:
     help="With --wait: seconds between status checks.",
 )
 def submit_cmd(
-    values_files: tuple[Path, ...],
-    set_values: tuple[str, ...],
-    set_string: tuple[str, ...],
-    set_json: tuple[str, ...],
     pool: str,
     namespace: str | None,
     release: str,
@@ -178,16 +164,22 @@ def submit_cmd(
     timeout_s: float | None,
     storage_mount: Path | None,
     poll_s: float,
+    **values_args: tuple,
 ) -> None:
     """Create the RayJob for --pool (an existing run is attached to), and follow it."""
-    from dataclasses import replace
-
     from app.k8s.submit import SubmitRequest, submit
 
     request = SubmitRequest(
-        values_files, pool, release, namespace, run_tag, wait, timeout_s, storage_mount, poll_s
+        pool=pool,
+        release=release,
+        namespace=namespace,
+        run_tag=run_tag,
+        wait=wait,
+        timeout_s=timeout_s,
+        storage_mount=storage_mount,
+        poll_s=poll_s,
+        **values_args,  # -f files and --set* flags
     )
-    request = replace(request, set_values=set_values, set_string=set_string, set_json=set_json)
     submit(request, click.echo)
 
 

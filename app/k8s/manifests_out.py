@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from app.errors import ConfigError
+from app.k8s import values_yaml
 from app.k8s.render import render_objects, render_schedule_objects
 from app.storage import expand
 
@@ -85,9 +86,9 @@ def _keep_existing_token(obj: dict[str, Any], path: Path) -> None:
     if obj["kind"] != "Secret" or not path.exists():
         return
     _no_symlink(path)
-    try:
-        old = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+    try:  # the values reader: an alias bomb planted here is refused like one in a values file
+        old = values_yaml.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as err:
         raise ConfigError(
             f"--out: {path} holds the auth token of an earlier render but cannot be read "
             f"({type(err).__name__}); fix or remove it"

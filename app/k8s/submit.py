@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SubmitRequest:
-    values_files: tuple[Path, ...]
     pool: str
     release: str
+    values_files: tuple[Path, ...] = ()
     namespace: str | None = None
     run_tag: str | None = None
     wait: bool = False

@@ -156,6 +156,14 @@ def test_malformed_set_is_exit_2_naming_it(tmp_path: Path, option: str, expressi
     assert files_under(out) == []
 
 
+def test_submit_refuses_a_malformed_set_before_reaching_a_cluster(tmp_path: Path) -> None:
+    path = _file(tmp_path, POOL)
+    result = trainctl("submit", "-f", str(path), "--set", "train.epochs", "--pool", "cpu")
+    assert_refused(result, 2, "--set", "train.epochs", "has no value")
+    result = trainctl("submit", "-f", str(path), "--set-json", "train.lr=[", "--pool", "cpu")
+    assert_refused(result, 2, "--set-json")
+
+
 def test_set_types_values_as_helm_does(tmp_path: Path) -> None:
     data = _config(tmp_path, "", "--set", "train.epochs=5,train.tensorboard=TRUE")
     assert (data["TRAIN_EPOCHS"], data["TRAIN_TENSORBOARD"]) == ("5", "true")
@@ -211,12 +219,13 @@ def test_symlinked_out_folder_and_secret_file_are_refused(tmp_path: Path) -> Non
     assert secret.read_text() == "kind: Secret\n"
 
 
-def test_bad_file_in_the_target_leaves_everything_as_it_was(tmp_path: Path) -> None:
+@pytest.mark.parametrize("planted", ["data: [unclosed\n", _bomb()], ids=["broken", "bomb"])
+def test_bad_file_in_the_target_leaves_everything_as_it_was(tmp_path: Path, planted: str) -> None:
     out = tmp_path / "out"
     assert _render_out(tmp_path, out).code == 0
     before = {p: (out / p).read_bytes() for p in files_under(out) if (out / p).is_file()}
-    (out / "cpu" / "secret.yaml").write_text("data: [unclosed\n")
-    before[os.path.join("cpu", "secret.yaml")] = b"data: [unclosed\n"
+    (out / "cpu" / "secret.yaml").write_text(planted)
+    before[os.path.join("cpu", "secret.yaml")] = planted.encode()
     result = _render_out(tmp_path, out, "train: {epochs: 9}\n")
     assert_refused(result, 2, "secret.yaml")
     after = {p: (out / p).read_bytes() for p in files_under(out) if (out / p).is_file()}
