@@ -18,6 +18,7 @@ from types import FrameType
 import click
 
 from app.errors import EXIT_CTRL_C, EXIT_FAILED, EXIT_INVALID, EXIT_SIGTERM, TrainctlError
+from app.k8s.values_flags import values_options
 from app.settings import NAMED_DATASETS, SEED_MAX
 
 
@@ -83,20 +84,32 @@ def env_cmd(fmt: str) -> None:
 
 
 @cli.command("render")
+@values_options
 @click.option(
-    "--values",
-    "values_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Values file, as for the Helm chart [default: the chart's defaults].",
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Write OUT/<pool>/*.yaml with a kustomization.yaml [default: one YAML stream on stdout].",
 )
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @click.option("--release", default="trainctl", show_default=True, help="Release name.")
 @click.option("-n", "--namespace", default="default", show_default=True, help="Namespace.")
-def render_cmd(values_file: Path | None, out: Path, release: str, namespace: str) -> None:
-    """Write plain YAML per node pool: OUT/<pool>/*.yaml with a kustomization.yaml."""
-    from app.k8s.render import load_values, write_manifests
+def render_cmd(out: Path | None, release: str, namespace: str, **values_args: tuple) -> None:
+    """Render the chart's objects without Helm, from the same values and flags.
 
-    paths = write_manifests(load_values(values_file), out, release=release, namespace=namespace)
+    \b
+    trainctl render -f a.yaml -f b.yaml --set train.epochs=5 | kubectl apply -f -
+    trainctl render -f values.yaml --out manifests   # a kustomization per pool
+    """
+    from app.k8s.manifests_out import render_stream, write_manifests
+    from app.k8s.render import load_values
+
+    values = load_values(**values_args)  # -f files and --set* flags, as Helm takes them
+    if out is None:
+        text = render_stream(values, release=release, namespace=namespace)
+        if not text:
+            click.echo("trainctl: no node pool is enabled: nothing to render", err=True)
+        click.echo(text, nl=False)
+        return
+    paths = write_manifests(values, out, release=release, namespace=namespace)
     pools = sorted({path.parent.name for path in paths})
     click.echo(f"wrote {len(paths)} files for pool(s) {', '.join(pools) or '(none enabled)'}")
     for pool in pools:
@@ -114,13 +127,7 @@ Exit codes:
 
 
 @cli.command("submit", epilog=SUBMIT_EPILOG)
-@click.option(
-    "--values",
-    "values_file",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Values file, as for the Helm chart and `trainctl render`.",
-)
+@values_options
 @click.option("--pool", required=True, help="Node pool whose RayJob to submit.")
 @click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
 @click.option("--release", default="trainctl", show_default=True, help="Release name.")
@@ -146,7 +153,6 @@ Exit codes:
     help="With --wait: seconds between status checks.",
 )
 def submit_cmd(
-    values_file: Path,
     pool: str,
     namespace: str | None,
     release: str,
@@ -155,12 +161,21 @@ def submit_cmd(
     timeout_s: float | None,
     storage_mount: Path | None,
     poll_s: float,
+    **values_args: tuple,
 ) -> None:
     """Create the RayJob for --pool (an existing run is attached to), and follow it."""
     from app.k8s.submit import SubmitRequest, submit
 
     request = SubmitRequest(
-        values_file, pool, release, namespace, run_tag, wait, timeout_s, storage_mount, poll_s
+        pool=pool,
+        release=release,
+        namespace=namespace,
+        run_tag=run_tag,
+        wait=wait,
+        timeout_s=timeout_s,
+        storage_mount=storage_mount,
+        poll_s=poll_s,
+        **values_args,  # -f files and --set* flags
     )
     submit(request, click.echo)
 

@@ -14,6 +14,7 @@ import copy
 import json
 import re
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,9 @@ from app.k8s.values import (
     default_values,
     enabled_pools,
     merged_train,
-    read_values_file,
+    user_values,
     validate,
 )
-from app.storage import expand
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MANAGED_BY = "trainctl"
@@ -43,9 +43,16 @@ KEEP = ("helm.sh/resource-policy", "keep")
 GCS_KEY_DIR = "/var/run/secrets/trainctl/gcs"
 
 
-def load_values(values_file: Path | None) -> dict[str, Any]:
-    """The chart's defaults with the user's values file coalesced over them, schema-checked."""
-    user = read_values_file(values_file) if values_file else {}
+def load_values(
+    values_files: Path | Sequence[Path] | None = None,
+    *,
+    set_json: Sequence[str] = (),
+    set_values: Sequence[str] = (),
+    set_string: Sequence[str] = (),
+) -> dict[str, Any]:
+    """As `helm template -f ... --set ...`: the user's values over the chart's, schema-checked."""
+    files = [values_files] if isinstance(values_files, Path) else list(values_files or ())
+    user = user_values(files, set_json=set_json, set_values=set_values, set_string=set_string)
     values = coalesce(default_values(), user)
     validate(values)
     return values
@@ -209,9 +216,9 @@ def render_schedule_objects(
     """The scheduled-retraining objects (CronJobs and their RBAC); empty unless enabled."""
     _check_inputs(values, release, namespace)
     schedule = values.get("schedule") or {}
-    if not schedule.get("enabled"):
-        return []
     pools = enabled_pools(values)
+    if not schedule.get("enabled") or not pools:  # no pool: nothing to run, as in the chart
+        return []
     wanted = schedule.get("pools") or sorted(pools)
     base = _base_context(values, release, namespace)
     stored = {k: v for k, v in values.items() if k != "runTag"}
@@ -225,54 +232,10 @@ def render_schedule_objects(
     )
 
 
-def _keep_existing_token(obj: dict[str, Any], path: Path) -> None:
-    """Like Helm's lookup: re-rendering into a folder keeps the token already written there."""
-    if obj["kind"] != "Secret" or not path.exists():
-        return
-    old = yaml.safe_load(path.read_text())
-    if old and old.get("metadata", {}).get("name") == obj["metadata"]["name"]:
-        obj["data"]["auth_token"] = old.get("data", {}).get("auth_token", obj["data"]["auth_token"])
-
-
 def write_manifests(
     values: dict[str, Any], out_dir: Path, *, release: str, namespace: str
 ) -> list[Path]:
-    """Write <out_dir>/<pool>/*.yaml and a kustomization.yaml per pool; return the paths."""
-    pools = render_objects(values, release=release, namespace=namespace)
-    schedule = render_schedule_objects(values, release=release, namespace=namespace)
-    out_dir = expand(out_dir, "--out")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out={out_dir}: exists but is not a folder")
-    written = []
-    for pool, objects in pools.items():
-        folder = out_dir / pool
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise ConfigError(f"--out={out_dir}: cannot create {folder} ({err.strerror})") from None
-        extra = [
-            obj
-            for obj in schedule
-            if obj["kind"] != "CronJob" or obj["metadata"]["labels"]["trainctl.io/pool"] == pool
-        ]
-        names: list[str] = []
-        for obj in objects + extra:
-            # Named by kind, so a changed config rewrites the same files instead of adding some.
-            name = f"{obj['kind'].lower()}.yaml"
-            if name in names:  # e.g. the schedule's ServiceAccount next to the Ray pods' one
-                name = f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
-            path = folder / name
-            _keep_existing_token(obj, path)
-            text = yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=100)
-            path.write_text(text, encoding="utf-8")
-            names.append(name)
-            written.append(path)
-        kustomization = {
-            "apiVersion": "kustomize.config.k8s.io/v1beta1",
-            "kind": "Kustomization",
-            "resources": names,
-        }
-        path = folder / "kustomization.yaml"
-        path.write_text(yaml.safe_dump(kustomization, sort_keys=False), encoding="utf-8")
-        written.append(path)
-    return written
+    """See app/k8s/manifests_out.py (kept here for the callers that import it from render)."""
+    from app.k8s.manifests_out import write_manifests as write
+
+    return write(values, out_dir, release=release, namespace=namespace)

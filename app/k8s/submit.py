@@ -35,15 +35,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SubmitRequest:
-    values_file: Path
     pool: str
     release: str
+    values_files: tuple[Path, ...] = ()
     namespace: str | None = None
     run_tag: str | None = None
     wait: bool = False
     timeout_s: float | None = None
     storage_mount: Path | None = None
     poll_s: float = 3.0
+    set_values: tuple[str, ...] = ()
+    set_string: tuple[str, ...] = ()
+    set_json: tuple[str, ...] = ()
 
 
 def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
@@ -60,7 +63,12 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
             "the option out. A scheduled CronJob passes its Job's name, from the pod label "
             "batch.kubernetes.io/job-name (Kubernetes 1.27 and later)"
         )
-    values = load_values(request.values_file)
+    values = load_values(
+        request.values_files,
+        set_json=request.set_json,
+        set_values=request.set_values,
+        set_string=request.set_string,
+    )
     if request.run_tag:
         values["runTag"] = request.run_tag
     cluster = Cluster.connect()

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.k8s import names
+from app.k8s import k8s_bounds, names
 from app.settings import TrainSettings
 
 # Set by the chart per pool (from the pool, the storage mount and the RayJob name), so a value
@@ -79,7 +79,7 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
     for kind in ("requests", "limits"):
         resources = schema["definitions"]["resources"]["properties"][kind]
         resources["propertyNames"] = {"$ref": _ref("resourceName")}
-    return schema
+    return k8s_bounds.bound_names(schema)
 
 
 def _ref(name: str) -> str:

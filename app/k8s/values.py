@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,11 +20,13 @@ from typing import Any
 import yaml
 
 from app.errors import ConfigError
+from app.k8s import strvals, values_yaml
 
 PACKAGED_DIR = Path(__file__).resolve().parent / "templates" / "chart"
 # Only present in a source checkout; used by the sync step and the tests.
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "trainctl"
 SYNCED_FILES = ("Chart.yaml", "values.yaml", "values.schema.json")
+MAX_VALUES_BYTES = 16 * 2**20
 
 
 @cache
@@ -56,9 +60,68 @@ def coalesce(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, A
     return merged
 
 
+def merge_maps(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's merge of one -f file over the files before it (pkg/cli/values mergeMaps).
+
+    Maps merge key by key and the later file wins; lists and scalars are replaced whole; a null
+    is kept, so that coalescing over the chart's defaults then deletes that key.
+    """
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_maps(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def user_values(
+    files: Sequence[Path] = (),
+    *,
+    set_json: Sequence[str] = (),
+    set_values: Sequence[str] = (),
+    set_string: Sequence[str] = (),
+) -> dict[str, Any]:
+    """What Helm's -f files, --set-json, --set and --set-string make, in Helm's order."""
+    user: dict[str, Any] = {}
+    for path in files:
+        user = merge_maps(user, read_values_file(path))
+    for option, mode, expressions in (
+        ("--set-json", "json", set_json),
+        ("--set", "set", set_values),
+        ("--set-string", "string", set_string),
+    ):
+        for expression in expressions:
+            try:
+                strvals.parse_into(expression, user, mode)
+            except strvals.StrvalsError as err:
+                raise ConfigError(
+                    f"{option} {expression!r}: {err}; the syntax is KEY=VALUE[,KEY=VALUE...], "
+                    "e.g. train.epochs=5, a.b[0]=x, a={x,y} (escape , and . in a key with \\)"
+                ) from None
+    return user
+
+
+def _read_capped(path: Path) -> bytes:
+    """The file's bytes (stdin for `-`, as in Helm), refusing more than MAX_VALUES_BYTES: a
+    device like /dev/zero must not be read forever."""
+    if str(path) == "-":
+        data = sys.stdin.buffer.read(MAX_VALUES_BYTES + 1)
+    else:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_VALUES_BYTES + 1)
+    if len(data) > MAX_VALUES_BYTES:
+        raise ConfigError(
+            f"values file {path}: larger than {MAX_VALUES_BYTES // 2**20} MiB; values files are "
+            "small YAML documents"
+        )
+    return data
+
+
 def read_values_file(path: Path) -> dict[str, Any]:
+    """One -f file, read as Helm reads it (app/k8s/values_yaml.py)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_capped(path).decode("utf-8")
     except OSError as err:
         raise ConfigError(f"values file {path}: {err.strerror or err}") from None
     except UnicodeDecodeError as err:
@@ -66,9 +129,11 @@ def read_values_file(path: Path) -> dict[str, Any]:
             f"values file {path}: not UTF-8 text (byte {err.start}); save it as UTF-8"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = values_yaml.load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"values file {path} is not valid YAML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"values file {path} is nested too deeply to be values") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -106,6 +106,57 @@ def helm_render(
     return _parse([text for name, text in sorted(out.items()) if name.endswith(".yaml")])
 
 
+def helm_merge_maps(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's pkg/cli/values mergeMaps, line for line (the SDK does not expose MergeValues)."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = helm_merge_maps(out[key], value)
+            continue
+        out[key] = value
+    return out
+
+
+def helm_user_values(
+    files: list[Path],
+    *,
+    set_values: tuple[str, ...] = (),
+    set_string: tuple[str, ...] = (),
+    set_json: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """What `helm template -f F... --set-json --set --set-string` hands the chart: each file
+    through Helm's own values reader, each expression through Helm's own strvals parser.
+
+    Helm parses an expression into the values so far; here each is parsed alone and merged,
+    which is the same except when an index writes into a list a file already holds.
+    """
+    import helm_python
+    from helm_python.errors import HelmError
+
+    user: dict[str, Any] = {}
+    parsers = (
+        (set_json, helm_python.parse_set_json),
+        (set_values, helm_python.parse_set_string),
+        (set_string, helm_python.parse_set_string_values),
+    )
+    try:
+        for path in files:
+            user = helm_merge_maps(user, helm_python.values_from_yaml(path.read_text()))
+        for expressions, parse in parsers:
+            for expression in expressions:
+                user = helm_merge_maps(user, parse(expression))
+    except HelmError as err:
+        raise HelmFailed(str(err)) from err
+    return user
+
+
+def helm_template(
+    files: list[Path], *, release: str = "demo", namespace: str = "ml", **sets: Any
+) -> list[dict[str, Any]]:
+    """`helm template RELEASE chart -n NS -f FILE... --set...`: the same file bytes as trainctl."""
+    return helm_render(helm_user_values(files, **sets), release=release, namespace=namespace)
+
+
 def helm_lint(values: dict[str, Any] | None = None) -> list[str]:
     """`helm lint --strict`: the findings that make it fail (warnings and errors)."""
     helm = shutil.which("helm")

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from app.errors import ConfigError
 from app.k8s.follow import summary_line
@@ -67,7 +66,7 @@ def _both(values: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
     """Helm's objects, after checking `trainctl render` gives the same ones."""
     helm = by_key(helm_render(values, release="train", namespace="ml"))
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump(values))
+    path.write_text(json.dumps(values))  # JSON: the dict's exact meaning in any YAML reader
     python: dict = {}
     for objects in render_objects(load_values(path), release="train", namespace="ml").values():
         python.update(by_key(objects))

@@ -9,6 +9,7 @@ RayJob in every status KubeRay v1.7 has, and must agree with `trainctl submit --
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shlex
 from pathlib import Path
@@ -92,7 +93,7 @@ def render_example(path: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
     merged = values_of(path, doc)
     tmp = path.with_name(f".{path.name}.merged")
     try:
-        tmp.write_text(yaml.safe_dump(merged))
+        tmp.write_text(json.dumps(merged))  # JSON: the dict's exact meaning in any YAML reader
         values = load_values(tmp)
     finally:
         tmp.unlink(missing_ok=True)

@@ -11,11 +11,11 @@ out without renaming anything (docs/gitops.md says why that is not the default).
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from app.k8s.render import load_values, render_objects, render_schedule_objects
 from tests.contract.k8s_support import (
@@ -37,7 +37,7 @@ THREE_POOLS = load_yaml(EXAMPLES / "values-three-pools.yaml")
 def python_render(values: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
     """`trainctl render`'s objects for user values, through the same schema check."""
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump(values, allow_unicode=True))
+    path.write_text(json.dumps(values))  # JSON: the dict's exact meaning in any YAML reader
     loaded = load_values(path)
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for objects in render_objects(loaded, release="train", namespace="ml").values():

@@ -3,10 +3,10 @@ selects every Ray pod of the release by labels and a port those pods really carr
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from app.errors import ConfigError
 from app.k8s.render import load_values, render_objects
@@ -87,7 +87,7 @@ def test_an_empty_scraper_selector_is_refused_by_both_engines(
     with pytest.raises(HelmFailed, match=empty):
         helm_render(values, release="demo", namespace="ml")
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump(values))
+    path.write_text(json.dumps(values))  # JSON: the dict's exact meaning in any YAML reader
     with pytest.raises(ConfigError, match=empty):
         render_objects(load_values(path), release="demo", namespace="ml")
 
@@ -120,6 +120,6 @@ def test_a_tracker_credential_in_plain_env_is_refused(tmp_path: Path) -> None:
     with pytest.raises(HelmFailed):
         helm_render(values, release="demo", namespace="ml")
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump(values))
+    path.write_text(json.dumps(values))  # JSON: the dict's exact meaning in any YAML reader
     with pytest.raises(ConfigError, match="WANDB_API_KEY"):
         load_values(path)

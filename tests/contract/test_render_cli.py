@@ -35,6 +35,26 @@ def test_render_writes_a_kustomization_per_pool(tmp_path: Path) -> None:
     assert job["metadata"]["name"].startswith("trainctl-pool-a-")
 
 
+def test_render_without_out_prints_one_stream_for_kubectl(tmp_path: Path) -> None:
+    values = EXAMPLES / "values-cpu.yaml"
+    override = tmp_path / "b.yaml"
+    override.write_text("train: {epochs: 2}\n")
+    proc = subprocess.run(
+        [*TRAINCTL, "render", "-f", "-", "-f", str(override), "--set", "train.seed=9"],
+        input=values.read_text(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    docs = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+    assert proc.stdout.startswith("---\n# Source: trainctl/")
+    kinds = [doc["kind"] for doc in docs]
+    assert kinds.count("RayJob") == 2 and kinds.count("Secret") == 1  # shared objects once
+    for config in (doc for doc in docs if doc["kind"] == "ConfigMap"):
+        assert (config["data"]["TRAIN_EPOCHS"], config["data"]["TRAIN_SEED"]) == ("2", "9")
+
+
 def test_bad_values_exit_2_with_the_key_and_no_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("train:\n  epochs: 0\n  lern_rate: 0.1\nnodePools:\n  a: {replicas: two}\n")

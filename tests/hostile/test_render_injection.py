@@ -9,6 +9,7 @@ quote every key anyway, and values that are allowed come back byte for byte.
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,8 @@ MAPS = {
 
 def _values_file(tmp_path: Path, values: dict[str, Any]) -> Path:
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump(values, allow_unicode=True), encoding="utf-8")
+    # JSON: the dict's exact meaning in any YAML reader (PyYAML would leave 1e3 unquoted).
+    path.write_text(json.dumps(values), encoding="utf-8")
     return path
 
 

@@ -1,0 +1,94 @@
+"""Names and strings of the chart's values bounded to what the Kubernetes API server accepts.
+
+Both engines check values against the one values.schema.json (Helm natively, `trainctl render`
+through jsonschema), so a Secret name, queue name, cron schedule or time zone the API server
+would refuse fails at render, naming the value, instead of at `kubectl apply` or, worse, in a
+controller's status hours later. Patterns avoid `\\s`, `\\S` and `\\d`: Go's RE2 reads them as
+ASCII, Python's `re` as Unicode, and the engines must refuse the same strings.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from typing import Any
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+# DNS-1123 subdomain: dot-separated DNS labels, at most 253 characters (Secret names).
+SUBDOMAIN = rf"{_LABEL}(\.{_LABEL})*"
+SUBDOMAIN_MAX = 253
+# A Secret's data keys (k8s.io/apimachinery IsConfigMapKey).
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+# Queue and priority-class names travel as label values (kueue.x-k8s.io/...): 63 at most.
+LABEL_VALUE_MAX = 63
+# Annotations: Kubernetes refuses an object whose annotations (keys + values, in bytes) exceed
+# 256 KiB. 32 annotations of keys <= 317 characters and values <= 1,900 characters (4 bytes each
+# at worst in UTF-8) stay under it: 32 * (317 + 4 * 1900) = 253,344 bytes <= 262,144, with room
+# for the one annotation the chart adds itself.
+ANNOTATIONS_MAX = 32
+ANNOTATION_VALUE_MAX = 1900
+
+
+def _cron_field(number: str, names: str = "") -> str:
+    atom = f"({number}|{names})" if names else f"({number})"
+    item = rf"(\*|\?|{atom}(-{atom})?)(/[1-9][0-9]*)?"
+    return rf"{item}(,{item})*"
+
+
+# robfig/cron's standard parser (what the CronJob controller uses), field by field.
+_MINUTE = _cron_field(r"[0-5]?[0-9]")
+_HOUR = _cron_field(r"[01]?[0-9]|2[0-3]")
+_DAY = _cron_field(r"0?[1-9]|[12][0-9]|3[01]")
+_MONTH = _cron_field(r"0?[1-9]|1[0-2]", r"(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
+_WEEKDAY = _cron_field(r"0?[0-7]", r"(?i:sun|mon|tue|wed|thu|fri|sat)")
+# Fields are separated by ASCII spaces or tabs only: a no-break space is refused.
+CRON = (
+    r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
+    rf"{_MINUTE}[ \t]+{_HOUR}[ \t]+{_DAY}[ \t]+{_MONTH}[ \t]+{_WEEKDAY})$"
+)
+
+
+def definitions() -> dict[str, Any]:
+    optional_subdomain = {
+        "type": "string",
+        "pattern": rf"^({SUBDOMAIN})?$",
+        "maxLength": SUBDOMAIN_MAX,
+    }
+    return {
+        "k8sName": {"type": "string", "pattern": rf"^{SUBDOMAIN}$", "maxLength": SUBDOMAIN_MAX},
+        "optionalK8sName": optional_subdomain,
+        "labelValueName": dict(optional_subdomain, maxLength=LABEL_VALUE_MAX),
+        "secretKey": {"type": "string", "pattern": SECRET_KEY, "maxLength": SUBDOMAIN_MAX},
+        "cron": {"type": "string", "pattern": CRON},
+        # The zones of the IANA database, as of the machine that generated the schema.
+        "timeZone": {"enum": ["", *sorted(zoneinfo.available_timezones())]},
+    }
+
+
+def bound_names(schema: dict[str, Any]) -> dict[str, Any]:
+    """Point each name-like value of the chart's schema at its Kubernetes bound."""
+    defs = schema["definitions"]
+    defs.update(definitions())
+    annotations = defs["annotations"]
+    annotations["maxProperties"] = ANNOTATIONS_MAX
+    annotations["additionalProperties"]["maxLength"] = ANNOTATION_VALUE_MAX
+    annotations["description"] = (
+        f"Kubernetes annotations: qualified-name keys, string values; at most {ANNOTATIONS_MAX} "
+        f"of at most {ANNOTATION_VALUE_MAX} characters, so the total stays under 256 KiB."
+    )
+    props = schema["properties"]
+    secret_env = props["secretEnv"]["items"]["properties"]
+    secret_env["key"] = {"$ref": "#/definitions/secretKey"}
+    _keep_description(props["rayAuth"]["properties"], "existingSecret", "optionalK8sName")
+    _keep_description(props["storage"]["properties"], "credentialsSecret", "optionalK8sName")
+    _keep_description(props["kueue"]["properties"], "queueName", "labelValueName")
+    _keep_description(props["kueue"]["properties"], "priorityClass", "labelValueName")
+    _keep_description(props["schedule"]["properties"], "cron", "cron")
+    _keep_description(props["schedule"]["properties"], "timeZone", "timeZone")
+    return schema
+
+
+def _keep_description(props: dict[str, Any], name: str, ref: str) -> None:
+    description = props.get(name, {}).get("description")
+    props[name] = {"$ref": f"#/definitions/{ref}"}
+    if description:
+        props[name] = {"description": description, **props[name]}

@@ -1,0 +1,150 @@
+"""Where `trainctl render` puts what it renders: one YAML stream, or a folder per pool.
+
+The stream (no --out) is what `helm template` prints: every object once, each document
+starting with `---` and a `# Source:` line, ready for `kubectl apply -f -`.
+
+A folder (--out) is written whole or not at all: everything is rendered and every file already
+there that matters is read first, the new pool folders are written into a staging folder beside
+the target, and only then moved into place. Nothing is written through a symlink.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.errors import ConfigError
+from app.k8s import values_yaml
+from app.k8s.render import render_objects, render_schedule_objects
+from app.storage import expand
+
+
+def _dump(obj: dict[str, Any]) -> str:
+    return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=100)
+
+
+def render_stream(values: dict[str, Any], *, release: str, namespace: str) -> str:
+    """Every object once (shared ones are not repeated per pool), as one YAML stream."""
+    pools = render_objects(values, release=release, namespace=namespace)
+    schedule = render_schedule_objects(values, release=release, namespace=namespace)
+    seen: set[tuple[str, str]] = set()
+    docs = []
+    for pool, objects in [*list(pools.items()), ("schedule", schedule)]:
+        for obj in objects:
+            key = (obj["kind"], obj["metadata"]["name"])
+            if key in seen:
+                continue
+            seen.add(key)
+            source = f"trainctl/{pool}/{obj['kind'].lower()}.yaml"
+            docs.append(f"---\n# Source: {source}\n{_dump(obj)}")
+    return "".join(docs)
+
+
+def _pool_files(
+    values: dict[str, Any], *, release: str, namespace: str
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """pool -> file name -> object, kustomization.yaml included."""
+    pools = render_objects(values, release=release, namespace=namespace)
+    schedule = render_schedule_objects(values, release=release, namespace=namespace)
+    out = {}
+    for pool, objects in pools.items():
+        extra = [
+            obj
+            for obj in schedule
+            if obj["kind"] != "CronJob" or obj["metadata"]["labels"]["trainctl.io/pool"] == pool
+        ]
+        files: dict[str, dict[str, Any]] = {}
+        for obj in objects + extra:
+            # Named by kind, so a changed config rewrites the same files instead of adding some.
+            name = f"{obj['kind'].lower()}.yaml"
+            if name in files:  # e.g. the schedule's ServiceAccount next to the Ray pods' one
+                name = f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+            files[name] = obj
+        files["kustomization.yaml"] = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": list(files),
+        }
+        out[pool] = files
+    return out
+
+
+def _no_symlink(path: Path) -> None:
+    if path.is_symlink():
+        raise ConfigError(
+            f"--out: {path} is a symbolic link; trainctl render does not write through links "
+            "(give the real folder, or remove the link)"
+        )
+
+
+def _keep_existing_token(obj: dict[str, Any], path: Path) -> None:
+    """Like Helm's lookup: re-rendering into a folder keeps the token already written there."""
+    if obj["kind"] != "Secret" or not path.exists():
+        return
+    _no_symlink(path)
+    try:  # the values reader: an alias bomb planted here is refused like one in a values file
+        old = values_yaml.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as err:
+        raise ConfigError(
+            f"--out: {path} holds the auth token of an earlier render but cannot be read "
+            f"({type(err).__name__}); fix or remove it"
+        ) from None
+    if isinstance(old, dict) and (old.get("metadata") or {}).get("name") == obj["metadata"]["name"]:
+        token = (old.get("data") or {}).get("auth_token")
+        if isinstance(token, str) and token:
+            obj["data"]["auth_token"] = token
+
+
+def write_manifests(
+    values: dict[str, Any], out_dir: Path, *, release: str, namespace: str
+) -> list[Path]:
+    """Write <out_dir>/<pool>/*.yaml and a kustomization.yaml per pool; return the paths.
+
+    Each pool folder is replaced whole; other entries of out_dir are left alone.
+    """
+    pools = _pool_files(values, release=release, namespace=namespace)
+    out_dir = expand(out_dir, "--out")
+    _no_symlink(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out={out_dir}: exists but is not a folder")
+    for pool, files in pools.items():
+        folder = out_dir / pool
+        _no_symlink(folder)
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"--out: {folder} exists but is not a folder; remove it")
+        for name, obj in files.items():
+            _keep_existing_token(obj, folder / name)
+    parent = out_dir.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.staging-", dir=parent))
+    except OSError as err:
+        raise ConfigError(f"--out={out_dir}: cannot create a folder in {parent} ({err})") from None
+    try:
+        for pool, files in pools.items():
+            (staging / pool).mkdir()
+            for name, obj in files.items():
+                (staging / pool / name).write_text(_dump(obj), encoding="utf-8")
+        _move_into_place(staging, out_dir, list(pools))
+    except OSError as err:
+        raise ConfigError(f"--out={out_dir}: cannot write ({err})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [out_dir / pool / name for pool, files in pools.items() for name in files]
+
+
+def _move_into_place(staging: Path, out_dir: Path, pools: list[str]) -> None:
+    if not out_dir.exists():
+        staging.rename(out_dir)  # one rename: the whole folder appears at once
+        staging.mkdir()  # for the caller's cleanup
+        return
+    for pool in pools:
+        target = out_dir / pool
+        if target.exists():
+            old = staging / f".old-{pool}"
+            target.rename(old)
+        (staging / pool).rename(target)

@@ -1,0 +1,289 @@
+"""Hostile values reaching `trainctl render` the ways Helm users pass them: -f files, --set,
+--set-string, --set-json, a target folder with planted links or bad files, and names Kubernetes
+would refuse. Each is refused with exit 2 naming what is wrong, fast, with nothing half-written,
+or read exactly as Helm reads it. No Ray, no cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.contract.k8s_support import HelmFailed, helm_template
+from tests.hostile.support import assert_refused, files_under, trainctl
+
+POOL = "nodePools:\n  cpu: {gpusPerWorker: 0}\nnetworkPolicy: {enabled: false}\n"
+
+
+def _file(tmp_path: Path, text: str, name: str = "values.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _objects(result_out: str) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(result_out) if doc]
+
+
+def _config(tmp_path: Path, text: str, *args: str) -> dict[str, str]:
+    result = trainctl("render", "-f", str(_file(tmp_path, POOL + text)), *args)
+    assert result.code == 0, result.text
+    (config,) = [o for o in _objects(result.out) if o["kind"] == "ConfigMap"]
+    return config["data"]
+
+
+# -- -f files -----------------------------------------------------------------------------------
+
+
+def test_short_f_is_repeatable_and_later_files_win(tmp_path: Path) -> None:
+    first = _file(tmp_path, POOL + "train: {epochs: 3, seed: 1}\n", "a.yaml")
+    second = _file(tmp_path, "train: {epochs: 4}\n", "b.yaml")
+    result = trainctl("render", "-f", str(first), "-f", str(second))
+    assert result.code == 0, result.text
+    (config,) = [o for o in _objects(result.out) if o["kind"] == "ConfigMap"]
+    assert (config["data"]["TRAIN_EPOCHS"], config["data"]["TRAIN_SEED"]) == ("4", "1")
+    assert result.out.startswith("---\n# Source: trainctl/")
+
+
+def test_missing_values_file_is_exit_2_naming_it(tmp_path: Path) -> None:
+    assert_refused(trainctl("render", "-f", str(tmp_path / "nope.yaml")), 2, "nope.yaml")
+
+
+def test_endless_device_is_refused_not_read_forever() -> None:
+    started = time.monotonic()
+    assert_refused(trainctl("render", "-f", "/dev/zero"), 2, "/dev/zero", "MiB")
+    assert time.monotonic() - started < 2
+
+
+def test_not_utf8_is_exit_2_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"labels: {team: \xe9quipe}\n")
+    assert_refused(trainctl("render", "-f", str(path)), 2, "latin1.yaml", "UTF-8")
+
+
+# -- YAML as Helm reads it ------------------------------------------------------------------------
+
+
+def test_exponent_numbers_are_numbers_as_in_helm(tmp_path: Path) -> None:
+    data = _config(tmp_path, "train: {lr: 3e-4, epochs: 1e3, weight_decay: 1E-2}\n")
+    assert (data["TRAIN_LR"], data["TRAIN_EPOCHS"], data["TRAIN_WEIGHT_DECAY"]) == (
+        "0.0003",
+        "1000",
+        "0.01",
+    )
+
+
+def test_dates_stay_strings_and_y_n_are_booleans_as_in_helm(tmp_path: Path) -> None:
+    text = "runAnnotations: {x.io/day: 2024-05-01, x.io/at: 2024-05-01T10:00:00Z}\n"
+    text += "train: {tensorboard: y}\nrayAuth: {enabled: n}\n"
+    result = trainctl("render", "-f", str(_file(tmp_path, POOL + text)))
+    assert result.code == 0, result.text
+    objects = _objects(result.out)
+    (job,) = [o for o in objects if o["kind"] == "RayJob"]
+    assert job["metadata"]["annotations"]["x.io/day"] == "2024-05-01"
+    assert job["metadata"]["annotations"]["x.io/at"] == "2024-05-01T10:00:00Z"
+    assert not [o for o in objects if o["kind"] == "Secret"]  # rayAuth.enabled: n is false
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert config["data"]["TRAIN_TENSORBOARD"] == "true"
+
+
+def test_infinity_is_refused_as_helm_refuses_it(tmp_path: Path) -> None:
+    path = _file(tmp_path, POOL + "train: {lr: .inf}\n")
+    assert_refused(trainctl("render", "-f", str(path)), 2, str(path), ".inf")
+    with pytest.raises(HelmFailed):
+        helm_template([path])
+
+
+def _bomb(levels: int = 9) -> str:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    path = _file(tmp_path, _bomb())
+    started = time.monotonic()
+    result = trainctl("render", "-f", str(path))
+    assert time.monotonic() - started < 2
+    assert_refused(result, 2, str(path), "excessive aliasing")
+    with pytest.raises(HelmFailed, match="excessive aliasing"):
+        helm_template([path])
+
+
+def test_self_referencing_anchor_and_deep_nesting_are_refused(tmp_path: Path) -> None:
+    assert_refused(trainctl("render", "-f", str(_file(tmp_path, "a: &a [*a]\n"))), 2, "itself")
+    deep = _file(tmp_path, "a: " + "[" * 20000 + "]" * 20000 + "\n", "deep.yaml")
+    assert_refused(trainctl("render", "-f", str(deep)), 2, "deep.yaml")
+
+
+def test_python_tags_construct_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    text = f"x: !!python/object/apply:os.system ['touch {marker}']\n"
+    text += "y: !!python/name:os.system\n"
+    result = trainctl("render", "-f", str(_file(tmp_path, text)))
+    assert_refused(result, 2, "x", "y")  # unknown keys, read as plain data
+    assert not marker.exists()
+
+
+# -- --set, --set-string, --set-json --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "expression"),
+    [
+        ("--set", "train.epochs"),
+        ("--set", "train.epochs=5,x"),
+        ("--set", "nodePools[x]=1"),
+        ("--set", "labels={a,b"),
+        ("--set", "nodePools.cpu.tolerations[99999999].key=a"),
+        ("--set", "nodePools.cpu.tolerations[-1].key=a"),
+        ("--set", "a." + ".".join(["b"] * 31) + "=1"),
+        ("--set-json", "train.lr=[1"),
+        ("--set-json", "train.lr=NaN"),
+        ("--set-string", "labels"),
+    ],
+)
+def test_malformed_set_is_exit_2_naming_it(tmp_path: Path, option: str, expression: str) -> None:
+    path = _file(tmp_path, POOL)
+    out = tmp_path / "out"
+    result = trainctl("render", "-f", str(path), option, expression, "--out", str(out))
+    assert_refused(result, 2, option, repr(expression)[1:-1][:30])
+    assert files_under(out) == []
+
+
+def test_submit_refuses_a_malformed_set_before_reaching_a_cluster(tmp_path: Path) -> None:
+    path = _file(tmp_path, POOL)
+    result = trainctl("submit", "-f", str(path), "--set", "train.epochs", "--pool", "cpu")
+    assert_refused(result, 2, "--set", "train.epochs", "has no value")
+    result = trainctl("submit", "-f", str(path), "--set-json", "train.lr=[", "--pool", "cpu")
+    assert_refused(result, 2, "--set-json")
+
+
+def test_set_types_values_as_helm_does(tmp_path: Path) -> None:
+    data = _config(tmp_path, "", "--set", "train.epochs=5,train.tensorboard=TRUE")
+    assert (data["TRAIN_EPOCHS"], data["TRAIN_TENSORBOARD"]) == ("5", "true")
+    # Helm's --set keeps 0.002 a string (it only infers integers): use --set-json for floats.
+    path = _file(tmp_path, POOL)
+    assert_refused(trainctl("render", "-f", str(path), "--set", "train.lr=0.002"), 2, "train.lr")
+    assert _config(tmp_path, "", "--set-json", "train.lr=0.002")["TRAIN_LR"] == "0.002"
+    assert_refused(
+        trainctl("render", "-f", str(path), "--set-string", "train.epochs=5"), 2, "train.epochs"
+    )
+
+
+def test_set_escapes_and_null_delete_a_default(tmp_path: Path) -> None:
+    args = ("--set", r"runAnnotations.x\.io/team=a\,b", "--set", "poolDefaults.tolerations=null")
+    result = trainctl("render", "-f", str(_file(tmp_path, POOL)), *args)
+    assert result.code == 0, result.text
+    (job,) = [o for o in _objects(result.out) if o["kind"] == "RayJob"]
+    assert job["metadata"]["annotations"]["x.io/team"] == "a,b"
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert "tolerations" not in worker
+
+
+# -- render --out: whole or nothing, never through a link -----------------------------------------
+
+
+def _render_out(tmp_path: Path, out: Path, text: str = "") -> object:
+    return trainctl("render", "-f", str(_file(tmp_path, POOL + text)), "--out", str(out))
+
+
+def test_planted_symlink_pool_folder_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cpu").symlink_to(victim)
+    assert_refused(_render_out(tmp_path, out), 2, str(out / "cpu"), "link")
+    assert files_under(victim) == []
+
+
+def test_symlinked_out_folder_and_secret_file_are_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert_refused(_render_out(tmp_path, link), 2, "link")
+    assert files_under(real) == []
+    out = tmp_path / "out"
+    (out / "cpu").mkdir(parents=True)
+    secret = tmp_path / "elsewhere.yaml"
+    secret.write_text("kind: Secret\n")
+    (out / "cpu" / "secret.yaml").symlink_to(secret)
+    assert_refused(_render_out(tmp_path, out), 2, "secret.yaml", "link")
+    assert secret.read_text() == "kind: Secret\n"
+
+
+@pytest.mark.parametrize("planted", ["data: [unclosed\n", _bomb()], ids=["broken", "bomb"])
+def test_bad_file_in_the_target_leaves_everything_as_it_was(tmp_path: Path, planted: str) -> None:
+    out = tmp_path / "out"
+    assert _render_out(tmp_path, out).code == 0
+    before = {p: (out / p).read_bytes() for p in files_under(out) if (out / p).is_file()}
+    (out / "cpu" / "secret.yaml").write_text(planted)
+    before[os.path.join("cpu", "secret.yaml")] = planted.encode()
+    result = _render_out(tmp_path, out, "train: {epochs: 9}\n")
+    assert_refused(result, 2, "secret.yaml")
+    after = {p: (out / p).read_bytes() for p in files_under(out) if (out / p).is_file()}
+    assert after == before
+    assert [p.name for p in tmp_path.iterdir() if "staging" in p.name] == []
+
+
+def test_bad_values_leave_an_existing_target_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert _render_out(tmp_path, out).code == 0
+    before = {p: (out / p).read_bytes() for p in files_under(out) if (out / p).is_file()}
+    assert_refused(_render_out(tmp_path, out, "train: {epochs: 0}\n"), 2, "train.epochs")
+    after = {p: (out / p).read_bytes() for p in files_under(out) if (out / p).is_file()}
+    assert after == before
+
+
+def test_pool_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cpu").write_text("not a folder")
+    assert_refused(_render_out(tmp_path, out), 2, str(out / "cpu"))
+    assert (out / "cpu").read_text() == "not a folder"
+
+
+# -- names Kubernetes refuses, refused by both engines --------------------------------------------
+
+BAD_NAMES = {
+    "secretEnv.0.secretName": "secretEnv: [{name: TOKEN, secretName: Bad_Name, key: t}]\n",
+    "secretEnv.0.secretName ": "secretEnv: [{name: TOKEN, secretName: a..b, key: t}]\n",
+    "secretEnv.0.key": "secretEnv: [{name: TOKEN, secretName: s, key: a/b}]\n",
+    "secretEnv.0.key ": f"secretEnv: [{{name: TOKEN, secretName: s, key: {'k' * 254}}}]\n",
+    "rayAuth.existingSecret": "rayAuth: {enabled: true, existingSecret: 'has space'}\n",
+    "kueue.queueName": f"kueue: {{enabled: true, queueName: {'q' * 64}}}\n",
+    "kueue.priorityClass": "kueue: {enabled: true, queueName: q, priorityClass: 'a b'}\n",
+    "schedule.cron": "schedule: {enabled: true, cron: '60 * * * *'}\n",
+    "schedule.cron ": "schedule: {enabled: true, cron: '0 24 * * *'}\n",
+    "schedule.cron  ": "schedule: {enabled: true, cron: '0 3 * 13 *'}\n",
+    "schedule.cron   ": "schedule: {enabled: true, cron: '0 3 * * 8'}\n",
+    "schedule.cron    ": 'schedule: {enabled: true, cron: "0\\u00a03 * * 0"}\n',
+    "schedule.timeZone": "schedule: {enabled: true, timeZone: Mars/Olympus_Mons}\n",
+    "runAnnotations": "runAnnotations: {" + ", ".join(f"x.io/a{i}: v" for i in range(33)) + "}\n",
+    "runAnnotations.x.io/big": f"runAnnotations: {{x.io/big: {'v' * 1901}}}\n",
+}
+
+
+@pytest.mark.parametrize("where", sorted(BAD_NAMES))
+def test_names_kubernetes_refuses_are_refused_by_both_engines(tmp_path: Path, where: str) -> None:
+    path = _file(tmp_path, POOL + BAD_NAMES[where])
+    assert_refused(trainctl("render", "-f", str(path)), 2, where.strip())
+    with pytest.raises(HelmFailed):
+        helm_template([path])
+
+
+def test_good_names_cron_and_zone_render_in_both(tmp_path: Path) -> None:
+    text = (
+        "schedule: {enabled: true, cron: '*/15 2-4 1,15 jan-MAR mon-fri', "
+        "timeZone: Europe/Paris}\nsecretEnv: [{name: TOKEN, secretName: a.b-c, key: .x_Y-1}]\n"
+    )
+    path = _file(tmp_path, POOL + text)
+    assert trainctl("render", "-f", str(path)).code == 0
+    assert helm_template([path])
