@@ -18,8 +18,7 @@ from typing import Any
 import yaml
 
 from app.errors import ConfigError
-from app.k8s import values_yaml
-from app.k8s.render import render_objects, render_schedule_objects
+from app.k8s import render, values_yaml
 from app.storage import expand
 
 
@@ -29,8 +28,8 @@ def _dump(obj: dict[str, Any]) -> str:
 
 def render_stream(values: dict[str, Any], *, release: str, namespace: str) -> str:
     """Every object once (shared ones are not repeated per pool), as one YAML stream."""
-    pools = render_objects(values, release=release, namespace=namespace)
-    schedule = render_schedule_objects(values, release=release, namespace=namespace)
+    pools = render.render_objects(values, release=release, namespace=namespace)
+    schedule = render.render_schedule_objects(values, release=release, namespace=namespace)
     seen: set[tuple[str, str]] = set()
     docs = []
     for pool, objects in [*list(pools.items()), ("schedule", schedule)]:
@@ -48,8 +47,8 @@ def _pool_files(
     values: dict[str, Any], *, release: str, namespace: str
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """pool -> file name -> object, kustomization.yaml included."""
-    pools = render_objects(values, release=release, namespace=namespace)
-    schedule = render_schedule_objects(values, release=release, namespace=namespace)
+    pools = render.render_objects(values, release=release, namespace=namespace)
+    schedule = render.render_schedule_objects(values, release=release, namespace=namespace)
     out = {}
     for pool, objects in pools.items():
         extra = [
