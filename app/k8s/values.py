@@ -183,7 +183,21 @@ def _describe(err: Any) -> str:
         return f"{where}: {err.instance!r} is not allowed here (refused pattern " + (
             f"{err.validator_value['pattern']})"
         )
+    if err.validator == "type" and isinstance(err.instance, str) and _is_number(err.instance):
+        # Helm's --set types only integers, booleans and null: 0.001 stays a string there too.
+        return (
+            f"{where}: {err.message}; --set keeps {err.instance} a string (as Helm does): "
+            f"give it with --set-json {where}={err.instance} or in a values file"
+        )
     return f"{where}: {err.message}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def merged_pool(values: dict[str, Any], pool: dict[str, Any] | None) -> dict[str, Any]:

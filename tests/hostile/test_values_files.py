@@ -169,7 +169,8 @@ def test_set_types_values_as_helm_does(tmp_path: Path) -> None:
     assert (data["TRAIN_EPOCHS"], data["TRAIN_TENSORBOARD"]) == ("5", "true")
     # Helm's --set keeps 0.002 a string (it only infers integers): use --set-json for floats.
     path = _file(tmp_path, POOL)
-    assert_refused(trainctl("render", "-f", str(path), "--set", "train.lr=0.002"), 2, "train.lr")
+    refused = trainctl("render", "-f", str(path), "--set", "train.lr=0.002")
+    assert_refused(refused, 2, "train.lr", "give it with --set-json train.lr=0.002")
     assert _config(tmp_path, "", "--set-json", "train.lr=0.002")["TRAIN_LR"] == "0.002"
     assert_refused(
         trainctl("render", "-f", str(path), "--set-string", "train.epochs=5"), 2, "train.epochs"
