@@ -243,11 +243,12 @@ def test_both_attempts_left_driver_and_worker_logs(tracked: dict[str, Any]) -> N
         repeated = sorted({line for line in lines if lines.count(line) > 1})
         assert not repeated, (rank, repeated)
         assert lines[0].startswith(f"=== worker rank {rank}, attempt 2 at "), lines
-        assert "Moving model to device: cpu" in lines, lines
         reports = [line for line in lines if line.startswith("Reporting training result ")]
         assert all(line.endswith(f" from rank {rank}") for line in reports), lines
-        # Rank 0's last report can come from Ray's upload thread after the loop has returned.
-        assert 1 <= len(reports) <= 2 or (rank == 0 and not reports), lines
+        if rank == 0:  # Ray Train says where the model goes on rank 0 only
+            assert "Moving model to device: cpu" in lines, lines
+        else:  # rank 0's reports can come from Ray's upload thread after the loop returned
+            assert 1 <= len(reports) <= 2, lines
     driver = (logs / "attempt-2" / "driver.log").read_text()
     # Killed once epoch 1 was committed: the rerun resumes mid-run (epoch 2, or 3 when the
     # kill landed after epoch 2 was committed too).
