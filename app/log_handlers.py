@@ -41,7 +41,8 @@ class _NoFollow(logging.handlers.RotatingFileHandler):
     def __init__(self, path: Path, max_bytes: int, root: Path) -> None:
         self.root = root
         safe_fs.makedirs(path.parent, self.root)  # a linked `logs` is refused here, at once
-        super().__init__(path, maxBytes=max_bytes, backupCount=BACKUPS, delay=True)
+        # Opened now, not at the first line: a link at the log's name is refused here too.
+        super().__init__(path, maxBytes=max_bytes, backupCount=BACKUPS)
 
     def _open(self) -> io.TextIOWrapper:
         binary = safe_fs.open_append(Path(self.baseFilename), self.root)

@@ -90,30 +90,40 @@ class _Tee(io.TextIOBase):
         self.handler = handler
         self.pending = ""
         self.lock = threading.Lock()
+        self.inside = threading.local()
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
         self.original.write(text)
-        with self.lock:
-            self.pending += text
-            *lines, self.pending = self.pending.split("\n")
-            for line in lines:
-                self._emit(line)
+        self._log(text, whole=False)
         return len(text)
-
-    def _emit(self, line: str) -> None:
-        record = logging.LogRecord("trainctl", logging.INFO, "", 0, line, None, None)
-        self.handler.handle(record)
 
     def flush(self) -> None:
         self.original.flush()
-        with self.lock:
-            if self.pending:
-                self._emit(self.pending)
-                self.pending = ""
+        self._log("", whole=True)
         self.handler.flush()
+
+    def _log(self, text: str, *, whole: bool) -> None:
+        """Hand the finished lines (with whole=True, the unfinished one too) to the log.
+
+        A handler that fails reports it on stderr, which is this stream: that report goes to
+        the original only, since taking the lock again here would deadlock."""
+        if getattr(self.inside, "emitting", False):
+            return
+        with self.lock:
+            self.inside.emitting = True
+            try:
+                *lines, self.pending = (self.pending + text).split("\n")
+                if whole and self.pending:
+                    lines.append(self.pending)
+                    self.pending = ""
+                for line in lines:
+                    record = logging.LogRecord("trainctl", logging.INFO, "", 0, line, None, None)
+                    self.handler.handle(record)
+            finally:
+                self.inside.emitting = False
 
     def isatty(self) -> bool:
         return self.original.isatty()
