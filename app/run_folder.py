@@ -177,10 +177,10 @@ def read_summary(run_dir: RunPath) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, safe_fs.LinkRefused) as err:  # UnicodeDecodeError included
-        _warn_once(path, f"{path} is damaged ({_why(err)}); it is ignored and rewritten")
+        _warn_once(path, f"{path} is damaged ({_why(err)}); ignored (a run rewrites it)")
         return None
     if not isinstance(summary, dict):
-        _warn_once(path, f"{path} is damaged (not a JSON object); it is ignored and rewritten")
+        _warn_once(path, f"{path} is damaged (not a JSON object); ignored (a run rewrites it)")
         return None
     return summary
 

@@ -262,7 +262,10 @@ def _is_log(path: RunPath, run_dir: RunPath) -> bool:
     if isinstance(path, ObjectPath):
         return path.is_file()
     assert isinstance(run_dir, Path)
-    status = safe_fs.refuse_link(path, run_dir)  # `trainctl logs` on a link: exit 2, naming it
+    # `trainctl logs` on a link (the log or a rotated one): exit 2, naming it.
+    for index in range(1, log_reader.BACKUPS + 1):
+        safe_fs.refuse_link(path.with_name(f"{path.name}.{index}"), run_dir)
+    status = safe_fs.refuse_link(path, run_dir)
     return status is not None and stat.S_ISREG(status.st_mode)
 
 

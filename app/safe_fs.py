@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import shutil
 import stat
 from collections.abc import Iterator, Sequence
@@ -144,10 +145,11 @@ def append(path: Path, root: Path, data: bytes) -> None:
 def write_atomic(path: Path, root: Path, data: bytes) -> None:
     """Replace `path` whole: readers see the old content or the new. The rename replaces a
     link at `path` itself, never what it points at; the temporary file goes on any error."""
-    tmp = f".{path.name}.{os.getpid()}.tmp"
+    # pid and a random part: drivers in two pods of a shared volume may have the same pid.
+    tmp = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     with folder_fd(path.parent, root, create=True) as dir_fd:
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _FILE
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE
             fd = os.open(tmp, flags, 0o666, dir_fd=dir_fd)
             with os.fdopen(fd, "wb") as file:
                 file.write(data)

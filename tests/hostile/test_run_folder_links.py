@@ -197,7 +197,7 @@ def test_a_linked_logs_folder_is_not_written_into(
 
 
 # --- `trainctl logs` on links: exit 2 naming it, nothing printed from the target ---------------
-@pytest.mark.parametrize("linked", ["log", "attempt", "logs"])
+@pytest.mark.parametrize("linked", ["log", "rotated", "attempt", "logs"])
 def test_logs_command_refuses_a_link(tmp_path: Path, outside: Path, linked: str) -> None:
     run_dir = tmp_path / "runs" / "r"
     attempt = run_logs.attempt_dir(run_dir, 1)
@@ -206,6 +206,10 @@ def test_logs_command_refuses_a_link(tmp_path: Path, outside: Path, linked: str)
     if linked == "log":
         (attempt / "worker-0.log").symlink_to(outside / "passwd")
         named = attempt / "worker-0.log"
+    elif linked == "rotated":
+        (attempt / "worker-0.log").write_text("current\n")
+        (attempt / "worker-0.log.2").symlink_to(outside / "passwd")
+        named = attempt / "worker-0.log.2"
     elif linked == "attempt":
         (outside / "worker-0.log").symlink_to(outside / "passwd")
         (attempt.parent / "attempt-2").symlink_to(outside)
