@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from app import safe_fs
+from app.errors import ConfigError
 from app.objectstore import ObjectPath
 from app.storage import RunPath
 
@@ -184,12 +185,17 @@ def show(
     """What `trainctl logs --worker/--driver` prints: a header naming the file, then the log,
     its last `tail` lines, or (follow) those and then every new line until interrupted."""
     emit(f"==> {path} <==")
-    if follow:
-        follow_log(path, emit, tail=tail, root=root)
-        return
-    lines = tail_lines(path, tail, root) if tail is not None else read_lines(path, root)
-    for line in lines:
-        emit(line)
+    try:
+        if follow:
+            follow_log(path, emit, tail=tail, root=root)
+            return
+        lines = tail_lines(path, tail, root) if tail is not None else read_lines(path, root)
+        for line in lines:
+            emit(line)
+    except OSError as err:  # unreadable, or gone with the store: named, not a traceback
+        named = str(err.filename or "")  # the rotated file it was, where the error says
+        where = named if named.startswith(("/", f"{path}")) else path
+        raise ConfigError(f"{where}: cannot be read ({err.strerror or err})") from None
 
 
 def follow_log(

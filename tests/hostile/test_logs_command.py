@@ -137,3 +137,12 @@ def test_follow_prints_new_lines_through_a_rotation_until_sigterm(tmp_path: Path
 def test_tail_is_for_run_folder_logs_only() -> None:
     result = trainctl("logs", "some-rayjob", "--tail", "3")
     assert result.code == 2 and "--tail go with --worker or --driver" in result.text
+
+
+def test_an_unreadable_log_is_named_not_a_traceback(tmp_path: Path) -> None:
+    log = _log(tmp_path, "current\n")
+    log.with_name("worker-0.log.1").mkdir()  # a rotated "file" that cannot be read
+    result = trainctl("logs", str(tmp_path / "r"), "--worker", "0")
+    assert result.code == 2, result.text
+    assert f"{log.with_name('worker-0.log.1')}: cannot be read" in result.text
+    assert "Traceback" not in result.text and "internal error" not in result.text
