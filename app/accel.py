@@ -7,8 +7,11 @@ the run summary the concrete values, so every worker and every record agrees on 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from app.data.schema import DatasetInfo
 from app.model import uses_channels_last, vit_patch_for
 from app.settings import TrainSettings
 
-COMPILE_CACHE = ".torch-compile-cache"  # under TRAIN_STORAGE_PATH, beside the run folders
+COMPILE_CACHE_PREFIX = "trainctl-inductor-"  # + the uid, in this machine's temp folder
 
 
 def resolve(settings: TrainSettings, info: DatasetInfo) -> tuple[TrainSettings, list[str]]:
@@ -82,11 +85,40 @@ def make_optimizer(
     )
 
 
-def share_compile_cache(storage_path: Path) -> None:
-    """Keep torch.compile's cache (Inductor graphs, Triton kernels) on the run storage, which
-    outlives pods and is shared by every worker: a rerun, a resume or a restarted worker then
-    loads compiled code instead of compiling again. An explicit TORCHINDUCTOR_CACHE_DIR wins."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(storage_path / COMPILE_CACHE))
+def private_compile_cache() -> Path:
+    """Point torch.compile's cache at a folder only this user on this machine can write.
+
+    Inductor loads the Python modules, shared objects and pickles it finds in its cache
+    without checking them, so whoever can write the cache runs code in the worker. It used to
+    live on the run storage, which every RayJob of a namespace shares; now it is local:
+    <tmp>/trainctl-inductor-<uid>, created 0700 and checked to be a real folder of ours that
+    no one else can write (else a fresh mkdtemp folder). The cost: each new pod compiles cold
+    (25-50 s on the first step on a GPU); restarted workers on the same pod still reuse it.
+    An explicit TORCHINDUCTOR_CACHE_DIR, the operator's choice, wins.
+    """
+    explicit = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    folder = Path(tempfile.gettempdir()) / f"{COMPILE_CACHE_PREFIX}{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    if not _private(folder):
+        folder = Path(tempfile.mkdtemp(prefix=COMPILE_CACHE_PREFIX))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    return folder
+
+
+def _private(folder: Path) -> bool:
+    """A real folder (not a link), owned by this user, that no one else can write or enter."""
+    try:
+        status = folder.lstat()
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(status.st_mode)
+        and status.st_uid == os.getuid()
+        and status.st_mode & 0o077 == 0
+    )
 
 
 def memory_format(model_name: str) -> torch.memory_format:

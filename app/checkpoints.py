@@ -8,20 +8,26 @@ A checkpoint folder holds:
   readable meta.json, or whose files no longer match it, is partial or corrupt and is skipped.
 The epoch must agree three ways: the folder name, meta.json and (checked before resuming, since
 it means loading the file) train_state.pt; and the weights must fit the model being trained.
+
+On a volume a checkpoint's files are opened below the run folder without following links
+(app/safe_fs.py): a linked checkpoint folder or file is unusable, and setting one aside never
+writes through a link (a link at either name stops the run with exit 2, naming it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
+from app import bounded_json, safe_fs
 from app.objectstore import ObjectPath
-from app.storage import RunPath, remove_tree, rename_dir
+from app.storage import RunPath, remove_tree, rename_dir, write_atomic
 
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
@@ -29,6 +35,7 @@ META_FILE = "meta.json"
 PREFIX = "checkpoint_epoch_"
 CORRUPT_PREFIX = "corrupt_"
 REASON_FILE = "UNUSABLE.txt"
+MAX_META_BYTES = 1 << 20  # meta.json holds an epoch, a few metrics and two digests
 
 
 @dataclass(frozen=True)
@@ -66,11 +73,16 @@ def _meta_digest(meta: dict[str, Any]) -> str:
 
 def verify(folder: RunPath) -> CheckpointRef:
     """Return the checkpoint's reference, or raise ValueError saying why it is unusable."""
-    meta_path = folder / META_FILE
-    if not meta_path.is_file():
-        raise ValueError(f"{META_FILE} is missing (the checkpoint was never completed)")
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        text = _read_meta(folder)
+    except (FileNotFoundError, IsADirectoryError):
+        raise ValueError(f"{META_FILE} is missing (the checkpoint was never completed)") from None
+    except safe_fs.LinkRefused as err:
+        raise ValueError(_link_reason(err)) from None
+    except OSError as err:
+        raise ValueError(f"{META_FILE} cannot be read ({err.strerror or err})") from None
+    try:
+        meta = bounded_json.loads(text.decode("utf-8"), MAX_META_BYTES)
         files, epoch = dict(meta["files"]), int(meta["epoch"])
         metrics = {str(k): float(v) for k, v in dict(meta.get("metrics", {})).items()}
     except (ValueError, KeyError, TypeError, AttributeError) as err:
@@ -83,12 +95,41 @@ def verify(folder: RunPath) -> CheckpointRef:
     if set(files) != {MODEL_FILE, STATE_FILE}:
         raise ValueError(f"{META_FILE} lists {sorted(files)}, not {MODEL_FILE} and {STATE_FILE}")
     for name, digest in files.items():
-        path = folder / name
-        if not path.is_file():
-            raise ValueError(f"{name} is missing")
-        if _sha256(path) != digest:
+        try:
+            found = _sha256(folder / name)
+        except (FileNotFoundError, IsADirectoryError):
+            raise ValueError(f"{name} is missing") from None
+        except safe_fs.LinkRefused as err:
+            raise ValueError(_link_reason(err)) from None
+        if found != digest:
             raise ValueError(f"{name} does not match its recorded checksum (truncated or altered)")
     return CheckpointRef(path=folder, epoch=epoch, metrics=metrics)
+
+
+def _read_meta(folder: RunPath) -> bytes:
+    path = folder / META_FILE
+    if isinstance(path, ObjectPath):
+        if not path.is_file():
+            raise FileNotFoundError(str(path))
+        if path.size() > MAX_META_BYTES:
+            raise ValueError(f"{META_FILE} is over {MAX_META_BYTES:,} bytes")
+        return path.read_bytes()
+    try:
+        return safe_fs.read_bytes(path, folder.parent, MAX_META_BYTES)
+    except ValueError:
+        raise ValueError(f"{META_FILE} is over {MAX_META_BYTES:,} bytes") from None
+
+
+def _link_reason(err: safe_fs.LinkRefused) -> str:
+    path, target = err.links[0]
+    return f"{path.name} is a symbolic link (to {target}), which is never followed"
+
+
+def _open(path: RunPath) -> IO[bytes]:
+    """A checkpoint file for reading: below its run folder, without following links."""
+    if isinstance(path, ObjectPath):
+        return path.open("rb")
+    return safe_fs.open_read(path, path.parent.parent)
 
 
 def _epoch_of(name: str) -> int | None:
@@ -139,10 +180,16 @@ def load_train_state(folder: RunPath) -> tuple[dict[str, Any], dict[str, Any]]:
 def load_weights(path: RunPath) -> dict[str, Any]:
     """Model weights for a warm start: a checkpoint folder or a model.pt file."""
     file = path / MODEL_FILE if path.is_dir() else path
-    return plain_keys(_load(file))
+    return plain_keys(_load_any(file))
 
 
 def _load(file: RunPath) -> Any:
+    with _open(file) as source:
+        return torch.load(source, map_location="cpu", weights_only=True)
+
+
+def _load_any(file: RunPath) -> Any:
+    """A warm-start file: anywhere the operator points, so links are theirs to use."""
     source = file.open("rb") if isinstance(file, ObjectPath) else file
     return torch.load(source, map_location="cpu", weights_only=True)
 
@@ -168,7 +215,7 @@ class Scan:
 
 def scan(run_dir: RunPath) -> Scan:
     good, bad = [], []
-    folders = sorted(run_dir.glob(f"{PREFIX}*")) if run_dir.is_dir() else []
+    folders = _folders(run_dir)
     for folder in folders:
         try:
             good.append(verify(folder))
@@ -178,12 +225,32 @@ def scan(run_dir: RunPath) -> Scan:
     return Scan(good=good, bad=bad)
 
 
+def _folders(run_dir: RunPath) -> list[RunPath]:
+    """The checkpoint folders; on a volume a link of that name is listed too (verify then
+    finds it unusable), but a link never gets listed through."""
+    if isinstance(run_dir, ObjectPath):
+        return sorted(run_dir.glob(f"{PREFIX}*")) if run_dir.is_dir() else []
+    if not run_dir.is_dir():
+        return []
+    kinds = (stat.S_IFDIR, stat.S_IFLNK)
+    return [
+        run_dir / name
+        for name, status in safe_fs.entries(run_dir, run_dir)
+        if name.startswith(PREFIX) and stat.S_IFMT(status.st_mode) in kinds
+    ]
+
+
 def quarantine(folder: RunPath, reason: str = "") -> RunPath:
-    """Rename an unusable checkpoint so no later run trusts it, keeping it for inspection."""
+    """Rename an unusable checkpoint so no later run trusts it, keeping it for inspection.
+
+    On a volume a link at the folder's name or at its corrupt_ name is refused (LinkRefused,
+    exit 2 before Ray starts), and the reason is written by an atomic replace, which replaces a
+    planted UNUSABLE.txt link instead of writing through it."""
     target = folder.with_name(CORRUPT_PREFIX + folder.name)
     rename_dir(folder, target)
     if reason:
-        (target / REASON_FILE).write_text(reason + "\n", encoding="utf-8")
+        root = target.parent if isinstance(target, Path) else None
+        write_atomic(target / REASON_FILE, (reason + "\n").encode(), root)
     return target
 
 
@@ -222,7 +289,7 @@ def prune(
 
 def _sha256(path: RunPath) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with _open(path) as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()

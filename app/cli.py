@@ -195,7 +195,14 @@ def status_cmd(namespace: str | None, release: str | None) -> None:
 @click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
 @click.option("--head", "which", flag_value="head", help="The Ray head's logs.")
 @click.option("--submitter", "which", flag_value="submitter", help="The submitter's (default).")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option(
+    "-f", "--follow", is_flag=True, help="Keep printing new lines (until Ctrl-C or SIGTERM)."
+)
+@click.option(
+    "--tail",
+    type=click.IntRange(min=0),
+    help="With --worker/--driver: only the last N lines (read from the end of the file).",
+)
 @click.option(
     "--worker",
     type=click.IntRange(min=0),
@@ -217,25 +224,27 @@ def logs_cmd(
     driver: bool,
     attempt: int | None,
     storage: str | None,
+    tail: int | None,
 ) -> None:
     """Print the logs of RayJob NAME (its submitter or Ray head), or with --worker/--driver
-    a run's own logs from its run folder, which outlive the Ray cluster."""
+    a run's own logs from its run folder, which outlive the Ray cluster (streamed, with every
+    line's credentials redacted)."""
     if worker is not None or driver:
         if worker is not None and driver:
             raise click.UsageError("give --worker N or --driver, not both")
-        if which or follow or namespace:
-            raise click.UsageError("--head/--submitter/--follow/-n read pods, not the run folder")
-        from app import run_logs
+        if which or namespace:
+            raise click.UsageError("--head/--submitter/-n read pods, not the run folder")
+        from app import log_reader, run_logs
+        from app.redact import redact_text
 
         path = run_logs.log_file(
             run_logs.resolve_run_dir(name, storage), worker=worker, attempt=attempt
         )
-        click.echo(f"==> {path} <==")
-        for line in run_logs.read_lines(path):
-            click.echo(line)
+        emit = lambda line: click.echo(redact_text(line))  # noqa: E731
+        log_reader.show(path, emit, tail=tail, follow=follow, root=run_logs.log_root(path))
         return
-    if attempt is not None or storage is not None:
-        raise click.UsageError("--attempt and --storage go with --worker or --driver")
+    if attempt is not None or storage is not None or tail is not None:
+        raise click.UsageError("--attempt, --storage and --tail go with --worker or --driver")
     from app.k8s.inspect import show_logs
 
     show_logs(name, namespace, which, follow, click.echo)  # type: ignore[arg-type]

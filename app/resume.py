@@ -3,6 +3,10 @@
 Checksums prove a checkpoint intact, not that it belongs to this run: a checkpoint of another
 model (or of the same model on another class count) passes them and then fails inside every
 worker on every retry. Such checkpoints are set aside like corrupt ones, with the reason.
+
+This is the driver's first look into the run folder, before Ray starts: a symbolic link among
+its own names (planted on a shared volume) stops the run here with exit 2, naming it, before
+anything is read or written through it.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app import checkpoints
+from app import checkpoints, run_folder
 from app.data.schema import DatasetInfo
 from app.settings import TrainSettings
 
@@ -19,7 +23,9 @@ from app.settings import TrainSettings
 def usable_checkpoint(
     settings: TrainSettings, info: DatasetInfo, say: Callable[[str], None]
 ) -> checkpoints.CheckpointRef | None:
-    """The newest checkpoint that can resume this run; unusable ones are set aside, with why."""
+    """The newest checkpoint that can resume this run; unusable ones are set aside, with why.
+    A link in the run folder is refused first (LinkRefused, exit 2)."""
+    run_folder.refuse_links(settings.run_dir)
     scan = checkpoints.scan(settings.run_dir)
     for folder, why in scan.bad:
         _set_aside(folder, why, say)

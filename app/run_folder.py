@@ -8,15 +8,25 @@
 Only rank 0 writes the two JSON-lines files, after its checkpoint has been handed to Ray, so a
 line never describes an epoch whose checkpoint was lost. No torch here: `submit --wait`, the
 progress follower and the tests read the folder without paying for it.
+
+On a volume nothing here follows a link (app/safe_fs.py): the driver refuses a run folder whose
+own names are links before Ray starts (`refuse_links`, exit 2); a reader that meets one later
+ignores that file with a warning, as it does a damaged one, and a writer refuses it.
+Records are bounded in size and nesting before they are parsed (app/bounded_json.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+from app import bounded_json, safe_fs
+from app.objectstore import ObjectPath
 from app.storage import RunPath, append_line, write_atomic, write_json
 
 SUMMARY_FILE = "summary.json"
@@ -26,6 +36,14 @@ CURVES_FILE = "curves.png"
 # Ray Train's record of the checkpoints it registered. Resume is decided from verified files
 # instead; a stale snapshot may name checkpoints since set aside, which stops Ray from starting.
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"
+# Bounds on what is read back: years of epochs fit many times over; a file past them is damaged.
+MAX_RECORDS_BYTES = 64 << 20
+MAX_LINE_CHARS = 1 << 20
+MAX_SUMMARY_BYTES = 16 << 20
+# The names trainctl reads or writes in a run folder (checkpoint folders by their prefixes):
+# none of them may be a link (`refuse_links`).
+OWN_NAMES = (SUMMARY_FILE, METRICS_FILE, ATTEMPTS_FILE, CURVES_FILE, RAY_SNAPSHOT, "logs")
+OWN_PREFIXES = ("checkpoint_epoch_", "corrupt_", "tensorboard")
 # A metrics line needs a whole epoch number; the metrics it has must be numbers (None: absent
 # is fine). Anything else is a damaged line.
 EPOCH_FIELDS: dict[str, Any] = {
@@ -44,19 +62,18 @@ def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[di
     time a file has bad lines it is said once, with their line numbers.
     """
     try:
-        raw = path.read_bytes()
+        raw = read_record_file(path, MAX_RECORDS_BYTES)
     except FileNotFoundError:
         return []
-    except OSError as err:
-        why = err.strerror or str(err).splitlines()[0]
-        _warn_once(path, f"cannot read {path} ({why}); its records are ignored")
+    except (OSError, ValueError, safe_fs.LinkRefused) as err:
+        _warn_once(path, f"cannot read {path} ({_why(err)}); its records are ignored")
         return []
     records, bad = [], []
     for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = bounded_json.loads(line, MAX_LINE_CHARS)
         except ValueError:
             record = None
         if not isinstance(record, dict) or not _fits(record, required or {}):
@@ -67,6 +84,24 @@ def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[di
         shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
         _warn_once(path, f"skipped {len(bad)} unreadable line(s) in {path} (line {shown})")
     return records
+
+
+def read_record_file(path: RunPath, limit: int) -> bytes:
+    """A record file's bytes, at most `limit` (ValueError past it); on a volume without
+    following a link (LinkRefused)."""
+    if isinstance(path, ObjectPath):
+        if path.size() > limit:
+            raise ValueError(f"{path.size():,} bytes, over the {limit:,} allowed")
+        return path.read_bytes()
+    return safe_fs.read_bytes(path, path.parent, limit)
+
+
+def _why(err: BaseException) -> str:
+    if isinstance(err, safe_fs.LinkRefused):
+        return "a symbolic link, not followed"
+    if isinstance(err, OSError):
+        return err.strerror or (str(err).splitlines() or [type(err).__name__])[0]
+    return str(err)
 
 
 def _fits(record: dict[str, Any], required: dict[str, Any]) -> bool:
@@ -135,11 +170,19 @@ def attempts(run_dir: RunPath, invocation: str) -> list[dict[str, Any]]:
 
 def read_summary(run_dir: RunPath) -> dict[str, Any] | None:
     """The summary as last written, or None while there is none (or it is unreadable)."""
+    path = run_dir / SUMMARY_FILE
     try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = read_record_file(path, MAX_SUMMARY_BYTES).decode("utf-8")
+        summary = bounded_json.loads(text)
+    except FileNotFoundError:
         return None
-    return summary if isinstance(summary, dict) else None
+    except (OSError, ValueError, safe_fs.LinkRefused) as err:  # UnicodeDecodeError included
+        _warn_once(path, f"{path} is damaged ({_why(err)}); ignored (a run rewrites it)")
+        return None
+    if not isinstance(summary, dict):
+        _warn_once(path, f"{path} is damaged (not a JSON object); ignored (a run rewrites it)")
+        return None
+    return summary
 
 
 def write_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:
@@ -150,4 +193,37 @@ def write_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:
 
 
 def forget_ray_snapshot(run_dir: RunPath) -> None:
-    (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)
+    (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)  # unlink removes a link, not its target
+
+
+def refuse_links(run_dir: RunPath) -> None:
+    """Raise LinkRefused (exit 2) naming every link among the run folder's own names, its
+    logs' attempt folders and their files. The driver calls it before it reads or writes
+    anything there; a bucket has no links."""
+    if isinstance(run_dir, ObjectPath) or not run_dir.is_dir():
+        return
+    found = [run_dir / name for name in _links(run_dir, run_dir) if _own(name)]
+    logs = run_dir / "logs"
+    if logs not in found and logs.is_dir():
+        for name, status in safe_fs.entries(logs, run_dir):
+            if stat.S_ISLNK(status.st_mode):
+                found.append(logs / name)
+            elif stat.S_ISDIR(status.st_mode):
+                found += [logs / name / inner for inner in _links(logs / name, run_dir)]
+    if found:
+        raise safe_fs.LinkRefused([(path, _target(path)) for path in found])
+
+
+def _links(folder: Path, root: Path) -> list[str]:
+    return [name for name, st in safe_fs.entries(folder, root) if stat.S_ISLNK(st.st_mode)]
+
+
+def _own(name: str) -> bool:
+    return name in OWN_NAMES or name.startswith(OWN_PREFIXES) or name.startswith(".summary")
+
+
+def _target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"

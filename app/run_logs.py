@@ -8,6 +8,10 @@ Output is teed, not moved: Ray's own log files and `kubectl logs` still get ever
 file rotates at TRAIN_LOG_MAX_MB with three older files kept (logging.handlers' naming:
 worker-0.log.1 is the newest older one). A worker's exception is written there with its full
 traceback before it propagates, since Ray only ships it to the driver and then removes the pod.
+
+On a volume the files are opened below the run folder without following a link (app/safe_fs.py):
+a driver meeting a linked `logs`, attempt folder or log stops with exit 2 naming it; a worker
+says so on its stderr and keeps its output there only. Reading back is app/log_reader.py.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import logging
 import logging.handlers
 import os
 import re
+import stat
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -28,15 +32,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from app import store_probe
+from app import log_handlers, log_reader, safe_fs, store_probe
 from app.errors import ConfigError, TrainctlError
 from app.objectstore import ObjectPath, locate
 from app.redact import redact
 from app.storage import RunPath
 
 LOGS_DIR = "logs"
-BACKUPS = 3
-UPLOAD_EVERY_S = 5.0  # a log in a bucket is written locally and copied up this often
+
 ATTEMPT_PATTERN = re.compile(r"^attempt-(\d+)$")
 
 
@@ -45,65 +48,40 @@ def attempt_dir(run_dir: RunPath, attempt: int) -> RunPath:
 
 
 def attempts(run_dir: RunPath) -> list[int]:
+    """The attempt numbers in the run folder; on a volume a linked `logs` or attempt folder
+    is refused (LinkRefused), never listed through."""
     folder = run_dir / LOGS_DIR
-    if not folder.is_dir():
-        return []
-    found = (ATTEMPT_PATTERN.match(p.name) for p in folder.iterdir() if p.is_dir())
+    if isinstance(folder, ObjectPath):
+        if not folder.is_dir():
+            return []
+        names = [p.name for p in folder.iterdir() if p.is_dir()]
+    else:
+        status = safe_fs.refuse_link(folder, run_dir)
+        if status is None or not stat.S_ISDIR(status.st_mode):
+            return []
+        names = []
+        for name, status in safe_fs.entries(folder, run_dir):
+            if ATTEMPT_PATTERN.match(name):
+                safe_fs.refuse_link(folder / name, run_dir)
+            if stat.S_ISDIR(status.st_mode):
+                names.append(name)
+    found = (ATTEMPT_PATTERN.match(name) for name in names)
     return sorted(int(m.group(1)) for m in found if m)
+
+
+def log_root(path: RunPath) -> Path | None:
+    """The run folder a log path lies in (<run>/logs/attempt-K/name), else the log's folder:
+    where a local log's opens start (app/safe_fs.py)."""
+    if isinstance(path, ObjectPath):
+        return None
+    if path.parent.parent.name == LOGS_DIR:
+        return path.parents[2]
+    return path.parent
 
 
 def next_attempt(run_dir: RunPath) -> int:
     """The attempt number for a new driver: one past the highest on the volume."""
     return max(attempts(run_dir), default=0) + 1
-
-
-def _handler(path: RunPath, max_mb: float) -> logging.Handler:
-    max_bytes = max(1024, int(max_mb * 1024 * 1024))
-    if isinstance(path, ObjectPath):
-        handler: logging.Handler = _Uploaded(path, max_bytes)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
-            path, maxBytes=max_bytes, backupCount=BACKUPS, delay=True
-        )
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    return handler
-
-
-class _Uploaded(logging.handlers.RotatingFileHandler):
-    """A log in a bucket: objects cannot be appended to, so the lines go to a local file (same
-    rotation) that is copied up every UPLOAD_EVERY_S and when the log closes."""
-
-    def __init__(self, target: ObjectPath, max_bytes: int) -> None:
-        self.target = target
-        self.local = Path(tempfile.mkdtemp(prefix="trainctl-log-")) / target.name
-        # A restarted worker (maybe on another node) continues the log, as on a volume.
-        for name in [target.name, *(f"{target.name}.{i}" for i in range(1, BACKUPS + 1))]:
-            with contextlib.suppress(FileNotFoundError):
-                (self.local.parent / name).write_bytes(target.with_name(name).read_bytes())
-        super().__init__(self.local, maxBytes=max_bytes, backupCount=BACKUPS, delay=True)
-        self.sent: dict[str, int] = {}
-        self.done = threading.Event()
-        self.uploader = threading.Thread(target=self._loop, name="log-upload", daemon=True)
-        self.uploader.start()
-
-    def _loop(self) -> None:
-        while not self.done.wait(UPLOAD_EVERY_S):
-            self.upload()
-
-    def upload(self) -> None:
-        with contextlib.suppress(OSError):  # a missed copy is retried on the next tick
-            self.flush()
-            for local in sorted(self.local.parent.glob(f"{self.local.name}*")):
-                stamp = local.stat().st_mtime_ns
-                if self.sent.get(local.name) != stamp:
-                    self.target.with_name(local.name).write_bytes(local.read_bytes())
-                    self.sent[local.name] = stamp
-
-    def close(self) -> None:
-        self.done.set()
-        super().close()
-        self.upload()
 
 
 # Lines each thread's tees wrote since that thread's last logging record reached the root
@@ -119,33 +97,43 @@ class _Tee(io.TextIOBase):
         self.handler = handler
         self.pending = ""
         self.lock = threading.Lock()
+        self.inside = threading.local()
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
         self.original.write(text)
-        with self.lock:
-            self.pending += text
-            *lines, self.pending = self.pending.split("\n")
-            for line in lines:
-                self._emit(line)
+        self._log(text, whole=False)
         return len(text)
-
-    def _emit(self, line: str) -> None:
-        record = logging.LogRecord("trainctl", logging.INFO, "", 0, line, None, None)
-        self.handler.handle(record)
-        if not hasattr(_recent, "lines"):
-            _recent.lines = collections.deque(maxlen=64)
-        _recent.lines.append(line)
 
     def flush(self) -> None:
         self.original.flush()
-        with self.lock:
-            if self.pending:
-                self._emit(self.pending)
-                self.pending = ""
+        self._log("", whole=True)
         self.handler.flush()
+
+    def _log(self, text: str, *, whole: bool) -> None:
+        """Hand the finished lines (with whole=True, the unfinished one too) to the log.
+
+        A handler that fails reports it on stderr, which is this stream: that report goes to
+        the original only, since taking the lock again here would deadlock."""
+        if getattr(self.inside, "emitting", False):
+            return
+        with self.lock:
+            self.inside.emitting = True
+            try:
+                *lines, self.pending = (self.pending + text).split("\n")
+                if whole and self.pending:
+                    lines.append(self.pending)
+                    self.pending = ""
+                if not hasattr(_recent, "lines"):
+                    _recent.lines = collections.deque(maxlen=64)
+                for line in lines:
+                    record = logging.LogRecord("trainctl", logging.INFO, "", 0, line, None, None)
+                    self.handler.handle(record)
+                    _recent.lines.append(line)
+            finally:
+                self.inside.emitting = False
 
     def isatty(self) -> bool:
         return self.original.isatty()
@@ -171,17 +159,30 @@ class _Held(logging.Handler):
         self.path, self.max_mb = path, max_mb
         self.records: list[logging.LogRecord] = []
         self.target: logging.Handler | None = None
+        self.refused = False
         if not held:
-            self.open()
+            try:
+                self.open()
+            except safe_fs.LinkRefused as err:
+                # A worker cannot stop the run with exit 2: its output stays on its stderr
+                # (Ray's log), and nothing is written through the link.
+                self.refused = True
+                for problem in err.problems:
+                    print(
+                        f"trainctl: warning: log not kept in the run folder: {problem}",
+                        file=sys.stderr,
+                    )
 
     def open(self) -> None:
         if self.target is None:
-            self.target = _handler(self.path, self.max_mb)
+            self.target = log_handlers.open_handler(self.path, self.max_mb, log_root(self.path))
             for record in self.records:
                 self.target.handle(record)
             self.records.clear()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.refused:
+            return
         if self.target is None:
             self.records.append(record)
         else:
@@ -285,7 +286,7 @@ def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> Ru
     folder = attempt_dir(run_dir, attempt)
     name = "driver.log" if worker is None else f"worker-{worker}.log"
     path = folder / name
-    if not path.is_file():
+    if not _is_log(path, run_dir):
         there = sorted(p.name for p in folder.glob("*.log"))
         raise ConfigError(
             f"no {name} in {folder}; there: {', '.join(there) or 'nothing'}"
@@ -294,13 +295,21 @@ def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> Ru
     return path
 
 
+def _is_log(path: RunPath, run_dir: RunPath) -> bool:
+    if isinstance(path, ObjectPath):
+        return path.is_file()
+    assert isinstance(run_dir, Path)
+    # `trainctl logs` on a link (the log or a rotated one): exit 2, naming it.
+    for index in range(1, log_reader.BACKUPS + 1):
+        safe_fs.refuse_link(path.with_name(f"{path.name}.{index}"), run_dir)
+    status = safe_fs.refuse_link(path, run_dir)
+    return status is not None and stat.S_ISREG(status.st_mode)
+
+
 def read_lines(path: RunPath) -> Iterator[str]:
-    """The log's lines oldest first: rotated files (.3, .2, .1) before the current one."""
-    for index in range(BACKUPS, 0, -1):
-        older = path.with_name(f"{path.name}.{index}")
-        if older.is_file():
-            yield from older.read_text(errors="replace").splitlines()
-    yield from path.read_text(errors="replace").splitlines()
+    """The log's lines oldest first: rotated files (.3, .2, .1) before the current one,
+    streamed (app/log_reader.py)."""
+    return log_reader.read_lines(path, log_root(path))
 
 
 def resolve_run_dir(run: str, storage: str | None) -> RunPath:

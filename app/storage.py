@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import tempfile
 import uuid
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from app import safe_fs
 from app.errors import ConfigError
 from app.objectstore import ObjectPath
 from app.store_probe import (  # noqa: F401 - describe_store_error, reachable: callers import them here
@@ -86,7 +86,9 @@ def human_bytes(size: float | None) -> str:
 
 
 # --- writes that differ between a volume and a bucket --------------------------------------
-def append_line(path: RunPath, line: str) -> None:
+# On a volume they go through app/safe_fs.py: `root` is the run folder they must stay inside
+# (default: the file's own folder), and a link on the way is refused, never followed.
+def append_line(path: RunPath, line: str, root: Path | None = None) -> None:
     """Add one line. On a volume an fsync'd append; an object is rewritten whole (only rank 0
     writes these small files, so there is no one to race)."""
     if isinstance(path, ObjectPath):
@@ -96,40 +98,32 @@ def append_line(path: RunPath, line: str) -> None:
             before = b""
         path.write_bytes(before + line.encode() + b"\n")
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        handle.write(line + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    safe_fs.append(path, root or path.parent, line.encode() + b"\n")
 
 
-def write_atomic(path: RunPath, data: bytes) -> None:
-    """Readers see the old content or the new, never half: a rename on a volume, one PUT in a
-    bucket."""
+def write_atomic(path: RunPath, data: bytes, root: Path | None = None) -> None:
+    """Readers see the old content or the new, never half: a rename on a volume (its temporary
+    file removed on any error), one PUT in a bucket."""
     if isinstance(path, ObjectPath):
         path.write_bytes(data)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    safe_fs.write_atomic(path, root or path.parent, data)
 
 
-def write_json(path: RunPath, value: Any) -> None:
-    write_atomic(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode())
+def write_json(path: RunPath, value: Any, root: Path | None = None) -> None:
+    write_atomic(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode(), root)
 
 
 def rename_dir(folder: RunPath, target: RunPath) -> None:
-    """Move a folder; in a bucket a copy of every object, then the originals deleted."""
+    """Move a folder to a sibling name; in a bucket a copy of every object, then the originals
+    deleted. On a volume a link at either name is refused (LinkRefused)."""
     if isinstance(folder, ObjectPath) and isinstance(target, ObjectPath):
         target.rmtree()
         folder.copy_tree_to(target)
         folder.rmtree()
         return
     assert isinstance(folder, Path) and isinstance(target, Path)
-    if target.exists():
-        shutil.rmtree(target)
-    folder.rename(target)
+    safe_fs.rename_dir(folder, target, folder.parent)
 
 
 def remove_tree(folder: RunPath) -> None:

@@ -25,7 +25,7 @@ from app.accel import (
     autocast_dtype,
     make_optimizer,
     memory_format,
-    share_compile_cache,
+    private_compile_cache,
 )
 from app.data.pipeline import epoch_batches
 from app.data.schema import DatasetInfo
@@ -68,8 +68,8 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     # Weights are loaded into the plain module before it is wrapped (DDP) and compiled, so
     # checkpoints never see compile's `_orig_mod.` names and resume works either way.
     model = ray.train.torch.prepare_model(model)
-    if settings.compile == "on" and isinstance(settings.storage_path, Path):
-        share_compile_cache(settings.storage_path)
+    if settings.compile == "on":  # never on the shared storage: its files would run here
+        private_compile_cache()
     forward = CompiledModel(model, enabled=settings.compile == "on")
     optimizer = make_optimizer(model.parameters(), settings, device)
     scaler = torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16")

@@ -45,7 +45,8 @@ def app_run(
     work: Path, args: argparse.Namespace, gpu: bool, rep: int = 0, **extra: str
 ) -> dict[str, Any]:
     """(b): one real `trainctl train`; steady figures are the medians of epochs 2 and later.
-    rep 1 is a second, fresh run on the same storage: its compilation comes from the cache."""
+    rep 1 is a second, fresh run on the same machine: its compilation comes from the cache
+    (private to this user on this machine, app/accel.py)."""
     from app.run_folder import read_jsonl
     from bench.startup import MARKS, one_start
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app import run_logs
+from app import log_reader, run_logs
 from app.errors import EXIT_INVALID, EXIT_OK, RunFailed
+from app.objectstore import ObjectPath
+from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 from tests.unit.test_submit_cli import trainctl
 
 
@@ -128,3 +130,50 @@ def test_a_logged_line_that_a_handler_prints_is_written_once(tmp_path: Path) -> 
         "only the root logger sees this",
         "Reporting training result 2",
     ]
+
+
+# --- reading a log back from a bucket: streamed, tailed, followed --------------------------------
+@pytest.fixture
+def bucket_log(
+    s3_server: S3Server,  # noqa: F811 - the fixture
+    request: pytest.FixtureRequest,
+) -> tuple[Bucket, ObjectPath]:
+    bucket = s3_server.bucket("logs-" + request.node.name.replace("_", "-")[:30].strip("-"))
+    path = ObjectPath(bucket.uri("runs/r/logs/attempt-1/worker-0.log"), bucket.endpoint)
+    return bucket, path
+
+
+def test_a_log_in_a_bucket_streams_and_tails_across_rotated_objects(
+    bucket_log: tuple[Bucket, ObjectPath],
+) -> None:
+    bucket, path = bucket_log
+    key = "runs/r/logs/attempt-1/worker-0.log"
+    bucket.write(key + ".1", b"old 1\nold 2\n")
+    bucket.write(key, b"".join(f"line {i}\n".encode() for i in range(3000)) + b"no newline")
+    lines = list(log_reader.read_lines(path))
+    assert lines[:3] == ["old 1", "old 2", "line 0"] and lines[-1] == "no newline"
+    assert len(lines) == 3003
+    assert list(log_reader.tail_lines(path, 2)) == ["line 2999", "no newline"]
+    assert list(log_reader.tail_lines(path, 3003))[:2] == ["old 1", "old 2"]
+
+
+def test_following_a_log_in_a_bucket_reads_each_upload_and_a_rotation(
+    bucket_log: tuple[Bucket, ObjectPath],
+) -> None:
+    """Each poll of the real object: an upload that grew it prints the new lines once; a
+    smaller object (the log begun again after a rotation) is read from its start."""
+    bucket, path = bucket_log
+    key = "runs/r/logs/attempt-1/worker-0.log"
+    bucket.write(key, b"first\n")
+    uploads = [b"first\nsecond\nthird\n", b"after rotation\n", None]
+    printed: list[str] = []
+
+    def sleep(seconds: float) -> None:  # the poll's wait: the next upload lands meanwhile
+        upload = uploads.pop(0)
+        if upload is None:
+            raise KeyboardInterrupt  # what Ctrl-C (or the CLI's SIGTERM handler) raises
+        bucket.write(key, upload)
+
+    with pytest.raises(KeyboardInterrupt):
+        log_reader.follow_log(path, printed.append, tail=1, sleep=sleep)
+    assert printed == ["first", "second", "third", "after rotation"]

@@ -1,0 +1,42 @@
+"""JSON from a run folder, bounded before it is parsed.
+
+Run-folder records (summary.json, metrics.jsonl, attempts.jsonl, a checkpoint's meta.json) are
+written by trainctl and are a few levels deep; anything on a shared volume may still have been
+replaced. Python's json raises RecursionError on deep nesting (`[[[[...` 100k deep) and a
+RecursionError is not a ValueError, so such a file crashed every command that read it, reruns
+included. Here nesting and size are checked first, with a cheap scan, and a file over either
+bound is a ValueError: damaged, like any other unreadable record.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+MAX_DEPTH = 32  # trainctl's own records nest at most 4 levels (summary -> settings -> ...)
+# A string (escapes included) or one bracket: brackets inside strings do not count.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in `text` (unbalanced text still counts)."""
+    level = deepest = 0
+    for match in _TOKENS.finditer(text):
+        token = match.group(0)
+        if token in ("[", "{"):
+            level += 1
+            deepest = max(deepest, level)
+        elif token in ("]", "}"):
+            level -= 1
+    return deepest
+
+
+def loads(text: str, max_chars: int | None = None) -> Any:
+    """json.loads, or ValueError when `text` is longer than max_chars or nests deeper than
+    MAX_DEPTH (checked before parsing, so the parser never recurses that far)."""
+    if max_chars is not None and len(text) > max_chars:
+        raise ValueError(f"{len(text):,} characters, over the {max_chars:,} allowed")
+    if (found := depth(text)) > MAX_DEPTH:
+        raise ValueError(f"nested {found} levels deep, over the {MAX_DEPTH} allowed")
+    return json.loads(text)

@@ -1,0 +1,285 @@
+"""Reading a run's log back for `trainctl logs --worker/--driver`: streamed, tailed, followed.
+
+A log and its three rotated files may reach 4 x TRAIN_LOG_MAX_MB, so nothing here holds a file
+in memory: lines are read in chunks (a bucket through pyarrow's input stream), `--tail N`
+finds the start of the last N lines by reading back from the end a chunk at a time, and a line
+longer than MAX_LINE is cut into pieces of that size. On a volume every file is opened below
+the run folder without following a link (app/safe_fs.py), so a planted `worker-0.log ->
+/etc/passwd` is refused, not printed.
+
+`follow_log` keeps printing what is appended, polling every FOLLOW_POLL_S, until the caller is
+interrupted (Ctrl-C, or SIGTERM, which the CLI turns into an exception). On a volume a
+rotation (the file renamed to .1 and a new one started) is noticed by its inode: the old file
+is read to its end first. In a bucket the object is polled by size; a smaller object is a
+rotated log and is read from its start.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from app import safe_fs
+from app.errors import ConfigError
+from app.objectstore import ObjectPath
+from app.storage import RunPath
+
+BACKUPS = 3  # logging.handlers' naming: name.1 is the newest older file (app/run_logs.py)
+CHUNK = 1 << 16
+MAX_LINE = 1 << 16  # bytes; a longer line is printed in pieces
+FOLLOW_POLL_S = 0.5
+
+
+class _Lines:
+    """Bytes in, whole lines out; what is held back is at most one unfinished line (MAX_LINE)."""
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def feed(self, data: bytes) -> list[str]:
+        *lines, self.pending = (self.pending + data).split(b"\n")
+        while len(self.pending) > MAX_LINE:
+            lines.append(self.pending[:MAX_LINE])
+            self.pending = self.pending[MAX_LINE:]
+        out: list[str] = []
+        for line in lines:
+            out += [_text(line[i : i + MAX_LINE]) for i in range(0, max(len(line), 1), MAX_LINE)]
+        return out
+
+    def flush(self) -> list[str]:
+        rest, self.pending = self.pending, b""
+        return [_text(rest)] if rest else []
+
+
+def _text(line: bytes) -> str:
+    return line.removesuffix(b"\r").decode("utf-8", errors="replace")
+
+
+class _File:
+    """One log file opened for reading: a local fd below the run folder, or an object."""
+
+    def __init__(self, path: RunPath, root: Path | None) -> None:
+        self.path = path
+        if isinstance(path, ObjectPath):
+            self.handle: Any = path.fs.open_input_file(path.key)
+        else:
+            self.handle = safe_fs.open_read(path, root or path.parent)
+
+    def size(self) -> int:
+        if isinstance(self.path, ObjectPath):
+            return int(self.handle.size())
+        return os.fstat(self.handle.fileno()).st_size
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        if isinstance(self.path, ObjectPath):
+            if offset >= self.size():
+                return b""
+            return bytes(self.handle.read_at(size, offset))
+        return os.pread(self.handle.fileno(), size, offset)
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def _files(path: RunPath) -> list[RunPath]:
+    """The log's files, oldest first: rotated ones (.3, .2, .1) before the current one."""
+    older = [path.with_name(f"{path.name}.{i}") for i in range(BACKUPS, 0, -1)]
+    return [p for p in older if _exists(p)] + [path]
+
+
+def _exists(path: RunPath) -> bool:
+    if isinstance(path, ObjectPath):
+        return path.is_file()
+    return path.exists() or path.is_symlink()  # a link is opened (and refused), not skipped
+
+
+def _stream(
+    path: RunPath, root: Path | None, start: int = 0, stop: int | None = None
+) -> Iterator[str]:
+    """The lines of one file from byte `start` (to `stop`, or its end), a chunk at a time."""
+    lines = _Lines()
+    if isinstance(path, ObjectPath) and start == 0 and stop is None:
+        with path.fs.open_input_stream(path.key) as stream:
+            while chunk := stream.read(CHUNK):
+                yield from lines.feed(chunk)
+    else:
+        file = _File(path, root)
+        try:
+            offset = start
+            while (want := _want(offset, stop)) and (chunk := file.read_at(offset, want)):
+                offset += len(chunk)
+                yield from lines.feed(chunk)
+        finally:
+            file.close()
+    yield from lines.flush()
+
+
+def _want(offset: int, stop: int | None) -> int:
+    return CHUNK if stop is None else max(0, min(CHUNK, stop - offset))
+
+
+def read_lines(path: RunPath, root: Path | None = None, end: int | None = None) -> Iterator[str]:
+    """Every line of the log, oldest first, across its rotated files (the current one up to
+    byte `end` when given)."""
+    files = _files(path)
+    for file in files[:-1]:
+        yield from _stream(file, root)
+    yield from _stream(files[-1], root, 0, end)
+
+
+def _start_of_last(file: _File, end: int, count: int) -> tuple[int, int]:
+    """(offset where the last `count` lines before `end` begin, how many lines there are)."""
+    found, position = 0, end
+    if end and file.read_at(end - 1, 1) == b"\n":
+        position = end - 1  # the file's final newline ends its last line, it starts none
+    while position > 0:
+        size = min(CHUNK, position)
+        block = file.read_at(position - size, size)
+        index = len(block)
+        while (index := block.rfind(b"\n", 0, index)) >= 0:
+            found += 1
+            if found == count:
+                return position - size + index + 1, found
+        position -= size
+    return 0, found + (1 if end else 0)
+
+
+def tail_lines(
+    path: RunPath, count: int, root: Path | None = None, end: int | None = None
+) -> Iterator[str]:
+    """The last `count` lines of the log (rotated files reached only as far as needed; the
+    current one up to byte `end` when given)."""
+    if count <= 0:
+        return
+    starts: list[tuple[RunPath, int, int | None]] = []
+    remaining = count
+    for older in reversed(_files(path)):
+        stop = end if older == path else None
+        file = _File(older, root)
+        try:
+            offset, found = _start_of_last(file, file.size() if stop is None else stop, remaining)
+        finally:
+            file.close()
+        starts.insert(0, (older, offset, stop))
+        remaining -= found
+        if remaining <= 0:
+            break
+    last: collections.deque[str] = collections.deque(maxlen=count)
+    for older, offset, stop in starts:
+        last.extend(_stream(older, root, offset, stop))
+    yield from last
+
+
+def show(
+    path: RunPath,
+    emit: Callable[[str], None],
+    *,
+    tail: int | None,
+    follow: bool,
+    root: Path | None,
+) -> None:
+    """What `trainctl logs --worker/--driver` prints: a header naming the file, then the log,
+    its last `tail` lines, or (follow) those and then every new line until interrupted."""
+    emit(f"==> {path} <==")
+    try:
+        if follow:
+            follow_log(path, emit, tail=tail, root=root)
+            return
+        lines = tail_lines(path, tail, root) if tail is not None else read_lines(path, root)
+        for line in lines:
+            emit(line)
+    except OSError as err:  # unreadable, or gone with the store: named, not a traceback
+        named = str(err.filename or "")  # the rotated file it was, where the error says
+        where = named if named.startswith(("/", f"{path}")) else path
+        raise ConfigError(f"{where}: cannot be read ({err.strerror or err})") from None
+
+
+def follow_log(
+    path: RunPath,
+    emit: Callable[[str], None],
+    *,
+    tail: int | None = None,
+    root: Path | None = None,
+    poll_s: float = FOLLOW_POLL_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Print the log (or its last `tail` lines), then what is appended, until interrupted."""
+    file = _File(path, root)
+    try:
+        end = file.size()  # what is there now is printed once; what comes after, as it comes
+        if tail is not None:
+            lines = tail_lines(path, tail, root, end)
+        else:
+            lines = read_lines(path, root, end)
+        for line in lines:
+            emit(line)
+        splitter, offset = _Lines(), end
+        while True:
+            sleep(poll_s)
+            file, offset = _read_new(file, path, root, offset, splitter, emit)
+    finally:
+        file.close()
+
+
+def _read_new(
+    file: _File,
+    path: RunPath,
+    root: Path | None,
+    offset: int,
+    splitter: _Lines,
+    emit: Callable[[str], None],
+) -> tuple[_File, int]:
+    """Emit the lines appended since `offset`; reopen the log when it was rotated."""
+    if isinstance(path, ObjectPath):
+        # Each upload replaces the object whole: a bigger one is read from `offset` in a
+        # fresh handle, a smaller one is the log begun again after a rotation.
+        size = path.size() if path.is_file() else offset
+        if size == offset:
+            return file, offset
+        if size < offset:
+            for line in splitter.flush():
+                emit(line)
+            offset = 0
+        file.close()
+        file = _File(path, root)
+    while chunk := file.read_at(offset, CHUNK):
+        offset += len(chunk)
+        for line in splitter.feed(chunk):
+            emit(line)
+    if not isinstance(path, ObjectPath) and _rotated(file, path, root):
+        for line in splitter.flush():
+            emit(line)
+        file.close()
+        try:
+            return _File(path, root), 0
+        except FileNotFoundError:  # between the rename and the new file's first line
+            return _Missing(path, root), 0
+    return file, offset
+
+
+def _rotated(file: _File, path: Path, root: Path | None) -> bool:
+    """Whether `path` now names another file than the one open (or one appeared)."""
+    status = safe_fs.refuse_link(path, root or path.parent)
+    if isinstance(file, _Missing):
+        return status is not None
+    return status is not None and status.st_ino != os.fstat(file.handle.fileno()).st_ino
+
+
+class _Missing(_File):
+    """The log between a rotation's rename and its next line: nothing to read yet."""
+
+    def __init__(self, path: RunPath, root: Path | None) -> None:
+        self.path, self.handle = path, None
+
+    def size(self) -> int:
+        return 0
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        return b""
+
+    def close(self) -> None:
+        pass
