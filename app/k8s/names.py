@@ -80,6 +80,32 @@ def schema_definitions() -> dict[str, Any]:
             },
         },
         "resourceName": key,
+        "tolerations": _tolerations(label_value),
+    }
+
+
+def _tolerations(label_value: dict[str, Any]) -> dict[str, Any]:
+    """Kubernetes' toleration rules: a label key (empty with Exists: every taint) and a label
+    value. Helm's toYaml renders a list holding text it cannot write (see YAML_SAFE_TEXT) as
+    nothing at all, so a free string here would drop every toleration of the pool unsaid."""
+    optional_key = {
+        "type": "string",
+        "pattern": f"^({QUALIFIED_NAME[1:-1]})?$",
+        "maxLength": QUALIFIED_NAME_MAX,
+    }
+    return {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "key": optional_key,
+                "operator": {"enum": ["Exists", "Equal"]},
+                "value": label_value,
+                "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                "tolerationSeconds": {"type": "integer"},
+            },
+        },
     }
 
 

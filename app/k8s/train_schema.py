@@ -74,6 +74,14 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
         if not props[name]["description"]:
             del props[name]["description"]
     props["head"]["properties"]["rayStartParams"] = {"$ref": _ref("rayStartParams")}
+    # The PodMonitor's labels and the scraper's selectors are Kubernetes labels too: a key
+    # the API server refuses (or one YAML cannot hold unquoted) fails at render.
+    metrics = props["metrics"]["properties"]
+    metrics["podMonitor"]["properties"]["labels"] = {"$ref": _ref("labels")}
+    for selector in ("namespaceSelector", "podSelector"):
+        metrics["scraper"]["properties"][selector]["properties"]["matchLabels"] = {
+            "$ref": _ref("labels")
+        }
     # IRSA or GKE Workload Identity annotations on the created ServiceAccount.
     props["serviceAccount"]["properties"]["annotations"] = {"$ref": _ref("annotations")}
     for kind in ("requests", "limits"):

@@ -69,21 +69,44 @@ def test_three_pools_render_exactly_three_rayjobs_one_per_pool(three_pools: list
 
 
 def test_every_rayjob_is_valid_against_the_kuberay_crd(rendered: list[dict]) -> None:
+    jobs = of_kind(rendered, "RayJob")
+    assert jobs, "each values file enables at least one pool"
     schema = crd_schema("rayjobs")
-    for job in of_kind(rendered, "RayJob"):
-        crd_validator("rayjobs").validate(job)
-        _no_unknown_fields(job["spec"], schema["properties"]["spec"], "spec")
+    for job in jobs:
+        problems = [error.message for error in crd_validator("rayjobs").iter_errors(job)]
+        assert problems == [], problems
+        # Pod templates, containers and their lifecycle hooks are all walked, not just the top.
+        assert _no_unknown_fields(job["spec"], schema["properties"]["spec"], "spec") > 100
 
 
-def _no_unknown_fields(value: object, schema: dict, where: str) -> None:
-    """The API server would silently prune fields the CRD does not declare: refuse them."""
+def test_the_crd_checks_refuse_an_unknown_field_and_a_wrong_type(three_pools: list[dict]) -> None:
+    """The checks above can fail: a field the CRD lacks, deep in a worker's container, and a
+    field of the wrong type are both caught."""
+    schema = crd_schema("rayjobs")["properties"]["spec"]
+    job = copy.deepcopy(of_kind(three_pools, "RayJob")[0])
+    _, (group,) = rayjob_groups(job)
+    group["template"]["spec"]["containers"][0]["preStopHook"] = {}
+    with pytest.raises(AssertionError, match="preStopHook is not in the CRD"):
+        _no_unknown_fields(job["spec"], schema, "spec")
+    group["template"]["spec"]["containers"][0].pop("preStopHook")
+    group["template"]["spec"]["terminationGracePeriodSeconds"] = "soon"
+    assert list(crd_validator("rayjobs").iter_errors(job)), "a string grace period passed"
+
+
+def _no_unknown_fields(value: object, schema: dict, where: str) -> int:
+    """The API server would silently prune fields the CRD does not declare: refuse them.
+
+    Returns how many fields were checked, so a caller can tell the walk went deep.
+    """
+    checked = 0
     if isinstance(value, dict) and "properties" in schema:
         for key, item in value.items():
             assert key in schema["properties"], f"{where}.{key} is not in the CRD"
-            _no_unknown_fields(item, schema["properties"][key], f"{where}.{key}")
+            checked += 1 + _no_unknown_fields(item, schema["properties"][key], f"{where}.{key}")
     elif isinstance(value, list) and "items" in schema:
         for i, item in enumerate(value):
-            _no_unknown_fields(item, schema["items"], f"{where}[{i}]")
+            checked += _no_unknown_fields(item, schema["items"], f"{where}[{i}]")
+    return checked
 
 
 def test_core_kinds_are_valid_kubernetes_objects(rendered: list[dict]) -> None:

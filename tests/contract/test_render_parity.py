@@ -176,6 +176,11 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"kueue": {"enabled": True}},
         {"rayAuth": {"enabled": "yes"}},
         {"unknownTopLevel": 1},
+        # Found by the schema-derived strategy: Helm's toYaml wrote this list as nothing at
+        # all (the pool lost its tolerations unsaid), and an unquoted PodMonitor label key
+        # broke trainctl's YAML; both are Kubernetes names and values, bounded as such now.
+        {"poolDefaults": {"tolerations": [{"key": "k", "value": "\x94v"}]}},
+        {"metrics": {"podMonitor": {"labels": {"{% raw %}\x0fX": "v"}}}},
     ],
     ids=lambda b: json.dumps(b),
 )

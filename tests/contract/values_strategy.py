@@ -1,29 +1,34 @@
-"""Hypothesis strategies for chart values files that values.schema.json accepts.
+"""Hypothesis strategies for chart values files, derived from the chart's values.schema.json.
 
-They reach every optional block of the chart (pools and pool defaults, storage modes: volume,
-s3, gcs; head, RayJob options, auth, network policy, metrics, service account, Kueue, schedule)
-with the inputs where two template engines drift apart: odd strings (quotes, colons, newlines,
-template braces, non-ASCII), and numbers Go prints differently from Python (1e21, 0.1, 2^64 - 1,
-1.0).
-Some combinations are refused by the chart's rules (app/k8s/rules.py); both renderers must then
-refuse them alike.
+A new chart value needs no edit here: the schema is walked and every key it declares is drawn
+from what the schema says of it. Read: $ref, allOf (merged), enum, const, type (one or a list),
+minimum, maximum, exclusiveMinimum, minLength, maxLength, pattern (drawn with from_regex), not,
+properties, required, additionalProperties, propertyNames, minProperties, maxProperties and
+items. Each drawn leaf satisfies its own schema; the if/then conditions across keys (a bucket
+for s3, a queue name for Kueue) and the chart's rules (app/k8s/rules.py) are not followed, so
+some files are refused, and both engines must refuse those alike.
+
+Strings without a pattern are drawn from text where the engines drift apart (quotes, colons,
+newlines, template braces, non-ASCII); numbers from those Go prints differently from Python
+(1e21, 0.1, 2^53, 1.0) as well as any in range. OVERRIDES holds the few places the schema
+cannot say what is worth drawing, each with its reason.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
+from functools import cache
 from typing import Any
 
+import yaml
 from hypothesis import strategies as st
+from jsonschema import Draft7Validator
 
-# Names Kubernetes accepts (DNS labels), short enough for every derived name.
-NAME = st.from_regex(r"\A[a-z]([a-z0-9-]{0,10}[a-z0-9])?\Z")
-LABEL_KEY = st.one_of(
-    st.from_regex(r"\A[A-Za-z0-9]([-A-Za-z0-9_.]{0,12}[A-Za-z0-9])?\Z"),
-    st.builds(
-        lambda prefix, name: f"{prefix}/{name}", st.sampled_from(["example.com", "x.io"]), NAME
-    ),
-)
-LABEL_VALUE = st.from_regex(r"\A([A-Za-z0-9]([-A-Za-z0-9_.]{0,12}[A-Za-z0-9])?)?\Z")
+from app.k8s.names import YAML_SAFE_TEXT
+from app.k8s.values import CHART_DIR, coalesce
+
 # Text that YAML, Go templates and jinja2 each treat specially.
 ODD = st.sampled_from(
     ["", "yes", "null", "0x1F", "1e3", "'", '"', ": ", "#", "{{ .Values }}", "{% raw %}", "\n",
@@ -31,230 +36,206 @@ ODD = st.sampled_from(
 )  # fmt: skip
 ODD_TEXT = st.lists(st.one_of(ODD, st.text(max_size=3)), max_size=4).map("".join)
 # Numbers whose text differs between Go and Python formatting, and plain ones.
-NUMBER = st.sampled_from([0, 1, 2, 7, 0.5, 1.0, 0.1, 1.5, 100000000, 1e21, 1e-7, 3.25, 12.0])
-QUANTITY = st.one_of(
-    st.sampled_from(["500m", "1", "2", "8", "1.5", "32Gi", "100Mi", "1e3", "0.5Ti", "16G"]),
-    st.sampled_from([1, 2, 4, 0.5, 1.5, 8, 100000000, 1e21]),
+TRICKY_NUMBERS = (0, 1, 2, 7, 0.5, 1.0, 0.1, 1.5, 3.25, 12.0, 1e-7, 1e-5, 3e-4, 100000000, 1e21)
+TRICKY_INTEGERS = (0, 1, 2, 42, 2**31, 2**53 - 1, 2**53, 2**64 - 1)
+# Maps and lists stay small: a value file's shape matters here, not its size.
+MAX_ENTRIES = 2
+# A free-form object (`type: object` and nothing else) is passed through as YAML or JSON. Its
+# text leaves out what Helm's toYaml cannot write (app/k8s/names.py YAML_SAFE_TEXT): Helm then
+# renders the whole object empty while trainctl renders it, and the schema does not yet refuse
+# such text inside free-form objects (deletionStrategy, dashboardFrom, collector env).
+YAML_SAFE = ODD_TEXT.filter(lambda text: re.fullmatch(YAML_SAFE_TEXT[1:-1], text) is not None)
+FREE_JSON = st.recursive(
+    st.one_of(st.booleans(), st.sampled_from(TRICKY_NUMBERS), YAML_SAFE),
+    lambda inner: st.dictionaries(YAML_SAFE, inner, max_size=MAX_ENTRIES),
+    max_leaves=4,
 )
-SMALL_INT = st.integers(min_value=1, max_value=5)
+
+# Dotted path (a map's values are `*`, a list's items `[]`) -> strategy, where the schema alone
+# does not say what is worth drawing.
+OVERRIDES: dict[str, st.SearchStrategy[Any] | None] = {
+    # Helm reads `global` and this chart ignores it: nothing to compare (None: never drawn).
+    "global": None,
+    # The cron pattern is too large for from_regex to draw from quickly (seconds per example);
+    # these cover each form it allows (macros, steps, lists, ranges, names).
+    "schedule.cron": st.sampled_from(
+        ["@daily", "0 3 * * 1", "*/15 * * * *", "0 0 1,15 * mon-fri", "5 4 * jan-mar sun"]
+    ),
+    # Free-form in the schema (Ray's own runtime_env): the shape users give, with odd text.
+    "rayJob.runtimeEnv": st.dictionaries(
+        st.just("env_vars"), st.dictionaries(st.just("X"), ODD_TEXT), max_size=1
+    ),
+}
+# Valid with fewer, but an empty nodePools renders nothing for the engines to compare.
+MIN_ENTRIES = {"nodePools": 1}
 
 
-def _tolerations() -> st.SearchStrategy[list[dict[str, Any]]]:
-    toleration = st.fixed_dictionaries(
-        {"key": st.sampled_from(["nvidia.com/gpu", "dedicated", "x.io/pool"])},
-        optional={
-            "operator": st.sampled_from(["Exists", "Equal"]),
-            "value": LABEL_VALUE,
-            "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]),
-            "tolerationSeconds": st.integers(min_value=0, max_value=10**9),
-        },
-    )
-    return st.lists(toleration, max_size=2)
+@cache
+def schema() -> dict[str, Any]:
+    return json.loads((CHART_DIR / "values.schema.json").read_text())
 
 
-def _train() -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries(
-        {},
-        optional={
-            "dataset": st.sampled_from(["digits", "synthetic", "cifar10", "parquet"]),
-            "model": st.sampled_from(["cnn", "resnet18", "vit"]),
-            "epochs": st.integers(min_value=1, max_value=100000),
-            "global_batch_size": st.sampled_from([1, 64, 512, 16777216]),
-            "lr": st.sampled_from([0.1, 0.001, 1e-5, 3e-4, 1, 10]),
-            "weight_decay": st.sampled_from([0, 0.01, 0.5, 1]),
-            "seed": st.sampled_from([0, 42, 2**31, 2**53 - 1, 2**53, 2**64 - 1]),
-            "amp": st.sampled_from(["auto", "off", "bf16"]),
-            "compile": st.sampled_from(["auto", "on", "off"]),
-            "cpus_per_worker": st.sampled_from([1, 0.5, 2.5, 16]),
-            "capacity_wait_s": st.sampled_from([0, 0.5, 600, 3600]),
-            "max_failures": st.integers(min_value=-1, max_value=10),
-            "checkpoints_to_keep": st.integers(min_value=1, max_value=20),
-            "checkpoint_metric": st.sampled_from(["val_accuracy", "val_loss"]),
-            "tensorboard": st.booleans(),
-        },
-    )
+@cache
+def _defaults() -> dict[str, Any]:
+    return yaml.safe_load((CHART_DIR / "values.yaml").read_text())
 
 
-def _pool(*, complete: bool) -> st.SearchStrategy[dict[str, Any]]:
+def _has_default(path: str) -> bool:
+    """Whether the chart's values.yaml sets `path`: a user's file may then leave it out, even
+    where the schema requires it (the schema checks the merged values)."""
+    value: Any = _defaults()
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return False
+        value = value[key]
+    return True
+
+
+def _default_at(path: str) -> dict[str, Any]:
+    """The chart's default map at `path` ({} where it has none)."""
+    value: Any = _defaults()
+    for key in filter(None, path.split(".")):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+    """$ref followed and allOf merged into one schema (properties and required combined)."""
+    while "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        node = {**schema()["definitions"][name], **{k: v for k, v in node.items() if k != "$ref"}}
+    if "allOf" in node and all("if" not in part for part in node["allOf"]):
+        merged = {k: v for k, v in node.items() if k != "allOf"}
+        for part in map(_resolve, node["allOf"]):
+            for key, value in part.items():
+                if key == "properties":
+                    merged["properties"] = {**merged.get("properties", {}), **value}
+                elif key == "required":
+                    merged["required"] = [*merged.get("required", []), *value]
+                else:
+                    merged.setdefault(key, value)
+        node = merged
+    return node
+
+
+def from_schema(node: dict[str, Any], path: str = "") -> st.SearchStrategy[Any]:
+    """Values that `node` accepts (its conditions across keys aside)."""
+    override = OVERRIDES.get(path)
+    if override is not None:
+        return override
+    node = _resolve(node)
+    if "const" in node:
+        drawn: st.SearchStrategy[Any] = st.just(node["const"])
+    elif "enum" in node:
+        drawn = st.sampled_from(node["enum"])
+    else:
+        types = node.get("type") or ("object" if "properties" in node else None)
+        if types is None:
+            return FREE_JSON
+        kinds = [types] if isinstance(types, str) else types
+        drawn = st.one_of([_typed(kind, node, path) for kind in kinds])
+    if "not" in node:
+        refused = _validator(node["not"])
+        drawn = drawn.filter(lambda value: not refused.is_valid(value))
+    if "if" in node or any("if" in part for part in node.get("allOf", ())):
+        # Conditions across keys (a bucket for s3, a queue for Kueue): half the draws meet them,
+        # so each branch renders; the other half may break one, for both engines to refuse.
+        # Judged as Helm does, over the chart's defaults.
+        check, default = _validator(node), _default_at(path)
+        meets = drawn.filter(lambda value: check.is_valid(coalesce(default, value)))
+        drawn = st.one_of(meets, drawn)
+    return drawn
+
+
+def _validator(node: dict[str, Any]) -> Draft7Validator:
+    """A validator for one part of the schema, its $refs resolved against the whole."""
+    return Draft7Validator({**node, "definitions": schema()["definitions"]})
+
+
+def _typed(kind: str, node: dict[str, Any], path: str) -> st.SearchStrategy[Any]:
+    if kind == "boolean":
+        return st.booleans()
+    if kind in ("integer", "number"):
+        return _number(kind, node)
+    if kind == "string":
+        return _string(node)
+    if kind == "array":
+        items = from_schema(node.get("items", {}), f"{path}.[]")
+        return st.lists(items, max_size=MAX_ENTRIES)
+    if kind == "object":
+        return _object(node, path)
+    raise ValueError(f"{path}: schema type {kind!r} has no strategy; add one here")
+
+
+def _number(kind: str, node: dict[str, Any]) -> st.SearchStrategy[Any]:
+    # Unbounded below: a few negatives are enough; unbounded above: Helm's exact range.
+    low = node.get("minimum", node.get("exclusiveMinimum", -1000))
+    high = node.get("maximum", 2**53 - 1)
+
+    def fits(value: float) -> bool:
+        above = value > node["exclusiveMinimum"] if "exclusiveMinimum" in node else value >= low
+        return above and value <= high
+
+    if kind == "integer":
+        tricky = [n for n in TRICKY_INTEGERS if fits(n)]
+        ranged = st.integers(min_value=math.ceil(low), max_value=min(high, low + 10**6))
+    else:
+        tricky = [n for n in TRICKY_NUMBERS if fits(n)]
+        ranged = st.floats(
+            min_value=low,
+            max_value=min(high, 1e22),
+            exclude_min="exclusiveMinimum" in node,
+            allow_nan=False,
+            allow_infinity=False,
+        )
+    ranged = ranged.filter(fits)
+    return st.one_of(st.sampled_from(tricky), ranged) if tricky else ranged
+
+
+def _string(node: dict[str, Any]) -> st.SearchStrategy[str]:
+    low, high = node.get("minLength", 0), node.get("maxLength", math.inf)
+    if "pattern" in node:
+        # Go's `$` is the end of the text: fullmatch draws no trailing newline either.
+        pattern = re.sub(r"(?<!\\)\$$", "", node["pattern"].removeprefix("^"))
+        drawn = st.from_regex(pattern, fullmatch=True)
+    else:
+        drawn = ODD_TEXT if low == 0 else st.one_of(ODD_TEXT, st.text(min_size=low, max_size=8))
+    return drawn.filter(lambda text: low <= len(text) <= high)
+
+
+def _object(node: dict[str, Any], path: str) -> st.SearchStrategy[dict[str, Any]]:
+    properties = node.get("properties", {})
+    extra = node.get("additionalProperties", True)
+    if not properties and extra in (True, {}):
+        return FREE_JSON.map(lambda v: v if isinstance(v, dict) else {})
+    # A required key the properties do not name is one of the map's own entries (cpu, memory).
+    named = {**{key: extra for key in node.get("required", ())}, **properties}
+    where = {key: f"{path}.{key}".lstrip(".") for key in named}
+    required = {key for key in node.get("required", ()) if not _has_default(where[key])}
+    # A key a condition tests (storage.type, kueue.enabled) is always drawn: each branch of
+    # the condition then gets its share of the files.
+    conditions = [node, *node.get("allOf", ())]
+    required |= {key for part in conditions for key in part.get("if", {}).get("required", ())}
     fields = {
-        "enabled": st.booleans(),
-        "nodeSelector": st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2),
-        "tolerations": _tolerations(),
-        "replicas": SMALL_INT,
-        "gpusPerWorker": st.integers(min_value=0, max_value=8),
-        "cpusPerWorker": QUANTITY,
-        "memoryPerWorker": QUANTITY,
-        "acceleratorType": st.sampled_from(["", "A100", "L4", "H100-80GB"]),
-        "train": _train(),
+        key: from_schema(sub, where[key])
+        for key, sub in named.items()
+        if not (where[key] in OVERRIDES and OVERRIDES[where[key]] is None)
     }
-    if complete:
-        del fields["enabled"]  # a pool that renders: disabled ones are covered by poolDefaults
-        return st.fixed_dictionaries({"enabled": st.just(True)}, optional=fields)
-    return st.fixed_dictionaries({}, optional=fields)
-
-
-def _storage() -> st.SearchStrategy[dict[str, Any]]:
-    """The volume (storage.type pvc, today's default), or a bucket (s3, gcs)."""
-    sub_paths = {
-        "runsSubPath": st.sampled_from(["runs", "a/b", "r.1"]),
-        "dataSubPath": st.sampled_from(["data", "d_2/x"]),
-    }
-    volume = st.fixed_dictionaries(
-        {},
-        optional={
-            # A bucket type without a bucket: refused by the schema, in both engines alike.
-            "type": st.sampled_from(["pvc", "pvc", "pvc", "s3"]),
-            "existingClaim": st.one_of(st.just(""), NAME),
-            "storageClassName": st.sampled_from(["", "nfs", "efs-sc"]),
-            "size": QUANTITY,
-            "volumeName": st.sampled_from(["", "pv-1"]),
-            "keepOnUninstall": st.booleans(),
-            "mountPath": st.sampled_from(["/mnt/trainctl", "/data/x y", "/m"]),
-            **sub_paths,
-        },
+    drawn: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
+        {k: v for k, v in fields.items() if k in required},
+        optional={k: v for k, v in fields.items() if k not in required},
     )
-    common = {
-        "prefix": st.sampled_from(["", "trainctl", "a/b.c", "x_1/-y"]),
-        "credentialsSecret": st.one_of(st.just(""), NAME),
-        "existingClaim": st.one_of(st.just(""), NAME),  # ignored with a bucket
-        **sub_paths,
-    }
-    s3 = st.fixed_dictionaries(
-        {"type": st.just("s3"), "bucket": st.sampled_from(["ml-runs", "a.b_c", "b12"])},
-        optional={
-            "endpoint": st.sampled_from(["", "http://minio.minio:9000", "https://s3.x.io"]),
-            "region": st.sampled_from(["", "us-east-1"]),
-            **common,
-        },
-    )
-    gcs = st.fixed_dictionaries(
-        {"type": st.just("gcs"), "bucket": st.sampled_from(["ml-runs", "a.b_c", "b12"])},
-        # An endpoint (s3 only) with gcs is refused by the schema, in both engines alike.
-        optional={"endpoint": st.sampled_from(["", "", "", "http://minio:9000"]), **common},
-    )
-    return st.one_of(volume, s3, gcs)
-
-
-def _resources() -> st.SearchStrategy[dict[str, Any]]:
-    pair = st.fixed_dictionaries({"cpu": QUANTITY, "memory": QUANTITY})
-    return st.fixed_dictionaries({"requests": pair, "limits": pair})
+    if isinstance(extra, dict):
+        names = from_schema({"type": "string", **node.get("propertyNames", {})})
+        size = min(MAX_ENTRIES, node.get("maxProperties", MAX_ENTRIES))
+        entries = st.dictionaries(
+            names, from_schema(extra, f"{path}.*"), min_size=MIN_ENTRIES.get(path, 0), max_size=size
+        )
+        drawn = st.tuples(drawn, entries).map(lambda pair: {**pair[1], **pair[0]})
+    low = node.get("minProperties", 0)
+    return drawn.filter(lambda value: len(value) >= low) if low else drawn
 
 
 def values_files() -> st.SearchStrategy[dict[str, Any]]:
     """A user's values file: only what they chose to set, the chart's defaults for the rest."""
-    optional = {
-        "image": st.fixed_dictionaries(
-            {},
-            optional={
-                "repository": st.sampled_from(["trainctl", "registry.example.com:5000/ml/t"]),
-                "tag": st.sampled_from(["", "1.2.3", "latest"]),
-                "digest": st.sampled_from(["", "sha256:" + "ab" * 32]),
-                "pullPolicy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
-            },
-        ),
-        "imagePullSecrets": st.lists(NAME, max_size=2),
-        "train": _train(),
-        "env": st.dictionaries(st.from_regex(r"\A[A-Z][A-Z0-9_]{0,8}\Z"), ODD_TEXT, max_size=3),
-        "secretEnv": st.lists(
-            st.fixed_dictionaries(
-                {
-                    "name": st.sampled_from(["HF_TOKEN", "WANDB_API_KEY"]),
-                    "secretName": NAME,
-                    "key": st.sampled_from(["token", "api-key"]),
-                }
-            ),
-            max_size=2,
-            unique_by=lambda item: item["name"],
-        ),
-        "secretEnvFrom": st.lists(NAME, max_size=2),
-        "storage": _storage(),
-        "sharedMemorySize": QUANTITY,
-        "gpuResourceName": st.sampled_from(["nvidia.com/gpu", "amd.com/gpu"]),
-        "head": st.fixed_dictionaries(
-            {},
-            optional={
-                "nodeSelector": st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2),
-                "tolerations": _tolerations(),
-                "cpu": QUANTITY,
-                "memory": QUANTITY,
-                "rayStartParams": st.dictionaries(
-                    st.sampled_from(["num-cpus", "object-store-memory", "dashboard-host"]),
-                    st.sampled_from(["0", "1000000000", "0.0.0.0", "a b"]),
-                    max_size=2,
-                ),
-            },
-        ),
-        "poolDefaults": _pool(complete=False),
-        "rayJob": st.fixed_dictionaries(
-            {},
-            optional={
-                "runtimeEnv": st.dictionaries(
-                    st.just("env_vars"), st.dictionaries(st.just("X"), ODD_TEXT), max_size=1
-                ),
-                "submissionMode": st.sampled_from(["K8sJobMode", "HTTPMode"]),
-                "backoffLimit": st.integers(min_value=0, max_value=100),
-                "preRunningDeadlineSeconds": st.integers(min_value=1, max_value=10**6),
-                "activeDeadlineSeconds": st.integers(min_value=1, max_value=10**7),
-                "shutdownAfterJobFinishes": st.booleans(),
-                "ttlSecondsAfterFinished": st.integers(min_value=0, max_value=10**5),
-                "submitter": st.fixed_dictionaries({"resources": _resources()}),
-            },
-        ),
-        "rayAuth": st.fixed_dictionaries(
-            {}, optional={"enabled": st.booleans(), "existingSecret": st.one_of(st.just(""), NAME)}
-        ),
-        "networkPolicy": st.fixed_dictionaries({}, optional={"enabled": st.booleans()}),
-        "metrics": st.fixed_dictionaries(
-            {},
-            optional={
-                "enabled": st.booleans(),
-                "podMonitor": st.fixed_dictionaries(
-                    {},
-                    optional={
-                        "enabled": st.booleans(),
-                        "interval": st.sampled_from(["30s", "1m30s", "500ms"]),
-                        "labels": st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2),
-                    },
-                ),
-            },
-        ),
-        "serviceAccount": st.fixed_dictionaries(
-            {},
-            optional={
-                "create": st.booleans(),
-                "name": st.one_of(st.just(""), NAME),
-                "annotations": st.dictionaries(
-                    st.one_of(
-                        st.sampled_from(
-                            ["eks.amazonaws.com/role-arn", "iam.gke.io/gcp-service-account"]
-                        ),
-                        LABEL_KEY,
-                    ),
-                    st.one_of(st.just("arn:aws:iam::1:role/r"), ODD_TEXT),
-                    max_size=2,
-                ),
-            },
-        ),
-        "kueue": st.fixed_dictionaries(
-            {},
-            optional={
-                "enabled": st.booleans(),
-                "queueName": st.one_of(st.just(""), NAME),
-                "priorityClass": st.sampled_from(["", "high"]),
-            },
-        ),
-        "schedule": st.fixed_dictionaries(
-            {},
-            optional={
-                "enabled": st.booleans(),
-                "cron": st.sampled_from(["@daily", "0 3 * * 1", "*/15 * * * *"]),
-                "timeZone": st.sampled_from(["", "Etc/UTC", "Europe/Paris"]),
-                "concurrencyPolicy": st.sampled_from(["Allow", "Forbid", "Replace"]),
-            },
-        ),
-        "runTag": st.sampled_from(["", "v2", "exp_1.a"]),
-        "labels": st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=3),
-        "runAnnotations": st.dictionaries(LABEL_KEY, ODD_TEXT, max_size=2),
-    }
-    pools = st.dictionaries(NAME, _pool(complete=True), min_size=1, max_size=3)
-    return st.fixed_dictionaries({"nodePools": pools}, optional=optional)
+    return from_schema(schema())

@@ -36,6 +36,8 @@ seccompProfile:
 {{- define "trainctl.podCommon" -}}
 serviceAccountName: {{ include "trainctl.serviceAccountName" .root | quote }}
 automountServiceAccountToken: false
+# Time from the notice (preStop, SIGTERM) to SIGKILL: enough for one checkpoint.
+terminationGracePeriodSeconds: {{ int .root.Values.preemption.gracePeriodSeconds }}
 securityContext:
   {{- include "trainctl.podSecurityContext" . | nindent 2 }}
 {{- with .root.Values.imagePullSecrets }}
@@ -304,6 +306,9 @@ spec:
           metadata:
             labels:
               {{- include "trainctl.podLabels" $worker | nindent 14 }}
+              {{- if $p.spot }}
+              trainctl.io/spot: "true"
+              {{- end }}
           spec:
             {{- include "trainctl.podCommon" $worker | nindent 12 }}
             {{- with $p.nodeSelector }}
@@ -319,6 +324,24 @@ spec:
             containers:
               - name: ray-worker
                 {{- include "trainctl.rayContainerCommon" $worker | nindent 16 }}
+                {{- if $p.spot }}
+                {{- $grace := int $v.preemption.gracePeriodSeconds }}
+                # Spot: drain this pod's Ray node (reason preemption) before SIGTERM, so training
+                # checkpoints; the hook ends within the grace period (docs/kubernetes.md).
+                lifecycle:
+                  preStop:
+                    exec:
+                      command:
+                        - timeout
+                        - -k
+                        - "1"
+                        - {{ sub $grace 2 | quote }}
+                        - python
+                        - -m
+                        - app.k8s.drain_hook
+                        - --deadline-remaining-seconds
+                        - {{ sub $grace 5 | quote }}
+                {{- end }}
                 {{- if $v.metrics.enabled }}
                 ports:
                   - name: metrics
