@@ -19,21 +19,16 @@ from typing import Any
 
 import yaml
 
+from app.k8s.values import merge_maps
+
 KEEP = ("helm.sh/resource-policy", "keep")
 CREATE_ONLY = ("trainctl.io/create-only", "true")
 
 Kubectl = Callable[..., str]
 
 
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Helm's coalescing of -f files: maps merge key by key, everything else is replaced."""
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+# Helm's coalescing of -f files, as `trainctl render -f a -f b` does it.
+deep_merge = merge_maps
 
 
 def values_of(files: list[Path]) -> dict[str, Any]:
