@@ -15,8 +15,11 @@ import re
 from typing import Any
 
 MAX_DEPTH = 32  # trainctl's own records nest at most 4 levels (summary -> settings -> ...)
-# A string (escapes included) or one bracket: brackets inside strings do not count.
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# A string (escapes included) or one bracket: brackets inside strings do not count. Every
+# character but '"' is taken by one branch of the loop (DOTALL: an escaped newline too, and a
+# lone backslash at the end), and an unclosed string runs to the end: the regex never gives
+# characters back, so a crafted record (an unclosed run of \" pairs) costs linear time.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.|\\\Z)*(?:"|\Z)|[\[\]{}]', re.DOTALL)
 
 
 def depth(text: str) -> int:

@@ -200,7 +200,7 @@ def status_cmd(namespace: str | None, release: str | None) -> None:
 )
 @click.option(
     "--tail",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=10_000_000),
     help="With --worker/--driver: only the last N lines (read from the end of the file).",
 )
 @click.option(

@@ -27,6 +27,7 @@ from app.errors import ConfigError
 from app.objectstore import ObjectPath
 from app.ray_cluster import check_capacity, connect_ray
 from app.redact import redact_uri
+from app.run_folder import refuse_links
 from app.settings import TrainSettings
 from app.storage import describe_store_error, ensure_writable, free_bytes, human_bytes
 from app.store_probe import exists, reachable
@@ -108,6 +109,7 @@ def _storage(settings: TrainSettings, found: Found) -> str:
     ensure_writable(settings.storage_path, "TRAIN_STORAGE_PATH", settings.storage_timeout_s)
     free = free_bytes(settings.storage_path)
     space = "the store reports no free space" if free is None else f"{human_bytes(free)} free"
+    refuse_links(settings.run_dir)  # as `train` does before it reads the run folder
     return f"{settings.storage_path} writable, {space}"
 
 

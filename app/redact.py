@@ -26,6 +26,16 @@ _SECRET_PARAM = re.compile(
 )
 
 
+# Outside URIs: a value assigned to a credential-named key (`AWS_SECRET_ACCESS_KEY=...`, JSON's
+# `"password": "..."`), where the name ends in the credential word (`max_tokens=5` stays), and
+# HTTP authorization schemes (`Bearer ...`, `Basic ...`).
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)([a-z0-9_.-]*(?:secret|password|passwd|api[_-]?key|access[_-]?key|private[_-]?key|"
+    r"token|credentials?)\"?\s*[=:]\s*\"?)([^\s\"',;}]+)"
+)
+_AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{8,}")
+
+
 def redact_uri(uri: str) -> str:
     """`uri` with its user information and secret query values replaced by ***."""
     found = _SCHEME.match(uri)
@@ -42,10 +52,13 @@ def redact_uri(uri: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """Free text (a log line, an error message) with every URI in it redacted."""
-    if ":" not in text:
+    """Free text (a log line, an error message) with every URI, credential-named assignment
+    and authorization header value in it redacted."""
+    if ":" not in text and "=" not in text:
         return text
-    return _URI_IN_TEXT.sub(lambda match: redact_uri(match.group(0)), text)
+    text = _URI_IN_TEXT.sub(lambda match: redact_uri(match.group(0)), text)
+    text = _SECRET_ASSIGNMENT.sub(rf"\1{MASK}", text)
+    return _AUTH_SCHEME.sub(rf"\1\2{MASK}", text)
 
 
 def redact(value: Any) -> Any:

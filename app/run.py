@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from app import checkpoints, resume, run_folder, run_logs
+from app import checkpoints, resume, run_folder, run_logs, safe_fs
 from app.accel import resolve
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
@@ -288,6 +288,8 @@ def _record_invalid(run_dir: RunPath, err: ConfigError) -> None:
     """Where the run folder already exists, leave the reason there; never create it for this."""
     if isinstance(err, StoreUnavailable) and err.variable == "TRAIN_STORAGE_PATH":
         return  # the run folder's store did not answer its probe: do not wait on it again
+    if isinstance(err, safe_fs.LinkRefused):
+        return  # planted links: leave the folder as found, for a person to look at
 
     try:
         if not run_dir.is_dir():

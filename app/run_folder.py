@@ -197,10 +197,14 @@ def forget_ray_snapshot(run_dir: RunPath) -> None:
 
 
 def refuse_links(run_dir: RunPath) -> None:
-    """Raise LinkRefused (exit 2) naming every link among the run folder's own names, its
-    logs' attempt folders and their files. The driver calls it before it reads or writes
+    """Raise LinkRefused (exit 2) naming every link among the run folder itself, its own
+    names, its logs' attempt folders and their files. The driver calls it before it reads or writes
     anything there; a bucket has no links."""
-    if isinstance(run_dir, ObjectPath) or not run_dir.is_dir():
+    if isinstance(run_dir, ObjectPath):
+        return
+    if run_dir.is_symlink():  # runs/<name> planted as a link by whoever can write the volume
+        raise safe_fs.LinkRefused([(run_dir, _target(run_dir))])
+    if not run_dir.is_dir():
         return
     found = [run_dir / name for name in _links(run_dir, run_dir) if _own(name)]
     logs = run_dir / "logs"

@@ -323,7 +323,7 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     except ValueError as err:
         raise ConfigError(f"run {redact(run)!r}: {err}") from None
     if _is_dir(as_path / LOGS_DIR, "RUN", timeout):
-        return as_path
+        return _not_a_link(as_path)
     if storage is None:
         from app.settings import TrainSettings
 
@@ -335,11 +335,17 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     except ValueError as err:
         raise ConfigError(f"--storage {redact(storage)}: {err}") from None
     if _is_dir(candidate, "--storage", timeout):
-        return candidate
+        return _not_a_link(candidate)
     raise ConfigError(
         f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
         "give the run folder's path, or --storage where the volume is mounted"
     )
+
+
+def _not_a_link(run_dir: RunPath) -> RunPath:
+    if isinstance(run_dir, Path) and run_dir.is_symlink():
+        raise safe_fs.LinkRefused([(run_dir, os.readlink(run_dir))])
+    return run_dir
 
 
 def _is_dir(path: RunPath, what: str, timeout: float) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from urllib.parse import urlsplit
 
 from app.redact import redact_uri
@@ -45,6 +46,13 @@ def check_path(value: str) -> str:
         raise ValueError("leading or trailing spaces; remove them")
     if not value:
         raise ValueError("is empty; give a folder, s3://bucket/prefix or gs://bucket/prefix")
+    # Full-width or other compatibility forms (`ｓ3://b`) read as a URI to a person.
+    folded = unicodedata.normalize("NFKC", value)
+    if folded != value and (uri_scheme(folded) or LOOKALIKE_PATTERN.match(folded)):
+        raise ValueError(
+            f"looks like the URI {folded!r} but is written with look-alike characters; "
+            "type it in plain ASCII"
+        )
     if not uri_scheme(value) and LOOKALIKE_PATTERN.match(value):
         raise ValueError(
             "looks like a URI but is not one; write s3://bucket/prefix or gs://bucket/prefix, "

@@ -86,7 +86,12 @@ def _moto() -> tuple[subprocess.Popen[bytes], str]:
                 raise Skipped(f"moto server at {binary} did not answer within 60 s") from None
             time.sleep(0.2)
     put = urllib.request.Request(f"{endpoint}/bench", method="PUT")
-    urllib.request.urlopen(put, timeout=10).close()
+    try:
+        urllib.request.urlopen(put, timeout=10).close()
+    except OSError as err:  # it answered, then could not make a bucket: not an S3 server
+        server.kill()
+        server.wait(timeout=30)
+        raise Skipped(f"moto server at {binary} could not create a bucket: {err}") from None
     return server, endpoint
 
 

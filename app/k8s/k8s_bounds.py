@@ -28,18 +28,37 @@ ANNOTATIONS_MAX = 32
 ANNOTATION_VALUE_MAX = 1900
 
 
-def _cron_field(number: str, names: str = "") -> str:
-    atom = f"({number}|{names})" if names else f"({number})"
-    item = rf"(\*|\?|{atom}(-{atom})?)(/[1-9][0-9]*)?"
+def _numbers(low: int, high: int) -> str:
+    """Decimal numbers low..high (a single digit may carry a leading 0), by tens."""
+    parts = []
+    for tens in range(low // 10, high // 10 + 1):
+        first = low % 10 if tens == low // 10 else 0
+        last = high % 10 if tens == high // 10 else 9
+        digits = str(first) if first == last else f"[{first}-{last}]"
+        parts.append(("0?" if tens == 0 else str(tens)) + digits)
+    return "|".join(parts)
+
+
+def _cron_field(low: int, high: int, names: tuple[str, ...] = ()) -> str:
+    """One field: `*`, `?`, values, and ranges that run upwards (robfig/cron refuses
+    `30-10`), each with an optional /step, comma-separated."""
+    ranges = [f"{'0?' if a < 10 else ''}{a}-({_numbers(a, high)})" for a in range(low, high + 1)]
+    ranges += [f"{a}-({'|'.join(names[i:])})" for i, a in enumerate(names)]
+    words = f"|(?i:{'|'.join(ranges[high - low + 1 :] + list(names))})" if names else ""
+    item = rf"(\*|\?|{'|'.join(ranges[: high - low + 1])}|{_numbers(low, high)}{words})"
+    item = rf"{item}(/[1-9][0-9]*)?"
     return rf"{item}(,{item})*"
 
 
-# robfig/cron's standard parser (what the CronJob controller uses), field by field.
-_MINUTE = _cron_field(r"[0-5]?[0-9]")
-_HOUR = _cron_field(r"[01]?[0-9]|2[0-3]")
-_DAY = _cron_field(r"0?[1-9]|[12][0-9]|3[01]")
-_MONTH = _cron_field(r"0?[1-9]|1[0-2]", r"(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
-_WEEKDAY = _cron_field(r"0?[0-7]", r"(?i:sun|mon|tue|wed|thu|fri|sat)")
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+# robfig/cron's standard parser (what the CronJob controller uses), field by field: its
+# day of the week is 0-6 (Sunday is 0; 7 is refused there, unlike some crons).
+_MINUTE = _cron_field(0, 59)
+_HOUR = _cron_field(0, 23)
+_DAY = _cron_field(1, 31)
+_MONTH = _cron_field(1, 12, _MONTHS)
+_WEEKDAY = _cron_field(0, 6, _DAYS)
 # Fields are separated by ASCII spaces or tabs only: a no-break space is refused.
 CRON = (
     r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
@@ -57,10 +76,25 @@ def definitions() -> dict[str, Any]:
         "k8sName": {"type": "string", "pattern": rf"^{SUBDOMAIN}$", "maxLength": SUBDOMAIN_MAX},
         "optionalK8sName": optional_subdomain,
         "labelValueName": dict(optional_subdomain, maxLength=LABEL_VALUE_MAX),
-        "secretKey": {"type": "string", "pattern": SECRET_KEY, "maxLength": SUBDOMAIN_MAX},
-        "cron": {"type": "string", "pattern": CRON},
+        "secretKey": {
+            "type": "string",
+            "pattern": SECRET_KEY,
+            "maxLength": SUBDOMAIN_MAX,
+            # IsConfigMapKey refuses '.', '..' and any key that starts with '..'.
+            "not": {"pattern": r"^\.\.|^\.$", "description": "'.', '..' or a leading '..'"},
+        },
+        "cron": {
+            "type": "string",
+            "pattern": CRON,
+            "description": "five fields (minute 0-59, hour 0-23, day 1-31, month 1-12 or "
+            "jan-dec, weekday 0-6 or sun-sat) of *, values, upward ranges and /steps, separated "
+            "by spaces, or @hourly, @daily, @weekly, @monthly, @yearly",
+        },
         # The zones of the IANA database, as of the machine that generated the schema.
-        "timeZone": {"enum": ["", *sorted(zoneinfo.available_timezones())]},
+        "timeZone": {
+            "enum": ["", *sorted(zoneinfo.available_timezones())],
+            "description": "an IANA time zone such as Europe/Berlin, or empty for the controller's",
+        },
     }
 
 

@@ -39,7 +39,13 @@ RAY_START_VALUE_MAX = 1024
 
 def schema_definitions() -> dict[str, Any]:
     """The `definitions` the chart's maps refer to (`$ref: #/definitions/<name>`)."""
-    key = {"type": "string", "pattern": QUALIFIED_NAME, "maxLength": QUALIFIED_NAME_MAX}
+    key = {
+        "type": "string",
+        "pattern": QUALIFIED_NAME,
+        "maxLength": QUALIFIED_NAME_MAX,
+        # The prefix is a DNS subdomain: 253 characters at most (RE2 has no lookahead).
+        "not": {"pattern": "^[^/]{254,}/", "description": "a prefix over 253 characters"},
+    }
     label_value = {"type": "string", "pattern": LABEL_VALUE, "maxLength": LABEL_VALUE_MAX}
     return {
         "labels": {

@@ -34,7 +34,10 @@ class _EOF(Exception):
 
 def parse_into(expression: str, dest: dict[str, Any], mode: str = "set") -> None:
     """Apply one `--set` (mode "set"), `--set-string` ("string") or `--set-json` ("json")."""
-    _Parser(expression, dest, mode).parse()
+    try:
+        _Parser(expression, dest, mode).parse()
+    except RecursionError:  # `[[[[...` or `a[0][0][0]...` thousands deep: no values file is
+        raise StrvalsError("nested too deeply") from None
 
 
 def typed_value(text: str) -> Any:

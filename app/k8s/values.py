@@ -95,8 +95,9 @@ def user_values(
             try:
                 strvals.parse_into(expression, user, mode)
             except strvals.StrvalsError as err:
+                shown = expression if len(expression) <= 200 else f"{expression[:200]}..."
                 raise ConfigError(
-                    f"{option} {expression!r}: {err}; the syntax is KEY=VALUE[,KEY=VALUE...], "
+                    f"{option} {shown!r}: {err}; the syntax is KEY=VALUE[,KEY=VALUE...], "
                     "e.g. train.epochs=5, a.b[0]=x, a={x,y} (escape , and . in a key with \\)"
                 ) from None
     return user
@@ -179,9 +180,20 @@ def _describe(err: Any) -> str:
     if err.validator == "additionalProperties":
         known = ", ".join(sorted(err.schema.get("properties", {})))
         return f"{where}: {err.message}; allowed: {known}"
+    if err.validator == "not" and "description" in err.validator_value:
+        return f"{where}: {err.instance!r} is not allowed: {err.validator_value['description']}"
     if err.validator == "not" and "pattern" in err.validator_value:
         return f"{where}: {err.instance!r} is not allowed here (refused pattern " + (
             f"{err.validator_value['pattern']})"
+        )
+    if err.validator == "pattern" and len(err.validator_value) > 200:
+        # A cron pattern is kilobytes of regex: say what the value should be instead.
+        what = err.schema.get("description") or "the form this value takes"
+        return f"{where}: {err.instance!r} is not allowed: {what}"
+    if err.validator == "enum" and len(err.validator_value) > 20:
+        hint = f" ({err.schema['description']})" if err.schema.get("description") else ""
+        return (
+            f"{where}: {err.instance!r} is not one of the {len(err.validator_value)} allowed{hint}"
         )
     if err.validator == "type" and isinstance(err.instance, str) and _is_number(err.instance):
         # Helm's --set types only integers, booleans and null: 0.001 stays a string there too.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import app
 from app import log_reader, run_logs
-from tests.hostile.support import trainctl
+from tests.hostile.support import assert_refused, trainctl
 
 REPO = Path(app.__file__).resolve().parents[1]
 MiB = 1 << 20
@@ -95,6 +95,10 @@ def test_tail_reaches_into_rotated_files(tmp_path: Path) -> None:
         result = trainctl("logs", run_dir, "--worker", "0", "--tail", str(count))
         assert result.out.splitlines()[1:] == want, (count, result.text)
     assert trainctl("logs", run_dir, "--worker", "0", "--tail", "0").out.splitlines()[1:] == []
+    # Past any log's length, and past C's integers: refused before anything is printed.
+    huge = trainctl("logs", run_dir, "--worker", "0", "--tail", "9223372036854775808")
+    assert_refused(huge, 2, "--tail", "0<=x<=10000000")
+    assert "==>" not in huge.out
 
 
 def test_follow_prints_new_lines_through_a_rotation_until_sigterm(tmp_path: Path) -> None:

@@ -290,3 +290,33 @@ def test_a_failed_replace_leaves_no_temporary_file(tmp_path: Path) -> None:
     with pytest.raises(IsADirectoryError):
         write_atomic(tmp_path / "curves.png", b"png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.png", "summary.json"]
+
+
+@pytest.mark.timeout(60)  # the depth scan once backtracked: a crafted record took hours
+def test_an_unclosed_string_of_escaped_quotes_is_scanned_in_one_pass(tmp_path: Path) -> None:
+    crafted = '{"status": "' + '\\"' * 1_000_000
+    (tmp_path / run_folder.SUMMARY_FILE).write_text(crafted)
+    (tmp_path / run_folder.METRICS_FILE).write_text(crafted + "\\\n")
+    assert run_folder.read_summary(tmp_path) is None
+    assert run_folder.epochs(tmp_path) == []
+
+
+def test_a_run_folder_that_is_itself_a_link_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, outside: Path
+) -> None:
+    """Whoever can write the storage root could plant runs/<name> -> anywhere."""
+    run_dir = _env(monkeypatch, tmp_path)
+    run_dir.rmdir()
+    (outside / "logs" / "attempt-1").mkdir(parents=True)
+    (outside / "logs" / "attempt-1" / "driver.log").write_text(SECRET)
+    run_dir.symlink_to(outside)
+    for args in (
+        ("check", "--skip-cluster"),
+        ("train",),
+        ("logs", "r", "--driver", "--storage", str(tmp_path / "runs")),
+        ("logs", str(run_dir), "--driver"),
+    ):
+        result = trainctl(*args)
+        assert_refused(result, 2, f"{run_dir}: is a symbolic link")
+        assert SECRET.strip() not in result.text
+    assert sorted(p.name for p in outside.iterdir()) == ["logs", "passwd"]

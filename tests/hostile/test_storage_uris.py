@@ -168,8 +168,19 @@ def test_unusable_google_credentials_are_named(
     assert needle in result.text
 
 
-LOOKALIKES = [" s3://bucket/runs", "s3://bucket/runs ", "s3:/bucket", "s3:\\\\bucket", "gs:/b",
-              "S3:/bucket", "gs:bucket/x", "s3//bucket/x", "\ts3://bucket"]  # fmt: skip
+LOOKALIKES = [
+    " s3://bucket/runs",
+    "s3://bucket/runs ",
+    "s3:/bucket",
+    "s3:\\\\bucket",
+    "gs:/b",
+    "S3:/bucket",
+    "gs:bucket/x",
+    "s3//bucket/x",
+    "\ts3://bucket",
+    "\uff533://bucket/x",
+    "gs\uff1a//bucket",
+]  # fmt: skip (full-width s, colon)
 
 
 @pytest.mark.parametrize("variable", ["TRAIN_STORAGE_PATH", "TRAIN_DATA_PATH", "TRAIN_WARM_START"])
@@ -180,7 +191,10 @@ def test_a_uri_lookalike_is_refused_not_made_a_local_folder(
     monkeypatch.setenv(variable, value)
     result = trainctl("check", "--skip-cluster")
     assert_refused(result, 2, f"{variable}=")
-    assert "looks like a URI" in result.text or "leading or trailing spaces" in result.text
+    assert any(
+        words in result.text
+        for words in ("looks like a URI", "leading or trailing spaces", "look-alike characters")
+    ), result.text
     assert files_under(tmp_path) == []
 
 

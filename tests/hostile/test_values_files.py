@@ -146,6 +146,9 @@ def test_python_tags_construct_nothing(tmp_path: Path) -> None:
         ("--set-json", "train.lr=[1"),
         ("--set-json", "train.lr=NaN"),
         ("--set-string", "labels"),
+        # Nested past Python's recursion limit: a clear refusal, not an internal error.
+        ("--set-json", "train=" + "[" * 30_000 + "]" * 30_000),
+        ("--set", "a" + "[0]" * 20_000 + "=1"),
     ],
 )
 def test_malformed_set_is_exit_2_naming_it(tmp_path: Path, option: str, expression: str) -> None:
@@ -267,6 +270,13 @@ BAD_NAMES = {
     "schedule.cron   ": "schedule: {enabled: true, cron: '0 3 * * 8'}\n",
     "schedule.cron    ": 'schedule: {enabled: true, cron: "0\\u00a03 * * 0"}\n',
     "schedule.timeZone": "schedule: {enabled: true, timeZone: Mars/Olympus_Mons}\n",
+    # robfig/cron (the CronJob controller's parser): weekdays 0-6, ranges run upwards.
+    "schedule.cron     ": "schedule: {enabled: true, cron: '0 3 * * 7'}\n",
+    "schedule.cron      ": "schedule: {enabled: true, cron: '30-10 * * * *'}\n",
+    "schedule.cron       ": "schedule: {enabled: true, cron: '0 0 * * fri-mon'}\n",
+    "secretEnv.0.key  ": "secretEnv: [{name: TOKEN, secretName: s, key: '..'}]\n",
+    "secretEnv.0.key   ": "secretEnv: [{name: TOKEN, secretName: s, key: ..x}]\n",
+    "runAnnotations ": "runAnnotations: {" + ".".join(["abcdefghij"] * 24) + "/x: v}\n",
     "runAnnotations": "runAnnotations: {" + ", ".join(f"x.io/a{i}: v" for i in range(33)) + "}\n",
     "runAnnotations.x.io/big": f"runAnnotations: {{x.io/big: {'v' * 1901}}}\n",
 }
@@ -282,7 +292,7 @@ def test_names_kubernetes_refuses_are_refused_by_both_engines(tmp_path: Path, wh
 
 def test_good_names_cron_and_zone_render_in_both(tmp_path: Path) -> None:
     text = (
-        "schedule: {enabled: true, cron: '*/15 2-4 1,15 jan-MAR mon-fri', "
+        "schedule: {enabled: true, cron: '*/15 2-4,05-09 1,15 jan-MAR/2 mon-fri,sun', "
         "timeZone: Europe/Paris}\nsecretEnv: [{name: TOKEN, secretName: a.b-c, key: .x_Y-1}]\n"
     )
     path = _file(tmp_path, POOL + text)

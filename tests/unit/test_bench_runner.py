@@ -43,6 +43,26 @@ def test_a_failing_benchmark_is_reported_and_the_others_still_run(tmp_path: Path
     done = bench("--only", "no_such_bench,object_storage", "--smoke", moto=str(fake))
     assert done.returncode == 1, done.stdout + done.stderr
     total = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(total["failed"]) == {"no_such_bench"}
+    assert set(total["failed"]) == {"no_such_bench"} and total["targets_met"] is False
     assert "exited (3)" in total["skipped"]["object_storage"]
     assert "no_such_bench FAILED" in done.stdout
+
+
+def test_a_server_that_answers_but_is_not_s3_is_skipped_and_stopped(tmp_path: Path) -> None:
+    fake = tmp_path / "moto_server"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import http.server, sys\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self): self.send_response(200); self.end_headers()\n"
+        "    def do_PUT(self): self.send_response(500); self.end_headers()\n"
+        "    def log_message(self, *a): pass\n"
+        "http.server.HTTPServer((sys.argv[2], int(sys.argv[4])), H).serve_forever()\n"
+    )
+    fake.chmod(0o755)
+    done = bench("--only", "object_storage", "--smoke", moto=str(fake))
+    assert done.returncode == 0, done.stdout + done.stderr
+    total = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "could not create a bucket" in total["skipped"]["object_storage"]
+    leftover = subprocess.run(["pgrep", "-f", str(fake)], capture_output=True, check=False)
+    assert leftover.stdout == b"", "the fake server was left running"

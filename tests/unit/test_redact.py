@@ -52,3 +52,26 @@ def test_text_and_structures() -> None:
     assert redact_text(line) == "could not reach s3://***@bucket/x: 'http://***@h:1/' refused"
     nested = {"a": [f"s3://K:{AWS_SECRET}@b"], "b": 3, "c": ("x",)}
     assert redact(nested) == {"a": ["s3://***@b"], "b": 3, "c": ("x",)}
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}", "AWS_SECRET_ACCESS_KEY=***"),
+        (f'{{"aws_secret_access_key": "{AWS_SECRET}"}}', '{"aws_secret_access_key": "***"}'),
+        ("export MLFLOW_TRACKING_TOKEN=dapi0123456789abcdef", "export MLFLOW_TRACKING_TOKEN=***"),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig", "Authorization: Bearer ***"),
+        ("password: hunter2, user: bob", "password: ***, user: bob"),
+    ],
+)
+def test_credential_assignments_in_log_lines_are_masked(line: str, shown: str) -> None:
+    assert redact_text(line) == shown
+
+
+def test_ordinary_log_lines_are_left_alone() -> None:
+    for line in (
+        "max_tokens=512 tokenizer: bpe val_loss: 0.5",
+        "epoch 1/2  train_loss 0.9462  val_acc 94.41%  8.2s/epoch",
+        "Reporting training result 1: TrainingReport(checkpoint=None, metrics={'epoch': 1})",
+    ):
+        assert redact_text(line) == line
