@@ -55,9 +55,10 @@ def train_cmd() -> None:
     """Train with the settings in TRAIN_* env vars (and ./.env); resume if the run exists."""
     from app.settings import load_settings
 
-    # Settings first: app.run imports torch (seconds), and a bad setting should answer at once.
+    # Settings first: app.run.driver imports torch (seconds), and a bad setting should answer
+    # at once.
     settings = load_settings()
-    from app.run import run_training
+    from app.run.driver import run_training
 
     run_training(settings)
 
@@ -234,8 +235,9 @@ def logs_cmd(
             raise click.UsageError("give --worker N or --driver, not both")
         if which or namespace:
             raise click.UsageError("--head/--submitter/-n read pods, not the run folder")
-        from app import log_reader, run_logs
         from app.redact import redact_text
+        from app.run import log_capture as run_logs
+        from app.run import log_reader
 
         path = run_logs.log_file(
             run_logs.resolve_run_dir(name, storage), worker=worker, attempt=attempt

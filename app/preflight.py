@@ -4,7 +4,7 @@
 so a bad setting fails before the GPUs are busy. `train` runs the same checks quietly and stops
 at the first problem (exit 2, before Ray starts); it prepares a built-in dataset that is not
 there yet, where `check` only says it will be. The cluster check comes last in both: `train`
-runs it once the run folder is settled, while it may still be stopped cleanly (app/run.py).
+runs it once the run folder is settled, while it may still be stopped cleanly (app/run/driver.py).
 Each check returns what it found, in a few words, or raises ConfigError naming the problem
 (Warned for one the settings allow: a tracker with TRAIN_TRACKING_REQUIRED=false).
 """
@@ -24,12 +24,12 @@ from pyarrow import ArrowException
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
-from app.objectstore import ObjectPath
-from app.ray_cluster import check_capacity, connect_ray
 from app.redact import redact_uri
+from app.run.ray_cluster import check_capacity, connect_ray
 from app.settings import TrainSettings
-from app.storage import describe_store_error, ensure_writable, free_bytes, human_bytes
-from app.store_probe import exists, reachable
+from app.storage.buckets import ObjectPath
+from app.storage.location import describe_store_error, ensure_writable, free_bytes, human_bytes
+from app.storage.probe import exists, reachable
 
 PINNED = ("ray", "torch", "torchvision")
 
@@ -113,7 +113,7 @@ def _storage(settings: TrainSettings, found: Found) -> str:
 
 def _tracking(settings: TrainSettings, found: Found) -> str:
     """Every configured tracker can work: a run meant to be tracked that is not is lost data."""
-    from app.tracking_check import check_trackers
+    from app.tracking.check import check_trackers
 
     verdicts = check_trackers(settings)
     if not verdicts:
@@ -150,7 +150,7 @@ def _dataset_in(
 ) -> str:
     from app.data.prepare import ensure_dataset
     from app.data.schema import inspect_dataset
-    from app.model import model_problem
+    from app.training.model import model_problem
 
     if prepare:
         info = ensure_dataset(settings)
@@ -174,7 +174,7 @@ def _dataset_in(
 def _warm_start(settings: TrainSettings, found: Found) -> str:
     """The file must exist and load as weights. Whether they fit the model is found by the
     workers' load_state_dict, whose error names the mismatched keys."""
-    from app.resume import warm_start_problem
+    from app.run.resume import warm_start_problem
 
     path = settings.warm_start
     if path is None:

@@ -18,10 +18,10 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator, model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.errors import ConfigError, did_you_mean
-from app.objectstore import ObjectPath
 from app.redact import redact
-from app.store_probe import DEFAULT_TIMEOUT_S
-from app.store_uris import check_endpoint, check_path, check_uri, uri_scheme
+from app.storage.buckets import ObjectPath
+from app.storage.probe import DEFAULT_TIMEOUT_S
+from app.storage.uris import check_endpoint, check_path, check_uri, uri_scheme
 
 ENV_PREFIX = "TRAIN_"
 NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")

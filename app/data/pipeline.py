@@ -26,7 +26,7 @@ import torch
 
 from app.data.images import to_uint8_rows
 from app.data.schema import DatasetInfo, parquet_files
-from app.objectstore import ObjectPath, locate
+from app.storage.buckets import ObjectPath, locate
 
 if TYPE_CHECKING:
     import ray.data

@@ -26,9 +26,9 @@ from app.data.images import SHAPE_KEY, geometry
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.data.sources import DownloadFailed, Splits, load_source
 from app.errors import ConfigError, RunFailed
-from app.objectstore import ObjectPath
 from app.settings import NAMED_DATASETS, SEED_MAX, TrainSettings
-from app.storage import expand, upload_tree
+from app.storage.buckets import ObjectPath
+from app.storage.location import expand, upload_tree
 
 MARKER = "_trainctl_dataset.json"
 LAYOUT = "raw"  # see app/data/images.py: the fastest of the layouts to read back

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from app.data.images import ImageError, ImageFormat, describe_type, infer_format, to_images
 from app.errors import ConfigError
-from app.objectstore import ObjectPath
+from app.storage.buckets import ObjectPath
 
 SPLITS = ("train", "valid")
 SAMPLE_ROWS = 2048  # images read for format checks and the normalization statistics

@@ -19,11 +19,14 @@ import pytest
 import torch
 from PIL import Image
 
-from app import checkpoints, preflight, resume, run, run_folder
+from app import preflight
 from app.data.locate import locate_bad_image
 from app.data.schema import MAX_CLASSES, inspect_dataset
-from app.run_folder import read_summary
-from app.summary import build_summary, plot_curves
+from app.run import checkpoints, resume
+from app.run import driver as run
+from app.run import folder as run_folder
+from app.run.folder import read_summary
+from app.run.summary import build_summary, plot_curves
 from tests import parquet_support as data
 from tests.hostile.support import assert_refused, files_under, trainctl
 

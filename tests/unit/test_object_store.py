@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from app import checkpoints, run_folder, run_logs
-from app.deadline import DeadlineExceeded, call_with_deadline
-from app.objectstore import ObjectPath, check_endpoint, check_uri, locate
-from app.storage import append_line, describe_store_error, rename_dir, upload_tree
+from app.run import checkpoints
+from app.run import folder as run_folder
+from app.run import log_capture as run_logs
+from app.storage.buckets import ObjectPath, check_endpoint, check_uri, locate
+from app.storage.deadline import DeadlineExceeded, call_with_deadline
+from app.storage.location import append_line, describe_store_error, rename_dir, upload_tree
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 
 
@@ -131,8 +133,8 @@ def test_a_log_in_a_bucket_is_uploaded_and_continued_by_a_restart(bucket: Bucket
 def test_gs_uris_get_pyarrows_gcs_client_and_s3_endpoints_their_scheme() -> None:
     import pyarrow.fs as pafs
 
-    from app.objectstore import filesystem
     from app.settings import TrainSettings
+    from app.storage.buckets import filesystem
 
     settings = TrainSettings(
         storage_path="gs://team-runs/vision", data_path="s3://data/cifar",

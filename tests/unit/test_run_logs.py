@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app import log_reader, run_logs
 from app.errors import EXIT_INVALID, EXIT_OK, RunFailed
-from app.objectstore import ObjectPath
+from app.run import log_capture as run_logs
+from app.run import log_reader
+from app.storage.buckets import ObjectPath
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 from tests.unit.test_submit_cli import trainctl
 

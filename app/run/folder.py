@@ -3,16 +3,17 @@
 - `summary.json`: what a person or a CI script reads after a run; written atomically by the driver.
 - `metrics.jsonl`: one line per finished epoch (what curves.png plots and the epoch lines print).
 - `attempts.jsonl`: one line per worker-group start: from which checkpoint, at which epoch.
-- `checkpoint_epoch_NNNN/`: the checkpoints (app/checkpoints.py), `logs/` (app/run_logs.py).
+- `checkpoint_epoch_NNNN/`: the checkpoints (app/run/checkpoints.py), `logs/`
+  (app/run/log_capture.py).
 
 Only rank 0 writes the two JSON-lines files, after its checkpoint has been handed to Ray, so a
 line never describes an epoch whose checkpoint was lost. No torch here: `submit --wait`, the
 progress follower and the tests read the folder without paying for it.
 
-On a volume nothing here follows a link (app/safe_fs.py): the driver refuses a run folder whose
-own names are links before Ray starts (`refuse_links`, exit 2); a reader that meets one later
+On a volume nothing here follows a link (app/storage/safe_fs.py): the driver refuses a run folder
+whose own names are links before Ray starts (`refuse_links`, exit 2); a reader that meets one later
 ignores that file with a warning, as it does a damaged one, and a writer refuses it.
-Records are bounded in size and nesting before they are parsed (app/bounded_json.py).
+Records are bounded in size and nesting before they are parsed (app/storage/bounded_json.py).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app import bounded_json, safe_fs
-from app.objectstore import ObjectPath
-from app.storage import RunPath, append_line, write_atomic, write_json
+from app.storage import bounded_json, safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, append_line, write_atomic, write_json
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"

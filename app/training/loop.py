@@ -19,25 +19,26 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from app import checkpoints, run_folder
-from app.accel import (
+from app.data.pipeline import epoch_batches
+from app.data.schema import DatasetInfo
+from app.run import checkpoints
+from app.run import folder as run_folder
+from app.run.worker_hooks import EpochHook, worker_hooks
+from app.settings import TrainSettings
+from app.storage.buckets import ObjectPath, locate
+from app.storage.location import RunPath
+from app.training.accel import (
     CompiledModel,
     autocast_dtype,
     make_optimizer,
     memory_format,
     private_compile_cache,
 )
-from app.data.pipeline import epoch_batches
-from app.data.schema import DatasetInfo
-from app.model import build_model, uses_channels_last
-from app.objectstore import ObjectPath, locate
-from app.settings import TrainSettings
-from app.storage import RunPath
-from app.worker_hooks import EpochHook, worker_hooks
+from app.training.model import build_model, uses_channels_last
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    # Logs to the run folder and the epoch gauges live in app/worker_hooks.py.
+    # Logs to the run folder and the epoch gauges live in app/run/worker_hooks.py.
     with worker_hooks(config, ray.train.get_context().get_world_rank()) as on_epoch:
         _train_loop(config, on_epoch)
 
@@ -249,7 +250,7 @@ def _report(
     # (ASYNC) while the next epoch trains: nothing writes to this folder again, Ray deletes it
     # once copied, commits the checkpoint only after the copy, keeps reports in order, and
     # waits for the last copy before the run ends. A copy cut short by a crash lacks files or
-    # fails its checksums, and the next run sets it aside (app/checkpoints.py). BENCHMARKS.md
+    # fails its checksums, and the next run sets it aside (app/run/checkpoints.py). BENCHMARKS.md
     # has the time this saves.
     folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
     checkpoints.write_checkpoint(

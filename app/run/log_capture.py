@@ -9,9 +9,10 @@ file rotates at TRAIN_LOG_MAX_MB with three older files kept (logging.handlers' 
 worker-0.log.1 is the newest older one). A worker's exception is written there with its full
 traceback before it propagates, since Ray only ships it to the driver and then removes the pod.
 
-On a volume the files are opened below the run folder without following a link (app/safe_fs.py):
-a driver meeting a linked `logs`, attempt folder or log stops with exit 2 naming it; a worker
-says so on its stderr and keeps its output there only. Reading back is app/log_reader.py.
+On a volume the files are opened below the run folder without following a link
+(app/storage/safe_fs.py): a driver meeting a linked `logs`, attempt folder or log stops with
+exit 2 naming it; a worker says so on its stderr and keeps its output there only. Reading
+back is app/run/log_reader.py.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from app import log_handlers, log_reader, safe_fs, store_probe
 from app.errors import ConfigError, TrainctlError
-from app.objectstore import ObjectPath, locate
 from app.redact import redact
-from app.storage import RunPath
+from app.run import log_handlers, log_reader
+from app.storage import probe as store_probe
+from app.storage import safe_fs
+from app.storage.buckets import ObjectPath, locate
+from app.storage.location import RunPath
 
 LOGS_DIR = "logs"
 
@@ -71,7 +74,7 @@ def attempts(run_dir: RunPath) -> list[int]:
 
 def log_root(path: RunPath) -> Path | None:
     """The run folder a log path lies in (<run>/logs/attempt-K/name), else the log's folder:
-    where a local log's opens start (app/safe_fs.py)."""
+    where a local log's opens start (app/storage/safe_fs.py)."""
     if isinstance(path, ObjectPath):
         return None
     if path.parent.parent.name == LOGS_DIR:
@@ -308,7 +311,7 @@ def _is_log(path: RunPath, run_dir: RunPath) -> bool:
 
 def read_lines(path: RunPath) -> Iterator[str]:
     """The log's lines oldest first: rotated files (.3, .2, .1) before the current one,
-    streamed (app/log_reader.py)."""
+    streamed (app/run/log_reader.py)."""
     return log_reader.read_lines(path, log_root(path))
 
 

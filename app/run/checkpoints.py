@@ -10,8 +10,8 @@ The epoch must agree three ways: the folder name, meta.json and (checked before 
 it means loading the file) train_state.pt; and the weights must fit the model being trained.
 
 On a volume a checkpoint's files are opened below the run folder without following links
-(app/safe_fs.py): a linked checkpoint folder or file is unusable, and setting one aside never
-writes through a link (a link at either name stops the run with exit 2, naming it).
+(app/storage/safe_fs.py): a linked checkpoint folder or file is unusable, and setting one aside
+never writes through a link (a link at either name stops the run with exit 2, naming it).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import IO, Any
 
 import torch
 
-from app import bounded_json, safe_fs
-from app.objectstore import ObjectPath
-from app.storage import RunPath, remove_tree, rename_dir, write_atomic
+from app.storage import bounded_json, safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, remove_tree, rename_dir, write_atomic
 
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"

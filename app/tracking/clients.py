@@ -3,7 +3,7 @@
 Each logs the redacted settings as params once, every epoch's metrics at step=epoch, and the
 best checkpoint as an artifact at the end. Its ids go into the run summary before training
 starts, so a rerun, a RayJob retry or a driver killed half way continues the same tracker run
-instead of opening a second one. Failures are raised: app/tracking.py retries and buffers.
+instead of opening a second one. Failures are raised: app/tracking/trackers.py retries and buffers.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from app.objectstore import ObjectPath
 from app.redact import redact_uri
 from app.settings import TrainSettings
-from app.storage import RunPath, download_tree, local_copy, upload_tree
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, download_tree, local_copy, upload_tree
 
 # Fields of an epoch record that are logged (epoch is the step, time the timestamp).
 METRICS = (
@@ -51,8 +51,8 @@ class _MLflow:
 
     def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
         # The client's defaults retry an unreachable server for minutes, on the thread that
-        # prints epochs: fail fast instead (unless the user chose otherwise); app/tracking.py
-        # keeps the epochs and retries with backoff.
+        # prints epochs: fail fast instead (unless the user chose otherwise);
+        # app/tracking/trackers.py keeps the epochs and retries with backoff.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         from mlflow.entities import Param
@@ -187,5 +187,5 @@ class _WandB:
         self.run.finish(exit_code=0 if status == "succeeded" else 1)
 
 
-# By the names app/tracking_check.py's configured() gives, in the order it gives them.
+# By the names app/tracking/check.py's configured() gives, in the order it gives them.
 CLIENTS: dict[str, type] = {"mlflow": _MLflow, "tensorboard": _TensorBoard, "wandb": _WandB}

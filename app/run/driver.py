@@ -18,19 +18,21 @@ from typing import Any
 
 import click
 
-from app import checkpoints, resume, run_folder, run_logs
-from app.accel import resolve
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
-from app.objectstore import locate
 from app.preflight import Found, cluster_check, preflight_for_training
-from app.progress import EpochFollower
-from app.run_folder import read_summary, write_summary
+from app.run import checkpoints, resume
+from app.run import folder as run_folder
+from app.run import log_capture as run_logs
+from app.run.folder import read_summary, write_summary
+from app.run.progress import EpochFollower
+from app.run.summary import build_summary, plot_curves
 from app.settings import TrainSettings
-from app.storage import RunPath, storage_options
-from app.store_probe import StoreUnavailable
-from app.summary import build_summary, plot_curves
-from app.tracking import Trackers
+from app.storage.buckets import locate
+from app.storage.location import RunPath, storage_options
+from app.storage.probe import StoreUnavailable
+from app.tracking.trackers import Trackers
+from app.training.accel import resolve
 
 
 class Interrupted(TrainctlError):
@@ -46,7 +48,7 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
         _record_invalid(run_dir, err)
         raise
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
-    # to worker-N.log there: they outlive the Ray cluster (app/run_logs.py).
+    # to worker-N.log there: they outlive the Ray cluster (app/run/log_capture.py).
     attempt = run_logs.next_attempt(run_dir)
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
@@ -158,7 +160,7 @@ def _fit(
 
     from app.data.cache import cache_datasets
     from app.data.pipeline import build_datasets
-    from app.train_loop import train_loop_per_worker
+    from app.training.loop import train_loop_per_worker
 
     read_started = time.monotonic()
     datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from app import safe_fs
 from app.errors import ConfigError
-from app.objectstore import ObjectPath
-from app.store_probe import (  # noqa: F401 - describe_store_error, reachable: callers import them here
+from app.storage import safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.probe import (  # noqa: F401 - describe_store_error, reachable: callers import them here
     DEFAULT_TIMEOUT_S,
     describe_store_error,
     ensure_bucket_writable,
@@ -41,7 +41,7 @@ def expand(path: Path | str, what: str) -> Path:
 
 def ensure_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     """Create `path` if needed and prove a file can be written there, or raise ConfigError (a
-    bucket's probe waits `timeout` seconds at most: app/store_probe.py)."""
+    bucket's probe waits `timeout` seconds at most: app/storage/probe.py)."""
     if isinstance(path, ObjectPath):
         return ensure_bucket_writable(path, variable, timeout)
     # Checked first: mkdir on an existing file fails with a bare "File exists".
@@ -86,7 +86,7 @@ def human_bytes(size: float | None) -> str:
 
 
 # --- writes that differ between a volume and a bucket --------------------------------------
-# On a volume they go through app/safe_fs.py: `root` is the run folder they must stay inside
+# On a volume they go through app/storage/safe_fs.py: `root` is the run folder they must stay inside
 # (default: the file's own folder), and a link on the way is refused, never followed.
 def append_line(path: RunPath, line: str, root: Path | None = None) -> None:
     """Add one line. On a volume an fsync'd append; an object is rewritten whole (only rank 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from app import checkpoints, run_folder
-from app.run_folder import CURVES_FILE
-from app.storage import RunPath, write_atomic
+from app.run import checkpoints
+from app.run import folder as run_folder
+from app.run.folder import CURVES_FILE
+from app.storage.location import RunPath, write_atomic
 
 METRIC_KEYS = ("train_loss", "val_loss", "val_accuracy")
 

@@ -4,7 +4,7 @@ A log and its three rotated files may reach 4 x TRAIN_LOG_MAX_MB, so nothing her
 in memory: lines are read in chunks (a bucket through pyarrow's input stream), `--tail N`
 finds the start of the last N lines by reading back from the end a chunk at a time, and a line
 longer than MAX_LINE is cut into pieces of that size. On a volume every file is opened below
-the run folder without following a link (app/safe_fs.py), so a planted `worker-0.log ->
+the run folder without following a link (app/storage/safe_fs.py), so a planted `worker-0.log ->
 /etc/passwd` is refused, not printed.
 
 `follow_log` keeps printing what is appended, polling every FOLLOW_POLL_S, until the caller is
@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from app import safe_fs
 from app.errors import ConfigError
-from app.objectstore import ObjectPath
-from app.storage import RunPath
+from app.storage import safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath
 
-BACKUPS = 3  # logging.handlers' naming: name.1 is the newest older file (app/run_logs.py)
+BACKUPS = 3  # logging.handlers' naming: name.1 is the newest older file (app/run/log_capture.py)
 CHUNK = 1 << 16
 MAX_LINE = 1 << 16  # bytes; a longer line is printed in pieces
 FOLLOW_POLL_S = 0.5
