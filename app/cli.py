@@ -53,7 +53,7 @@ def prepare_data_cmd(dataset: str, out: Path, force: bool, seed: int) -> None:
 @cli.command("train", epilog="Settings: run `trainctl env` for every TRAIN_* variable.")
 def train_cmd() -> None:
     """Train with the settings in TRAIN_* env vars (and ./.env); resume if the run exists."""
-    from app.settings import load_settings
+    from app.settings_env import load_settings
 
     # Settings first: app.run.driver imports torch (seconds), and a bad setting should answer
     # at once.
@@ -68,7 +68,7 @@ def train_cmd() -> None:
 def check_cmd(skip_cluster: bool) -> None:
     """Preflight: settings, storage, dataset schema, cluster resources and versions."""
     from app.preflight import run_preflight
-    from app.settings import load_settings
+    from app.settings_env import load_settings
 
     run_preflight(load_settings(), connect=not skip_cluster)
 
@@ -236,14 +236,14 @@ def logs_cmd(
         if which or namespace:
             raise click.UsageError("--head/--submitter/-n read pods, not the run folder")
         from app.redact import redact_text
-        from app.run import log_capture as run_logs
-        from app.run import log_reader
+        from app.run import log_lookup, log_reader
+        from app.run.log_capture import log_root
 
-        path = run_logs.log_file(
-            run_logs.resolve_run_dir(name, storage), worker=worker, attempt=attempt
+        path = log_lookup.log_file(
+            log_lookup.resolve_run_dir(name, storage), worker=worker, attempt=attempt
         )
         emit = lambda line: click.echo(redact_text(line))  # noqa: E731
-        log_reader.show(path, emit, tail=tail, follow=follow, root=run_logs.log_root(path))
+        log_reader.show(path, emit, tail=tail, follow=follow, root=log_root(path))
         return
     if attempt is not None or storage is not None or tail is not None:
         raise click.UsageError("--attempt, --storage and --tail go with --worker or --driver")

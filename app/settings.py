@@ -8,18 +8,16 @@ here and nowhere else.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.errors import ConfigError, did_you_mean
 from app.redact import redact
 from app.storage.buckets import ObjectPath
+from app.storage.location import local_absolute
 from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.uris import check_endpoint, check_path, check_uri, uri_scheme
 
@@ -272,12 +270,7 @@ class TrainSettings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path | ObjectPath | None) -> Path | ObjectPath | None:
         # Ray requires an absolute storage path, and workers may start in other folders.
-        if not isinstance(value, Path):
-            return value
-        try:
-            return value.expanduser().absolute()
-        except RuntimeError:  # ~name of no user on this machine
-            raise ValueError(f"{str(value).split('/')[0]} names no user on this machine") from None
+        return local_absolute(value) if isinstance(value, Path) else value
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainSettings:
@@ -324,75 +317,3 @@ class TrainSettings(BaseSettings):
 
 def env_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
-
-
-def load_settings() -> TrainSettings:
-    """Read settings from the environment, raising ConfigError with one line per problem.
-
-    ./.env is held to the same rules as the environment: an unknown TRAIN_ key or a line that
-    is not KEY=VALUE is refused with its line number, never skipped with a warning.
-    """
-    from app.envfile import check_env_file
-
-    problems = check_env_file(Path(".env"), {env_name(name) for name in TrainSettings.model_fields})
-    if problems:
-        raise ConfigError(problems)
-    problems = _unknown_variables(os.environ)
-    try:
-        settings = TrainSettings()
-    except ValidationError as err:
-        problems.extend(describe_validation_error(err, os.environ))
-        raise ConfigError(problems) from None
-    if problems:
-        raise ConfigError(problems)
-    return settings
-
-
-def storage_access(env: Mapping[str, str]) -> tuple[str | None, float]:
-    """TRAIN_STORAGE_ENDPOINT and TRAIN_STORAGE_TIMEOUT_S alone, held to the same rules, for
-    commands that read a bucket without the other settings (`trainctl logs`)."""
-    problems = []
-    endpoint = env.get(env_name("storage_endpoint"), "").strip() or None
-    if endpoint is not None:
-        try:
-            endpoint = check_endpoint(env[env_name("storage_endpoint")])
-        except ValueError as err:
-            given = redact(env[env_name("storage_endpoint")])
-            problems.append(f"{env_name('storage_endpoint')}={given!r}: {err}")
-    field = TrainSettings.model_fields["storage_timeout_s"]
-    timeout = float(field.default)
-    given = env.get(env_name("storage_timeout_s"), "").strip()
-    if given:
-        try:
-            timeout = TypeAdapter(Annotated[float, field]).validate_python(given)
-        except ValidationError as err:
-            message = "; ".join(str(item["msg"]) for item in err.errors())
-            problems.append(f"{env_name('storage_timeout_s')}={given!r}: {message}")
-    if problems:
-        raise ConfigError(problems)
-    return endpoint, timeout
-
-
-def _unknown_variables(env: Mapping[str, str]) -> list[str]:
-    known = {env_name(name) for name in TrainSettings.model_fields}
-    problems = []
-    for key in sorted(k for k in env if k.upper().startswith(ENV_PREFIX)):
-        if key.upper() in known:
-            continue
-        hint = did_you_mean(key.upper(), known, "run `trainctl env` for the list")
-        problems.append(f"{key} is not a trainctl setting{hint}")
-    return problems
-
-
-def describe_validation_error(err: ValidationError, env: Mapping[str, str]) -> list[str]:
-    """One line per bad variable: its name, the value given and what is allowed."""
-    lines = []
-    for item in err.errors():
-        message = str(item["msg"]).removeprefix("Value error, ")
-        if not item["loc"]:
-            lines.append(message)
-            continue
-        name = env_name(str(item["loc"][0]))
-        given = env.get(name, env.get(name.lower(), item.get("input")))
-        lines.append(f"{name}={redact(given)!r}: {message}")
-    return lines

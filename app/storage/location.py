@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -18,7 +19,7 @@ from typing import Any, TypeAlias
 
 from app.errors import ConfigError
 from app.storage import safe_fs
-from app.storage.buckets import ObjectPath
+from app.storage.buckets import ObjectPath, locate
 from app.storage.probe import (  # noqa: F401 - describe_store_error, reachable: callers import them here
     DEFAULT_TIMEOUT_S,
     describe_store_error,
@@ -29,14 +30,28 @@ from app.storage.probe import (  # noqa: F401 - describe_store_error, reachable:
 RunPath: TypeAlias = Path | ObjectPath
 
 
+def local_absolute(path: Path) -> Path:
+    """`path` with ~ or ~user expanded and made absolute (Ray requires an absolute storage
+    path, and workers may start in other folders); ValueError for an unknown user."""
+    try:
+        return path.expanduser().absolute()
+    except RuntimeError:  # pathlib: "Could not determine home directory"
+        raise ValueError(f"{str(path).split('/')[0]} names no user on this machine") from None
+
+
+def parse_location(value: str | os.PathLike[str], endpoint: str | None = None) -> RunPath:
+    """The one parse of a storage setting: an ObjectPath for an s3:// or gs:// URI, else an
+    absolute local path; ValueError for what only looks like either (app/storage/uris.py)."""
+    found = locate(value, endpoint)
+    return found if isinstance(found, ObjectPath) else local_absolute(found)
+
+
 def expand(path: Path | str, what: str) -> Path:
     """`path` with ~ or ~user expanded and made absolute; an unknown user is bad input."""
     try:
-        return Path(path).expanduser().absolute()
-    except RuntimeError:  # pathlib: "Could not determine home directory"
-        raise ConfigError(
-            f"{what}={path}: {str(path).split('/')[0]} names no user on this machine"
-        ) from None
+        return local_absolute(Path(path))
+    except ValueError as err:
+        raise ConfigError(f"{what}={path}: {err}") from None
 
 
 def ensure_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:

@@ -12,7 +12,6 @@ import torch
 
 from app.run import checkpoints
 from app.run import folder as run_folder
-from app.run import log_capture as run_logs
 from app.storage.buckets import ObjectPath, check_endpoint, check_uri, locate
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
 from app.storage.location import append_line, describe_store_error, rename_dir, upload_tree
@@ -115,19 +114,6 @@ def test_rename_dir_in_a_bucket_replaces_the_target(bucket: Bucket) -> None:
     (root / "b" / "stale.txt").write_text("old")
     rename_dir(root / "a", root / "b")
     assert bucket.keys("runs/r1") == ["b/x.txt"]
-
-
-def test_a_log_in_a_bucket_is_uploaded_and_continued_by_a_restart(bucket: Bucket) -> None:
-    path = run_logs.attempt_dir(_root(bucket), 1) / "worker-0.log"
-    with run_logs.capture(path, 20.0, "worker rank 0, attempt 1"):
-        print("first start")
-    with run_logs.capture(path, 20.0, "worker rank 0, attempt 1"):
-        print("after a restart")
-    text = bucket.read("runs/r1/logs/attempt-1/worker-0.log").decode()
-    assert text.index("first start") < text.index("after a restart")
-    assert run_logs.attempts(_root(bucket)) == [1]
-    found = run_logs.log_file(_root(bucket), worker=0, attempt=None)
-    assert list(run_logs.read_lines(found))[-1] == "after a restart"
 
 
 def test_gs_uris_get_pyarrows_gcs_client_and_s3_endpoints_their_scheme() -> None:
