@@ -25,7 +25,7 @@ from app.run import checkpoints
 from app.run import folder as run_folder
 from app.run.worker_hooks import EpochHook, worker_hooks
 from app.settings import TrainSettings
-from app.storage.buckets import ObjectPath, locate
+from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath
 from app.training.accel import (
     CompiledModel,
@@ -170,12 +170,12 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             on_epoch(metrics)
 
 
-def _resume_point(driver_choice: str | None, settings: TrainSettings) -> RunPath | None:
+def _resume_point(driver_choice: RunPath | None, settings: TrainSettings) -> RunPath | None:
     latest = ray.train.get_checkpoint()
     if latest is not None:  # Ray names it by its path inside the storage filesystem
         storage = settings.storage_path
         return storage.at(latest.path) if isinstance(storage, ObjectPath) else Path(latest.path)
-    return locate(driver_choice, settings.storage_endpoint) if driver_choice else None
+    return driver_choice
 
 
 def _cosine_with_warmup(peak: float, warmup: int, total: int) -> Callable[[int], float]:
