@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.run.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, append_line, write_atomic, write_json
@@ -45,14 +46,6 @@ MAX_SUMMARY_BYTES = 16 << 20
 # none of them may be a link (`refuse_links`).
 OWN_NAMES = (SUMMARY_FILE, METRICS_FILE, ATTEMPTS_FILE, CURVES_FILE, RAY_SNAPSHOT, "logs")
 OWN_PREFIXES = ("checkpoint_epoch_", "corrupt_", "tensorboard")
-# A metrics line needs a whole epoch number; the metrics it has must be numbers (None: absent
-# is fine). Anything else is a damaged line.
-EPOCH_FIELDS: dict[str, Any] = {
-    "epoch": int,
-    "train_loss": (int, float, type(None)),
-    "val_loss": (int, float, type(None)),
-    "val_accuracy": (int, float, type(None)),
-}
 
 
 def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -140,7 +133,7 @@ def start_attempt(
 ) -> None:
     """Record a worker-group start and forget history past the epoch it resumes from."""
     metrics_path = run_dir / METRICS_FILE
-    kept = [r for r in read_jsonl(metrics_path, EPOCH_FIELDS) if r["epoch"] < start_epoch]
+    kept = [r for r in read_jsonl(metrics_path, REQUIRED) if r["epoch"] < start_epoch]
     if metrics_path.exists():
         _rewrite(metrics_path, kept)
     _append(
@@ -161,7 +154,7 @@ def record_epoch(run_dir: RunPath, metrics: dict[str, Any]) -> None:
 
 def epochs(run_dir: RunPath) -> list[dict[str, Any]]:
     """Per-epoch metrics, one record per epoch (the newest wins if an epoch repeats)."""
-    by_epoch = {r["epoch"]: r for r in read_jsonl(run_dir / METRICS_FILE, EPOCH_FIELDS)}
+    by_epoch = {r["epoch"]: r for r in read_jsonl(run_dir / METRICS_FILE, REQUIRED)}
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from app.formatting import epoch_line
 from app.run import folder as run_folder
+from app.run.epoch_record import eta_s
 
 
 class EpochFollower:
@@ -61,7 +62,7 @@ class EpochFollower:
                 for r in run_folder.epochs(self._run_dir)
                 if r.get("time", 0) >= self._since
             ]
-            eta = (self._total - int(row["epoch"])) * statistics.median(durations)
+            eta = eta_s(int(row["epoch"]), self._total, statistics.median(durations))
             self._emit(epoch_line(row, self._total, eta))
             if self._on_epoch is not None:
                 self._on_epoch(row)

@@ -16,20 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from app.redact import redact_uri
+from app.run.epoch_record import TRACKED_METRICS
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, download_tree, local_copy, upload_tree
 
-# Fields of an epoch record that are logged (epoch is the step, time the timestamp).
-METRICS = (
-    "train_loss",
-    "val_loss",
-    "val_accuracy",
-    "lr",
-    "epoch_time_s",
-    "images_per_s",
-    "first_batch_s",
-)
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 LEDGER = "logged_epochs.txt"
 
@@ -43,7 +34,7 @@ def flat_params(settings: Mapping[str, Any]) -> dict[str, str]:
 
 
 def epoch_metrics(record: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(record[k]) for k in METRICS if isinstance(record.get(k), int | float)}
+    return {k: float(record[k]) for k in TRACKED_METRICS if isinstance(record.get(k), int | float)}
 
 
 class _MLflow:

@@ -23,6 +23,7 @@ from app.data.pipeline import epoch_batches
 from app.data.schema import DatasetInfo
 from app.run import checkpoints
 from app.run import folder as run_folder
+from app.run.epoch_record import new_record
 from app.run.worker_hooks import EpochHook, worker_hooks
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
@@ -148,19 +149,19 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             )
         train_loss = loss_sum / max(seen_all, 1.0)
         val_loss, val_accuracy = _evaluate(model, valid_shard, info, device, amp_dtype)
-        metrics = {
-            "epoch": epoch,
-            "train_loss": train_loss,
-            "val_loss": val_loss,
-            "val_accuracy": val_accuracy,
-            "lr": schedule(step),
-            "epoch_time_s": round(time.monotonic() - started, 3),
-            "images_per_s": round(rate, 1),
-            "first_batch_s": round(first_batch_at - started, 3),
-            "first_step_s": round(first_step_done - first_batch_at, 3),
-            "compile_s": round(first_step_done - first_batch_at, 3) if compile_pending else 0.0,
-            "compiled": 1.0 if forward.active else 0.0,
-        }
+        metrics = new_record(
+            epoch=epoch,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            val_accuracy=val_accuracy,
+            lr=schedule(step),
+            epoch_time_s=round(time.monotonic() - started, 3),
+            images_per_s=round(rate, 1),
+            first_batch_s=round(first_batch_at - started, 3),
+            first_step_s=round(first_step_done - first_batch_at, 3),
+            compile_s=round(first_step_done - first_batch_at, 3) if compile_pending else 0.0,
+            compiled=1.0 if forward.active else 0.0,
+        )
         if device.type == "cuda":
             metrics["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         compile_pending = False
