@@ -15,6 +15,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.dns import DNS_LABEL
 from app.redact import redact
 from app.storage.buckets import ObjectPath
 from app.storage.location import local_absolute
@@ -29,7 +30,7 @@ CacheMode = Literal["auto", "on", "off"]
 
 # Run names become folder names and, on Kubernetes, RayJob names: keep them to DNS-1123 labels.
 # \A and \Z: `$` would also accept a trailing newline, which would end up in a folder name.
-RUN_NAME_PATTERN = re.compile(r"\A[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
+RUN_NAME_PATTERN = re.compile(rf"\A{DNS_LABEL}\Z")
 SEED_MAX = 2**64 - 1  # torch.manual_seed's range
 # ASCII digits only: Python's \d also takes other scripts' digits, which int() then reads.
 WORKERS_PATTERN = re.compile(r"\A\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?\Z")
