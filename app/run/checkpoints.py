@@ -27,7 +27,7 @@ import torch
 
 from app.storage import bounded_json, safe_fs
 from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, remove_tree, rename_dir, write_atomic
+from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
 
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
@@ -190,7 +190,7 @@ def _load(file: RunPath) -> Any:
 
 def _load_any(file: RunPath) -> Any:
     """A warm-start file: anywhere the operator points, so links are theirs to use."""
-    source = file.open("rb") if isinstance(file, ObjectPath) else file
+    source = local_path(file) or file.open("rb")
     return torch.load(source, map_location="cpu", weights_only=True)
 
 
@@ -249,7 +249,8 @@ def quarantine(folder: RunPath, reason: str = "") -> RunPath:
     target = folder.with_name(CORRUPT_PREFIX + folder.name)
     rename_dir(folder, target)
     if reason:
-        root = target.parent if isinstance(target, Path) else None
+        local = local_path(target)
+        root = local.parent if local is not None else None
         write_atomic(target / REASON_FILE, (reason + "\n").encode(), root)
     return target
 

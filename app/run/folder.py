@@ -29,7 +29,7 @@ from typing import Any
 from app.run.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
 from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, append_line, write_atomic, write_json
+from app.storage.location import RunPath, append_line, local_path, write_atomic, write_json
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
@@ -194,8 +194,10 @@ def refuse_links(run_dir: RunPath) -> None:
     """Raise LinkRefused (exit 2) naming every link among the run folder's own names, its
     logs' attempt folders and their files. The driver calls it before it reads or writes
     anything there; a bucket has no links."""
-    if isinstance(run_dir, ObjectPath) or not run_dir.is_dir():
+    local = local_path(run_dir)
+    if local is None or not local.is_dir():
         return
+    run_dir = local
     found = [run_dir / name for name in _links(run_dir, run_dir) if _own(name)]
     logs = run_dir / "logs"
     if logs not in found and logs.is_dir():

@@ -36,7 +36,7 @@ from app.errors import TrainctlError
 from app.run import log_handlers
 from app.storage import safe_fs
 from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath
+from app.storage.location import RunPath, local_path
 
 LOGS_DIR = "logs"
 
@@ -72,11 +72,12 @@ def attempts(run_dir: RunPath) -> list[int]:
 def log_root(path: RunPath) -> Path | None:
     """The run folder a log path lies in (<run>/logs/attempt-K/name), else the log's folder:
     where a local log's opens start (app/storage/safe_fs.py)."""
-    if isinstance(path, ObjectPath):
+    local = local_path(path)
+    if local is None:
         return None
-    if path.parent.parent.name == LOGS_DIR:
-        return path.parents[2]
-    return path.parent
+    if local.parent.parent.name == LOGS_DIR:
+        return local.parents[2]
+    return local.parent
 
 
 def next_attempt(run_dir: RunPath) -> int:

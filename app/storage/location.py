@@ -181,3 +181,24 @@ def storage_options(storage: RunPath) -> dict[str, Any]:
     if isinstance(storage, ObjectPath):
         return {"storage_path": storage.key, "storage_filesystem": storage.fs}
     return {"storage_path": str(storage)}
+
+
+def reader_source(root: RunPath) -> tuple[str, dict[str, Any]]:
+    """What pyarrow-based readers (Ray Data) take for `root`: the path inside its filesystem,
+    and the filesystem argument for a bucket (trainctl's own client: its endpoint, retries)."""
+    if isinstance(root, ObjectPath):
+        return root.key, {"filesystem": root.fs}
+    return str(root), {}
+
+
+def in_storage(storage: RunPath, path_in_fs: str) -> RunPath:
+    """A path Ray reports inside the storage filesystem (a checkpoint's), as a location: in a
+    bucket the key is taken relative to the bucket, with the storage's endpoint."""
+    return storage.at(path_in_fs) if isinstance(storage, ObjectPath) else Path(path_in_fs)
+
+
+def local_path(path: RunPath) -> Path | None:
+    """The path on this machine's file system, or None for a bucket: whether a library that
+    only writes local files (TensorBoard, W&B) can write there directly, and where a volume's
+    link-refusing opens start (app/storage/safe_fs.py)."""
+    return path if isinstance(path, Path) else None

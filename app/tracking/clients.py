@@ -18,8 +18,13 @@ from typing import Any
 from app.redact import redact_uri
 from app.run.epoch_record import TRACKED_METRICS
 from app.settings import TrainSettings
-from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, download_tree, local_copy, upload_tree
+from app.storage.location import (
+    RunPath,
+    download_tree,
+    local_copy,
+    local_path,
+    upload_tree,
+)
 
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 LEDGER = "logged_epochs.txt"
@@ -104,7 +109,9 @@ class _TensorBoard:
         # Event files are appended to, which objects cannot be: in a bucket run they are
         # written to a local folder that is copied up after every epoch.
         self.target = settings.run_dir / "tensorboard"
-        self.folder = self.target if isinstance(self.target, Path) else self._mirror(self.target)
+        local = local_path(self.target)
+        self.mirrored = local is None
+        self.folder = self._mirror(self.target) if local is None else local
         # A rerun adds an event file beside the first one; TensorBoard reads them as one run.
         self.writer = SummaryWriter(log_dir=str(self.folder))
         if not previous:
@@ -113,13 +120,13 @@ class _TensorBoard:
         self.ids = {"log_dir": str(self.target)}
 
     @staticmethod
-    def _mirror(target: ObjectPath) -> Path:
+    def _mirror(target: RunPath) -> Path:
         import tempfile
 
         return download_tree(target, Path(tempfile.mkdtemp(prefix="trainctl-tb-")))
 
     def _upload(self) -> None:
-        if isinstance(self.target, ObjectPath):
+        if self.mirrored:
             upload_tree(self.folder, self.target)
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
@@ -158,7 +165,7 @@ class _WandB:
             resume="allow",
             config=settings.redacted(),
             # W&B's own files are local; in a bucket run they stay on the driver's disk.
-            dir=str(settings.run_dir) if isinstance(settings.run_dir, Path) else None,
+            dir=str(local) if (local := local_path(settings.run_dir)) is not None else None,
         )
         self.ids = {"run_id": self.run.id, "project": self.run.project}
 

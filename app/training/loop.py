@@ -26,8 +26,7 @@ from app.run import folder as run_folder
 from app.run.epoch_record import new_record
 from app.run.worker_hooks import EpochHook, worker_hooks
 from app.settings import TrainSettings
-from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath
+from app.storage.location import RunPath, in_storage
 from app.training.accel import (
     CompiledModel,
     autocast_dtype,
@@ -174,8 +173,7 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
 def _resume_point(driver_choice: RunPath | None, settings: TrainSettings) -> RunPath | None:
     latest = ray.train.get_checkpoint()
     if latest is not None:  # Ray names it by its path inside the storage filesystem
-        storage = settings.storage_path
-        return storage.at(latest.path) if isinstance(storage, ObjectPath) else Path(latest.path)
+        return in_storage(settings.storage_path, latest.path)
     return driver_choice
 
 
