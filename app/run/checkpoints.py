@@ -27,7 +27,15 @@ import torch
 
 from app.storage import bounded_json, safe_fs
 from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
+from app.storage.location import (
+    RunPath,
+    local_path,
+    open_below,
+    read_bounded,
+    remove_tree,
+    rename_dir,
+    write_atomic,
+)
 
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
@@ -107,15 +115,8 @@ def verify(folder: RunPath) -> CheckpointRef:
 
 
 def _read_meta(folder: RunPath) -> bytes:
-    path = folder / META_FILE
-    if isinstance(path, ObjectPath):
-        if not path.is_file():
-            raise FileNotFoundError(str(path))
-        if path.size() > MAX_META_BYTES:
-            raise ValueError(f"{META_FILE} is over {MAX_META_BYTES:,} bytes")
-        return path.read_bytes()
     try:
-        return safe_fs.read_bytes(path, folder.parent, MAX_META_BYTES)
+        return read_bounded(folder / META_FILE, local_path(folder.parent), MAX_META_BYTES)
     except ValueError:
         raise ValueError(f"{META_FILE} is over {MAX_META_BYTES:,} bytes") from None
 
@@ -127,9 +128,7 @@ def _link_reason(err: safe_fs.LinkRefused) -> str:
 
 def _open(path: RunPath) -> IO[bytes]:
     """A checkpoint file for reading: below its run folder, without following links."""
-    if isinstance(path, ObjectPath):
-        return path.open("rb")
-    return safe_fs.open_read(path, path.parent.parent)
+    return open_below(path, path.parent.parent)
 
 
 def _epoch_of(name: str) -> int | None:

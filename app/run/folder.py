@@ -28,8 +28,14 @@ from typing import Any
 
 from app.run.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
-from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, append_line, local_path, write_atomic, write_json
+from app.storage.location import (
+    RunPath,
+    append_line,
+    local_path,
+    read_bounded,
+    write_atomic,
+    write_json,
+)
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
@@ -83,11 +89,7 @@ def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[di
 def read_record_file(path: RunPath, limit: int) -> bytes:
     """A record file's bytes, at most `limit` (ValueError past it); on a volume without
     following a link (LinkRefused)."""
-    if isinstance(path, ObjectPath):
-        if path.size() > limit:
-            raise ValueError(f"{path.size():,} bytes, over the {limit:,} allowed")
-        return path.read_bytes()
-    return safe_fs.read_bytes(path, path.parent, limit)
+    return read_bounded(path, None, limit)
 
 
 def _why(err: BaseException) -> str:

@@ -14,10 +14,9 @@ from app.errors import ConfigError
 from app.redact import redact
 from app.run import log_reader
 from app.run.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
-from app.storage import probe as store_probe
 from app.storage import safe_fs
 from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath
+from app.storage.location import RunPath, is_dir_within
 
 
 def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> RunPath:
@@ -71,20 +70,14 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
 
     endpoint, timeout = storage_access(os.environ)
     as_path = storage_location(run, f"run {redact(run)!r}", endpoint)
-    if _is_dir(as_path / LOGS_DIR, "RUN", timeout):
+    if is_dir_within(as_path / LOGS_DIR, "RUN", timeout):
         return as_path
     if storage is None:
         storage = storage_path_setting()
     candidate = storage_location(storage, f"--storage {redact(storage)}", endpoint) / run
-    if _is_dir(candidate, "--storage", timeout):
+    if is_dir_within(candidate, "--storage", timeout):
         return candidate
     raise ConfigError(
         f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
         "give the run folder's path, or --storage where the volume is mounted"
     )
-
-
-def _is_dir(path: RunPath, what: str, timeout: float) -> bool:
-    if isinstance(path, ObjectPath):  # within TRAIN_STORAGE_TIMEOUT_S, or say which store, why
-        return store_probe.is_dir(path, what, timeout)
-    return path.is_dir()

@@ -26,6 +26,7 @@ from app.storage.probe import (  # noqa: F401 - describe_store_error, reachable:
     ensure_bucket_writable,
     reachable,
 )
+from app.storage.probe import is_dir as bucket_is_dir
 
 RunPath: TypeAlias = Path | ObjectPath
 
@@ -202,3 +203,31 @@ def local_path(path: RunPath) -> Path | None:
     only writes local files (TensorBoard, W&B) can write there directly, and where a volume's
     link-refusing opens start (app/storage/safe_fs.py)."""
     return path if isinstance(path, Path) else None
+
+
+def read_bounded(path: RunPath, root: Path | None, limit: int) -> bytes:
+    """A record file's bytes, at most `limit` (ValueError past it, nothing read beyond it);
+    on a volume opened below `root` (default: its folder) without following a link
+    (LinkRefused); FileNotFoundError where it is not there."""
+    if isinstance(path, ObjectPath):
+        if not path.is_file():
+            raise FileNotFoundError(str(path))
+        if path.size() > limit:
+            raise ValueError(f"{path.size():,} bytes, over the {limit:,} allowed")
+        return path.read_bytes()
+    return safe_fs.read_bytes(path, root or path.parent, limit)
+
+
+def open_below(path: RunPath, root: Path) -> Any:
+    """`path` opened for reading; on a volume below `root`, following no link."""
+    if isinstance(path, ObjectPath):
+        return path.open("rb")
+    return safe_fs.open_read(path, root)
+
+
+def is_dir_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether `path` is a folder; a bucket answers within `seconds` or the refusal names the
+    store and `variable` (app/storage/probe.py)."""
+    if isinstance(path, ObjectPath):
+        return bucket_is_dir(path, variable, seconds)
+    return path.is_dir()
