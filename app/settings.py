@@ -18,9 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.dns import DNS_LABEL
 from app.redact import redact
 from app.storage.buckets import ObjectPath
-from app.storage.location import local_absolute
+from app.storage.location import absolute_location, location_setting, with_endpoint
 from app.storage.probe import DEFAULT_TIMEOUT_S
-from app.storage.uris import check_endpoint, check_path, check_uri, uri_scheme
+from app.storage.uris import check_endpoint
 
 ENV_PREFIX = "TRAIN_"
 NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
@@ -259,26 +259,18 @@ class TrainSettings(BaseSettings):
     @field_validator("storage_path", "data_path", "warm_start", mode="before")
     @classmethod
     def _uri_stays_a_uri(cls, value: Any) -> Any:
-        # pathlib would read s3://b/p as the folder "s3:/b/p": a URI is taken apart here, and
-        # what only looks like one (" s3://b", "s3:/b") is refused rather than made a folder.
-        if isinstance(value, str) and value.strip():
-            check_path(value)
-        if isinstance(value, str | Path) and uri_scheme(str(value)):
-            return ObjectPath(check_uri(str(value)))
-        return value
+        return location_setting(value)
 
     @field_validator("storage_path", "data_path", "warm_start")
     @classmethod
     def _absolute(cls, value: Path | ObjectPath | None) -> Path | ObjectPath | None:
         # Ray requires an absolute storage path, and workers may start in other folders.
-        return local_absolute(value) if isinstance(value, Path) else value
+        return absolute_location(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainSettings:
         for name in ("storage_path", "data_path", "warm_start"):
-            value = getattr(self, name)
-            if isinstance(value, ObjectPath) and value.endpoint != self.storage_endpoint:
-                setattr(self, name, ObjectPath(value.uri, self.storage_endpoint))
+            setattr(self, name, with_endpoint(getattr(self, name), self.storage_endpoint))
         if not self.run_name:
             self.run_name = f"{self.dataset}-{self.model}".replace("_", "-")
         if self.global_batch_size < self.workers.max:

@@ -27,6 +27,7 @@ from app.storage.probe import (  # noqa: F401 - describe_store_error, reachable:
     reachable,
 )
 from app.storage.probe import is_dir as bucket_is_dir
+from app.storage.uris import check_path, check_uri, uri_scheme
 
 RunPath: TypeAlias = Path | ObjectPath
 
@@ -231,3 +232,45 @@ def is_dir_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT
     if isinstance(path, ObjectPath):
         return bucket_is_dir(path, variable, seconds)
     return path.is_dir()
+
+
+def location_setting(value: Any) -> Any:
+    """A storage setting's raw value as the settings model reads it: pathlib would read
+    s3://b/p as the folder "s3:/b/p", so a URI is taken apart here, and what only looks like
+    one (" s3://b", "s3:/b") is refused (ValueError) rather than made a folder."""
+    if isinstance(value, str) and value.strip():
+        check_path(value)
+    if isinstance(value, str | Path) and uri_scheme(str(value)):
+        return ObjectPath(check_uri(str(value)))
+    return value
+
+
+def absolute_location(value: RunPath | None) -> RunPath | None:
+    """A local path made absolute with ~ expanded (local_absolute); a bucket as it is."""
+    return local_absolute(value) if isinstance(value, Path) else value
+
+
+def with_endpoint(value: RunPath | None, endpoint: str | None) -> RunPath | None:
+    """A bucket location reached through `endpoint`; a local path as it is."""
+    if isinstance(value, ObjectPath) and value.endpoint != endpoint:
+        return ObjectPath(value.uri, endpoint)
+    return value
+
+
+def random_access(path: RunPath) -> Any:
+    """What pyarrow's readers open for `path`: a local path as it is, a bucket object as a
+    random-access file (read in ranges, not downloaded whole)."""
+    return path.fs.open_input_file(path.key) if isinstance(path, ObjectPath) else path
+
+
+@contextlib.contextmanager
+def written_whole(folder: RunPath, prefix: str) -> Iterator[Path]:
+    """A local folder to write `folder`'s files into: `folder` itself on a volume; in a bucket
+    a temporary one, copied up once the block ends without an error."""
+    if not isinstance(folder, ObjectPath):
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        local = Path(tmp) / folder.name
+        yield local
+        upload_tree(local, folder)
