@@ -20,7 +20,6 @@ from importlib import metadata
 from pathlib import Path
 
 import click
-from pyarrow import ArrowException
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
@@ -28,8 +27,14 @@ from app.redact import redact_uri
 from app.run.ray_cluster import check_capacity, connect_ray
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
-from app.storage.location import describe_store_error, ensure_writable, free_bytes, human_bytes
-from app.storage.probe import exists, reachable
+from app.storage.location import (
+    ensure_reachable,
+    ensure_writable,
+    exists_within,
+    free_bytes,
+    human_bytes,
+    store_errors,
+)
 
 PINNED = ("ray", "torch", "torchvision")
 
@@ -131,14 +136,9 @@ def _tracking(settings: TrainSettings, found: Found) -> str:
 
 def _dataset(settings: TrainSettings, found: Found, *, prepare: bool, rows_per_worker: bool) -> str:
     folder = settings.dataset_dir
-    if isinstance(folder, ObjectPath):
-        reachable(folder, "TRAIN_DATA_PATH", settings.storage_timeout_s)
-    try:
+    ensure_reachable(folder, "TRAIN_DATA_PATH", settings.storage_timeout_s)
+    with store_errors(folder, "TRAIN_DATA_PATH"):  # a bucket that cannot be read
         return _dataset_in(folder, settings, found, prepare, rows_per_worker)
-    except (OSError, ArrowException) as err:  # a bucket that cannot be read
-        if not isinstance(folder, ObjectPath):  # a local folder's own errors say more
-            raise
-        raise ConfigError(describe_store_error(folder, "TRAIN_DATA_PATH", err)) from None
 
 
 def _dataset_in(
@@ -179,18 +179,10 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
     path = settings.warm_start
     if path is None:
         return "none (TRAIN_WARM_START is not set)"
-    if isinstance(path, ObjectPath):
-        found_it = exists(path, "TRAIN_WARM_START", settings.storage_timeout_s)
-    else:
-        found_it = path.exists()
-    if not found_it:
+    if not exists_within(path, "TRAIN_WARM_START", settings.storage_timeout_s):
         raise ConfigError(f"TRAIN_WARM_START={redact_uri(str(path))}: no such checkpoint or file")
-    try:
+    with store_errors(path, "TRAIN_WARM_START"):  # only a bucket's client raises here
         problem = warm_start_problem(settings)
-    except (OSError, ArrowException) as err:  # only a bucket's client raises here
-        if not isinstance(path, ObjectPath):
-            raise
-        raise ConfigError(describe_store_error(path, "TRAIN_WARM_START", err)) from None
     if problem:
         raise ConfigError(problem)
     return f"{path} loads as weights"

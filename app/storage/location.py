@@ -20,12 +20,13 @@ from typing import Any, TypeAlias
 from app.errors import ConfigError
 from app.storage import safe_fs
 from app.storage.buckets import ObjectPath, locate
-from app.storage.probe import (  # noqa: F401 - describe_store_error, reachable: callers import them here
+from app.storage.probe import (
     DEFAULT_TIMEOUT_S,
     describe_store_error,
     ensure_bucket_writable,
     reachable,
 )
+from app.storage.probe import exists as bucket_exists
 from app.storage.probe import is_dir as bucket_is_dir
 from app.storage.uris import check_path, check_uri, uri_scheme
 
@@ -274,3 +275,31 @@ def written_whole(folder: RunPath, prefix: str) -> Iterator[Path]:
         local = Path(tmp) / folder.name
         yield local
         upload_tree(local, folder)
+
+
+@contextlib.contextmanager
+def store_errors(path: RunPath, variable: str) -> Iterator[None]:
+    """Inside: a bucket client's errors (OSError, pyarrow's ArrowException) become a
+    ConfigError naming the store and `variable`; a volume's own errors pass as they are (they
+    say more)."""
+    from pyarrow import ArrowException
+
+    try:
+        yield
+    except (OSError, ArrowException) as err:
+        if not isinstance(path, ObjectPath):
+            raise
+        raise ConfigError(describe_store_error(path, variable, err)) from None
+
+
+def ensure_reachable(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> None:
+    """A bucket's read-only probe within `seconds` (app/storage/probe.py); a volume needs none."""
+    if isinstance(path, ObjectPath):
+        reachable(path, variable, seconds)
+
+
+def exists_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether `path` exists; a bucket answers within `seconds` or the refusal names it."""
+    if isinstance(path, ObjectPath):
+        return bucket_exists(path, variable, seconds)
+    return path.exists()
