@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from app.data.images import ImageError, ImageFormat, describe_type, infer_format, to_images
 from app.errors import ConfigError
 from app.storage.buckets import ObjectPath
-from app.storage.location import absolute_location, random_access
+from app.storage.location import absolute_location, random_access, walk_files
 
 SPLITS = ("train", "valid")
 SAMPLE_ROWS = 2048  # images read for format checks and the normalization statistics
@@ -156,19 +156,10 @@ def open_parquet(path: Path | ObjectPath) -> pq.ParquetFile:
 
 def parquet_files(folder: Path | ObjectPath) -> list[Any]:
     # Names starting with _ or . are metadata or temporaries (Spark, Ray), as readers agree.
-    if isinstance(folder, ObjectPath):
-        return [
-            file
-            for file in sorted(folder.walk_files())
-            if file.name.endswith(".parquet")
-            and not any(
-                part.startswith(("_", ".")) for part in file.key[len(folder.key) + 1 :].split("/")
-            )
-        ]
     return sorted(
         path
-        for path in folder.rglob("*.parquet")
-        if path.is_file()
+        for path in walk_files(folder)
+        if path.name.endswith(".parquet")
         and not any(part.startswith(("_", ".")) for part in path.relative_to(folder).parts)
     )
 

@@ -20,6 +20,7 @@ import functools
 import io
 import os
 from collections.abc import Iterator
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -173,6 +174,12 @@ class ObjectPath:
     def glob(self, pattern: str) -> Iterator[ObjectPath]:
         """Direct children whose name matches `pattern` (no `**`: the run folder needs none)."""
         return (child for child in self.iterdir() if fnmatch.fnmatchcase(child.name, pattern))
+
+    def relative_to(self, base: ObjectPath) -> PurePosixPath:
+        """The key below `base`'s key, as pathlib's relative_to gives it for a local path."""
+        if not self.key.startswith(base.key + "/"):
+            raise ValueError(f"{self} is not below {base}")
+        return PurePosixPath(self.key[len(base.key) + 1 :])
 
     def walk_files(self) -> list[ObjectPath]:
         selector = pafs.FileSelector(self.key, recursive=True, allow_not_found=True)

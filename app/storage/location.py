@@ -161,7 +161,7 @@ def upload_tree(local: Path, target: ObjectPath) -> None:
 
 def download_tree(source: ObjectPath, local: Path) -> Path:
     for file in source.walk_files():
-        dest = local / file.key[len(source.key) + 1 :]
+        dest = local / file.relative_to(source)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(file.read_bytes())
     return local
@@ -303,3 +303,10 @@ def exists_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT
     if isinstance(path, ObjectPath):
         return bucket_exists(path, variable, seconds)
     return path.exists()
+
+
+def walk_files(folder: RunPath) -> list[RunPath]:
+    """Every file below `folder`, at any depth, on a volume or in a bucket."""
+    if isinstance(folder, ObjectPath):
+        return folder.walk_files()
+    return [path for path in folder.rglob("*") if path.is_file()]
