@@ -30,11 +30,11 @@ from app.storage.buckets import ObjectPath
 from app.storage.location import (
     ensure_reachable,
     ensure_writable,
-    exists_within,
     free_bytes,
     human_bytes,
     store_errors,
 )
+from app.storage.reading import exists_within
 
 PINNED = ("ray", "torch", "torchvision")
 

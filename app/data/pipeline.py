@@ -27,7 +27,7 @@ import torch
 from app.data.images import to_uint8_rows
 from app.data.schema import DatasetInfo, parquet_files
 from app.storage.buckets import locate
-from app.storage.location import reader_source
+from app.storage.reading import reader_source
 
 if TYPE_CHECKING:
     import ray.data

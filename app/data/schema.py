@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 from app.data.images import ImageError, ImageFormat, describe_type, infer_format, to_images
 from app.errors import ConfigError
 from app.storage.buckets import ObjectPath
-from app.storage.location import absolute_location, random_access, walk_files
+from app.storage.location import absolute_location
+from app.storage.reading import random_access, walk_files
 
 SPLITS = ("train", "valid")
 SAMPLE_ROWS = 2048  # images read for format checks and the normalization statistics

@@ -27,15 +27,8 @@ import torch
 
 from app.storage import bounded_json, safe_fs
 from app.storage.buckets import ObjectPath
-from app.storage.location import (
-    RunPath,
-    local_path,
-    open_below,
-    read_bounded,
-    remove_tree,
-    rename_dir,
-    write_atomic,
-)
+from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
+from app.storage.reading import open_below, read_bounded
 
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"

@@ -28,14 +28,8 @@ from typing import Any
 
 from app.run.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
-from app.storage.location import (
-    RunPath,
-    append_line,
-    local_path,
-    read_bounded,
-    write_atomic,
-    write_json,
-)
+from app.storage.location import RunPath, append_line, local_path, write_atomic, write_json
+from app.storage.reading import read_bounded
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"

@@ -16,7 +16,8 @@ from app.run import log_reader
 from app.run.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
 from app.storage import safe_fs
 from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, is_dir_within
+from app.storage.location import RunPath
+from app.storage.reading import is_dir_within
 
 
 def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> RunPath:

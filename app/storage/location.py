@@ -26,8 +26,6 @@ from app.storage.probe import (
     ensure_bucket_writable,
     reachable,
 )
-from app.storage.probe import exists as bucket_exists
-from app.storage.probe import is_dir as bucket_is_dir
 from app.storage.uris import check_path, check_uri, uri_scheme
 
 RunPath: TypeAlias = Path | ObjectPath
@@ -186,14 +184,6 @@ def storage_options(storage: RunPath) -> dict[str, Any]:
     return {"storage_path": str(storage)}
 
 
-def reader_source(root: RunPath) -> tuple[str, dict[str, Any]]:
-    """What pyarrow-based readers (Ray Data) take for `root`: the path inside its filesystem,
-    and the filesystem argument for a bucket (trainctl's own client: its endpoint, retries)."""
-    if isinstance(root, ObjectPath):
-        return root.key, {"filesystem": root.fs}
-    return str(root), {}
-
-
 def in_storage(storage: RunPath, path_in_fs: str) -> RunPath:
     """A path Ray reports inside the storage filesystem (a checkpoint's), as a location: in a
     bucket the key is taken relative to the bucket, with the storage's endpoint."""
@@ -205,34 +195,6 @@ def local_path(path: RunPath) -> Path | None:
     only writes local files (TensorBoard, W&B) can write there directly, and where a volume's
     link-refusing opens start (app/storage/safe_fs.py)."""
     return path if isinstance(path, Path) else None
-
-
-def read_bounded(path: RunPath, root: Path | None, limit: int) -> bytes:
-    """A record file's bytes, at most `limit` (ValueError past it, nothing read beyond it);
-    on a volume opened below `root` (default: its folder) without following a link
-    (LinkRefused); FileNotFoundError where it is not there."""
-    if isinstance(path, ObjectPath):
-        if not path.is_file():
-            raise FileNotFoundError(str(path))
-        if path.size() > limit:
-            raise ValueError(f"{path.size():,} bytes, over the {limit:,} allowed")
-        return path.read_bytes()
-    return safe_fs.read_bytes(path, root or path.parent, limit)
-
-
-def open_below(path: RunPath, root: Path) -> Any:
-    """`path` opened for reading; on a volume below `root`, following no link."""
-    if isinstance(path, ObjectPath):
-        return path.open("rb")
-    return safe_fs.open_read(path, root)
-
-
-def is_dir_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
-    """Whether `path` is a folder; a bucket answers within `seconds` or the refusal names the
-    store and `variable` (app/storage/probe.py)."""
-    if isinstance(path, ObjectPath):
-        return bucket_is_dir(path, variable, seconds)
-    return path.is_dir()
 
 
 def location_setting(value: Any) -> Any:
@@ -256,12 +218,6 @@ def with_endpoint(value: RunPath | None, endpoint: str | None) -> RunPath | None
     if isinstance(value, ObjectPath) and value.endpoint != endpoint:
         return ObjectPath(value.uri, endpoint)
     return value
-
-
-def random_access(path: RunPath) -> Any:
-    """What pyarrow's readers open for `path`: a local path as it is, a bucket object as a
-    random-access file (read in ranges, not downloaded whole)."""
-    return path.fs.open_input_file(path.key) if isinstance(path, ObjectPath) else path
 
 
 @contextlib.contextmanager
@@ -296,17 +252,3 @@ def ensure_reachable(path: RunPath, variable: str, seconds: float = DEFAULT_TIME
     """A bucket's read-only probe within `seconds` (app/storage/probe.py); a volume needs none."""
     if isinstance(path, ObjectPath):
         reachable(path, variable, seconds)
-
-
-def exists_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
-    """Whether `path` exists; a bucket answers within `seconds` or the refusal names it."""
-    if isinstance(path, ObjectPath):
-        return bucket_exists(path, variable, seconds)
-    return path.exists()
-
-
-def walk_files(folder: RunPath) -> list[RunPath]:
-    """Every file below `folder`, at any depth, on a volume or in a bucket."""
-    if isinstance(folder, ObjectPath):
-        return folder.walk_files()
-    return [path for path in folder.rglob("*") if path.is_file()]

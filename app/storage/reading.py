@@ -1,4 +1,5 @@
-"""Reading a run-folder file a chunk at a time, on a volume or in a bucket alike.
+"""Reading from storage, on a volume or in a bucket alike: a file a chunk at a time, a
+bounded record, a listing, and the questions (is it there, is it a folder) with a deadline.
 
 On a volume the file is opened below its run folder without following a link
 (app/storage/safe_fs.py) and is appended to and rotated by rename; in a bucket it is a pyarrow
@@ -16,6 +17,9 @@ from typing import Any
 from app.storage import safe_fs
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath
+from app.storage.probe import DEFAULT_TIMEOUT_S
+from app.storage.probe import exists as bucket_exists
+from app.storage.probe import is_dir as bucket_is_dir
 
 
 class ReadableFile:
@@ -102,3 +106,59 @@ def sequential_chunks(path: RunPath, chunk: int) -> Iterator[bytes] | None:
                 yield data
 
     return chunks()
+
+
+def read_bounded(path: RunPath, root: Path | None, limit: int) -> bytes:
+    """A record file's bytes, at most `limit` (ValueError past it, nothing read beyond it);
+    on a volume opened below `root` (default: its folder) without following a link
+    (LinkRefused); FileNotFoundError where it is not there."""
+    if isinstance(path, ObjectPath):
+        if not path.is_file():
+            raise FileNotFoundError(str(path))
+        if path.size() > limit:
+            raise ValueError(f"{path.size():,} bytes, over the {limit:,} allowed")
+        return path.read_bytes()
+    return safe_fs.read_bytes(path, root or path.parent, limit)
+
+
+def open_below(path: RunPath, root: Path) -> Any:
+    """`path` opened for reading; on a volume below `root`, following no link."""
+    if isinstance(path, ObjectPath):
+        return path.open("rb")
+    return safe_fs.open_read(path, root)
+
+
+def random_access(path: RunPath) -> Any:
+    """What pyarrow's readers open for `path`: a local path as it is, a bucket object as a
+    random-access file (read in ranges, not downloaded whole)."""
+    return path.fs.open_input_file(path.key) if isinstance(path, ObjectPath) else path
+
+
+def reader_source(root: RunPath) -> tuple[str, dict[str, Any]]:
+    """What pyarrow-based readers (Ray Data) take for `root`: the path inside its filesystem,
+    and the filesystem argument for a bucket (trainctl's own client: its endpoint, retries)."""
+    if isinstance(root, ObjectPath):
+        return root.key, {"filesystem": root.fs}
+    return str(root), {}
+
+
+def walk_files(folder: RunPath) -> list[RunPath]:
+    """Every file below `folder`, at any depth, on a volume or in a bucket."""
+    if isinstance(folder, ObjectPath):
+        return folder.walk_files()
+    return [path for path in folder.rglob("*") if path.is_file()]
+
+
+def is_dir_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether `path` is a folder; a bucket answers within `seconds` or the refusal names the
+    store and `variable` (app/storage/probe.py)."""
+    if isinstance(path, ObjectPath):
+        return bucket_is_dir(path, variable, seconds)
+    return path.is_dir()
+
+
+def exists_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether `path` exists; a bucket answers within `seconds` or the refusal names it."""
+    if isinstance(path, ObjectPath):
+        return bucket_exists(path, variable, seconds)
+    return path.exists()

@@ -18,13 +18,7 @@ from typing import Any
 from app.redact import redact_uri
 from app.run.epoch_record import TRACKED_METRICS
 from app.settings import TrainSettings
-from app.storage.location import (
-    RunPath,
-    download_tree,
-    local_copy,
-    local_path,
-    upload_tree,
-)
+from app.storage.location import RunPath, download_tree, local_copy, local_path, upload_tree
 
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 LEDGER = "logged_epochs.txt"
