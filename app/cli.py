@@ -8,16 +8,12 @@ the documented exit code, never a traceback.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 
 import click
 
-from app.errors import EXIT_CTRL_C, EXIT_FAILED, EXIT_INVALID, EXIT_SIGTERM, TrainctlError
+from app.cli_exit import run_command
 from app.k8s.values_flags import values_options
 from app.settings import NAMED_DATASETS, SEED_MAX
 
@@ -53,11 +49,12 @@ def prepare_data_cmd(dataset: str, out: Path, force: bool, seed: int) -> None:
 @cli.command("train", epilog="Settings: run `trainctl env` for every TRAIN_* variable.")
 def train_cmd() -> None:
     """Train with the settings in TRAIN_* env vars (and ./.env); resume if the run exists."""
-    from app.settings import load_settings
+    from app.settings_env import load_settings
 
-    # Settings first: app.run imports torch (seconds), and a bad setting should answer at once.
+    # Settings first: app.run.driver imports torch (seconds), and a bad setting should answer
+    # at once.
     settings = load_settings()
-    from app.run import run_training
+    from app.run.driver import run_training
 
     run_training(settings)
 
@@ -67,7 +64,7 @@ def train_cmd() -> None:
 def check_cmd(skip_cluster: bool) -> None:
     """Preflight: settings, storage, dataset schema, cluster resources and versions."""
     from app.preflight import run_preflight
-    from app.settings import load_settings
+    from app.settings_env import load_settings
 
     run_preflight(load_settings(), connect=not skip_cluster)
 
@@ -234,14 +231,15 @@ def logs_cmd(
             raise click.UsageError("give --worker N or --driver, not both")
         if which or namespace:
             raise click.UsageError("--head/--submitter/-n read pods, not the run folder")
-        from app import log_reader, run_logs
         from app.redact import redact_text
+        from app.run import log_lookup, log_reader
+        from app.run.log_capture import log_root
 
-        path = run_logs.log_file(
-            run_logs.resolve_run_dir(name, storage), worker=worker, attempt=attempt
+        path = log_lookup.log_file(
+            log_lookup.resolve_run_dir(name, storage), worker=worker, attempt=attempt
         )
         emit = lambda line: click.echo(redact_text(line))  # noqa: E731
-        log_reader.show(path, emit, tail=tail, follow=follow, root=run_logs.log_root(path))
+        log_reader.show(path, emit, tail=tail, follow=follow, root=log_root(path))
         return
     if attempt is not None or storage is not None or tail is not None:
         raise click.UsageError("--attempt, --storage and --tail go with --worker or --driver")
@@ -250,61 +248,9 @@ def logs_cmd(
     show_logs(name, namespace, which, follow, click.echo)  # type: ignore[arg-type]
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that every `finally` (staging folders, locks) runs."""
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise Terminated("SIGTERM")
-
-
 def run(argv: list[str] | None = None) -> int:
     """Run one command and return its exit code; failures end in a message, not a traceback."""
-    # Every phase of every command stops cleanly on SIGTERM (`train` installs its own handler
-    # while it trains, to record the run as interrupted).
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
-    try:
-        return _run(argv)
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _run(argv: list[str] | None) -> int:
-    try:
-        code = cli.main(args=argv, prog_name="trainctl", standalone_mode=False)
-    except TrainctlError as err:
-        label = "invalid input" if err.exit_code == EXIT_INVALID else "failed"
-        click.echo(f"trainctl: {label}:", err=True)
-        for problem in err.problems:
-            click.echo(f"  - {problem}", err=True)
-        return err.exit_code
-    except click.exceptions.Abort as err:
-        if isinstance(err.__context__, Terminated):
-            click.echo("trainctl: stopped by SIGTERM", err=True)
-            return EXIT_SIGTERM
-        if isinstance(err.__context__, KeyboardInterrupt):  # click's wrapping of Ctrl-C
-            click.echo("trainctl: interrupted", err=True)
-            return EXIT_CTRL_C
-        click.echo("trainctl: aborted", err=True)
-        return EXIT_FAILED
-    except click.ClickException as err:
-        err.show()
-        return EXIT_INVALID
-    except Terminated:
-        click.echo("trainctl: stopped by SIGTERM", err=True)
-        return EXIT_SIGTERM
-    except KeyboardInterrupt:
-        click.echo("trainctl: interrupted", err=True)
-        return EXIT_CTRL_C
-    except Exception as err:  # a bug: still one line, the traceback only on request
-        if os.environ.get("TRAINCTL_DEBUG"):
-            raise
-        click.echo(f"trainctl: internal error: {type(err).__name__}: {err}", err=True)
-        click.echo("  (set TRAINCTL_DEBUG=1 to see where; please report it)", err=True)
-        return EXIT_FAILED
-    return code if isinstance(code, int) else 0
+    return run_command(cli, argv)
 
 
 def main() -> None:

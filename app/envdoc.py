@@ -11,8 +11,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, get_args, get_origin
 
-from app.objectstore import ObjectPath
 from app.settings import TrainSettings, env_name
+from app.storage.buckets import ObjectPath
 
 
 class EnvVar(NamedTuple):

@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app.run import epoch_record
+from app.run.epoch_record import FIELDS, is_number
+
 
 def format_duration(seconds: float) -> str:
     """45s, 2m05s, 3h07m, 4d: short, and precise where it matters."""
@@ -24,10 +27,6 @@ def format_duration(seconds: float) -> str:
     return f"{hours // 24}d"
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def epoch_line(record: Mapping[str, Any], total: int, eta_s: float | None = None) -> str:
     """One epoch record of the run folder as one line.
 
@@ -37,18 +36,14 @@ def epoch_line(record: Mapping[str, Any], total: int, eta_s: float | None = None
     """
     epoch = int(record["epoch"])
     parts = [f"epoch {epoch:>{len(str(total))}}/{total}"]
-    for name in ("train_loss", "val_loss"):
-        if _number(record.get(name)):
-            parts.append(f"{name} {record[name]:.4f}")
-    if _number(record.get("val_accuracy")):
-        parts.append(f"val_acc {record['val_accuracy']:.2%}")
-    pace = record.get("epoch_time_s")
-    if _number(pace):
-        parts.append(f"{pace:.1f}s/epoch")
-    if _number(record.get("images_per_s")):
-        parts.append(f"{record['images_per_s']:,.0f} img/s")
-    if eta_s is None and _number(pace):
-        eta_s = max(0, total - epoch) * pace
+    parts += [
+        field.line.format(value=record[field.name])
+        for field in FIELDS
+        if field.line and is_number(record.get(field.name))
+    ]
+    pace = epoch_record.pace(record)
+    if eta_s is None and pace is not None:
+        eta_s = epoch_record.eta_s(epoch, total, pace)
     if eta_s is not None:
         parts.append(f"ETA {format_duration(eta_s)}")
     return "  ".join(parts)

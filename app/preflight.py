@@ -4,7 +4,7 @@
 so a bad setting fails before the GPUs are busy. `train` runs the same checks quietly and stops
 at the first problem (exit 2, before Ray starts); it prepares a built-in dataset that is not
 there yet, where `check` only says it will be. The cluster check comes last in both: `train`
-runs it once the run folder is settled, while it may still be stopped cleanly (app/run.py).
+runs it once the run folder is settled, while it may still be stopped cleanly (app/run/driver.py).
 Each check returns what it found, in a few words, or raises ConfigError naming the problem
 (Warned for one the settings allow: a tracker with TRAIN_TRACKING_REQUIRED=false).
 """
@@ -20,17 +20,22 @@ from importlib import metadata
 from pathlib import Path
 
 import click
-from pyarrow import ArrowException
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
-from app.objectstore import ObjectPath
-from app.ray_cluster import check_capacity, connect_ray
 from app.redact import redact_uri
-from app.run_folder import refuse_links
+from app.run.folder import refuse_links
+from app.run.ray_cluster import check_capacity, connect_ray
 from app.settings import TrainSettings
-from app.storage import describe_store_error, ensure_writable, free_bytes, human_bytes
-from app.store_probe import exists, reachable
+from app.storage.buckets import ObjectPath
+from app.storage.location import (
+    ensure_reachable,
+    ensure_writable,
+    free_bytes,
+    human_bytes,
+    store_errors,
+)
+from app.storage.reading import exists_within
 
 PINNED = ("ray", "torch", "torchvision")
 
@@ -115,7 +120,7 @@ def _storage(settings: TrainSettings, found: Found) -> str:
 
 def _tracking(settings: TrainSettings, found: Found) -> str:
     """Every configured tracker can work: a run meant to be tracked that is not is lost data."""
-    from app.tracking_check import check_trackers
+    from app.tracking.check import check_trackers
 
     verdicts = check_trackers(settings)
     if not verdicts:
@@ -133,14 +138,9 @@ def _tracking(settings: TrainSettings, found: Found) -> str:
 
 def _dataset(settings: TrainSettings, found: Found, *, prepare: bool, rows_per_worker: bool) -> str:
     folder = settings.dataset_dir
-    if isinstance(folder, ObjectPath):
-        reachable(folder, "TRAIN_DATA_PATH", settings.storage_timeout_s)
-    try:
+    ensure_reachable(folder, "TRAIN_DATA_PATH", settings.storage_timeout_s)
+    with store_errors(folder, "TRAIN_DATA_PATH"):  # a bucket that cannot be read
         return _dataset_in(folder, settings, found, prepare, rows_per_worker)
-    except (OSError, ArrowException) as err:  # a bucket that cannot be read
-        if not isinstance(folder, ObjectPath):  # a local folder's own errors say more
-            raise
-        raise ConfigError(describe_store_error(folder, "TRAIN_DATA_PATH", err)) from None
 
 
 def _dataset_in(
@@ -152,7 +152,7 @@ def _dataset_in(
 ) -> str:
     from app.data.prepare import ensure_dataset
     from app.data.schema import inspect_dataset
-    from app.model import model_problem
+    from app.training.model import model_problem
 
     if prepare:
         info = ensure_dataset(settings)
@@ -176,23 +176,15 @@ def _dataset_in(
 def _warm_start(settings: TrainSettings, found: Found) -> str:
     """The file must exist and load as weights. Whether they fit the model is found by the
     workers' load_state_dict, whose error names the mismatched keys."""
-    from app.resume import warm_start_problem
+    from app.run.resume import warm_start_problem
 
     path = settings.warm_start
     if path is None:
         return "none (TRAIN_WARM_START is not set)"
-    if isinstance(path, ObjectPath):
-        found_it = exists(path, "TRAIN_WARM_START", settings.storage_timeout_s)
-    else:
-        found_it = path.exists()
-    if not found_it:
+    if not exists_within(path, "TRAIN_WARM_START", settings.storage_timeout_s):
         raise ConfigError(f"TRAIN_WARM_START={redact_uri(str(path))}: no such checkpoint or file")
-    try:
+    with store_errors(path, "TRAIN_WARM_START"):  # only a bucket's client raises here
         problem = warm_start_problem(settings)
-    except (OSError, ArrowException) as err:  # only a bucket's client raises here
-        if not isinstance(path, ObjectPath):
-            raise
-        raise ConfigError(describe_store_error(path, "TRAIN_WARM_START", err)) from None
     if problem:
         raise ConfigError(problem)
     return f"{path} loads as weights"

@@ -8,20 +8,19 @@ here and nowhere else.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.errors import ConfigError, did_you_mean
-from app.objectstore import ObjectPath
+from app.dns import DNS_LABEL
 from app.redact import redact
-from app.store_probe import DEFAULT_TIMEOUT_S
-from app.store_uris import check_endpoint, check_path, check_uri, uri_scheme
+from app.storage.buckets import ObjectPath
+from app.storage.location import absolute_location, location_setting, with_endpoint
+from app.storage.probe import DEFAULT_TIMEOUT_S
+from app.storage.uris import check_endpoint
 
 ENV_PREFIX = "TRAIN_"
 NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
@@ -31,7 +30,7 @@ CacheMode = Literal["auto", "on", "off"]
 
 # Run names become folder names and, on Kubernetes, RayJob names: keep them to DNS-1123 labels.
 # \A and \Z: `$` would also accept a trailing newline, which would end up in a folder name.
-RUN_NAME_PATTERN = re.compile(r"\A[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
+RUN_NAME_PATTERN = re.compile(rf"\A{DNS_LABEL}\Z")
 SEED_MAX = 2**64 - 1  # torch.manual_seed's range
 # ASCII digits only: Python's \d also takes other scripts' digits, which int() then reads.
 WORKERS_PATTERN = re.compile(r"\A\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?\Z")
@@ -260,31 +259,18 @@ class TrainSettings(BaseSettings):
     @field_validator("storage_path", "data_path", "warm_start", mode="before")
     @classmethod
     def _uri_stays_a_uri(cls, value: Any) -> Any:
-        # pathlib would read s3://b/p as the folder "s3:/b/p": a URI is taken apart here, and
-        # what only looks like one (" s3://b", "s3:/b") is refused rather than made a folder.
-        if isinstance(value, str) and value.strip():
-            check_path(value)
-        if isinstance(value, str | Path) and uri_scheme(str(value)):
-            return ObjectPath(check_uri(str(value)))
-        return value
+        return location_setting(value)
 
     @field_validator("storage_path", "data_path", "warm_start")
     @classmethod
     def _absolute(cls, value: Path | ObjectPath | None) -> Path | ObjectPath | None:
         # Ray requires an absolute storage path, and workers may start in other folders.
-        if not isinstance(value, Path):
-            return value
-        try:
-            return value.expanduser().absolute()
-        except RuntimeError:  # ~name of no user on this machine
-            raise ValueError(f"{str(value).split('/')[0]} names no user on this machine") from None
+        return absolute_location(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainSettings:
         for name in ("storage_path", "data_path", "warm_start"):
-            value = getattr(self, name)
-            if isinstance(value, ObjectPath) and value.endpoint != self.storage_endpoint:
-                setattr(self, name, ObjectPath(value.uri, self.storage_endpoint))
+            setattr(self, name, with_endpoint(getattr(self, name), self.storage_endpoint))
         if not self.run_name:
             self.run_name = f"{self.dataset}-{self.model}".replace("_", "-")
         if self.global_batch_size < self.workers.max:
@@ -324,75 +310,3 @@ class TrainSettings(BaseSettings):
 
 def env_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
-
-
-def load_settings() -> TrainSettings:
-    """Read settings from the environment, raising ConfigError with one line per problem.
-
-    ./.env is held to the same rules as the environment: an unknown TRAIN_ key or a line that
-    is not KEY=VALUE is refused with its line number, never skipped with a warning.
-    """
-    from app.envfile import check_env_file
-
-    problems = check_env_file(Path(".env"), {env_name(name) for name in TrainSettings.model_fields})
-    if problems:
-        raise ConfigError(problems)
-    problems = _unknown_variables(os.environ)
-    try:
-        settings = TrainSettings()
-    except ValidationError as err:
-        problems.extend(describe_validation_error(err, os.environ))
-        raise ConfigError(problems) from None
-    if problems:
-        raise ConfigError(problems)
-    return settings
-
-
-def storage_access(env: Mapping[str, str]) -> tuple[str | None, float]:
-    """TRAIN_STORAGE_ENDPOINT and TRAIN_STORAGE_TIMEOUT_S alone, held to the same rules, for
-    commands that read a bucket without the other settings (`trainctl logs`)."""
-    problems = []
-    endpoint = env.get(env_name("storage_endpoint"), "").strip() or None
-    if endpoint is not None:
-        try:
-            endpoint = check_endpoint(env[env_name("storage_endpoint")])
-        except ValueError as err:
-            given = redact(env[env_name("storage_endpoint")])
-            problems.append(f"{env_name('storage_endpoint')}={given!r}: {err}")
-    field = TrainSettings.model_fields["storage_timeout_s"]
-    timeout = float(field.default)
-    given = env.get(env_name("storage_timeout_s"), "").strip()
-    if given:
-        try:
-            timeout = TypeAdapter(Annotated[float, field]).validate_python(given)
-        except ValidationError as err:
-            message = "; ".join(str(item["msg"]) for item in err.errors())
-            problems.append(f"{env_name('storage_timeout_s')}={given!r}: {message}")
-    if problems:
-        raise ConfigError(problems)
-    return endpoint, timeout
-
-
-def _unknown_variables(env: Mapping[str, str]) -> list[str]:
-    known = {env_name(name) for name in TrainSettings.model_fields}
-    problems = []
-    for key in sorted(k for k in env if k.upper().startswith(ENV_PREFIX)):
-        if key.upper() in known:
-            continue
-        hint = did_you_mean(key.upper(), known, "run `trainctl env` for the list")
-        problems.append(f"{key} is not a trainctl setting{hint}")
-    return problems
-
-
-def describe_validation_error(err: ValidationError, env: Mapping[str, str]) -> list[str]:
-    """One line per bad variable: its name, the value given and what is allowed."""
-    lines = []
-    for item in err.errors():
-        message = str(item["msg"]).removeprefix("Value error, ")
-        if not item["loc"]:
-            lines.append(message)
-            continue
-        name = env_name(str(item["loc"][0]))
-        given = env.get(name, env.get(name.lower(), item.get("input")))
-        lines.append(f"{name}={redact(given)!r}: {message}")
-    return lines

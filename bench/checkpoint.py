@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.ray_cluster import join_or_start
+from app.run.ray_cluster import join_or_start
 from bench.common import (
     IMAGE_SHAPE,
     NUM_CLASSES,
@@ -54,7 +54,7 @@ def save_and_report(mode: str, epoch: int, metrics: dict[str, float], state: dic
     """
     import ray.train
 
-    from app import checkpoints
+    from app.run import checkpoints
 
     folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
     checkpoints.write_checkpoint(folder, epoch=epoch, metrics=metrics, **state)
@@ -73,7 +73,7 @@ def worker(config: dict[str, Any]) -> None:
     import torch
     from torch import nn
 
-    from app.model import build_model
+    from app.training.model import build_model
 
     torch.manual_seed(0)
     model = ray.train.torch.prepare_model(build_model(config["model"], _cifar_info()))

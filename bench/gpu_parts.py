@@ -156,7 +156,7 @@ def bare_loop(
 
 def app_feed(data_dir: Path, batch: int, device: Any) -> Any:
     """(d)'s batches: the app's own pipeline (cached dataset, epoch_batches) in this process,
-    made contiguous NCHW as app/train_loop.py does for the ViT; a function of the epoch."""
+    made contiguous NCHW as app/training/loop.py does for the ViT; a function of the epoch."""
     from app.data.cache import cache_datasets
     from app.data.pipeline import build_datasets, epoch_batches
     from app.data.prepare import ensure_dataset

@@ -1,8 +1,8 @@
 """Which batch memory format each model trains fastest on: channels_last or contiguous NCHW.
 
-The app's own models (app.model.build_model) on CIFAR-shaped batches already on the device,
+The app's own models (app.training.model.build_model) on CIFAR-shaped batches already on the device,
 bf16 autocast, fused AdamW on CUDA, eager; for channels_last the weights are converted too, as
-app/train_loop.py does for CNNs. Each variant: 5 untimed steps, then `--steps` timed ones.
+app/training/loop.py does for CNNs. Each variant: 5 untimed steps, then `--steps` timed ones.
 Usage: python -m bench.memory_format [--models resnet18,vit] [--steps 40] [--batch 512]
 """
 
@@ -20,7 +20,7 @@ def one(name: str, fmt: str, batch: int, steps: int, device: Any) -> float:
     from torch import nn
 
     from app.data.schema import DatasetInfo
-    from app.model import build_model
+    from app.training.model import build_model
 
     info = DatasetInfo(3, 32, 32, 10, 50_000, 10_000, "tensor", (0.5,) * 3, (0.5,) * 3)
     torch.manual_seed(0)

@@ -1,14 +1,14 @@
 """Checkpoint cost on S3 against a local volume: the storage-dependent steps, side by side.
 
-A checkpoint of the app's model with its AdamW state is written once (app/checkpoints.py, as
+A checkpoint of the app's model with its AdamW state is written once (app/run/checkpoints.py, as
 rank 0 does each epoch). Then, per repetition and alternating the order, each store takes it
 through the three steps whose cost depends on where the run folder lives:
 
   upload_s: Ray Train's own copy of the finished folder to storage (the background part of an
             ASYNC report; the training loop does not wait for it, the run's end does);
   verify_s: the driver's scan before a run or rerun: list the folder, read and hash every file
-            (app/checkpoints.scan);
-  delete_s: pruning it (app/checkpoints.prune's delete).
+            (app/run/checkpoints.scan);
+  delete_s: pruning it (app/run/checkpoints.prune's delete).
 
 The S3 store is moto's server on 127.0.0.1 (.venv-moto, as in the tests): it keeps objects in
 memory, so the figures show the protocol's cost on loopback, not a real network's bandwidth.
@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 def _checkpoint(model_name: str, folder: Path) -> int:
     import torch
 
-    from app import checkpoints
-    from app.model import build_model
+    from app.run import checkpoints
+    from app.training.model import build_model
     from bench.checkpoint import _cifar_info
 
     model = build_model(model_name, _cifar_info())
@@ -99,9 +99,9 @@ def _steps(local: Path, storage: Any) -> Callable[[], dict[str, float]]:
     """One repetition on `storage` (a Path or an ObjectPath): upload, verify, delete."""
     from ray.train.v2._internal.execution.storage import _upload_to_fs_path
 
-    from app import checkpoints
-    from app.objectstore import ObjectPath
-    from app.storage import remove_tree
+    from app.run import checkpoints
+    from app.storage.buckets import ObjectPath
+    from app.storage.location import remove_tree
 
     def once() -> dict[str, float]:
         run_dir = storage / f"run-{time.monotonic_ns()}"
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.smoke:
         args.model, args.reps = "cnn", 2
 
-    from app.objectstore import ObjectPath
+    from app.storage.buckets import ObjectPath
 
     # moto takes any key, but an unsigned client (no credentials at all) is not what users run:
     # fake ones, forced, so that no real key is ever sent, even to loopback.

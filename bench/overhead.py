@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.ray_cluster import join_or_start
+from app.run.ray_cluster import join_or_start
 from bench import common
 from bench.ingest import pyarrow_numpy
 
@@ -63,7 +63,7 @@ def bare(data_dir: Path, epochs: int) -> Callable[[], dict[str, float]]:
     import torch
     from torch import nn
 
-    from app.model import build_model
+    from app.training.model import build_model
 
     info = _info(data_dir)
     train_x, train_y = _load(data_dir / "train")
@@ -100,7 +100,7 @@ def bare(data_dir: Path, epochs: int) -> Callable[[], dict[str, float]]:
 
 
 def app(data_dir: Path, storage: Path, epochs: int) -> Callable[[], dict[str, float]]:
-    from app.run import run_training
+    from app.run.driver import run_training
     from app.settings import TrainSettings
 
     runs = iter(range(1, 1000))

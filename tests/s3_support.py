@@ -5,7 +5,7 @@ python-dateutil<3, the app's venv has 4), started on 127.0.0.1 once per session.
 any credentials; tests/conftest.py sets fake ones so that no test can reach a real account.
 
 Tests assert what is in the bucket through `Bucket`, which talks to the server with pyarrow's
-S3 client configured here, never through app/objectstore.py.
+S3 client configured here, never through app/storage/buckets.py.
 """
 
 from __future__ import annotations

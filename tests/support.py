@@ -53,7 +53,7 @@ def run_trainctl(
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
     """The run's summary as the app reads it; a test that expects one fails without it."""
-    from app.run_folder import read_summary as app_read_summary
+    from app.run.folder import read_summary as app_read_summary
 
     summary = app_read_summary(run_dir)
     assert summary is not None, f"no readable summary.json in {run_dir}"

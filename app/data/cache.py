@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.settings import CacheMode
-from app.storage import human_bytes
+from app.storage.location import human_bytes
 
 if TYPE_CHECKING:
     import ray.data

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from app.data.images import ImageError, to_images
 from app.data.schema import DatasetInfo, open_parquet, parquet_files
-from app.objectstore import locate
+from app.storage.buckets import locate
 
 SEARCH_LIMIT_S = 60.0
 ROWS_PER_STEP = 1024

@@ -26,7 +26,8 @@ import torch
 
 from app.data.images import to_uint8_rows
 from app.data.schema import DatasetInfo, parquet_files
-from app.objectstore import ObjectPath, locate
+from app.storage.buckets import locate
+from app.storage.reading import reader_source
 
 if TYPE_CHECKING:
     import ray.data
@@ -44,7 +45,6 @@ def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.
 
     root = locate(info.path, settings.storage_endpoint) if info.path else settings.dataset_dir
     # In a bucket Ray Data streams the files with trainctl's client (its endpoint, retries).
-    where: dict[str, Any] = {"filesystem": root.fs} if isinstance(root, ObjectPath) else {}
     datasets = {}
     for split in ("train", "valid"):
         shuffle = (
@@ -54,9 +54,10 @@ def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.
         )
         with _classic_parquet_reader():
             files = parquet_files(root / split)
+            source, filesystem = reader_source(root / split)
             dataset = ray.data.read_parquet(
-                (root / split).key if isinstance(root, ObjectPath) else str(root / split),
-                **where,
+                source,
+                **filesystem,
                 columns=["image", "label"],
                 shuffle=shuffle,
                 # One read task per file with the map below fused into it. Left to itself, Ray

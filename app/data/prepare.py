@@ -12,7 +12,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -26,9 +25,9 @@ from app.data.images import SHAPE_KEY, geometry
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.data.sources import DownloadFailed, Splits, load_source
 from app.errors import ConfigError, RunFailed
-from app.objectstore import ObjectPath
 from app.settings import NAMED_DATASETS, SEED_MAX, TrainSettings
-from app.storage import expand, upload_tree
+from app.storage.buckets import ObjectPath
+from app.storage.location import expand, written_whole
 
 MARKER = "_trainctl_dataset.json"
 LAYOUT = "raw"  # see app/data/images.py: the fastest of the layouts to read back
@@ -78,13 +77,9 @@ def ensure_dataset(settings: TrainSettings) -> DatasetInfo:
     """The run's dataset, prepared first if it is a named one that is not there yet."""
     folder = settings.dataset_dir
     if settings.dataset != "parquet" and not is_present(folder):
-        if isinstance(folder, ObjectPath):  # written whole on this machine, then copied up
-            with tempfile.TemporaryDirectory(prefix="trainctl-data-") as tmp:
-                local = Path(tmp) / folder.name
-                prepare_dataset(settings.dataset, local, seed=settings.seed)
-                upload_tree(local, folder)
-        else:
-            prepare_dataset(settings.dataset, folder, seed=settings.seed)
+        # In a bucket: written whole on this machine, then copied up.
+        with written_whole(folder, "trainctl-data-") as local:
+            prepare_dataset(settings.dataset, local, seed=settings.seed)
     return inspect_dataset(folder)
 
 

@@ -18,7 +18,9 @@ import pyarrow.parquet as pq
 
 from app.data.images import ImageError, ImageFormat, describe_type, infer_format, to_images
 from app.errors import ConfigError
-from app.objectstore import ObjectPath
+from app.storage.buckets import ObjectPath
+from app.storage.location import absolute_location
+from app.storage.reading import random_access, walk_files
 
 SPLITS = ("train", "valid")
 SAMPLE_ROWS = 2048  # images read for format checks and the normalization statistics
@@ -82,7 +84,7 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
     """Layout, image geometry, classes and statistics of dataset_dir/train and dataset_dir/valid."""
     import ray.data  # noqa: F401 - registers Ray's tensor extension types with pyarrow
 
-    root = dataset_dir if isinstance(dataset_dir, ObjectPath) else _absolute(dataset_dir)
+    root = absolute_location(dataset_dir)
     if not root.is_dir():  # one line for the folder, not one per missing split
         raise ConfigError(
             f"{root}: folder not found; a dataset folder holds train/ and valid/, "
@@ -148,32 +150,17 @@ def _scan(split: _Split, problems: _Problems) -> _Split:
     return split
 
 
-def _absolute(folder: Path) -> Path:
-    return Path(folder).expanduser().absolute()
-
-
 def open_parquet(path: Path | ObjectPath) -> pq.ParquetFile:
     """A Parquet file on disk or in a bucket (read in ranges, not downloaded whole)."""
-    if isinstance(path, ObjectPath):
-        return pq.ParquetFile(path.fs.open_input_file(path.key))
-    return pq.ParquetFile(path)
+    return pq.ParquetFile(random_access(path))
 
 
 def parquet_files(folder: Path | ObjectPath) -> list[Any]:
     # Names starting with _ or . are metadata or temporaries (Spark, Ray), as readers agree.
-    if isinstance(folder, ObjectPath):
-        return [
-            file
-            for file in sorted(folder.walk_files())
-            if file.name.endswith(".parquet")
-            and not any(
-                part.startswith(("_", ".")) for part in file.key[len(folder.key) + 1 :].split("/")
-            )
-        ]
     return sorted(
         path
-        for path in folder.rglob("*.parquet")
-        if path.is_file()
+        for path in walk_files(folder)
+        if path.name.endswith(".parquet")
         and not any(part.startswith(("_", ".")) for part in path.relative_to(folder).parts)
     )
 

@@ -12,14 +12,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from app import run_folder
 from app.errors import EXIT_FAILED, EXIT_OK
 from app.formatting import epoch_line
 from app.k8s.diagnose import needs_look
 from app.k8s.status import JobView, Verdict, judge, progress_line
+from app.run import folder as run_folder
 
 if TYPE_CHECKING:
-    from app.storage import RunPath
+    from app.storage.location import RunPath
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import yaml
 
 from app.errors import ConfigError
 from app.k8s import render, values_yaml
-from app.storage import expand
+from app.storage.location import expand
 
 
 def _dump(obj: dict[str, Any]) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from app.dns import DNS_LABEL as _DNS_LABEL
 from app.errors import ConfigError
 
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 # A DNS-1123 label: a namespace, a RayJob or pod name.
 DNS_LABEL = rf"^{_DNS_LABEL}$"
 # A label or annotation key: an optional DNS subdomain prefix and '/', then a name of at most

@@ -181,7 +181,7 @@ def bucket_run_dir(objects: list[dict[str, Any]]) -> Any | None:
     This machine reaches the bucket with its own credentials (AWS_*, ~/.aws, GCP's), and the
     endpoint the pods use (TRAIN_STORAGE_ENDPOINT).
     """
-    from app.objectstore import locate, uri_scheme
+    from app.storage.buckets import locate, uri_scheme
 
     rayjob = the_rayjob(objects)
     env = head_env(objects, rayjob)

@@ -27,10 +27,10 @@ from app.k8s.plan import (
     the_rayjob,
 )
 from app.k8s.stuck import why_stuck
-from app.run_folder import read_summary
+from app.run.folder import read_summary
 
 if TYPE_CHECKING:
-    from app.storage import RunPath
+    from app.storage.location import RunPath
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 Python process (the `trainctl` driver and Ray's workers, which inherit its environment) appends
 one JSON line to that file when it starts and one when it takes its first optimizer step.
 
-It also notes when `ray` and `app.run` finish importing, to split the driver's start-up. It
+It also notes when `ray` and `app.run.driver` finish importing, to split the driver's start-up. It
 lets bench/startup.py time an unmodified `trainctl train` from outside. It never imports torch
 itself (that would slow every Ray worker down): it waits for the app to import torch.optim and
 only then registers a global optimizer-step hook.
@@ -71,7 +71,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 _WATCHED = {
     "torch.optim.optimizer": _install_step_hook,
     "ray": lambda module: _record("ray_imported"),
-    "app.run": lambda module: _record("app_imported"),
+    "app.run.driver": lambda module: _record("app_imported"),
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app import checkpoints
+from app.run import checkpoints
 from tests.support import (
     FINISHED_EPOCHS,
     FinishedRun,

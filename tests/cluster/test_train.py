@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from app.data.schema import inspect_dataset
-from app.model import build_model
+from app.training.model import build_model
 from tests.support import (
     FINISHED_EPOCHS,
     FinishedRun,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app import accel
+from app.training import accel
 
 PLANTED = "import os; os.system('touch /tmp/pwned')  # planted by another job\n"
 

@@ -19,11 +19,14 @@ import pytest
 import torch
 from PIL import Image
 
-from app import checkpoints, preflight, resume, run, run_folder
+from app import preflight
 from app.data.locate import locate_bad_image
 from app.data.schema import MAX_CLASSES, inspect_dataset
-from app.run_folder import read_summary
-from app.summary import build_summary, plot_curves
+from app.run import checkpoints, resume
+from app.run import driver as run
+from app.run import folder as run_folder
+from app.run.folder import read_summary
+from app.run.summary import build_summary, plot_curves
 from tests import parquet_support as data
 from tests.hostile.support import assert_refused, files_under, trainctl
 
@@ -287,7 +290,7 @@ def test_driver_sets_aside_a_checkpoint_of_another_model_with_the_reason(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A checksum-valid checkpoint of another model was retried forever; now it is set aside."""
-    from app.settings import load_settings
+    from app.settings_env import load_settings
 
     data.good(tmp_path / "data")
     _settings_env(monkeypatch, tmp_path, TRAIN_RUN_NAME="r")

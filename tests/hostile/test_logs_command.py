@@ -15,7 +15,8 @@ import tracemalloc
 from pathlib import Path
 
 import app
-from app import log_reader, run_logs
+from app.run import log_capture as run_logs
+from app.run import log_reader
 from tests.hostile.support import assert_refused, trainctl
 
 REPO = Path(app.__file__).resolve().parents[1]

@@ -13,12 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from app import checkpoints, preflight, run_folder, run_logs, safe_fs
+from app import preflight
 from app.data.schema import inspect_dataset
-from app.model import build_model
-from app.settings import load_settings
-from app.storage import write_atomic
-from app.summary import build_summary
+from app.run import checkpoints
+from app.run import folder as run_folder
+from app.run import log_capture as run_logs
+from app.run.summary import build_summary
+from app.settings_env import load_settings
+from app.storage import safe_fs
+from app.storage.location import write_atomic
+from app.training.model import build_model
 from tests import parquet_support as data
 from tests.hostile.support import assert_refused, trainctl
 

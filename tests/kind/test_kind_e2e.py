@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app import run_folder
 from app.k8s.status import JobView, judge, progress_line
+from app.run import folder as run_folder
 from tests.kind import kindenv
 from tests.kind.kindenv import CHART, NAMESPACE, RELEASE, VALUES, kubectl, kubectl_json, trainctl
 

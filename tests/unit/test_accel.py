@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from app import checkpoints
-from app.accel import CompiledModel, make_optimizer, memory_format, resolve
 from app.data.schema import DatasetInfo
-from app.model import build_model
+from app.run import checkpoints
 from app.settings import TrainSettings
+from app.training.accel import CompiledModel, make_optimizer, memory_format, resolve
+from app.training.model import build_model
 
 INFO = DatasetInfo(3, 32, 32, 10, 64, 16, "tensor", (0.5,) * 3, (0.25,) * 3)
 

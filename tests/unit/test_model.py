@@ -7,7 +7,7 @@ import torch
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
-from app.model import build_model, model_problem, vit_patch_for
+from app.training.model import build_model, model_problem, vit_patch_for
 
 
 def _info(channels: int, size: int, classes: int, width: int | None = None) -> DatasetInfo:

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from app import checkpoints, run_folder, run_logs
-from app.deadline import DeadlineExceeded, call_with_deadline
-from app.objectstore import ObjectPath, check_endpoint, check_uri, locate
-from app.storage import append_line, describe_store_error, rename_dir, upload_tree
+from app.run import checkpoints
+from app.run import folder as run_folder
+from app.storage.buckets import ObjectPath, check_endpoint, check_uri, locate
+from app.storage.deadline import DeadlineExceeded, call_with_deadline
+from app.storage.location import append_line, describe_store_error, rename_dir, upload_tree
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 
 
@@ -115,24 +116,11 @@ def test_rename_dir_in_a_bucket_replaces_the_target(bucket: Bucket) -> None:
     assert bucket.keys("runs/r1") == ["b/x.txt"]
 
 
-def test_a_log_in_a_bucket_is_uploaded_and_continued_by_a_restart(bucket: Bucket) -> None:
-    path = run_logs.attempt_dir(_root(bucket), 1) / "worker-0.log"
-    with run_logs.capture(path, 20.0, "worker rank 0, attempt 1"):
-        print("first start")
-    with run_logs.capture(path, 20.0, "worker rank 0, attempt 1"):
-        print("after a restart")
-    text = bucket.read("runs/r1/logs/attempt-1/worker-0.log").decode()
-    assert text.index("first start") < text.index("after a restart")
-    assert run_logs.attempts(_root(bucket)) == [1]
-    found = run_logs.log_file(_root(bucket), worker=0, attempt=None)
-    assert list(run_logs.read_lines(found))[-1] == "after a restart"
-
-
 def test_gs_uris_get_pyarrows_gcs_client_and_s3_endpoints_their_scheme() -> None:
     import pyarrow.fs as pafs
 
-    from app.objectstore import filesystem
     from app.settings import TrainSettings
+    from app.storage.buckets import filesystem
 
     settings = TrainSettings(
         storage_path="gs://team-runs/vision", data_path="s3://data/cifar",

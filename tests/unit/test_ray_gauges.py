@@ -1,8 +1,8 @@
-"""The epoch figures rank 0 exports as Ray gauges (app/ray_gauges.py)."""
+"""The epoch figures rank 0 exports as Ray gauges (app/training/ray_gauges.py)."""
 
 from __future__ import annotations
 
-from app.ray_gauges import figures
+from app.training.ray_gauges import figures
 
 
 def test_epoch_figures_for_the_gauges() -> None:

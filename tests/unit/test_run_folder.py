@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import run_folder
 from app.formatting import epoch_line, format_duration
+from app.run import folder as run_folder
 
 
 def _metrics(epoch: int) -> dict[str, float]:

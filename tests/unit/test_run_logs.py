@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app import log_reader, run_logs
 from app.errors import EXIT_INVALID, EXIT_OK, RunFailed
-from app.objectstore import ObjectPath
+from app.run import log_capture as run_logs
+from app.run import log_lookup, log_reader
+from app.storage.buckets import ObjectPath
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 from tests.unit.test_submit_cli import trainctl
 
@@ -50,7 +51,7 @@ def test_logs_rotate_and_read_back_oldest_first(tmp_path: Path) -> None:
     files = sorted(p.name for p in log.parent.iterdir())
     assert files == ["worker-1.log", "worker-1.log.1", "worker-1.log.2", "worker-1.log.3"]
     assert all(p.stat().st_size <= 2048 for p in log.parent.iterdir())
-    lines = [line for line in run_logs.read_lines(log) if line.startswith("line ")]
+    lines = [line for line in log_lookup.read_lines(log) if line.startswith("line ")]
     numbers = [int(line.split()[1]) for line in lines]
     assert numbers == list(range(numbers[0], 400)) and numbers[0] > 0  # oldest ones rotated out
 
@@ -177,3 +178,20 @@ def test_following_a_log_in_a_bucket_reads_each_upload_and_a_rotation(
     with pytest.raises(KeyboardInterrupt):
         log_reader.follow_log(path, printed.append, tail=1, sleep=sleep)
     assert printed == ["first", "second", "third", "after rotation"]
+
+
+def test_a_log_in_a_bucket_is_uploaded_and_continued_by_a_restart(
+    s3_server: S3Server,  # noqa: F811
+) -> None:
+    bucket = s3_server.bucket("logs-uploaded-and-continued")
+    root = ObjectPath(bucket.uri("runs/r1"), bucket.endpoint)
+    path = run_logs.attempt_dir(root, 1) / "worker-0.log"
+    with run_logs.capture(path, 20.0, "worker rank 0, attempt 1"):
+        print("first start")
+    with run_logs.capture(path, 20.0, "worker rank 0, attempt 1"):
+        print("after a restart")
+    text = bucket.read("runs/r1/logs/attempt-1/worker-0.log").decode()
+    assert text.index("first start") < text.index("after a restart")
+    assert run_logs.attempts(root) == [1]
+    found = log_lookup.log_file(root, worker=0, attempt=None)
+    assert list(log_lookup.read_lines(found))[-1] == "after a restart"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.errors import ConfigError
-from app.settings import TrainSettings, load_settings
+from app.settings import TrainSettings
+from app.settings_env import load_settings
 
 
 @pytest.fixture(autouse=True)

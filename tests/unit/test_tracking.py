@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from app.settings import TrainSettings
-from app.tracking import Trackers, epoch_metrics, flat_params
-from app.tracking_check import check_trackers
+from app.tracking.check import check_trackers
+from app.tracking.trackers import Trackers, epoch_metrics, flat_params
 from tests.support import REPO, background_server, free_port, server_log_tail, wait_until
 
 EXPERIMENT = "trainctl-unit"

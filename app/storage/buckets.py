@@ -6,9 +6,9 @@ credentials: the standard chain of each cloud (AWS_* variables, ~/.aws, IRSA's w
 GOOGLE_APPLICATION_CREDENTIALS, GKE Workload Identity). S3-compatible stores (MinIO, Ceph)
 are reached through TRAIN_STORAGE_ENDPOINT or AWS_ENDPOINT_URL.
 
-`ObjectPath` offers the part of pathlib's API the run folder uses, so app/run_folder.py,
-app/checkpoints.py and app/run_logs.py read the same on a volume and in a bucket. What an
-object store cannot do the same way (append, rename a folder) lives in app/storage.py.
+`ObjectPath` offers the part of pathlib's API the run folder uses, so app/run/folder.py,
+app/run/checkpoints.py and app/run/log_capture.py read the same on a volume and in a bucket. What an
+object store cannot do the same way (append, rename a folder) lives in app/storage/location.py.
 An ObjectPath pickles as its URI and endpoint only: every process builds its own client from
 its own environment, so no credential travels through Ray's object store.
 """
@@ -20,12 +20,13 @@ import functools
 import io
 import os
 from collections.abc import Iterator
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from app.store_uris import (  # noqa: F401 - where callers have always found them
+from app.storage.uris import (  # noqa: F401 - where callers have always found them
     StoreSettingError,
     check_endpoint,
     check_google_credentials,
@@ -46,7 +47,7 @@ TIMEOUT_S = 20.0  # connect and per-request: an unreachable endpoint fails, it n
 def filesystem(scheme: str, endpoint: str | None, budget: float | None = None) -> pafs.FileSystem:
     """One client per process for (scheme, endpoint), from this process's environment.
 
-    `budget`: seconds all attempts of one request may take, for probes (app/store_probe.py):
+    `budget`: seconds all attempts of one request may take, for probes (app/storage/probe.py):
     one they give up on still ends soon, and pyarrow waits for it at exit."""
     if scheme == "gs":
         from datetime import timedelta
@@ -173,6 +174,12 @@ class ObjectPath:
     def glob(self, pattern: str) -> Iterator[ObjectPath]:
         """Direct children whose name matches `pattern` (no `**`: the run folder needs none)."""
         return (child for child in self.iterdir() if fnmatch.fnmatchcase(child.name, pattern))
+
+    def relative_to(self, base: ObjectPath) -> PurePosixPath:
+        """The key below `base`'s key, as pathlib's relative_to gives it for a local path."""
+        if not self.key.startswith(base.key + "/"):
+            raise ValueError(f"{self} is not below {base}")
+        return PurePosixPath(self.key[len(base.key) + 1 :])
 
     def walk_files(self) -> list[ObjectPath]:
         selector = pafs.FileSelector(self.key, recursive=True, allow_not_found=True)

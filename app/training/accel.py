@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from app.data.schema import DatasetInfo
-from app.model import uses_channels_last, vit_patch_for
 from app.settings import TrainSettings
+from app.training.model import uses_channels_last, vit_patch_for
 
 COMPILE_CACHE_PREFIX = "trainctl-inductor-"  # + the uid, in this machine's temp folder
 

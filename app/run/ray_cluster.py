@@ -12,7 +12,7 @@ import click
 from app.errors import ConfigError
 from app.settings import TrainSettings
 
-# Progress comes from the run's metrics file (app.progress); worker output stays in Ray's log
+# Progress comes from the run's metrics file (app.run.progress); worker output stays in Ray's log
 # folder instead of burying the epoch lines.
 QUIET = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
 

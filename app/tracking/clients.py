@@ -3,7 +3,7 @@
 Each logs the redacted settings as params once, every epoch's metrics at step=epoch, and the
 best checkpoint as an artifact at the end. Its ids go into the run summary before training
 starts, so a rerun, a RayJob retry or a driver killed half way continues the same tracker run
-instead of opening a second one. Failures are raised: app/tracking.py retries and buffers.
+instead of opening a second one. Failures are raised: app/tracking/trackers.py retries and buffers.
 """
 
 from __future__ import annotations
@@ -15,21 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from app.objectstore import ObjectPath
 from app.redact import redact_uri
+from app.run.epoch_record import TRACKED_METRICS
 from app.settings import TrainSettings
-from app.storage import RunPath, download_tree, local_copy, upload_tree
+from app.storage.location import RunPath, download_tree, local_copy, local_path, upload_tree
 
-# Fields of an epoch record that are logged (epoch is the step, time the timestamp).
-METRICS = (
-    "train_loss",
-    "val_loss",
-    "val_accuracy",
-    "lr",
-    "epoch_time_s",
-    "images_per_s",
-    "first_batch_s",
-)
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 LEDGER = "logged_epochs.txt"
 
@@ -43,7 +33,7 @@ def flat_params(settings: Mapping[str, Any]) -> dict[str, str]:
 
 
 def epoch_metrics(record: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(record[k]) for k in METRICS if isinstance(record.get(k), int | float)}
+    return {k: float(record[k]) for k in TRACKED_METRICS if isinstance(record.get(k), int | float)}
 
 
 class _MLflow:
@@ -51,8 +41,8 @@ class _MLflow:
 
     def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
         # The client's defaults retry an unreachable server for minutes, on the thread that
-        # prints epochs: fail fast instead (unless the user chose otherwise); app/tracking.py
-        # keeps the epochs and retries with backoff.
+        # prints epochs: fail fast instead (unless the user chose otherwise);
+        # app/tracking/trackers.py keeps the epochs and retries with backoff.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         from mlflow.entities import Param
@@ -113,7 +103,9 @@ class _TensorBoard:
         # Event files are appended to, which objects cannot be: in a bucket run they are
         # written to a local folder that is copied up after every epoch.
         self.target = settings.run_dir / "tensorboard"
-        self.folder = self.target if isinstance(self.target, Path) else self._mirror(self.target)
+        local = local_path(self.target)
+        self.mirrored = local is None
+        self.folder = self._mirror(self.target) if local is None else local
         # A rerun adds an event file beside the first one; TensorBoard reads them as one run.
         self.writer = SummaryWriter(log_dir=str(self.folder))
         if not previous:
@@ -122,13 +114,13 @@ class _TensorBoard:
         self.ids = {"log_dir": str(self.target)}
 
     @staticmethod
-    def _mirror(target: ObjectPath) -> Path:
+    def _mirror(target: RunPath) -> Path:
         import tempfile
 
         return download_tree(target, Path(tempfile.mkdtemp(prefix="trainctl-tb-")))
 
     def _upload(self) -> None:
-        if isinstance(self.target, ObjectPath):
+        if self.mirrored:
             upload_tree(self.folder, self.target)
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
@@ -167,7 +159,7 @@ class _WandB:
             resume="allow",
             config=settings.redacted(),
             # W&B's own files are local; in a bucket run they stay on the driver's disk.
-            dir=str(settings.run_dir) if isinstance(settings.run_dir, Path) else None,
+            dir=str(local) if (local := local_path(settings.run_dir)) is not None else None,
         )
         self.ids = {"run_id": self.run.id, "project": self.run.project}
 
@@ -187,5 +179,5 @@ class _WandB:
         self.run.finish(exit_code=0 if status == "succeeded" else 1)
 
 
-# By the names app/tracking_check.py's configured() gives, in the order it gives them.
+# By the names app/tracking/check.py's configured() gives, in the order it gives them.
 CLIENTS: dict[str, type] = {"mlflow": _MLflow, "tensorboard": _TensorBoard, "wandb": _WandB}

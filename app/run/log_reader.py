@@ -4,7 +4,7 @@ A log and its three rotated files may reach 4 x TRAIN_LOG_MAX_MB, so nothing her
 in memory: lines are read in chunks (a bucket through pyarrow's input stream), `--tail N`
 finds the start of the last N lines by reading back from the end a chunk at a time, and a line
 longer than MAX_LINE is cut into pieces of that size. On a volume every file is opened below
-the run folder without following a link (app/safe_fs.py), so a planted `worker-0.log ->
+the run folder without following a link (app/storage/safe_fs.py), so a planted `worker-0.log ->
 /etc/passwd` is refused, not printed.
 
 `follow_log` keeps printing what is appended, polling every FOLLOW_POLL_S, until the caller is
@@ -17,18 +17,15 @@ rotated log and is read from its start.
 from __future__ import annotations
 
 import collections
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-from app import safe_fs
 from app.errors import ConfigError
-from app.objectstore import ObjectPath
-from app.storage import RunPath
+from app.storage.location import RunPath
+from app.storage.reading import MissingFile, ReadableFile, present, sequential_chunks
 
-BACKUPS = 3  # logging.handlers' naming: name.1 is the newest older file (app/run_logs.py)
+BACKUPS = 3  # logging.handlers' naming: name.1 is the newest older file (app/run/log_capture.py)
 CHUNK = 1 << 16
 MAX_LINE = 1 << 16  # bytes; a longer line is printed in pieces
 FOLLOW_POLL_S = 0.5
@@ -59,42 +56,10 @@ def _text(line: bytes) -> str:
     return line.removesuffix(b"\r").decode("utf-8", errors="replace")
 
 
-class _File:
-    """One log file opened for reading: a local fd below the run folder, or an object."""
-
-    def __init__(self, path: RunPath, root: Path | None) -> None:
-        self.path = path
-        if isinstance(path, ObjectPath):
-            self.handle: Any = path.fs.open_input_file(path.key)
-        else:
-            self.handle = safe_fs.open_read(path, root or path.parent)
-
-    def size(self) -> int:
-        if isinstance(self.path, ObjectPath):
-            return int(self.handle.size())
-        return os.fstat(self.handle.fileno()).st_size
-
-    def read_at(self, offset: int, size: int) -> bytes:
-        if isinstance(self.path, ObjectPath):
-            if offset >= self.size():
-                return b""
-            return bytes(self.handle.read_at(size, offset))
-        return os.pread(self.handle.fileno(), size, offset)
-
-    def close(self) -> None:
-        self.handle.close()
-
-
 def _files(path: RunPath) -> list[RunPath]:
     """The log's files, oldest first: rotated ones (.3, .2, .1) before the current one."""
     older = [path.with_name(f"{path.name}.{i}") for i in range(BACKUPS, 0, -1)]
-    return [p for p in older if _exists(p)] + [path]
-
-
-def _exists(path: RunPath) -> bool:
-    if isinstance(path, ObjectPath):
-        return path.is_file()
-    return path.exists() or path.is_symlink()  # a link is opened (and refused), not skipped
+    return [p for p in older if present(p)] + [path]
 
 
 def _stream(
@@ -102,12 +67,12 @@ def _stream(
 ) -> Iterator[str]:
     """The lines of one file from byte `start` (to `stop`, or its end), a chunk at a time."""
     lines = _Lines()
-    if isinstance(path, ObjectPath) and start == 0 and stop is None:
-        with path.fs.open_input_stream(path.key) as stream:
-            while chunk := stream.read(CHUNK):
-                yield from lines.feed(chunk)
+    whole = sequential_chunks(path, CHUNK) if start == 0 and stop is None else None
+    if whole is not None:
+        for chunk in whole:
+            yield from lines.feed(chunk)
     else:
-        file = _File(path, root)
+        file = ReadableFile(path, root)
         try:
             offset = start
             while (want := _want(offset, stop)) and (chunk := file.read_at(offset, want)):
@@ -131,7 +96,7 @@ def read_lines(path: RunPath, root: Path | None = None, end: int | None = None) 
     yield from _stream(files[-1], root, 0, end)
 
 
-def _start_of_last(file: _File, end: int, count: int) -> tuple[int, int]:
+def _start_of_last(file: ReadableFile, end: int, count: int) -> tuple[int, int]:
     """(offset where the last `count` lines before `end` begin, how many lines there are)."""
     found, position = 0, end
     if end and file.read_at(end - 1, 1) == b"\n":
@@ -159,7 +124,7 @@ def tail_lines(
     remaining = count
     for older in reversed(_files(path)):
         stop = end if older == path else None
-        file = _File(older, root)
+        file = ReadableFile(older, root)
         try:
             offset, found = _start_of_last(file, file.size() if stop is None else stop, remaining)
         finally:
@@ -208,7 +173,7 @@ def follow_log(
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Print the log (or its last `tail` lines), then what is appended, until interrupted."""
-    file = _File(path, root)
+    file = ReadableFile(path, root)
     try:
         end = file.size()  # what is there now is printed once; what comes after, as it comes
         if tail is not None:
@@ -226,18 +191,19 @@ def follow_log(
 
 
 def _read_new(
-    file: _File,
+    file: ReadableFile,
     path: RunPath,
     root: Path | None,
     offset: int,
     splitter: _Lines,
     emit: Callable[[str], None],
-) -> tuple[_File, int]:
+) -> tuple[ReadableFile, int]:
     """Emit the lines appended since `offset`; reopen the log when it was rotated."""
-    if isinstance(path, ObjectPath):
+    if file.replaced_whole:
         # Each upload replaces the object whole: a bigger one is read from `offset` in a
         # fresh handle, a smaller one is the log begun again after a rotation.
-        size = path.size() if path.is_file() else offset
+        size = file.current_size()
+        size = offset if size is None else size
         if size == offset:
             return file, offset
         if size < offset:
@@ -245,41 +211,17 @@ def _read_new(
                 emit(line)
             offset = 0
         file.close()
-        file = _File(path, root)
+        file = ReadableFile(path, root)
     while chunk := file.read_at(offset, CHUNK):
         offset += len(chunk)
         for line in splitter.feed(chunk):
             emit(line)
-    if not isinstance(path, ObjectPath) and _rotated(file, path, root):
+    if file.renamed_away():
         for line in splitter.flush():
             emit(line)
         file.close()
         try:
-            return _File(path, root), 0
+            return ReadableFile(path, root), 0
         except FileNotFoundError:  # between the rename and the new file's first line
-            return _Missing(path, root), 0
+            return MissingFile(path, root), 0
     return file, offset
-
-
-def _rotated(file: _File, path: Path, root: Path | None) -> bool:
-    """Whether `path` now names another file than the one open (or one appeared)."""
-    status = safe_fs.refuse_link(path, root or path.parent)
-    if isinstance(file, _Missing):
-        return status is not None
-    return status is not None and status.st_ino != os.fstat(file.handle.fileno()).st_ino
-
-
-class _Missing(_File):
-    """The log between a rotation's rename and its next line: nothing to read yet."""
-
-    def __init__(self, path: RunPath, root: Path | None) -> None:
-        self.path, self.handle = path, None
-
-    def size(self) -> int:
-        return 0
-
-    def read_at(self, offset: int, size: int) -> bytes:
-        return b""
-
-    def close(self) -> None:
-        pass

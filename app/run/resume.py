@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app import checkpoints, run_folder
 from app.data.schema import DatasetInfo
+from app.run import checkpoints
+from app.run import folder as run_folder
 from app.settings import TrainSettings
 
 
@@ -52,7 +53,7 @@ def warm_start_problem(settings: TrainSettings) -> str | None:
 
 
 def model_shapes(settings: TrainSettings, info: DatasetInfo) -> dict[str, Any]:
-    from app.model import build_model
+    from app.training.model import build_model
 
     return {k: v.shape for k, v in build_model(settings.model, info).state_dict().items()}
 

@@ -1,6 +1,6 @@
 """Is a bucket usable: every probe has a deadline, and a store's errors are put in words.
 
-A probe first asks the store's endpoint for any HTTP answer, from Python (app/deadline.py's
+A probe first asks the store's endpoint for any HTTP answer, from Python (app/storage/deadline.py's
 worker thread), and only then lets pyarrow's client talk to it: a black hole (an endpoint that
 accepts connections and never answers) or a missing Google identity is found within
 TRAIN_STORAGE_TIMEOUT_S, and SIGTERM or Ctrl-C act at once. pyarrow itself would spend its
@@ -25,11 +25,11 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from app.deadline import DeadlineExceeded, call_with_deadline
 from app.errors import ConfigError
-from app.objectstore import ObjectPath
 from app.redact import redact_text, redact_uri
-from app.store_uris import StoreSettingError, check_google_credentials, s3_endpoint
+from app.storage.buckets import ObjectPath
+from app.storage.deadline import DeadlineExceeded, call_with_deadline
+from app.storage.uris import StoreSettingError, check_google_credentials, s3_endpoint
 
 T = TypeVar("T")
 

@@ -11,30 +11,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# metric name -> (description, how to compute it from the epoch's record and the run target)
-GAUGES = {
-    "trainctl_epoch": "Last completed epoch.",
-    "trainctl_train_loss": "Mean training loss of the last epoch.",
-    "trainctl_val_loss": "Validation loss after the last epoch.",
-    "trainctl_val_accuracy": "Validation accuracy after the last epoch (0-1).",
-    "trainctl_images_per_second": "Training throughput of the last epoch, all workers.",
-    "trainctl_eta_seconds": "Estimated seconds to the last epoch at the last epoch's pace.",
-}
+from app.run import epoch_record
+from app.run.epoch_record import ETA_GAUGE, FIELDS, eta_s
+
+# metric name -> description: the epoch record's gauges (app/run/epoch_record.py), and the ETA.
+GAUGES = dict([*(f.gauge for f in FIELDS if f.gauge), ETA_GAUGE])
 
 
 def figures(metrics: Mapping[str, Any], target_epochs: int) -> dict[str, float]:
     """The gauge values for one epoch's record (pure: what is exported is tested on its own)."""
-    epoch = int(metrics["epoch"])
-    values = {
-        "trainctl_epoch": float(epoch),
-        "trainctl_train_loss": metrics.get("train_loss"),
-        "trainctl_val_loss": metrics.get("val_loss"),
-        "trainctl_val_accuracy": metrics.get("val_accuracy"),
-        "trainctl_images_per_second": metrics.get("images_per_s"),
-        "trainctl_eta_seconds": max(0, target_epochs - epoch) * float(metrics["epoch_time_s"])
-        if isinstance(metrics.get("epoch_time_s"), int | float)
-        else None,
-    }
+    values = {f.gauge[0]: metrics.get(f.name) for f in FIELDS if f.gauge}
+    values["trainctl_epoch"] = int(metrics["epoch"])
+    pace = epoch_record.pace(metrics)
+    if pace is not None:
+        values[ETA_GAUGE[0]] = eta_s(int(metrics["epoch"]), target_epochs, pace)
     return {k: float(v) for k, v in values.items() if isinstance(v, int | float)}
 
 

@@ -10,8 +10,8 @@ The epoch must agree three ways: the folder name, meta.json and (checked before 
 it means loading the file) train_state.pt; and the weights must fit the model being trained.
 
 On a volume a checkpoint's files are opened below the run folder without following links
-(app/safe_fs.py): a linked checkpoint folder or file is unusable, and setting one aside never
-writes through a link (a link at either name stops the run with exit 2, naming it).
+(app/storage/safe_fs.py): a linked checkpoint folder or file is unusable, and setting one aside
+never writes through a link (a link at either name stops the run with exit 2, naming it).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import IO, Any
 
 import torch
 
-from app import bounded_json, safe_fs
-from app.objectstore import ObjectPath
-from app.storage import RunPath, remove_tree, rename_dir, write_atomic
+from app.storage import bounded_json, safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
+from app.storage.reading import open_below, read_bounded
 
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
@@ -107,15 +108,8 @@ def verify(folder: RunPath) -> CheckpointRef:
 
 
 def _read_meta(folder: RunPath) -> bytes:
-    path = folder / META_FILE
-    if isinstance(path, ObjectPath):
-        if not path.is_file():
-            raise FileNotFoundError(str(path))
-        if path.size() > MAX_META_BYTES:
-            raise ValueError(f"{META_FILE} is over {MAX_META_BYTES:,} bytes")
-        return path.read_bytes()
     try:
-        return safe_fs.read_bytes(path, folder.parent, MAX_META_BYTES)
+        return read_bounded(folder / META_FILE, local_path(folder.parent), MAX_META_BYTES)
     except ValueError:
         raise ValueError(f"{META_FILE} is over {MAX_META_BYTES:,} bytes") from None
 
@@ -127,9 +121,7 @@ def _link_reason(err: safe_fs.LinkRefused) -> str:
 
 def _open(path: RunPath) -> IO[bytes]:
     """A checkpoint file for reading: below its run folder, without following links."""
-    if isinstance(path, ObjectPath):
-        return path.open("rb")
-    return safe_fs.open_read(path, path.parent.parent)
+    return open_below(path, path.parent.parent)
 
 
 def _epoch_of(name: str) -> int | None:
@@ -190,7 +182,7 @@ def _load(file: RunPath) -> Any:
 
 def _load_any(file: RunPath) -> Any:
     """A warm-start file: anywhere the operator points, so links are theirs to use."""
-    source = file.open("rb") if isinstance(file, ObjectPath) else file
+    source = local_path(file) or file.open("rb")
     return torch.load(source, map_location="cpu", weights_only=True)
 
 
@@ -249,7 +241,8 @@ def quarantine(folder: RunPath, reason: str = "") -> RunPath:
     target = folder.with_name(CORRUPT_PREFIX + folder.name)
     rename_dir(folder, target)
     if reason:
-        root = target.parent if isinstance(target, Path) else None
+        local = local_path(target)
+        root = local.parent if local is not None else None
         write_atomic(target / REASON_FILE, (reason + "\n").encode(), root)
     return target
 

@@ -19,25 +19,26 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from app import checkpoints, run_folder
-from app.accel import (
+from app.data.pipeline import epoch_batches
+from app.data.schema import DatasetInfo
+from app.run import checkpoints
+from app.run import folder as run_folder
+from app.run.epoch_record import new_record
+from app.run.worker_hooks import EpochHook, worker_hooks
+from app.settings import TrainSettings
+from app.storage.location import RunPath, in_storage
+from app.training.accel import (
     CompiledModel,
     autocast_dtype,
     make_optimizer,
     memory_format,
     private_compile_cache,
 )
-from app.data.pipeline import epoch_batches
-from app.data.schema import DatasetInfo
-from app.model import build_model, uses_channels_last
-from app.objectstore import ObjectPath, locate
-from app.settings import TrainSettings
-from app.storage import RunPath
-from app.worker_hooks import EpochHook, worker_hooks
+from app.training.model import build_model, uses_channels_last
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    # Logs to the run folder and the epoch gauges live in app/worker_hooks.py.
+    # Logs to the run folder and the epoch gauges live in app/run/worker_hooks.py.
     with worker_hooks(config, ray.train.get_context().get_world_rank()) as on_epoch:
         _train_loop(config, on_epoch)
 
@@ -147,19 +148,19 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             )
         train_loss = loss_sum / max(seen_all, 1.0)
         val_loss, val_accuracy = _evaluate(model, valid_shard, info, device, amp_dtype)
-        metrics = {
-            "epoch": epoch,
-            "train_loss": train_loss,
-            "val_loss": val_loss,
-            "val_accuracy": val_accuracy,
-            "lr": schedule(step),
-            "epoch_time_s": round(time.monotonic() - started, 3),
-            "images_per_s": round(rate, 1),
-            "first_batch_s": round(first_batch_at - started, 3),
-            "first_step_s": round(first_step_done - first_batch_at, 3),
-            "compile_s": round(first_step_done - first_batch_at, 3) if compile_pending else 0.0,
-            "compiled": 1.0 if forward.active else 0.0,
-        }
+        metrics = new_record(
+            epoch=epoch,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            val_accuracy=val_accuracy,
+            lr=schedule(step),
+            epoch_time_s=round(time.monotonic() - started, 3),
+            images_per_s=round(rate, 1),
+            first_batch_s=round(first_batch_at - started, 3),
+            first_step_s=round(first_step_done - first_batch_at, 3),
+            compile_s=round(first_step_done - first_batch_at, 3) if compile_pending else 0.0,
+            compiled=1.0 if forward.active else 0.0,
+        )
         if device.type == "cuda":
             metrics["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         compile_pending = False
@@ -169,12 +170,11 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             on_epoch(metrics)
 
 
-def _resume_point(driver_choice: str | None, settings: TrainSettings) -> RunPath | None:
+def _resume_point(driver_choice: RunPath | None, settings: TrainSettings) -> RunPath | None:
     latest = ray.train.get_checkpoint()
     if latest is not None:  # Ray names it by its path inside the storage filesystem
-        storage = settings.storage_path
-        return storage.at(latest.path) if isinstance(storage, ObjectPath) else Path(latest.path)
-    return locate(driver_choice, settings.storage_endpoint) if driver_choice else None
+        return in_storage(settings.storage_path, latest.path)
+    return driver_choice
 
 
 def _cosine_with_warmup(peak: float, warmup: int, total: int) -> Callable[[int], float]:
@@ -249,7 +249,7 @@ def _report(
     # (ASYNC) while the next epoch trains: nothing writes to this folder again, Ray deletes it
     # once copied, commits the checkpoint only after the copy, keeps reports in order, and
     # waits for the last copy before the run ends. A copy cut short by a crash lacks files or
-    # fails its checksums, and the next run sets it aside (app/checkpoints.py). BENCHMARKS.md
+    # fails its checksums, and the next run sets it aside (app/run/checkpoints.py). BENCHMARKS.md
     # has the time this saves.
     folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
     checkpoints.write_checkpoint(

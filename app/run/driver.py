@@ -8,29 +8,29 @@ newest intact checkpoint there, and a run that already reached TRAIN_EPOCHS is n
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from types import FrameType
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-from app import checkpoints, resume, run_folder, run_logs, safe_fs
-from app.accel import resolve
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
-from app.objectstore import locate
 from app.preflight import Found, cluster_check, preflight_for_training
-from app.progress import EpochFollower
-from app.run_folder import read_summary, write_summary
+from app.run import checkpoints, decisions, resume
+from app.run import folder as run_folder
+from app.run import log_capture as run_logs
+from app.run.folder import read_summary, write_summary
+from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, sigterm_interrupts
+from app.run.progress import EpochFollower
+from app.run.summary import build_summary, plot_curves
 from app.settings import TrainSettings
-from app.storage import RunPath, storage_options
-from app.store_probe import StoreUnavailable
-from app.summary import build_summary, plot_curves
-from app.tracking import Trackers
+from app.storage import safe_fs
+from app.storage.location import RunPath, storage_options
+from app.storage.probe import StoreUnavailable
+from app.tracking.trackers import Trackers
+from app.training.accel import resolve
 
 
 class Interrupted(TrainctlError):
@@ -46,7 +46,7 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
         _record_invalid(run_dir, err)
         raise
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
-    # to worker-N.log there: they outlive the Ray cluster (app/run_logs.py).
+    # to worker-N.log there: they outlive the Ray cluster (app/run/log_capture.py).
     attempt = run_logs.next_attempt(run_dir)
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
@@ -67,34 +67,23 @@ def _train(
     if choices:
         _say(f"gpu: {', '.join(choices)}")
 
-    latest = resume.usable_checkpoint(settings, info, _say)
-    if latest and latest.epoch >= settings.epochs:
-        _say(
-            f"run {settings.run_name} already finished {latest.epoch} epochs "
-            f"(TRAIN_EPOCHS={settings.epochs}); nothing to train. Raise TRAIN_EPOCHS to continue."
-        )
+    start = decisions.plan_start(resume.usable_checkpoint(settings, info, _say), settings.epochs)
+    _say(start.announcement(settings.run_name, run_dir, settings.epochs))
+    resume_from = start.checkpoint
+    if start.kind == "finished":
         # A driver killed after the last checkpoint left its tracker runs open: close them.
-        before = read_summary(run_dir) or {}
-        previous = before.get("tracking") if before.get("status") != "succeeded" else None
+        previous = decisions.trackers_to_close(read_summary(run_dir))
         trackers = Trackers.start(settings, previous) if previous else None
         if trackers is not None:
             trackers.catch_up(run_folder.epochs(run_dir))
-        return _finish(
-            settings, "succeeded", started, invocation="", resumed=str(latest.path),
-            trackers=trackers,
-        )  # fmt: skip
-    if latest:
-        _say(f"resuming run {settings.run_name} at epoch {latest.epoch + 1} from {latest.path}")
-    else:
-        _say(f"starting run {settings.run_name} in {run_dir}")
+        return _finish(settings, "succeeded", started, "", resume_from, trackers=trackers)
 
     invocation = uuid.uuid4().hex
-    resume_from = str(latest.path) if latest else None
     # Joining a cluster may take a while: SIGTERM and Ctrl-C end it cleanly too.
-    with _sigterm_interrupts():
+    with sigterm_interrupts():
         try:
             cluster_check(settings, Found(info))  # the last of `trainctl check`'s checks
-        except _StopForSigterm:
+        except StopForSigterm:
             raise Interrupted(
                 f"stopped by SIGTERM while joining the Ray cluster; run folder {run_dir} is "
                 "unchanged"
@@ -104,19 +93,16 @@ def _train(
             raise
     open_log()  # training starts: from here on the driver's output is kept in the run folder
     trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
-    trackers.catch_up(
-        [r for r in run_folder.epochs(run_dir) if latest and r["epoch"] <= latest.epoch]
-    )
+    trackers.catch_up([r for r in run_folder.epochs(run_dir) if r["epoch"] <= start.epochs_done])
     write_summary(run_dir, {**_running_summary(settings, resume_from), "tracking": trackers.ids})
     run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
 
-    with _sigterm_interrupts():
+    with sigterm_interrupts():
         try:
             _fit(settings, info, invocation, resume_from, attempt, trackers)
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
-            # What the SIGTERM handler raised may reach here wrapped or replaced by Ray (ray.get
-            # turns it into a plain KeyboardInterrupt); the flag tells.
-            if _SIGTERM.is_set():
+            ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
+            if ending == "sigterm":
                 _finish(
                     settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM",
                     trackers=trackers,
@@ -124,10 +110,10 @@ def _train(
                 raise Interrupted(
                     f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
                 ) from None
-            if isinstance(err, KeyboardInterrupt):  # Ctrl-C: the CLI reports it
+            if ending == "ctrl_c":  # the CLI reports it
                 raise
-            cause = _root_cause(err)
-            if "ImageError" in f"{cause} {err}":  # a worker's block-relative row: find the file
+            cause = decisions.root_cause(err)
+            if decisions.is_bad_image(cause, err):
                 from app.data.locate import locate_bad_image
 
                 where = locate_bad_image(info, endpoint=settings.storage_endpoint)
@@ -149,7 +135,7 @@ def _fit(
     settings: TrainSettings,
     info: DatasetInfo,
     invocation: str,
-    resume_from: str | None,
+    resume_from: RunPath | None,
     attempt: int,
     trackers: Trackers,
 ) -> None:
@@ -158,7 +144,7 @@ def _fit(
 
     from app.data.cache import cache_datasets
     from app.data.pipeline import build_datasets
-    from app.train_loop import train_loop_per_worker
+    from app.training.loop import train_loop_per_worker
 
     read_started = time.monotonic()
     datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
@@ -207,7 +193,7 @@ def _finish(
     status: str,
     started: float,
     invocation: str,
-    resumed: str | None,
+    resumed: RunPath | None,
     error: str | None = None,
     trackers: Trackers | None = None,
 ) -> dict[str, Any]:
@@ -216,10 +202,8 @@ def _finish(
     removed = checkpoints.prune(
         run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, good=good
     )
+    kept = [ref for ref in good if ref.path not in removed]
     starts = run_folder.attempts(run_dir, invocation) if invocation else []
-    restored_from = next(
-        (a["restored_from"] for a in reversed(starts) if a.get("restored_from")), resumed
-    )
     summary = build_summary(
         run_dir,
         status=status,
@@ -227,15 +211,13 @@ def _finish(
         target_epochs=settings.epochs,
         settings=_recorded_settings(settings),
         duration_s=time.monotonic() - started,
-        failures=max(0, len(starts) - 1),
-        restored_from=restored_from,
+        failures=decisions.failures_recovered(starts),
+        restored_from=decisions.restored_from(starts, str(resumed) if resumed else None),
         metric=settings.checkpoint_metric,
         error=error,
-        good=[ref for ref in good if ref.path not in removed],
+        good=kept,
     )
-    if settings.compile == "on" and any(
-        e.get("compiled") == 0.0 for e in run_folder.epochs(run_dir)
-    ):  # workers' output does not reach this terminal: say it here, once
+    if decisions.compile_fell_back(settings.compile, run_folder.epochs(run_dir)):
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
     try:
         curves = plot_curves(run_dir)
@@ -243,40 +225,31 @@ def _finish(
         _say(f"curves not drawn ({type(err).__name__}: {err})")
         curves = None
     if trackers is not None:
-        best = (summary.get("best") or {}).get("checkpoint")
-        trackers.finish(status, locate(best, settings.storage_endpoint) if best else None)
+        # The summary's best, as the object it was ranked from (not located again from text).
+        best = next(iter(checkpoints.ranked(kept, settings.checkpoint_metric)), None)
+        trackers.finish(status, best.path if best else None)
         summary["tracking"] = trackers.ids
         # Per tracker, the epochs it got and did not: no metric is lost without a record.
         summary["tracking_delivery"] = trackers.delivery()
     elif (read_summary(run_dir) or {}).get("tracking"):
         summary["tracking"] = read_summary(run_dir)["tracking"]  # type: ignore[index]
     path = write_summary(run_dir, summary)
-    metrics = summary["metrics"]
-    accuracy = f", val_accuracy {metrics['val_accuracy']:.4f}" if "val_accuracy" in metrics else ""
-    _say(
-        f"run {settings.run_name} {status}: {summary['epochs_completed']}/{settings.epochs} "
-        f"epochs{accuracy}, {summary['failures']} failure(s) recovered"
-    )
+    _say(decisions.outcome_line(settings.run_name, status, summary, settings.epochs))
     _say(f"  summary: {path}")
     if curves:
         _say(f"  curves:  {curves}")
     return summary
 
 
-def _running_summary(settings: TrainSettings, resume_from: str | None) -> dict[str, Any]:
-    summary = read_summary(settings.run_dir) or {}
-    summary.update(
-        status="running",
+def _running_summary(settings: TrainSettings, resume_from: RunPath | None) -> dict[str, Any]:
+    return decisions.running_summary(
+        read_summary(settings.run_dir) or {},
         run_name=settings.run_name,
         run_dir=str(settings.run_dir),
-        epochs_target=settings.epochs,
-        restored_from=resume_from,
+        target_epochs=settings.epochs,
+        resume_from=str(resume_from) if resume_from else None,
         settings=_recorded_settings(settings),
     )
-    # The last driver's outcome: this one's is written when it finishes.
-    summary.pop("error", None)
-    summary.pop("tracking_delivery", None)
-    return summary
 
 
 def _recorded_settings(settings: TrainSettings) -> dict[str, Any]:
@@ -301,44 +274,6 @@ def _record_invalid(run_dir: RunPath, err: ConfigError) -> None:
     # An unwritable run folder is itself the error being reported.
     with contextlib.suppress(OSError):
         write_summary(run_dir, summary)
-
-
-_SIGTERM = threading.Event()
-
-
-class _StopForSigterm(KeyboardInterrupt):
-    """What the SIGTERM handler raises.
-
-    Ray's blocking calls (the ray.get inside trainer.fit) let only a KeyboardInterrupt out of a
-    signal handler at once; any other exception is held back until the call returns, which in
-    fit() is when training ends, long after Kubernetes has given up and sent SIGKILL.
-    """
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """Inside: SIGTERM raises _StopForSigterm and sets _SIGTERM (cleared on entry, so that a
-    flag left by an earlier run in this process does not count); the old handler after."""
-    _SIGTERM.clear()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    _SIGTERM.set()
-    raise _StopForSigterm("SIGTERM")
-
-
-def _root_cause(err: BaseException) -> str:
-    """The innermost error's one-line message, not Ray's layers of wrapping."""
-    while err.__cause__ is not None:
-        err = err.__cause__
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    last = lines[-1].strip() if lines else ""
-    return f"{type(err).__name__}: {last}" if last else type(err).__name__
 
 
 def _say(message: str) -> None:

@@ -9,9 +9,10 @@ file rotates at TRAIN_LOG_MAX_MB with three older files kept (logging.handlers' 
 worker-0.log.1 is the newest older one). A worker's exception is written there with its full
 traceback before it propagates, since Ray only ships it to the driver and then removes the pod.
 
-On a volume the files are opened below the run folder without following a link (app/safe_fs.py):
-a driver meeting a linked `logs`, attempt folder or log stops with exit 2 naming it; a worker
-says so on its stderr and keeps its output there only. Reading back is app/log_reader.py.
+On a volume the files are opened below the run folder without following a link
+(app/storage/safe_fs.py): a driver meeting a linked `logs`, attempt folder or log stops with
+exit 2 naming it; a worker says so on its stderr and keeps its output there only. Reading
+back is app/run/log_reader.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import contextlib
 import io
 import logging
 import logging.handlers
-import os
 import re
 import stat
 import sys
@@ -32,11 +32,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from app import log_handlers, log_reader, safe_fs, store_probe
-from app.errors import ConfigError, TrainctlError
-from app.objectstore import ObjectPath, locate
-from app.redact import redact
-from app.storage import RunPath
+from app.errors import TrainctlError
+from app.run import log_handlers
+from app.storage import safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, local_path
 
 LOGS_DIR = "logs"
 
@@ -71,12 +71,13 @@ def attempts(run_dir: RunPath) -> list[int]:
 
 def log_root(path: RunPath) -> Path | None:
     """The run folder a log path lies in (<run>/logs/attempt-K/name), else the log's folder:
-    where a local log's opens start (app/safe_fs.py)."""
-    if isinstance(path, ObjectPath):
+    where a local log's opens start (app/storage/safe_fs.py)."""
+    local = local_path(path)
+    if local is None:
         return None
-    if path.parent.parent.name == LOGS_DIR:
-        return path.parents[2]
-    return path.parent
+    if local.parent.parent.name == LOGS_DIR:
+        return local.parents[2]
+    return local.parent
 
 
 def next_attempt(run_dir: RunPath) -> int:
@@ -267,88 +268,3 @@ def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-
-
-def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> RunPath:
-    """The log to show: a worker's (or the driver's when worker is None), newest attempt."""
-    found = attempts(run_dir)
-    if not found:
-        raise ConfigError(
-            f"no logs in {run_dir / LOGS_DIR}: not a run folder of trainctl, or its driver "
-            "never started there"
-        )
-    if attempt is None:
-        attempt = found[-1]
-    elif attempt not in found:
-        raise ConfigError(
-            f"--attempt {attempt}: {run_dir / LOGS_DIR} holds attempts {', '.join(map(str, found))}"
-        )
-    folder = attempt_dir(run_dir, attempt)
-    name = "driver.log" if worker is None else f"worker-{worker}.log"
-    path = folder / name
-    if not _is_log(path, run_dir):
-        there = sorted(p.name for p in folder.glob("*.log"))
-        raise ConfigError(
-            f"no {name} in {folder}; there: {', '.join(there) or 'nothing'}"
-            + (" (worker numbers are world ranks, from 0)" if worker is not None else "")
-        )
-    return path
-
-
-def _is_log(path: RunPath, run_dir: RunPath) -> bool:
-    if isinstance(path, ObjectPath):
-        return path.is_file()
-    assert isinstance(run_dir, Path)
-    # `trainctl logs` on a link (the log or a rotated one): exit 2, naming it.
-    for index in range(1, log_reader.BACKUPS + 1):
-        safe_fs.refuse_link(path.with_name(f"{path.name}.{index}"), run_dir)
-    status = safe_fs.refuse_link(path, run_dir)
-    return status is not None and stat.S_ISREG(status.st_mode)
-
-
-def read_lines(path: RunPath) -> Iterator[str]:
-    """The log's lines oldest first: rotated files (.3, .2, .1) before the current one,
-    streamed (app/log_reader.py)."""
-    return log_reader.read_lines(path, log_root(path))
-
-
-def resolve_run_dir(run: str, storage: str | None) -> RunPath:
-    """RUN as a run folder path or URI, or a run name under --storage (default
-    TRAIN_STORAGE_PATH; TRAIN_STORAGE_ENDPOINT reaches an S3-compatible store)."""
-    from app.settings import storage_access
-
-    endpoint, timeout = storage_access(os.environ)
-    try:
-        as_path = locate(run, endpoint)
-    except ValueError as err:
-        raise ConfigError(f"run {redact(run)!r}: {err}") from None
-    if _is_dir(as_path / LOGS_DIR, "RUN", timeout):
-        return _not_a_link(as_path)
-    if storage is None:
-        from app.settings import TrainSettings
-
-        storage = os.environ.get("TRAIN_STORAGE_PATH") or str(
-            TrainSettings.model_fields["storage_path"].default
-        )
-    try:
-        candidate = locate(storage, endpoint) / run
-    except ValueError as err:
-        raise ConfigError(f"--storage {redact(storage)}: {err}") from None
-    if _is_dir(candidate, "--storage", timeout):
-        return _not_a_link(candidate)
-    raise ConfigError(
-        f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
-        "give the run folder's path, or --storage where the volume is mounted"
-    )
-
-
-def _not_a_link(run_dir: RunPath) -> RunPath:
-    if isinstance(run_dir, Path) and run_dir.is_symlink():
-        raise safe_fs.LinkRefused([(run_dir, os.readlink(run_dir))])
-    return run_dir
-
-
-def _is_dir(path: RunPath, what: str, timeout: float) -> bool:
-    if isinstance(path, ObjectPath):  # within TRAIN_STORAGE_TIMEOUT_S, or say which store, why
-        return store_probe.is_dir(path, what, timeout)
-    return path.is_dir()

@@ -3,16 +3,17 @@
 - `summary.json`: what a person or a CI script reads after a run; written atomically by the driver.
 - `metrics.jsonl`: one line per finished epoch (what curves.png plots and the epoch lines print).
 - `attempts.jsonl`: one line per worker-group start: from which checkpoint, at which epoch.
-- `checkpoint_epoch_NNNN/`: the checkpoints (app/checkpoints.py), `logs/` (app/run_logs.py).
+- `checkpoint_epoch_NNNN/`: the checkpoints (app/run/checkpoints.py), `logs/`
+  (app/run/log_capture.py).
 
 Only rank 0 writes the two JSON-lines files, after its checkpoint has been handed to Ray, so a
 line never describes an epoch whose checkpoint was lost. No torch here: `submit --wait`, the
 progress follower and the tests read the folder without paying for it.
 
-On a volume nothing here follows a link (app/safe_fs.py): the driver refuses a run folder whose
-own names are links before Ray starts (`refuse_links`, exit 2); a reader that meets one later
+On a volume nothing here follows a link (app/storage/safe_fs.py): the driver refuses a run folder
+whose own names are links before Ray starts (`refuse_links`, exit 2); a reader that meets one later
 ignores that file with a warning, as it does a damaged one, and a writer refuses it.
-Records are bounded in size and nesting before they are parsed (app/bounded_json.py).
+Records are bounded in size and nesting before they are parsed (app/storage/bounded_json.py).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app import bounded_json, safe_fs
-from app.objectstore import ObjectPath
-from app.storage import RunPath, append_line, write_atomic, write_json
+from app.run.epoch_record import REQUIRED
+from app.storage import bounded_json, safe_fs
+from app.storage.location import RunPath, append_line, local_path, write_atomic, write_json
+from app.storage.reading import read_bounded
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
@@ -44,14 +46,6 @@ MAX_SUMMARY_BYTES = 16 << 20
 # none of them may be a link (`refuse_links`).
 OWN_NAMES = (SUMMARY_FILE, METRICS_FILE, ATTEMPTS_FILE, CURVES_FILE, RAY_SNAPSHOT, "logs")
 OWN_PREFIXES = ("checkpoint_epoch_", "corrupt_", "tensorboard")
-# A metrics line needs a whole epoch number; the metrics it has must be numbers (None: absent
-# is fine). Anything else is a damaged line.
-EPOCH_FIELDS: dict[str, Any] = {
-    "epoch": int,
-    "train_loss": (int, float, type(None)),
-    "val_loss": (int, float, type(None)),
-    "val_accuracy": (int, float, type(None)),
-}
 
 
 def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -89,11 +83,7 @@ def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[di
 def read_record_file(path: RunPath, limit: int) -> bytes:
     """A record file's bytes, at most `limit` (ValueError past it); on a volume without
     following a link (LinkRefused)."""
-    if isinstance(path, ObjectPath):
-        if path.size() > limit:
-            raise ValueError(f"{path.size():,} bytes, over the {limit:,} allowed")
-        return path.read_bytes()
-    return safe_fs.read_bytes(path, path.parent, limit)
+    return read_bounded(path, None, limit)
 
 
 def _why(err: BaseException) -> str:
@@ -139,7 +129,7 @@ def start_attempt(
 ) -> None:
     """Record a worker-group start and forget history past the epoch it resumes from."""
     metrics_path = run_dir / METRICS_FILE
-    kept = [r for r in read_jsonl(metrics_path, EPOCH_FIELDS) if r["epoch"] < start_epoch]
+    kept = [r for r in read_jsonl(metrics_path, REQUIRED) if r["epoch"] < start_epoch]
     if metrics_path.exists():
         _rewrite(metrics_path, kept)
     _append(
@@ -160,7 +150,7 @@ def record_epoch(run_dir: RunPath, metrics: dict[str, Any]) -> None:
 
 def epochs(run_dir: RunPath) -> list[dict[str, Any]]:
     """Per-epoch metrics, one record per epoch (the newest wins if an epoch repeats)."""
-    by_epoch = {r["epoch"]: r for r in read_jsonl(run_dir / METRICS_FILE, EPOCH_FIELDS)}
+    by_epoch = {r["epoch"]: r for r in read_jsonl(run_dir / METRICS_FILE, REQUIRED)}
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
@@ -200,12 +190,12 @@ def refuse_links(run_dir: RunPath) -> None:
     """Raise LinkRefused (exit 2) naming every link among the run folder itself, its own
     names, its logs' attempt folders and their files. The driver calls it before it reads or writes
     anything there; a bucket has no links."""
-    if isinstance(run_dir, ObjectPath):
+    local = local_path(run_dir)
+    if local is not None and local.is_symlink():  # runs/<name> planted by whoever can write
+        raise safe_fs.LinkRefused([(local, _target(local))])
+    if local is None or not local.is_dir():
         return
-    if run_dir.is_symlink():  # runs/<name> planted as a link by whoever can write the volume
-        raise safe_fs.LinkRefused([(run_dir, _target(run_dir))])
-    if not run_dir.is_dir():
-        return
+    run_dir = local
     found = [run_dir / name for name in _links(run_dir, run_dir) if _own(name)]
     logs = run_dir / "logs"
     if logs not in found and logs.is_dir():

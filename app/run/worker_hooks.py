@@ -1,5 +1,5 @@
 """What a training worker adds around the train loop: its log file and, on rank 0, the epoch
-gauges. Kept apart from app/train_loop.py so the loop itself stays about training."""
+gauges. Kept apart from app/training/loop.py so the loop itself stays about training."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app import run_logs
+from app.run import log_capture as run_logs
 from app.settings import TrainSettings
 
 EpochHook = Callable[[dict[str, Any]], None]
@@ -27,7 +27,7 @@ def worker_hooks(config: dict[str, Any], rank: int) -> Iterator[EpochHook]:
 
 def _epoch_hook(settings: TrainSettings) -> EpochHook:
     try:
-        from app.ray_gauges import EpochGauges
+        from app.training.ray_gauges import EpochGauges
 
         gauges = EpochGauges(settings.run_name, settings.epochs)
     except Exception as err:

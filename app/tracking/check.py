@@ -19,13 +19,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from app.errors import ConfigError
 from app.redact import redact_text, redact_uri
 from app.settings import TrainSettings
+from app.storage.location import local_path
 
 OPT_OUT = "or set TRAIN_TRACKING_REQUIRED=false to train without it"
 WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
@@ -265,10 +265,11 @@ def _tensorboard(settings: TrainSettings, env: Mapping[str, str]) -> str:
             f"(`pip install tensorboard`), set TRAIN_TENSORBOARD=false, {OPT_OUT}"
         )
     target = settings.run_dir / "tensorboard"
-    if not isinstance(target, Path):
+    local = local_path(target)
+    if local is None:
         return f"event files copied to {target} after every epoch (the storage check covers it)"
     # Nothing is created here: the probe file goes into the nearest folder that exists.
-    folder = target
+    folder = local
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     probe = folder / f".trainctl-write-test-{uuid.uuid4().hex}"

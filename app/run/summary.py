@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from app import checkpoints, run_folder
-from app.run_folder import CURVES_FILE
-from app.storage import RunPath, write_atomic
-
-METRIC_KEYS = ("train_loss", "val_loss", "val_accuracy")
+from app.run import checkpoints
+from app.run import folder as run_folder
+from app.run.epoch_record import CORE_METRICS
+from app.run.folder import CURVES_FILE
+from app.storage.location import RunPath, write_atomic
 
 
 def build_summary(
@@ -38,11 +38,11 @@ def build_summary(
         "run_dir": str(run_dir),
         "epochs_completed": good[0].epoch if good else 0,
         "epochs_target": target_epochs,
-        "metrics": {key: last[key] for key in METRIC_KEYS if last.get(key) is not None},
+        "metrics": {key: last[key] for key in CORE_METRICS if last.get(key) is not None},
         "best": (
             {
                 "metric": metric,
-                **{key: best_ref.metrics[key] for key in METRIC_KEYS if key in best_ref.metrics},
+                **{key: best_ref.metrics[key] for key in CORE_METRICS if key in best_ref.metrics},
                 "epoch": best_ref.epoch,
                 "checkpoint": str(best_ref.path),
             }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -16,32 +17,47 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from app import safe_fs
 from app.errors import ConfigError
-from app.objectstore import ObjectPath
-from app.store_probe import (  # noqa: F401 - describe_store_error, reachable: callers import them here
+from app.storage import safe_fs
+from app.storage.buckets import ObjectPath, locate
+from app.storage.probe import (
     DEFAULT_TIMEOUT_S,
     describe_store_error,
     ensure_bucket_writable,
     reachable,
 )
+from app.storage.uris import check_path, check_uri, uri_scheme
 
 RunPath: TypeAlias = Path | ObjectPath
+
+
+def local_absolute(path: Path) -> Path:
+    """`path` with ~ or ~user expanded and made absolute (Ray requires an absolute storage
+    path, and workers may start in other folders); ValueError for an unknown user."""
+    try:
+        return path.expanduser().absolute()
+    except RuntimeError:  # pathlib: "Could not determine home directory"
+        raise ValueError(f"{str(path).split('/')[0]} names no user on this machine") from None
+
+
+def parse_location(value: str | os.PathLike[str], endpoint: str | None = None) -> RunPath:
+    """The one parse of a storage setting: an ObjectPath for an s3:// or gs:// URI, else an
+    absolute local path; ValueError for what only looks like either (app/storage/uris.py)."""
+    found = locate(value, endpoint)
+    return found if isinstance(found, ObjectPath) else local_absolute(found)
 
 
 def expand(path: Path | str, what: str) -> Path:
     """`path` with ~ or ~user expanded and made absolute; an unknown user is bad input."""
     try:
-        return Path(path).expanduser().absolute()
-    except RuntimeError:  # pathlib: "Could not determine home directory"
-        raise ConfigError(
-            f"{what}={path}: {str(path).split('/')[0]} names no user on this machine"
-        ) from None
+        return local_absolute(Path(path))
+    except ValueError as err:
+        raise ConfigError(f"{what}={path}: {err}") from None
 
 
 def ensure_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     """Create `path` if needed and prove a file can be written there, or raise ConfigError (a
-    bucket's probe waits `timeout` seconds at most: app/store_probe.py)."""
+    bucket's probe waits `timeout` seconds at most: app/storage/probe.py)."""
     if isinstance(path, ObjectPath):
         return ensure_bucket_writable(path, variable, timeout)
     # Checked first: mkdir on an existing file fails with a bare "File exists".
@@ -86,7 +102,7 @@ def human_bytes(size: float | None) -> str:
 
 
 # --- writes that differ between a volume and a bucket --------------------------------------
-# On a volume they go through app/safe_fs.py: `root` is the run folder they must stay inside
+# On a volume they go through app/storage/safe_fs.py: `root` is the run folder they must stay inside
 # (default: the file's own folder), and a link on the way is refused, never followed.
 def append_line(path: RunPath, line: str, root: Path | None = None) -> None:
     """Add one line. On a volume an fsync'd append; an object is rewritten whole (only rank 0
@@ -143,7 +159,7 @@ def upload_tree(local: Path, target: ObjectPath) -> None:
 
 def download_tree(source: ObjectPath, local: Path) -> Path:
     for file in source.walk_files():
-        dest = local / file.key[len(source.key) + 1 :]
+        dest = local / file.relative_to(source)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(file.read_bytes())
     return local
@@ -166,3 +182,73 @@ def storage_options(storage: RunPath) -> dict[str, Any]:
     if isinstance(storage, ObjectPath):
         return {"storage_path": storage.key, "storage_filesystem": storage.fs}
     return {"storage_path": str(storage)}
+
+
+def in_storage(storage: RunPath, path_in_fs: str) -> RunPath:
+    """A path Ray reports inside the storage filesystem (a checkpoint's), as a location: in a
+    bucket the key is taken relative to the bucket, with the storage's endpoint."""
+    return storage.at(path_in_fs) if isinstance(storage, ObjectPath) else Path(path_in_fs)
+
+
+def local_path(path: RunPath) -> Path | None:
+    """The path on this machine's file system, or None for a bucket: whether a library that
+    only writes local files (TensorBoard, W&B) can write there directly, and where a volume's
+    link-refusing opens start (app/storage/safe_fs.py)."""
+    return path if isinstance(path, Path) else None
+
+
+def location_setting(value: Any) -> Any:
+    """A storage setting's raw value as the settings model reads it: pathlib would read
+    s3://b/p as the folder "s3:/b/p", so a URI is taken apart here, and what only looks like
+    one (" s3://b", "s3:/b") is refused (ValueError) rather than made a folder."""
+    if isinstance(value, str) and value.strip():
+        check_path(value)
+    if isinstance(value, str | Path) and uri_scheme(str(value)):
+        return ObjectPath(check_uri(str(value)))
+    return value
+
+
+def absolute_location(value: RunPath | None) -> RunPath | None:
+    """A local path made absolute with ~ expanded (local_absolute); a bucket as it is."""
+    return local_absolute(value) if isinstance(value, Path) else value
+
+
+def with_endpoint(value: RunPath | None, endpoint: str | None) -> RunPath | None:
+    """A bucket location reached through `endpoint`; a local path as it is."""
+    if isinstance(value, ObjectPath) and value.endpoint != endpoint:
+        return ObjectPath(value.uri, endpoint)
+    return value
+
+
+@contextlib.contextmanager
+def written_whole(folder: RunPath, prefix: str) -> Iterator[Path]:
+    """A local folder to write `folder`'s files into: `folder` itself on a volume; in a bucket
+    a temporary one, copied up once the block ends without an error."""
+    if not isinstance(folder, ObjectPath):
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        local = Path(tmp) / folder.name
+        yield local
+        upload_tree(local, folder)
+
+
+@contextlib.contextmanager
+def store_errors(path: RunPath, variable: str) -> Iterator[None]:
+    """Inside: a bucket client's errors (OSError, pyarrow's ArrowException) become a
+    ConfigError naming the store and `variable`; a volume's own errors pass as they are (they
+    say more)."""
+    from pyarrow import ArrowException
+
+    try:
+        yield
+    except (OSError, ArrowException) as err:
+        if not isinstance(path, ObjectPath):
+            raise
+        raise ConfigError(describe_store_error(path, variable, err)) from None
+
+
+def ensure_reachable(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> None:
+    """A bucket's read-only probe within `seconds` (app/storage/probe.py); a volume needs none."""
+    if isinstance(path, ObjectPath):
+        reachable(path, variable, seconds)

@@ -6,7 +6,7 @@ WANDB_API_KEY or WANDB_MODE (plus WANDB_PROJECT...). The driver logs for rank 0:
 are the all-reduced ones rank 0 records in the run folder, which the driver follows anyway, so
 the train loop carries no tracker code and a tracker never slows a training step.
 
-A configured tracker that cannot work stops the run before Ray starts (app/tracking_check.py,
+A configured tracker that cannot work stops the run before Ray starts (app/tracking/check.py,
 run by app/preflight.py), unless TRAIN_TRACKING_REQUIRED=false: then it costs one warning and
 is switched off. Mid-run, no epoch is lost silently: a failed call keeps its epoch (and every
 later one) in a buffer, retried with backoff on the next epoch (a tracker that stays down is
@@ -26,9 +26,9 @@ import click
 
 from app.redact import redact_text
 from app.settings import TrainSettings
-from app.storage import RunPath
-from app.tracker_clients import CLIENTS, epoch_metrics, flat_params
-from app.tracking_check import check_trackers, configured
+from app.storage.location import RunPath
+from app.tracking.check import check_trackers, configured
+from app.tracking.clients import CLIENTS, epoch_metrics, flat_params
 
 __all__ = ["Trackers", "epoch_metrics", "flat_params"]
 

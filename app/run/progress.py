@@ -1,9 +1,9 @@
 """One readable line per epoch, printed by the driver while Ray trains.
 
-Rank 0 records each finished epoch in the run folder on shared storage (app/run_folder.py);
+Rank 0 records each finished epoch in the run folder on shared storage (app/run/folder.py);
 the driver follows that record. Worker output stays in Ray's log folder and <run_dir>/logs/, so
 the console shows progress, not noise; the same records feed the experiment trackers
-(app/tracking.py).
+(app/tracking/trackers.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app import run_folder
 from app.formatting import epoch_line
+from app.run import folder as run_folder
+from app.run.epoch_record import eta_s
 
 
 class EpochFollower:
@@ -61,7 +62,7 @@ class EpochFollower:
                 for r in run_folder.epochs(self._run_dir)
                 if r.get("time", 0) >= self._since
             ]
-            eta = (self._total - int(row["epoch"])) * statistics.median(durations)
+            eta = eta_s(int(row["epoch"]), self._total, statistics.median(durations))
             self._emit(epoch_line(row, self._total, eta))
             if self._on_epoch is not None:
                 self._on_epoch(row)

@@ -1,0 +1,74 @@
+"""How a `trainctl` command ends: its exit code, and one message instead of a traceback.
+
+Expected failures raise TrainctlError subclasses (app/errors.py has the codes); SIGTERM and
+Ctrl-C end every phase of every command cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from app.errors import EXIT_CTRL_C, EXIT_FAILED, EXIT_INVALID, EXIT_SIGTERM, TrainctlError
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every `finally` (staging folders, locks) runs."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Terminated("SIGTERM")
+
+
+def run_command(cli: click.Group, argv: list[str] | None = None) -> int:
+    """Run one command of `cli` and return its exit code; failures end in a message, not a
+    traceback."""
+    # Every phase of every command stops cleanly on SIGTERM (`train` installs its own handler
+    # while it trains, to record the run as interrupted).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    try:
+        return _run(cli, argv)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(cli: click.Group, argv: list[str] | None) -> int:
+    try:
+        code = cli.main(args=argv, prog_name="trainctl", standalone_mode=False)
+    except TrainctlError as err:
+        label = "invalid input" if err.exit_code == EXIT_INVALID else "failed"
+        click.echo(f"trainctl: {label}:", err=True)
+        for problem in err.problems:
+            click.echo(f"  - {problem}", err=True)
+        return err.exit_code
+    except click.exceptions.Abort as err:
+        if isinstance(err.__context__, Terminated):
+            click.echo("trainctl: stopped by SIGTERM", err=True)
+            return EXIT_SIGTERM
+        if isinstance(err.__context__, KeyboardInterrupt):  # click's wrapping of Ctrl-C
+            click.echo("trainctl: interrupted", err=True)
+            return EXIT_CTRL_C
+        click.echo("trainctl: aborted", err=True)
+        return EXIT_FAILED
+    except click.ClickException as err:
+        err.show()
+        return EXIT_INVALID
+    except Terminated:
+        click.echo("trainctl: stopped by SIGTERM", err=True)
+        return EXIT_SIGTERM
+    except KeyboardInterrupt:
+        click.echo("trainctl: interrupted", err=True)
+        return EXIT_CTRL_C
+    except Exception as err:  # a bug: still one line, the traceback only on request
+        if os.environ.get("TRAINCTL_DEBUG"):
+            raise
+        click.echo(f"trainctl: internal error: {type(err).__name__}: {err}", err=True)
+        click.echo("  (set TRAINCTL_DEBUG=1 to see where; please report it)", err=True)
+        return EXIT_FAILED
+    return code if isinstance(code, int) else 0

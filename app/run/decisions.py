@@ -1,0 +1,129 @@
+"""The driver's decisions, as pure functions: what a run starts from, whether anything is left
+to train, how an ending is classified, and what the summary says.
+
+app/run/driver.py performs the steps; what each step decides is here, free of Ray, torch and
+storage, so that every branch has a unit test (tests/unit/test_driver_decisions.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.run.checkpoints import CheckpointRef
+from app.storage.location import RunPath
+
+Ending = Literal["sigterm", "ctrl_c", "failure"]
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where this driver begins: a fresh run, a resume from a verified checkpoint, or nothing
+    to do because the run already reached its target epochs."""
+
+    kind: Literal["fresh", "resume", "finished"]
+    checkpoint: RunPath | None
+    epochs_done: int
+
+    def announcement(self, run_name: str, run_dir: RunPath, target_epochs: int) -> str:
+        if self.kind == "finished":
+            return (
+                f"run {run_name} already finished {self.epochs_done} epochs "
+                f"(TRAIN_EPOCHS={target_epochs}); nothing to train. Raise TRAIN_EPOCHS to continue."
+            )
+        if self.kind == "resume":
+            return f"resuming run {run_name} at epoch {self.epochs_done + 1} from {self.checkpoint}"
+        return f"starting run {run_name} in {run_dir}"
+
+
+def plan_start(latest: CheckpointRef | None, target_epochs: int) -> Start:
+    """What to resume, given the newest verified checkpoint (app/run/resume.py proved it)."""
+    if latest is None:
+        return Start("fresh", None, 0)
+    kind: Literal["resume", "finished"] = "finished" if latest.epoch >= target_epochs else "resume"
+    return Start(kind, latest.path, latest.epoch)
+
+
+def trackers_to_close(previous: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """On a finished run, the tracker runs a killed driver left open (its summary never said
+    succeeded), to be closed now; None when there are none."""
+    previous = previous or {}
+    if previous.get("status") == "succeeded":
+        return None
+    return previous.get("tracking") or None
+
+
+def classify_ending(err: BaseException, sigterm: bool) -> Ending:
+    """Why fit() ended early. SIGTERM is told by its flag, not by the exception: Ray may wrap
+    or replace what the handler raised (ray.get turns it into a plain KeyboardInterrupt)."""
+    if sigterm:
+        return "sigterm"
+    if isinstance(err, KeyboardInterrupt):
+        return "ctrl_c"
+    return "failure"
+
+
+def root_cause(err: BaseException) -> str:
+    """The innermost error's one-line message, not Ray's layers of wrapping."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""
+    return f"{type(err).__name__}: {last}" if last else type(err).__name__
+
+
+def is_bad_image(cause: str, err: BaseException) -> bool:
+    """A worker's image decode failure, whose row is block-relative: the file must be found."""
+    return "ImageError" in f"{cause} {err}"
+
+
+def restored_from(starts: Sequence[Mapping[str, Any]], resumed: str | None) -> str | None:
+    """The checkpoint the latest worker-group start restored, else what the driver chose."""
+    return next((a["restored_from"] for a in reversed(starts) if a.get("restored_from")), resumed)
+
+
+def failures_recovered(starts: Sequence[Mapping[str, Any]]) -> int:
+    """Worker-group starts after the first one are failures Ray recovered from."""
+    return max(0, len(starts) - 1)
+
+
+def running_summary(
+    previous: Mapping[str, Any],
+    *,
+    run_name: str,
+    run_dir: str,
+    target_epochs: int,
+    resume_from: str | None,
+    settings: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The summary while training: the previous one updated, minus the last driver's outcome
+    (this one's is written when it finishes)."""
+    summary = {**previous}
+    summary.update(
+        status="running",
+        run_name=run_name,
+        run_dir=run_dir,
+        epochs_target=target_epochs,
+        restored_from=resume_from,
+        settings=dict(settings),
+    )
+    summary.pop("error", None)
+    summary.pop("tracking_delivery", None)
+    return summary
+
+
+def outcome_line(run_name: str, status: str, summary: Mapping[str, Any], target: int) -> str:
+    """The one line the driver ends with."""
+    metrics = summary["metrics"]
+    accuracy = f", val_accuracy {metrics['val_accuracy']:.4f}" if "val_accuracy" in metrics else ""
+    return (
+        f"run {run_name} {status}: {summary['epochs_completed']}/{target} "
+        f"epochs{accuracy}, {summary['failures']} failure(s) recovered"
+    )
+
+
+def compile_fell_back(compile_setting: str, epochs: Sequence[Mapping[str, Any]]) -> bool:
+    """TRAIN_COMPILE=on, but an epoch trained uncompiled: the workers' output does not reach
+    the driver's terminal, so the driver says it once."""
+    return compile_setting == "on" and any(e.get("compiled") == 0.0 for e in epochs)

@@ -1,0 +1,89 @@
+"""The epoch record: one line of <run_dir>/metrics.jsonl, written by rank 0 after each epoch.
+
+Its fields are listed once, here. The writer (app/training/loop.py), the metrics file's reader
+(app/run/folder.py), the summary (app/run/summary.py), the trackers (app/tracking/clients.py),
+the Ray gauges (app/training/ray_gauges.py) and the epoch line (app/formatting.py) all take
+their field lists from `FIELDS`. Free of storage, torch and Ray, so any of them imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    # A figure every reader relies on: a metrics line whose value is not a number (or null) is
+    # damaged and skipped; the summary and its `best` carry it.
+    core: bool = False
+    tracked: bool = False  # logged to MLflow / TensorBoard / W&B at step=epoch
+    gauge: tuple[str, str] | None = None  # Ray gauge: (metric name, description)
+    line: str | None = None  # its part of the epoch line, formatted with `value`
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("epoch", gauge=("trainctl_epoch", "Last completed epoch.")),
+    Field(
+        "train_loss", core=True, tracked=True, line="train_loss {value:.4f}",
+        gauge=("trainctl_train_loss", "Mean training loss of the last epoch."),
+    ),
+    Field(
+        "val_loss", core=True, tracked=True, line="val_loss {value:.4f}",
+        gauge=("trainctl_val_loss", "Validation loss after the last epoch."),
+    ),
+    Field(
+        "val_accuracy", core=True, tracked=True, line="val_acc {value:.2%}",
+        gauge=("trainctl_val_accuracy", "Validation accuracy after the last epoch (0-1)."),
+    ),
+    Field("lr", tracked=True),
+    Field("epoch_time_s", tracked=True, line="{value:.1f}s/epoch"),
+    Field(
+        "images_per_s", tracked=True, line="{value:,.0f} img/s",
+        gauge=("trainctl_images_per_second", "Training throughput of the last epoch, all workers."),
+    ),
+    Field("first_batch_s", tracked=True),
+    Field("first_step_s"),
+    Field("compile_s"),
+    Field("compiled"),  # 1.0 when the epoch ran compiled, 0.0 after a fallback to eager
+    Field("peak_gpu_gib"),  # on a GPU only
+)  # fmt: skip
+NAMES = tuple(f.name for f in FIELDS)
+CORE_METRICS = tuple(f.name for f in FIELDS if f.core)
+TRACKED_METRICS = tuple(f.name for f in FIELDS if f.tracked)
+# What a metrics line must hold to be read: a whole epoch number, and numbers (or null) for the
+# core figures. Anything else is a damaged line.
+REQUIRED: dict[str, Any] = {
+    "epoch": int,
+    **{name: (int, float, type(None)) for name in CORE_METRICS},
+}
+ETA_GAUGE = (
+    "trainctl_eta_seconds",
+    "Estimated seconds to the last epoch at the last epoch's pace.",
+)
+
+
+def new_record(**values: float) -> dict[str, float]:
+    """An epoch record from the writer's values, refusing a name not listed in FIELDS (a
+    renamed figure would otherwise vanish from every reader without a word)."""
+    unknown = sorted(set(values) - set(NAMES))
+    if unknown:
+        raise ValueError(f"not fields of the epoch record: {', '.join(unknown)}")
+    return dict(values)
+
+
+def eta_s(epoch: int, target_epochs: int, pace_s: float) -> float:
+    """Seconds to the target epoch at `pace_s` seconds an epoch: the one ETA."""
+    return max(0, target_epochs - epoch) * pace_s
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def pace(record: Mapping[str, Any]) -> float | None:
+    """The record's own epoch time, where it has one."""
+    value = record.get("epoch_time_s")
+    return float(value) if is_number(value) else None

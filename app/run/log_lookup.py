@@ -1,0 +1,92 @@
+"""Finding a run's log for `trainctl logs`: the run folder from RUN or --storage, then the
+worker's or driver's log of an attempt. Reading it is app/run/log_reader.py; writing it,
+app/run/log_capture.py.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from app.errors import ConfigError
+from app.redact import redact
+from app.run import log_reader
+from app.run.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
+from app.storage import safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, local_path
+from app.storage.reading import is_dir_within
+
+
+def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> RunPath:
+    """The log to show: a worker's (or the driver's when worker is None), newest attempt."""
+    found = attempts(run_dir)
+    if not found:
+        raise ConfigError(
+            f"no logs in {run_dir / LOGS_DIR}: not a run folder of trainctl, or its driver "
+            "never started there"
+        )
+    if attempt is None:
+        attempt = found[-1]
+    elif attempt not in found:
+        raise ConfigError(
+            f"--attempt {attempt}: {run_dir / LOGS_DIR} holds attempts {', '.join(map(str, found))}"
+        )
+    folder = attempt_dir(run_dir, attempt)
+    name = "driver.log" if worker is None else f"worker-{worker}.log"
+    path = folder / name
+    if not _is_log(path, run_dir):
+        there = sorted(p.name for p in folder.glob("*.log"))
+        raise ConfigError(
+            f"no {name} in {folder}; there: {', '.join(there) or 'nothing'}"
+            + (" (worker numbers are world ranks, from 0)" if worker is not None else "")
+        )
+    return path
+
+
+def _is_log(path: RunPath, run_dir: RunPath) -> bool:
+    if isinstance(path, ObjectPath):
+        return path.is_file()
+    assert isinstance(run_dir, Path)
+    # `trainctl logs` on a link (the log or a rotated one): exit 2, naming it.
+    for index in range(1, log_reader.BACKUPS + 1):
+        safe_fs.refuse_link(path.with_name(f"{path.name}.{index}"), run_dir)
+    status = safe_fs.refuse_link(path, run_dir)
+    return status is not None and stat.S_ISREG(status.st_mode)
+
+
+def read_lines(path: RunPath) -> Iterator[str]:
+    """The log's lines oldest first: rotated files (.3, .2, .1) before the current one,
+    streamed (app/run/log_reader.py)."""
+    return log_reader.read_lines(path, log_root(path))
+
+
+def resolve_run_dir(run: str, storage: str | None) -> RunPath:
+    """RUN as a run folder path or URI, or a run name under --storage (default
+    TRAIN_STORAGE_PATH; TRAIN_STORAGE_ENDPOINT reaches an S3-compatible store), each parsed
+    as `train` parses TRAIN_STORAGE_PATH (app/settings_env.py)."""
+    from app.settings_env import storage_access, storage_location, storage_path_setting
+
+    endpoint, timeout = storage_access(os.environ)
+    as_path = storage_location(run, f"run {redact(run)!r}", endpoint)
+    if is_dir_within(as_path / LOGS_DIR, "RUN", timeout):
+        return _not_a_link(as_path)
+    if storage is None:
+        storage = storage_path_setting()
+    candidate = storage_location(storage, f"--storage {redact(storage)}", endpoint) / run
+    if is_dir_within(candidate, "--storage", timeout):
+        return _not_a_link(candidate)
+    raise ConfigError(
+        f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
+        "give the run folder's path, or --storage where the volume is mounted"
+    )
+
+
+def _not_a_link(run_dir: RunPath) -> RunPath:
+    """A run folder that is itself a link (planted as runs/<name> -> anywhere) is refused."""
+    local = local_path(run_dir)
+    if local is not None and local.is_symlink():
+        raise safe_fs.LinkRefused([(local, os.readlink(local))])
+    return run_dir

@@ -1,0 +1,108 @@
+"""Reading the settings from the environment: every problem at once, one line each.
+
+`load_settings` holds ./.env and the TRAIN_* variables to the rules of app/settings.py's
+`TrainSettings`; `storage_access` and `storage_location` hold the few settings `trainctl logs`
+needs to the same rules, without the others.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import TypeAdapter, ValidationError
+
+from app.errors import ConfigError, did_you_mean
+from app.redact import redact
+from app.settings import ENV_PREFIX, TrainSettings, env_name
+from app.storage.location import RunPath, parse_location
+from app.storage.uris import check_endpoint
+
+
+def load_settings() -> TrainSettings:
+    """Read settings from the environment, raising ConfigError with one line per problem.
+
+    ./.env is held to the same rules as the environment: an unknown TRAIN_ key or a line that
+    is not KEY=VALUE is refused with its line number, never skipped with a warning.
+    """
+    from app.envfile import check_env_file
+
+    problems = check_env_file(Path(".env"), {env_name(name) for name in TrainSettings.model_fields})
+    if problems:
+        raise ConfigError(problems)
+    problems = _unknown_variables(os.environ)
+    try:
+        settings = TrainSettings()
+    except ValidationError as err:
+        problems.extend(describe_validation_error(err, os.environ))
+        raise ConfigError(problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def storage_access(env: Mapping[str, str]) -> tuple[str | None, float]:
+    """TRAIN_STORAGE_ENDPOINT and TRAIN_STORAGE_TIMEOUT_S alone, held to the same rules, for
+    commands that read a bucket without the other settings (`trainctl logs`)."""
+    problems = []
+    endpoint = env.get(env_name("storage_endpoint"), "").strip() or None
+    if endpoint is not None:
+        try:
+            endpoint = check_endpoint(env[env_name("storage_endpoint")])
+        except ValueError as err:
+            given = redact(env[env_name("storage_endpoint")])
+            problems.append(f"{env_name('storage_endpoint')}={given!r}: {err}")
+    field = TrainSettings.model_fields["storage_timeout_s"]
+    timeout = float(field.default)
+    given = env.get(env_name("storage_timeout_s"), "").strip()
+    if given:
+        try:
+            timeout = TypeAdapter(Annotated[float, field]).validate_python(given)
+        except ValidationError as err:
+            message = "; ".join(str(item["msg"]) for item in err.errors())
+            problems.append(f"{env_name('storage_timeout_s')}={given!r}: {message}")
+    if problems:
+        raise ConfigError(problems)
+    return endpoint, timeout
+
+
+def _unknown_variables(env: Mapping[str, str]) -> list[str]:
+    known = {env_name(name) for name in TrainSettings.model_fields}
+    problems = []
+    for key in sorted(k for k in env if k.upper().startswith(ENV_PREFIX)):
+        if key.upper() in known:
+            continue
+        hint = did_you_mean(key.upper(), known, "run `trainctl env` for the list")
+        problems.append(f"{key} is not a trainctl setting{hint}")
+    return problems
+
+
+def describe_validation_error(err: ValidationError, env: Mapping[str, str]) -> list[str]:
+    """One line per bad variable: its name, the value given and what is allowed."""
+    lines = []
+    for item in err.errors():
+        message = str(item["msg"]).removeprefix("Value error, ")
+        if not item["loc"]:
+            lines.append(message)
+            continue
+        name = env_name(str(item["loc"][0]))
+        given = env.get(name, env.get(name.lower(), item.get("input")))
+        lines.append(f"{name}={redact(given)!r}: {message}")
+    return lines
+
+
+def storage_location(value: str, label: str, endpoint: str | None) -> RunPath:
+    """A storage location given on the command line, parsed as `train` parses
+    TRAIN_STORAGE_PATH (app/storage/location.py); `label` names it in the refusal."""
+    try:
+        return parse_location(value, endpoint)
+    except ValueError as err:
+        raise ConfigError(f"{label}: {err}") from None
+
+
+def storage_path_setting() -> str:
+    """TRAIN_STORAGE_PATH as given, or its default."""
+    given = os.environ.get(env_name("storage_path"))
+    return given or str(TrainSettings.model_fields["storage_path"].default)

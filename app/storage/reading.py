@@ -1,0 +1,164 @@
+"""Reading from storage, on a volume or in a bucket alike: a file a chunk at a time, a
+bounded record, a listing, and the questions (is it there, is it a folder) with a deadline.
+
+On a volume the file is opened below its run folder without following a link
+(app/storage/safe_fs.py) and is appended to and rotated by rename; in a bucket it is a pyarrow
+random-access file, and each upload replaces the object whole. Callers (app/run/log_reader.py)
+ask these questions instead of asking which kind of storage they have.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from app.storage import safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath
+from app.storage.probe import DEFAULT_TIMEOUT_S
+from app.storage.probe import exists as bucket_exists
+from app.storage.probe import is_dir as bucket_is_dir
+
+
+class ReadableFile:
+    """One file opened for reading: a local fd below `root`, or an object."""
+
+    def __init__(self, path: RunPath, root: Path | None) -> None:
+        self.path, self.root = path, root
+        # An object is replaced whole by each upload: polled by size, never renamed away.
+        self.replaced_whole = isinstance(path, ObjectPath)
+        if isinstance(path, ObjectPath):
+            self.handle: Any = path.fs.open_input_file(path.key)
+        else:
+            self.handle = safe_fs.open_read(path, root or path.parent)
+
+    def size(self) -> int:
+        if self.replaced_whole:
+            return int(self.handle.size())
+        return os.fstat(self.handle.fileno()).st_size
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        if self.replaced_whole:
+            if offset >= self.size():
+                return b""
+            return bytes(self.handle.read_at(size, offset))
+        return os.pread(self.handle.fileno(), size, offset)
+
+    def current_size(self) -> int | None:
+        """An object's size now (a new upload), None where it is gone; a volume's file: its
+        open descriptor's size."""
+        if not self.replaced_whole:
+            return self.size()
+        path: ObjectPath = self.path  # type: ignore[assignment]
+        return path.size() if path.is_file() else None
+
+    def renamed_away(self) -> bool:
+        """Whether the path now names another file than the one open (or one appeared): a
+        rotation on a volume. An object never is."""
+        if self.replaced_whole:
+            return False
+        path: Path = self.path  # type: ignore[assignment]
+        status = safe_fs.refuse_link(path, self.root or path.parent)
+        return status is not None and status.st_ino != os.fstat(self.handle.fileno()).st_ino
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class MissingFile(ReadableFile):
+    """A volume's log between a rotation's rename and its next line: nothing to read yet."""
+
+    def __init__(self, path: RunPath, root: Path | None) -> None:
+        self.path, self.root, self.handle, self.replaced_whole = path, root, None, False
+
+    def size(self) -> int:
+        return 0
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        return b""
+
+    def renamed_away(self) -> bool:
+        path: Path = self.path  # type: ignore[assignment]
+        return safe_fs.refuse_link(path, self.root or path.parent) is not None
+
+    def close(self) -> None:
+        pass
+
+
+def present(path: RunPath) -> bool:
+    """Whether the file is there; on a volume a link counts (it is opened, and refused)."""
+    if isinstance(path, ObjectPath):
+        return path.is_file()
+    return path.exists() or path.is_symlink()
+
+
+def sequential_chunks(path: RunPath, chunk: int) -> Iterator[bytes] | None:
+    """A bucket object's bytes through pyarrow's input stream (cheaper than random access for
+    a whole read); None on a volume, where the random-access file is as good."""
+    if not isinstance(path, ObjectPath):
+        return None
+
+    def chunks() -> Iterator[bytes]:
+        with path.fs.open_input_stream(path.key) as stream:
+            while data := stream.read(chunk):
+                yield data
+
+    return chunks()
+
+
+def read_bounded(path: RunPath, root: Path | None, limit: int) -> bytes:
+    """A record file's bytes, at most `limit` (ValueError past it, nothing read beyond it);
+    on a volume opened below `root` (default: its folder) without following a link
+    (LinkRefused); FileNotFoundError where it is not there."""
+    if isinstance(path, ObjectPath):
+        if not path.is_file():
+            raise FileNotFoundError(str(path))
+        if path.size() > limit:
+            raise ValueError(f"{path.size():,} bytes, over the {limit:,} allowed")
+        return path.read_bytes()
+    return safe_fs.read_bytes(path, root or path.parent, limit)
+
+
+def open_below(path: RunPath, root: Path) -> Any:
+    """`path` opened for reading; on a volume below `root`, following no link."""
+    if isinstance(path, ObjectPath):
+        return path.open("rb")
+    return safe_fs.open_read(path, root)
+
+
+def random_access(path: RunPath) -> Any:
+    """What pyarrow's readers open for `path`: a local path as it is, a bucket object as a
+    random-access file (read in ranges, not downloaded whole)."""
+    return path.fs.open_input_file(path.key) if isinstance(path, ObjectPath) else path
+
+
+def reader_source(root: RunPath) -> tuple[str, dict[str, Any]]:
+    """What pyarrow-based readers (Ray Data) take for `root`: the path inside its filesystem,
+    and the filesystem argument for a bucket (trainctl's own client: its endpoint, retries)."""
+    if isinstance(root, ObjectPath):
+        return root.key, {"filesystem": root.fs}
+    return str(root), {}
+
+
+def walk_files(folder: RunPath) -> list[RunPath]:
+    """Every file below `folder`, at any depth, on a volume or in a bucket."""
+    if isinstance(folder, ObjectPath):
+        return folder.walk_files()
+    return [path for path in folder.rglob("*") if path.is_file()]
+
+
+def is_dir_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether `path` is a folder; a bucket answers within `seconds` or the refusal names the
+    store and `variable` (app/storage/probe.py)."""
+    if isinstance(path, ObjectPath):
+        return bucket_is_dir(path, variable, seconds)
+    return path.is_dir()
+
+
+def exists_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether `path` exists; a bucket answers within `seconds` or the refusal names it."""
+    if isinstance(path, ObjectPath):
+        return bucket_exists(path, variable, seconds)
+    return path.exists()

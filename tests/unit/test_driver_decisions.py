@@ -1,0 +1,115 @@
+"""The driver's decisions without Ray: what a run starts from, whether anything is left to
+train, how an ending is classified, and what the summary says (app/run/decisions.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.run import decisions
+from app.run.checkpoints import CheckpointRef
+from app.run.interrupts import StopForSigterm
+
+
+def _ref(epoch: int) -> CheckpointRef:
+    return CheckpointRef(Path(f"/runs/r/checkpoint_epoch_{epoch:04d}"), epoch, {"val_loss": 0.5})
+
+
+def test_no_verified_checkpoint_starts_fresh() -> None:
+    start = decisions.plan_start(None, 5)
+    assert (start.kind, start.checkpoint, start.epochs_done) == ("fresh", None, 0)
+    assert start.announcement("r", Path("/runs/r"), 5) == "starting run r in /runs/r"
+
+
+def test_a_checkpoint_short_of_the_target_resumes_from_it() -> None:
+    start = decisions.plan_start(_ref(3), 5)
+    assert (start.kind, start.checkpoint, start.epochs_done) == ("resume", _ref(3).path, 3)
+    assert start.announcement("r", Path("/runs/r"), 5) == (
+        "resuming run r at epoch 4 from /runs/r/checkpoint_epoch_0003"
+    )
+
+
+@pytest.mark.parametrize("epoch", [5, 7])
+def test_a_checkpoint_at_or_past_the_target_leaves_nothing_to_train(epoch: int) -> None:
+    start = decisions.plan_start(_ref(epoch), 5)
+    assert start.kind == "finished" and start.checkpoint == _ref(epoch).path
+    said = start.announcement("r", Path("/runs/r"), 5)
+    assert f"already finished {epoch} epochs (TRAIN_EPOCHS=5); nothing to train" in said
+
+
+def test_trackers_left_open_by_a_killed_driver_are_closed_once() -> None:
+    ids = {"mlflow": {"run_id": "abc"}}
+    assert decisions.trackers_to_close({"status": "running", "tracking": ids}) == ids
+    assert decisions.trackers_to_close({"status": "succeeded", "tracking": ids}) is None
+    assert decisions.trackers_to_close({"status": "failed"}) is None
+    assert decisions.trackers_to_close(None) is None
+
+
+def test_sigterm_is_told_by_its_flag_whatever_ray_raised() -> None:
+    # ray.get turns the handler's StopForSigterm into a plain KeyboardInterrupt, or wraps it.
+    assert decisions.classify_ending(KeyboardInterrupt(), sigterm=True) == "sigterm"
+    assert decisions.classify_ending(RuntimeError("wrapped"), sigterm=True) == "sigterm"
+    assert decisions.classify_ending(StopForSigterm("SIGTERM"), sigterm=True) == "sigterm"
+
+
+def test_ctrl_c_and_failures_without_sigterm() -> None:
+    assert decisions.classify_ending(KeyboardInterrupt(), sigterm=False) == "ctrl_c"
+    assert decisions.classify_ending(ValueError("x"), sigterm=False) == "failure"
+
+
+def test_the_root_cause_is_the_innermost_errors_last_line() -> None:
+    try:
+        try:
+            raise ValueError("first line\n\n  the real reason  \n")
+        except ValueError as inner:
+            raise RuntimeError("Ray's wrapping") from inner
+    except RuntimeError as outer:
+        assert decisions.root_cause(outer) == "ValueError: the real reason"
+    assert decisions.root_cause(MemoryError()) == "MemoryError"
+
+
+def test_a_bad_image_is_recognised_in_the_cause_or_the_error() -> None:
+    assert decisions.is_bad_image("ImageError: truncated", RuntimeError())
+    assert decisions.is_bad_image("RayTaskError", RuntimeError("ImageError in block 3"))
+    assert not decisions.is_bad_image("ValueError: x", RuntimeError("y"))
+
+
+def test_restored_from_prefers_the_latest_worker_group_start() -> None:
+    starts = [{"restored_from": "/a"}, {"restored_from": None}, {"restored_from": "/b"}, {}]
+    assert decisions.restored_from(starts, "/driver") == "/b"
+    assert decisions.restored_from([{}], "/driver") == "/driver"
+    assert decisions.restored_from([], None) is None
+    assert decisions.failures_recovered(starts) == 3
+    assert decisions.failures_recovered([]) == 0
+
+
+def test_the_running_summary_drops_the_last_drivers_outcome() -> None:
+    previous = {"status": "failed", "error": "boom", "tracking_delivery": {}, "tracking": {"x": 1}}
+    summary = decisions.running_summary(
+        previous, run_name="r", run_dir="/runs/r", target_epochs=4, resume_from=None,
+        settings={"epochs": 4},
+    )  # fmt: skip
+    assert summary == {
+        "status": "running", "run_name": "r", "run_dir": "/runs/r", "epochs_target": 4,
+        "restored_from": None, "settings": {"epochs": 4}, "tracking": {"x": 1},
+    }  # fmt: skip
+    assert previous["status"] == "failed"  # the record read is not changed
+
+
+def test_the_outcome_line_says_epochs_accuracy_and_failures() -> None:
+    summary = {"metrics": {"val_accuracy": 0.91234}, "epochs_completed": 3, "failures": 1}
+    assert decisions.outcome_line("r", "succeeded", summary, 5) == (
+        "run r succeeded: 3/5 epochs, val_accuracy 0.9123, 1 failure(s) recovered"
+    )
+    summary = {"metrics": {}, "epochs_completed": 0, "failures": 0}
+    assert decisions.outcome_line("r", "failed", summary, 5) == (
+        "run r failed: 0/5 epochs, 0 failure(s) recovered"
+    )
+
+
+def test_compile_fallback_is_said_only_when_compile_was_required() -> None:
+    epochs = [{"compiled": 1.0}, {"compiled": 0.0}]
+    assert decisions.compile_fell_back("on", epochs)
+    assert not decisions.compile_fell_back("auto", epochs)
+    assert not decisions.compile_fell_back("on", [{"compiled": 1.0}, {}])
