@@ -26,7 +26,6 @@ from typing import IO, Any
 import torch
 
 from app.storage import bounded_json, safe_fs
-from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
 from app.storage.reading import open_below, read_bounded
 
@@ -220,14 +219,15 @@ def scan(run_dir: RunPath) -> Scan:
 def _folders(run_dir: RunPath) -> list[RunPath]:
     """The checkpoint folders; on a volume a link of that name is listed too (verify then
     finds it unusable), but a link never gets listed through."""
-    if isinstance(run_dir, ObjectPath):
+    local = local_path(run_dir)
+    if local is None:  # a bucket: no links
         return sorted(run_dir.glob(f"{PREFIX}*")) if run_dir.is_dir() else []
-    if not run_dir.is_dir():
+    if not local.is_dir():
         return []
     kinds = (stat.S_IFDIR, stat.S_IFLNK)
     return [
-        run_dir / name
-        for name, status in safe_fs.entries(run_dir, run_dir)
+        local / name
+        for name, status in safe_fs.entries(local, local)
         if name.startswith(PREFIX) and stat.S_IFMT(status.st_mode) in kinds
     ]
 

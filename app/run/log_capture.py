@@ -35,7 +35,6 @@ from typing import TextIO
 from app.errors import TrainctlError
 from app.run import log_handlers
 from app.storage import safe_fs
-from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, local_path
 
 LOGS_DIR = "logs"
@@ -51,18 +50,19 @@ def attempts(run_dir: RunPath) -> list[int]:
     """The attempt numbers in the run folder; on a volume a linked `logs` or attempt folder
     is refused (LinkRefused), never listed through."""
     folder = run_dir / LOGS_DIR
-    if isinstance(folder, ObjectPath):
+    local, root = local_path(folder), local_path(run_dir)
+    if local is None or root is None:  # a bucket: no links
         if not folder.is_dir():
             return []
         names = [p.name for p in folder.iterdir() if p.is_dir()]
     else:
-        status = safe_fs.refuse_link(folder, run_dir)
+        status = safe_fs.refuse_link(local, root)
         if status is None or not stat.S_ISDIR(status.st_mode):
             return []
         names = []
-        for name, status in safe_fs.entries(folder, run_dir):
+        for name, status in safe_fs.entries(local, root):
             if ATTEMPT_PATTERN.match(name):
-                safe_fs.refuse_link(folder / name, run_dir)
+                safe_fs.refuse_link(local / name, root)
             if stat.S_ISDIR(status.st_mode):
                 names.append(name)
     found = (ATTEMPT_PATTERN.match(name) for name in names)

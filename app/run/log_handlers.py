@@ -18,7 +18,7 @@ from pathlib import Path
 from app.run.log_reader import BACKUPS
 from app.storage import safe_fs
 from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath
+from app.storage.location import RunPath, local_path
 
 UPLOAD_EVERY_S = 5.0  # a log in a bucket is written locally and copied up this often
 
@@ -26,10 +26,11 @@ UPLOAD_EVERY_S = 5.0  # a log in a bucket is written locally and copied up this 
 def open_handler(path: RunPath, max_mb: float, root: Path | None) -> logging.Handler:
     """A handler writing `path`, rotated at max_mb with BACKUPS older files kept."""
     max_bytes = max(1024, int(max_mb * 1024 * 1024))
-    if isinstance(path, ObjectPath):
-        handler: logging.Handler = _Uploaded(path, max_bytes)
+    local = local_path(path)
+    if local is None:
+        handler: logging.Handler = _Uploaded(path, max_bytes)  # a bucket
     else:
-        handler = _NoFollow(path, max_bytes, root or path.parent)
+        handler = _NoFollow(local, max_bytes, root or local.parent)
     handler.setFormatter(logging.Formatter("%(message)s"))
     return handler
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
-from pathlib import Path
 
 from app.errors import ConfigError
 from app.redact import redact
 from app.run import log_reader
 from app.run.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
 from app.storage import safe_fs
-from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, local_path
 from app.storage.reading import is_dir_within
 
@@ -47,13 +45,13 @@ def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> Ru
 
 
 def _is_log(path: RunPath, run_dir: RunPath) -> bool:
-    if isinstance(path, ObjectPath):
+    local, root = local_path(path), local_path(run_dir)
+    if local is None or root is None:  # a bucket: no links
         return path.is_file()
-    assert isinstance(run_dir, Path)
     # `trainctl logs` on a link (the log or a rotated one): exit 2, naming it.
     for index in range(1, log_reader.BACKUPS + 1):
-        safe_fs.refuse_link(path.with_name(f"{path.name}.{index}"), run_dir)
-    status = safe_fs.refuse_link(path, run_dir)
+        safe_fs.refuse_link(local.with_name(f"{local.name}.{index}"), root)
+    status = safe_fs.refuse_link(local, root)
     return status is not None and stat.S_ISREG(status.st_mode)
 
 
