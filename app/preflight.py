@@ -152,16 +152,23 @@ def _dataset_in(
 ) -> str:
     from app.data.prepare import ensure_dataset
     from app.data.schema import inspect_dataset
+    from app.run.class_names import class_names_problem
     from app.training.model import model_problem
 
-    if prepare:
+    note = ""
+    if settings.dataset == "folder":
+        from app.data.folder import inspect_for
+
+        info, note = inspect_for(settings)
+    elif prepare:
         info = ensure_dataset(settings)
     elif settings.dataset != "parquet" and not (folder / "train").exists():
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
     else:
         info = inspect_dataset(folder)
     found.info = info
-    problem = model_problem(settings.model, info, settings.vit_patch)
+    problem = class_names_problem(settings.run_dir, info)
+    problem = problem or model_problem(settings.model, info, settings.vit_patch)
     if rows_per_worker:
         problem = problem or workers_problem(settings, info)
     if problem:
@@ -169,7 +176,7 @@ def _dataset_in(
     return (
         f"{folder}: {info.train_rows} train / {info.valid_rows} valid rows, "
         f"{info.height}x{info.width}x{info.channels} images ({info.layout}), "
-        f"{info.num_classes} classes"
+        f"{info.num_classes} classes" + (f"; {note}" if note else "")
     )
 
 

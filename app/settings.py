@@ -15,6 +15,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.data.image_size import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN, IMAGE_SIZE_RULE
 from app.dns import DNS_LABEL
 from app.redact import redact
 from app.storage.buckets import ObjectPath
@@ -24,7 +25,9 @@ from app.storage.uris import check_endpoint
 
 ENV_PREFIX = "TRAIN_"
 NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
-DatasetName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "cifar10", "parquet"]
+DatasetName = Literal[
+    "digits", "synthetic", "mnist", "fashion_mnist", "cifar10", "parquet", "folder"
+]
 ModelName = Literal["cnn", "resnet18", "vit"]
 CacheMode = Literal["auto", "on", "off"]
 
@@ -62,13 +65,14 @@ class TrainSettings(BaseSettings):
     dataset: DatasetName = Field(
         "digits",
         description="What to train on: a built-in dataset (digits, synthetic, mnist, "
-        "fashion_mnist, cifar10) or `parquet` for your own train/ and valid/ folders.",
+        "fashion_mnist, cifar10), `parquet` for your own train/ and valid/ folders of Parquet "
+        "files, or `folder` for train/<class>/* and valid/<class>/* image files.",
     )
     data_path: Path | ObjectPath = Field(
         Path("data"),
         description="Where the data lives: a folder, or s3://bucket/prefix or gs://bucket/prefix. "
         "A built-in dataset is kept in <data_path>/<dataset>/ and prepared there on first use; "
-        "for `parquet` this folder holds train/ and valid/.",
+        "for `parquet` and `folder` this folder holds train/ and valid/.",
     )
 
     cache_dataset: CacheMode = Field(
@@ -219,6 +223,23 @@ class TrainSettings(BaseSettings):
         "are kept until delivered.",
     )
 
+    # --- image folders ---
+    image_size: int = Field(
+        0,
+        ge=0,
+        le=IMAGE_SIZE_MAX,
+        description="Side in pixels that TRAIN_DATASET=folder images are resized (shorter side) "
+        f"and center-cropped to; 0 picks it from the model: {IMAGE_SIZE_RULE}. "
+        f"Otherwise {IMAGE_SIZE_MIN}..{IMAGE_SIZE_MAX}.",
+    )
+
+    @field_validator("image_size")
+    @classmethod
+    def _image_size_bounded(cls, value: int) -> int:
+        if value and value < IMAGE_SIZE_MIN:
+            raise ValueError(f"must be 0 (from the model) or {IMAGE_SIZE_MIN}..{IMAGE_SIZE_MAX}")
+        return value
+
     # --- validators, next to what they check ----------------------------------------------
     @field_validator("num_workers")
     @classmethod
@@ -298,7 +319,7 @@ class TrainSettings(BaseSettings):
     @property
     def dataset_dir(self) -> Path | ObjectPath:
         """Folder holding train/ and valid/ for this run's dataset."""
-        if self.dataset == "parquet":
+        if self.dataset in ("parquet", "folder"):
             return self.data_path
         return self.data_path / self.dataset
 

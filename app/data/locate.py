@@ -23,6 +23,8 @@ def locate_bad_image(
     info: DatasetInfo, limit_s: float = SEARCH_LIMIT_S, endpoint: str | None = None
 ) -> str | None:
     """'<file>: row <n> (of the file): <cause>' for the first bad image, or None."""
+    if info.layout == "folder":  # the worker's own error names the file already
+        return None
     deadline = time.monotonic() + limit_s
     root = locate(info.path, endpoint)
     for split in ("train", "valid"):

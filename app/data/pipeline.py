@@ -43,6 +43,10 @@ def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.
     import ray.data
     from ray.data import FileShuffleConfig
 
+    if info.layout == "folder":
+        from app.data.folder import build_folder_datasets
+
+        return build_folder_datasets(settings, info)
     root = locate(info.path, settings.storage_endpoint) if info.path else settings.dataset_dir
     # In a bucket Ray Data streams the files with trainctl's client (its endpoint, retries).
     datasets = {}

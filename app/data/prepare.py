@@ -76,6 +76,10 @@ def prepare_dataset(
 def ensure_dataset(settings: TrainSettings) -> DatasetInfo:
     """The run's dataset, prepared first if it is a named one that is not there yet."""
     folder = settings.dataset_dir
+    if settings.dataset == "folder":
+        from app.data.folder import inspect_for
+
+        return inspect_for(settings)[0]
     if settings.dataset != "parquet" and not is_present(folder):
         # In a bucket: written whole on this machine, then copied up.
         with written_whole(folder, "trainctl-data-") as local:

@@ -35,7 +35,8 @@ META_FILE = "meta.json"
 PREFIX = "checkpoint_epoch_"
 CORRUPT_PREFIX = "corrupt_"
 REASON_FILE = "UNUSABLE.txt"
-MAX_META_BYTES = 1 << 20  # meta.json holds an epoch, a few metrics and two digests
+# meta.json holds an epoch, a few metrics, two digests and up to MAX_CLASSES class names
+MAX_META_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -56,18 +57,25 @@ def write_checkpoint(
     train_state: dict[str, Any],
     epoch: int,
     metrics: dict[str, float],
+    class_names: tuple[str, ...] = (),
 ) -> None:
+    """`class_names` (label i is class_names[i]) go into meta.json as plain JSON strings, so
+    the weights' output units keep their meaning wherever the checkpoint travels."""
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(plain_keys(model_state), folder / MODEL_FILE)
     torch.save(train_state, folder / STATE_FILE)
     files = {name: _sha256(folder / name) for name in (MODEL_FILE, STATE_FILE)}
-    meta = {"epoch": epoch, "metrics": metrics, "files": files}
+    meta: dict[str, Any] = {"epoch": epoch, "metrics": metrics, "files": files}
+    if class_names:
+        meta["class_names"] = list(class_names)
     meta["meta_sha256"] = _meta_digest(meta)
     (folder / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
 def _meta_digest(meta: dict[str, Any]) -> str:
-    covered = {key: meta.get(key) for key in ("epoch", "metrics", "files")}
+    # class_names only when present: checkpoints written before it existed keep their digest.
+    keys = ("epoch", "metrics", "files") + (("class_names",) if "class_names" in meta else ())
+    covered = {key: meta.get(key) for key in keys}
     return hashlib.sha256(json.dumps(covered, sort_keys=True).encode()).hexdigest()
 
 

@@ -21,6 +21,7 @@ from app.preflight import Found, cluster_check, preflight_for_training
 from app.run import checkpoints, decisions, resume
 from app.run import folder as run_folder
 from app.run import log_capture as run_logs
+from app.run.class_names import record as record_class_names
 from app.run.folder import read_summary, write_summary
 from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, sigterm_interrupts
 from app.run.progress import EpochFollower
@@ -95,6 +96,7 @@ def _train(
     trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
     trackers.catch_up([r for r in run_folder.epochs(run_dir) if r["epoch"] <= start.epochs_done])
     write_summary(run_dir, {**_running_summary(settings, resume_from), "tracking": trackers.ids})
+    record_class_names(run_dir, info)  # checked against the data in preflight
     run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
 
     with sigterm_interrupts():

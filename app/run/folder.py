@@ -44,7 +44,16 @@ MAX_LINE_CHARS = 1 << 20
 MAX_SUMMARY_BYTES = 16 << 20
 # The names trainctl reads or writes in a run folder (checkpoint folders by their prefixes):
 # none of them may be a link (`refuse_links`).
-OWN_NAMES = (SUMMARY_FILE, METRICS_FILE, ATTEMPTS_FILE, CURVES_FILE, RAY_SNAPSHOT, "logs")
+# classes.json: app/run/class_names.py (which imports this module, hence the literal)
+OWN_NAMES = (
+    SUMMARY_FILE,
+    METRICS_FILE,
+    ATTEMPTS_FILE,
+    CURVES_FILE,
+    RAY_SNAPSHOT,
+    "logs",
+    "classes.json",
+)
 OWN_PREFIXES = ("checkpoint_epoch_", "corrupt_", "tensorboard")
 
 

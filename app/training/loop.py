@@ -164,7 +164,7 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
         if device.type == "cuda":
             metrics["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         compile_pending = False
-        _report(rank, metrics, model, optimizer, scaler, step)
+        _report(rank, metrics, model, optimizer, scaler, step, info.class_names)
         if rank == 0:
             run_folder.record_epoch(run_dir, metrics)
             on_epoch(metrics)
@@ -238,6 +238,7 @@ def _report(
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
     step: int,
+    class_names: tuple[str, ...] = (),
 ) -> None:
     """Every rank reports; only rank 0 attaches the checkpoint (all ranks hold the same weights)."""
     if rank != 0:
@@ -263,6 +264,7 @@ def _report(
         },
         epoch=epoch,
         metrics={k: float(v) for k, v in metrics.items()},
+        class_names=class_names,
     )
     ray.train.report(
         metrics,

@@ -1,0 +1,106 @@
+"""TRAIN_DATASET=folder: an image-folder dataset inspected in preflight and read by Ray Data.
+
+Inspection lists the folder (app/data/folder_listing.py) and decodes a sample of train images
+spread over the classes, for the normalization statistics and to find an unreadable file before
+Ray starts. Training rows are (path, label) pairs that Ray Data's tasks turn into uint8 images
+(app/data/folder_images.py), so the decoding is spread over the cluster's CPUs.
+
+The train list is put in a fixed, seeded order once (files are listed class by class, and the
+device-side shuffle of app/data/pipeline.py permutes within chunks only); each epoch then
+shuffles within chunks as for Parquet data.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from app.data.folder_images import load_images
+from app.data.folder_listing import FolderListing, list_folder
+from app.data.image_size import image_size_for
+from app.data.images import ImageError
+from app.data.schema import DatasetInfo
+from app.errors import ConfigError
+from app.storage.buckets import ObjectPath, locate
+from app.storage.location import absolute_location
+
+if TYPE_CHECKING:
+    import ray.data
+
+    from app.settings import TrainSettings
+
+LAYOUT = "folder"
+SAMPLE_FILES = 32  # decoded in preflight: statistics, and a first look for unreadable files
+ROWS_PER_BLOCK = 256  # rows per Ray read task: a few MiB of decoded pixels at 64x64
+# The listing inspect made, reused by build_datasets in the same process (the driver).
+_listed: dict[str, FolderListing] = {}
+
+
+def inspect_folder(root: Path | ObjectPath, size: int) -> tuple[DatasetInfo, str]:
+    """The dataset's DatasetInfo (size x size x 3 images) and a note on skipped files."""
+    root = absolute_location(root)
+    listing = list_folder(root)
+    _listed[str(root)] = listing
+    step = max(1, len(listing.train) // SAMPLE_FILES)
+    sample = [path for path, _ in listing.train[::step][:SAMPLE_FILES]]
+    try:
+        images = load_images(root, sample, size)
+    except ImageError as err:
+        raise ConfigError(str(err)) from None
+    pixels = images.reshape(-1, 3).astype(np.float64) / 255.0
+    std = pixels.std(axis=0)
+    info = DatasetInfo(
+        channels=3,
+        height=size,
+        width=size,
+        num_classes=len(listing.class_names),
+        train_rows=len(listing.train),
+        valid_rows=len(listing.valid),
+        layout=LAYOUT,
+        mean=tuple(round(float(v), 6) for v in pixels.mean(axis=0)),
+        # A constant channel would divide by zero; leaving it unscaled is harmless.
+        std=tuple(round(float(v), 6) if v > 1e-6 else 1.0 for v in std),
+        path=str(root),
+        class_names=listing.class_names,
+    )
+    return info, listing.note()
+
+
+def inspect_for(settings: TrainSettings) -> tuple[DatasetInfo, str]:
+    return inspect_folder(settings.dataset_dir, image_size_for(settings.model, settings.image_size))
+
+
+def build_folder_datasets(
+    settings: TrainSettings, info: DatasetInfo
+) -> dict[str, ray.data.Dataset]:
+    """train and valid as Ray Datasets of {"image": uint8 (S, S, 3), "label": int64} rows."""
+    import ray.data
+
+    from app.data.folder_images import to_folder_rows
+
+    root = locate(info.path, settings.storage_endpoint)
+    listing = _listed.get(str(root)) or list_folder(root)
+    if listing.class_names != info.class_names:
+        raise ConfigError(
+            f"{root}: the class folders changed since the checks ran; rerun to check them again"
+        )
+    order = np.random.default_rng([settings.seed, 26]).permutation(len(listing.train))
+    rows = {"train": [listing.train[i] for i in order], "valid": list(listing.valid)}
+    datasets = {}
+    for split, pairs in rows.items():
+        items = [{"path": path, "label": label} for path, label in pairs]
+        dataset = ray.data.from_items(
+            items, override_num_blocks=max(1, math.ceil(len(items) / ROWS_PER_BLOCK))
+        )
+        dataset = dataset.map_batches(
+            to_folder_rows,
+            fn_kwargs={"root": root, "size": info.height},
+            batch_format="pyarrow",
+            batch_size=None,  # whole blocks: one read task decodes its block's files
+        )
+        dataset.context.execution_options.preserve_order = True
+        datasets[split] = dataset
+    return datasets

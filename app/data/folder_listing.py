@@ -1,0 +1,248 @@
+"""What an image-folder dataset holds: train/<class>/* and valid/<class>/*, listed and checked.
+
+Listing reads names only (no image is opened), on a volume or in a bucket, within a deadline,
+so that even 100,000 classes are judged in preflight before Ray starts. The rules:
+
+- class names are the folder names under train/, in plain code-point order (Python's `sorted`,
+  as torchvision's ImageFolder sorts them), and label i means class_names[i] for good;
+- a class folder under train/ without any image is an error, and so is a class in valid/ that
+  train/ lacks, a single class, or more than MAX_CLASSES; valid/ may lack classes;
+- image files are recognised by extension (torchvision's IMG_EXTENSIONS); other files, names
+  starting with "." and files directly in train/ or valid/ are skipped and counted, since
+  datasets carry README files, .DS_Store and labels files that are not a problem;
+- on a volume a symbolic link leading out of the data folder is refused, and so is any link
+  to a folder (it could loop or count images twice); a link to a file inside the folder is
+  read as its target, which the workers open without following links (app/storage/safe_fs.py).
+Names are shown escaped (repr) when they hold newlines or other unprintable characters, so a
+file name can never forge a line of a message or a log.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from app.data.schema import MAX_CLASSES, SPLITS
+from app.errors import ConfigError
+from app.storage.buckets import ObjectPath
+from app.storage.deadline import DeadlineExceeded, call_with_deadline
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+MAX_FILES = 2_000_000  # every file becomes a row the driver holds in memory; prepare beyond
+LIST_LIMIT_S = 300.0  # listing a bucket of MAX_FILES objects takes about two minutes
+MAX_PROBLEMS = 12
+LAYOUT_HELP = "a folder dataset holds train/<class>/<image> and valid/<class>/<image>"
+
+
+@dataclass(frozen=True)
+class FolderListing:
+    """Image files as (path relative to the data folder, label); links already resolved."""
+
+    class_names: tuple[str, ...]
+    train: tuple[tuple[str, int], ...]
+    valid: tuple[tuple[str, int], ...]
+    skipped: int  # files that are not images by their name
+
+    def note(self) -> str:
+        if not self.skipped:
+            return ""
+        return (
+            f"{self.skipped} files skipped (not {'/'.join(e[1:] for e in IMAGE_EXTENSIONS)}, "
+            "hidden, or not inside a class folder)"
+        )
+
+
+def shown(text: object) -> str:
+    """A name as messages show it: as is when printable, else escaped like Python's repr."""
+    value = str(text)
+    return value if value.isprintable() else repr(value)
+
+
+class _Problems(list[str]):
+    def add(self, message: str) -> None:
+        if len(self) < MAX_PROBLEMS:
+            self.append(message)
+        elif len(self) == MAX_PROBLEMS:
+            self.append("... more problems not shown")
+
+
+def list_folder(root: Path | ObjectPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
+    """The dataset's classes and image files, or ConfigError with one line per problem."""
+    problems = _Problems()
+    deadline = time.monotonic() + limit_s
+    found: dict[str, tuple[dict[str, list[str]], int]] = {}
+    for split in SPLITS:
+        try:
+            if isinstance(root, ObjectPath):
+                found[split] = call_with_deadline(
+                    lambda s=split: _bucket_split(root, s), limit_s, str(root / split)
+                )
+            else:
+                found[split] = _local_split(root, split, deadline, problems)
+        except DeadlineExceeded:
+            raise ConfigError(
+                f"{root}: listing {split}/ took over {limit_s:g} s; for data this large write "
+                "the Parquet layout once with `trainctl prepare-data --from-folder` and train "
+                "with TRAIN_DATASET=parquet"
+            ) from None
+        except _Missing:
+            problems.add(f"{root / split}: folder not found; {LAYOUT_HELP}")
+    if problems:
+        raise ConfigError(problems)
+    train, train_skipped = found["train"]
+    valid, valid_skipped = found["valid"]
+    names = tuple(sorted(train))
+    _judge(root, names, train, valid, problems)
+    if problems:
+        raise ConfigError(problems)
+    label = {name: index for index, name in enumerate(names)}
+    return FolderListing(
+        class_names=names,
+        train=tuple((path, label[name]) for name in names for path in sorted(train[name])),
+        valid=tuple((path, label[name]) for name in sorted(valid) for path in sorted(valid[name])),
+        skipped=train_skipped + valid_skipped,
+    )
+
+
+def _judge(
+    root: Path | ObjectPath,
+    names: tuple[str, ...],
+    train: dict[str, list[str]],
+    valid: dict[str, list[str]],
+    problems: _Problems,
+) -> None:
+    allowed = ", ".join(IMAGE_EXTENSIONS)
+    if len(names) > MAX_CLASSES:
+        problems.add(
+            f"{root / 'train'}: {len(names):,} class folders; at most {MAX_CLASSES:,} classes "
+            "(the model's output layer has one unit per class)"
+        )
+        return
+    if len(names) < 2:
+        listed = f" (only {shown(names[0])})" if names else ""
+        problems.add(
+            f"{root / 'train'}: {len(names)} class folder(s){listed}; a classifier needs at "
+            f"least 2 classes; {LAYOUT_HELP}"
+        )
+    for name in names:
+        if not name.isprintable():
+            problems.add(
+                f"{root / 'train'}: class folder {shown(name)} has unprintable characters; class "
+                "names are recorded with the run and shown in messages: rename the folder"
+            )
+        if not train[name]:
+            problems.add(
+                f"{root / 'train' / shown(name)}: no image files; every class folder in train/ "
+                f"needs at least one ({allowed}), or remove the folder"
+            )
+    unknown = sorted(set(valid) - set(names))
+    if unknown:
+        listed = ", ".join(shown(n) for n in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        problems.add(
+            f"{root / 'valid'}: {len(unknown)} class(es) not in train/: {listed}; valid/ may only "
+            "hold classes that train/ has"
+        )
+    total = sum(map(len, train.values())) + sum(map(len, valid.values()))
+    if total > MAX_FILES:
+        problems.add(
+            f"{root}: {total:,} image files, over the {MAX_FILES:,} a folder dataset may hold; "
+            "write them as Parquet with `trainctl prepare-data --from-folder`"
+        )
+    if not any(valid.values()):
+        problems.add(f"{root / 'valid'}: no image files; the valid split needs at least one")
+
+
+class _Missing(Exception):
+    """The split's folder is not there."""
+
+
+def _is_image(name: str) -> bool:
+    return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
+
+
+def _add(classes: dict[str, list[str]], parts: tuple[str, ...], relative: str) -> bool:
+    """File `parts` (below the split) under its class; False when it is skipped."""
+    if len(parts) < 2 or any(p.startswith(".") for p in parts) or not _is_image(parts[-1]):
+        return False
+    classes.setdefault(parts[0], []).append(relative)
+    return True
+
+
+def _bucket_split(root: ObjectPath, split: str) -> tuple[dict[str, list[str]], int]:
+    base = f"{root.key}/{split}"
+    selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+    infos = root.fs.get_file_info(selector)
+    if not infos and not (root / split).is_dir():
+        raise _Missing()
+    classes: dict[str, list[str]] = {}
+    skipped = 0
+    for info in infos:
+        parts = tuple(info.path[len(base) + 1 :].split("/"))
+        if info.type == pafs.FileType.Directory:
+            if len(parts) == 1 and not parts[0].startswith("."):
+                classes.setdefault(parts[0], [])
+        elif not _add(classes, parts, f"{split}/{'/'.join(parts)}"):
+            skipped += 1
+    return classes, skipped
+
+
+def _local_split(
+    root: Path, split: str, deadline: float, problems: _Problems
+) -> tuple[dict[str, list[str]], int]:
+    real_root = Path(os.path.realpath(root))
+    top = real_root / split
+    if top.is_symlink() or not top.is_dir():
+        if top.is_symlink():
+            problems.add(_link_problem(root / split, real_root, "a link to a folder"))
+            return {}, 0
+        raise _Missing()
+    classes: dict[str, list[str]] = {}
+    skipped = 0
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if time.monotonic() > deadline:
+                    raise DeadlineExceeded(str(root / split), LIST_LIMIT_S)
+                path = Path(entry.path)
+                parts = path.relative_to(top).parts
+                if entry.is_symlink():
+                    target = _link_target(path, real_root, problems)
+                    if target is not None and not _add(classes, parts, target):
+                        skipped += 1
+                elif entry.is_dir(follow_symlinks=False):
+                    if len(parts) == 1 and not parts[0].startswith("."):
+                        classes.setdefault(parts[0], [])
+                    stack.append(path)
+                elif not (
+                    entry.is_file(follow_symlinks=False)
+                    and _add(classes, parts, path.relative_to(real_root).as_posix())
+                ):
+                    skipped += 1
+    return classes, skipped
+
+
+def _link_target(path: Path, real_root: Path, problems: _Problems) -> str | None:
+    """A link's target relative to the data folder when it is a file inside it, else None
+    (and a problem)."""
+    target = Path(os.path.realpath(path))
+    if not target.is_relative_to(real_root):
+        problems.add(_link_problem(path, real_root, "outside the data folder"))
+        return None
+    if not target.is_file():
+        problems.add(_link_problem(path, real_root, "a link to a folder"))
+        return None
+    return target.relative_to(real_root).as_posix()
+
+
+def _link_problem(path: Path, real_root: Path, what: str) -> str:
+    target = os.path.realpath(path)
+    return (
+        f"{shown(path)}: is a symbolic link to {shown(target)}, {what}; trainctl follows only "
+        f"links to image files inside the data folder {shown(real_root)}: copy the files in"
+    )

@@ -1,0 +1,79 @@
+"""A run's class names: recorded once in <run_dir>/classes.json, and the same on every rerun.
+
+Label i means class_names[i] for the whole life of a run: its checkpoints' output units are in
+that order. A rerun whose data yields other names (a class folder added, removed or renamed)
+would silently give the old weights' units new meanings, so it is refused (exit 2, before Ray
+starts) with the difference named. Data without names (Parquet with bare label ids) records
+nothing and is checked against nothing, except that a run that recorded names keeps them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.data.folder_listing import shown
+from app.data.schema import MAX_CLASSES, DatasetInfo
+from app.run.folder import read_record_file
+from app.storage import bounded_json, safe_fs
+from app.storage.location import RunPath, write_json
+
+CLASSES_FILE = "classes.json"  # also one of the run folder's own names (app/run/folder.py)
+MAX_BYTES = 64 << 20  # MAX_CLASSES names of up to 255 bytes each, JSON-escaped
+
+
+def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
+    """The names the run recorded, or None when it recorded none. ValueError when the file is
+    there but unreadable: guessing would risk the very mix-up the file prevents."""
+    path = run_dir / CLASSES_FILE
+    try:
+        value: Any = bounded_json.loads(read_record_file(path, MAX_BYTES).decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, safe_fs.LinkRefused) as err:
+        raise ValueError(f"{path} cannot be read ({err})") from None
+    names = value.get("class_names") if isinstance(value, dict) else None
+    if (
+        not isinstance(names, list)
+        or len(names) > MAX_CLASSES
+        or not all(isinstance(n, str) for n in names)
+    ):
+        raise ValueError(f"{path} is damaged (no list of class names)")
+    return tuple(names)
+
+
+def class_names_problem(run_dir: RunPath, info: DatasetInfo) -> str | None:
+    """Why this data cannot continue the run at run_dir, or None."""
+    try:
+        before = recorded(run_dir)
+    except ValueError as err:
+        return f"{err}; remove it only if the run's checkpoints should start over"
+    if before is None or before == info.class_names:
+        return None
+    return (
+        f"{info.path}: the classes differ from those run {run_dir.name} recorded in "
+        f"{CLASSES_FILE} ({describe_difference(before, info.class_names)}); label numbers would "
+        "change meaning: restore the class folders, or train a new run (TRAIN_RUN_NAME)"
+    )
+
+
+def describe_difference(before: tuple[str, ...], now: tuple[str, ...]) -> str:
+    """What changed between two class lists, in a few words."""
+    if not now:
+        return f"the run has {len(before)} named classes, this data has only label numbers"
+    added = [n for n in now if n not in set(before)]
+    removed = [n for n in before if n not in set(now)]
+    parts = []
+    for word, names in (("new", added), ("missing", removed)):
+        if names:
+            listed = ", ".join(shown(n) for n in names[:5]) + (" ..." if len(names) > 5 else "")
+            parts.append(f"{word}: {listed}")
+    if not parts:
+        moved = next(i for i, (a, b) in enumerate(zip(before, now, strict=True)) if a != b)
+        parts.append(f"same names in another order from label {moved}")
+    return "; ".join(parts)
+
+
+def record(run_dir: RunPath, info: DatasetInfo) -> None:
+    """Write classes.json when the data has names and the run has none recorded yet."""
+    if info.class_names and recorded(run_dir) is None:
+        write_json(run_dir / CLASSES_FILE, {"class_names": list(info.class_names)})
