@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from app.settings import TrainSettings
 
 LAYOUT = "folder"
-SAMPLE_FILES = 32  # decoded in preflight: statistics, and a first look for unreadable files
+SAMPLE_FILES = 64  # decoded in preflight: statistics, and a first look for unreadable files
 ROWS_PER_BLOCK = 256  # rows per Ray read task: a few MiB of decoded pixels at 64x64
 # The listing inspect made, reused by build_datasets in the same process (the driver).
 _listed: dict[str, FolderListing] = {}
@@ -44,8 +44,11 @@ def inspect_folder(root: Path | ObjectPath, size: int) -> tuple[DatasetInfo, str
     root = absolute_location(root)
     listing = list_folder(root)
     _listed[str(root)] = listing
-    step = max(1, len(listing.train) // SAMPLE_FILES)
-    sample = [path for path, _ in listing.train[::step][:SAMPLE_FILES]]
+    # Spread over both splits and every class; a small dataset is decoded whole, a larger one
+    # can still hold a bad file, which a Ray worker then names (app/data/folder_images.py).
+    files = listing.train + listing.valid
+    step = max(1, len(files) // SAMPLE_FILES)
+    sample = [path for path, _ in files[::step][:SAMPLE_FILES]]
     try:
         images = load_images(root, sample, size)
     except ImageError as err:

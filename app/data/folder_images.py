@@ -65,7 +65,15 @@ def decode_image(data: bytes, size: int, where: object) -> np.ndarray:
             return np.asarray(image, dtype=np.uint8)
     except ImageError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Warning) as err:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise ImageError(
+            f"{shown(where)}: over the {MAX_PIXELS:,} pixels allowed for one image ({err})"
+        ) from None
+    except UnidentifiedImageError:
+        raise ImageError(
+            f"{shown(where)}: not an image format Pillow reads (JPEG, PNG, BMP, TIFF, WebP...)"
+        ) from None
+    except (OSError, ValueError, SyntaxError, Warning) as err:
         # OSError: "image file is truncated"; SyntaxError: Pillow's word for a broken header.
         raise ImageError(f"{shown(where)}: not a readable image ({err})") from None
 

@@ -1,0 +1,192 @@
+"""Hostile image folders (TRAIN_DATASET=folder): refused by `trainctl check` before Ray starts,
+with the folder or file named, or (non-image files) skipped and counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app.data.folder_listing import list_folder
+from tests.folder_support import image_bytes, image_folder, png_claiming, truncated_jpeg
+from tests.hostile.support import assert_refused, files_under, trainctl
+
+BASE = {
+    "TRAIN_DATASET": "folder",
+    "TRAIN_MODEL": "cnn",
+    "TRAIN_IMAGE_SIZE": "16",
+    "TRAIN_GLOBAL_BATCH_SIZE": "8",
+}
+
+
+def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **extra: str) -> None:
+    env = {**BASE, "TRAIN_DATA_PATH": str(tmp_path / "data"), **extra}
+    env["TRAIN_STORAGE_PATH"] = str(tmp_path / "runs")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+
+def _empty_class(root: Path) -> None:
+    image_folder(root)
+    (root / "train" / "empty").mkdir()
+    (root / "train" / "empty" / "notes.txt").write_text("no images here")
+
+
+def _single_class(root: Path) -> None:
+    image_folder(root, classes=("only",))
+
+
+def _valid_only_class(root: Path) -> None:
+    image_folder(root)
+    (root / "valid" / "bird").mkdir()
+    (root / "valid" / "bird" / "1.png").write_bytes(image_bytes(1, 0, "PNG"))
+
+
+def _link_out(root: Path) -> None:
+    image_folder(root)
+    outside = root.parent / "secret.png"
+    outside.write_bytes(image_bytes(1, 0, "PNG"))
+    (root / "train" / "cat" / "evil.png").symlink_to(outside)
+
+
+def _linked_class_folder(root: Path) -> None:
+    image_folder(root)
+    elsewhere = root.parent / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "1.png").write_bytes(image_bytes(1, 0, "PNG"))
+    (root / "train" / "bird").symlink_to(elsewhere, target_is_directory=True)
+
+
+def _truncated(root: Path) -> None:
+    image_folder(root, per_class=(6, 2))  # under SAMPLE_FILES: preflight decodes every file
+    (root / "train" / "dog" / "broken.jpg").write_bytes(truncated_jpeg())
+
+
+def _truncated_newline_name(root: Path) -> None:
+    image_folder(root, per_class=(6, 2))
+    (root / "train" / "dog" / "bad\nline.jpg").write_bytes(truncated_jpeg())
+
+
+def _bomb(root: Path) -> None:
+    image_folder(root, per_class=(6, 2))
+    (root / "train" / "cat" / "bomb.png").write_bytes(png_claiming(40_000, 40_000))
+
+
+def _newline_class(root: Path) -> None:
+    image_folder(root)
+    (root / "train" / "cat\nok").mkdir()
+    (root / "train" / "cat\nok" / "1.png").write_bytes(image_bytes(1, 0, "PNG"))
+
+
+def _no_valid(root: Path) -> None:
+    image_folder(root)
+    for path in (root / "valid").rglob("*.*"):
+        path.unlink()
+
+
+CASES: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
+    ("empty-class-folder", _empty_class, ("train/empty: no image files",)),
+    ("single-class", _single_class, ("needs at least 2 classes", "only")),
+    ("class-only-in-valid", _valid_only_class, ("1 class(es) not in train/: bird",)),
+    ("link-out-of-the-folder", _link_out, ("evil.png: is a symbolic link", "outside the data")),
+    ("linked-class-folder", _linked_class_folder, ("train/bird: is a symbolic link", "folder")),
+    ("truncated-jpeg", _truncated, ("dog/broken.jpg: not a readable image", "truncated")),
+    ("newline-in-file-name", _truncated_newline_name, ("bad\\nline.jpg': not a readable",)),
+    ("decompression-bomb", _bomb, ("bomb.png: over the 89,478,485 pixels allowed",)),
+    ("newline-in-class-name", _newline_class, ("'cat\\nok' has unprintable characters",)),
+    ("no-valid-images", _no_valid, ("valid: no image files",)),
+    ("no-folder", lambda root: None, ("train: folder not found", "train/<class>/<image>")),
+]
+
+
+@pytest.mark.parametrize(("build", "needles"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_hostile_image_folder_is_refused_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, build, needles
+) -> None:
+    build(tmp_path / "data")
+    _env(monkeypatch, tmp_path)
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, *needles)
+    # A name with a newline never splits a message line: every FAIL line is one line.
+    assert "bad\nline" not in result.text and "cat\nok" not in result.text
+    assert files_under(tmp_path / "runs") == []
+
+
+def test_non_image_files_are_skipped_and_counted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    root = tmp_path / "data"
+    image_folder(root)
+    (root / "train" / "README.md").write_text("about the data")  # not in a class folder
+    (root / "train" / "cat" / "labels.csv").write_text("a,b")
+    (root / "valid" / "dog" / ".DS_Store").write_bytes(b"\0")
+    _env(monkeypatch, tmp_path)
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0, result.text
+    assert "36 train / 12 valid rows, 16x16x3 images (folder), 3 classes" in result.text
+    assert "3 files skipped" in result.text
+
+
+def test_ten_thousand_classes_are_judged_in_seconds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """10,000 class folders (one image each) are within MAX_CLASSES: listed and accepted fast."""
+    root = tmp_path / "data"
+    png = image_bytes(1, 0, "PNG", (8, 8))
+    for index in range(10_000):
+        folder = root / "train" / f"c{index:05d}"
+        folder.mkdir(parents=True)
+        (folder / "1.png").write_bytes(png)
+    (root / "valid" / "c00007").mkdir(parents=True)
+    (root / "valid" / "c00007" / "1.png").write_bytes(png)
+    _env(monkeypatch, tmp_path, TRAIN_NUM_WORKERS="1")
+    started = time.monotonic()
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0, result.text[-2000:]
+    assert "10000 train / 1 valid rows" in result.text and "10000 classes" in result.text
+    assert time.monotonic() - started < 20
+    listing = list_folder(root)
+    assert listing.valid == (("valid/c00007/1.png", 7),)  # labels are train's order
+
+
+@pytest.mark.parametrize("size", ["4", "1025", "-1", "big"])
+def test_image_size_out_of_bounds_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, size: str
+) -> None:
+    image_folder(tmp_path / "data")
+    _env(monkeypatch, tmp_path, TRAIN_IMAGE_SIZE=size)
+    assert_refused(trainctl("check", "--skip-cluster"), 2, f"TRAIN_IMAGE_SIZE='{size}'")
+
+
+def test_rerun_with_other_class_folders_is_refused_naming_the_difference(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """classes.json recorded by an earlier run: a class added and one removed is exit 2."""
+    root = tmp_path / "data"
+    image_folder(root, classes=("Zebra", "cat", "emu"))
+    run_dir = tmp_path / "runs" / "pets"
+    run_dir.mkdir(parents=True)
+    (run_dir / "classes.json").write_text(json.dumps({"class_names": ["Zebra", "cat", "dog"]}))
+    _env(monkeypatch, tmp_path, TRAIN_RUN_NAME="pets")
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "classes differ from those run pets recorded", "new: emu")
+    assert "missing: dog" in result.text
+
+    (run_dir / "classes.json").write_text(json.dumps({"class_names": ["Zebra", "cat", "emu"]}))
+    assert trainctl("check", "--skip-cluster").code == 0
+
+
+def test_classes_file_replaced_by_a_link_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    image_folder(tmp_path / "data")
+    run_dir = tmp_path / "runs" / "pets"
+    run_dir.mkdir(parents=True)
+    (tmp_path / "other.json").write_text(json.dumps({"class_names": ["Zebra", "cat", "dog"]}))
+    os.symlink(tmp_path / "other.json", run_dir / "classes.json")
+    _env(monkeypatch, tmp_path, TRAIN_RUN_NAME="pets")
+    assert_refused(trainctl("check", "--skip-cluster"), 2, "classes.json", "symbolic link")
