@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from app.cli_exit import run_command
+from app.data.image_size import IMAGE_SIZE_MAX
 from app.k8s.values_flags import values_options
 from app.settings import NAMED_DATASETS, SEED_MAX
 
@@ -28,7 +29,12 @@ def cli() -> None:
 
 
 @cli.command("prepare-data")
-@click.option("--dataset", required=True, type=click.Choice(NAMED_DATASETS), help="Dataset.")
+@click.option("--dataset", type=click.Choice(NAMED_DATASETS), help="Built-in dataset.")
+@click.option(
+    "--from-folder",
+    "source",
+    help="Image folder (train/<class>/*, valid/<class>/*), local or s3:// / gs://.",
+)
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @click.option("--force", is_flag=True, help="Rewrite even if a complete copy exists.")
 @click.option(
@@ -38,11 +44,27 @@ def cli() -> None:
     show_default=True,
     help="Seed (synthetic data only).",
 )
-def prepare_data_cmd(dataset: str, out: Path, force: bool, seed: int) -> None:
-    """Write DATASET as Parquet: OUT/train/ and OUT/valid/ with `image` and `label` columns."""
+@click.option(
+    "--image-size",
+    type=click.IntRange(0, IMAGE_SIZE_MAX),
+    default=0,
+    help="--from-folder: side to resize to; 0 follows TRAIN_IMAGE_SIZE's rule for TRAIN_MODEL.",
+)
+def prepare_data_cmd(
+    dataset: str | None, source: str | None, out: Path, force: bool, seed: int, image_size: int
+) -> None:
+    """Write DATASET, or an image folder, as Parquet: OUT/train/ and OUT/valid/ with `image`
+    and `label` columns (a folder's class names kept in the files' metadata)."""
+    if (dataset is None) == (source is None):
+        raise click.UsageError("give exactly one of --dataset and --from-folder")
+    if source is not None:
+        from app.data.prepare_folder import prepare_from_folder_cli
+
+        click.echo(prepare_from_folder_cli(source, out, image_size=image_size, force=force))
+        return
     from app.data.prepare import prepare_dataset
 
-    info = prepare_dataset(dataset, out, force=force, seed=seed)
+    info = prepare_dataset(dataset, out, force=force, seed=seed)  # type: ignore[arg-type]
     click.echo(info)
 
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
+from app.data.class_meta import encode as encode_class_names
 from app.data.images import SHAPE_KEY, geometry
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.data.sources import DownloadFailed, Splits, load_source
@@ -148,37 +149,44 @@ def _write(splits: Splits, staging: Path, *, name: str, seed: int) -> dict[str, 
 
 def _write_split(folder: Path, images: np.ndarray, labels: np.ndarray) -> int:
     folder.mkdir()
+    per_file = rows_per_file(images.shape[1:])
+    count = max(1, math.ceil(len(images) / per_file))
+    for index in range(count):
+        rows = slice(index * per_file, (index + 1) * per_file)
+        write_part(folder / f"part-{index:05d}.parquet", images[rows], labels[rows])
+    return count
+
+
+def rows_per_file(shape: tuple[int, ...]) -> int:
+    low, high = ROWS_PER_FILE
+    return min(high, max(low, TARGET_FILE_BYTES // math.prod(shape)))
+
+
+def write_part(
+    path: Path, images: np.ndarray, labels: np.ndarray, class_names: tuple[str, ...] = ()
+) -> None:
+    """One Parquet file of the raw layout; class_names go into its schema metadata."""
     shape = images.shape[1:]
     per_image = math.prod(shape)
-    low, high = ROWS_PER_FILE
-    per_file = min(high, max(low, TARGET_FILE_BYTES // per_image))
     image_field = pa.field(
         "image",
         pa.binary(per_image),
         nullable=False,
         metadata={SHAPE_KEY: ",".join(map(str, shape)).encode()},
     )
-    schema = pa.schema([image_field, pa.field("label", pa.int64(), nullable=False)])
+    schema = pa.schema(
+        [image_field, pa.field("label", pa.int64(), nullable=False)],
+        metadata=encode_class_names(class_names),
+    )
     pixels = np.ascontiguousarray(images, dtype=np.uint8).reshape(len(images), per_image)
-    count = max(1, math.ceil(len(images) / per_file))
-    for index in range(count):
-        part = pixels[index * per_file : (index + 1) * per_file]
-        column = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(per_image), len(part), [None, pa.py_buffer(part)]
-        )
-        table = pa.table(
-            [column, pa.array(labels[index * per_file : (index + 1) * per_file], pa.int64())],
-            schema=schema,
-        )
-        # Pixels are near-random bytes to a dictionary and their min/max mean nothing.
-        pq.write_table(
-            table,
-            folder / f"part-{index:05d}.parquet",
-            compression="snappy",
-            use_dictionary=["label"],
-            write_statistics=["label"],
-        )
-    return count
+    column = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(per_image), len(pixels), [None, pa.py_buffer(pixels)]
+    )
+    table = pa.table([column, pa.array(labels, pa.int64())], schema=schema)
+    # Pixels are near-random bytes to a dictionary and their min/max mean nothing.
+    pq.write_table(
+        table, path, compression="snappy", use_dictionary=["label"], write_statistics=["label"]
+    )
 
 
 def _swap_in(staging: Path, out: Path) -> None:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from app.data.class_meta import decode as decode_class_names
 from app.data.images import ImageError, ImageFormat, describe_type, infer_format, to_images
 from app.errors import ConfigError
 from app.storage.buckets import ObjectPath
@@ -71,6 +72,7 @@ class _Split:
     file_rows: dict[Path, int] = field(default_factory=dict)
     format: ImageFormat | None = None
     sample: np.ndarray | None = None
+    class_names: dict[tuple[str, ...], Path] = field(default_factory=dict)  # -> a file
 
 
 class _Problems(list[str]):
@@ -103,11 +105,14 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
     pixels = train.sample.reshape(-1, train.format.channels).astype(np.float64) / 255.0
     std = pixels.std(axis=0)
     fmt = train.format
+    names = _class_names(train, valid, problems)
+    if problems:
+        raise ConfigError(problems)
     return DatasetInfo(
         channels=fmt.channels,
         height=fmt.height,
         width=fmt.width,
-        num_classes=train.labels[1] + 1,
+        num_classes=len(names) or train.labels[1] + 1,
         train_rows=train.rows,
         valid_rows=valid.rows,
         layout=fmt.layout,
@@ -116,7 +121,25 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
         std=tuple(round(float(v), 6) if v > 1e-6 else 1.0 for v in std),
         image_shape=fmt.stored_shape,
         path=str(root),
+        class_names=names,
     )
+
+
+def _class_names(train: _Split, valid: _Split, problems: _Problems) -> tuple[str, ...]:
+    """The names every file carries (prepare-data --from-folder), or () when none do."""
+    found = {**train.class_names, **valid.class_names}
+    if len(found) > 1:
+        files = ", ".join(str(path) for path in found.values())
+        problems.add(f"files disagree on their class names ({files}); write them again together")
+        return ()
+    names = next(iter(found), ())
+    assert train.labels is not None
+    if names and train.labels[1] >= len(names):
+        problems.add(
+            f"{train.label_file[1]}: label {train.labels[1]} but the files name only "
+            f"{len(names)} classes"
+        )
+    return names
 
 
 def _scan(split: _Split, problems: _Problems) -> _Split:
@@ -189,6 +212,11 @@ def _scan_file(split: _Split, path: Path, problems: _Problems) -> None:
         problems.add(
             f"{path}: column label is {label_type}; labels must be integers 0..K-1 (int64)"
         )
+        return
+    try:
+        split.class_names.setdefault(decode_class_names(schema.metadata), path)
+    except ValueError as err:
+        problems.add(f"{path}: {err}")
         return
     split.fields[path] = image_field
     split.file_rows[path] = parquet.metadata.num_rows

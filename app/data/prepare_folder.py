@@ -1,0 +1,127 @@
+"""`trainctl prepare-data --from-folder SRC --out DST`: an image folder as the raw Parquet layout.
+
+For data that is trained often: decoding JPEG/PNG files every epoch costs far more than reading
+raw pixels (bench/ingest.py). The folder is listed and checked by the same rules as
+TRAIN_DATASET=folder (app/data/folder_listing.py), each image decoded and resized once
+(app/data/folder_images.py), and written with app/data/prepare.py's writer, lock and
+staging-then-rename, so a reader sees no dataset or a complete one. The class names go into
+every file's schema metadata and the marker file; `inspect_dataset` reads them back.
+
+The train rows are written in a seeded random order: files hold a mix of classes, since
+training shuffles whole files and then rows within a few thousand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+from filelock import FileLock
+
+from app.data.folder_images import load_images
+from app.data.folder_listing import FolderListing, list_folder
+from app.data.images import ImageError
+from app.data.prepare import (
+    LAYOUT,
+    MARKER,
+    _remove_leftovers,
+    _replaceable,
+    _summary,
+    _swap_in,
+    is_present,
+    rows_per_file,
+    write_part,
+)
+from app.errors import ConfigError
+from app.redact import redact_uri
+from app.storage.buckets import ObjectPath, locate
+from app.storage.location import expand, local_absolute
+
+ORDER_SEED = 20_261_126
+
+
+def prepare_from_folder(
+    source: str, out: Path, *, size: int, force: bool = False, endpoint: str | None = None
+) -> str:
+    """Write out/train/ and out/valid/ from the image folder `source`; a one-line summary."""
+    try:
+        found = locate(source, endpoint)
+    except ValueError as err:
+        raise ConfigError(f"--from-folder={redact_uri(source)}: {err}") from None
+    root: Path | ObjectPath = found if isinstance(found, ObjectPath) else local_absolute(found)
+    out = expand(out, "--out")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out={out}: exists but is not a folder")
+    if not force and is_present(out):
+        return f"{out} already holds a dataset; use --force to replace it"
+    listing = list_folder(root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(out.parent / f".{out.name}.lock"):
+        _remove_leftovers(out)
+        if out.exists() and not _replaceable(out):
+            raise ConfigError(
+                f"{out} exists and holds more than a dataset (train/, valid/); "
+                "choose an empty or new folder"
+            )
+        staging = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            meta = _write(root, listing, staging, size)
+            _swap_in(staging, out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return _summary(f"folder {redact_uri(str(root))}", out, meta)
+
+
+def _write(root: Path | ObjectPath, listing: FolderListing, staging: Path, size: int) -> dict:
+    staging.mkdir(parents=True)
+    order = np.random.default_rng(ORDER_SEED).permutation(len(listing.train))
+    splits = {"train": [listing.train[i] for i in order], "valid": list(listing.valid)}
+    per_file = rows_per_file((size, size, 3))
+    files = {}
+    for split, pairs in splits.items():
+        (staging / split).mkdir()
+        files[split] = max(1, -(-len(pairs) // per_file))
+        for index in range(files[split]):
+            chunk = pairs[index * per_file : (index + 1) * per_file]
+            try:
+                images = load_images(root, [path for path, _ in chunk], size)
+            except ImageError as err:
+                raise ConfigError(str(err)) from None
+            labels = np.array([label for _, label in chunk], np.int64)
+            path = staging / split / f"part-{index:05d}.parquet"
+            write_part(path, images, labels, listing.class_names)
+    meta: dict[str, object] = {
+        "dataset": "folder",
+        "source": redact_uri(str(root)),
+        "train_rows": len(listing.train),
+        "valid_rows": len(listing.valid),
+        "image_shape": [size, size, 3],
+        "hwc": [size, size, 3],
+        "num_classes": len(listing.class_names),
+        "class_names": list(listing.class_names),
+        "skipped_files": listing.skipped,
+        "layout": LAYOUT,
+        "files": files,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    # Written last: its presence is what says the folder is complete.
+    (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def prepare_from_folder_cli(source: str, out: Path, *, image_size: int, force: bool) -> str:
+    """The command's defaults from the environment: the size rule for TRAIN_MODEL, and the
+    bucket endpoint of TRAIN_STORAGE_ENDPOINT (both read as the settings read them)."""
+    from app.data.image_size import IMAGE_SIZE_MIN, image_size_for
+
+    if image_size and image_size < IMAGE_SIZE_MIN:
+        raise ConfigError(f"--image-size={image_size}: must be 0 or at least {IMAGE_SIZE_MIN}")
+    model = os.environ.get("TRAIN_MODEL", "resnet18")
+    size = image_size_for(model, image_size)
+    endpoint = os.environ.get("TRAIN_STORAGE_ENDPOINT") or None
+    return prepare_from_folder(source, out, size=size, force=force, endpoint=endpoint)
