@@ -43,6 +43,8 @@ def read_file(root: Path | ObjectPath, relative: str) -> bytes:
                 raise ValueError(f"over the {MAX_FILE_BYTES:,} bytes allowed for one image")
             return path.read_bytes()
         return safe_fs.read_bytes(path, root, MAX_FILE_BYTES)
+    except safe_fs.LinkRefused:  # replaced by a link after the listing
+        raise ImageError(f"{shown(path)}: cannot be read (a symbolic link, not followed)") from None
     except (OSError, ValueError, pa.ArrowException) as err:
         raise ImageError(f"{shown(path)}: cannot be read ({err})") from None
 

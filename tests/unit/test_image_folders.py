@@ -1,0 +1,152 @@
+"""Image folders without Ray: the listing's rules, the decode function the Ray workers run,
+class names in checkpoints and in Parquet written by `prepare-data --from-folder`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from PIL import Image
+
+from app.data.folder import inspect_folder
+from app.data.folder_images import decode_image, load_images, to_folder_rows
+from app.data.folder_listing import list_folder
+from app.data.image_size import image_size_for
+from app.data.images import ImageError
+from app.data.locate import locate_bad_image
+from app.data.prepare_folder import prepare_from_folder
+from app.data.schema import inspect_dataset
+from app.run import checkpoints
+from app.run.class_names import describe_difference
+from app.run.decisions import is_bad_image
+from tests.folder_support import image_bytes, image_folder, png_claiming, truncated_jpeg
+
+
+def test_image_size_rule_is_one_function() -> None:
+    assert [image_size_for(m) for m in ("cnn", "resnet18", "vit")] == [32, 32, 32]
+    assert image_size_for("efficientnet_b0") == 224
+    assert image_size_for("cnn", 64) == 64  # TRAIN_IMAGE_SIZE wins
+
+
+def test_classes_are_in_code_point_order_and_valid_uses_trains_labels(tmp_path: Path) -> None:
+    image_folder(tmp_path, per_class=(2, 1), classes=("cat", "dog", "Zebra"))
+    listing = list_folder(tmp_path)
+    assert listing.class_names == ("Zebra", "cat", "dog")  # uppercase sorts first
+    assert dict(listing.valid) == {
+        "valid/Zebra/000.jpg": 0,
+        "valid/cat/000.jpg": 1,
+        "valid/dog/000.jpg": 2,
+    }
+    assert [label for _, label in listing.train] == [0, 0, 1, 1, 2, 2]
+
+
+def test_a_link_to_an_image_inside_the_folder_is_read_as_its_target(tmp_path: Path) -> None:
+    image_folder(tmp_path, per_class=(1, 1), classes=("a", "b"))
+    os.symlink(tmp_path / "train" / "a" / "000.jpg", tmp_path / "train" / "b" / "link.jpg")
+    listing = list_folder(tmp_path)
+    assert ("train/a/000.jpg", 1) in listing.train  # the target, labelled by the link's class
+
+
+def test_decoding_gives_rgb_of_the_asked_size(tmp_path: Path) -> None:
+    gray = decode_image(image_bytes(3, 1, "PNG", (40, 30)), 16, "x.png")  # seed 3: grayscale
+    assert gray.shape == (16, 16, 3) and gray.dtype == np.uint8
+    assert np.array_equal(gray[..., 0], gray[..., 2])
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "exact.png")
+    same = decode_image((tmp_path / "exact.png").read_bytes(), 16, "exact.png")
+    assert np.array_equal(same, pixels)  # already the size: untouched
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (truncated_jpeg(), "not a readable image (image file is truncated"),
+        (png_claiming(40_000, 40_000), "over the 89,478,485 pixels allowed"),
+        (png_claiming(10_000, 9_000), "over the 89,478,485 pixels allowed"),  # Pillow warns
+        (b"GIF89a not really", "not an image format Pillow reads"),
+    ],
+)
+def test_the_workers_decode_names_the_file_of_a_bad_image(
+    tmp_path: Path, data: bytes, needle: str
+) -> None:
+    """What a Ray read task runs (to_folder_rows), on a block holding one bad file: the error
+    names that file's path, and the driver knows it for a bad image without searching."""
+    image_folder(tmp_path, per_class=(2, 1), classes=("a", "b"))
+    bad = tmp_path / "train" / "b" / "bad\nname.png"
+    bad.write_bytes(data)
+    block = pa.table({"path": ["train/a/000.jpg", "train/b/bad\nname.png"], "label": [0, 1]})
+    with pytest.raises(ImageError) as caught:
+        to_folder_rows(block, tmp_path, 16)
+    message = str(caught.value)
+    assert repr(str(bad)) in message and needle in message, message
+    assert "\n" not in message
+    cause = f"ImageError: {message}"
+    assert is_bad_image(cause, caught.value)
+
+
+def test_a_missing_file_is_named_and_a_planted_link_refused(tmp_path: Path) -> None:
+    image_folder(tmp_path, per_class=(1, 1), classes=("a", "b"))
+    with pytest.raises(ImageError, match=r"train/a/gone\.png: cannot be read"):
+        load_images(tmp_path, ["train/a/gone.png"], 16)
+    (tmp_path / "train" / "a" / "000.jpg").unlink()
+    os.symlink("/etc/hostname", tmp_path / "train" / "a" / "000.jpg")  # swapped in after listing
+    with pytest.raises(ImageError, match="symbolic link"):
+        load_images(tmp_path, ["train/a/000.jpg"], 16)
+
+
+def test_inspect_folder_and_the_bad_image_search(tmp_path: Path) -> None:
+    image_folder(tmp_path)
+    info, note = inspect_folder(tmp_path, 16)
+    assert (info.layout, info.height, info.width, info.channels) == ("folder", 16, 16, 3)
+    assert info.class_names == ("Zebra", "cat", "dog") and info.num_classes == 3
+    assert (info.train_rows, info.valid_rows, note) == (36, 12, "")
+    assert locate_bad_image(info) is None  # the worker's message already names the file
+
+
+def test_checkpoint_meta_carries_class_names_under_its_checksum(tmp_path: Path) -> None:
+    import torch
+
+    folder = tmp_path / checkpoints.dir_name(1)
+    checkpoints.write_checkpoint(
+        folder,
+        model_state={"w": torch.zeros(2)},
+        train_state={"epoch": 1, "step": 1},
+        epoch=1,
+        metrics={"val_accuracy": 0.5},
+        class_names=("Zebra", "cat"),
+    )
+    assert checkpoints.verify(folder).epoch == 1
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["class_names"] == ["Zebra", "cat"]
+    meta["class_names"] = ["cat", "Zebra"]  # swapped: label 0 would change meaning
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="does not match its recorded checksum"):
+        checkpoints.verify(folder)
+
+
+def test_class_name_differences_are_put_in_words() -> None:
+    assert describe_difference(("a", "b"), ("a", "c")) == "new: c; missing: b"
+    assert describe_difference(("a", "b"), ("b", "a")) == "same names in another order from label 0"
+    assert "only label numbers" in describe_difference(("a", "b"), ())
+
+
+def test_prepare_from_folder_keeps_the_class_names_and_pixels(tmp_path: Path) -> None:
+    files = image_folder(tmp_path / "src")
+    summary = prepare_from_folder(str(tmp_path / "src"), tmp_path / "out", size=16)
+    assert "36 train + 12 valid rows, 16x16x3 uint8 images, 3 classes, layout raw" in summary
+    info = inspect_dataset(tmp_path / "out")
+    assert info.class_names == ("Zebra", "cat", "dog") and info.num_classes == 3
+    marker = json.loads((tmp_path / "out" / "_trainctl_dataset.json").read_text())
+    assert marker["class_names"] == ["Zebra", "cat", "dog"]
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "out" / "valid")
+    valid = sorted(path for path in files if path.startswith("valid/"))
+    expected = load_images(tmp_path / "src", valid, 16)
+    got = np.frombuffer(b"".join(table.column("image").to_pylist()), np.uint8)
+    assert np.array_equal(got.reshape(expected.shape), expected)
+    assert table.column("label").to_pylist() == [0] * 4 + [1] * 4 + [2] * 4
