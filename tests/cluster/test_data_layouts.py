@@ -122,3 +122,30 @@ def test_every_layout_yields_the_same_uint8_pixels(written: tuple[np.ndarray, di
         assert batch["label"].dtype == np.int64, layout
         got = _pixels(rows, info).numpy()
         np.testing.assert_array_equal(_sorted_rows(got), expected, err_msg=layout)
+
+
+def test_an_image_folder_yields_its_pixels_and_labels_through_ray_data(
+    ray_session: None, tmp_path: Path
+) -> None:
+    """TRAIN_DATASET=folder: PNG files already at TRAIN_IMAGE_SIZE come out of the Ray Data
+    read tasks (app/data/folder_images.py) and epoch_batches as the very same pixels, each
+    with its class folder's label in code-point order."""
+    from app.data.folder import inspect_folder
+
+    names = ("cat", "Dog")  # code-point order: Dog (0), cat (1)
+    images = RNG.integers(0, 256, (12, 16, 16, 3), dtype=np.uint8)
+    for index, image in enumerate(images):
+        split = "train" if index < 8 else "valid"
+        folder = tmp_path / split / names[index % 2]
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(folder / f"{index}.png")  # lossless
+    info, _ = inspect_folder(tmp_path, 16)
+    assert info.class_names == ("Dog", "cat")
+    settings = TrainSettings(dataset="folder", data_path=tmp_path, image_size=16, model="cnn")
+    rows = build_datasets(settings, info)["valid"]
+    batch = rows.take_batch(4)
+    assert batch["image"].dtype == np.uint8 and batch["image"].shape == (4, 16, 16, 3)
+    # valid holds images 8..11: even ones in cat/ (label 1), odd ones in Dog/ (label 0).
+    assert sorted(batch["label"].tolist()) == [0, 0, 1, 1]
+    got = _pixels(rows, info).numpy()
+    np.testing.assert_array_equal(_sorted_rows(got), _sorted_rows(images[8:]))

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from app.data.prepare import prepare_dataset
+from tests.folder_support import image_bytes, image_folder
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 from tests.support import explain, run_trainctl, start_trainctl, trainctl_env, wait_until
 
@@ -169,3 +170,34 @@ def test_corrupt_checkpoint_object_is_set_aside_with_its_reason(
     summary = _json(bucket, "summary.json")
     assert summary["status"] == "succeeded", summary
     assert summary["checkpoint"] == bucket.uri(f"runs/{RUN}/checkpoint_epoch_0002")
+
+
+def test_an_image_folder_in_the_bucket_trains_and_keeps_its_class_names(
+    bucket: Bucket, ray_cluster: object, tmp_path: Path
+) -> None:
+    """TRAIN_DATASET=folder from s3://: PNG and JPEG files (color and grayscale) decoded by the
+    Ray workers through the bucket's client. The class names land in classes.json and in the
+    checkpoint; a rerun whose folders name another class is refused before Ray starts."""
+    for relative, data in image_folder(tmp_path / "src").items():
+        bucket.write(f"folder/{relative}", data)
+    bucket.write("folder/train/README.txt", b"not an image")  # skipped, counted
+    env = trainctl_env(
+        dataset="folder", data_path=bucket.uri("folder"), storage_path=bucket.uri("runs"),
+        storage_endpoint=bucket.endpoint, run_name="s3folder", model="cnn", image_size="16",
+        epochs="1", num_workers="2", global_batch_size="8", max_failures="0",
+        ray_address=ray_cluster.address,  # type: ignore[attr-defined]
+    )  # fmt: skip
+    result = run_trainctl("train", env=env, cwd=tmp_path)
+    assert result.returncode == 0, explain(result)
+    summary = json.loads(bucket.read("runs/s3folder/summary.json"))
+    assert (summary["status"], summary["epochs_completed"]) == ("succeeded", 1), summary
+    names = ["Zebra", "cat", "dog"]
+    assert json.loads(bucket.read("runs/s3folder/classes.json")) == {"class_names": names}
+    meta = json.loads(bucket.read("runs/s3folder/checkpoint_epoch_0001/meta.json"))
+    assert meta["class_names"] == names
+
+    bucket.write("folder/train/emu/1.png", image_bytes(1, 0, "PNG"))
+    rerun = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "2"}, cwd=tmp_path)
+    assert rerun.returncode == 2, explain(rerun)
+    assert "classes differ from those run s3folder recorded" in rerun.stderr, explain(rerun)
+    assert "new: emu" in rerun.stderr
