@@ -8,7 +8,9 @@
       epoch streams from memory; the first epoch's read is reported as `cold_*`;
   (b_stream) the same with TRAIN_CACHE_DATASET=off: every epoch streams from the files, as the
       app does for data too big to keep;
-  (c) ceiling for reading the files: pyarrow into numpy, no Ray, no torch.
+  (c) ceiling for reading the files: pyarrow into numpy, no Ray, no torch;
+  (b_stream_folder) the app streaming JPEG files from class folders (TRAIN_DATASET=folder,
+      bench/ingest_folder.py): decoding in Ray Data's tasks, against the Parquet layouts.
 
 Each runs on the tutorial's layout (a Ray tensor column) and on the layout `trainctl
 prepare-data` writes (raw fixed-size binary, suffix _raw). The steady-state rate excludes the
@@ -37,6 +39,7 @@ from bench.common import (
     say,
     tutorial_dataset,
 )
+from bench.ingest_folder import folder_rows, jpeg_folder
 
 BATCH = 512  # the tutorial's global batch; one consumer here, so also the per-worker batch
 TARGET_B_OVER_A, TARGET_B_OVER_C = 3.0, 0.5
@@ -95,19 +98,21 @@ def tutorial(train_dir: Path) -> dict[str, float]:
 
 
 # --- (b) the app's pipeline -------------------------------------------------------------------
-def _app_dataset(data_dir: Path, cache: str) -> tuple[Any, Any]:
+def _app_dataset(data_dir: Path, cache: str, dataset: str) -> tuple[Any, Any]:
     """The settings and checked dataset `trainctl train` starts from, built once per variant."""
     from app.data.prepare import ensure_dataset
     from app.settings import TrainSettings
 
     settings = TrainSettings(
-        dataset="parquet", data_path=data_dir, num_workers="1", global_batch_size=BATCH,
-        cache_dataset=cache,
+        dataset=dataset, data_path=data_dir, num_workers="1", global_batch_size=BATCH,
+        cache_dataset=cache, model="cnn", image_size=IMAGE_SHAPE[0],
     )  # fmt: skip
     return settings, ensure_dataset(settings)
 
 
-def app_pipeline(data_dir: Path, cache: str = "auto") -> Callable[[], dict[str, float]]:
+def app_pipeline(
+    data_dir: Path, cache: str = "auto", dataset: str = "parquet"
+) -> Callable[[], dict[str, float]]:
     """`trainctl train`'s calls: settings, ensure_dataset, build_datasets, cache_datasets,
     epoch_batches, for two epochs.
 
@@ -121,7 +126,7 @@ def app_pipeline(data_dir: Path, cache: str = "auto") -> Callable[[], dict[str, 
     from app.data.cache import cache_datasets
     from app.data.pipeline import build_datasets, epoch_batches
 
-    settings, info = _app_dataset(data_dir, cache)
+    settings, info = _app_dataset(data_dir, cache, dataset)
     epoch = iter(range(1, 1_000_000))
 
     def run() -> dict[str, float]:
@@ -194,6 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
     root = tutorial_dataset(args.rows, args.files, valid_rows=max(BATCH, args.rows // 10))
     prepared = prepare_data_layout(args.rows)
+    jpegs = jpeg_folder(folder_rows(args.rows), max(BATCH, folder_rows(args.rows) // 10))
     join_or_start(args.address)
 
     say(
@@ -208,6 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "b_app_raw": app_pipeline(prepared),
         "b_stream_raw": app_pipeline(prepared, cache="off"),
         "c_pyarrow_raw": lambda: ceiling(prepared / "train"),
+        "b_stream_folder": app_pipeline(jpegs, cache="off", dataset="folder"),
     }
     figures = medians(interleave(variants, args.reps, say=say))
     ray.shutdown()
@@ -236,6 +243,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "raw_stream_b_over_a": ratio(rate["b_stream_raw"], rate["a_tutorial"]),
         "raw_stream_b_over_c": ratio(rate["b_stream_raw"], rate["c_pyarrow_raw"]),
         "raw_cold_end_to_end_b_over_a": ratio(cold["b_app_raw"], whole["a_tutorial"]),
+        "folder_stream_over_raw_stream": ratio(rate["b_stream_folder"], rate["b_stream_raw"]),
+        "folder_stream_over_stream": ratio(rate["b_stream_folder"], rate["b_stream"]),
     }
     say(
         f"same files (tutorial layout), per epoch: b/a = {ratios['b_over_a']:.2f} "
@@ -253,6 +262,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{ratios['raw_b_over_c']:.2f}; streaming: b/a = {ratios['raw_stream_b_over_a']:.2f}, "
         f"b/c = {ratios['raw_stream_b_over_c']:.2f}; first epoch end to end b/a = "
         f"{ratios['raw_cold_end_to_end_b_over_a']:.2f}"
+    )
+    say(
+        f"image folder (JPEG decode in Ray Data, {folder_rows(args.rows):,} files), streaming: "
+        f"{ratios['folder_stream_over_raw_stream']:.3f} x the prepare-data layout, "
+        f"{ratios['folder_stream_over_stream']:.3f} x the tutorial layout"
     )
     result = {
         "rows": args.rows,

@@ -69,11 +69,13 @@ def test_ingest_variants_each_deliver_every_row(cache: Path) -> None:
         "b_app_raw",
         "b_stream_raw",
         "c_pyarrow_raw",
+        "b_stream_folder",  # JPEG files in class folders (at most MAX_FOLDER_ROWS of them)
     ]
     assert set(delivered) == set(variants)
     assert set(delivered.values()) == {figures["rows"]}
     assert all(rate > 0 for rate in figures["rows_per_s"].values())
     assert figures["b_over_a"] > 0 and figures["b_over_c"] > 0
+    assert figures["folder_stream_over_raw_stream"] > 0
     # The app's first epoch (with the cache, the one that reads the files) is reported too.
     assert set(figures["cold_end_to_end_rows_per_s"]) == {v for v in variants if v.startswith("b_")}
     assert all(rate > 0 for rate in figures["cold_end_to_end_rows_per_s"].values())
@@ -120,4 +122,5 @@ def test_gpu_script_runs_its_variants_on_cpu(cache: Path) -> None:
     app = variants["b_app"]
     assert app["first_step_s"] > 0 and next(iter(app["startup_phases_s"])) == "python_start"
     assert figures["b_over_a"] > 0 and figures["b_over_c"] > 0
+    assert figures["folder_stream_over_raw_stream"] > 0
     assert os.access(script, os.X_OK)
