@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 
 from app.data.schema import MAX_CLASSES, SPLITS
 from app.errors import ConfigError
+from app.redact import redact_uri
 from app.storage.buckets import ObjectPath
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
 
@@ -57,8 +58,9 @@ class FolderListing:
 
 
 def shown(text: object) -> str:
-    """A name as messages show it: as is when printable, else escaped like Python's repr."""
-    value = str(text)
+    """A name as messages show it: as is when printable, else escaped like Python's repr;
+    a URI through the project's redaction rule."""
+    value = redact_uri(str(text))
     return value if value.isprintable() else repr(value)
 
 
