@@ -80,8 +80,10 @@ def list_folder(root: Path | ObjectPath, limit_s: float = LIST_LIMIT_S) -> Folde
     for split in SPLITS:
         try:
             if isinstance(root, ObjectPath):
+                # A client whose requests end within the limit too: none is left talking.
+                client = root.with_budget(limit_s)
                 found[split] = call_with_deadline(
-                    lambda s=split: _bucket_split(root, s), limit_s, str(root / split)
+                    lambda s=split, c=client: _bucket_split(c, s), limit_s, str(root / split)
                 )
             else:
                 found[split] = _local_split(root, split, deadline, problems)

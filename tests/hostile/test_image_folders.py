@@ -190,3 +190,20 @@ def test_classes_file_replaced_by_a_link_is_refused(
     os.symlink(tmp_path / "other.json", run_dir / "classes.json")
     _env(monkeypatch, tmp_path, TRAIN_RUN_NAME="pets")
     assert_refused(trainctl("check", "--skip-cluster"), 2, "classes.json", "symbolic link")
+
+
+def test_listing_a_bucket_that_stalls_ends_at_its_deadline() -> None:
+    """A store that answers the first probe and then holds every request: the listing gives
+    up at its limit, naming the folder and what to do, rather than waiting on the client."""
+    from app.errors import ConfigError
+    from app.storage.buckets import ObjectPath
+    from tests.hostile.test_storage_deadlines import _stalling_store
+
+    with _stalling_store() as endpoint:
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as refused:
+            list_folder(ObjectPath("s3://data/pets", endpoint), limit_s=1.0)
+        took = time.monotonic() - started
+    assert "s3://data/pets: listing train/ took over 1 s" in str(refused.value)
+    assert "prepare-data --from-folder" in str(refused.value)
+    assert took < 4, took
