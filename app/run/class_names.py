@@ -28,7 +28,7 @@ def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
     try:
         value: Any = bounded_json.loads(read_record_file(path, MAX_BYTES).decode("utf-8"))
     except FileNotFoundError:
-        return None
+        return _newest_checkpoints(run_dir)
     except (OSError, ValueError, safe_fs.LinkRefused) as err:
         raise ValueError(f"{path} cannot be read ({err})") from None
     names = value.get("class_names") if isinstance(value, dict) else None
@@ -41,6 +41,23 @@ def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
     return tuple(names)
 
 
+def _newest_checkpoints(run_dir: RunPath) -> tuple[str, ...] | None:
+    """The names in the newest intact checkpoint's meta.json, for a run folder that lost (or
+    predates) classes.json; None when it has no checkpoint or its checkpoint names none."""
+    from app.run import checkpoints  # imports torch: only when classes.json is missing
+
+    latest = checkpoints.scan(run_dir).latest
+    if latest is None:
+        return None
+    try:
+        text = read_record_file(latest.path / checkpoints.META_FILE, checkpoints.MAX_META_BYTES)
+        meta = bounded_json.loads(text.decode("utf-8"), checkpoints.MAX_META_BYTES)
+    except (OSError, ValueError, safe_fs.LinkRefused):  # changed since the scan: it decides
+        return None
+    names = meta.get("class_names") if isinstance(meta, dict) else None
+    return tuple(str(n) for n in names) if isinstance(names, list) else None
+
+
 def class_names_problem(run_dir: RunPath, info: DatasetInfo) -> str | None:
     """Why this data cannot continue the run at run_dir, or None."""
     try:
@@ -50,8 +67,8 @@ def class_names_problem(run_dir: RunPath, info: DatasetInfo) -> str | None:
     if before is None or before == info.class_names:
         return None
     return (
-        f"{info.path}: the classes differ from those run {run_dir.name} recorded in "
-        f"{CLASSES_FILE} ({describe_difference(before, info.class_names)}); label numbers would "
+        f"{info.path}: the classes differ from those run {run_dir.name} recorded "
+        f"({describe_difference(before, info.class_names)}); label numbers would "
         "change meaning: restore the class folders, or train a new run (TRAIN_RUN_NAME)"
     )
 

@@ -207,3 +207,22 @@ def test_listing_a_bucket_that_stalls_ends_at_its_deadline() -> None:
     assert "s3://data/pets: listing train/ took over 1 s" in str(refused.value)
     assert "prepare-data --from-folder" in str(refused.value)
     assert took < 4, took
+
+
+def test_a_checkpoint_that_names_other_classes_is_refused_without_classes_json(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A run folder that lost classes.json still knows its classes from its checkpoint."""
+    import torch
+
+    from app.run import checkpoints
+
+    image_folder(tmp_path / "data")  # Zebra, cat, dog
+    checkpoints.write_checkpoint(
+        tmp_path / "runs" / "pets" / checkpoints.dir_name(1),
+        model_state={"w": torch.zeros(1)}, train_state={"epoch": 1, "step": 1}, epoch=1,
+        metrics={"val_accuracy": 0.5}, class_names=("Zebra", "cat", "cow"),
+    )  # fmt: skip
+    _env(monkeypatch, tmp_path, TRAIN_RUN_NAME="pets")
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "classes differ from those run pets recorded", "new: dog")
