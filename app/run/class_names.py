@@ -28,7 +28,7 @@ def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
     try:
         value: Any = bounded_json.loads(read_record_file(path, MAX_BYTES).decode("utf-8"))
     except FileNotFoundError:
-        return _newest_checkpoints(run_dir)
+        return None
     except (OSError, ValueError, safe_fs.LinkRefused) as err:
         raise ValueError(f"{path} cannot be read ({err})") from None
     names = value.get("class_names") if isinstance(value, dict) else None
@@ -64,6 +64,8 @@ def class_names_problem(run_dir: RunPath, info: DatasetInfo) -> str | None:
         before = recorded(run_dir)
     except ValueError as err:
         return f"{err}; remove it only if the run's checkpoints should start over"
+    if before is None and info.class_names:  # only then worth verifying the checkpoints
+        before = _newest_checkpoints(run_dir)
     if before is None or before == info.class_names:
         return None
     return (
