@@ -13,12 +13,13 @@ shuffles within chunks as for Parquet data.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.data.folder_images import load_images
+from app.data.folder_images import decode_image, load_images, read_file
 from app.data.folder_listing import FolderListing, list_folder
 from app.data.image_size import image_size_for
 from app.data.images import ImageError
@@ -107,3 +108,18 @@ def build_folder_datasets(
         dataset.context.execution_options.preserve_order = True
         datasets[split] = dataset
     return datasets
+
+
+def first_bad_file(root: Path | ObjectPath, size: int, deadline: float) -> str | None:
+    """'<file>: <cause>' for the first file (train, then valid) that does not decode, or None
+    when none does before `deadline` (time.monotonic()). Ray's error for a failed read task
+    ends with its own advice, so the driver looks again itself (app/data/locate.py)."""
+    listing = list_folder(root, max(1.0, deadline - time.monotonic()))
+    for path, _ in listing.train + listing.valid:
+        if time.monotonic() > deadline:
+            return None
+        try:
+            decode_image(read_file(root, path), size, root / path)
+        except ImageError as err:
+            return str(err)
+    return None

@@ -1,4 +1,4 @@
-"""Finding the Parquet file and row behind an image error raised inside a Ray worker.
+"""Finding the Parquet file and row (or the image file) behind an image error in a Ray worker.
 
 A read task only sees a block of rows, so its ImageError says "row 5" of a block, and Ray wraps
 it as RayTaskError(UserCodeException). Naming the file costs nothing while all is well: only
@@ -22,11 +22,14 @@ ROWS_PER_STEP = 1024
 def locate_bad_image(
     info: DatasetInfo, limit_s: float = SEARCH_LIMIT_S, endpoint: str | None = None
 ) -> str | None:
-    """'<file>: row <n> (of the file): <cause>' for the first bad image, or None."""
-    if info.layout == "folder":  # the worker's own error names the file already
-        return None
+    """'<file>: row <n> (of the file): <cause>' for the first bad image, or None; for an image
+    folder '<file>: <cause>'."""
     deadline = time.monotonic() + limit_s
     root = locate(info.path, endpoint)
+    if info.layout == "folder":
+        from app.data.folder import first_bad_file
+
+        return first_bad_file(root, info.height, deadline)
     for split in ("train", "valid"):
         for path in parquet_files(root / split):
             offset = 0

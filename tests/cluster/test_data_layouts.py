@@ -149,3 +149,17 @@ def test_an_image_folder_yields_its_pixels_and_labels_through_ray_data(
     assert sorted(batch["label"].tolist()) == [0, 0, 1, 1]
     got = _pixels(rows, info).numpy()
     np.testing.assert_array_equal(_sorted_rows(got), _sorted_rows(images[8:]))
+
+    # A file truncated after the checks: the driver's reading of the failure (app/run/driver.py)
+    # knows it for a bad image, and its search names the file.
+    from app.data.locate import locate_bad_image
+    from app.run.decisions import is_bad_image, root_cause
+
+    broken = tmp_path / "valid" / "cat" / "10.png"
+    broken.write_bytes(broken.read_bytes()[:100])
+    with pytest.raises(Exception) as failed:  # Ray's wrapping of the worker's ImageError
+        build_datasets(settings, info)["valid"].take_all()
+    assert f"{broken}: not a readable image" in str(failed.value)
+    assert is_bad_image(root_cause(failed.value), failed.value)
+    where = locate_bad_image(info)
+    assert where is not None and where.startswith(f"{broken}: not a readable image"), where

@@ -104,7 +104,11 @@ def test_inspect_folder_and_the_bad_image_search(tmp_path: Path) -> None:
     assert (info.layout, info.height, info.width, info.channels) == ("folder", 16, 16, 3)
     assert info.class_names == ("Zebra", "cat", "dog") and info.num_classes == 3
     assert (info.train_rows, info.valid_rows, note) == (36, 12, "")
-    assert locate_bad_image(info) is None  # the worker's message already names the file
+    assert locate_bad_image(info) is None  # every file decodes
+    broken = tmp_path / "valid" / "dog" / "003.png"
+    broken.write_bytes(truncated_jpeg())
+    where = locate_bad_image(info)
+    assert where is not None and where.startswith(f"{broken}: not a readable image (image file")
 
 
 def test_checkpoint_meta_carries_class_names_under_its_checksum(tmp_path: Path) -> None:
