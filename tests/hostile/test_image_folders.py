@@ -226,3 +226,28 @@ def test_a_checkpoint_that_names_other_classes_is_refused_without_classes_json(
     _env(monkeypatch, tmp_path, TRAIN_RUN_NAME="pets")
     result = trainctl("check", "--skip-cluster")
     assert_refused(result, 2, "classes differ from those run pets recorded", "new: dog")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--dataset", "digits", "--from-folder", "src"), "exactly one of --dataset"),
+        ((), "exactly one of --dataset"),
+        (("--from-folder", "src", "--image-size", "4"), "--image-size=4"),
+        (("--from-folder", "src", "--image-size", "2000"), "--image-size"),
+        (("--from-folder", "s3:/bucket/x"), "--from-folder=s3:/bucket/x"),
+        (("--from-folder", "single"), "needs at least 2 classes"),
+        (("--from-folder", "broken"), "broken.jpg: not a readable image"),
+    ],
+)
+def test_prepare_from_a_hostile_folder_is_refused_and_writes_nothing(
+    tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
+    image_folder(tmp_path / "src", per_class=(2, 1))
+    image_folder(tmp_path / "single", per_class=(2, 1), classes=("only",))
+    image_folder(tmp_path / "broken", per_class=(2, 1))
+    (tmp_path / "broken" / "valid" / "cat" / "broken.jpg").write_bytes(truncated_jpeg())
+    result = trainctl("prepare-data", *args, "--out", str(tmp_path / "out"))
+    assert_refused(result, 2, needle)
+    assert not (tmp_path / "out").exists()
+    assert not any(p.name.startswith(".out.tmp") for p in tmp_path.iterdir())  # no staging left
