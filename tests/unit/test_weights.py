@@ -63,9 +63,7 @@ def _cached(torch_home: Path) -> dict[str, torch.Tensor]:
 
 
 def _settings(tmp_path: Path, weights: str = NAME) -> TrainSettings:
-    return TrainSettings(
-        model="mobilenet_v3_small", weights=weights, torch_home=tmp_path / "torch"
-    )  # type: ignore[call-arg]
+    return TrainSettings(model="mobilenet_v3_small", weights=weights, torch_home=tmp_path / "torch")  # type: ignore[call-arg]
 
 
 def test_weights_name_resolves_from_the_cache_and_loads_with_a_new_head(tmp_path: Path) -> None:
