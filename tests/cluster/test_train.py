@@ -131,14 +131,19 @@ def test_failure_during_training_exits_1_with_cause_and_locations(
     ray_cluster: object, tmp_path: Path
 ) -> None:
     # Weights whose names and shapes fit (so preflight, which checks those, lets them through)
-    # but that hold no data: meta tensors, which every worker's load_state_dict refuses.
+    # but one of which holds no data: a meta tensor, which each worker's load_state_dict
+    # refuses. (Mismatched names or shapes stop in preflight, tests/hostile/test_model_zoo.py.)
     wrong = tmp_path / "wrong.pt"
-    with torch.device("meta"):
-        torch.save(build_model("cnn", SYNTHETIC_INFO).state_dict(), wrong)
+    state = build_model("cnn", SYNTHETIC_INFO).state_dict()
+    last = list(state)[-1]
+    state[last] = torch.empty(state[last].shape, device="meta")
+    torch.save(state, wrong)
     env = _settings(tmp_path, ray_cluster, warm_start=str(wrong), epochs="1")
     result = run_trainctl("train", env=env, cwd=tmp_path)
     assert result.returncode == 1, explain(result)
-    assert "training failed" in result.stderr and "state_dict" in result.stderr, explain(result)
+    assert "training failed" in result.stderr, explain(result)
+    assert f'parameter named "{last}"' in result.stderr, explain(result)
+    assert "Cannot copy out of meta tensor" in result.stderr, explain(result)
     run_dir = tmp_path / "runs" / "synthetic-cnn"
     assert f"driver and worker logs: {run_dir}/logs/attempt-1/" in result.stderr
     assert "Traceback" not in result.stderr
