@@ -82,6 +82,7 @@ class TrainSettings(BaseSettings):
     # --- model and optimisation ---------------------------------------------------------
     model: ModelName = Field(
         "resnet18",
+        json_schema_extra={"pattern": r"^[a-z][a-z0-9_]*$"},  # the chart's schema; names: below
         description="Network to train: resnet18, vit, or cnn (the tutorial's; small and fast), "
         "whose stems adapt to the data's channel count and image size, or any torchvision "
         "classifier (resnet50, mobilenet_v3_small, efficientnet_b0, convnext_tiny, vit_b_16, "
