@@ -286,6 +286,15 @@ class TrainSettings(BaseSettings):
     def _torch_home_absolute(cls, value: Path | None) -> Path | None:
         return None if value is None else value.expanduser().absolute()
 
+    @model_validator(mode="after")
+    def _one_starting_point(self) -> TrainSettings:
+        if self.weights is not None and self.warm_start is not None:
+            raise ValueError(
+                "TRAIN_WEIGHTS and TRAIN_WARM_START are both set; a run starts from one: "
+                "TRAIN_WARM_START for a trainctl checkpoint, TRAIN_WEIGHTS for pretrained weights"
+            )
+        return self
+
     # --- validators, next to what they check ----------------------------------------------
     @field_validator("num_workers")
     @classmethod

@@ -65,6 +65,10 @@ def _refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *needles: str, **e
         ({"model": "cnn", "backbone_lr_scale": "nan"}, ("TRAIN_BACKBONE_LR_SCALE='nan'",)),
         ({"model": "cnn", "augment": "rotate"}, ("TRAIN_AUGMENT='rotate'", "crop_flip")),
         ({"model": "cnn", "freeze": "all"}, ("TRAIN_FREEZE='all'", "backbone")),
+        (
+            {"model": "cnn", "weights": "/w.pt", "warm_start": "/c"},
+            ("TRAIN_WEIGHTS and TRAIN_WARM_START are both set",),
+        ),
     ],
 )
 def test_bad_model_and_fine_tuning_settings(
