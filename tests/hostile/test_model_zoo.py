@@ -8,6 +8,8 @@ a cluster. Downloads go to a proxy on a closed local port, so they fail at once.
 from __future__ import annotations
 
 import os
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ BASE = {"TRAIN_DATASET": "parquet", "TRAIN_GLOBAL_BATCH_SIZE": "8", "TRAIN_RUN_N
 
 
 @pytest.fixture(autouse=True)
-def setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     def refuse(settings: object) -> None:
         raise AssertionError("preflight let this through: Ray would start")
 
@@ -31,11 +33,15 @@ def setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.setenv(key, "http://127.0.0.1:9")
     for key in ("no_proxy", "NO_PROXY"):
         monkeypatch.delenv(key, raising=False)
+    # urlopen keeps the opener (and the proxies) it built first: rebuild it now and after.
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
     data.good(tmp_path / "data")  # 8x8 grayscale, 4 classes
     env = {**BASE, "TRAIN_DATA_PATH": str(tmp_path / "data")}
     env["TRAIN_STORAGE_PATH"] = str(tmp_path / "runs")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    yield
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
 
 
 def _refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *needles: str, **env: str) -> None:

@@ -4,6 +4,8 @@ impossible (a proxy that refuses connections), and the fit rule for heads. Real 
 from __future__ import annotations
 
 import os
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from torchvision.models import MobileNet_V3_Small_Weights, get_model
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.settings import TrainSettings
+from app.training import weights as weights_module
 from app.training.model import build_model
 from app.training.weights import (
     apply_weights,
@@ -23,18 +26,23 @@ from app.training.weights import (
     weights_image_size,
     weights_source,
 )
+from tests.s3_support import S3Server, s3_server  # noqa: F401 - the fixture
 
 NAME = "MobileNet_V3_Small_Weights.IMAGENET1K_V1"
 WEIGHTS = MobileNet_V3_Small_Weights.IMAGENET1K_V1
 
 
-@pytest.fixture(autouse=True)
-def no_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def no_downloads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every download goes to a proxy on a closed local port: refused at once."""
     for key in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         monkeypatch.setenv(key, "http://127.0.0.1:9")
     for key in ("no_proxy", "NO_PROXY"):
         monkeypatch.delenv(key, raising=False)
+    # urlopen keeps the opener (and the proxies) it built first: rebuild it now and after.
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
+    yield
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
 
 
 def _info(channels: int = 3) -> DatasetInfo:
@@ -66,7 +74,9 @@ def _settings(tmp_path: Path, weights: str = NAME) -> TrainSettings:
     return TrainSettings(model="mobilenet_v3_small", weights=weights, torch_home=tmp_path / "torch")  # type: ignore[call-arg]
 
 
-def test_weights_name_resolves_from_the_cache_and_loads_with_a_new_head(tmp_path: Path) -> None:
+def test_weights_name_resolves_from_the_cache_and_loads_with_a_new_head(
+    tmp_path: Path, no_downloads: None
+) -> None:
     state = _cached(tmp_path / "torch")
     settings = _settings(tmp_path)
     assert cache_file(WEIGHTS, settings.torch_home) == (
@@ -87,7 +97,9 @@ def test_default_names_the_models_default_weights(tmp_path: Path) -> None:
     assert weights_source(_settings(tmp_path, "DEFAULT")) is WEIGHTS
 
 
-def test_missing_cache_file_says_which_file_to_place_where(tmp_path: Path) -> None:
+def test_missing_cache_file_says_which_file_to_place_where(
+    tmp_path: Path, no_downloads: None
+) -> None:
     settings = _settings(tmp_path)
     with pytest.raises(ConfigError) as caught:
         check_weights(settings, _info())
@@ -131,3 +143,29 @@ def test_fit_rule_skips_a_mismatched_head_and_names_other_keys() -> None:
     _, problem = fitted(state, expected, head)
     assert problem and "body.weight is (8, 1) not (8, 3)" in problem
     assert "unexpected ['stray.weight']" in problem
+
+
+def test_state_dict_file_in_a_bucket_loads_and_is_bounded(
+    s3_server: S3Server,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bucket = s3_server.bucket("unit-weights")
+    torch.manual_seed(4)
+    state = get_model("mobilenet_v3_small", weights=None, num_classes=4).state_dict()
+    local = tmp_path / "w.pt"
+    torch.save(state, local)
+    bucket.write("pretrained/w.pt", local.read_bytes())
+    settings = TrainSettings(
+        model="mobilenet_v3_small",
+        weights=bucket.uri("pretrained/w.pt"),
+        storage_endpoint=s3_server.endpoint,
+    )  # type: ignore[call-arg]
+    assert "head kept" in check_weights(settings, _info())  # 4 classes: the head fits too
+    model = build_model("mobilenet_v3_small", _info())
+    apply_weights(model, settings)
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[key], value) for key, value in state.items())
+    monkeypatch.setattr(weights_module, "MAX_WEIGHTS_BYTES", 1000)
+    with pytest.raises(ConfigError, match=r"bytes, over the 1,000 allowed"):
+        check_weights(settings, _info())
