@@ -129,8 +129,13 @@ def fetch(weights: WeightsEnum, torch_home: Path | None) -> Path:
         return file
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
+        # torchvision's file names carry the start of their SHA-256, as torch.hub checks it.
+        digest = torch.hub.HASH_REGEX.search(file.name)
         with _read_timeout(DOWNLOAD_READ_TIMEOUT_S):  # torch.hub takes no timeout itself
-            torch.hub.download_url_to_file(weights.url, str(file), progress=False)
+            torch.hub.download_url_to_file(
+                weights.url, str(file), hash_prefix=digest.group(1) if digest else None,
+                progress=False,
+            )  # fmt: skip
     except Exception as err:  # no network, a proxy, a full disk: all mean "place it by hand"
         raise ConfigError(
             f"TRAIN_WEIGHTS={_name(weights)}: {file.name} is not in the cache and could not be "
