@@ -65,6 +65,7 @@ def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
         ("tracking", _tracking),
         ("dataset", partial(_dataset, prepare=prepare, rows_per_worker=rows_per_worker)),
         ("warm_start", _warm_start),
+        ("weights", _weights),
         ("versions", _versions),
     ]
 
@@ -181,8 +182,8 @@ def _dataset_in(
 
 
 def _warm_start(settings: TrainSettings, found: Found) -> str:
-    """The file must exist and load as weights. Whether they fit the model is found by the
-    workers' load_state_dict, whose error names the mismatched keys."""
+    """The file must exist, load as weights and (once the data is known) fit the model: its
+    mismatched keys are named here, before Ray starts, not by every worker's load."""
     from app.run.resume import warm_start_problem
 
     path = settings.warm_start
@@ -191,10 +192,23 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
     if not exists_within(path, "TRAIN_WARM_START", settings.storage_timeout_s):
         raise ConfigError(f"TRAIN_WARM_START={redact_uri(str(path))}: no such checkpoint or file")
     with store_errors(path, "TRAIN_WARM_START"):  # only a bucket's client raises here
-        problem = warm_start_problem(settings)
+        problem = warm_start_problem(settings, found.info)
     if problem:
         raise ConfigError(problem)
-    return f"{path} loads as weights"
+    return f"{path} loads as weights" + (" that fit the model" if found.info else "")
+
+
+def _weights(settings: TrainSettings, found: Found) -> str:
+    """TRAIN_WEIGHTS resolves, is cached or downloads, loads, and fits (app/training/weights)."""
+    from app.training.weights import check_weights, weights_source
+
+    source = weights_source(settings)
+    if not isinstance(source, Path | ObjectPath):
+        return check_weights(settings, found.info)
+    if not exists_within(source, "TRAIN_WEIGHTS", settings.storage_timeout_s):
+        raise ConfigError(f"TRAIN_WEIGHTS={redact_uri(str(source))}: no such file")
+    with store_errors(source, "TRAIN_WEIGHTS"):  # only a bucket's client raises here
+        return check_weights(settings, found.info)
 
 
 def workers_problem(settings: TrainSettings, info: DatasetInfo) -> str | None:

@@ -28,7 +28,8 @@ NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
 DatasetName = Literal[
     "digits", "synthetic", "mnist", "fashion_mnist", "cifar10", "parquet", "folder"
 ]
-ModelName = Literal["cnn", "resnet18", "vit"]
+# The tutorial's three, or any torchvision classifier name (checked by _model_is_known).
+ModelName = str
 CacheMode = Literal["auto", "on", "off"]
 
 # Run names become folder names and, on Kubernetes, RayJob names: keep them to DNS-1123 labels.
@@ -85,8 +86,11 @@ class TrainSettings(BaseSettings):
     # --- model and optimisation ---------------------------------------------------------
     model: ModelName = Field(
         "resnet18",
-        description="Network to train: resnet18, vit, or cnn (small and fast). "
-        "Its stem adapts to the data's channel count and image size.",
+        json_schema_extra={"pattern": r"^[a-z][a-z0-9_]*$"},  # the chart's schema; names: below
+        description="Network to train: resnet18, vit, or cnn (the tutorial's; small and fast), "
+        "whose stems adapt to the data's channel count and image size, or any torchvision "
+        "classifier (resnet50, mobilenet_v3_small, efficientnet_b0, convnext_tiny, vit_b_16, "
+        "...), whose head is sized to the data's classes.",
     )
     epochs: int = Field(10, ge=1, le=100_000, description="Total epochs of the run.")
     global_batch_size: int = Field(
@@ -239,6 +243,78 @@ class TrainSettings(BaseSettings):
         if value and value < IMAGE_SIZE_MIN:
             raise ValueError(f"must be 0 (from the model) or {IMAGE_SIZE_MIN}..{IMAGE_SIZE_MAX}")
         return value
+
+    # --- model zoo, pretrained weights, fine-tuning, augmentation (issue 26) ---
+    weights: str | None = Field(
+        None,
+        description="Pretrained weights for TRAIN_MODEL: a torchvision weights name such as "
+        "ResNet50_Weights.IMAGENET1K_V2 (or DEFAULT, the model's default weights), or a state-"
+        "dict file, local or in a bucket; the head is kept only where its shape fits the data's "
+        "classes. With a weights name, mean and std follow the weights' own transforms.",
+    )
+    torch_home: Path | None = Field(
+        None,
+        description="torchvision's download cache (TORCH_HOME) for TRAIN_WEIGHTS names, seen by "
+        "the driver and every worker; empty uses TORCH_HOME or ~/.cache/torch. Without "
+        "internet, place the weights file in <torch_home>/hub/checkpoints/.",
+    )
+    freeze: Literal["none", "backbone"] = Field(
+        "none",
+        description="backbone trains only the classifier head: every other parameter is frozen "
+        "(and its BatchNorm statistics too); none trains everything.",
+    )
+    backbone_lr_scale: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Learning-rate multiplier for every parameter but the head's (the usual "
+        "fine-tuning recipe is 0.1); 1 trains all at TRAIN_LR.",
+    )
+    augment: Literal["auto", "none", "crop_flip", "crop"] = Field(
+        "auto",
+        description="Training-batch augmentation on the device: crop (random crop with padding "
+        "up to 64px, random resized crop above), crop_flip (also horizontal flips); auto is "
+        "crop for the digit datasets (digits, mnist), where a flip changes the class, and "
+        "crop_flip otherwise. Validation is never augmented.",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _model_is_known(cls, value: str) -> str:
+        from app.training.zoo import TUTORIAL_MODELS, is_zoo, known_models
+
+        if value in TUTORIAL_MODELS or is_zoo(value):
+            return value
+        from app.errors import did_you_mean
+
+        hint = did_you_mean(value, known_models(), "`trainctl env` describes TRAIN_MODEL")
+        raise ValueError(f"must be cnn, resnet18, vit or a torchvision classifier name{hint}")
+
+    @field_validator("weights", "torch_home", mode="before")
+    @classmethod
+    def _weights_empty_means_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_name_or_file(cls, value: str | None) -> str | None:
+        from app.training.weights import check_weights_setting
+
+        return None if value is None else check_weights_setting(value)
+
+    @field_validator("torch_home")
+    @classmethod
+    def _torch_home_absolute(cls, value: Path | None) -> Path | None:
+        return None if value is None else value.expanduser().absolute()
+
+    @model_validator(mode="after")
+    def _one_starting_point(self) -> TrainSettings:
+        if self.weights is not None and self.warm_start is not None:
+            raise ValueError(
+                "TRAIN_WEIGHTS and TRAIN_WARM_START are both set; a run starts from one: "
+                "TRAIN_WARM_START for a trainctl checkpoint, TRAIN_WEIGHTS for pretrained weights"
+            )
+        return self
 
     # --- validators, next to what they check ----------------------------------------------
     @field_validator("num_workers")

@@ -6,6 +6,11 @@
   bare: the same model, batch, optimizer and validation in this process, over tensors already
         normalized in memory; no Ray, no checkpoint.
 
+Both augment every training batch the same way (TRAIN_AUGMENT=crop_flip: a random crop of the
+4px-padded image and a random horizontal flip per image, batched): the app with
+app/training/augment.py, the bare loop with the same few plain torch operations written out
+here, so the ratio measures the app's overhead and not the augmentation's cost.
+
 Both use one torch thread. Two figures per variant:
 
   samples_per_s (the target): training steps at steady state. The app's is what its worker
@@ -38,6 +43,7 @@ from bench.ingest import pyarrow_numpy
 
 THREADS = 1
 MODEL, BATCH, LR, WEIGHT_DECAY = "cnn", 128, 1e-3, 0.01
+AUGMENT = "crop_flip"
 VALID_BATCH = 512  # the app's validation batch
 TARGET = 0.95
 
@@ -59,6 +65,25 @@ def _load(folder: Path) -> tuple[Any, Any]:
     return images, labels
 
 
+def crop_flip(images: Any, generator: Any) -> Any:
+    """What a bare loop writes for batched crop-with-padding and flip: pad, pick each image's
+    window and direction with one gather, no per-image loop."""
+    import torch
+    import torch.nn.functional as F
+
+    rows, _, height, width = images.shape
+    pad = max(1, min(height, width) // 8)
+    padded = F.pad(images, (pad, pad, pad, pad))
+    flips = torch.rand(rows, generator=generator) < 0.5
+    dy = torch.randint(0, 2 * pad + 1, (rows, 1), generator=generator)
+    dx = torch.randint(0, 2 * pad + 1, (rows, 1), generator=generator)
+    ys = dy + torch.arange(height)
+    xs = dx + torch.arange(width)
+    xs = torch.where(flips[:, None], xs.flip(1), xs)
+    picked = padded[torch.arange(rows)[:, None, None], :, ys[:, :, None], xs[:, None, :]]
+    return picked.permute(0, 3, 1, 2)
+
+
 def bare(data_dir: Path, epochs: int) -> Callable[[], dict[str, float]]:
     import torch
     from torch import nn
@@ -75,13 +100,15 @@ def bare(data_dir: Path, epochs: int) -> Callable[[], dict[str, float]]:
         optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
         loss_fn = nn.CrossEntropyLoss()
         times, step_times = [], []
+        generator = torch.Generator().manual_seed(0)
         for _ in range(epochs):
             started = time.perf_counter()
             model.train()
             order = torch.randperm(len(train_y))
             for begin in range(0, len(order), BATCH):
                 index = order[begin : begin + BATCH]
-                loss = loss_fn(model(train_x[index]), train_y[index])
+                batch = crop_flip(train_x[index], generator)
+                loss = loss_fn(model(batch), train_y[index])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
@@ -110,7 +137,7 @@ def app(data_dir: Path, storage: Path, epochs: int) -> Callable[[], dict[str, fl
             dataset="parquet", data_path=data_dir, model=MODEL, epochs=epochs,
             global_batch_size=BATCH, lr=LR, weight_decay=WEIGHT_DECAY, num_workers="1",
             cpus_per_worker=THREADS, storage_path=storage, run_name=f"overhead-{next(runs)}",
-            max_failures=0, amp="off",
+            max_failures=0, amp="off", augment=AUGMENT,
         )  # fmt: skip
         run_training(settings)
         run_dir = settings.run_dir
@@ -161,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     common.say(
         f"overhead: model {MODEL}, batch {BATCH}, {args.rows:,} rows ({steps} steps) + "
         f"{VALID_BATCH} validation rows per epoch, {args.epochs} epoch(s) per rep, "
-        f"{THREADS} torch thread(s)"
+        f"{THREADS} torch thread(s), augmentation {AUGMENT} on both sides"
     )
     variants = {"bare": bare(data_dir, args.epochs), "app": app(data_dir, storage, args.epochs)}
     figures = common.medians(common.interleave(variants, args.reps, say=common.say))

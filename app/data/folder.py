@@ -74,7 +74,9 @@ def inspect_folder(root: Path | ObjectPath, size: int) -> tuple[DatasetInfo, str
 
 
 def inspect_for(settings: TrainSettings) -> tuple[DatasetInfo, str]:
-    return inspect_folder(settings.dataset_dir, image_size_for(settings.model, settings.image_size))
+    return inspect_folder(
+        settings.dataset_dir, image_size_for(settings.model, settings.image_size, settings.weights)
+    )
 
 
 def build_folder_datasets(

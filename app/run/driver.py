@@ -32,6 +32,7 @@ from app.storage.location import RunPath, storage_options
 from app.storage.probe import StoreUnavailable
 from app.tracking.trackers import Trackers
 from app.training.accel import resolve
+from app.training.weights import pretrained_info
 
 
 class Interrupted(TrainctlError):
@@ -65,6 +66,7 @@ def _train(
     run_dir = settings.run_dir
     # auto values become concrete once, here: the workers and the summary see what ran.
     settings, choices = resolve(settings, info)
+    info = pretrained_info(settings, info)  # TRAIN_WEIGHTS by name: the weights' mean and std
     if choices:
         _say(f"gpu: {', '.join(choices)}")
 

@@ -38,24 +38,24 @@ def usable_checkpoint(
     return None
 
 
-def warm_start_problem(settings: TrainSettings) -> str | None:
-    """Why TRAIN_WARM_START cannot be read as weights at all, or None.
-
-    Whether the weights fit the model is left to the workers, whose load_state_dict error names
-    the mismatched keys (tests/cluster/test_train.py relies on that run-time failure path).
-    """
+def warm_start_problem(settings: TrainSettings, info: DatasetInfo | None = None) -> str | None:
+    """Why TRAIN_WARM_START cannot start this run, or None: it cannot be read as weights, or
+    (when the data is known) its names or shapes do not fit the model, naming the keys."""
     path = settings.warm_start
     try:
-        checkpoints.load_weights(path)  # type: ignore[arg-type]
+        weights = checkpoints.load_weights(path)  # type: ignore[arg-type]
     except Exception as err:  # not a torch file, or one that needs unpickling code
         return f"TRAIN_WARM_START={path}: cannot be loaded as weights ({type(err).__name__})"
+    problem = checkpoints.fit_problem(weights, model_shapes(settings, info)) if info else None
+    if problem:
+        return f"TRAIN_WARM_START={path} does not fit TRAIN_MODEL={settings.model}: {problem}"
     return None
 
 
 def model_shapes(settings: TrainSettings, info: DatasetInfo) -> dict[str, Any]:
-    from app.training.model import build_model
+    from app.training.weights import shapes_and_head
 
-    return {k: v.shape for k, v in build_model(settings.model, info).state_dict().items()}
+    return shapes_and_head(settings, info)[0]
 
 
 def _set_aside(folder: Path, why: str, say: Callable[[str], None]) -> None:

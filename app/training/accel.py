@@ -21,6 +21,7 @@ from torch import nn
 
 from app.data.schema import DatasetInfo
 from app.settings import TrainSettings
+from app.training.augment import augment_mode
 from app.training.model import uses_channels_last, vit_patch_for
 
 COMPILE_CACHE_PREFIX = "trainctl-inductor-"  # + the uid, in this machine's temp folder
@@ -55,7 +56,8 @@ def resolve(settings: TrainSettings, info: DatasetInfo) -> tuple[TrainSettings, 
     patch = settings.vit_patch
     if settings.model == "vit" and not patch:
         patch = vit_patch_for(info.height) or 0
-    update = {"amp": amp, "compile": compiled, "vit_patch": patch}
+    augment = augment_mode(settings.augment, settings.dataset)
+    update = {"amp": amp, "compile": compiled, "vit_patch": patch, "augment": augment}
     return settings.model_copy(update=update), notes
 
 
@@ -77,8 +79,11 @@ def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
 
 
 def make_optimizer(
-    params: Iterable[nn.Parameter], settings: TrainSettings, device: torch.device
+    params: Iterable[nn.Parameter] | list[dict[str, Any]],
+    settings: TrainSettings,
+    device: torch.device,
 ) -> torch.optim.AdamW:
+    """AdamW over parameters or param groups (app/training/finetune.py: head and backbone)."""
     # Fused AdamW updates every parameter in a few kernels instead of several per tensor.
     return torch.optim.AdamW(
         params, lr=settings.lr, weight_decay=settings.weight_decay, fused=device.type == "cuda"

@@ -27,6 +27,7 @@ from app.run.epoch_record import new_record
 from app.run.worker_hooks import EpochHook, worker_hooks
 from app.settings import TrainSettings
 from app.storage.location import RunPath, in_storage
+from app.training import finetune
 from app.training.accel import (
     CompiledModel,
     autocast_dtype,
@@ -34,7 +35,9 @@ from app.training.accel import (
     memory_format,
     private_compile_cache,
 )
+from app.training.augment import augment
 from app.training.model import build_model, uses_channels_last
+from app.training.weights import apply_weights
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -58,6 +61,8 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     model = build_model(settings.model, info, settings.vit_patch)
     if resume is None and settings.warm_start is not None:
         model.load_state_dict(checkpoints.load_weights(settings.warm_start))
+    elif resume is None:
+        apply_weights(model, settings)  # TRAIN_WEIGHTS, if set
     train_state: dict[str, Any] = {}
     if resume is not None:
         model_state, train_state = checkpoints.load_train_state(resume)
@@ -66,13 +71,14 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     if uses_channels_last(settings.model):
         model = model.to(memory_format=torch.channels_last)
 
+    trainable = finetune.param_groups(model, settings)  # before DDP: it syncs what trains
     # Weights are loaded into the plain module before it is wrapped (DDP) and compiled, so
     # checkpoints never see compile's `_orig_mod.` names and resume works either way.
     model = ray.train.torch.prepare_model(model)
     if settings.compile == "on":  # never on the shared storage: its files would run here
         private_compile_cache()
     forward = CompiledModel(model, enabled=settings.compile == "on")
-    optimizer = make_optimizer(model.parameters(), settings, device)
+    optimizer = make_optimizer(trainable, settings, device)
     scaler = torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16")
     if train_state:
         optimizer.load_state_dict(train_state["optimizer"])
@@ -111,9 +117,12 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             epoch=epoch, seed=settings.seed, shuffle=True,
         ):  # fmt: skip
             first_batch_at = first_batch_at or time.monotonic()
+            images = augment(
+                images, settings.augment, seed=settings.seed, epoch=epoch, rank=rank, step=step
+            )
             images = images.contiguous(memory_format=batch_format)
             for group in optimizer.param_groups:
-                group["lr"] = schedule(step)
+                group["lr"] = finetune.scaled_lr(group, schedule(step))
             with _autocast(device, amp_dtype):
                 loss = loss_fn(forward(images), labels)
             optimizer.zero_grad(set_to_none=True)

@@ -1,11 +1,19 @@
-"""The networks `TRAIN_MODEL` can name, each adapted to the data's channels and image size."""
+"""The networks `TRAIN_MODEL` can name, each adapted to the data's channels and image size.
+
+`cnn`, `resnet18` and `vit` are the tutorial's models, built here. `resnet18` keeps that meaning
+although torchvision has a model of the same name: it is torchvision's ResNet-18 with a 3x3 stem
+for images up to 64px and a stem for the data's channel count, which is exactly torchvision's
+resnet18 (and takes its ImageNet weights) for 3-channel images over 64px. Every other
+torchvision classifier name is built by app/training/zoo.py.
+"""
 
 from __future__ import annotations
 
 from torch import nn
 
 from app.data.schema import DatasetInfo
-from app.errors import ConfigError
+from app.errors import ConfigError, did_you_mean
+from app.training import zoo
 
 # Below this size a ResNet's 7x7/stride-2 stem and max-pool would shrink the image to nothing,
 # so small images get the CIFAR-style 3x3/stride-1 stem instead.
@@ -21,18 +29,26 @@ VIT_MIN_GRID, VIT_TINY_GRID = 7, 4
 
 
 def build_model(name: str, info: DatasetInfo, vit_patch: int = 0) -> nn.Module:
-    problem = model_problem(name, info, vit_patch)
+    # A torchvision model's size check is a forward pass: preflight runs it once, not each build.
+    problem = None if zoo.is_zoo(name) else model_problem(name, info, vit_patch)
     if problem:
         raise ConfigError(problem)
     if name == "cnn":
         return _small_cnn(info)
     if name == "resnet18":
         return _resnet18(info)
-    return _vit(info, vit_patch)
+    if name == "vit":
+        return _vit(info, vit_patch)
+    return zoo.build_zoo(name, info.num_classes, info.channels)
 
 
 def model_problem(name: str, info: DatasetInfo, vit_patch: int = 0) -> str | None:
     """Why `name` cannot train on this data, or None. Checked before any worker starts."""
+    if name not in zoo.TUTORIAL_MODELS:
+        if not zoo.is_zoo(name):
+            hint = did_you_mean(name, zoo.known_models(), "`trainctl env` lists the models")
+            return f"TRAIN_MODEL={name!r} is not a model{hint}"
+        return zoo.shape_problem(name, info.num_classes, info.channels, info.height, info.width)
     if name == "vit":
         size = info.height
         if info.height != info.width:
@@ -62,8 +78,9 @@ def vit_patch_for(size: int) -> int | None:
 
 def uses_channels_last(name: str) -> bool:
     """CNNs run faster on channels_last batches; the ViT (one convolution, then matrix
-    products) on contiguous NCHW ones. BENCHMARKS.md has the measurements."""
-    return name != "vit"
+    products) on contiguous NCHW ones. BENCHMARKS.md has the measurements. torchvision's
+    transformers (ViT, Swin, MaxViT) follow the ViT's rule (zoo.is_transformer)."""
+    return not zoo.is_transformer(name)
 
 
 def _small_cnn(info: DatasetInfo) -> nn.Module:

@@ -23,7 +23,9 @@ from tests.support import explain, run_trainctl, trainctl_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-CHECKS = ("settings", "storage", "tracking", "dataset", "warm_start", "versions", "cluster")
+CHECKS = (
+    "settings", "storage", "tracking", "dataset", "warm_start", "weights", "versions", "cluster",
+)  # fmt: skip
 BASE = {
     "dataset": "parquet",
     "model": "cnn",
@@ -70,6 +72,12 @@ FAILURES = [
         "warm_start",
         "TRAIN_WARM_START={tmp}/no-such.pt: no such checkpoint or file",
         {"warm_start": "{tmp}/no-such.pt"},
+    ),
+    Failure(
+        "weights-missing",
+        "weights",
+        "TRAIN_WEIGHTS={tmp}/no-such.pt: no such file",
+        {"weights": "{tmp}/no-such.pt"},
     ),
     Failure("cluster-workers", "cluster", "needs 40 CPUs; the Ray cluster has", TOO_MANY),
     Failure("cluster-gpus", "cluster", "needs 2 GPUs; the Ray cluster has 0", {"use_gpu": "true"}),

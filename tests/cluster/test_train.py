@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.data.schema import inspect_dataset
+from app.data.schema import DatasetInfo, inspect_dataset
+from app.data.sources import SYNTHETIC_CLASSES, SYNTHETIC_SHAPE
 from app.training.model import build_model
 from tests.support import (
     FINISHED_EPOCHS,
@@ -24,6 +25,18 @@ from tests.support import (
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+SYNTHETIC_INFO = DatasetInfo(
+    channels=SYNTHETIC_SHAPE[2],
+    height=SYNTHETIC_SHAPE[0],
+    width=SYNTHETIC_SHAPE[1],
+    num_classes=SYNTHETIC_CLASSES,
+    train_rows=1,
+    valid_rows=1,
+    layout="raw",
+    mean=(0.5,) * SYNTHETIC_SHAPE[2],
+    std=(0.25,) * SYNTHETIC_SHAPE[2],
+)
 
 
 def _settings(tmp: Path, cluster: object, **overrides: str) -> dict[str, str]:
@@ -117,12 +130,20 @@ def test_bad_settings_exit_2_before_anything_is_written(tmp_path: Path) -> None:
 def test_failure_during_training_exits_1_with_cause_and_locations(
     ray_cluster: object, tmp_path: Path
 ) -> None:
+    # Weights whose names and shapes fit (so preflight, which checks those, lets them through)
+    # but one of which holds no data: a meta tensor, which each worker's load_state_dict
+    # refuses. (Mismatched names or shapes stop in preflight, tests/hostile/test_model_zoo.py.)
     wrong = tmp_path / "wrong.pt"
-    torch.save({"unrelated.weight": torch.zeros(1)}, wrong)
+    state = build_model("cnn", SYNTHETIC_INFO).state_dict()
+    last = list(state)[-1]
+    state[last] = torch.empty(state[last].shape, device="meta")
+    torch.save(state, wrong)
     env = _settings(tmp_path, ray_cluster, warm_start=str(wrong), epochs="1")
     result = run_trainctl("train", env=env, cwd=tmp_path)
     assert result.returncode == 1, explain(result)
-    assert "training failed" in result.stderr and "state_dict" in result.stderr, explain(result)
+    assert "training failed" in result.stderr, explain(result)
+    assert f'parameter named "{last}"' in result.stderr, explain(result)
+    assert "Cannot copy out of meta tensor" in result.stderr, explain(result)
     run_dir = tmp_path / "runs" / "synthetic-cnn"
     assert f"driver and worker logs: {run_dir}/logs/attempt-1/" in result.stderr
     assert "Traceback" not in result.stderr

@@ -51,7 +51,7 @@ def test_dotenv_file_is_read(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
         ({"TRAIN_EPOCHS": "ten"}, "TRAIN_EPOCHS='ten'"),
         ({"TRAIN_EPOCHS": "0"}, "greater than or equal to 1"),
         ({"TRAIN_LR": "-1"}, "TRAIN_LR='-1'"),
-        ({"TRAIN_MODEL": "gpt"}, "'cnn', 'resnet18' or 'vit'"),
+        ({"TRAIN_MODEL": "gpt"}, "TRAIN_MODEL='gpt': must be cnn, resnet18, vit or a torchvision"),
         ({"TRAIN_DATASET": "imagenet"}, "TRAIN_DATASET='imagenet'"),
         ({"TRAIN_NUM_WORKERS": "4-2"}, "1 <= MIN <= MAX"),
         ({"TRAIN_NUM_WORKERS": "many"}, "MIN-MAX"),

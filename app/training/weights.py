@@ -1,0 +1,262 @@
+"""TRAIN_WEIGHTS: pretrained weights by torchvision name or from a state-dict file.
+
+- A name (`ResNet50_Weights.IMAGENET1K_V2`, or `DEFAULT` for the model's default weights) is
+  resolved by torchvision (`get_weight`) and must belong to TRAIN_MODEL. Its file is
+  torchvision's own download, cached in `<TRAIN_TORCH_HOME or TORCH_HOME>/hub/checkpoints/`.
+  The driver's preflight downloads it once, before Ray starts, within a per-read deadline;
+  without internet it says which file to place where. Workers read the same folder (a
+  setting, so that every worker sees it: on Kubernetes point it at the shared volume).
+- A file is a state dict, local or in a bucket, of at most MAX_WEIGHTS_BYTES, loaded with
+  `torch.load(weights_only=True)`: nothing in it can run code.
+- Weights load into the model built for the data, whose head has the data's class count:
+  head keys are taken only where their shapes fit (so a 1000-class ImageNet head is left
+  fresh), every other key must be present with its shape, or preflight stops with exit 2
+  naming the mismatched keys. The same check covers TRAIN_WARM_START (the whole model).
+- With a weights name, images are normalized with the weights' own mean and std (averaged for
+  1-channel data); a state-dict file keeps the data's measured statistics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+import torch
+from torch import nn
+
+from app.errors import ConfigError, did_you_mean
+from app.redact import redact_uri
+from app.run.checkpoints import fit_problem, plain_keys
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, location_setting, with_endpoint
+
+if TYPE_CHECKING:
+    from torchvision.models import WeightsEnum
+
+    from app.data.schema import DatasetInfo
+    from app.settings import TrainSettings
+
+DEFAULT = "DEFAULT"
+WEIGHTS_NAME = re.compile(r"\A[A-Za-z0-9_]+_Weights\.[A-Za-z0-9_]+\Z")
+MAX_WEIGHTS_BYTES = 4 << 30  # ViT-H/14, torchvision's largest classifier, is 2.5 GB
+DOWNLOAD_READ_TIMEOUT_S = 60.0
+# googlenet's and inception_v3's auxiliary heads are off in trainctl (zoo.EXTRA_ARGS).
+IGNORED_PREFIXES = ("AuxLogits.", "aux1.", "aux2.")
+
+
+def is_weights_name(value: str) -> bool:
+    return value == DEFAULT or bool(WEIGHTS_NAME.match(value))
+
+
+def check_weights_setting(value: str) -> str:
+    """The setting as stored: a known weights name, or an absolute path / bucket URI."""
+    value = value.strip()
+    if is_weights_name(value):
+        if value != DEFAULT:
+            _weights_by_name(value)
+        return value
+    return str(_location(value))
+
+
+def _location(value: str) -> RunPath:
+    location = location_setting(value)
+    return location if isinstance(location, ObjectPath) else Path(location).expanduser().absolute()
+
+
+def _weights_by_name(value: str) -> WeightsEnum:
+    from torchvision.models import get_weight
+
+    try:
+        return get_weight(value)
+    except (ValueError, KeyError, AttributeError):
+        hint = did_you_mean(value, _all_names(), "see torchvision's model documentation")
+        raise ValueError(f"{value!r} is not a torchvision weights name{hint}") from None
+
+
+def _all_names() -> list[str]:
+    from torchvision.models import get_model_weights
+
+    from app.training.zoo import zoo_names
+
+    names = []
+    for model in zoo_names():
+        enum = get_model_weights(model)
+        names += [f"{enum.__name__}.{member}" for member in enum.__members__]
+    return names
+
+
+def weights_source(settings: TrainSettings) -> WeightsEnum | RunPath | None:
+    """What TRAIN_WEIGHTS names: torchvision weights for TRAIN_MODEL, or a file location."""
+    value = settings.weights
+    if value is None:
+        return None
+    if not is_weights_name(value):
+        return with_endpoint(_location(value), settings.storage_endpoint)
+    from torchvision.models import get_model_weights
+
+    if settings.model in ("cnn", "vit"):
+        raise ConfigError(
+            f"TRAIN_WEIGHTS={value}: TRAIN_MODEL={settings.model} is the tutorial's model, which "
+            "has no torchvision weights; use a torchvision model (vit_b_16 for a ViT) or a file"
+        )
+    family = get_model_weights(settings.model)
+    weights = family.DEFAULT if value == DEFAULT else _weights_by_name(value)
+    if type(weights) is not family:
+        raise ConfigError(
+            f"TRAIN_WEIGHTS={value} are not weights for TRAIN_MODEL={settings.model}; "
+            f"its weights are {family.__name__}.<{'|'.join(family.__members__)}>"
+        )
+    return weights
+
+
+def cache_file(weights: WeightsEnum, torch_home: Path | None) -> Path:
+    """Where torchvision keeps (and looks for) the weights' file."""
+    hub = torch_home / "hub" if torch_home is not None else Path(torch.hub.get_dir())
+    return hub / "checkpoints" / os.path.basename(urlparse(weights.url).path)
+
+
+def fetch(weights: WeightsEnum, torch_home: Path | None) -> Path:
+    """The cached file, downloaded first if missing; ConfigError saying where to place it."""
+    file = cache_file(weights, torch_home)
+    if file.is_file():
+        return file
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        # torchvision's file names carry the start of their SHA-256, as torch.hub checks it.
+        digest = torch.hub.HASH_REGEX.search(file.name)
+        with _read_timeout(DOWNLOAD_READ_TIMEOUT_S):  # torch.hub takes no timeout itself
+            torch.hub.download_url_to_file(
+                weights.url, str(file), hash_prefix=digest.group(1) if digest else None,
+                progress=False,
+            )  # fmt: skip
+    except Exception as err:  # no network, a proxy, a full disk: all mean "place it by hand"
+        raise ConfigError(
+            f"TRAIN_WEIGHTS={_name(weights)}: {file.name} is not in the cache and could not be "
+            f"downloaded from {weights.url} ({type(err).__name__}: {str(err)[:120]}); place "
+            f"that file at {file} (TRAIN_TORCH_HOME or TORCH_HOME sets the folder)"
+        ) from None
+    return file
+
+
+@contextlib.contextmanager
+def _read_timeout(seconds: float) -> Iterator[None]:
+    saved = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(saved)
+
+
+def _name(weights: WeightsEnum) -> str:
+    return f"{type(weights).__name__}.{weights.name}"
+
+
+def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[str, Any]:
+    """The state dict, on CPU, from a bounded file loaded without running code."""
+    if isinstance(source, Path | ObjectPath):
+        file, label = source, f"TRAIN_WEIGHTS={redact_uri(str(source))}"
+    else:
+        file, label = fetch(source, torch_home), f"TRAIN_WEIGHTS={_name(source)} ({source.url})"
+    size = file.size() if isinstance(file, ObjectPath) else file.stat().st_size
+    if size > MAX_WEIGHTS_BYTES:
+        raise ConfigError(f"{label}: {size:,} bytes, over the {MAX_WEIGHTS_BYTES:,} allowed")
+    try:
+        with file.open("rb") as handle:
+            state = torch.load(handle, map_location="cpu", weights_only=True)
+    except Exception as err:  # not a torch file, or one that needs code to unpickle
+        raise ConfigError(
+            f"{label}: cannot be loaded as a state dict ({type(err).__name__})"
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        raise ConfigError(f"{label}: holds a {type(state).__name__}, not a state dict")
+    return plain_keys(state)
+
+
+def fitted(
+    state: dict[str, Any], expected: dict[str, Any], head: set[str]
+) -> tuple[dict[str, Any], str | None]:
+    """The part of `state` to load into a model of `expected` {name: shape}, and the problem.
+
+    Head keys are kept only where their shapes fit; every other key must fit exactly.
+    """
+    keep = {}
+    for key, value in state.items():
+        if key.startswith(IGNORED_PREFIXES) and key not in expected:
+            continue
+        if key in head and tuple(getattr(value, "shape", ())) != tuple(expected.get(key, ())):
+            continue
+        keep[key] = value
+    body = {key: shape for key, shape in expected.items() if key not in head or key in keep}
+    return keep, fit_problem(keep, body)
+
+
+def apply_weights(model: nn.Module, settings: TrainSettings) -> None:
+    """Load TRAIN_WEIGHTS into the freshly built model (in each worker)."""
+    from app.training.zoo import head_keys
+
+    source = weights_source(settings)
+    if source is None:
+        return
+    expected = {key: value.shape for key, value in model.state_dict().items()}
+    keep, problem = fitted(load_state(source, settings.torch_home), expected, head_keys(model))
+    if problem:
+        raise ConfigError(f"TRAIN_WEIGHTS does not fit TRAIN_MODEL={settings.model}: {problem}")
+    model.load_state_dict(keep, strict=False)
+
+
+def shapes_and_head(settings: TrainSettings, info: DatasetInfo) -> tuple[dict[str, Any], set[str]]:
+    """The model's {name: shape} and head keys, from a weightless (meta) copy where possible."""
+    from app.training.model import build_model
+    from app.training.zoo import head_keys
+
+    try:
+        with torch.device("meta"):
+            model = build_model(settings.model, info, settings.vit_patch)
+    except ConfigError:
+        raise
+    except Exception:  # a few builders compute widths with real tensors
+        model = build_model(settings.model, info, settings.vit_patch)
+    return {k: v.shape for k, v in model.state_dict().items()}, head_keys(model)
+
+
+def check_weights(settings: TrainSettings, info: DatasetInfo | None) -> str:
+    """Preflight: the weights resolve, load, and fit the model (when the data is known)."""
+    source = weights_source(settings)
+    if source is None:
+        return "none (TRAIN_WEIGHTS is not set)"
+    state = load_state(source, settings.torch_home)
+    label = _name(source) if not isinstance(source, Path | ObjectPath) else str(source)
+    if info is None:
+        return f"{label} loads ({len(state)} tensors); fit checked once the data is prepared"
+    expected, head = shapes_and_head(settings, info)
+    keep, problem = fitted(state, expected, head)
+    if problem:
+        raise ConfigError(
+            f"TRAIN_WEIGHTS={redact_uri(label)} does not fit TRAIN_MODEL={settings.model} "
+            f"on this data: {problem}"
+        )
+    fresh = "head kept" if head and head <= set(keep) else "new head"
+    return f"{redact_uri(label)} fits {settings.model} ({len(keep)} tensors, {fresh})"
+
+
+def pretrained_info(settings: TrainSettings, info: DatasetInfo) -> DatasetInfo:
+    """The dataset description the workers normalize with: the weights' mean and std for a
+    weights name, the data's measured ones otherwise."""
+    source = weights_source(settings)
+    from torchvision.models import WeightsEnum
+
+    if not isinstance(source, WeightsEnum):  # none, or a state-dict file
+        return info
+    transforms = source.transforms()
+    mean, std = tuple(map(float, transforms.mean)), tuple(map(float, transforms.std))
+    if info.channels == 1:  # the channel is repeated into the RGB stem (app/training/zoo.py)
+        mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
+    return dataclasses.replace(info, mean=mean, std=std)

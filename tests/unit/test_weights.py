@@ -1,0 +1,177 @@
+"""TRAIN_WEIGHTS by torchvision name, from a pre-filled TORCH_HOME cache with downloads made
+impossible (a proxy that refuses connections), and the fit rule for heads. Real torch files."""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torchvision.models import MobileNet_V3_Small_Weights, get_model
+
+from app.data.image_size import image_size_for, weights_crop_size
+from app.data.schema import DatasetInfo
+from app.errors import ConfigError
+from app.settings import TrainSettings
+from app.training import weights as weights_module
+from app.training.model import build_model
+from app.training.weights import (
+    apply_weights,
+    cache_file,
+    check_weights,
+    fitted,
+    pretrained_info,
+    weights_source,
+)
+from tests.s3_support import S3Server, s3_server  # noqa: F401 - the fixture
+
+NAME = "MobileNet_V3_Small_Weights.IMAGENET1K_V1"
+WEIGHTS = MobileNet_V3_Small_Weights.IMAGENET1K_V1
+
+
+@pytest.fixture
+def no_downloads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every download goes to a proxy on a closed local port: refused at once."""
+    for key in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.setenv(key, "http://127.0.0.1:9")
+    for key in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    # urlopen keeps the opener (and the proxies) it built first: rebuild it now and after.
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
+    yield
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
+
+
+def _info(channels: int = 3) -> DatasetInfo:
+    return DatasetInfo(
+        channels=channels,
+        height=32,
+        width=32,
+        num_classes=4,
+        train_rows=10,
+        valid_rows=10,
+        layout="raw",
+        mean=(0.5,) * channels,
+        std=(0.25,) * channels,
+    )
+
+
+def _cached(torch_home: Path) -> dict[str, torch.Tensor]:
+    """An untrained torchvision model's state dict (1000 classes) under the file name
+    torchvision expects, as a download would have left it."""
+    torch.manual_seed(3)
+    state = get_model("mobilenet_v3_small", weights=None).state_dict()
+    file = torch_home / "hub" / "checkpoints" / os.path.basename(WEIGHTS.url)
+    file.parent.mkdir(parents=True)
+    torch.save(state, file)
+    return state
+
+
+def _settings(tmp_path: Path, weights: str = NAME) -> TrainSettings:
+    return TrainSettings(model="mobilenet_v3_small", weights=weights, torch_home=tmp_path / "torch")  # type: ignore[call-arg]
+
+
+def test_weights_name_resolves_from_the_cache_and_loads_with_a_new_head(
+    tmp_path: Path, no_downloads: None
+) -> None:
+    state = _cached(tmp_path / "torch")
+    settings = _settings(tmp_path)
+    assert cache_file(WEIGHTS, settings.torch_home) == (
+        tmp_path / "torch" / "hub" / "checkpoints" / os.path.basename(WEIGHTS.url)
+    )
+    assert "fits mobilenet_v3_small" in check_weights(settings, _info())
+    model = build_model("mobilenet_v3_small", _info())
+    fresh_head = model.classifier[3].weight.detach().clone()
+    apply_weights(model, settings)
+    loaded = model.state_dict()
+    body = [key for key in state if not key.startswith("classifier.3.")]
+    assert body and all(torch.equal(loaded[key], state[key]) for key in body)
+    assert loaded["classifier.3.weight"].shape == (4, 1024)  # the 1000-class head was left
+    assert torch.equal(loaded["classifier.3.weight"], fresh_head)
+
+
+def test_default_names_the_models_default_weights(tmp_path: Path) -> None:
+    assert weights_source(_settings(tmp_path, "DEFAULT")) is WEIGHTS
+
+
+def test_missing_cache_file_says_which_file_to_place_where(
+    tmp_path: Path, no_downloads: None
+) -> None:
+    settings = _settings(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        check_weights(settings, _info())
+    message = str(caught.value)
+    expected = tmp_path / "torch" / "hub" / "checkpoints" / os.path.basename(WEIGHTS.url)
+    assert f"place that file at {expected}" in message and WEIGHTS.url in message
+    assert not expected.exists()  # nothing half-written
+
+
+def test_weights_of_another_model_are_refused(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, "ResNet50_Weights.IMAGENET1K_V2")
+    with pytest.raises(ConfigError, match="not weights for TRAIN_MODEL=mobilenet_v3_small"):
+        weights_source(settings)
+
+
+def test_preprocessing_follows_the_weights(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    info = pretrained_info(settings, _info())
+    assert info.mean == pytest.approx((0.485, 0.456, 0.406))
+    assert info.std == pytest.approx((0.229, 0.224, 0.225))
+    gray = pretrained_info(settings, _info(channels=1))
+    assert gray.mean == pytest.approx((sum((0.485, 0.456, 0.406)) / 3,))
+    # TRAIN_IMAGE_SIZE's default follows the weights' own transforms; a set value wins.
+    assert (
+        weights_crop_size("mobilenet_v3_small", "MobileNet_V3_Small_Weights.IMAGENET1K_V1") == 224
+    )
+    assert image_size_for("efficientnet_b1", 0, "DEFAULT") == 240
+    assert image_size_for("efficientnet_b1", 64, "DEFAULT") == 64
+    assert image_size_for("efficientnet_b1", 0, str(tmp_path / "w.pt")) == 224
+    # A state-dict file has no transforms: the data's own statistics stay.
+    file_settings = _settings(tmp_path, str(tmp_path / "w.pt"))
+    assert pretrained_info(file_settings, _info()).mean == (0.5, 0.5, 0.5)
+
+
+def test_fit_rule_skips_a_mismatched_head_and_names_other_keys() -> None:
+    expected = {"body.weight": (8, 3), "head.weight": (4, 8), "head.bias": (4,)}
+    head = {"head.weight", "head.bias"}
+    state = {
+        "body.weight": torch.zeros(8, 3),
+        "head.weight": torch.zeros(1000, 8),
+        "head.bias": torch.zeros(1000),
+    }
+    keep, problem = fitted(state, expected, head)
+    assert problem is None and set(keep) == {"body.weight"}
+    state["body.weight"] = torch.zeros(8, 1)
+    state["stray.weight"] = torch.zeros(2)
+    _, problem = fitted(state, expected, head)
+    assert problem and "body.weight is (8, 1) not (8, 3)" in problem
+    assert "unexpected ['stray.weight']" in problem
+
+
+def test_state_dict_file_in_a_bucket_loads_and_is_bounded(
+    s3_server: S3Server,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bucket = s3_server.bucket("unit-weights")
+    torch.manual_seed(4)
+    state = get_model("mobilenet_v3_small", weights=None, num_classes=4).state_dict()
+    local = tmp_path / "w.pt"
+    torch.save(state, local)
+    bucket.write("pretrained/w.pt", local.read_bytes())
+    settings = TrainSettings(
+        model="mobilenet_v3_small",
+        weights=bucket.uri("pretrained/w.pt"),
+        storage_endpoint=s3_server.endpoint,
+    )  # type: ignore[call-arg]
+    assert "head kept" in check_weights(settings, _info())  # 4 classes: the head fits too
+    model = build_model("mobilenet_v3_small", _info())
+    apply_weights(model, settings)
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[key], value) for key, value in state.items())
+    monkeypatch.setattr(weights_module, "MAX_WEIGHTS_BYTES", 1000)
+    with pytest.raises(ConfigError, match=r"bytes, over the 1,000 allowed"):
+        check_weights(settings, _info())
