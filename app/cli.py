@@ -248,6 +248,26 @@ def logs_cmd(
     show_logs(name, namespace, which, follow, click.echo)  # type: ignore[arg-type]
 
 
+@cli.command("predict")
+@click.argument("target", metavar="RUN_OR_EXPORT")
+@click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
+@click.option("--top-k", type=click.IntRange(1, 1000), default=3, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+def predict_cmd(target: str, images: tuple[str, ...], top_k: int, as_json: bool) -> None:
+    """Classify IMAGE files with a run's export (the run folder, its export/ folder, or an
+    s3:// or gs:// URI of either): checksums checked, nothing from the training code loaded."""
+    import json
+
+    from app.export.predict import predict
+
+    found = predict(target, images, top_k)
+    if as_json:
+        click.echo(json.dumps({"predictions": [p.record() for p in found]}, indent=2))
+    else:
+        for prediction in found:
+            click.echo(prediction.line())
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run one command and return its exit code; failures end in a message, not a traceback."""
     return run_command(cli, argv)
