@@ -180,11 +180,18 @@ def submit_cmd(
 @cli.command("status")
 @click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
 @click.option("--release", help="Only this release's RayJobs.")
-def status_cmd(namespace: str | None, release: str | None) -> None:
-    """List this app's RayJobs with their KubeRay status, newest first."""
+@click.option(
+    "--storage-mount",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Local mount of the shared volume, for finished runs' promotion outcome (runs in a "
+    "bucket are read there without it).",
+)
+def status_cmd(namespace: str | None, release: str | None, storage_mount: Path | None) -> None:
+    """List this app's RayJobs with their KubeRay status, newest first, and each finished
+    run's promotion outcome."""
     from app.k8s.inspect import show_status
 
-    show_status(namespace, release, click.echo)
+    show_status(namespace, release, click.echo, storage_mount)
 
 
 @cli.command("logs")
