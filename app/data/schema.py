@@ -45,6 +45,7 @@ class DatasetInfo:
     std: tuple[float, ...]
     image_shape: tuple[int, ...] = ()  # one image as stored on disk; () for encoded images
     path: str = ""  # the folder holding train/ and valid/
+    class_names: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return (

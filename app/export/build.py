@@ -31,8 +31,7 @@ VERSIONED = ("trainctl", "torch", "torchvision", "ray")
 
 
 def class_names(info: DatasetInfo) -> list[str]:
-    names = getattr(info, "class_names", ())
-    return list(names or (str(i) for i in range(info.num_classes)))
+    return list(info.class_names or tuple(str(i) for i in range(info.num_classes)))
 
 
 def export_best(

@@ -9,6 +9,7 @@ same result. The decisions are app/promotion/gate.py's pure functions.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -16,11 +17,13 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import TrainctlError
-from app.export.card import EXPORT_DIR
+from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES
 from app.promotion import champion, gate, registry
 from app.run import checkpoints
 from app.run.folder import write_summary
 from app.settings import TrainSettings
+from app.storage.location import local_path
+from app.storage.reading import read_bounded
 
 
 class NotPromoted(TrainctlError):
@@ -42,23 +45,22 @@ def promote_run(
     promotion: dict[str, Any] = {"gate": settings.promote_if, "metric": metric}
     line: str
     card_sha = None
+    current = _already_champion(settings, best)
     try:
-        if best is None:
+        if current is not None:  # a rerun of the champion run: nothing to export or move
+            version = int(current["version"])
+            decision = gate.Decision(
+                True, "already the champion", metric, current.get("value"),
+                current.get("value"), settings.promote_if,
+            )  # fmt: skip
+            promotion.update(decision.record(), version=version, pointer=str(_pointer(settings)))
+            promotion["export"] = {"folder": current.get("export"),
+                                   "card_sha256": current.get("card_sha256")}  # fmt: skip
+            line = f"promoted v{version} (already the champion)"
+        elif best is None:
             raise _Kept("no verified checkpoint to export")
-        from app.export.build import export_best
-
-        try:
-            card, card_sha = export_best(settings, info, best)
-        except Exception as err:  # any export failure keeps the champion where it is
-            raise _Kept(f"export failed: {registry.describe(err)}") from None
-        promotion["export"] = {
-            "folder": str(run_dir / EXPORT_DIR),
-            "format": card["format"],
-            "file": card["file"],
-            "fallback_reason": card["fallback_reason"],
-            "card_sha256": card_sha,
-        }
-        line, decision, version = _move_champion(settings, best, card_sha, promotion)
+        else:
+            line, decision, version, card_sha = _export_and_gate(settings, info, best, promotion)
     except _Kept as kept:
         decision = gate.Decision(False, str(kept), metric, None, None, settings.promote_if)
         promotion.update(decision.record())
@@ -88,24 +90,69 @@ class _Kept(Exception):
     """Nothing to gate: the champion stays, for the reason given."""
 
 
+def _pointer(settings: TrainSettings) -> Any:
+    return champion.pointer_path(settings.storage_path, settings.champion_name)
+
+
+def _already_champion(
+    settings: TrainSettings, best: checkpoints.CheckpointRef | None
+) -> dict[str, Any] | None:
+    """The pointer, when it already names this run's best checkpoint and its export on storage
+    is still the one promoted (its card's sha256); None otherwise. A rerun of a finished
+    champion then changes nothing: no new export, version or registry entry."""
+    if best is None:
+        return None
+    try:
+        current = champion.read_pointer(_pointer(settings))
+    except champion.PointerDamaged:
+        return None  # the gate step reports it
+    if not current or current.get("run_dir") != str(settings.run_dir):
+        return None
+    if current.get("epoch") != best.epoch:
+        return None
+    card = settings.run_dir / EXPORT_DIR / CARD_FILE
+    try:
+        found = hashlib.sha256(read_bounded(card, local_path(settings.run_dir), MAX_CARD_BYTES))
+    except (OSError, ValueError):
+        return None
+    return current if found.hexdigest() == current.get("card_sha256") else None
+
+
+def _export_and_gate(
+    settings: TrainSettings,
+    info: DatasetInfo,
+    best: checkpoints.CheckpointRef,
+    promotion: dict[str, Any],
+) -> tuple[str, gate.Decision, int | None, str]:
+    from app.export.build import export_best
+
+    try:
+        card, card_sha = export_best(settings, info, best)
+    except Exception as err:  # any export failure keeps the champion where it is
+        raise _Kept(f"export failed: {registry.describe(err)}") from None
+    promotion["export"] = {
+        "folder": str(settings.run_dir / EXPORT_DIR),
+        "format": card["format"],
+        "file": card["file"],
+        "fallback_reason": card["fallback_reason"],
+        "card_sha256": card_sha,
+    }
+    line, decision, version = _move_champion(settings, best, card_sha, promotion)
+    return line, decision, version, card_sha
+
+
 def _move_champion(
     settings: TrainSettings,
     best: checkpoints.CheckpointRef,
     card_sha: str,
     promotion: dict[str, Any],
 ) -> tuple[str, gate.Decision, int | None]:
-    path = champion.pointer_path(settings.storage_path, settings.champion_name)
+    path = _pointer(settings)
     promotion["pointer"] = str(path)
     run_dir = str(settings.run_dir)
     outcome: dict[str, Any] = {}
 
     def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
-        if current and current.get("run_dir") == run_dir and current.get("card_sha256") == card_sha:
-            outcome["decision"] = gate.Decision(
-                True, "already the champion", settings.checkpoint_metric,
-                best.metrics.get(settings.checkpoint_metric), None, settings.promote_if,
-            )  # fmt: skip
-            return None
         decision = gate.decide(
             settings.gate,
             best.metrics,
@@ -140,11 +187,7 @@ def _move_champion(
     before = replaced.before or {}
     promotion["champion_before"] = before.get("run_name")
     if replaced.written is None:
-        version = before.get("version") if decision.promoted else None
-        kept_version = before.get("version")
-        if decision.promoted:  # already the champion
-            return f"promoted v{version} ({decision.reason})", decision, version
-        return gate.outcome_line(decision, None, kept_version), decision, None
+        return gate.outcome_line(decision, None, before.get("version")), decision, None
     version = int(replaced.written["version"])
     promotion["version"] = version
     line = gate.outcome_line(decision, version, None)

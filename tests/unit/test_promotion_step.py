@@ -121,3 +121,38 @@ def test_concurrent_writers_on_a_volume_are_serialized(tmp_path: Path) -> None:
     assert champion.read_pointer(path)["version"] == writers  # type: ignore[index]
     assert seen == sorted(seen)
     assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the branch it takes is fixed
+def test_a_model_torch_export_cannot_trace_falls_back_to_torchscript(tmp_path: Path) -> None:
+    """Data-dependent control flow stops torch.export; the trace is kept, with the reason, and
+    `trainctl predict` runs it like the exported program."""
+    import torch
+    from PIL import Image
+
+    from app.export.build import _save
+    from app.export.card import card_json
+    from tests.hostile.support import trainctl
+
+    class Branchy(torch.nn.Module):  # why it cannot be exported is in the forward
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            flat = x.flatten(1)
+            return self.linear(flat) if flat.sum() > 0 else -self.linear(flat)
+
+    name, reason = _save(Branchy().eval(), torch.ones(2, 1, 2, 2), tmp_path)
+    assert name == "model.ts" and reason and reason.startswith("torch.export failed (")
+    spec = {"channels": 1, "height": 2, "width": 2, "mean": [0.0], "std": [1.0]}
+    files = {name: sha256_file(tmp_path / name)}
+    card = {"format": "torchscript", "file": name, "files": files, "class_names": ["no", "yes"],
+            "input": spec}  # fmt: skip
+    (tmp_path / CARD_FILE).write_bytes(card_json(card))
+    Image.new("L", (2, 2), 255).save(tmp_path / "x.png")
+    result = trainctl("predict", str(tmp_path), str(tmp_path / "x.png"), "--json")
+    assert result.code == 0, result.text
+    assert [t["class"] for t in json.loads(result.out)["predictions"][0]["top"]] in (
+        ["no", "yes"], ["yes", "no"],
+    )  # fmt: skip
