@@ -61,7 +61,7 @@ def read_pointer(path: RunPath) -> dict[str, Any] | None:
         pointer = bounded_json.loads(data.decode("utf-8"), MAX_POINTER_BYTES)
     except FileNotFoundError:
         return None
-    except ValueError as err:  # oversized, not UTF-8, not JSON
+    except (ValueError, OSError) as err:  # oversized, not UTF-8, not JSON, a folder, a link
         raise PointerDamaged(f"{path}: unreadable champion pointer ({err})") from None
     if not isinstance(pointer, dict) or not isinstance(pointer.get("version"), int):
         raise PointerDamaged(f"{path}: not a champion pointer (no whole-number `version`)")

@@ -137,7 +137,10 @@ def _export_and_gate(
         "fallback_reason": card["fallback_reason"],
         "card_sha256": card_sha,
     }
-    line, decision, version = _move_champion(settings, best, card_sha, promotion)
+    try:
+        line, decision, version = _move_champion(settings, best, card_sha, promotion)
+    except OSError as err:  # the store refused the pointer (pyarrow's errors are OSErrors)
+        raise _Kept(f"champion pointer not written: {registry.describe(err)}") from None
     return line, decision, version, card_sha
 
 

@@ -82,3 +82,14 @@ def test_the_last_line() -> None:
         "promoted v7 (val_accuracy 0.962 > 0.955)"
     )
     assert outcome_line(_decide("beats_champion", 0.95, 0.955), None, 6).startswith("kept v6: ")
+
+
+def test_a_new_driver_drops_the_last_drivers_promotion_until_it_decides_its_own() -> None:
+    from app.run import decisions
+
+    previous = {"status": "succeeded", "promoted": True, "promotion": {"line": "promoted v1"},
+                "champion_version": 1}  # fmt: skip
+    summary = decisions.running_summary(
+        previous, run_name="r", run_dir="/runs/r", target_epochs=4, resume_from=None, settings={}
+    )
+    assert not {"promoted", "promotion", "champion_version"} & set(summary)

@@ -156,3 +156,11 @@ def test_a_model_torch_export_cannot_trace_falls_back_to_torchscript(tmp_path: P
     assert [t["class"] for t in json.loads(result.out)["predictions"][0]["top"]] in (
         ["no", "yes"], ["yes", "no"],
     )  # fmt: skip
+
+
+def test_a_store_that_refuses_the_pointer_keeps_the_run_unpromoted(tmp_path: Path) -> None:
+    (tmp_path / "champions").mkdir()
+    (tmp_path / "champions" / "digits-cnn.json").mkdir()  # the pointer's name is a folder
+    summary = _promote(tmp_path, "r", 0.9)
+    assert summary["promoted"] is False
+    assert "champion pointer" in summary["promotion"]["reason"]
