@@ -19,6 +19,7 @@ from typing import Any
 
 from app.data.schema import DatasetInfo
 from app.export.card import CARD_FILE, EXPORT_DIR, EXPORTED_PROGRAM, FORMATS, TORCHSCRIPT, card_json
+from app.redact import redact
 from app.run import checkpoints
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
@@ -84,32 +85,35 @@ def build_card(
     digest: str,
     fallback: str | None,
 ) -> dict[str, Any]:
-    return {
-        "model_name": settings.champion_name,
-        "run_name": settings.run_name,
-        "run_dir": str(settings.run_dir),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "format": FORMATS[file],
-        "fallback_reason": fallback,
-        "file": file,
-        "files": {file: digest},
-        "architecture": settings.model,
-        "class_names": class_names(info),
-        "input": {
-            "channels": info.channels,
-            "height": info.height,
-            "width": info.width,
-            "dtype": "float32",
-            "layout": "NCHW",
-            "scale": "pixel / 255",
-            "mean": list(info.mean),
-            "std": list(info.std),
-        },
-        "checkpoint": {"path": str(best.path), "epoch": best.epoch, "metrics": best.metrics},
-        "data": data_fingerprint(info, settings.storage_endpoint),
-        "settings": settings.redacted(),
-        "versions": versions(),
-    }
+    # Every path and setting through the one redaction rule: the card travels with the model.
+    return redact(
+        {
+            "model_name": settings.champion_name,
+            "run_name": settings.run_name,
+            "run_dir": str(settings.run_dir),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "format": FORMATS[file],
+            "fallback_reason": fallback,
+            "file": file,
+            "files": {file: digest},
+            "architecture": settings.model,
+            "class_names": class_names(info),
+            "input": {
+                "channels": info.channels,
+                "height": info.height,
+                "width": info.width,
+                "dtype": "float32",
+                "layout": "NCHW",
+                "scale": "pixel / 255",
+                "mean": list(info.mean),
+                "std": list(info.std),
+            },
+            "checkpoint": {"path": str(best.path), "epoch": best.epoch, "metrics": best.metrics},
+            "data": data_fingerprint(info, settings.storage_endpoint),
+            "settings": settings.redacted(),
+            "versions": versions(),
+        }
+    )
 
 
 def data_fingerprint(info: DatasetInfo, endpoint: str | None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from app.data.schema import DatasetInfo
 from app.errors import TrainctlError
 from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES
 from app.promotion import champion, gate, registry
+from app.redact import redact_text
 from app.run import checkpoints
 from app.run.folder import write_summary
 from app.settings import TrainSettings
@@ -106,7 +107,7 @@ def _already_champion(
         current = champion.read_pointer(_pointer(settings))
     except champion.PointerDamaged:
         return None  # the gate step reports it
-    if not current or current.get("run_dir") != str(settings.run_dir):
+    if not current or current.get("run_dir") != redact_text(str(settings.run_dir)):
         return None
     if current.get("epoch") != best.epoch:
         return None
@@ -152,7 +153,7 @@ def _move_champion(
 ) -> tuple[str, gate.Decision, int | None]:
     path = _pointer(settings)
     promotion["pointer"] = str(path)
-    run_dir = str(settings.run_dir)
+    run_dir = redact_text(str(settings.run_dir))  # the pointer is read by many: no secrets
     outcome: dict[str, Any] = {}
 
     def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
