@@ -31,7 +31,9 @@ class NotPromoted(TrainctlError):
     """A run that trained but did not pass the gate, with TRAIN_NOT_PROMOTED_EXIT set."""
 
     def __init__(self, line: str, code: int) -> None:
-        super().__init__(line)
+        super().__init__(
+            f"the run trained but was not promoted (TRAIN_NOT_PROMOTED_EXIT={code}): {line}"
+        )
         self.exit_code = code
 
 
