@@ -22,6 +22,7 @@ from app.export.card import CARD_FILE, EXPORT_DIR, EXPORTED_PROGRAM, verified
 MAX_IMAGE_BYTES = 64 << 20
 MAX_IMAGE_PIXELS = 50_000_000  # Pillow's decompression-bomb guard, made an error
 MAX_TOP_K = 1000
+CHUNK = 64  # images per forward pass
 CHANNEL_MODES = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
@@ -43,11 +44,16 @@ class Prediction:
 def predict(target: str, images: Sequence[str], top_k: int) -> list[Prediction]:
     if not 1 <= top_k <= MAX_TOP_K:
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
+    # Bounded memory whatever the number of images: they are decoded and run in chunks.
+    chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
     with export_folder(target) as folder:
         card, model_file = verified(folder)
-        batch = _batch(images, card)  # every image checked before the model is loaded
+        first = _batch(chunks[0], card)  # a bad first image is named before anything loads
         module = _load(model_file, card["format"])
-        return _classify(module, batch, images, card["class_names"], top_k)
+        found = _classify(module, first, chunks[0], card["class_names"], top_k)
+        for chunk in chunks[1:]:
+            found += _classify(module, _batch(chunk, card), chunk, card["class_names"], top_k)
+        return found
 
 
 @contextlib.contextmanager
