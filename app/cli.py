@@ -202,11 +202,18 @@ def submit_cmd(
 @cli.command("status")
 @click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
 @click.option("--release", help="Only this release's RayJobs.")
-def status_cmd(namespace: str | None, release: str | None) -> None:
-    """List this app's RayJobs with their KubeRay status, newest first."""
+@click.option(
+    "--storage-mount",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Local mount of the shared volume, for finished runs' promotion outcome (runs in a "
+    "bucket are read there without it).",
+)
+def status_cmd(namespace: str | None, release: str | None, storage_mount: Path | None) -> None:
+    """List this app's RayJobs with their KubeRay status, newest first, and each finished
+    run's promotion outcome."""
     from app.k8s.inspect import show_status
 
-    show_status(namespace, release, click.echo)
+    show_status(namespace, release, click.echo, storage_mount)
 
 
 @cli.command("logs")
@@ -268,6 +275,26 @@ def logs_cmd(
     from app.k8s.inspect import show_logs
 
     show_logs(name, namespace, which, follow, click.echo)  # type: ignore[arg-type]
+
+
+@cli.command("predict")
+@click.argument("target", metavar="RUN_OR_EXPORT")
+@click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
+@click.option("--top-k", type=click.IntRange(1, 1000), default=3, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+def predict_cmd(target: str, images: tuple[str, ...], top_k: int, as_json: bool) -> None:
+    """Classify IMAGE files with a run's export (the run folder, its export/ folder, or an
+    s3:// or gs:// URI of either): checksums checked, nothing from the training code loaded."""
+    import json
+
+    from app.export.predict import predict
+
+    found = predict(target, images, top_k)
+    if as_json:
+        click.echo(json.dumps({"predictions": [p.record() for p in found]}, indent=2))
+    else:
+        for prediction in found:
+            click.echo(prediction.line())
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -39,6 +39,8 @@ SEED_MAX = 2**64 - 1  # torch.manual_seed's range
 # ASCII digits only: Python's \d also takes other scripts' digits, which int() then reads.
 WORKERS_PATTERN = re.compile(r"\A\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?\Z")
 MAX_WORKERS = 10_000
+# Champion names become a file name and an MLflow registered-model name.
+MODEL_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 class WorkerRange(NamedTuple):
@@ -315,6 +317,62 @@ class TrainSettings(BaseSettings):
                 "TRAIN_WARM_START for a trainctl checkpoint, TRAIN_WEIGHTS for pretrained weights"
             )
         return self
+
+    # --- promotion (issue 27) -------------------------------------------------------------
+    promote_if: str = Field(
+        "beats_champion",
+        description="Gate a successful run must pass to become the champion: `beats_champion` "
+        "(better than the champion on TRAIN_CHECKPOINT_METRIC), a threshold such as "
+        "`val_accuracy>=0.95` (any epoch-record metric; >=, >, <=, <), or both joined by `and`.",
+    )
+    model_name: str = Field(
+        "",
+        description="Name the champion is kept under: <storage_path>/champions/<name>.json and "
+        "the MLflow registered model. 1-64 letters, digits, '.', '_' or '-', starting with a "
+        "letter or digit; empty means <dataset>-<model>.",
+    )
+    not_promoted_exit: int = Field(
+        0,
+        ge=0,
+        le=125,
+        description="Exit code of a run that trained but did not pass TRAIN_PROMOTE_IF: 0 (the "
+        "run succeeded, the champion stays), or e.g. 5 for pipelines that stop there (1-4 are "
+        "taken by trainctl's own failures).",
+    )
+
+    @field_validator("promote_if")
+    @classmethod
+    def _gate_parses(cls, value: str) -> str:
+        from app.promotion.gate import parse_gate
+
+        return str(parse_gate(value))  # canonical text: the summary and the docs show this
+
+    @field_validator("model_name")
+    @classmethod
+    def _model_name_is_safe(cls, value: str) -> str:
+        if value and not MODEL_NAME_PATTERN.match(value):
+            raise ValueError(
+                "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("not_promoted_exit")
+    @classmethod
+    def _exit_is_free(cls, value: int) -> int:
+        if value in (1, 2, 3, 4):
+            raise ValueError("1-4 are trainctl's own exit codes; use 0, or 5-125")
+        return value
+
+    @property
+    def gate(self) -> Any:
+        """TRAIN_PROMOTE_IF as an app.promotion.gate.Gate (validated above)."""
+        from app.promotion.gate import parse_gate
+
+        return parse_gate(self.promote_if)
+
+    @property
+    def champion_name(self) -> str:
+        return self.model_name or f"{self.dataset}-{self.model}".replace("_", "-")
 
     # --- validators, next to what they check ----------------------------------------------
     @field_validator("num_workers")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from app.errors import RunFailed
 from app.k8s.cluster import Cluster
 from app.k8s.diagnose import needs_look
 from app.k8s.names import check_dns_label
+from app.k8s.outcome import run_outcome
 from app.k8s.plan import resolve_namespace
 from app.k8s.podlogs import Which, log_target, pick_pod
 from app.k8s.status import status_table
@@ -31,7 +34,12 @@ def _checked_namespace(flag: str | None, cluster: Cluster) -> str:
     return namespace
 
 
-def show_status(namespace: str | None, release: str | None, echo: Callable[[str], None]) -> None:
+def show_status(
+    namespace: str | None,
+    release: str | None,
+    echo: Callable[[str], None],
+    storage_mount: Path | None = None,
+) -> None:
     # Names go into request URLs and selectors: check them before any connection is made.
     if namespace is not None:
         check_dns_label(namespace, "--namespace")
@@ -42,6 +50,7 @@ def show_status(namespace: str | None, release: str | None, echo: Callable[[str]
     rayjobs = cluster.list("RayJob", namespace, app_selector(release))
     now = datetime.now(UTC)
     echo(status_table(rayjobs, now=now, pool_label=POOL_LABEL))
+    _show_outcomes(cluster, namespace, release, rayjobs, storage_mount, echo)
     # Below the table: why each RayJob that is not training yet is held back.
     for rayjob in sorted(rayjobs, key=lambda r: r["metadata"].get("creationTimestamp", "")):
         if needs_look(rayjob):
@@ -50,6 +59,28 @@ def show_status(namespace: str | None, release: str | None, echo: Callable[[str]
                 echo(f"\n{rayjob['metadata']['name']}:")
                 for line in lines:
                     echo(f"  {line}")
+
+
+FINISHED = ("Complete", "Failed")
+
+
+def _show_outcomes(
+    cluster: Cluster,
+    namespace: str,
+    release: str | None,
+    rayjobs: list[dict[str, Any]],
+    storage_mount: Path | None,
+    echo: Callable[[str], None],
+) -> None:
+    """Below the table: each finished RayJob's promotion outcome, from its run folder."""
+    done = [r for r in rayjobs if (r.get("status") or {}).get("jobDeploymentStatus") in FINISHED]
+    if not done:
+        return
+    configmaps = cluster.list("ConfigMap", namespace, app_selector(release))
+    for rayjob in sorted(done, key=lambda r: r["metadata"].get("creationTimestamp", "")):
+        line = run_outcome(rayjob, configmaps, storage_mount)
+        if line:
+            echo(f"{rayjob['metadata']['name']}: {line}")
 
 
 def show_logs(

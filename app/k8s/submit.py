@@ -15,6 +15,7 @@ from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedO
 from app.formatting import format_duration
 from app.k8s.cluster import AlreadyExists, Cluster
 from app.k8s.follow import follow, summary_line
+from app.k8s.outcome import promotion_line
 from app.k8s.plan import (
     CREATE_ONLY,
     bucket_run_dir,
@@ -118,8 +119,10 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
     except KeyboardInterrupt:
         echo(f"stopped waiting; RayJob {name} keeps running (trainctl status -n {namespace})")
         raise
+    summary = read_summary(run_dir) if run_dir is not None else None
     if run_dir is not None:
-        echo(summary_line(read_summary(run_dir), run_dir))
+        echo(summary_line(summary, run_dir))
+    outcome_line = promotion_line(summary)
     if outcome.verdict is None:
         raise WaitTimedOut(
             f"--timeout {request.timeout_s:g}s ran out after {format_duration(outcome.elapsed_s)}; "
@@ -128,7 +131,11 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
         )
     if outcome.verdict.exit_code == EXIT_OK:
         echo(f"RayJob {name} succeeded in {format_duration(outcome.elapsed_s)}")
+        if outcome_line:
+            echo(outcome_line)  # the last line, as in the job's own log
         return
+    if outcome_line:  # a run kept by the gate with TRAIN_NOT_PROMOTED_EXIT set fails the job
+        echo(outcome_line)
     if outcome.verdict.exit_code == EXIT_INVALID:
         raise ConfigError(outcome.verdict.problems)
     raise RunFailed(outcome.verdict.problems)

@@ -110,6 +110,8 @@ def running_summary(
     )
     summary.pop("error", None)
     summary.pop("tracking_delivery", None)
+    for key in ("promoted", "promotion", "champion_version"):  # the last driver's decision
+        summary.pop(key, None)
     return summary
 
 

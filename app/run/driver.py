@@ -18,6 +18,7 @@ import click
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
 from app.preflight import Found, cluster_check, preflight_for_training
+from app.promotion.step import promote_run
 from app.run import checkpoints, decisions, resume
 from app.run import folder as run_folder
 from app.run import log_capture as run_logs
@@ -79,7 +80,8 @@ def _train(
         trackers = Trackers.start(settings, previous) if previous else None
         if trackers is not None:
             trackers.catch_up(run_folder.epochs(run_dir))
-        return _finish(settings, "succeeded", started, "", resume_from, trackers=trackers)
+        summary = _finish(settings, "succeeded", started, "", resume_from, trackers=trackers)
+        return promote_run(settings, info, summary)  # its line is the run's last
 
     invocation = uuid.uuid4().hex
     # Joining a cluster may take a while: SIGTERM and Ctrl-C end it cleanly too.
@@ -132,7 +134,8 @@ def _train(
                     "N = 0 for rank 0; --driver for the driver's)",
                 ]
             ) from None
-    return _finish(settings, "succeeded", started, invocation, resume_from, trackers=trackers)
+    summary = _finish(settings, "succeeded", started, invocation, resume_from, trackers=trackers)
+    return promote_run(settings, info, summary)  # its line is the run's last
 
 
 def _fit(

@@ -179,7 +179,10 @@ def _mlflow(settings: TrainSettings, env: Mapping[str, str]) -> str:
         return f"{shown}, experiment {experiment} ({'found' if found else 'to be created'})"
     # Two requests at most, each under the timeout; the thread bounds the rest.
     answer = within(2 * timeout + 1, shown, lambda: _experiment(store, experiment, timeout, shown))
-    return f"{shown} answers, experiment {experiment} {answer}"
+    from app.tracking.registry_check import registry_answers
+
+    registry = within(timeout + 1, shown, lambda: registry_answers(store, timeout, shown, OPT_OUT))
+    return f"{shown} answers, experiment {experiment} {answer}, {registry}"
 
 
 def _experiment(store: Any, name: str, timeout: float, shown: str) -> str:

@@ -133,6 +133,11 @@ spec:
                 - {{ printf "--namespace=%s" .root.Release.Namespace | quote }}
                 - {{ printf "--release=%s" .root.Release.Name | quote }}
                 - --run-tag=$(RUN_TAG)
+                {{- if not (include "trainctl.objectStore" .root) }}
+                # The run folder, read-only, for the epoch lines and the last line: the
+                # promotion outcome (a bucket is read directly).
+                - {{ printf "--storage-mount=%s" (include "trainctl.mountPath" .root) | quote }}
+                {{- end }}
               env:
                 - name: RUN_TAG
                   valueFrom:
@@ -146,8 +151,19 @@ spec:
                 - name: values
                   mountPath: /etc/trainctl
                   readOnly: true
+                {{- if not (include "trainctl.objectStore" .root) }}
+                - name: shared
+                  mountPath: {{ include "trainctl.mountPath" .root | quote }}
+                  readOnly: true
+                {{- end }}
           volumes:
             - name: values
               configMap:
                 name: {{ printf "%s-values" .root.Release.Name | quote }}
+            {{- if not (include "trainctl.objectStore" .root) }}
+            - name: shared
+              persistentVolumeClaim:
+                claimName: {{ include "trainctl.claimName" .root | quote }}
+                readOnly: true
+            {{- end }}
 {{- end -}}

@@ -1,0 +1,153 @@
+"""Export a run's best checkpoint as a self-contained artifact, with its model card.
+
+`<run>/export/model.pt2` is a `torch.export` program (a dynamic batch dimension, float32 NCHW
+input, normalized as the card says); where torch.export cannot trace the model, a TorchScript
+trace `model.ts` takes its place and the card records why. The files are made in a private
+temporary folder and then put through app/storage (a rename on a volume, one PUT per object in
+a bucket), the card last: a reader finds the old card, or a new card whose checksums match the
+files beside it (app/export/card.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from app.data.schema import DatasetInfo
+from app.export.card import CARD_FILE, EXPORT_DIR, EXPORTED_PROGRAM, FORMATS, TORCHSCRIPT, card_json
+from app.redact import redact
+from app.run import checkpoints
+from app.settings import TrainSettings
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, local_path, parse_location, write_atomic
+from app.storage.reading import walk_files
+
+MAX_BATCH = 65_536  # the exported program's dynamic batch dimension: 1..MAX_BATCH
+MAX_LISTED_FILES = 2_000  # beyond this the fingerprint keeps only the hash of the full list
+VERSIONED = ("trainctl", "torch", "torchvision", "ray")
+
+
+def class_names(info: DatasetInfo) -> list[str]:
+    return list(info.class_names or tuple(str(i) for i in range(info.num_classes)))
+
+
+def export_best(
+    settings: TrainSettings, info: DatasetInfo, best: checkpoints.CheckpointRef
+) -> tuple[dict[str, Any], str]:
+    """Write <run>/export/ from the verified checkpoint `best`: (the card, its sha256)."""
+    import torch
+
+    from app.training.model import build_model
+
+    model = build_model(settings.model, info, settings.vit_patch)
+    model_state, _ = checkpoints.load_train_state(best.path)
+    model.load_state_dict(model_state)
+    model.eval()
+    example = torch.zeros(2, info.channels, info.height, info.width)
+    with tempfile.TemporaryDirectory(prefix="trainctl-export-") as tmp:
+        name, fallback = _save(model, example, Path(tmp))
+        data = (Path(tmp) / name).read_bytes()
+        card = build_card(settings, info, best, name, hashlib.sha256(data).hexdigest(), fallback)
+    folder = settings.run_dir / EXPORT_DIR
+    root = local_path(settings.run_dir)
+    write_atomic(folder / name, data, root)
+    text = card_json(card)
+    write_atomic(folder / CARD_FILE, text, root)  # last: it vouches for the rest
+    return card, hashlib.sha256(text).hexdigest()
+
+
+def _save(model: Any, example: Any, folder: Path) -> tuple[str, str | None]:
+    """(file written, why torch.export was not used or None)."""
+    import torch
+
+    try:
+        batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+        program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
+        torch.export.save(program, folder / EXPORTED_PROGRAM)
+        return EXPORTED_PROGRAM, None
+    except Exception as err:  # any tracing failure: TorchScript is the documented fallback
+        reason = f"torch.export failed ({type(err).__name__}: {str(err).strip()[:500]})"
+    with torch.no_grad():
+        traced = torch.jit.trace(model, example)
+    torch.jit.save(traced, str(folder / TORCHSCRIPT))
+    return TORCHSCRIPT, reason
+
+
+def build_card(
+    settings: TrainSettings,
+    info: DatasetInfo,
+    best: checkpoints.CheckpointRef,
+    file: str,
+    digest: str,
+    fallback: str | None,
+) -> dict[str, Any]:
+    # Every path and setting through the one redaction rule: the card travels with the model.
+    return redact(
+        {
+            "model_name": settings.champion_name,
+            "run_name": settings.run_name,
+            "run_dir": str(settings.run_dir),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "format": FORMATS[file],
+            "fallback_reason": fallback,
+            "file": file,
+            "files": {file: digest},
+            "architecture": settings.model,
+            "class_names": class_names(info),
+            "input": {
+                "channels": info.channels,
+                "height": info.height,
+                "width": info.width,
+                "dtype": "float32",
+                "layout": "NCHW",
+                "scale": "pixel / 255",
+                "mean": list(info.mean),
+                "std": list(info.std),
+            },
+            "checkpoint": {"path": str(best.path), "epoch": best.epoch, "metrics": best.metrics},
+            "data": data_fingerprint(info, settings.storage_endpoint),
+            "settings": settings.redacted(),
+            "versions": versions(),
+        }
+    )
+
+
+def data_fingerprint(info: DatasetInfo, endpoint: str | None) -> dict[str, Any]:
+    """The training and validation files, with sizes, and a sha256 over that list: a rerun on
+    changed data gets another fingerprint without anyone reading the data again."""
+    root = parse_location(info.path, endpoint) if info.path else None
+    listed: list[tuple[str, int]] = []
+    for split in ("train", "valid"):
+        if root is None:
+            break
+        folder = root / split
+        for path in sorted(walk_files(folder), key=str) if folder.is_dir() else []:
+            size = path.size() if isinstance(path, ObjectPath) else path.stat().st_size
+            listed.append((f"{split}/{_relative(path, folder)}", int(size)))
+    digest = hashlib.sha256("\n".join(f"{p}\t{s}" for p, s in listed).encode()).hexdigest()
+    return {
+        "path": info.path,
+        "train_rows": info.train_rows,
+        "valid_rows": info.valid_rows,
+        "files_sha256": digest,
+        "file_count": len(listed),
+        "files": [{"path": p, "bytes": s} for p, s in listed[:MAX_LISTED_FILES]],
+    }
+
+
+def _relative(path: RunPath, folder: RunPath) -> str:
+    return str(path.relative_to(folder))  # type: ignore[arg-type]
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in VERSIONED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found

@@ -1,0 +1,1 @@
+"""After a successful run: the promotion gate, the champion pointer and the MLflow registry."""

@@ -1,0 +1,179 @@
+"""TRAIN_PROMOTE_IF: its grammar, its parse, and the decision, as pure functions.
+
+Grammar (whitespace-separated, case-sensitive):
+
+    gate      := condition ("and" condition)*
+    condition := "beats_champion" | METRIC OP NUMBER
+    OP        := ">=" | ">" | "<=" | "<"
+
+METRIC is a field of the epoch record (app/run/epoch_record.py), read from the exported
+checkpoint's metrics. `beats_champion` compares TRAIN_CHECKPOINT_METRIC (the metric that ranks
+checkpoints, in its own direction) with the champion's value of it: strictly better, so a tie
+keeps the champion. No champion yet passes `beats_champion`. Only `and` exists: a gate is a list
+of requirements, all of which must hold; `or` would make "why was it kept" ambiguous.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.run.epoch_record import FIELDS
+
+BEATS = "beats_champion"
+OPS = (">=", "<=", ">", "<")  # two-character operators first: ">=" is not ">" then "="
+METRICS = tuple(f.name for f in FIELDS)
+MAX_GATE_CHARS = 500
+_CONDITION = re.compile(
+    r"\A([a-z_][a-z0-9_]*)\s*(>=|<=|>|<)\s*([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\Z"
+)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    metric: str
+    op: str
+    value: float
+
+    def holds(self, found: float) -> bool:
+        return {
+            ">=": found >= self.value,
+            ">": found > self.value,
+            "<=": found <= self.value,
+            "<": found < self.value,
+        }[self.op]
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.value:g}"
+
+
+@dataclass(frozen=True)
+class Gate:
+    beats_champion: bool = False
+    thresholds: tuple[Threshold, ...] = ()
+
+    def __str__(self) -> str:
+        parts = ([BEATS] if self.beats_champion else []) + [str(t) for t in self.thresholds]
+        return " and ".join(parts)
+
+
+def allowed() -> str:
+    return f"conditions are {BEATS} or METRIC OP NUMBER joined by `and`; METRIC is one of " + (
+        ", ".join(METRICS) + f"; OP is one of {', '.join(OPS)}"
+    )
+
+
+def parse_gate(text: str) -> Gate:
+    """The gate `text` describes; ValueError naming the part that is wrong and what is allowed."""
+    if len(text) > MAX_GATE_CHARS:
+        raise ValueError(f"longer than {MAX_GATE_CHARS} characters")
+    parts = re.split(r"\s+and\s+", text.strip())
+    if not text.strip():
+        raise ValueError(f"is empty; {allowed()}")
+    beats, thresholds = False, []
+    for part in parts:
+        part = part.strip()
+        if part == BEATS:
+            beats = True
+            continue
+        match = _CONDITION.match(part)
+        if not match:
+            raise ValueError(f"cannot read {part!r}; {allowed()}")
+        metric, op, number = match.groups()
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; {allowed()}")
+        value = float(number)
+        if not math.isfinite(value):
+            raise ValueError(f"{part!r}: the number must be finite")
+        thresholds.append(Threshold(metric, op, value))
+    return Gate(beats, tuple(thresholds))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The gate's verdict, with the numbers it was made from (summary.json's `promotion`)."""
+
+    promoted: bool
+    reason: str
+    metric: str
+    value: float | None
+    champion_value: float | None
+    gate: str
+    thresholds: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "gate": self.gate,
+            "metric": self.metric,
+            "value": self.value,
+            "champion_value": self.champion_value,
+            "thresholds": self.thresholds,
+        }
+
+
+def decide(
+    gate: Gate,
+    metrics: Mapping[str, float],
+    champion_metrics: Mapping[str, float] | None,
+    metric: str,
+    higher_is_better: bool,
+) -> Decision:
+    """Whether the exported checkpoint (`metrics`) passes `gate` against the champion's.
+
+    `metric` is TRAIN_CHECKPOINT_METRIC, what `beats_champion` compares."""
+    value = _number(metrics.get(metric))
+    champion = _number((champion_metrics or {}).get(metric))
+    failed: list[str] = []
+    checks = []
+    for threshold in gate.thresholds:
+        found = _number(metrics.get(threshold.metric))
+        ok = found is not None and threshold.holds(found)
+        checks.append({"metric": threshold.metric, "op": threshold.op, "threshold": threshold.value,
+                       "value": found, "passed": ok})  # fmt: skip
+        if not ok:
+            shown = "missing" if found is None else f"{found:.4g}"
+            failed.append(f"{threshold.metric} {shown} is not {threshold.op} {threshold.value:g}")
+    if gate.beats_champion and champion is not None:
+        better = value is not None and (value > champion if higher_is_better else value < champion)
+        if not better:
+            shown = "missing" if value is None else f"{value:.4g}"
+            word = ">" if higher_is_better else "<"
+            failed.append(f"{metric} {shown} is not {word} the champion's {champion:.4g}")
+    if failed:
+        reason = "; ".join(failed)
+    elif gate.beats_champion and champion is not None:
+        word = ">" if higher_is_better else "<"
+        reason = f"{metric} {_show(value)} {word} {_show(champion)}"
+    elif gate.beats_champion:
+        reason = "no champion yet" + (f"; {_passed(checks)}" if checks else "")
+    else:
+        reason = _passed(checks) or "no conditions"
+    return Decision(not failed, reason, metric, value, champion, str(gate), checks)
+
+
+def _passed(checks: list[dict[str, Any]]) -> str:
+    return ", ".join(
+        f"{c['metric']} {_show(c['value'])} {c['op']} {c['threshold']:g}" for c in checks
+    )
+
+
+def _show(value: float | None) -> str:
+    return "missing" if value is None else f"{value:.4g}"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def outcome_line(decision: Decision, version: int | None, champion_version: int | None) -> str:
+    """The run's last line: what a GitOps pipeline or a person reading the job log sees."""
+    if decision.promoted:
+        return f"promoted v{version} ({decision.reason})"
+    kept = f"kept v{champion_version}" if champion_version else "kept no champion"
+    return f"{kept}: not promoted ({decision.reason})"

@@ -1,0 +1,208 @@
+"""The step after a successful run: export its best checkpoint, apply TRAIN_PROMOTE_IF, move
+the champion pointer (and the MLflow alias) when the gate passes, and say so in summary.json
+and in the driver's last line.
+
+A function of a finished run folder and its settings: the driver calls it after writing the
+summary, and it can be applied again to the same folder (a rerun of a finished run) with the
+same result. The decisions are app/promotion/gate.py's pure functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import click
+
+from app.data.schema import DatasetInfo
+from app.errors import TrainctlError
+from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES
+from app.promotion import champion, gate, registry
+from app.redact import redact_text
+from app.run import checkpoints
+from app.run.folder import write_summary
+from app.settings import TrainSettings
+from app.storage.location import local_path
+from app.storage.reading import read_bounded
+
+
+class NotPromoted(TrainctlError):
+    """A run that trained but did not pass the gate, with TRAIN_NOT_PROMOTED_EXIT set."""
+
+    def __init__(self, line: str, code: int) -> None:
+        super().__init__(
+            f"the run trained but was not promoted (TRAIN_NOT_PROMOTED_EXIT={code}): {line}"
+        )
+        self.exit_code = code
+
+
+def promote_run(
+    settings: TrainSettings, info: DatasetInfo, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """Export, gate, champion; the summary updated and written again. Raises NotPromoted
+    when the gate failed and TRAIN_NOT_PROMOTED_EXIT is not 0."""
+    run_dir = settings.run_dir
+    metric = settings.checkpoint_metric
+    best = next(iter(checkpoints.ranked(checkpoints.scan(run_dir).good, metric)), None)
+    promotion: dict[str, Any] = {"gate": settings.promote_if, "metric": metric}
+    line: str
+    card_sha = None
+    current = _already_champion(settings, best)
+    try:
+        if current is not None:  # a rerun of the champion run: nothing to export or move
+            version = int(current["version"])
+            decision = gate.Decision(
+                True, "already the champion", metric, current.get("value"),
+                current.get("value"), settings.promote_if,
+            )  # fmt: skip
+            promotion.update(decision.record(), version=version, pointer=str(_pointer(settings)))
+            promotion["export"] = {"folder": current.get("export"),
+                                   "card_sha256": current.get("card_sha256")}  # fmt: skip
+            line = f"promoted v{version} (already the champion)"
+        elif best is None:
+            raise _Kept("no verified checkpoint to export")
+        else:
+            line, decision, version, card_sha = _export_and_gate(settings, info, best, promotion)
+    except _Kept as kept:
+        decision = gate.Decision(False, str(kept), metric, None, None, settings.promote_if)
+        promotion.update(decision.record())
+        line = f"kept the champion: not promoted ({kept})"
+        version = None
+    promotion["line"] = line
+    run_id = registry.enabled(summary.get("tracking"))
+    if run_id and card_sha:
+        try:
+            promotion["registry"] = registry.publish(
+                run_id, run_dir / EXPORT_DIR, settings.champion_name, decision.promoted
+            )
+        except Exception as err:  # the pointer already moved: say the registry did not follow
+            promotion["registry"] = {"error": registry.describe(err)}
+            _say(f"MLflow registry not updated: {promotion['registry']['error']}")
+    summary = {**summary, "promoted": decision.promoted, "promotion": promotion}
+    if version is not None:
+        summary["champion_version"] = version
+    write_summary(run_dir, summary)
+    _say(line)  # the last line: a CronJob's log and `submit --wait` end with it
+    if not decision.promoted and settings.not_promoted_exit:
+        raise NotPromoted(line, settings.not_promoted_exit)
+    return summary
+
+
+class _Kept(Exception):
+    """Nothing to gate: the champion stays, for the reason given."""
+
+
+def _pointer(settings: TrainSettings) -> Any:
+    return champion.pointer_path(settings.storage_path, settings.champion_name)
+
+
+def _already_champion(
+    settings: TrainSettings, best: checkpoints.CheckpointRef | None
+) -> dict[str, Any] | None:
+    """The pointer, when it already names this run's best checkpoint and its export on storage
+    is still the one promoted (its card's sha256); None otherwise. A rerun of a finished
+    champion then changes nothing: no new export, version or registry entry."""
+    if best is None:
+        return None
+    try:
+        current = champion.read_pointer(_pointer(settings))
+    except champion.PointerDamaged:
+        return None  # the gate step reports it
+    if not current or current.get("run_dir") != redact_text(str(settings.run_dir)):
+        return None
+    if current.get("epoch") != best.epoch:
+        return None
+    card = settings.run_dir / EXPORT_DIR / CARD_FILE
+    try:
+        found = hashlib.sha256(read_bounded(card, local_path(settings.run_dir), MAX_CARD_BYTES))
+    except (OSError, ValueError):
+        return None
+    return current if found.hexdigest() == current.get("card_sha256") else None
+
+
+def _export_and_gate(
+    settings: TrainSettings,
+    info: DatasetInfo,
+    best: checkpoints.CheckpointRef,
+    promotion: dict[str, Any],
+) -> tuple[str, gate.Decision, int | None, str]:
+    from app.export.build import export_best
+
+    try:
+        card, card_sha = export_best(settings, info, best)
+    except Exception as err:  # any export failure keeps the champion where it is
+        raise _Kept(f"export failed: {registry.describe(err)}") from None
+    promotion["export"] = {
+        "folder": str(settings.run_dir / EXPORT_DIR),
+        "format": card["format"],
+        "file": card["file"],
+        "fallback_reason": card["fallback_reason"],
+        "card_sha256": card_sha,
+    }
+    try:
+        line, decision, version = _move_champion(settings, best, card_sha, promotion)
+    except OSError as err:  # the store refused the pointer (pyarrow's errors are OSErrors)
+        raise _Kept(f"champion pointer not written: {registry.describe(err)}") from None
+    return line, decision, version, card_sha
+
+
+def _move_champion(
+    settings: TrainSettings,
+    best: checkpoints.CheckpointRef,
+    card_sha: str,
+    promotion: dict[str, Any],
+) -> tuple[str, gate.Decision, int | None]:
+    path = _pointer(settings)
+    promotion["pointer"] = str(path)
+    run_dir = redact_text(str(settings.run_dir))  # the pointer is read by many: no secrets
+    outcome: dict[str, Any] = {}
+
+    def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
+        decision = gate.decide(
+            settings.gate,
+            best.metrics,
+            (current or {}).get("metrics"),
+            settings.checkpoint_metric,
+            checkpoints.higher_is_better(settings.checkpoint_metric),
+        )
+        outcome["decision"] = decision
+        if not decision.promoted:
+            return None
+        return {
+            "model_name": settings.champion_name,
+            "version": int((current or {}).get("version", 0)) + 1,
+            "run_name": settings.run_name,
+            "run_dir": run_dir,
+            "export": f"{run_dir}/{EXPORT_DIR}",
+            "card_sha256": card_sha,
+            "metric": settings.checkpoint_metric,
+            "value": best.metrics.get(settings.checkpoint_metric),
+            "metrics": best.metrics,
+            "epoch": best.epoch,
+            "gate": settings.promote_if,
+            "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    try:
+        replaced = champion.replace(path, decide)
+    except champion.PointerDamaged as err:
+        raise _Kept(str(err)) from None
+    decision: gate.Decision = outcome["decision"]
+    promotion.update(decision.record())
+    before = replaced.before or {}
+    promotion["champion_before"] = before.get("run_name")
+    if replaced.written is None:
+        return gate.outcome_line(decision, None, before.get("version")), decision, None
+    version = int(replaced.written["version"])
+    promotion["version"] = version
+    line = gate.outcome_line(decision, version, None)
+    if replaced.superseded:
+        other = (replaced.after or {}).get("run_name")
+        promotion["superseded_by"] = other
+        line += f"; then superseded by run {other} finishing at the same time"
+    return line, decision, version
+
+
+def _say(message: str) -> None:
+    click.echo(f"trainctl: {message}")

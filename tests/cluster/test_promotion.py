@@ -1,0 +1,170 @@
+"""Issue 27 on a real run: the shared finished run (tests/cluster/conftest.py) ends with its
+export, its promotion and the last line; `trainctl predict` in a fresh process, importing
+nothing of the training code, matches the training model on validation images; and the MLflow
+Model Registry on a real `mlflow server` follows the gate across three runs.
+
+No training run of its own: the three runs of the registry test are folders holding one of the
+finished run's real checkpoints each (epochs of different quality: the promotion step is a
+function of a finished run folder), so this module adds no Ray training to the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.cluster.test_observability import mlflow_server  # noqa: F401 - the fixture
+from tests.support import REPO, FinishedRun, explain, read_summary
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+FRESH_PROCESS = """
+import json, sys
+from app.cli import run
+code = run(sys.argv[1:])
+loaded = sorted(m for m in sys.modules if m.startswith(("app.training", "app.run", "ray")))
+print(json.dumps({"training_modules": loaded}))
+sys.exit(code)
+"""
+
+
+def test_the_run_ends_with_its_export_and_promotion(finished_run: FinishedRun) -> None:
+    last = finished_run.result.stdout.strip().splitlines()[-1]
+    assert last == "trainctl: promoted v1 (no champion yet)", explain(finished_run.result)
+    summary = read_summary(finished_run.run_dir)
+    assert summary["promoted"] is True and summary["champion_version"] == 1
+    assert summary["promotion"]["export"]["format"] == "torch.export"
+    pointer = json.loads((finished_run.tmp / "runs" / "champions" / "digits-cnn.json").read_text())
+    assert pointer["run_dir"] == str(finished_run.run_dir) and pointer["version"] == 1
+    card = json.loads((finished_run.run_dir / "export" / "model_card.json").read_text())
+    assert card["checkpoint"]["path"] == summary["best"]["checkpoint"]
+    assert card["checkpoint"]["metrics"]["val_accuracy"] == summary["best"]["val_accuracy"]
+    assert card["data"]["file_count"] >= 2 and card["data"]["train_rows"] > 0
+    assert card["settings"]["run_name"] == "digits-cnn"
+
+
+def test_predict_in_a_fresh_process_matches_the_training_model(
+    finished_run: FinishedRun, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+    import torch
+
+    from app.data.images import to_images
+    from app.data.pipeline import _Normalizer
+    from app.data.schema import inspect_dataset, parquet_files
+    from app.run import checkpoints
+    from app.training.model import build_model
+
+    info = inspect_dataset(finished_run.tmp / "data" / "digits")
+    table = pq.read_table(parquet_files(finished_run.tmp / "data" / "digits" / "valid")[0])
+    pixels = to_images(table.column("image").slice(0, 24), info.image_format)
+    paths = []
+    for index, image in enumerate(pixels):
+        paths.append(tmp_path / f"valid-{index}.png")
+        Image.fromarray(image[:, :, 0], "L").save(paths[-1])
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, "predict", str(finished_run.run_dir),
+         *map(str, paths), "--json", "--top-k", "10"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, explain(result)
+    document, modules = result.stdout.strip().rsplit("\n", 1)
+    assert json.loads(modules)["training_modules"] == []
+    predicted = json.loads(document)["predictions"]
+
+    best = read_summary(finished_run.run_dir)["best"]["checkpoint"]
+    model = build_model("cnn", info)
+    model.load_state_dict(checkpoints.load_train_state(Path(best))[0])
+    model.eval()
+    batch, _ = _Normalizer(info, torch.device("cpu"))(torch.from_numpy(pixels), torch.zeros(1))
+    with torch.no_grad():
+        expected = torch.softmax(model(batch), dim=1)
+    for row, found in zip(expected, predicted, strict=True):
+        got = {int(t["index"]): t["probability"] for t in found["top"]}
+        assert got.keys() == set(range(10))
+        np.testing.assert_allclose([got[i] for i in range(10)], row.numpy(), atol=1e-4)
+    labels = table.column("label").slice(0, 24).to_pylist()
+    right = sum(
+        int(p["top"][0]["class"]) == label for p, label in zip(predicted, labels, strict=True)
+    )
+    assert right >= 18, (right, labels)  # the export learned what the run learned
+
+
+def _runs_of_three_qualities(finished: FinishedRun, storage: Path) -> dict[str, float]:
+    """Run folders `first`, `worse`, `better`, each with one real checkpoint of the finished
+    run: middle, lowest and highest validation accuracy."""
+    from app.run import checkpoints
+
+    good = checkpoints.scan(finished.run_dir).good
+    ranked = checkpoints.ranked(good, "val_accuracy")
+    best, low = ranked[0], ranked[-1]
+    middle = [r for r in ranked if low.metrics["val_accuracy"] < r.metrics["val_accuracy"]
+              < best.metrics["val_accuracy"]]  # fmt: skip
+    assert middle, [r.metrics["val_accuracy"] for r in ranked]
+    chosen = {"first": middle[0], "worse": low, "better": best}
+    for name, ref in chosen.items():
+        shutil.copytree(ref.path, storage / name / ref.path.name)
+    return {name: ref.metrics["val_accuracy"] for name, ref in chosen.items()}
+
+
+def test_the_registry_and_pointer_follow_the_gate(
+    finished_run: FinishedRun,
+    mlflow_server: Callable[[], str],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from app.data.schema import inspect_dataset
+    from app.promotion.step import promote_run
+    from app.settings import TrainSettings
+
+    storage = tmp_path / "runs"
+    accuracy = _runs_of_three_qualities(finished_run, storage)
+    info = inspect_dataset(finished_run.tmp / "data" / "digits")
+    uri = mlflow_server()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("trainctl-promotion")
+    pointer_file = storage / "champions" / "digits-cnn.json"
+
+    def promote(name: str) -> tuple[dict, str]:
+        run_id = client.create_run(experiment, run_name=name).info.run_id
+        settings = TrainSettings(
+            _env_file=None, dataset="digits", model="cnn", storage_path=storage, run_name=name,
+            data_path=finished_run.tmp / "data",
+        )  # fmt: skip
+        tracking = {"mlflow": {"run_id": run_id}}
+        summary = promote_run(settings, info, {"status": "succeeded", "tracking": tracking})
+        artifacts = {Path(a.path).name for a in client.list_artifacts(run_id, "model")}
+        assert artifacts == {"model.pt2", "model_card.json"}  # logged whether promoted or not
+        return summary, run_id
+
+    first, first_id = promote("first")
+    assert first["promoted"] and first["promotion"]["registry"]["version"] == 1
+    version = client.get_model_version_by_alias("digits-cnn", "champion")
+    assert (version.version, version.run_id) == ("1", first_id)
+    pointer = json.loads(pointer_file.read_text())
+
+    worse, _ = promote("worse")
+    assert not worse["promoted"], worse["promotion"]
+    assert worse["promotion"]["value"] == accuracy["worse"]
+    assert worse["promotion"]["champion_value"] == accuracy["first"]
+    assert worse["promotion"]["line"].startswith("kept v1: not promoted (val_accuracy ")
+    assert client.get_model_version_by_alias("digits-cnn", "champion").version == "1"
+    assert [v.version for v in client.search_model_versions("name='digits-cnn'")] == ["1"]
+    assert json.loads(pointer_file.read_text()) == pointer
+
+    better, better_id = promote("better")
+    assert better["promoted"] and better["promotion"]["line"].startswith("promoted v2 (")
+    version = client.get_model_version_by_alias("digits-cnn", "champion")
+    assert (version.version, version.run_id) == ("2", better_id)
+    assert json.loads(pointer_file.read_text())["run_name"] == "better"

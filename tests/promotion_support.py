@@ -1,0 +1,47 @@
+"""Run folders with real checkpoints for the promotion tests, made without Ray.
+
+A checkpoint here is what the training loop writes (app/run/checkpoints.write_checkpoint): the
+state dict of the real model for the data, and meta.json with its metrics. The promotion step
+reads nothing else, so these folders stand for finished runs of chosen quality.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.data.schema import DatasetInfo
+
+INFO = DatasetInfo(
+    channels=1, height=8, width=8, num_classes=10, train_rows=40, valid_rows=20, layout="raw",
+    mean=(0.3,), std=(0.25,), image_shape=(8, 8),
+)  # fmt: skip
+
+
+def make_run(storage: Path, name: str, accuracy: float, epoch: int = 1, seed: int = 0) -> Path:
+    """<storage>/<name> holding one verified checkpoint of a cnn with `accuracy`."""
+    import torch
+
+    from app.run import checkpoints
+    from app.training.model import build_model
+
+    torch.manual_seed(seed)
+    model = build_model("cnn", INFO)
+    run_dir = storage / name
+    checkpoints.write_checkpoint(
+        run_dir / checkpoints.dir_name(epoch),
+        model_state=model.state_dict(),
+        train_state={"epoch": epoch},
+        epoch=epoch,
+        metrics={"epoch": float(epoch), "val_accuracy": accuracy, "val_loss": 1 - accuracy},
+    )
+    return run_dir
+
+
+def settings_for(storage: Path, name: str, **extra: Any) -> Any:
+    from app.settings import TrainSettings
+
+    return TrainSettings(
+        _env_file=None, dataset="digits", model="cnn", storage_path=storage, run_name=name,
+        data_path=storage / "no-data", **extra,
+    )  # fmt: skip

@@ -1,0 +1,95 @@
+"""TRAIN_PROMOTE_IF: the grammar's parse and the gate's decision, as pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.promotion.gate import Gate, Threshold, decide, outcome_line, parse_gate
+
+
+@pytest.mark.parametrize(
+    ("text", "gate"),
+    [
+        ("beats_champion", Gate(True)),
+        ("val_accuracy>=0.95", Gate(False, (Threshold("val_accuracy", ">=", 0.95),))),
+        (
+            " beats_champion  and  val_loss < .5 ",
+            Gate(True, (Threshold("val_loss", "<", 0.5),)),
+        ),
+        ("val_accuracy>0.9 and val_loss<=1e-1", Gate(False, (
+            Threshold("val_accuracy", ">", 0.9), Threshold("val_loss", "<=", 0.1)))),
+    ],
+)  # fmt: skip
+def test_gates_parse_into_their_conditions(text: str, gate: Gate) -> None:
+    assert parse_gate(text) == gate
+    assert parse_gate(str(gate)) == gate  # the canonical text reads back the same
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "is empty"),
+        ("val_acc>=0.9", "unknown metric 'val_acc'"),
+        ("val_accuracy=>0.9", "cannot read"),
+        ("val_accuracy>=0.9 or beats_champion", "cannot read"),
+        ("beats_champion and", "cannot read"),
+        ("val_accuracy>=nan", "cannot read"),
+        ("x" * 600, "longer than 500"),
+    ],
+)
+def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_gate(text)
+    assert says in str(err.value)
+    if "cannot read" in says or "unknown" in says:
+        assert "val_accuracy" in str(err.value) and ">=" in str(err.value)  # the allowed list
+
+
+def _decide(gate: str, value: float, champion: float | None, metric: str = "val_accuracy"):
+    champ = None if champion is None else {metric: champion}
+    return decide(parse_gate(gate), {metric: value}, champ, metric, metric != "val_loss")
+
+
+def test_beats_champion_needs_strictly_better_on_the_ranking_metric() -> None:
+    assert _decide("beats_champion", 0.9, None).promoted  # no champion yet
+    assert _decide("beats_champion", 0.9, 0.8).promoted
+    tie = _decide("beats_champion", 0.9, 0.9)
+    assert not tie.promoted and "not > the champion's 0.9" in tie.reason
+    # val_loss: lower is better
+    assert _decide("beats_champion", 0.2, 0.3, "val_loss").promoted
+    assert not _decide("beats_champion", 0.3, 0.2, "val_loss").promoted
+
+
+def test_thresholds_and_both_conditions() -> None:
+    passed = _decide("val_accuracy>=0.95", 0.962, None)
+    assert passed.promoted and passed.reason == "val_accuracy 0.962 >= 0.95"
+    failed = _decide("beats_champion and val_accuracy>=0.95", 0.94, 0.9)
+    assert not failed.promoted and failed.reason == "val_accuracy 0.94 is not >= 0.95"
+    both = _decide("beats_champion and val_accuracy>=0.9", 0.962, 0.955)
+    assert both.promoted and both.reason == "val_accuracy 0.962 > 0.955"
+    record = both.record()
+    assert record["value"] == 0.962 and record["champion_value"] == 0.955
+    assert record["thresholds"][0]["passed"] is True
+
+
+def test_a_missing_metric_never_passes() -> None:
+    decision = decide(parse_gate("val_loss<1"), {"val_accuracy": 0.9}, None, "val_accuracy", True)
+    assert not decision.promoted and "val_loss missing" in decision.reason
+
+
+def test_the_last_line() -> None:
+    assert outcome_line(_decide("beats_champion", 0.962, 0.955), 7, 6) == (
+        "promoted v7 (val_accuracy 0.962 > 0.955)"
+    )
+    assert outcome_line(_decide("beats_champion", 0.95, 0.955), None, 6).startswith("kept v6: ")
+
+
+def test_a_new_driver_drops_the_last_drivers_promotion_until_it_decides_its_own() -> None:
+    from app.run import decisions
+
+    previous = {"status": "succeeded", "promoted": True, "promotion": {"line": "promoted v1"},
+                "champion_version": 1}  # fmt: skip
+    summary = decisions.running_summary(
+        previous, run_name="r", run_dir="/runs/r", target_epochs=4, resume_from=None, settings={}
+    )
+    assert not {"promoted", "promotion", "champion_version"} & set(summary)

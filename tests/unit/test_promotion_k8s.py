@@ -1,0 +1,73 @@
+"""`submit --wait` and `trainctl status` show the promotion outcome that the run folder's
+summary.json keeps (the driver's last line), through a scripted Kubernetes API and real files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.errors import EXIT_OK
+from app.k8s.outcome import promotion_line
+from tests.unit.fake_kube_api import FakeKubeApi
+from tests.unit.test_submit_cli import (
+    RUNNING,
+    SUCCEEDED,
+    api,
+    rayjob_name,
+    submit,
+    trainctl,
+    values_file,
+)
+
+__all__ = ["api", "rayjob_name", "values_file"]  # fixtures used by name below
+
+LINE = "promoted v7 (val_accuracy 0.962 > 0.955)"
+
+
+def _finished_run(mount: Path, name: str) -> None:
+    run_dir = mount / "runs" / name  # TRAIN_STORAGE_PATH is <mountPath>/runs
+    run_dir.mkdir(parents=True)
+    summary = {"run_name": name, "status": "succeeded", "epochs_completed": 2, "epochs_target": 2,
+               "promoted": True, "promotion": {"line": LINE}}  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def test_submit_wait_ends_with_the_promotion_line(
+    api: FakeKubeApi,
+    values_file: Path,
+    rayjob_name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _finished_run(tmp_path / "volume", rayjob_name)
+    api.rayjob_statuses = [RUNNING, SUCCEEDED]
+    code, out, _ = submit(
+        capsys, values_file, "--wait", "--storage-mount", str(tmp_path / "volume")
+    )
+    assert code == EXIT_OK
+    assert out.strip().splitlines()[-1] == LINE
+
+
+def test_status_shows_each_finished_runs_outcome(
+    api: FakeKubeApi,
+    values_file: Path,
+    rayjob_name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _finished_run(tmp_path / "volume", rayjob_name)
+    api.rayjob_statuses = [SUCCEEDED]
+    submit(capsys, values_file)
+    code, out, _ = trainctl(capsys, "status", "--storage-mount", str(tmp_path / "volume"))
+    assert code == EXIT_OK and out.startswith("NAME")
+    assert f"\n{rayjob_name}: {LINE}" in out
+    code, out, _ = trainctl(capsys, "status")  # no mount: the table alone, no guess
+    assert code == EXIT_OK and LINE not in out
+
+
+def test_the_line_is_redacted_and_absent_before_a_promotion() -> None:
+    assert promotion_line(None) is None and promotion_line({"status": "running"}) is None
+    secret = {"promotion": {"line": "kept v1: not promoted (s3://user:pw@h/b unreadable)"}}
+    assert "pw" not in (promotion_line(secret) or "")

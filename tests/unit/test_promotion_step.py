@@ -1,0 +1,166 @@
+"""The promotion step on run folders with real checkpoints (no Ray): export, gate, champion
+pointer, summary.json, the last line and the exit code; and the pointer's atomic replacement
+on a volume with concurrent writers."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from app.export.card import CARD_FILE, EXPORT_DIR, sha256_file
+from app.promotion import champion
+from app.promotion.step import NotPromoted, promote_run
+from tests.promotion_support import INFO, make_run, settings_for
+
+
+def _promote(storage: Path, name: str, accuracy: float, **extra: str) -> dict:
+    make_run(storage, name, accuracy)
+    return promote_run(settings_for(storage, name, **extra), INFO, {"status": "succeeded"})
+
+
+def _pointer(storage: Path) -> dict:
+    return json.loads((storage / "champions" / "digits-cnn.json").read_text())
+
+
+def test_the_champion_moves_only_when_the_gate_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _promote(tmp_path, "first", 0.90)
+    assert first["promoted"] is True and first["champion_version"] == 1
+    assert (
+        capsys.readouterr().out.strip().splitlines()[-1]
+        == "trainctl: promoted v1 (no champion yet)"
+    )
+    card = json.loads((tmp_path / "first" / EXPORT_DIR / CARD_FILE).read_text())
+    assert card["format"] == "torch.export" and card["class_names"] == [str(i) for i in range(10)]
+    assert card["input"] == {**card["input"], "channels": 1, "height": 8, "mean": [0.3]}
+    assert card["checkpoint"]["metrics"]["val_accuracy"] == 0.90
+    assert set(card["versions"]) == {"trainctl", "torch", "torchvision", "ray"}
+    model = tmp_path / "first" / EXPORT_DIR / card["file"]
+    assert card["files"] == {card["file"]: sha256_file(model)}
+    pointer = _pointer(tmp_path)
+    assert pointer["version"] == 1 and pointer["run_name"] == "first"
+    assert pointer["card_sha256"] == sha256_file(tmp_path / "first" / EXPORT_DIR / CARD_FILE)
+
+    worse = _promote(tmp_path, "worse", 0.80)
+    assert worse["promoted"] is False
+    assert worse["promotion"]["value"] == 0.80 and worse["promotion"]["champion_value"] == 0.90
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line == "trainctl: kept v1: not promoted (val_accuracy 0.8 is not > the champion's 0.9)"
+    assert _pointer(tmp_path) == pointer  # untouched
+    on_disk = json.loads((tmp_path / "worse" / "summary.json").read_text())
+    assert (
+        on_disk["promoted"] is False and on_disk["promotion"]["line"] == line[len("trainctl: ") :]
+    )
+
+    better = _promote(tmp_path, "better", 0.95)
+    assert better["promoted"] is True
+    assert capsys.readouterr().out.strip().endswith("promoted v2 (val_accuracy 0.95 > 0.9)")
+    assert _pointer(tmp_path)["version"] == 2 and _pointer(tmp_path)["run_name"] == "better"
+
+    # The same finished run promoted again (a rerun): nothing moves, it says so.
+    again = promote_run(settings_for(tmp_path, "better"), INFO, {"status": "succeeded"})
+    assert again["promoted"] is True and again["promotion"]["reason"] == "already the champion"
+    assert _pointer(tmp_path)["version"] == 2
+
+
+def test_a_threshold_gate_and_the_not_promoted_exit_code(tmp_path: Path) -> None:
+    with pytest.raises(NotPromoted) as err:
+        _promote(tmp_path, "low", 0.5, promote_if="val_accuracy>=0.9", not_promoted_exit=5)
+    assert err.value.exit_code == 5
+    assert "kept no champion: not promoted (val_accuracy 0.5 is not >= 0.9)" in str(err.value)
+    assert not (tmp_path / "champions" / "digits-cnn.json").exists()
+    summary = json.loads((tmp_path / "low" / "summary.json").read_text())
+    assert summary["promoted"] is False and summary["promotion"]["thresholds"][0]["value"] == 0.5
+
+
+def test_a_damaged_pointer_keeps_the_champion_and_says_why(tmp_path: Path) -> None:
+    (tmp_path / "champions").mkdir()
+    (tmp_path / "champions" / "digits-cnn.json").write_text('{"version": 3, "metr')
+    summary = _promote(tmp_path, "r", 0.99)
+    assert (
+        summary["promoted"] is False
+        and "unreadable champion pointer" in summary["promotion"]["reason"]
+    )
+    assert (tmp_path / "champions" / "digits-cnn.json").read_text() == '{"version": 3, "metr'
+
+
+def test_concurrent_writers_on_a_volume_are_serialized(tmp_path: Path) -> None:
+    """Each writer decides against the pointer the previous one left: versions 1..N, no gap,
+    no repeat, and a reader never sees anything but a whole pointer."""
+    path = champion.pointer_path(tmp_path, "m")
+    writers = 8
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def write(index: int) -> None:
+        def decide(current: dict | None) -> dict:
+            return {"version": (current or {}).get("version", 0) + 1, "writer": index,
+                    "pad": "x" * 50_000}  # fmt: skip
+
+        champion.replace(path, decide)
+
+    def read() -> None:
+        while not stop.is_set():
+            pointer = champion.read_pointer(path)  # PointerDamaged on a torn file
+            if pointer:
+                seen.append(pointer["version"])
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    stop.set()
+    reader.join(timeout=60)
+    assert champion.read_pointer(path)["version"] == writers  # type: ignore[index]
+    assert seen == sorted(seen)
+    assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the branch it takes is fixed
+def test_a_model_torch_export_cannot_trace_falls_back_to_torchscript(tmp_path: Path) -> None:
+    """Data-dependent control flow stops torch.export; the trace is kept, with the reason, and
+    `trainctl predict` runs it like the exported program."""
+    import torch
+    from PIL import Image
+
+    from app.export.build import _save
+    from app.export.card import card_json
+    from tests.hostile.support import trainctl
+
+    class Branchy(torch.nn.Module):  # why it cannot be exported is in the forward
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            flat = x.flatten(1)
+            return self.linear(flat) if flat.sum() > 0 else -self.linear(flat)
+
+    name, reason = _save(Branchy().eval(), torch.ones(2, 1, 2, 2), tmp_path)
+    assert name == "model.ts" and reason and reason.startswith("torch.export failed (")
+    spec = {"channels": 1, "height": 2, "width": 2, "mean": [0.0], "std": [1.0]}
+    files = {name: sha256_file(tmp_path / name)}
+    card = {"format": "torchscript", "file": name, "files": files, "class_names": ["no", "yes"],
+            "input": spec}  # fmt: skip
+    (tmp_path / CARD_FILE).write_bytes(card_json(card))
+    Image.new("L", (2, 2), 255).save(tmp_path / "x.png")
+    result = trainctl("predict", str(tmp_path), str(tmp_path / "x.png"), "--json")
+    assert result.code == 0, result.text
+    assert [t["class"] for t in json.loads(result.out)["predictions"][0]["top"]] in (
+        ["no", "yes"], ["yes", "no"],
+    )  # fmt: skip
+
+
+def test_a_store_that_refuses_the_pointer_keeps_the_run_unpromoted(tmp_path: Path) -> None:
+    (tmp_path / "champions").mkdir()
+    (tmp_path / "champions" / "digits-cnn.json").mkdir()  # the pointer's name is a folder
+    summary = _promote(tmp_path, "r", 0.9)
+    assert summary["promoted"] is False
+    assert "champion pointer" in summary["promotion"]["reason"]
