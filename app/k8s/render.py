@@ -2,8 +2,9 @@
 
 The jinja2 templates next to this module mirror the chart's Go templates one for one, and the
 chart's helpers are mirrored by the macros in templates/_macros.j2; what needs more than a
-template (merged pools, worker counts, names, the content hash) is computed here in Python, and tests/contract/test_render_parity.py holds both engines to the same objects
-on several values files. Shared objects (claim, auth Secret, ServiceAccount) appear in every
+template (merged pools, worker counts, names, the content hash) is computed here in Python,
+and tests/contract/test_render_parity.py holds both engines to the same objects on several
+values files. Shared objects (claim, auth Secret, ServiceAccount) appear in every
 pool's list, so each pool's folder applies on its own with `kubectl apply -k`.
 """
 
@@ -38,17 +39,11 @@ MANAGED_BY = "trainctl"
 DNS_1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-def load_values(
-    values_files: Sequence[Path] = (),
-    *,
-    set_json: Sequence[str] = (),
-    set_values: Sequence[str] = (),
-    set_string: Sequence[str] = (),
-) -> dict[str, Any]:
-    """As `helm template -f ... --set ...`: the user's values over the chart's, schema-checked."""
-    user = user_values(
-        list(values_files), set_json=set_json, set_values=set_values, set_string=set_string
-    )
+def load_values(values_files: Sequence[Path] = (), **sets: Sequence[str]) -> dict[str, Any]:
+    """As `helm template -f ... --set ...`: the user's values over the chart's, schema-checked.
+
+    `sets`: user_values' set_json, set_values and set_string (--set-json, --set, --set-string)."""
+    user = user_values(values_files, **sets)
     values = coalesce(default_values(), user)
     validate(values)
     return values
