@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -171,32 +172,12 @@ Exit codes:
     show_default=True,
     help="With --wait: seconds between status checks.",
 )
-def submit_cmd(
-    pool: str,
-    namespace: str | None,
-    release: str,
-    run_tag: str | None,
-    wait: bool,
-    timeout_s: float | None,
-    storage_mount: Path | None,
-    poll_s: float,
-    **values_args: tuple,
-) -> None:
+def submit_cmd(**options: Any) -> None:
     """Create the RayJob for --pool (an existing run is attached to), and follow it."""
     from app.k8s.submit import SubmitRequest, submit
 
-    request = SubmitRequest(
-        pool=pool,
-        release=release,
-        namespace=namespace,
-        run_tag=run_tag,
-        wait=wait,
-        timeout_s=timeout_s,
-        storage_mount=storage_mount,
-        poll_s=poll_s,
-        **values_args,  # -f files and --set* flags
-    )
-    submit(request, click.echo)
+    # The options are named as SubmitRequest's fields (-f files and --set* flags included).
+    submit(SubmitRequest(**options), click.echo)
 
 
 @cli.command("status")

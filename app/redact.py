@@ -28,12 +28,15 @@ _SECRET_PARAM = re.compile(
 
 # Outside URIs: a value assigned to a credential-named key (`AWS_SECRET_ACCESS_KEY=...`, JSON's
 # `"password": "..."`), where the name ends in the credential word (`max_tokens=5` stays), and
-# HTTP authorization schemes (`Bearer ...`, `Basic ...`).
+# HTTP authorization schemes (`Bearer ...`, `Basic ...`). GitHub-style `token ...` counts only as
+# the value of an `Authorization:` header: the bare word is ordinary text ("token embeddings").
 _SECRET_ASSIGNMENT = re.compile(
     r"(?i)([a-z0-9_.-]*(?:secret|password|passwd|api[_-]?key|access[_-]?key|private[_-]?key|"
     r"token|credentials?)\"?\s*[=:]\s*\"?)([^\s\"',;}]+)"
 )
-_AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{8,}")
+_AUTH_SCHEME = re.compile(
+    r"(?i)(\b(?:bearer|basic)|\bauthorization\"?\s*[:=]\s*\"?token)(\s+)[A-Za-z0-9._~+/=-]{8,}"
+)
 
 
 def redact_uri(uri: str) -> str:

@@ -1,9 +1,10 @@
 """`trainctl render`: the chart's objects from the same values, without Helm.
 
-The jinja2 templates next to this module mirror the chart's Go templates one for one; what Go
-computes inside templates (merged pools, worker counts, names, the content hash) is computed
-here in Python, and tests/contract/test_render_parity.py holds both engines to the same objects
-on several values files. Shared objects (claim, auth Secret, ServiceAccount) appear in every
+The jinja2 templates next to this module mirror the chart's Go templates one for one, and the
+chart's helpers are mirrored by the macros in templates/_macros.j2; what needs more than a
+template (merged pools, worker counts, names, the content hash) is computed here in Python,
+and tests/contract/test_render_parity.py holds both engines to the same objects on several
+values files. Shared objects (claim, auth Secret, ServiceAccount) appear in every
 pool's list, so each pool's folder applies on its own with `kubectl apply -k`.
 """
 
@@ -36,23 +37,13 @@ from app.k8s.values import (
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MANAGED_BY = "trainctl"
 DNS_1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-# On every run's RayJob, ConfigMap and NetworkPolicy: Helm leaves them when they leave the
-# manifest, so an old run finishes undisturbed and its RayJob stays as the record of it.
-KEEP = ("helm.sh/resource-policy", "keep")
-# storage.type gcs with credentialsSecret: where the key file (key.json) is mounted read-only.
-GCS_KEY_DIR = "/var/run/secrets/trainctl/gcs"
 
 
-def load_values(
-    values_files: Path | Sequence[Path] | None = None,
-    *,
-    set_json: Sequence[str] = (),
-    set_values: Sequence[str] = (),
-    set_string: Sequence[str] = (),
-) -> dict[str, Any]:
-    """As `helm template -f ... --set ...`: the user's values over the chart's, schema-checked."""
-    files = [values_files] if isinstance(values_files, Path) else list(values_files or ())
-    user = user_values(files, set_json=set_json, set_values=set_values, set_string=set_string)
+def load_values(values_files: Sequence[Path] = (), **sets: Sequence[str]) -> dict[str, Any]:
+    """As `helm template -f ... --set ...`: the user's values over the chart's, schema-checked.
+
+    `sets`: user_values' set_json, set_values and set_string (--set-json, --set, --set-string)."""
+    user = user_values(values_files, **sets)
     values = coalesce(default_values(), user)
     validate(values)
     return values
@@ -92,40 +83,16 @@ def _escape(ch: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
-def storage_root(storage: dict[str, Any]) -> str:
-    """As "trainctl.storageRoot": the mount path, or <s3|gs>://<bucket>[/<prefix>]."""
-    if storage["type"] == "pvc":
-        return storage["mountPath"].rstrip("/")
-    scheme = "gs" if storage["type"] == "gcs" else "s3"
-    prefix = storage.get("prefix") or ""
-    return f"{scheme}://{storage['bucket']}" + (f"/{prefix}" if prefix else "")
-
-
 def _base_context(values: dict[str, Any], release: str, namespace: str) -> dict[str, Any]:
-    image = values["image"]
-    app_version = str(chart_metadata()["appVersion"])
-    if image.get("digest"):
-        ref = f"{image['repository']}@{image['digest']}"
-    else:
-        ref = f"{image['repository']}:{image.get('tag') or app_version}"
-    sa = values.get("serviceAccount") or {}
-    service_account = sa.get("name") or (f"{release}-ray" if sa.get("create") else "default")
+    """What Helm hands its templates (.Values, .Release, .Chart), and nothing computed: the
+    chart's helpers ("trainctl.image", "trainctl.storageRoot", ...) are mirrored by the macros
+    of templates/_macros.j2, so a new value or helper needs no edit here."""
     return {
         "v": values,
         "release": release,
         "namespace": namespace,
-        "managed_by": MANAGED_BY,
-        "app_version": app_version,
-        "image": ref,
-        "service_account": service_account,
-        "claim_name": values["storage"].get("existingClaim") or f"{release}-shared",
-        "auth_secret_name": values["rayAuth"].get("existingSecret") or f"{release}-ray-auth",
-        "mount_path": values["storage"]["mountPath"].rstrip("/"),
-        "object_store": values["storage"]["type"] != "pvc",
-        "storage_root": storage_root(values["storage"]),
-        "gcs_key_dir": GCS_KEY_DIR,
-        # As "trainctl.runAnnotations": keep on helm upgrade/uninstall; runAnnotations win.
-        "run_annotations": {KEEP[0]: KEEP[1], **(values.get("runAnnotations") or {})},
+        "managed_by": MANAGED_BY,  # .Release.Service
+        "chart": chart_metadata(),
     }
 
 

@@ -29,18 +29,24 @@ SYNCED_FILES = ("Chart.yaml", "values.yaml", "values.schema.json")
 MAX_VALUES_BYTES = 16 * 2**20
 
 
+def chart_file(name: str, folder: Path = PACKAGED_DIR) -> dict[str, Any]:
+    """One of SYNCED_FILES, parsed: the packaged copy, or the chart's source (CHART_DIR)."""
+    text = (folder / name).read_text()
+    return json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+
+
 @cache
 def chart_metadata() -> dict[str, Any]:
-    return yaml.safe_load((PACKAGED_DIR / "Chart.yaml").read_text())
+    return chart_file("Chart.yaml")
 
 
 @cache
 def _schema() -> dict[str, Any]:
-    return json.loads((PACKAGED_DIR / "values.schema.json").read_text())
+    return chart_file("values.schema.json")
 
 
 def default_values() -> dict[str, Any]:
-    return yaml.safe_load((PACKAGED_DIR / "values.yaml").read_text())
+    return chart_file("values.yaml")  # a fresh copy each call: callers change it
 
 
 def coalesce(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -19,12 +19,15 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
+# higher_is_better and ranked are re-exported: callers ask checkpoints.ranked for the best.
+from app.run.retention import higher_is_better, ranked, to_remove  # noqa: F401
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
 from app.storage.reading import open_below, read_bounded
@@ -212,9 +215,10 @@ class Scan:
         return self.good[0] if self.good else None
 
 
-def scan(run_dir: RunPath) -> Scan:
+def scan(run_dir: RunPath, skip: Collection[RunPath] = ()) -> Scan:
+    """Every checkpoint folder verified; those in `skip` (already verified) left out."""
     good, bad = [], []
-    folders = _folders(run_dir)
+    folders = [folder for folder in _folders(run_dir) if folder not in skip]
     for folder in folders:
         try:
             good.append(verify(folder))
@@ -255,34 +259,17 @@ def quarantine(folder: RunPath, reason: str = "") -> RunPath:
     return target
 
 
-def higher_is_better(metric: str) -> bool:
-    """The one place the score direction is decided: Ray's CheckpointConfig, pruning and the
-    summary's `best` all ask here."""
-    return metric != "val_loss"
-
-
-def ranked(good: list[CheckpointRef], metric: str) -> list[CheckpointRef]:
-    """Best first by `metric`; a checkpoint without it ranks last, newer before older on ties."""
-    up = higher_is_better(metric)
-    missing = float("-inf") if up else float("inf")
-    by_epoch = sorted(good, key=lambda ref: ref.epoch, reverse=True)
-    return sorted(by_epoch, key=lambda ref: ref.metrics.get(metric, missing), reverse=up)
-
-
 def prune(
     run_dir: RunPath, *, keep: int, metric: str, good: list[CheckpointRef] | None = None
 ) -> list[RunPath]:
-    """Delete good checkpoints beyond the `keep` best by `metric`, always keeping the newest.
+    """Delete the checkpoints app/run/retention.py `to_remove` chooses; return their paths.
 
-    Within one run Ray's CheckpointConfig applies the same rule as checkpoints are committed;
-    this pass also covers the checkpoints of earlier runs of the folder, which Ray never saw.
+    The one retention pass, run after each epoch while Ray trains (retention.InRunPruner) and
+    at the end of the run, where it also covers earlier drivers' checkpoints, which Ray never saw.
     `good`: the folder's scan, where the caller has one (every file hashed once per pass).
     """
-    good = scan(run_dir).good if good is None else sorted(good, key=lambda r: -r.epoch)
-    if len(good) <= keep:
-        return []
-    survivors = {ref.path for ref in ranked(good, metric)[:keep]} | {good[0].path}
-    removed = [ref.path for ref in good if ref.path not in survivors]
+    good = scan(run_dir).good if good is None else good
+    removed = [ref.path for ref in to_remove(good, keep=keep, metric=metric)]
     for path in removed:
         remove_tree(path)
     return removed

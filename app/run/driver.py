@@ -26,6 +26,7 @@ from app.run.class_names import record as record_class_names
 from app.run.folder import read_summary, write_summary
 from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, sigterm_interrupts
 from app.run.progress import EpochFollower
+from app.run.retention import InRunPruner
 from app.run.summary import build_summary, plot_curves
 from app.settings import TrainSettings
 from app.storage import safe_fs
@@ -177,22 +178,33 @@ def _fit(
             name=settings.run_name,
             **storage_options(settings.storage_path),
             failure_config=FailureConfig(max_failures=settings.max_failures),
-            checkpoint_config=CheckpointConfig(
-                num_to_keep=settings.checkpoints_to_keep,
-                checkpoint_score_attribute=settings.checkpoint_metric,
-                checkpoint_score_order=(
-                    "max" if checkpoints.higher_is_better(settings.checkpoint_metric) else "min"
-                ),
-            ),
+            # Ray keeps every checkpoint: trainctl's own pruning decides (app/run/retention.py).
+            checkpoint_config=CheckpointConfig(num_to_keep=None),
         ),
         datasets=datasets,
     )
+    pruner = _in_run_pruner(settings)
+
+    def on_epoch(row: dict[str, Any]) -> None:
+        trackers.log_epoch(row)
+        pruner.after_epoch()
+
     follower = EpochFollower(
-        settings.run_dir, settings.epochs, since=time.time(), emit=click.echo,
-        on_epoch=trackers.log_epoch,
-    )  # fmt: skip
+        settings.run_dir, settings.epochs, since=time.time(), emit=click.echo, on_epoch=on_epoch
+    )
     with follower:
         trainer.fit()
+
+
+def _in_run_pruner(settings: TrainSettings) -> InRunPruner:
+    run_dir, keep = settings.run_dir, settings.checkpoints_to_keep
+    return InRunPruner(
+        verify_new=lambda known: checkpoints.scan(run_dir, skip=known).good,
+        prune=lambda good: checkpoints.prune(
+            run_dir, keep=keep, metric=settings.checkpoint_metric, good=good
+        ),
+        warn=_say,
+    )
 
 
 def _finish(

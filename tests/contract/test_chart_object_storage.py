@@ -68,7 +68,7 @@ def _both(values: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
     path = tmp_path / "values.yaml"
     path.write_text(json.dumps(values))  # JSON: the dict's exact meaning in any YAML reader
     python: dict = {}
-    for objects in render_objects(load_values(path), release="train", namespace="ml").values():
+    for objects in render_objects(load_values([path]), release="train", namespace="ml").values():
         python.update(by_key(objects))
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
@@ -249,7 +249,7 @@ def _refused_by_both(values: dict[str, Any], where: str, tmp_path: Path) -> None
     path = tmp_path / "values.yaml"
     path.write_text(json.dumps(values))
     with pytest.raises(ConfigError) as err:
-        render_objects(load_values(path), release="demo", namespace="ml")
+        render_objects(load_values([path]), release="demo", namespace="ml")
     assert any(where in problem for problem in err.value.problems), err.value.problems
 
 
@@ -265,7 +265,7 @@ def test_submit_wait_reads_the_summary_from_the_bucket(bucket: Bucket, tmp_path:
     storage = {"type": "s3", "bucket": bucket.name, "prefix": "team", "endpoint": bucket.endpoint}
     values_file.write_text(json.dumps({"storage": storage, "nodePools": {"cpu": {}}}))
     objects = pool_objects(
-        render_objects(load_values(values_file), release="demo", namespace="ml"), "cpu"
+        render_objects(load_values([values_file]), release="demo", namespace="ml"), "cpu"
     )
     run_dir = submit_run_dir(objects, None)
     name = next(o["metadata"]["name"] for o in objects if o["kind"] == "RayJob")

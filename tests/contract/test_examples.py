@@ -94,7 +94,7 @@ def render_example(path: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
     tmp = path.with_name(f".{path.name}.merged")
     try:
         tmp.write_text(json.dumps(merged))  # JSON: the dict's exact meaning in any YAML reader
-        values = load_values(tmp)
+        values = load_values([tmp])
     finally:
         tmp.unlink(missing_ok=True)
     objects = [

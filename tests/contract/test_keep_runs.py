@@ -38,7 +38,7 @@ def python_render(values: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]
     """`trainctl render`'s objects for user values, through the same schema check."""
     path = tmp_path / "values.yaml"
     path.write_text(json.dumps(values))  # JSON: the dict's exact meaning in any YAML reader
-    loaded = load_values(path)
+    loaded = load_values([path])
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for objects in render_objects(loaded, release="train", namespace="ml").values():
         seen.update({(o["kind"], o["metadata"]["name"]): o for o in objects})

@@ -20,7 +20,7 @@ def _tree(root: Path) -> dict[str, str]:
 
 
 def test_committed_manifests_are_current(tmp_path: Path) -> None:
-    write_manifests(load_values(SOURCE), tmp_path, release=RELEASE, namespace=NAMESPACE)
+    write_manifests(load_values([SOURCE]), tmp_path, release=RELEASE, namespace=NAMESPACE)
     fresh, committed = _tree(tmp_path), _tree(MANIFESTS)
     stale = sorted(set(committed) - set(fresh))
     missing = sorted(set(fresh) - set(committed))
@@ -42,7 +42,7 @@ def test_each_pool_folder_is_a_complete_kustomization() -> None:
 
 
 def test_rerendering_keeps_the_token_already_written(tmp_path: Path) -> None:
-    values = load_values(EXAMPLES / "values-cpu.yaml")  # the chart creates the Secret here
+    values = load_values([EXAMPLES / "values-cpu.yaml"])  # the chart creates the Secret here
     write_manifests(values, tmp_path, release="demo", namespace="ml")
     first = (tmp_path / "pool-a" / "secret.yaml").read_text()
     write_manifests(values, tmp_path, release="demo", namespace="ml")

@@ -89,7 +89,7 @@ def test_an_empty_scraper_selector_is_refused_by_both_engines(
     path = tmp_path / "values.yaml"
     path.write_text(json.dumps(values))  # JSON: the dict's exact meaning in any YAML reader
     with pytest.raises(ConfigError, match=empty):
-        render_objects(load_values(path), release="demo", namespace="ml")
+        render_objects(load_values([path]), release="demo", namespace="ml")
 
 
 def test_tracker_settings_reach_every_ray_container_credentials_only_from_secrets() -> None:
@@ -122,4 +122,4 @@ def test_a_tracker_credential_in_plain_env_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "values.yaml"
     path.write_text(json.dumps(values))  # JSON: the dict's exact meaning in any YAML reader
     with pytest.raises(ConfigError, match="WANDB_API_KEY"):
-        load_values(path)
+        load_values([path])

@@ -80,8 +80,8 @@ def test_unreadable_or_non_mapping_values_exit_2(tmp_path: Path) -> None:
 def test_null_removes_a_default_like_helm(tmp_path: Path) -> None:
     path = tmp_path / "v.yaml"
     path.write_text("poolDefaults:\n  tolerations: null\n")
-    assert "tolerations" not in load_values(path)["poolDefaults"]
-    assert load_values(None)["poolDefaults"]["tolerations"]
+    assert "tolerations" not in load_values([path])["poolDefaults"]
+    assert load_values()["poolDefaults"]["tolerations"]
 
 
 def test_packaged_chart_files_equal_the_chart() -> None:

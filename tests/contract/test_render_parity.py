@@ -41,8 +41,8 @@ def _normalized(obj: dict) -> dict:
     return obj
 
 
-def python_objects(path: Path | list[Path], release: str, namespace: str, **sets: Any) -> dict:
-    values = load_values(path, **sets)
+def python_objects(paths: list[Path], release: str, namespace: str, **sets: Any) -> dict:
+    values = load_values(paths, **sets)
     objects = {}
     for pool_objects in render_objects(values, release=release, namespace=namespace).values():
         objects.update(by_key(pool_objects))  # shared objects repeat per pool: same content
@@ -54,7 +54,7 @@ def python_objects(path: Path | list[Path], release: str, namespace: str, **sets
 def test_helm_and_trainctl_render_agree_object_for_object(path: Path) -> None:
     # Both engines read the same file bytes, each with its own YAML reader.
     helm = by_key(helm_template([path], release="train", namespace="ml"))
-    python = python_objects(path, "train", "ml")
+    python = python_objects([path], "train", "ml")
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
         assert _normalized(obj) == _normalized(python[key]), key
@@ -80,7 +80,7 @@ def test_generated_values_render_alike_or_are_refused_by_both(tmp_path: Path, us
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(user), encoding="utf-8")
     try:
-        python = python_objects(path, "train", "ml")
+        python = python_objects([path], "train", "ml")
     except ConfigError as err:
         python = err
     try:
@@ -135,7 +135,7 @@ def test_merged_files_and_sets_render_alike(path: Path, tmp_path: Path) -> None:
 
 
 def test_each_pool_list_holds_everything_its_rayjob_references() -> None:
-    values = load_values(VALUES_FILES[0])
+    values = load_values([VALUES_FILES[0]])
     pools = render_objects(values, release="train", namespace="ml")
     assert sorted(pools) == ["a100", "l4", "t4"]
     for pool, objects in pools.items():
@@ -148,7 +148,7 @@ def test_each_pool_list_holds_everything_its_rayjob_references() -> None:
 
 
 def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None:
-    values = load_values(VALUES_FILES[1])  # values-cpu.yaml: the chart creates the Secret
+    values = load_values([VALUES_FILES[1]])  # values-cpu.yaml: the chart creates the Secret
     for objects in render_objects(values, release="demo", namespace="ml").values():
         (secret,) = [o for o in objects if o["kind"] == "Secret"]
         assert secret["metadata"]["annotations"]["trainctl.io/create-only"] == "true"
@@ -192,7 +192,7 @@ def test_bad_values_are_refused_by_both_engines(bad: dict, tmp_path: Path) -> No
     from app.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
-        render_objects(load_values(values_file), release="demo", namespace="ml")
+        render_objects(load_values([values_file]), release="demo", namespace="ml")
     key = next(iter(bad))
     assert any(key in problem for problem in err.value.problems), err.value.problems
 
@@ -204,7 +204,7 @@ def test_rule_failures_carry_the_same_message_in_both_engines(tmp_path: Path) ->
     values_file = tmp_path / "values.yaml"
     values_file.write_text(json.dumps(bad))
     with pytest.raises(ConfigError) as err:
-        render_objects(load_values(values_file), release="demo", namespace="ml")
+        render_objects(load_values([values_file]), release="demo", namespace="ml")
     (message,) = err.value.problems
     with pytest.raises(HelmFailed) as helm_err:
         helm_render(bad)
@@ -212,7 +212,7 @@ def test_rule_failures_carry_the_same_message_in_both_engines(tmp_path: Path) ->
 
     long_release = "a-release-name-that-is-far-too-long"
     with pytest.raises(ConfigError) as err:
-        render_objects(load_values(VALUES_FILES[0]), release=long_release, namespace="ml")
+        render_objects(load_values([VALUES_FILES[0]]), release=long_release, namespace="ml")
     with pytest.raises(HelmFailed) as helm_err:
         helm_render(load_yaml(VALUES_FILES[0]), release=long_release)
     assert err.value.problems[0] in str(helm_err.value)

@@ -164,9 +164,9 @@ def test_set_json_replaces_the_map_it_lands_on(tmp_path: Path) -> None:
     """pkg/strvals sets a --set-json value whole: a map there is replaced, not merged into."""
     path = tmp_path / "v.yaml"
     path.write_text("rayJob:\n  runtimeEnv: {env_vars: {A: '1', B: '2'}}\n")
-    values = load_values(path, set_json=('rayJob.runtimeEnv={"env_vars":{"C":"3"}}',))
+    values = load_values([path], set_json=('rayJob.runtimeEnv={"env_vars":{"C":"3"}}',))
     assert values["rayJob"]["runtimeEnv"] == {"env_vars": {"C": "3"}}
-    values = load_values(path, set_values=("rayJob.runtimeEnv.env_vars.C=3",))
+    values = load_values([path], set_values=("rayJob.runtimeEnv.env_vars.C=3",))
     assert values["rayJob"]["runtimeEnv"] == {"env_vars": {"A": "1", "B": "2", "C": 3}}
 
 

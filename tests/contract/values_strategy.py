@@ -16,18 +16,16 @@ cannot say what is worth drawing, each with its reason.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from functools import cache
 from typing import Any
 
-import yaml
 from hypothesis import strategies as st
 from jsonschema import Draft7Validator
 
 from app.k8s.names import YAML_SAFE_TEXT
-from app.k8s.values import CHART_DIR, coalesce
+from app.k8s.values import CHART_DIR, chart_file, coalesce
 
 # Text that YAML, Go templates and jinja2 each treat specially.
 ODD = st.sampled_from(
@@ -72,12 +70,12 @@ MIN_ENTRIES = {"nodePools": 1}
 
 @cache
 def schema() -> dict[str, Any]:
-    return json.loads((CHART_DIR / "values.schema.json").read_text())
+    return chart_file("values.schema.json", CHART_DIR)
 
 
 @cache
 def _defaults() -> dict[str, Any]:
-    return yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    return chart_file("values.yaml", CHART_DIR)
 
 
 def _has_default(path: str) -> bool:

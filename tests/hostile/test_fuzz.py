@@ -44,7 +44,7 @@ def test_values_file_fuzz_refuses_or_renders_exactly(
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(user, allow_unicode=True), encoding="utf-8")
     try:
-        values = load_values(path)
+        values = load_values([path])
         objects = render_objects(values, release="demo", namespace="ml")["cpu"]
     except ConfigError:
         return
@@ -63,7 +63,7 @@ def test_values_file_fuzz_bytes_never_escape_as_a_traceback(tmp_path: Path, raw:
     path = tmp_path / "values.yaml"
     path.write_bytes(raw)
     with contextlib.suppress(ConfigError):
-        load_values(path)
+        load_values([path])
 
 
 KNOWN = {"TRAIN_EPOCHS", "TRAIN_MODEL", "TRAIN_SEED"}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,29 @@ def test_digits_are_the_real_sklearn_digits_scaled_to_uint8(tmp_path: Path) -> N
 
     meta = json.loads((out / MARKER).read_text())
     assert meta["layout"] == "raw" and meta["num_classes"] == 10
+
+
+def test_digits_are_read_as_load_digits_gives_them_without_importing_sklearn() -> None:
+    """The bundled file is read directly (scikit-learn's import costs each run seconds): the
+    same arrays, in the same order, as load_digits, and sklearn stays unimported."""
+    from sklearn.datasets import load_digits
+
+    from app.data.sources import _digits_arrays
+
+    images, target = _digits_arrays()
+    bunch = load_digits()
+    np.testing.assert_array_equal(images, bunch.images)
+    np.testing.assert_array_equal(target, bunch.target)
+    probe = (
+        "import sys; from app.data.sources import digits; splits = digits(); "
+        "assert len(splits.train_labels) == 1438, len(splits.train_labels); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]", result.stdout
 
 
 def test_digits_split_is_the_same_every_time(tmp_path: Path) -> None:

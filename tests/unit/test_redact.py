@@ -62,6 +62,9 @@ def test_text_and_structures() -> None:
         ("export MLFLOW_TRACKING_TOKEN=dapi0123456789abcdef", "export MLFLOW_TRACKING_TOKEN=***"),
         ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig", "Authorization: Bearer ***"),
         ("password: hunter2, user: bob", "password: ***, user: bob"),
+        ("Authorization: token ghp_0123456789abcdef", "Authorization: token ***"),
+        ('"Proxy-Authorization": "Token ghp_0123456789ab"', '"Proxy-Authorization": "Token ***"'),
+        ("authorization=token ghp_0123456789abcdef", "authorization=token ***"),
     ],
 )
 def test_credential_assignments_in_log_lines_are_masked(line: str, shown: str) -> None:
@@ -73,5 +76,8 @@ def test_ordinary_log_lines_are_left_alone() -> None:
         "max_tokens=512 tokenizer: bpe val_loss: 0.5",
         "epoch 1/2  train_loss 0.9462  val_acc 94.41%  8.2s/epoch",
         "Reporting training result 1: TrainingReport(checkpoint=None, metrics={'epoch': 1})",
+        # The bare word `token` is not an auth scheme outside an Authorization header.
+        "step 3: token embeddings 1234abcd5678ef90 loaded",
+        "vocab: token 0123456789abcdef maps to id 42",
     ):
         assert redact_text(line) == line

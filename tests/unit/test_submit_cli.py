@@ -46,7 +46,7 @@ def values_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def rayjob_name(values_file: Path) -> str:
-    objects = render_objects(load_values(values_file), release="demo", namespace="ml")["cpu-a"]
+    objects = render_objects(load_values([values_file]), release="demo", namespace="ml")["cpu-a"]
     return next(o["metadata"]["name"] for o in objects if o["kind"] == "RayJob")
 
 

@@ -1,0 +1,89 @@
+"""Which checkpoints stay on storage: decided here, once, for the run and for the folder.
+
+trainctl, not Ray, owns retention: Ray's CheckpointConfig keeps everything it is given
+(`num_to_keep=None`, app/run/driver.py), because only trainctl knows which folders it ranks,
+which were quarantined, which fail their checksums and which earlier drivers wrote. The rule:
+the `keep` best by the checkpoint metric, plus the newest (the one a rerun resumes from).
+
+Only end-of-epoch checkpoints are ranked: folders whose name is `checkpoint_epoch_NNNN`
+(RANKED_NAME). Any other checkpoint-like folder (a quarantined `corrupt_...`, or a mid-epoch
+checkpoint named e.g. `checkpoint_epoch-0003_step-000412`) is never ranked and never removed
+here: whatever writes such folders decides their lifetime.
+
+The pure decision (`to_remove`) knows nothing of storage; app/run/checkpoints.py `prune`
+applies it to a run folder, and `InRunPruner` applies it after each epoch while Ray trains, so
+checkpoints do not pile up on storage until the end of a long run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.run.checkpoints import CheckpointRef
+    from app.storage.location import RunPath
+
+# The end-of-epoch checkpoint folder name (app/run/checkpoints.py dir_name writes it).
+RANKED_NAME = re.compile(r"checkpoint_epoch_\d{4,}")
+
+
+def is_ranked(name: str) -> bool:
+    """Whether a checkpoint folder named `name` takes part in retention's ranking."""
+    return RANKED_NAME.fullmatch(name) is not None
+
+
+def higher_is_better(metric: str) -> bool:
+    """The one place the score direction is decided: pruning and the summary's `best` ask here."""
+    return metric != "val_loss"
+
+
+def ranked(good: Sequence[CheckpointRef], metric: str) -> list[CheckpointRef]:
+    """Best first by `metric`; a checkpoint without it ranks last, newer before older on ties."""
+    up = higher_is_better(metric)
+    missing = float("-inf") if up else float("inf")
+    by_epoch = sorted(good, key=lambda ref: ref.epoch, reverse=True)
+    return sorted(by_epoch, key=lambda ref: ref.metrics.get(metric, missing), reverse=up)
+
+
+def to_remove(good: Sequence[CheckpointRef], *, keep: int, metric: str) -> list[CheckpointRef]:
+    """The good checkpoints to delete: every ranked one beyond the `keep` best by `metric`,
+    except the newest. Folders whose name is not ranked (is_ranked) are never chosen."""
+    candidates = sorted((ref for ref in good if is_ranked(ref.path.name)), key=lambda r: -r.epoch)
+    if len(candidates) <= keep:
+        return []
+    survivors = {ref.path for ref in ranked(candidates, metric)[:keep]} | {candidates[0].path}
+    return [ref for ref in candidates if ref.path not in survivors]
+
+
+class InRunPruner:
+    """Prunes the run folder after each epoch the driver sees, while Ray trains.
+
+    Each checkpoint is verified (its files hashed) once and remembered, so a long run does not
+    re-read every kept checkpoint each epoch; the end of the run scans afresh (driver `_finish`).
+    A checkpoint still being copied fails verification and is looked at again next time: only
+    verified checkpoints are ever deleted, and never the newest of them.
+
+    `verify_new(known)`: the good checkpoints not among the `known` paths (checkpoints.scan);
+    `prune(good)`: checkpoints.prune over them, returning the removed paths; `warn`: where a
+    failed pass is told (it never stops training: the next pass, or the run's end, retries).
+    """
+
+    def __init__(
+        self,
+        verify_new: Callable[[Collection[RunPath]], list[CheckpointRef]],
+        prune: Callable[[list[CheckpointRef]], list[RunPath]],
+        warn: Callable[[str], None],
+    ) -> None:
+        self._verify_new, self._prune, self._warn = verify_new, prune, warn
+        self._known: dict[RunPath, CheckpointRef] = {}
+
+    def after_epoch(self) -> None:
+        try:
+            for ref in self._verify_new(set(self._known)):
+                self._known[ref.path] = ref
+            for path in self._prune(list(self._known.values())):
+                self._known.pop(path, None)
+        except Exception as err:  # storage hiccups included: pruning must not end the run
+            self._warn(f"checkpoints not pruned yet ({type(err).__name__}: {err})")
