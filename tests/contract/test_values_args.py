@@ -42,6 +42,18 @@ DOCUMENTS = [
     "? [1,2]\n: x", "? |\n  x\n: 1", "a: &x 1\nb: *x", "a: &x {b: 1}\nc:\n  <<: *x\n  d: 2",
     "a: 1\na: 2", "a: 1\n---\nb: 2", "---\na: 1\n", "", "- 1", "a: [1, y, 2001-01-01]",
 ]  # fmt: skip
+# YAML 1.1's line breaks, raw in every kind of scalar and between keys: both readers fold NEL
+# (and \r, \r\n) in a flow scalar into a space but keep U+2028/U+2029 (PyYAML's dumper writes
+# NEL raw in a quoted scalar: `'\x85  '` means " "), and the escapes \N \L \P mean the character.
+LINE_BREAK_DOCUMENTS = [
+    doc.replace("@", brk)
+    for brk in ("\x85", "\u2028", "\u2029", "\r", "\r\n")
+    for doc in (
+        "a: x@y", "a: x@  y", "a: 'x@  y'", "a: 'x@@  y'", "a: ' @  '", 'a: "x@  y"',
+        'a: "x\\@  y"', "a: |\n  x@  y\n", "a: >\n  x@\n  y\n", "a: |-\n  x@@  y@",
+        "a: x@b: y", "a: [x@ y]", "a: {k: x@ y}", "a: x # c@b: y", "a:@  b: y", "@a: x",
+    )
+] + ['a: "x\\Ny"', 'a: "x\\Ly"', 'a: "x\\Py"', 'a: "\\N "', 'a: "x\\r\\ny"']  # fmt: skip
 
 
 def _helm_reads(text: str) -> Any:
@@ -64,7 +76,7 @@ def _trainctl_reads(text: str) -> Any:
     )
 
 
-@pytest.mark.parametrize("text", DOCUMENTS)
+@pytest.mark.parametrize("text", DOCUMENTS + LINE_BREAK_DOCUMENTS)
 def test_values_files_are_read_as_helm_reads_them(text: str) -> None:
     helm = _helm_reads(text)
     if isinstance(helm, dict):
