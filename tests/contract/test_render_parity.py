@@ -134,6 +134,38 @@ def test_merged_files_and_sets_render_alike(path: Path, tmp_path: Path) -> None:
         assert _normalized(obj) == _normalized(python[key]), key
 
 
+# YAML 1.1's line breaks raw in a values file (as PyYAML's dumper writes NEL) and escaped:
+# NEL, CR and CRLF fold into a space in a quoted scalar, U+2028 and U+2029 are kept; both
+# engines must read the same bytes so and render exactly what they read.
+@pytest.mark.parametrize(
+    ("brk", "meant"),
+    [("\x85", " "), ("\u2028", "\u2028"), ("\u2029", "\u2029"), ("\r", " "), ("\r\n", " ")],
+    ids=ascii,
+)
+def test_line_break_characters_render_alike(brk: str, meant: str, tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(
+        "nodePools:\n  cpu: {gpusPerWorker: 0, tolerations: []}\n"
+        f"runAnnotations:\n  x.io/raw: 'a{brk}  b'\n  x.io/edge: '{brk}  '\n"
+        '  x.io/escaped: "a\\L\\P\\r\\nb"\n'  # "\\N" (U+0085) is refused there: see below
+        f"env:\n  NOTE: 'a{brk}  b'\n  ESCAPED: \"a\\N\\L\\P\\r\\nb\"\n",
+        encoding="utf-8",
+        newline="",  # the bytes as written: no newline translation of \r
+    )
+    helm = by_key(helm_template([path], release="train", namespace="ml"))
+    python = python_objects([path], "train", "ml")
+    assert sorted(helm) == sorted(python)
+    for key, obj in helm.items():
+        assert _normalized(obj) == _normalized(python[key]), key
+    (config,) = [o for o in python.values() if o["kind"] == "ConfigMap"]
+    assert config["data"]["NOTE"] == f"a{meant}b"
+    annotations = config["metadata"]["annotations"]
+    assert annotations["x.io/raw"] == f"a{meant}b"
+    assert annotations["x.io/edge"] == meant
+    assert annotations["x.io/escaped"] == "a\u2028\u2029\r\nb"
+    assert config["data"]["ESCAPED"] == "a\x85\u2028\u2029\r\nb"
+
+
 def test_each_pool_list_holds_everything_its_rayjob_references() -> None:
     values = load_values([VALUES_FILES[0]])
     pools = render_objects(values, release="train", namespace="ml")
@@ -181,6 +213,9 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         # broke trainctl's YAML; both are Kubernetes names and values, bounded as such now.
         {"poolDefaults": {"tolerations": [{"key": "k", "value": "\x94v"}]}},
         {"metrics": {"podMonitor": {"labels": {"{% raw %}\x0fX": "v"}}}},
+        # An annotation that means U+0085 (a values file's "\N"): Helm's toYaml would write it
+        # raw, where it reads back as a line break; test_line_break_characters_render_alike.
+        {"runAnnotations": {"x.io/note": "a\x85b"}},
     ],
     ids=lambda b: json.dumps(b),
 )
