@@ -22,8 +22,25 @@ from app.k8s import render, values_yaml
 from app.storage.location import expand
 
 
+class _ExactDumper(yaml.SafeDumper):
+    """PyYAML's dumper, except that a string holding U+0085 (NEL) is written double-quoted.
+
+    PyYAML writes NEL raw inside a single-quoted scalar, where every YAML 1.1 reader (kubectl's
+    go-yaml, PyYAML's own loader) reads a line break and folds it into a space: an env value
+    "a\x85b" would be applied as "a b". Double-quoted, NEL is escaped as \\N. U+2028 and U+2029
+    stay raw: YAML 1.1 keeps them through folding.
+    """
+
+    def analyze_scalar(self, scalar: str) -> Any:
+        analysis = super().analyze_scalar(scalar)
+        if "\x85" in scalar:
+            analysis.allow_flow_plain = analysis.allow_block_plain = False
+            analysis.allow_single_quoted = analysis.allow_block = False
+        return analysis
+
+
 def _dump(obj: dict[str, Any]) -> str:
-    return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=100)
+    return yaml.dump(obj, Dumper=_ExactDumper, sort_keys=False, allow_unicode=True, width=100)
 
 
 def render_stream(values: dict[str, Any], *, release: str, namespace: str) -> str:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import helm_python
 import yaml
 
 from app.k8s import values as chart_values
 from app.k8s.render import load_values
 from app.k8s.train_schema import DERIVED, train_schema
 from app.settings import TrainSettings
-from tests.contract.k8s_support import CHART, EXAMPLES
+from tests.contract.k8s_support import CHART, EXAMPLES, helm_template
+from tests.hostile.support import trainctl
 
 TRAINCTL = [sys.executable, "-m", "app"]
 
@@ -53,6 +56,30 @@ def test_render_without_out_prints_one_stream_for_kubectl(tmp_path: Path) -> Non
     assert kinds.count("RayJob") == 2 and kinds.count("Secret") == 1  # shared objects once
     for config in (doc for doc in docs if doc["kind"] == "ConfigMap"):
         assert (config["data"]["TRAIN_EPOCHS"], config["data"]["TRAIN_SEED"]) == ("2", "9")
+
+
+# Env values (a ConfigMap's data) meaning YAML 1.1's line breaks, U+0085 (NEL) above all:
+# PyYAML writes it raw in a single-quoted scalar, where kubectl's go-yaml reads a space.
+BREAKS = {"NEL": "a\x85b", "EDGE": "\x85 ", "LS": "a\u2028b", "PS": "\u2029", "CRLF": "a\r\nb"}
+BREAKS["LONG"] = "x" * 120 + "\x85" + "y" * 120  # folded over lines by the dumper's width
+
+
+def test_rendered_text_reads_back_as_helm_renders_it(tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    env = "".join(f"  {key}: {json.dumps(value)}\n" for key, value in BREAKS.items())
+    path.write_text(f"nodePools:\n  cpu: {{gpusPerWorker: 0, tolerations: []}}\nenv:\n{env}")
+    (helm,) = [o for o in helm_template([path], namespace="ml") if o["kind"] == "ConfigMap"]
+    assert BREAKS.items() <= helm["data"].items()
+    args = ("render", "--release", "demo", "-n", "ml", "-f", str(path))
+    result = trainctl(*args)
+    assert result.code == 0, result.text
+    # Read back by Go's YAML reader (Helm's, as kubectl's), one document at a time.
+    docs = [helm_python.values_from_yaml(d) for d in re.split(r"(?m)^---$", result.out)]
+    (printed,) = [d for d in docs if d.get("kind") == "ConfigMap"]
+    assert printed["data"] == helm["data"]
+    assert trainctl(*args, "--out", str(tmp_path / "o")).code == 0
+    written = (tmp_path / "o" / "cpu" / "configmap.yaml").read_text(encoding="utf-8")
+    assert helm_python.values_from_yaml(written)["data"] == helm["data"]
 
 
 def test_bad_values_exit_2_with_the_key_and_no_traceback(tmp_path: Path) -> None:
