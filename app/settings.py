@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.dns import DNS_LABEL
 from app.redact import redact
+from app.run.cadence import CheckpointEverySetting
 from app.storage.buckets import ObjectPath
 from app.storage.location import absolute_location, location_setting, with_endpoint
 from app.storage.probe import DEFAULT_TIMEOUT_S
@@ -217,6 +218,21 @@ class TrainSettings(BaseSettings):
         description="Seconds a tracking server gets to answer the preflight probe (one try, "
         "no retries). Mid-run, a failed tracker call is retried with backoff and its epochs "
         "are kept until delivered.",
+    )
+
+    # --- preemption (issue 25) ---
+    checkpoint_every: CheckpointEverySetting = Field(
+        "epoch",
+        description="When to checkpoint: `epoch` (after validation), a step count (`500`: also "
+        "every 500 steps) or a duration (`90s`, `10m`, `1h`: also every that long). "
+        "Preemption and SIGTERM always get a just-in-time checkpoint.",
+    )
+    max_preemptions: int = Field(
+        -1,
+        ge=-1,
+        le=1_000_000,
+        description="Node preemptions (drained spot nodes) to recover from, counted apart "
+        "from TRAIN_MAX_FAILURES; -1 retries forever, 0 stops at the first.",
     )
 
     # --- validators, next to what they check ----------------------------------------------

@@ -2,12 +2,17 @@
 
 A checkpoint folder holds:
 - model.pt: the unwrapped model's state dict (loads with torch.load(weights_only=True) on CPU);
-- train_state.pt: optimizer and grad-scaler state, epoch and step, to resume exactly;
-- meta.json: epoch, metrics and a SHA-256 of each file, and `meta_sha256` over those three, so
-  an edited epoch or metric no longer matches. It is written last, so a folder without a
-  readable meta.json, or whose files no longer match it, is partial or corrupt and is skipped.
-The epoch must agree three ways: the folder name, meta.json and (checked before resuming, since
-it means loading the file) train_state.pt; and the weights must fit the model being trained.
+- train_state.pt: optimizer and grad-scaler state, epoch, step, the position in the epoch, the
+  world size and every rank's RNG states, to resume exactly (app/run/interruptions.py);
+- meta.json: epoch, metrics and a SHA-256 of each file, and `meta_sha256` over those (and, for
+  a mid-epoch checkpoint, its `kind: "step"` and global `step`), so an edited epoch, step or
+  metric no longer matches. It is written last, so a folder without a readable meta.json, or
+  whose files no longer match it, is partial or corrupt and is skipped.
+End-of-epoch checkpoints carry validation metrics and are the only ones ranked by
+TRAIN_CHECKPOINT_METRIC; a mid-epoch one (`kind: "step"`, named by app/run/checkpoint_names.py)
+is kept only while it is the newest. The epoch must agree three ways: the folder name,
+meta.json and (checked before resuming, since it means loading the file) train_state.pt; and
+the weights must fit the model being trained.
 
 On a volume a checkpoint's files are opened below the run folder without following links
 (app/storage/safe_fs.py): a linked checkpoint folder or file is unusable, and setting one aside
@@ -25,6 +30,8 @@ from typing import IO, Any
 
 import torch
 
+from app.run.checkpoint_names import PREFIX, parse_name
+from app.run.checkpoint_names import dir_name as dir_name  # callers name folders through here
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
 from app.storage.reading import open_below, read_bounded
@@ -32,7 +39,6 @@ from app.storage.reading import open_below, read_bounded
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
-PREFIX = "checkpoint_epoch_"
 CORRUPT_PREFIX = "corrupt_"
 REASON_FILE = "UNUSABLE.txt"
 MAX_META_BYTES = 1 << 20  # meta.json holds an epoch, a few metrics and two digests
@@ -41,12 +47,18 @@ MAX_META_BYTES = 1 << 20  # meta.json holds an epoch, a few metrics and two dige
 @dataclass(frozen=True)
 class CheckpointRef:
     path: RunPath
-    epoch: int
+    epoch: int  # epochs completed
     metrics: dict[str, float]
+    step: int | None = None  # global step of a mid-epoch checkpoint; None at an epoch's end
 
+    @property
+    def kind(self) -> str:
+        return "epoch" if self.step is None else "step"
 
-def dir_name(epoch: int) -> str:
-    return f"{PREFIX}{epoch:04d}"
+    @property
+    def order(self) -> tuple[int, int]:
+        """Training order: an epoch's end sorts before the next epoch's step checkpoints."""
+        return self.epoch, -1 if self.step is None else self.step
 
 
 def write_checkpoint(
@@ -56,18 +68,24 @@ def write_checkpoint(
     train_state: dict[str, Any],
     epoch: int,
     metrics: dict[str, float],
+    step: int | None = None,
 ) -> None:
+    """`step` set: a mid-epoch checkpoint at that global step (`kind: "step"` in meta.json)."""
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(plain_keys(model_state), folder / MODEL_FILE)
     torch.save(train_state, folder / STATE_FILE)
     files = {name: _sha256(folder / name) for name in (MODEL_FILE, STATE_FILE)}
-    meta = {"epoch": epoch, "metrics": metrics, "files": files}
+    meta: dict[str, Any] = {"epoch": epoch, "metrics": metrics, "files": files}
+    if step is not None:
+        meta.update(kind="step", step=step)
     meta["meta_sha256"] = _meta_digest(meta)
     (folder / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
 def _meta_digest(meta: dict[str, Any]) -> str:
     covered = {key: meta.get(key) for key in ("epoch", "metrics", "files")}
+    # Only in mid-epoch checkpoints: the digests of earlier epoch checkpoints stay valid.
+    covered.update({key: meta[key] for key in ("kind", "step") if key in meta})
     return hashlib.sha256(json.dumps(covered, sort_keys=True).encode()).hexdigest()
 
 
@@ -84,14 +102,17 @@ def verify(folder: RunPath) -> CheckpointRef:
     try:
         meta = bounded_json.loads(text.decode("utf-8"), MAX_META_BYTES)
         files, epoch = dict(meta["files"]), int(meta["epoch"])
+        step = _meta_step(meta)
         metrics = {str(k): float(v) for k, v in dict(meta.get("metrics", {})).items()}
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{META_FILE} is unreadable ({err})") from None
     if meta.get("meta_sha256") != _meta_digest(meta):
         raise ValueError(f"{META_FILE} does not match its recorded checksum (edited or damaged)")
-    named = _epoch_of(folder.name)
-    if named is not None and named != epoch:
-        raise ValueError(f"{META_FILE} says epoch {epoch} but the folder is named for {named}")
+    named = parse_name(folder.name)
+    if named is not None and named[0] != epoch:
+        raise ValueError(f"{META_FILE} says epoch {epoch} but the folder is named for {named[0]}")
+    if named is not None and named[1] != step:
+        raise ValueError(f"{META_FILE} says step {step} but the folder is named for {named[1]}")
     if set(files) != {MODEL_FILE, STATE_FILE}:
         raise ValueError(f"{META_FILE} lists {sorted(files)}, not {MODEL_FILE} and {STATE_FILE}")
     for name, digest in files.items():
@@ -103,7 +124,16 @@ def verify(folder: RunPath) -> CheckpointRef:
             raise ValueError(_link_reason(err)) from None
         if found != digest:
             raise ValueError(f"{name} does not match its recorded checksum (truncated or altered)")
-    return CheckpointRef(path=folder, epoch=epoch, metrics=metrics)
+    return CheckpointRef(path=folder, epoch=epoch, metrics=metrics, step=step)
+
+
+def _meta_step(meta: dict[str, Any]) -> int | None:
+    kind = meta.get("kind", "epoch")
+    if kind == "epoch":
+        return None
+    if kind != "step" or type(meta.get("step")) is not int or meta["step"] < 0:
+        raise ValueError(f"kind {kind!r} with step {meta.get('step')!r}")
+    return int(meta["step"])
 
 
 def _read_meta(folder: RunPath) -> bytes:
@@ -121,11 +151,6 @@ def _link_reason(err: safe_fs.LinkRefused) -> str:
 def _open(path: RunPath) -> IO[bytes]:
     """A checkpoint file for reading: below its run folder, without following links."""
     return open_below(path, path.parent.parent)
-
-
-def _epoch_of(name: str) -> int | None:
-    digits = name.removeprefix(PREFIX)
-    return int(digits) if name.startswith(PREFIX) and digits.isdigit() else None
 
 
 def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str | None:
@@ -212,7 +237,7 @@ def scan(run_dir: RunPath) -> Scan:
             good.append(verify(folder))
         except ValueError as err:
             bad.append((folder, str(err)))
-    good.sort(key=lambda ref: ref.epoch, reverse=True)
+    good.sort(key=lambda ref: ref.order, reverse=True)
     return Scan(good=good, bad=bad)
 
 
@@ -254,24 +279,26 @@ def higher_is_better(metric: str) -> bool:
 
 
 def ranked(good: list[CheckpointRef], metric: str) -> list[CheckpointRef]:
-    """Best first by `metric`; a checkpoint without it ranks last, newer before older on ties."""
+    """Validated (end-of-epoch) checkpoints, best first by `metric`; one without it ranks last,
+    newer before older on ties. Mid-epoch checkpoints have no validation and are never ranked."""
     up = higher_is_better(metric)
     missing = float("-inf") if up else float("inf")
-    by_epoch = sorted(good, key=lambda ref: ref.epoch, reverse=True)
+    by_epoch = sorted((r for r in good if r.step is None), key=lambda r: r.epoch, reverse=True)
     return sorted(by_epoch, key=lambda ref: ref.metrics.get(metric, missing), reverse=up)
 
 
 def prune(
     run_dir: RunPath, *, keep: int, metric: str, good: list[CheckpointRef] | None = None
 ) -> list[RunPath]:
-    """Delete good checkpoints beyond the `keep` best by `metric`, always keeping the newest.
+    """Delete good checkpoints beyond the `keep` best by `metric`, always keeping the newest;
+    a mid-epoch checkpoint survives only as the newest (a newer one of any kind supersedes it).
 
     Within one run Ray's CheckpointConfig applies the same rule as checkpoints are committed;
     this pass also covers the checkpoints of earlier runs of the folder, which Ray never saw.
     `good`: the folder's scan, where the caller has one (every file hashed once per pass).
     """
-    good = scan(run_dir).good if good is None else sorted(good, key=lambda r: -r.epoch)
-    if len(good) <= keep:
+    good = scan(run_dir).good if good is None else sorted(good, key=lambda r: r.order)[::-1]
+    if not good:
         return []
     survivors = {ref.path for ref in ranked(good, metric)[:keep]} | {good[0].path}
     removed = [ref.path for ref in good if ref.path not in survivors]

@@ -64,6 +64,13 @@ def classify_ending(err: BaseException, sigterm: bool) -> Ending:
     return "failure"
 
 
+def previous_interrupted(previous: Mapping[str, Any] | None) -> bool:
+    """Whether the last driver of this run folder ended without finishing: stopped by SIGTERM,
+    failed, or killed while its summary still said running."""
+    status = (previous or {}).get("status")
+    return status in ("interrupted", "failed", "running")
+
+
 def root_cause(err: BaseException) -> str:
     """The innermost error's one-line message, not Ray's layers of wrapping."""
     while err.__cause__ is not None:

@@ -22,7 +22,7 @@ from app.run import checkpoints, decisions, resume
 from app.run import folder as run_folder
 from app.run import log_capture as run_logs
 from app.run.folder import read_summary, write_summary
-from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, sigterm_interrupts
+from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
 from app.run.progress import EpochFollower
 from app.run.summary import build_summary, plot_curves
 from app.settings import TrainSettings
@@ -79,6 +79,8 @@ def _train(
         return _finish(settings, "succeeded", started, "", resume_from, trackers=trackers)
 
     invocation = uuid.uuid4().hex
+    # A rerun after a driver that never finished (SIGTERM, killed, failed) is an interruption.
+    interrupted = start.kind == "resume" and decisions.previous_interrupted(read_summary(run_dir))
     # Joining a cluster may take a while: SIGTERM and Ctrl-C end it cleanly too.
     with sigterm_interrupts():
         try:
@@ -99,10 +101,11 @@ def _train(
 
     with sigterm_interrupts():
         try:
-            _fit(settings, info, invocation, resume_from, attempt, trackers)
+            _fit(settings, info, invocation, resume_from, attempt, trackers, interrupted)
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
             ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
             if ending == "sigterm":
+                _say(just_in_time(settings.run_dir, invocation))
                 _finish(
                     settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM",
                     trackers=trackers,
@@ -138,11 +141,13 @@ def _fit(
     resume_from: RunPath | None,
     attempt: int,
     trackers: Trackers,
+    interrupted: bool,
 ) -> None:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from app.data.cache import cache_datasets
+    from app.data.exact_split import ExactSplit
     from app.data.pipeline import build_datasets
     from app.training.loop import train_loop_per_worker
 
@@ -159,6 +164,7 @@ def _fit(
             "invocation": invocation,
             "resume_from": resume_from,
             "log_attempt": attempt,
+            "interrupted": interrupted,
         },
         scaling_config=ScalingConfig(
             num_workers=(workers.min, workers.max) if workers.elastic else workers.max,
@@ -169,7 +175,10 @@ def _fit(
         run_config=RunConfig(
             name=settings.run_name,
             **storage_options(settings.storage_path),
-            failure_config=FailureConfig(max_failures=settings.max_failures),
+            failure_config=FailureConfig(
+                max_failures=settings.max_failures,
+                max_preemption_failures=settings.max_preemptions,
+            ),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=settings.checkpoints_to_keep,
                 checkpoint_score_attribute=settings.checkpoint_metric,
@@ -179,6 +188,7 @@ def _fit(
             ),
         ),
         datasets=datasets,
+        dataset_config=ExactSplit(),  # the same shards at every start: exact mid-epoch resume
     )
     follower = EpochFollower(
         settings.run_dir, settings.epochs, since=time.time(), emit=click.echo,
