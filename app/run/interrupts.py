@@ -53,6 +53,8 @@ def just_in_time(run_dir: RunPath, invocation: str, wait_s: float = JIT_WAIT_S) 
     from app.run import folder as run_folder
     from app.training.checkpoint_watch import request_stop
 
+    if not run_folder.attempts(run_dir, invocation):
+        return "no just-in-time checkpoint (no worker had started training)"
     asked = time.time()
     try:
         request_stop(invocation)

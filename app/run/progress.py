@@ -17,6 +17,7 @@ from typing import Any
 from app.formatting import epoch_line
 from app.run import folder as run_folder
 from app.run.epoch_record import eta_s
+from app.run.interruptions import in_words
 
 
 class EpochFollower:
@@ -33,6 +34,7 @@ class EpochFollower:
         self._run_dir, self._total, self._since, self._emit = run_dir, total_epochs, since, emit
         self._on_epoch = on_epoch  # the experiment trackers: each epoch once, in order
         self._printed: set[int] = set()
+        self._said = 0  # attempts already looked at for an interruption to announce
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="epoch-follower", daemon=True)
 
@@ -50,6 +52,7 @@ class EpochFollower:
             self.poll()
 
     def poll(self) -> None:
+        self._say_interruptions()
         fresh = [
             row
             for row in run_folder.epochs(self._run_dir)
@@ -66,3 +69,15 @@ class EpochFollower:
             self._emit(epoch_line(row, self._total, eta))
             if self._on_epoch is not None:
                 self._on_epoch(row)
+
+    def _say_interruptions(self) -> None:
+        """`preempted at step 412 (epoch 3), checkpoint in 1.8 s, resumed, 0 steps lost`: one
+        line per worker-group start of this driver that took over from an interrupted one."""
+        path = self._run_dir / run_folder.ATTEMPTS_FILE
+        starts = [a for a in run_folder.read_jsonl(path) if a.get("time", 0) >= self._since]
+        for start in starts[self._said :]:
+            if isinstance(start.get("interruption"), dict):
+                self._emit(in_words(start["interruption"]))
+            if start.get("resume_note"):
+                self._emit(str(start["resume_note"]))
+        self._said = max(self._said, len(starts))

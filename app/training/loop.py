@@ -155,12 +155,14 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
                     reason=reason, unranked=unranked,
                 )  # fmt: skip
                 watch.saved(step)
-                if reason != "interval":
-                    if rank == 0:
-                        run_folder.write_progress(
-                            run_dir, config["invocation"], epoch=epoch, step=step,
-                            jit={"reason": reason, "step": step, "checkpoint_s": round(took, 3)},
-                        )  # fmt: skip
+                jit = reason != "interval"
+                if rank == 0:  # what the next start counts lost steps from
+                    extra = {"jit": {"reason": reason, "step": step, "checkpoint_s": took}}
+                    run_folder.write_progress(
+                        run_dir, config["invocation"], epoch=epoch, step=step,
+                        **(extra if jit else {}),
+                    )  # fmt: skip
+                if jit:
                     watch.hold_after(reason)
 
         # Steady-state throughput: after the epoch's first step (which compiles the model in
