@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic_settings import NoDecode
 
 # ASCII digits only (`\d` takes other scripts' digits too), no sign, no fraction.
 _PATTERN = re.compile(r"\A\s*(?:(epoch)|([0-9]{1,9})\s*(s|m|h)?)\s*\Z")
@@ -66,8 +67,11 @@ def parse(value: Any) -> CheckpointEvery:
 
 
 # The settings field's type: text in (env, .env, chart), the typed object inside, text out.
+# NoDecode: pydantic-settings would otherwise read a dataclass field's text as JSON, so that
+# `500` passed and `epoch` or `10m` failed before this parser ever saw them.
 CheckpointEverySetting = Annotated[
     CheckpointEvery,
+    NoDecode,
     BeforeValidator(parse),
     PlainSerializer(str, return_type=str),
     WithJsonSchema({"type": "string", "pattern": JSON_PATTERN}),
