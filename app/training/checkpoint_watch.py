@@ -37,9 +37,12 @@ STOP_KEY = "trainctl-stop-{invocation}"
 AGREE_EVERY = 10
 PROGRESS_EVERY_S = 5.0
 # After a just-in-time checkpoint the group stops training (what it trained next would be lost)
-# and waits to be torn down; if that never comes (a drain that was cancelled), it trains on.
+# and waits to be torn down. After a drain notice, if that never comes (a drain that was
+# cancelled), it trains on. After the driver's stop it never trains on: a rerun may already be
+# training in the same run folder; the driver exits once the checkpoint is committed and Ray
+# then ends its workers, so the wait is a bound, not the way out.
 PAST_DEADLINE_S = 10.0
-STOPPED_WAIT_S = 120.0
+STOPPED_WAIT_S = 600.0
 
 
 def stop_key(invocation: str) -> bytes:
@@ -98,13 +101,12 @@ class CheckpointWatch:
 
     def hold_after(self, reason: str) -> None:
         """After a just-in-time checkpoint: wait to be torn down rather than train steps that
-        would be lost; train on if the teardown never comes."""
-        if reason == "preemption":
-            until = (self.deadline_ms or 0) / 1000 + PAST_DEADLINE_S
-            wait = max(0.0, min(until - time.time(), 600.0)) if self.deadline_ms else 30.0
-        else:
-            wait = STOPPED_WAIT_S
-        time.sleep(wait)
+        would be lost; after a drain notice, train on if the teardown never comes."""
+        if reason != "preemption":
+            time.sleep(STOPPED_WAIT_S)
+            raise RuntimeError(f"asked to stop, and still alive {STOPPED_WAIT_S:.0f} s later")
+        until = (self.deadline_ms or 0) / 1000 + PAST_DEADLINE_S
+        time.sleep(max(0.0, min(until - time.time(), 600.0)) if self.deadline_ms else 30.0)
 
 
 def _stop_requested(invocation: str) -> bool:

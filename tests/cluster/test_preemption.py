@@ -36,12 +36,13 @@ from tests.support import (
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
 
 RUN = "preempt"
+ROWS = 4000
 
 
 def _env(tmp: Path, cluster: object, storage: str, **overrides: str) -> dict[str, str]:
     values = {
         "dataset": "synthetic",
-        "model": "resnet18",  # slow enough on CPU (seconds per epoch) to stop mid-epoch
+        "model": "cnn",
         "epochs": "2",
         "num_workers": "1",
         "global_batch_size": "16",
@@ -57,6 +58,13 @@ def _env(tmp: Path, cluster: object, storage: str, **overrides: str) -> dict[str
     env = trainctl_env(**values)
     env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"
     return env
+
+
+def _data(tmp: Path) -> None:
+    """Enough rows (250 steps of 16 per epoch on one worker) to stop an epoch in its middle."""
+    from app.data.prepare import prepare_dataset
+
+    prepare_dataset("synthetic", tmp / "data" / "synthetic", rows=ROWS)
 
 
 def _committed(run_dir: Path, pattern: str) -> bool:
@@ -82,6 +90,7 @@ def _final_weights(run_dir: Path, epoch: int) -> dict[str, torch.Tensor]:
 def test_sigterm_mid_epoch_checkpoints_exits_143_and_the_rerun_is_exact(
     ray_cluster: object, tmp_path: Path
 ) -> None:
+    _data(tmp_path)
     reference = run_trainctl(
         "train", env=_env(tmp_path, ray_cluster, "reference"), cwd=tmp_path, timeout=900
     )
@@ -153,6 +162,7 @@ def test_drained_node_then_killed_worker_resume_with_each_sample_once(
     run_dir = tmp_path / "runs" / RUN
     samples = tmp_path / "samples"
     samples.mkdir()
+    _data(tmp_path)
     every = 20
     env = _env(
         tmp_path, ray_cluster, "runs", num_workers="2", epochs="3", accelerator_type="A100",
