@@ -32,12 +32,16 @@ def report_checkpoint(
     epoch_step: int = 0,
     reason: str = "epoch",
     unranked: dict[str, float] | None = None,
+    epoch_sums: list[float] | None = None,
 ) -> float:
     """Report; returns the seconds it took. `reason` is `epoch` for an end-of-epoch checkpoint
     (metrics are the epoch's validated record), else `interval`, `preemption` or `stopped` for
-    a mid-epoch one at global `step`, `epoch_step` steps into epoch `epochs_done + 1`."""
+    a mid-epoch one at global `step`, `epoch_step` steps into epoch `epochs_done + 1`, with
+    this rank's `epoch_sums` ([loss sum, rows] of the epoch so far: the resumed epoch's record
+    then covers all of it)."""
     started = time.monotonic()
-    rng = gathered_rng(world)  # a collective: before the rank-0-only part
+    extra = {"epoch_sums": epoch_sums} if epoch_sums is not None else None
+    rng = gathered_rng(world, extra)  # a collective: before the rank-0-only part
     mid_epoch = reason != "epoch"
     if mid_epoch:
         # Ray's CheckpointConfig ranks by TRAIN_CHECKPOINT_METRIC: a mid-epoch checkpoint has no

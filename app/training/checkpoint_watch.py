@@ -30,7 +30,9 @@ import torch
 import torch.distributed as dist
 
 from app.run import folder as run_folder
+from app.run import interruptions
 from app.run.cadence import CheckpointEvery
+from app.settings import TrainSettings
 from app.storage.location import RunPath
 
 STOP_KEY = "trainctl-stop-{invocation}"
@@ -147,12 +149,35 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), py_gauss))
 
 
-def gathered_rng(world: int) -> list[dict[str, Any]]:
-    """Every rank's RNG states, in rank order (a collective: every rank calls it)."""
-    mine = rng_state()
+def gathered_rng(world: int, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every rank's RNG states (and `extra`, this rank's own numbers), in rank order (a
+    collective: every rank calls it)."""
+    mine = {**rng_state(), **(extra or {})}
     if world == 1 or not (dist.is_available() and dist.is_initialized()):
         return [mine]
     states: list[Any] = [None] * world
     # Pickled between this run's own ranks over the process group, never read from storage.
     dist.all_gather_object(states, mine)
     return states
+
+
+def interruption_on_start(
+    config: dict[str, Any], resume: RunPath | None, train_state: dict[str, Any], step: int
+) -> dict[str, Any] | None:
+    """What interrupted the group this one takes over from: a Ray restart inside this driver,
+    or a rerun after a driver that did not finish (the driver says which, `interrupted`)."""
+    if resume is None or not (config.get("interrupted") or ray.train.get_checkpoint()):
+        return None
+    settings: TrainSettings = config["settings"]
+    progress = run_folder.read_progress(settings.run_dir)
+    jit = progress.get("jit") if isinstance(progress.get("jit"), dict) else {}
+    matched = jit.get("step") == step  # the checkpoint resumed is that just-in-time one
+    reason = train_state.get("reason") or (jit.get("reason") if matched else None)
+    last = progress.get("step")
+    return interruptions.interruption(
+        reason=str(reason) if reason else None,
+        epoch=int(train_state.get("epoch", 0)) + 1,
+        last_step=int(last) if isinstance(last, int) else None,
+        resumed_step=step,
+        checkpoint_s=float(jit["checkpoint_s"]) if matched and "checkpoint_s" in jit else None,
+    )

@@ -36,7 +36,7 @@ from app.training.accel import (
     private_compile_cache,
 )
 from app.training.checkpoint_report import report_checkpoint
-from app.training.checkpoint_watch import CheckpointWatch, set_rng_state
+from app.training.checkpoint_watch import CheckpointWatch, interruption_on_start, set_rng_state
 from app.training.model import build_model, uses_channels_last
 from app.training.sample_log import log_samples
 
@@ -85,8 +85,11 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     start_epoch, skip_batches = position.start_epoch, position.skip_batches
     step = int(train_state.get("step", 0))
     saved_rng = train_state.get("rng") or []
+    carried = (0.0, 0)  # the resumed epoch's loss sum and rows on this rank before the stop
     if len(saved_rng) == world:  # the same ranks: each continues its own random streams
         set_rng_state(saved_rng[rank])
+        if skip_batches:
+            carried = tuple(saved_rng[rank].get("epoch_sums", carried))  # type: ignore[assignment]
     if position.note:
         print(f"trainctl: {position.note}", flush=True)
 
@@ -98,7 +101,7 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             world_size=world,
             restored_from=str(resume) if resume else None,
             resumed_step=step if resume else None,
-            interruption=_interruption(config, resume, train_state, step),
+            interruption=interruption_on_start(config, resume, train_state, step),
             resume_note=position.note or None,
         )
     watch = CheckpointWatch(
@@ -121,8 +124,9 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
 
         model.train()
         seen, first_rows = 0, 0
+        carried_loss, carried_rows = carried if epoch == start_epoch else (0.0, 0)
         # Summed on the device: a per-step .item() would make the CPU wait for every step.
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        loss_sum = torch.full((), float(carried_loss), dtype=torch.float64, device=device)
         first_batch_at = first_step_done = None
         epoch_step, skip_batches = skip_batches, 0  # only the resumed epoch skips
         for images, labels in epoch_batches(
@@ -153,6 +157,7 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
                     rank=rank, world=world, metrics={}, model=model, optimizer=optimizer,
                     scaler=scaler, epochs_done=epoch - 1, step=step, epoch_step=epoch_step,
                     reason=reason, unranked=unranked,
+                    epoch_sums=[float(loss_sum), seen + int(carried_rows)],
                 )  # fmt: skip
                 watch.saved(step)
                 jit = reason != "interval"
@@ -176,8 +181,9 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             steady = (seen - first_rows) / (ended - first_step_done)
         else:  # a one-step epoch: its only step is all there is to time
             steady = seen / (ended - first_batch_at) if ended > first_batch_at else 0.0
+        trained = seen + int(carried_rows)  # this epoch's rows, before a resume included
         loss_sum, seen_all, rate, empty_ranks = _all_reduce(
-            [loss_sum, float(seen), steady, float(seen == 0)], device
+            [loss_sum, float(trained), steady, float(trained == 0)], device
         )
         if empty_ranks:  # never report an epoch that some worker trained on nothing
             raise RuntimeError(
@@ -217,28 +223,6 @@ def _resume_point(driver_choice: RunPath | None, settings: TrainSettings) -> Run
     if latest is not None:  # Ray names it by its path inside the storage filesystem
         return in_storage(settings.storage_path, latest.path)
     return driver_choice
-
-
-def _interruption(
-    config: dict[str, Any], resume: RunPath | None, train_state: dict[str, Any], step: int
-) -> dict[str, Any] | None:
-    """What interrupted the group this one takes over from: a Ray restart inside this driver,
-    or a rerun after a driver that did not finish (the driver says which, `interrupted`)."""
-    if resume is None or not (config.get("interrupted") or ray.train.get_checkpoint()):
-        return None
-    settings: TrainSettings = config["settings"]
-    progress = run_folder.read_progress(settings.run_dir)
-    jit = progress.get("jit") if isinstance(progress.get("jit"), dict) else {}
-    matched = jit.get("step") == step  # the checkpoint resumed is that just-in-time one
-    reason = train_state.get("reason") or (jit.get("reason") if matched else None)
-    last = progress.get("step")
-    return interruptions.interruption(
-        reason=str(reason) if reason else None,
-        epoch=int(train_state.get("epoch", 0)) + 1,
-        last_step=int(last) if isinstance(last, int) else None,
-        resumed_step=step,
-        checkpoint_s=float(jit["checkpoint_s"]) if matched and "checkpoint_s" in jit else None,
-    )
 
 
 def _worst(metric: str) -> float:
