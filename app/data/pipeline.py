@@ -146,21 +146,23 @@ def epoch_batches(
         if skip:
             images, labels, order = _drop_first(images, labels, order, skip)
             skip = 0
+        # Rows left in this chunk: after a resume's skip, the permutation is the shorter one.
+        rows = len(labels) if order is None else len(order)
         start = 0
         if pending_rows:  # finish the batch that straddles the previous chunk
-            take = min(batch_size - pending_rows, len(labels))
+            take = min(batch_size - pending_rows, rows)
             pending.append(_rows(images, labels, order, 0, take))
             pending_rows += take
             start = take
             if pending_rows == batch_size:
                 yield normalize(*_concat(pending))
                 pending, pending_rows = [], 0
-        while start + batch_size <= len(labels):
+        while start + batch_size <= rows:
             yield normalize(*_rows(images, labels, order, start, start + batch_size))
             start += batch_size
-        if start < len(labels):
-            pending.append(_rows(images, labels, order, start, len(labels)))
-            pending_rows += len(labels) - start
+        if start < rows:
+            pending.append(_rows(images, labels, order, start, rows))
+            pending_rows += rows - start
     if pending_rows and not drop_last:
         yield normalize(*_concat(pending))
 
