@@ -21,6 +21,9 @@ from app.settings import TrainSettings
         ("90s", "seconds", 90),
         ("10m", "seconds", 600),
         ("1h", "seconds", 3600),
+        ("10s", "seconds", 10),
+        ("99999999", "steps", 99_999_999),
+        ("\t500\n", "steps", 500),
     ],
 )
 def test_checkpoint_every_parses_once_into_a_typed_value(text: str, kind: str, value: int) -> None:
@@ -32,7 +35,23 @@ def test_checkpoint_every_parses_once_into_a_typed_value(text: str, kind: str, v
 
 
 @pytest.mark.parametrize(
-    "text", ["0", "-5", "5x", "1.5m", "9s", "169h", "epochs", "", "٣", "1e3", "1000000000"]
+    "text",
+    [
+        "0",
+        "-5",
+        "5x",
+        "1.5m",
+        "9s",
+        "1000000h",
+        "epochs",
+        "",
+        "٣",
+        "1e3",
+        "100000000",
+        "05",
+        "10 m",
+        "500\u2003",
+    ],
 )
 def test_checkpoint_every_refuses_what_it_cannot_mean(text: str) -> None:
     with pytest.raises(ValueError, match="epoch`, a step count"):
