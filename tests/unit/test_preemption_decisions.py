@@ -3,6 +3,8 @@ interruption cost and how it is said."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.run import interruptions
@@ -143,3 +145,51 @@ def test_a_rerun_after_an_unfinished_driver_is_an_interruption(
     status: str | None, expected: bool
 ) -> None:
     assert previous_interrupted({"status": status} if status else None) is expected
+
+
+def _interrupted_run(run_dir: Path) -> dict:
+    from app.run import folder as run_folder
+
+    record = interruptions.interruption(
+        reason="preemption", epoch=3, last_step=412, resumed_step=412, checkpoint_s=1.8
+    )
+    run_folder.start_attempt(
+        run_dir, invocation="a", start_epoch=1, world_size=2, restored_from=None
+    )
+    run_folder.start_attempt(
+        run_dir, invocation="a", start_epoch=3, world_size=2, restored_from="ckpt",
+        resumed_step=412, interruption=record,
+    )  # fmt: skip
+    return record
+
+
+def test_the_summary_lists_the_runs_interruptions(tmp_path: Path) -> None:
+    from app.run.summary import build_summary
+
+    record = _interrupted_run(tmp_path)
+    summary = build_summary(
+        tmp_path, status="succeeded", run_name="r", target_epochs=3, settings={},
+        duration_s=1.0, failures=0, restored_from=None, good=[],
+    )  # fmt: skip
+    assert summary["interruptions"] == [record]
+
+
+def test_the_driver_and_submit_wait_say_each_interruption_in_words(tmp_path: Path) -> None:
+    from app.k8s.follow import summary_line
+    from app.run.progress import EpochFollower
+
+    _interrupted_run(tmp_path)
+    said: list[str] = []
+    follower = EpochFollower(tmp_path, 3, since=0.0, emit=said.append)
+    follower.poll()
+    follower.poll()  # each interruption once
+    words = "preempted at step 412 (epoch 3), checkpoint in 1.8 s, resumed, 0 steps lost"
+    assert said == [words]
+    line = summary_line({"status": "succeeded", "interruptions": [_record()]}, tmp_path)
+    assert words in line
+
+
+def _record() -> dict:
+    return interruptions.interruption(
+        reason="preemption", epoch=3, last_step=412, resumed_step=412, checkpoint_s=1.8
+    )
