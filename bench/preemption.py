@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.training.sample_log import ENV as SAMPLE_LOG
 from bench.common import ray_bench_arguments, result_line, say
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,19 +53,31 @@ def _epochs(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def _worker_node(address: str) -> str:
+def _workers(address: str) -> list[Any]:
     from ray.util.state import list_actors
 
     filters = [("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")]
-    actors = list_actors(address=address, filters=filters)
-    return actors[0].node_id
+    return list(list_actors(address=address, filters=filters))
+
+
+def _retrained(samples: Path) -> int:
+    """Steps trained twice: what the interruption really lost (the test-only sample log of
+    app/training/sample_log.py has one line per step and rank, across attempts)."""
+    steps = [
+        tuple(line.split(" ", 2)[:2]) for line in (samples / "rank-0.txt").read_text().splitlines()
+    ]
+    return len(steps) - len(set(steps))
 
 
 def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int) -> dict:
     from app.run.folder import read_progress
 
+    # The previous way's workers are gone (a removed node's may linger a moment here).
+    _wait(lambda: not _workers(cluster.address), 120, "the previous run's workers to go")
     storage = work / way
     run_dir = storage / "bench"
+    samples = work / f"{way}-samples"
+    samples.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAIN_")}
     env.update(
         TRAIN_DATASET="synthetic", TRAIN_MODEL="cnn", TRAIN_EPOCHS="3", TRAIN_NUM_WORKERS="1",
@@ -73,6 +86,10 @@ def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int)
         TRAIN_RAY_ADDRESS=cluster.address, TRAIN_ACCELERATOR_TYPE="A100",
         TRAIN_CHECKPOINTS_TO_KEEP="3", RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.5",
         PYTHONPATH=str(REPO),
+        # Workers of a running cluster get their environment from the job's runtime env.
+        RAY_JOB_CONFIG_JSON_ENV_VAR=json.dumps(
+            {"runtime_env": {"env_vars": {SAMPLE_LOG: str(samples)}}}
+        ),
     )  # fmt: skip
     log = (work / f"{way}.log").open("w")
     driver = subprocess.Popen(
@@ -81,7 +98,7 @@ def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int)
     _wait(lambda: len(_epochs(run_dir)) >= 1, 900, "epoch 1")
     first = _epochs(run_dir)[0]
     time.sleep(first["epoch_time_s"] / 2)  # half-way through epoch 2
-    node_id = _worker_node(cluster.address)
+    node_id = _workers(cluster.address)[0].node_id
     noticed_to_commit = None
     if way == "jit":
         noticed = time.monotonic()
@@ -111,7 +128,8 @@ def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int)
     lost = [i["steps_lost"] for i in summary.get("interruptions", [])]
     return {
         "images_per_s": first["images_per_s"],
-        "steps_lost": lost[0] if lost else None,
+        "steps_lost": lost[0] if lost else None,  # as the run recorded it
+        "steps_retrained": _retrained(samples),  # as it happened
         "causes": [i["cause"] for i in summary.get("interruptions", [])],
         "notice_to_commit_s": noticed_to_commit,
     }
@@ -148,8 +166,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for way, r in results.items():
         r["step_cost"] = round(base / r["images_per_s"], 3) if r["images_per_s"] else None
         say(
-            f"  {way:<6} steps lost {r['steps_lost']}  causes {r['causes']}  step cost "
-            f"{r['step_cost']}  notice to commit {r['notice_to_commit_s']}"
+            f"  {way:<6} steps lost {r['steps_lost']} (retrained {r['steps_retrained']})  "
+            f"causes {r['causes']}  step cost {r['step_cost']}  "
+            f"notice to commit {r['notice_to_commit_s']}"
         )
     result = {"rows": args.rows, "every": args.every, "ways": results}
     print(result_line("preemption", result), flush=True)

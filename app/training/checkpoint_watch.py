@@ -37,7 +37,7 @@ from app.storage.location import RunPath
 
 STOP_KEY = "trainctl-stop-{invocation}"
 AGREE_EVERY = 10
-PROGRESS_EVERY_S = 5.0
+PROGRESS_EVERY_S = 2.0  # the resolution of a failure's steps_lost (one small write per period)
 # After a just-in-time checkpoint the group stops training (what it trained next would be lost)
 # and waits to be torn down. After a drain notice, if that never comes (a drain that was
 # cancelled), it trains on. After the driver's stop it never trains on: a rerun may already be

@@ -1,6 +1,7 @@
 """TEST-ONLY hook: which samples each rank trained, for the exactness tests of a resume.
 
-Set only by tests (tests/cluster/test_preemption.py): `TRAINCTL_TEST_SAMPLE_LOG=<folder>` makes
+Set only by tests (tests/cluster/test_preemption.py) and bench/preemption.py, which counts the
+steps an interruption really retrained with it: `TRAINCTL_TEST_SAMPLE_LOG=<folder>` makes
 every rank append, per step, a fingerprint of each image it trained to
 `<folder>/rank-<R>.txt`. It is not a production log: unset (always, outside tests), it costs one
 dictionary lookup per step. A fingerprint is the image's pixels projected on a fixed random
