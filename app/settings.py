@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.data.image_size import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN, IMAGE_SIZE_RULE
 from app.dns import DNS_LABEL
 from app.redact import redact
+from app.run.cadence import CheckpointEverySetting
 from app.storage.buckets import ObjectPath
 from app.storage.location import absolute_location, location_setting, with_endpoint
 from app.storage.probe import DEFAULT_TIMEOUT_S
@@ -373,6 +374,21 @@ class TrainSettings(BaseSettings):
     @property
     def champion_name(self) -> str:
         return self.model_name or f"{self.dataset}-{self.model}".replace("_", "-")
+
+    # --- preemption (issue 25) ---
+    checkpoint_every: CheckpointEverySetting = Field(
+        "epoch",
+        description="When to checkpoint: `epoch` (after validation), a step count (`500`: also "
+        "every 500 steps) or a duration (`90s`, `10m`, `1h`: also every that long). "
+        "Preemption and SIGTERM always get a just-in-time checkpoint.",
+    )
+    max_preemptions: int = Field(
+        -1,
+        ge=-1,
+        le=1_000_000,
+        description="Node preemptions (drained spot nodes) to recover from, counted apart "
+        "from TRAIN_MAX_FAILURES; -1 retries forever, 0 stops at the first.",
+    )
 
     # --- validators, next to what they check ----------------------------------------------
     @field_validator("num_workers")

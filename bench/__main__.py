@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHES = ("ingest", "overhead", "startup", "checkpoint", "object_storage")
+BENCHES = ("ingest", "overhead", "startup", "checkpoint", "object_storage", "preemption")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -84,6 +84,14 @@ def summary(results: dict[str, dict[str, Any]]) -> list[str]:
             f"checkpoint {r['model']} {r['checkpoint_mib']} MiB: save+report SYNC "
             f"{sync['blocked_s']}s vs ASYNC {asyn['blocked_s']}s per epoch"
         )
+    if "preemption" in results:
+        r = results["preemption"]
+        shown = ", ".join(
+            f"{way} {v['steps_lost']} steps lost (step cost {v['step_cost']})"
+            for way, v in r["ways"].items()
+        )
+        notice = r["ways"]["jit"]["notice_to_commit_s"]
+        lines.append(f"preemption {shown}; drain notice to committed checkpoint {notice}s")
     if "gpu" in results:
         r = results["gpu"]
         shown = ", ".join(

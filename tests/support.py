@@ -137,7 +137,8 @@ def committed_epochs(run_dir: Path) -> set[int]:
         text = snapshot.read_text()
     except OSError:
         return set()
-    return {int(epoch) for epoch in re.findall(r"checkpoint_epoch_(\d{4})", text)}
+    # End-of-epoch checkpoints only: not the mid-epoch ones (checkpoint_epoch_0001_step_...).
+    return {int(epoch) for epoch in re.findall(r"checkpoint_epoch_(\d{4})(?!_step)", text)}
 
 
 FINISHED_EPOCHS = 6

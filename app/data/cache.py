@@ -68,9 +68,9 @@ def cache_datasets(
 ) -> tuple[dict[str, ray.data.Dataset], CacheDecision]:
     """The datasets to train on: materialized when the decision says so, else as given.
 
-    A cached train split gets a new block order every epoch, reproducible from the seed, in
-    place of the per-epoch file order of the streamed one; epoch_batches still permutes rows
-    within each chunk.
+    A cached train split gets a block order drawn from the seed, the same at every execution:
+    app/data/exact_split.py cuts it into the same shards at every worker-group start, which is
+    what makes a mid-epoch resume exact; epoch_batches permutes rows per epoch within chunks.
     """
     import ray
     from ray.data import RandomSeedConfig
@@ -83,7 +83,7 @@ def cache_datasets(
     for split, dataset in datasets.items():
         dataset = dataset.materialize()
         if split == "train":
-            seed = RandomSeedConfig(seed=settings.seed, reseed_after_execution=True)
+            seed = RandomSeedConfig(seed=settings.seed, reseed_after_execution=False)
             dataset = dataset.randomize_block_order(seed=seed)
         cached[split] = dataset  # derived datasets keep build_datasets' preserve_order
     return cached, decision

@@ -8,11 +8,11 @@ quarter of the bytes float32 would need, and no CPU core is spent on per-row tra
 Batches are pulled from Ray in chunks of several thousand rows and cut into training batches
 with torch: Ray's per-batch bookkeeping is then paid per chunk, not per step.
 
-Shuffling, for training only, happens at two levels: Ray reads the Parquet files in a new order
-every time the dataset is run (every epoch), and each chunk is permuted on the device with a
-generator seeded from (seed, epoch). The permutation is therefore the same for the same
-(seed, epoch) and the same input order; Ray keeps that order fixed for a dataset iterated by one
-consumer, while Ray Train's split across workers may hand out blocks in a different order.
+Shuffling, for training only: Ray reads the Parquet files in an order drawn from the seed, the
+train split is cut into one fixed shard per worker (app/data/exact_split.py), and each chunk of a
+shard is permuted on the device with a generator seeded from (seed, epoch, rank). A worker's
+batches in an epoch are therefore a function of (seed, epoch, world size, rank), which is what
+lets a mid-epoch checkpoint resume with the next unseen batch (`skip_batches`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.
     datasets = {}
     for split in ("train", "valid"):
         shuffle = (
-            FileShuffleConfig(seed=settings.seed, reseed_after_execution=True)
+            # Not reseeded per execution: app/data/exact_split.py splits the train data once per
+            # worker-group start, and a restart must get the same shards as the first start.
+            FileShuffleConfig(seed=settings.seed, reseed_after_execution=False)
             if split == "train"
             else None
         )
@@ -112,19 +114,23 @@ def epoch_batches(
     shuffle: bool,
     drop_last: bool = False,
     chunk_rows: int | None = None,
+    rank: int = 0,
+    skip_batches: int = 0,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(images, labels) for one pass over a shard: float32 NCHW (channels_last), int64.
 
     `shard` is what `ray.train.get_dataset_shard` returns, or any Ray Dataset / DataIterator
     from `build_datasets`. Every batch has batch_size rows except the last (dropped with
     drop_last). chunk_rows overrides how many rows are pulled from Ray at a time, which is
-    also the shuffle window.
+    also the shuffle window. skip_batches: the batches a resumed epoch already trained; their
+    rows are pulled (the generator must advance the same way) but never normalized.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     device = torch.device(device)
     normalize = _Normalizer(info, device)
-    generator = _generator(seed, epoch) if shuffle else None
+    generator = _generator(seed, epoch, rank) if shuffle else None
+    skip = max(0, skip_batches) * batch_size
     row_bytes = info.height * info.width * info.channels
     chunk = chunk_rows or max(batch_size, min(CHUNK_ROWS, CHUNK_BYTES // max(1, row_bytes)))
     chunks = shard.iter_torch_batches(
@@ -138,21 +144,29 @@ def epoch_batches(
     for batch in chunks:
         images, labels = batch["image"], batch["label"]
         order = _permutation(len(labels), generator, device)
+        if skip >= len(labels):  # a whole chunk already trained before the interruption
+            skip -= len(labels)
+            continue
+        if skip:
+            images, labels, order = _drop_first(images, labels, order, skip)
+            skip = 0
+        # Rows left in this chunk: after a resume's skip, the permutation is the shorter one.
+        rows = len(labels) if order is None else len(order)
         start = 0
         if pending_rows:  # finish the batch that straddles the previous chunk
-            take = min(batch_size - pending_rows, len(labels))
+            take = min(batch_size - pending_rows, rows)
             pending.append(_rows(images, labels, order, 0, take))
             pending_rows += take
             start = take
             if pending_rows == batch_size:
                 yield normalize(*_concat(pending))
                 pending, pending_rows = [], 0
-        while start + batch_size <= len(labels):
+        while start + batch_size <= rows:
             yield normalize(*_rows(images, labels, order, start, start + batch_size))
             start += batch_size
-        if start < len(labels):
-            pending.append(_rows(images, labels, order, start, len(labels)))
-            pending_rows += len(labels) - start
+        if start < rows:
+            pending.append(_rows(images, labels, order, start, rows))
+            pending_rows += rows - start
     if pending_rows and not drop_last:
         yield normalize(*_concat(pending))
 
@@ -187,8 +201,16 @@ class _Normalizer:
         return pixels.view(rows, *self.shape).permute(0, 3, 1, 2), labels.to(torch.int64)
 
 
-def _generator(seed: int, epoch: int) -> torch.Generator:
-    state = np.random.SeedSequence([seed, epoch]).generate_state(2, dtype=np.uint32)
+def _drop_first(
+    images: torch.Tensor, labels: torch.Tensor, order: torch.Tensor | None, rows: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    if order is None:
+        return images[rows:], labels[rows:], None
+    return images, labels, order[rows:]
+
+
+def _generator(seed: int, epoch: int, rank: int = 0) -> torch.Generator:
+    state = np.random.SeedSequence([seed, epoch, rank]).generate_state(2, dtype=np.uint32)
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 

@@ -17,6 +17,7 @@ from app.formatting import epoch_line
 from app.k8s.diagnose import needs_look
 from app.k8s.status import JobView, Verdict, judge, progress_line
 from app.run import folder as run_folder
+from app.run.interruptions import in_words
 
 if TYPE_CHECKING:
     from app.storage.location import RunPath
@@ -162,9 +163,11 @@ def summary_line(summary: Mapping[str, Any] | None, run_dir: RunPath) -> str:
         if isinstance(value, int | float)
         else ""
     )
+    said = [in_words(r) for r in summary.get("interruptions") or [] if isinstance(r, dict)]
     return (
         f"run {summary.get('run_name', run_dir.name)} {summary.get('status', 'unknown')}: "
         f"{summary.get('epochs_completed', 0)}/{summary.get('epochs_target', '?')} epochs"
         f"{best_text}, {summary.get('failures', 0)} failure(s) recovered; "
-        f"checkpoint {summary.get('checkpoint') or 'none'}; summary {path}"
+        + "".join(f"{line}; " for line in said)
+        + f"checkpoint {summary.get('checkpoint') or 'none'}; summary {path}"
     )

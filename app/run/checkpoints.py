@@ -2,12 +2,17 @@
 
 A checkpoint folder holds:
 - model.pt: the unwrapped model's state dict (loads with torch.load(weights_only=True) on CPU);
-- train_state.pt: optimizer and grad-scaler state, epoch and step, to resume exactly;
-- meta.json: epoch, metrics and a SHA-256 of each file, and `meta_sha256` over those three, so
-  an edited epoch or metric no longer matches. It is written last, so a folder without a
-  readable meta.json, or whose files no longer match it, is partial or corrupt and is skipped.
-The epoch must agree three ways: the folder name, meta.json and (checked before resuming, since
-it means loading the file) train_state.pt; and the weights must fit the model being trained.
+- train_state.pt: optimizer and grad-scaler state, epoch, step, the position in the epoch, the
+  world size and every rank's RNG states, to resume exactly (app/run/interruptions.py);
+- meta.json: epoch, metrics and a SHA-256 of each file, and `meta_sha256` over those (and, for
+  a mid-epoch checkpoint, its `kind: "step"` and global `step`), so an edited epoch, step or
+  metric no longer matches. It is written last, so a folder without a readable meta.json, or
+  whose files no longer match it, is partial or corrupt and is skipped.
+End-of-epoch checkpoints carry validation metrics and are the only ones ranked by
+TRAIN_CHECKPOINT_METRIC; a mid-epoch one (`kind: "step"`, named by app/run/checkpoint_names.py)
+is kept only while it is the newest. The epoch must agree three ways: the folder name,
+meta.json and (checked before resuming, since it means loading the file) train_state.pt; and
+the weights must fit the model being trained.
 
 On a volume a checkpoint's files are opened below the run folder without following links
 (app/storage/safe_fs.py): a linked checkpoint folder or file is unusable, and setting one aside
@@ -27,6 +32,8 @@ from typing import IO, Any
 import torch
 
 # higher_is_better and ranked are re-exported: callers ask checkpoints.ranked for the best.
+from app.run.checkpoint_names import PREFIX, parse_name
+from app.run.checkpoint_names import dir_name as dir_name  # callers name folders through here
 from app.run.retention import higher_is_better, ranked, to_remove  # noqa: F401
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
@@ -35,7 +42,6 @@ from app.storage.reading import open_below, read_bounded
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
-PREFIX = "checkpoint_epoch_"
 CORRUPT_PREFIX = "corrupt_"
 REASON_FILE = "UNUSABLE.txt"
 # meta.json holds an epoch, a few metrics, two digests and up to MAX_CLASSES class names
@@ -45,12 +51,18 @@ MAX_META_BYTES = 32 << 20
 @dataclass(frozen=True)
 class CheckpointRef:
     path: RunPath
-    epoch: int
+    epoch: int  # epochs completed
     metrics: dict[str, float]
+    step: int | None = None  # global step of a mid-epoch checkpoint; None at an epoch's end
 
+    @property
+    def kind(self) -> str:
+        return "epoch" if self.step is None else "step"
 
-def dir_name(epoch: int) -> str:
-    return f"{PREFIX}{epoch:04d}"
+    @property
+    def order(self) -> tuple[int, int]:
+        """Training order: an epoch's end sorts before the next epoch's step checkpoints."""
+        return self.epoch, -1 if self.step is None else self.step
 
 
 def write_checkpoint(
@@ -61,9 +73,11 @@ def write_checkpoint(
     epoch: int,
     metrics: dict[str, float],
     class_names: tuple[str, ...] = (),
+    step: int | None = None,
 ) -> None:
     """`class_names` (label i is class_names[i]) go into meta.json as plain JSON strings, so
-    the weights' output units keep their meaning wherever the checkpoint travels."""
+    the weights' output units keep their meaning wherever the checkpoint travels. `step` set:
+    a mid-epoch checkpoint at that global step (`kind: "step"` in meta.json)."""
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(plain_keys(model_state), folder / MODEL_FILE)
     torch.save(train_state, folder / STATE_FILE)
@@ -71,14 +85,18 @@ def write_checkpoint(
     meta: dict[str, Any] = {"epoch": epoch, "metrics": metrics, "files": files}
     if class_names:
         meta["class_names"] = list(class_names)
+    if step is not None:
+        meta.update(kind="step", step=step)
     meta["meta_sha256"] = _meta_digest(meta)
     (folder / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
 def _meta_digest(meta: dict[str, Any]) -> str:
-    # class_names only when present: checkpoints written before it existed keep their digest.
-    keys = ("epoch", "metrics", "files") + (("class_names",) if "class_names" in meta else ())
-    covered = {key: meta.get(key) for key in keys}
+    # Keys only some checkpoints have are covered only where present, so checkpoints written
+    # before they existed keep their digest: class_names (image folders), kind and step
+    # (mid-epoch checkpoints).
+    covered = {key: meta.get(key) for key in ("epoch", "metrics", "files")}
+    covered.update({key: meta[key] for key in ("class_names", "kind", "step") if key in meta})
     return hashlib.sha256(json.dumps(covered, sort_keys=True).encode()).hexdigest()
 
 
@@ -95,14 +113,17 @@ def verify(folder: RunPath) -> CheckpointRef:
     try:
         meta = bounded_json.loads(text.decode("utf-8"), MAX_META_BYTES)
         files, epoch = dict(meta["files"]), int(meta["epoch"])
+        step = _meta_step(meta)
         metrics = {str(k): float(v) for k, v in dict(meta.get("metrics", {})).items()}
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{META_FILE} is unreadable ({err})") from None
     if meta.get("meta_sha256") != _meta_digest(meta):
         raise ValueError(f"{META_FILE} does not match its recorded checksum (edited or damaged)")
-    named = _epoch_of(folder.name)
-    if named is not None and named != epoch:
-        raise ValueError(f"{META_FILE} says epoch {epoch} but the folder is named for {named}")
+    named = parse_name(folder.name)
+    if named is not None and named[0] != epoch:
+        raise ValueError(f"{META_FILE} says epoch {epoch} but the folder is named for {named[0]}")
+    if named is not None and named[1] != step:
+        raise ValueError(f"{META_FILE} says step {step} but the folder is named for {named[1]}")
     if set(files) != {MODEL_FILE, STATE_FILE}:
         raise ValueError(f"{META_FILE} lists {sorted(files)}, not {MODEL_FILE} and {STATE_FILE}")
     for name, digest in files.items():
@@ -114,7 +135,16 @@ def verify(folder: RunPath) -> CheckpointRef:
             raise ValueError(_link_reason(err)) from None
         if found != digest:
             raise ValueError(f"{name} does not match its recorded checksum (truncated or altered)")
-    return CheckpointRef(path=folder, epoch=epoch, metrics=metrics)
+    return CheckpointRef(path=folder, epoch=epoch, metrics=metrics, step=step)
+
+
+def _meta_step(meta: dict[str, Any]) -> int | None:
+    kind = meta.get("kind", "epoch")
+    if kind == "epoch":
+        return None
+    if kind != "step" or type(meta.get("step")) is not int or meta["step"] < 0:
+        raise ValueError(f"kind {kind!r} with step {meta.get('step')!r}")
+    return int(meta["step"])
 
 
 def _read_meta(folder: RunPath) -> bytes:
@@ -132,11 +162,6 @@ def _link_reason(err: safe_fs.LinkRefused) -> str:
 def _open(path: RunPath) -> IO[bytes]:
     """A checkpoint file for reading: below its run folder, without following links."""
     return open_below(path, path.parent.parent)
-
-
-def _epoch_of(name: str) -> int | None:
-    digits = name.removeprefix(PREFIX)
-    return int(digits) if name.startswith(PREFIX) and digits.isdigit() else None
 
 
 def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str | None:
@@ -224,7 +249,7 @@ def scan(run_dir: RunPath, skip: Collection[RunPath] = ()) -> Scan:
             good.append(verify(folder))
         except ValueError as err:
             bad.append((folder, str(err)))
-    good.sort(key=lambda ref: ref.epoch, reverse=True)
+    good.sort(key=lambda ref: ref.order, reverse=True)
     return Scan(good=good, bad=bad)
 
 

@@ -25,6 +25,7 @@ class Start:
     kind: Literal["fresh", "resume", "finished"]
     checkpoint: RunPath | None
     epochs_done: int
+    step: int | None = None  # a mid-epoch checkpoint's global step
 
     def announcement(self, run_name: str, run_dir: RunPath, target_epochs: int) -> str:
         if self.kind == "finished":
@@ -33,7 +34,9 @@ class Start:
                 f"(TRAIN_EPOCHS={target_epochs}); nothing to train. Raise TRAIN_EPOCHS to continue."
             )
         if self.kind == "resume":
-            return f"resuming run {run_name} at epoch {self.epochs_done + 1} from {self.checkpoint}"
+            within = f", step {self.step}" if self.step is not None else ""
+            at = f"epoch {self.epochs_done + 1}{within}"
+            return f"resuming run {run_name} at {at} from {self.checkpoint}"
         return f"starting run {run_name} in {run_dir}"
 
 
@@ -42,7 +45,7 @@ def plan_start(latest: CheckpointRef | None, target_epochs: int) -> Start:
     if latest is None:
         return Start("fresh", None, 0)
     kind: Literal["resume", "finished"] = "finished" if latest.epoch >= target_epochs else "resume"
-    return Start(kind, latest.path, latest.epoch)
+    return Start(kind, latest.path, latest.epoch, latest.step)
 
 
 def trackers_to_close(previous: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -62,6 +65,13 @@ def classify_ending(err: BaseException, sigterm: bool) -> Ending:
     if isinstance(err, KeyboardInterrupt):
         return "ctrl_c"
     return "failure"
+
+
+def previous_interrupted(previous: Mapping[str, Any] | None) -> bool:
+    """Whether the last driver of this run folder ended without finishing: stopped by SIGTERM,
+    failed, or killed while its summary still said running."""
+    status = (previous or {}).get("status")
+    return status in ("interrupted", "failed", "running")
 
 
 def root_cause(err: BaseException) -> str:

@@ -24,7 +24,7 @@ from app.run import folder as run_folder
 from app.run import log_capture as run_logs
 from app.run.class_names import record as record_class_names
 from app.run.folder import read_summary, write_summary
-from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, sigterm_interrupts
+from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
 from app.run.progress import EpochFollower
 from app.run.retention import InRunPruner
 from app.run.summary import build_summary, plot_curves
@@ -85,6 +85,8 @@ def _train(
         return promote_run(settings, info, summary)  # its line is the run's last
 
     invocation = uuid.uuid4().hex
+    # A rerun after a driver that never finished (SIGTERM, killed, failed) is an interruption.
+    interrupted = start.kind == "resume" and decisions.previous_interrupted(read_summary(run_dir))
     # Joining a cluster may take a while: SIGTERM and Ctrl-C end it cleanly too.
     with sigterm_interrupts():
         try:
@@ -106,10 +108,11 @@ def _train(
 
     with sigterm_interrupts():
         try:
-            _fit(settings, info, invocation, resume_from, attempt, trackers)
+            _fit(settings, info, invocation, resume_from, attempt, trackers, interrupted)
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
             ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
             if ending == "sigterm":
+                _say(just_in_time(settings.run_dir, invocation))
                 _finish(
                     settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM",
                     trackers=trackers,
@@ -146,11 +149,13 @@ def _fit(
     resume_from: RunPath | None,
     attempt: int,
     trackers: Trackers,
+    interrupted: bool,
 ) -> None:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from app.data.cache import cache_datasets
+    from app.data.exact_split import ExactSplit
     from app.data.pipeline import build_datasets
     from app.training.loop import train_loop_per_worker
 
@@ -167,6 +172,7 @@ def _fit(
             "invocation": invocation,
             "resume_from": resume_from,
             "log_attempt": attempt,
+            "interrupted": interrupted,
         },
         scaling_config=ScalingConfig(
             num_workers=(workers.min, workers.max) if workers.elastic else workers.max,
@@ -177,21 +183,26 @@ def _fit(
         run_config=RunConfig(
             name=settings.run_name,
             **storage_options(settings.storage_path),
-            failure_config=FailureConfig(max_failures=settings.max_failures),
+            failure_config=FailureConfig(
+                max_failures=settings.max_failures,
+                max_preemption_failures=settings.max_preemptions,
+            ),
             # Ray keeps every checkpoint: trainctl's own pruning decides (app/run/retention.py).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
         ),
         datasets=datasets,
+        dataset_config=ExactSplit(),  # the same shards at every start: exact mid-epoch resume
     )
     pruner = _in_run_pruner(settings)
 
     def on_epoch(row: dict[str, Any]) -> None:
         trackers.log_epoch(row)
-        pruner.after_epoch()
+        pruner.after_checkpoint()
 
     follower = EpochFollower(
-        settings.run_dir, settings.epochs, since=time.time(), emit=click.echo, on_epoch=on_epoch
-    )
+        settings.run_dir, settings.epochs, since=time.time(), emit=click.echo, on_epoch=on_epoch,
+        on_checkpoint=pruner.after_checkpoint if settings.checkpoint_every.mid_epoch else None,
+    )  # fmt: skip
     with follower:
         trainer.fit()
 

@@ -35,6 +35,10 @@ SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
 ATTEMPTS_FILE = "attempts.jsonl"
 CURVES_FILE = "curves.png"
+# Rank 0's last known step (every few seconds) and its last just-in-time checkpoint: what the
+# next worker-group start needs to count the steps an interruption lost (app/run/interruptions).
+PROGRESS_FILE = "progress.json"
+MAX_PROGRESS_BYTES = 64 << 10
 # Ray Train's record of the checkpoints it registered. Resume is decided from verified files
 # instead; a stale snapshot may name checkpoints since set aside, which stops Ray from starting.
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"
@@ -51,6 +55,7 @@ OWN_NAMES = (
     ATTEMPTS_FILE,
     CURVES_FILE,
     RAY_SNAPSHOT,
+    PROGRESS_FILE,
     "logs",
     "classes.json",
 )
@@ -135,6 +140,9 @@ def start_attempt(
     start_epoch: int,
     world_size: int,
     restored_from: str | None,
+    resumed_step: int | None = None,
+    interruption: dict[str, Any] | None = None,
+    resume_note: str | None = None,
 ) -> None:
     """Record a worker-group start and forget history past the epoch it resumes from."""
     metrics_path = run_dir / METRICS_FILE
@@ -149,8 +157,26 @@ def start_attempt(
             "start_epoch": start_epoch,
             "world_size": world_size,
             "restored_from": restored_from,
+            "resumed_step": resumed_step,
+            "interruption": interruption,
+            "resume_note": resume_note,
         },
     )
+
+
+def write_progress(run_dir: RunPath, invocation: str, **fields: Any) -> None:
+    """Merge `fields` into progress.json (rank 0 only; atomic, so a reader sees all or none)."""
+    record = {**read_progress(run_dir), **fields, "invocation": invocation, "time": time.time()}
+    write_json(run_dir / PROGRESS_FILE, record)
+
+
+def read_progress(run_dir: RunPath) -> dict[str, Any]:
+    try:
+        text = read_record_file(run_dir / PROGRESS_FILE, MAX_PROGRESS_BYTES).decode("utf-8")
+        record = bounded_json.loads(text)
+    except (OSError, ValueError, safe_fs.LinkRefused):  # absent or damaged: nothing known
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def record_epoch(run_dir: RunPath, metrics: dict[str, Any]) -> None:

@@ -1,13 +1,17 @@
 """SIGTERM during the driver's blocking calls: a KeyboardInterrupt Ray lets out at once, and a
-flag that tells it apart from Ctrl-C however Ray wraps it."""
+flag that tells it apart from Ctrl-C however Ray wraps it; then, while training, a just-in-time
+checkpoint asked of the workers before the driver exits 143."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
+
+from app.storage.location import RunPath
 
 SIGTERM_SEEN = threading.Event()
 
@@ -36,3 +40,39 @@ def sigterm_interrupts() -> Iterator[None]:
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     SIGTERM_SEEN.set()
     raise StopForSigterm("SIGTERM")
+
+
+# Kubernetes sends SIGKILL after terminationGracePeriodSeconds (chart value
+# preemption.gracePeriodSeconds): the wait for the workers' checkpoint stays well inside it.
+JIT_WAIT_S = 60.0
+
+
+def just_in_time(run_dir: RunPath, invocation: str, wait_s: float = JIT_WAIT_S) -> str:
+    """After SIGTERM: ask this invocation's workers for a just-in-time checkpoint and wait, up
+    to `wait_s`, until rank 0 says it is committed. Returns what happened, in words."""
+    from app.run import folder as run_folder
+    from app.training.checkpoint_watch import request_stop
+
+    if not run_folder.attempts(run_dir, invocation):
+        return "no just-in-time checkpoint (no worker had started training)"
+    asked = time.time()
+    try:
+        request_stop(invocation)
+    except Exception as err:  # Ray already gone: the last committed checkpoint is what is left
+        return f"no just-in-time checkpoint (Ray is gone: {type(err).__name__})"
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        progress = run_folder.read_progress(run_dir)
+        jit = progress.get("jit")
+        if (
+            progress.get("invocation") == invocation
+            and isinstance(jit, dict)
+            and jit.get("reason") == "stopped"
+            and float(progress.get("time", 0)) >= asked
+        ):
+            return (
+                f"just-in-time checkpoint at step {jit.get('step')} "
+                f"in {float(jit.get('checkpoint_s', 0)):.1f} s"
+            )
+        time.sleep(0.2)
+    return f"no just-in-time checkpoint within {wait_s:.0f} s; the last committed one stays"

@@ -17,6 +17,7 @@ from typing import Any
 from app.formatting import epoch_line
 from app.run import folder as run_folder
 from app.run.epoch_record import eta_s
+from app.run.interruptions import in_words
 
 
 class EpochFollower:
@@ -29,10 +30,16 @@ class EpochFollower:
         since: float,
         emit: Callable[[str], None],
         on_epoch: Callable[[dict[str, Any]], None] | None = None,
+        on_checkpoint: Callable[[], None] | None = None,
     ) -> None:
         self._run_dir, self._total, self._since, self._emit = run_dir, total_epochs, since, emit
         self._on_epoch = on_epoch  # the experiment trackers: each epoch once, in order
+        # Mid-epoch checkpoints (TRAIN_CHECKPOINT_EVERY): called once per new one that rank 0
+        # records in progress.json, so that superseded ones are pruned within the epoch.
+        self._on_checkpoint = on_checkpoint
+        self._checkpoint_step: Any = None
         self._printed: set[int] = set()
+        self._said = 0  # attempts already looked at for an interruption to announce
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="epoch-follower", daemon=True)
 
@@ -50,6 +57,12 @@ class EpochFollower:
             self.poll()
 
     def poll(self) -> None:
+        self._say_interruptions()
+        if self._on_checkpoint is not None:
+            saved = run_folder.read_progress(self._run_dir).get("checkpoint_step")
+            if saved is not None and saved != self._checkpoint_step:
+                self._checkpoint_step = saved
+                self._on_checkpoint()
         fresh = [
             row
             for row in run_folder.epochs(self._run_dir)
@@ -66,3 +79,15 @@ class EpochFollower:
             self._emit(epoch_line(row, self._total, eta))
             if self._on_epoch is not None:
                 self._on_epoch(row)
+
+    def _say_interruptions(self) -> None:
+        """`preempted at step 412 (epoch 3), checkpoint in 1.8 s, resumed, 0 steps lost`: one
+        line per worker-group start of this driver that took over from an interrupted one."""
+        path = self._run_dir / run_folder.ATTEMPTS_FILE
+        starts = [a for a in run_folder.read_jsonl(path) if a.get("time", 0) >= self._since]
+        for start in starts[self._said :]:
+            if isinstance(start.get("interruption"), dict):
+                self._emit(in_words(start["interruption"]))
+            if start.get("resume_note"):
+                self._emit(str(start["resume_note"]))
+        self._said = max(self._said, len(starts))

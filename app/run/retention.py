@@ -6,9 +6,10 @@ which were quarantined, which fail their checksums and which earlier drivers wro
 the `keep` best by the checkpoint metric, plus the newest (the one a rerun resumes from).
 
 Only end-of-epoch checkpoints are ranked: folders whose name is `checkpoint_epoch_NNNN`
-(RANKED_NAME). Any other checkpoint-like folder (a quarantined `corrupt_...`, or a mid-epoch
-checkpoint named e.g. `checkpoint_epoch-0003_step-000412`) is never ranked and never removed
-here: whatever writes such folders decides their lifetime.
+(RANKED_NAME), which were validated. A mid-epoch checkpoint (`checkpoint_epoch_NNNN_step_SSSSSSSS`,
+app/run/checkpoint_names.py) has no validation: it is never ranked and never `best`, and it
+stays only while it is the newest checkpoint of all (the one a rerun resumes from); a newer one
+of either kind supersedes it. Any other folder (a quarantined `corrupt_...`) is never removed.
 
 The pure decision (`to_remove`) knows nothing of storage; app/run/checkpoints.py `prune`
 applies it to a run folder, and `InRunPruner` applies it after each epoch while Ray trains, so
@@ -40,21 +41,25 @@ def higher_is_better(metric: str) -> bool:
 
 
 def ranked(good: Sequence[CheckpointRef], metric: str) -> list[CheckpointRef]:
-    """Best first by `metric`; a checkpoint without it ranks last, newer before older on ties."""
+    """End-of-epoch checkpoints, best first by `metric`; a checkpoint without it ranks last,
+    newer before older on ties. Mid-epoch checkpoints have no validation: never ranked."""
     up = higher_is_better(metric)
     missing = float("-inf") if up else float("inf")
-    by_epoch = sorted(good, key=lambda ref: ref.epoch, reverse=True)
+    validated = (ref for ref in good if ref.step is None)
+    by_epoch = sorted(validated, key=lambda ref: ref.epoch, reverse=True)
     return sorted(by_epoch, key=lambda ref: ref.metrics.get(metric, missing), reverse=up)
 
 
 def to_remove(good: Sequence[CheckpointRef], *, keep: int, metric: str) -> list[CheckpointRef]:
-    """The good checkpoints to delete: every ranked one beyond the `keep` best by `metric`,
-    except the newest. Folders whose name is not ranked (is_ranked) are never chosen."""
-    candidates = sorted((ref for ref in good if is_ranked(ref.path.name)), key=lambda r: -r.epoch)
-    if len(candidates) <= keep:
+    """The good checkpoints to delete: every ranked one beyond the `keep` best by `metric`, and
+    every mid-epoch one, except the newest checkpoint of all. Other folders are never chosen."""
+    candidates = [ref for ref in good if is_ranked(ref.path.name) or ref.step is not None]
+    if not candidates:
         return []
-    survivors = {ref.path for ref in ranked(candidates, metric)[:keep]} | {candidates[0].path}
-    return [ref for ref in candidates if ref.path not in survivors]
+    newest = max(candidates, key=lambda ref: ref.order)
+    survivors = {ref.path for ref in ranked(candidates, metric)[:keep]} | {newest.path}
+    newest_first = sorted(candidates, key=lambda ref: ref.order, reverse=True)
+    return [ref for ref in newest_first if ref.path not in survivors]
 
 
 class InRunPruner:
@@ -79,7 +84,7 @@ class InRunPruner:
         self._verify_new, self._prune, self._warn = verify_new, prune, warn
         self._known: dict[RunPath, CheckpointRef] = {}
 
-    def after_epoch(self) -> None:
+    def after_checkpoint(self) -> None:
         try:
             for ref in self._verify_new(set(self._known)):
                 self._known[ref.path] = ref

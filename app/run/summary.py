@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from app.run import checkpoints
+from app.run import checkpoints, interruptions
 from app.run import folder as run_folder
 from app.run.epoch_record import CORE_METRICS
 from app.run.folder import CURVES_FILE
@@ -52,6 +52,10 @@ def build_summary(
         "checkpoint": str(good[0].path) if good else None,
         "restored_from": restored_from,
         "failures": failures,
+        # Every preemption, failure and stop the run went through, from attempts.jsonl.
+        "interruptions": interruptions.from_attempts(
+            run_folder.read_jsonl(run_dir / run_folder.ATTEMPTS_FILE)
+        ),
         "duration_s": round(duration_s, 2),
         "curves": str(run_dir / CURVES_FILE) if epochs else None,
         "settings": settings,

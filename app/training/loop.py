@@ -2,15 +2,16 @@
 
 Each epoch ends the same way on every rank: global validation metrics (all-reduced, so every
 worker's shard counts), one `ray.train.report` per rank, and a checkpoint written by rank 0 only.
+Inside an epoch, app/training/checkpoint_watch.py decides (the same on every rank) when a
+mid-epoch checkpoint is due: TRAIN_CHECKPOINT_EVERY, a node preemption or the driver's SIGTERM.
+A resume from a mid-epoch checkpoint skips the batches already trained (app/run/interruptions).
 """
 
 from __future__ import annotations
 
 import math
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import ray.train
@@ -21,7 +22,7 @@ from torch import nn
 
 from app.data.pipeline import epoch_batches
 from app.data.schema import DatasetInfo
-from app.run import checkpoints
+from app.run import checkpoints, interruptions
 from app.run import folder as run_folder
 from app.run.epoch_record import new_record
 from app.run.worker_hooks import EpochHook, worker_hooks
@@ -36,7 +37,10 @@ from app.training.accel import (
     private_compile_cache,
 )
 from app.training.augment import augment
+from app.training.checkpoint_report import report_checkpoint
+from app.training.checkpoint_watch import CheckpointWatch, interruption_on_start, set_rng_state
 from app.training.model import build_model, uses_channels_last
+from app.training.sample_log import log_samples
 from app.training.weights import apply_weights
 
 
@@ -83,8 +87,17 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     if train_state:
         optimizer.load_state_dict(train_state["optimizer"])
         scaler.load_state_dict(train_state["scaler"])
-    start_epoch = int(train_state.get("epoch", 0)) + 1
+    position = interruptions.resume_position(train_state, world, settings.global_batch_size)
+    start_epoch, skip_batches = position.start_epoch, position.skip_batches
     step = int(train_state.get("step", 0))
+    saved_rng = train_state.get("rng") or []
+    carried = (0.0, 0)  # the resumed epoch's loss sum and rows on this rank before the stop
+    if len(saved_rng) == world:  # the same ranks: each continues its own random streams
+        set_rng_state(saved_rng[rank])
+        if skip_batches:
+            carried = tuple(saved_rng[rank].get("epoch_sums", carried))  # type: ignore[assignment]
+    if position.note:
+        print(f"trainctl: {position.note}", flush=True)
 
     if rank == 0:
         run_folder.start_attempt(
@@ -93,7 +106,15 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             start_epoch=start_epoch,
             world_size=world,
             restored_from=str(resume) if resume else None,
+            resumed_step=step if resume else None,
+            interruption=interruption_on_start(config, resume, train_state, step),
+            resume_note=position.note or None,
         )
+    watch = CheckpointWatch(
+        settings.checkpoint_every, invocation=config["invocation"], rank=rank, world=world,
+        device=device, run_dir=run_dir, step=step,
+    )  # fmt: skip
+    unranked = {settings.checkpoint_metric: _worst(settings.checkpoint_metric)}
 
     batch_size = max(1, settings.global_batch_size // world)
     steps_per_epoch = max(1, math.ceil(info.train_rows / settings.global_batch_size))
@@ -109,14 +130,17 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
 
         model.train()
         seen, first_rows = 0, 0
+        carried_loss, carried_rows = carried if epoch == start_epoch else (0.0, 0)
         # Summed on the device: a per-step .item() would make the CPU wait for every step.
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        loss_sum = torch.full((), float(carried_loss), dtype=torch.float64, device=device)
         first_batch_at = first_step_done = None
+        epoch_step, skip_batches = skip_batches, 0  # only the resumed epoch skips
         for images, labels in epoch_batches(
             train_shard, batch_size=batch_size, info=info, device=device,
-            epoch=epoch, seed=settings.seed, shuffle=True,
+            epoch=epoch, seed=settings.seed, shuffle=True, rank=rank, skip_batches=epoch_step,
         ):  # fmt: skip
             first_batch_at = first_batch_at or time.monotonic()
+            samples = images  # as read: the test-only sample log identifies them by their pixels
             images = augment(
                 images, settings.augment, seed=settings.seed, epoch=epoch, rank=rank, step=step
             )
@@ -130,11 +154,31 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             scaler.step(optimizer)
             scaler.update()
             step += 1
+            epoch_step += 1
             seen += labels.numel()
             loss_sum += loss.detach().double() * labels.numel()
+            log_samples(samples, epoch, step, rank)  # test-only; nothing unless a test sets it
             if first_step_done is None:  # one wait per epoch: the first step ends here
                 _sync(device)
                 first_step_done, first_rows = time.monotonic(), seen
+            reason = watch.after_step(step, epoch)
+            if reason is not None:
+                took = report_checkpoint(
+                    rank=rank, world=world, metrics={}, model=model, optimizer=optimizer,
+                    scaler=scaler, epochs_done=epoch - 1, step=step, epoch_step=epoch_step,
+                    reason=reason, unranked=unranked, class_names=info.class_names,
+                    epoch_sums=[float(loss_sum), seen + int(carried_rows)],
+                )  # fmt: skip
+                watch.saved(step)
+                jit = reason != "interval"
+                if rank == 0:  # what the next start counts lost steps from
+                    extra = {"jit": {"reason": reason, "step": step, "checkpoint_s": took}}
+                    run_folder.write_progress(
+                        run_dir, config["invocation"], epoch=epoch, step=step,
+                        checkpoint_step=step, **(extra if jit else {}),
+                    )  # fmt: skip
+                if jit:
+                    watch.hold_after(reason)
 
         # Steady-state throughput: after the epoch's first step (which compiles the model in
         # the first epoch), so that compilation and the wait for the data pipeline to start are
@@ -147,8 +191,9 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
             steady = (seen - first_rows) / (ended - first_step_done)
         else:  # a one-step epoch: its only step is all there is to time
             steady = seen / (ended - first_batch_at) if ended > first_batch_at else 0.0
+        trained = seen + int(carried_rows)  # this epoch's rows, before a resume included
         loss_sum, seen_all, rate, empty_ranks = _all_reduce(
-            [loss_sum, float(seen), steady, float(seen == 0)], device
+            [loss_sum, float(trained), steady, float(trained == 0)], device
         )
         if empty_ranks:  # never report an epoch that some worker trained on nothing
             raise RuntimeError(
@@ -173,7 +218,11 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
         if device.type == "cuda":
             metrics["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         compile_pending = False
-        _report(rank, metrics, model, optimizer, scaler, step, info.class_names)
+        report_checkpoint(
+            rank=rank, world=world, metrics=metrics, model=model, optimizer=optimizer,
+            scaler=scaler, epochs_done=epoch, step=step, class_names=info.class_names,
+        )  # fmt: skip
+        watch.saved(step)
         if rank == 0:
             run_folder.record_epoch(run_dir, metrics)
             on_epoch(metrics)
@@ -184,6 +233,10 @@ def _resume_point(driver_choice: RunPath | None, settings: TrainSettings) -> Run
     if latest is not None:  # Ray names it by its path inside the storage filesystem
         return in_storage(settings.storage_path, latest.path)
     return driver_choice
+
+
+def _worst(metric: str) -> float:
+    return float("-inf") if checkpoints.higher_is_better(metric) else float("inf")
 
 
 def _cosine_with_warmup(peak: float, warmup: int, total: int) -> Callable[[int], float]:
@@ -238,47 +291,3 @@ def _evaluate(
         count += labels.numel()
     loss_sum, correct, count = _all_reduce([totals[0], totals[1], count], device)
     return loss_sum / max(count, 1.0), correct / max(count, 1.0)
-
-
-def _report(
-    rank: int,
-    metrics: dict[str, float],
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    step: int,
-    class_names: tuple[str, ...] = (),
-) -> None:
-    """Every rank reports; only rank 0 attaches the checkpoint (all ranks hold the same weights)."""
-    if rank != 0:
-        ray.train.report(metrics)
-        return
-    epoch = int(metrics["epoch"])
-    unwrapped = model.module if hasattr(model, "module") else model
-    # The files are complete here, so the copy to shared storage can run in the background
-    # (ASYNC) while the next epoch trains: nothing writes to this folder again, Ray deletes it
-    # once copied, commits the checkpoint only after the copy, keeps reports in order, and
-    # waits for the last copy before the run ends. A copy cut short by a crash lacks files or
-    # fails its checksums, and the next run sets it aside (app/run/checkpoints.py). BENCHMARKS.md
-    # has the time this saves.
-    folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
-    checkpoints.write_checkpoint(
-        folder,
-        model_state=unwrapped.state_dict(),
-        train_state={
-            "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict(),
-            "epoch": epoch,
-            "step": step,
-        },
-        epoch=epoch,
-        metrics={k: float(v) for k, v in metrics.items()},
-        class_names=class_names,
-    )
-    ray.train.report(
-        metrics,
-        checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
-        checkpoint_dir_name=checkpoints.dir_name(epoch),
-        checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
-        delete_local_checkpoint_after_upload=True,
-    )

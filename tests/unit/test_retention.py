@@ -105,11 +105,11 @@ def test_the_in_run_pruner_keeps_storage_bounded_and_hashes_each_checkpoint_once
     monkeypatch.setattr(checkpoints, "verify", counting_verify)
     for epoch, accuracy in [(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.7)]:
         _write(run_dir, epoch, accuracy)
-        pruner.after_epoch()
+        pruner.after_checkpoint()
     # A checkpoint still being copied (no meta.json yet) is neither kept track of nor removed.
     partial = _write(run_dir, 5, 0.1)
     (partial / checkpoints.META_FILE).unlink()
-    pruner.after_epoch()
+    pruner.after_checkpoint()
     left = sorted(p.name for p in run_dir.iterdir())
     assert left == ["checkpoint_epoch_0002", "checkpoint_epoch_0004", "checkpoint_epoch_0005"]
     # Each complete checkpoint hashed once; the partial one is tried again on each pass.
@@ -124,6 +124,25 @@ def test_a_failed_pass_is_told_and_does_not_stop_training(tmp_path: Path) -> Non
         raise PermissionError(13, "Permission denied", str(tmp_path))
 
     pruner = retention.InRunPruner(lambda known: [], failing_prune, told.append)
-    pruner.after_epoch()
+    pruner.after_checkpoint()
     assert told == [f"checkpoints not pruned yet (PermissionError: [Errno 13] Permission denied: "
                     f"'{tmp_path}')"]  # fmt: skip
+
+
+def _step(epochs_done: int, step: int) -> CheckpointRef:
+    name = checkpoints.dir_name(epochs_done, step)
+    return CheckpointRef(Path("/runs/r") / name, epochs_done, {"step": float(step)}, step)
+
+
+def test_mid_epoch_checkpoints_live_only_while_newest_and_are_never_ranked() -> None:
+    epoch_1, epoch_2 = _epoch(1, 0.9), _epoch(2, 0.5)
+    early, late = _step(2, 150), _step(2, 180)
+    good = [epoch_1, epoch_2, early, late]
+    # The newest (a step checkpoint) stays for the rerun to resume from; the older step
+    # checkpoint is superseded; the epoch checkpoints are ranked by the metric alone.
+    gone = retention.to_remove(good, keep=1, metric="val_accuracy")
+    assert [ref.path.name for ref in gone] == [early.path.name, epoch_2.path.name]
+    assert [ref.epoch for ref in retention.ranked(good, "val_accuracy")] == [1, 2]
+    # The next epoch's end supersedes every step checkpoint before it.
+    gone = retention.to_remove([*good, _epoch(3, 0.95)], keep=2, metric="val_accuracy")
+    assert {ref.path.name for ref in gone} == {early.path.name, late.path.name, epoch_2.path.name}

@@ -1,0 +1,49 @@
+"""A train split that is the same on every run: one fixed shard per worker rank.
+
+Ray Train's default DataConfig hands each worker a `streaming_split`, which gives blocks to
+whichever worker asks first: the rows a rank sees in an epoch then depend on timing, and an
+epoch interrupted mid-way cannot be replayed. `ExactSplit` cuts the train dataset with
+`Dataset.split(world_size, equal=True)` instead: the blocks (in the order the seeded file
+shuffle or the seeded block order of the cache gave them, both fixed for a dataset's first
+execution) are divided by position, so rank r gets the same rows every epoch and after every
+restart with the same world size. The per-epoch order inside a shard comes from the device
+permutation in app/data/pipeline.py, seeded by (seed, epoch, rank).
+
+The cost: `split` materializes the train split in the object store (spilled to disk beyond
+it), as the cache of app/data/cache.py does for data that fits; validation keeps Ray's
+streaming split, whose order does not matter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.train import DataConfig
+
+
+class ExactSplit(DataConfig):
+    def __init__(self, exact: tuple[str, ...] = ("train",)) -> None:
+        super().__init__()
+        self._exact = exact
+
+    def configure(
+        self,
+        datasets: dict[str, Any],
+        world_size: int,
+        worker_handles: Any,
+        worker_node_ids: Any,
+        **kwargs: Any,
+    ) -> list[dict[str, Any]]:
+        streamed = {k: v for k, v in datasets.items() if k not in self._exact}
+        output = super().configure(streamed, world_size, worker_handles, worker_node_ids, **kwargs)
+        for name in self._exact:
+            if name not in datasets:
+                continue
+            dataset = datasets[name].copy(datasets[name])
+            options = self._resolve_execution_options(name)
+            # Blocks in file order, not in the order read tasks finish: the split is by position.
+            options.preserve_order = True
+            dataset.context.execution_options = options
+            for rank, shard in enumerate(dataset.split(world_size, equal=True)):
+                output[rank][name] = shard.iterator()
+        return output

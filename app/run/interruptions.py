@@ -1,0 +1,102 @@
+"""Interruptions of a run, as pure functions: where a resume starts, what was lost, in words.
+
+An interruption is what ended a worker group before its run finished: a node `preemption`
+(Ray's drain notice), a `failure` (a worker or node died without notice), or the driver being
+`stopped` (SIGTERM: a Kueue preemption, a pod eviction). The next worker-group start records
+it, from the checkpoint it resumes and the progress the last group left (app/training/
+checkpoint_watch.py writes both), as
+`{cause, epoch, step, resumed_step, steps_lost, checkpoint_s}` in attempts.jsonl; summary.json
+lists them all under `interruptions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Cause = Literal["preemption", "failure", "stopped"]
+# Why a checkpoint was written, as train_state.pt records it.
+Reason = Literal["epoch", "interval", "preemption", "stopped"]
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a worker group starts: the epoch, the batches of it already trained, and what to
+    say when the world size changed and the epoch restarts instead."""
+
+    start_epoch: int
+    skip_batches: int
+    repeated_samples: int = 0
+    note: str = ""
+
+
+def resume_position(
+    train_state: Mapping[str, Any], world_size: int, global_batch_size: int
+) -> Position:
+    """Exact when the checkpoint was written mid-epoch by as many workers as train now: every
+    rank skips the batches it trained (its data order is a function of seed, epoch, world size
+    and rank). With another world size the ranks' shards differ, so no per-rank position maps
+    onto the new split: the epoch restarts and the samples trained in it are trained again."""
+    epoch = int(train_state.get("epoch", 0))
+    done = int(train_state.get("epoch_step", 0))
+    saved_world = int(train_state.get("world_size", world_size))
+    if done <= 0:
+        return Position(epoch + 1, 0)
+    if saved_world == world_size:
+        return Position(epoch + 1, done)
+    repeated = done * global_batch_size
+    note = (
+        f"world size changed from {saved_world} to {world_size} inside epoch {epoch + 1}: "
+        f"the epoch restarts, {repeated} samples ({done} steps) are trained again"
+    )
+    return Position(epoch + 1, 0, repeated, note)
+
+
+def cause_of(reason: str | None) -> Cause:
+    """A just-in-time checkpoint names its cause; any other restart followed a failure."""
+    if reason == "preemption":
+        return "preemption"
+    if reason == "stopped":
+        return "stopped"
+    return "failure"
+
+
+def interruption(
+    *,
+    reason: str | None,
+    epoch: int,
+    last_step: int | None,
+    resumed_step: int,
+    checkpoint_s: float | None,
+) -> dict[str, Any]:
+    """The record of one interruption. `last_step`: the last step the interrupted group was
+    known to reach (None when unknown: it is then taken to be the resumed step). A
+    just-in-time checkpoint is written when the group stops training, so it loses nothing."""
+    cause = cause_of(reason)
+    step = resumed_step if last_step is None else max(last_step, resumed_step)
+    lost = 0 if cause != "failure" else step - resumed_step
+    return {
+        "cause": cause,
+        "epoch": epoch,
+        "step": step,
+        "resumed_step": resumed_step,
+        "steps_lost": lost,
+        "checkpoint_s": None if checkpoint_s is None else round(checkpoint_s, 2),
+    }
+
+
+def in_words(record: Mapping[str, Any]) -> str:
+    """e.g. `preempted at step 412 (epoch 3), checkpoint in 1.8 s, resumed, 0 steps lost`."""
+    verb = {"preemption": "preempted", "stopped": "stopped", "failure": "failed"}
+    said = f"{verb.get(str(record.get('cause')), 'interrupted')} at step {record.get('step')}"
+    said += f" (epoch {record.get('epoch')})"
+    if record.get("checkpoint_s") is not None:
+        said += f", checkpoint in {record['checkpoint_s']:.1f} s"
+    lost = record.get("steps_lost", 0)
+    return f"{said}, resumed, {lost} step{'' if lost == 1 else 's'} lost"
+
+
+def from_attempts(starts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every interruption the run's attempts recorded, oldest first."""
+    return [dict(a["interruption"]) for a in starts if isinstance(a.get("interruption"), dict)]

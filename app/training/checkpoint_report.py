@@ -1,0 +1,90 @@
+"""One checkpoint, end of epoch or mid-epoch, reported to Ray Train by every rank.
+
+Every rank reports (Ray requires it) and gives its RNG states (gathered into rank 0's files);
+only rank 0 writes and attaches the checkpoint, since all ranks hold the same weights.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import ray.train
+import torch
+from torch import nn
+
+from app.run import checkpoints
+from app.training.checkpoint_watch import gathered_rng
+
+
+def report_checkpoint(
+    *,
+    rank: int,
+    world: int,
+    metrics: dict[str, float],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    epochs_done: int,
+    step: int,
+    epoch_step: int = 0,
+    reason: str = "epoch",
+    unranked: dict[str, float] | None = None,
+    epoch_sums: list[float] | None = None,
+    class_names: tuple[str, ...] = (),
+) -> float:
+    """Report; returns the seconds it took. `reason` is `epoch` for an end-of-epoch checkpoint
+    (metrics are the epoch's validated record), else `interval`, `preemption` or `stopped` for
+    a mid-epoch one at global `step`, `epoch_step` steps into epoch `epochs_done + 1`, with
+    this rank's `epoch_sums` ([loss sum, rows] of the epoch so far: the resumed epoch's record
+    then covers all of it)."""
+    started = time.monotonic()
+    extra = {"epoch_sums": epoch_sums} if epoch_sums is not None else None
+    rng = gathered_rng(world, extra)  # a collective: before the rank-0-only part
+    mid_epoch = reason != "epoch"
+    if mid_epoch:
+        # Ray's CheckpointConfig ranks by TRAIN_CHECKPOINT_METRIC: a mid-epoch checkpoint has no
+        # validation, so it gets the worst score and Ray keeps it only while it is the newest.
+        metrics = {"epoch": float(epochs_done + 1), "step": float(step), **(unranked or {})}
+    if rank != 0:
+        ray.train.report(metrics)
+        return time.monotonic() - started
+    unwrapped = model.module if hasattr(model, "module") else model
+    folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
+    checkpoints.write_checkpoint(
+        folder,
+        model_state=unwrapped.state_dict(),
+        train_state={
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(),
+            "epoch": epochs_done,
+            "step": step,
+            "epoch_step": epoch_step,
+            "world_size": world,
+            "reason": reason,
+            "rng": rng,
+        },
+        epoch=epochs_done,
+        metrics={k: float(v) for k, v in metrics.items() if math.isfinite(float(v))},
+        step=step if mid_epoch else None,
+        class_names=class_names,
+    )
+    # The files are complete here, so the copy to shared storage can run in the background
+    # (ASYNC) while training goes on: nothing writes to this folder again, Ray deletes it once
+    # copied, commits the checkpoint only after the copy, keeps reports in order, and waits for
+    # the last copy before the run ends. A copy cut short by a crash lacks files or fails its
+    # checksums, and the next run sets it aside (app/run/checkpoints.py). BENCHMARKS.md has the
+    # time this saves. A just-in-time checkpoint (preemption, SIGTERM) is copied before report
+    # returns instead (SYNC): the time it reports is then the time to a committed checkpoint.
+    just_in_time = reason in ("preemption", "stopped")
+    mode = ray.train.CheckpointUploadMode
+    ray.train.report(
+        metrics,
+        checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
+        checkpoint_dir_name=checkpoints.dir_name(epochs_done, step if mid_epoch else None),
+        checkpoint_upload_mode=mode.SYNC if just_in_time else mode.ASYNC,
+        delete_local_checkpoint_after_upload=True,
+    )
+    return time.monotonic() - started
