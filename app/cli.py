@@ -72,7 +72,7 @@ def prepare_data_cmd(
 @cli.command("train", epilog="Settings: run `trainctl env` for every TRAIN_* variable.")
 def train_cmd() -> None:
     """Train with the settings in TRAIN_* env vars (and ./.env); resume if the run exists."""
-    from app.settings_env import load_settings
+    from app.settings.env import load_settings
 
     # Settings first: app.run.driver imports torch (seconds), and a bad setting should answer
     # at once.
@@ -87,7 +87,7 @@ def train_cmd() -> None:
 def check_cmd(skip_cluster: bool) -> None:
     """Preflight: settings, storage, dataset schema, cluster resources and versions."""
     from app.preflight import run_preflight
-    from app.settings_env import load_settings
+    from app.settings.env import load_settings
 
     run_preflight(load_settings(), connect=not skip_cluster)
 

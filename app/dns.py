@@ -1,5 +1,5 @@
 """The DNS-1123 label, the one pattern for names that become Kubernetes names: run names
-(app/settings.py: folder names and RayJob names) and the names app/k8s checks."""
+(app/settings/run.py: folder names and RayJob names) and the names app/k8s checks."""
 
 # Lowercase alphanumerics and '-', alphanumerics at both ends, at most 63 characters. Unanchored:
 # each user anchors it (\A...\Z in Python, ^...$ in a JSON schema).

@@ -1,9 +1,9 @@
 """The `train:` section of the chart's values.schema.json, generated from TrainSettings.
 
-Settings are declared once, in app/settings.py. The chart's schema embeds the JSON schema of
-the settings a user may set (`definitions.train`); `python -m app.k8s.train_schema --write`
-regenerates it in the chart and in the packaged copy, and a contract test fails when the
-committed schema and the settings model disagree.
+Settings are declared once, in app/settings/ (TrainSettings). The chart's schema embeds the
+JSON schema of the settings a user may set (`definitions.train`);
+`python -m app.k8s.train_schema --write` regenerates it in the chart and in the packaged copy,
+and a contract test fails when the committed schema and the settings model disagree.
 """
 
 from __future__ import annotations

@@ -19,7 +19,10 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic_settings import NoDecode
 
 from app.run.epoch_record import FIELDS
 
@@ -177,3 +180,19 @@ def outcome_line(decision: Decision, version: int | None, champion_version: int 
         return f"promoted v{version} ({decision.reason})"
     kept = f"kept v{champion_version}" if champion_version else "kept no champion"
     return f"{kept}: not promoted ({decision.reason})"
+
+
+def _gate_setting(value: Any) -> Gate:
+    return value if isinstance(value, Gate) else parse_gate(str(value))
+
+
+# The settings field's type: text in (env, .env, chart), the parsed Gate inside, its canonical
+# text out (summary.json, `trainctl env`). NoDecode: pydantic-settings would otherwise read a
+# dataclass field's text as JSON.
+GateSetting = Annotated[
+    Gate,
+    NoDecode,
+    BeforeValidator(_gate_setting),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string"}),
+]

@@ -45,7 +45,7 @@ def promote_run(
     run_dir = settings.run_dir
     metric = settings.checkpoint_metric
     best = next(iter(checkpoints.ranked(checkpoints.scan(run_dir).good, metric)), None)
-    promotion: dict[str, Any] = {"gate": settings.promote_if, "metric": metric}
+    promotion: dict[str, Any] = {"gate": str(settings.promote_if), "metric": metric}
     line: str
     card_sha = None
     current = _already_champion(settings, best)
@@ -54,7 +54,7 @@ def promote_run(
             version = int(current["version"])
             decision = gate.Decision(
                 True, "already the champion", metric, current.get("value"),
-                current.get("value"), settings.promote_if,
+                current.get("value"), str(settings.promote_if),
             )  # fmt: skip
             promotion.update(decision.record(), version=version, pointer=str(_pointer(settings)))
             promotion["export"] = {"folder": current.get("export"),
@@ -65,7 +65,7 @@ def promote_run(
         else:
             line, decision, version, card_sha = _export_and_gate(settings, info, best, promotion)
     except _Kept as kept:
-        decision = gate.Decision(False, str(kept), metric, None, None, settings.promote_if)
+        decision = gate.Decision(False, str(kept), metric, None, None, str(settings.promote_if))
         promotion.update(decision.record())
         line = f"kept the champion: not promoted ({kept})"
         version = None
@@ -160,7 +160,7 @@ def _move_champion(
 
     def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
         decision = gate.decide(
-            settings.gate,
+            settings.promote_if,
             best.metrics,
             (current or {}).get("metrics"),
             settings.checkpoint_metric,
@@ -180,7 +180,7 @@ def _move_champion(
             "value": best.metrics.get(settings.checkpoint_metric),
             "metrics": best.metrics,
             "epoch": best.epoch,
-            "gate": settings.promote_if,
+            "gate": str(settings.promote_if),
             "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 

@@ -64,8 +64,8 @@ def read_lines(path: RunPath) -> Iterator[str]:
 def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     """RUN as a run folder path or URI, or a run name under --storage (default
     TRAIN_STORAGE_PATH; TRAIN_STORAGE_ENDPOINT reaches an S3-compatible store), each parsed
-    as `train` parses TRAIN_STORAGE_PATH (app/settings_env.py)."""
-    from app.settings_env import storage_access, storage_location, storage_path_setting
+    as `train` parses TRAIN_STORAGE_PATH (app/settings/env.py)."""
+    from app.settings.env import storage_access, storage_location, storage_path_setting
 
     endpoint, timeout = storage_access(os.environ)
     as_path = storage_location(run, f"run {redact(run)!r}", endpoint)

@@ -290,7 +290,7 @@ def test_driver_sets_aside_a_checkpoint_of_another_model_with_the_reason(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A checksum-valid checkpoint of another model was retried forever; now it is set aside."""
-    from app.settings_env import load_settings
+    from app.settings.env import load_settings
 
     data.good(tmp_path / "data")
     _settings_env(monkeypatch, tmp_path, TRAIN_RUN_NAME="r")

@@ -134,7 +134,7 @@ def test_dotenv_fuzz_only_ever_lists_problems(tmp_path: Path, lines: list[str]) 
 def test_dotenv_fuzz_bytes_settings_load_or_refuse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: bytes
 ) -> None:
-    from app.settings_env import load_settings
+    from app.settings.env import load_settings
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".env").write_bytes(raw)

@@ -19,7 +19,7 @@ from app.run import checkpoints
 from app.run import folder as run_folder
 from app.run import log_capture as run_logs
 from app.run.summary import build_summary
-from app.settings_env import load_settings
+from app.settings.env import load_settings
 from app.storage import safe_fs
 from app.storage.location import write_atomic
 from app.training.model import build_model

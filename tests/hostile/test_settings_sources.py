@@ -69,7 +69,7 @@ def test_bad_env_setting_is_refused(
 
 
 def test_a_64_bit_seed_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.settings_env import load_settings
+    from app.settings.env import load_settings
 
     monkeypatch.setenv("TRAIN_SEED", str(2**64 - 1))
     assert load_settings().seed == 2**64 - 1
@@ -118,7 +118,7 @@ def test_dotenv_that_is_a_folder_is_refused(tmp_path: Path) -> None:
 
 
 def test_dotenv_keys_of_other_tools_and_good_lines_pass(tmp_path: Path) -> None:
-    from app.settings_env import load_settings
+    from app.settings.env import load_settings
 
     (tmp_path / ".env").write_text(
         "# tools share this file\nexport AWS_REGION=eu-west-1\nOTHER\nTRAIN_EPOCHS=3\n"

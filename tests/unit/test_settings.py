@@ -6,7 +6,7 @@ import pytest
 
 from app.errors import ConfigError
 from app.settings import TrainSettings
-from app.settings_env import load_settings
+from app.settings.env import load_settings
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """Reading the settings from the environment: every problem at once, one line each.
 
-`load_settings` holds ./.env and the TRAIN_* variables to the rules of app/settings.py's
+`load_settings` holds ./.env and the TRAIN_* variables to the rules of app/settings/'s
 `TrainSettings`; `storage_access` and `storage_location` hold the few settings `trainctl logs`
 needs to the same rules, without the others.
 """

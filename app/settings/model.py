@@ -1,0 +1,133 @@
+"""Settings for the network and its optimisation: architecture, pretrained weights,
+fine-tuning, augmentation, precision and compilation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from app.settings.data import CacheMode
+from app.storage.buckets import ObjectPath
+
+# The tutorial's three, or any torchvision classifier name (checked by _model_is_known).
+ModelName = str
+SEED_MAX = 2**64 - 1  # torch.manual_seed's range
+
+
+class ModelSettings(BaseModel):
+    model: ModelName = Field(
+        "resnet18",
+        json_schema_extra={"pattern": r"^[a-z][a-z0-9_]*$"},  # the chart's schema; names: below
+        description="Network to train: resnet18, vit, or cnn (the tutorial's; small and fast), "
+        "whose stems adapt to the data's channel count and image size, or any torchvision "
+        "classifier (resnet50, mobilenet_v3_small, efficientnet_b0, convnext_tiny, vit_b_16, "
+        "...), whose head is sized to the data's classes.",
+    )
+    epochs: int = Field(10, ge=1, le=100_000, description="Total epochs of the run.")
+    global_batch_size: int = Field(
+        128,
+        ge=1,
+        le=2**24,
+        description="Samples per optimizer step across all workers; each worker gets "
+        "global_batch_size / workers.",
+    )
+    lr: float = Field(1e-3, gt=0, le=10, description="Peak learning rate (AdamW, cosine decay).")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay.")
+    seed: int = Field(
+        0, ge=0, le=SEED_MAX, description="Seed for weights, shuffling and synthetic data."
+    )
+    amp: Literal["auto", "off", "bf16", "fp16"] = Field(
+        "auto",
+        description="Mixed precision: off, bf16 (CPU or GPU) or fp16 (GPU only); auto is bf16 "
+        "on GPUs that support it and off on CPU.",
+    )
+    compile: CacheMode = Field(
+        "auto",
+        description="Run the model through torch.compile: auto is on for GPU workers and off "
+        "on CPU; a compilation failure is reported in one line and the run trains uncompiled.",
+    )
+    vit_patch: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="ViT patch size in pixels; 0 picks the largest of 16, 8, 4, 2 that leaves "
+        "a grid of at least 7x7 patches (28px: 4, 32px: 4, 64px: 8, 224px: 16).",
+    )
+    warm_start: Path | ObjectPath | None = Field(
+        None,
+        description="Checkpoint folder (or its model.pt), local or in a bucket, whose weights "
+        "initialise a new run. Ignored when the run resumes from its own checkpoints.",
+    )
+
+    weights: str | None = Field(
+        None,
+        description="Pretrained weights for TRAIN_MODEL: a torchvision weights name such as "
+        "ResNet50_Weights.IMAGENET1K_V2 (or DEFAULT, the model's default weights), or a state-"
+        "dict file, local or in a bucket; the head is kept only where its shape fits the data's "
+        "classes. With a weights name, mean and std follow the weights' own transforms.",
+    )
+    torch_home: Path | None = Field(
+        None,
+        description="torchvision's download cache (TORCH_HOME) for TRAIN_WEIGHTS names, seen by "
+        "the driver and every worker; empty uses TORCH_HOME or ~/.cache/torch. Without "
+        "internet, place the weights file in <torch_home>/hub/checkpoints/.",
+    )
+    freeze: Literal["none", "backbone"] = Field(
+        "none",
+        description="backbone trains only the classifier head: every other parameter is frozen "
+        "(and its BatchNorm statistics too); none trains everything.",
+    )
+    backbone_lr_scale: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Learning-rate multiplier for every parameter but the head's (the usual "
+        "fine-tuning recipe is 0.1); 1 trains all at TRAIN_LR.",
+    )
+    augment: Literal["auto", "none", "crop_flip", "crop"] = Field(
+        "auto",
+        description="Training-batch augmentation on the device: crop (random crop with padding "
+        "up to 64px, random resized crop above), crop_flip (also horizontal flips); auto is "
+        "crop for the digit datasets (digits, mnist), where a flip changes the class, and "
+        "crop_flip otherwise. Validation is never augmented.",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _model_is_known(cls, value: str) -> str:
+        from app.training.zoo import TUTORIAL_MODELS, is_zoo, known_models
+
+        if value in TUTORIAL_MODELS or is_zoo(value):
+            return value
+        from app.errors import did_you_mean
+
+        hint = did_you_mean(value, known_models(), "`trainctl env` describes TRAIN_MODEL")
+        raise ValueError(f"must be cnn, resnet18, vit or a torchvision classifier name{hint}")
+
+    @field_validator("weights", "torch_home", mode="before")
+    @classmethod
+    def _weights_empty_means_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_name_or_file(cls, value: str | None) -> str | None:
+        from app.training.weights import check_weights_setting
+
+        return None if value is None else check_weights_setting(value)
+
+    @field_validator("torch_home")
+    @classmethod
+    def _torch_home_absolute(cls, value: Path | None) -> Path | None:
+        return None if value is None else value.expanduser().absolute()
+
+    @model_validator(mode="after")
+    def _one_starting_point(self) -> ModelSettings:
+        if self.weights is not None and self.warm_start is not None:
+            raise ValueError(
+                "TRAIN_WEIGHTS and TRAIN_WARM_START are both set; a run starts from one: "
+                "TRAIN_WARM_START for a trainctl checkpoint, TRAIN_WEIGHTS for pretrained weights"
+            )
+        return self

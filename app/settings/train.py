@@ -1,0 +1,103 @@
+"""TrainSettings: every run setting, composed from the sections beside this module.
+
+Each section (data.py, model.py, scaling.py, run.py, tracking.py) declares its settings and the
+checks that concern only them. What spans sections lives here: empty values meaning unset,
+locations kept as URIs and made absolute, the storage endpoint applied to every location, and
+the checks that compare settings of different sections.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.redact import redact
+from app.settings.data import DataSettings
+from app.settings.model import ModelSettings
+from app.settings.run import RunSettings
+from app.settings.scaling import ScalingSettings
+from app.settings.tracking import TrackingSettings
+from app.storage.buckets import ObjectPath
+from app.storage.location import absolute_location, location_setting, with_endpoint
+
+ENV_PREFIX = "TRAIN_"
+
+
+# Fields are listed (trainctl env, docs/settings.md, the chart schema) in the reverse order of
+# these bases: data, model, scaling, run folder, tracking.
+class TrainSettings(
+    TrackingSettings, RunSettings, ScalingSettings, ModelSettings, DataSettings, BaseSettings
+):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        protected_namespaces=(),
+        validate_default=True,
+    )
+
+    # --- checks across sections -------------------------------------------------------------
+    @field_validator(
+        "accelerator_type", "ray_address", "warm_start", "storage_endpoint", mode="before"
+    )
+    @classmethod
+    def _empty_means_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("storage_path", "data_path", "warm_start", mode="before")
+    @classmethod
+    def _uri_stays_a_uri(cls, value: Any) -> Any:
+        return location_setting(value)
+
+    @field_validator("storage_path", "data_path", "warm_start")
+    @classmethod
+    def _absolute(cls, value: Path | ObjectPath | None) -> Path | ObjectPath | None:
+        # Ray requires an absolute storage path, and workers may start in other folders.
+        return absolute_location(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainSettings:
+        for name in ("storage_path", "data_path", "warm_start"):
+            setattr(self, name, with_endpoint(getattr(self, name), self.storage_endpoint))
+        if not self.run_name:
+            self.run_name = f"{self.dataset}-{self.model}".replace("_", "-")
+        if self.global_batch_size < self.workers.max:
+            raise ValueError(
+                f"TRAIN_GLOBAL_BATCH_SIZE={self.global_batch_size} is smaller than the "
+                f"{self.workers.max} workers of TRAIN_NUM_WORKERS={self.num_workers}; "
+                "every worker needs at least one sample per step"
+            )
+        if self.amp == "fp16" and not self.use_gpu:
+            raise ValueError(
+                "TRAIN_AMP=fp16 needs TRAIN_USE_GPU=true; use TRAIN_AMP=bf16 or off on CPU"
+            )
+        return self
+
+    # --- derived values ---------------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path | ObjectPath:
+        return self.storage_path / self.run_name
+
+    @property
+    def dataset_dir(self) -> Path | ObjectPath:
+        """Folder holding train/ and valid/ for this run's dataset."""
+        if self.dataset in ("parquet", "folder"):
+            return self.data_path
+        return self.data_path / self.dataset
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective settings as JSON-ready values, with credentials in URLs removed."""
+        values = self.model_dump(mode="json")
+        return {key: redact(value) for key, value in values.items()}
+
+    @property
+    def champion_name(self) -> str:
+        return self.model_name or f"{self.dataset}-{self.model}".replace("_", "-")
+
+
+def env_name(field: str) -> str:
+    return f"{ENV_PREFIX}{field.upper()}"
