@@ -128,24 +128,33 @@ def write_tensor_parquet(folder: Path, images: np.ndarray, labels: np.ndarray, f
         pq.write_table(table, folder / f"part-{index:05d}.parquet", row_group_size=len(part))
 
 
-def tutorial_dataset(rows: int, files: int, valid_rows: int) -> Path:
-    """train/ and valid/ in the tutorial's layout, generated once per size and cached."""
-    root = CACHE / f"cifar-tensor-{rows}x{files}"
+def cached_dataset(name: str, build: Callable[[Path], None]) -> Path:
+    """CACHE/<name>, made once by `build(folder)` and reused by every later benchmark run."""
+    root = CACHE / name
     if root.is_dir():
         return root
     # Built beside its final name and renamed: a concurrent or killed run never sees half of it.
     staging = CACHE / f".{root.name}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    images, labels = cifar_arrays(rows + valid_rows)
-    write_tensor_parquet(staging / "train", images[:rows], labels[:rows], files)
-    write_tensor_parquet(
-        staging / "valid", images[rows:], labels[rows:], max(1, files * valid_rows // rows)
-    )
+    build(staging)
     try:
         staging.rename(root)
     except OSError:  # another run finished the same dataset first
         shutil.rmtree(staging, ignore_errors=True)
     return root
+
+
+def tutorial_dataset(rows: int, files: int, valid_rows: int) -> Path:
+    """train/ and valid/ in the tutorial's layout, generated once per size and cached."""
+
+    def build(staging: Path) -> None:
+        images, labels = cifar_arrays(rows + valid_rows)
+        write_tensor_parquet(staging / "train", images[:rows], labels[:rows], files)
+        write_tensor_parquet(
+            staging / "valid", images[rows:], labels[rows:], max(1, files * valid_rows // rows)
+        )
+
+    return cached_dataset(f"cifar-tensor-{rows}x{files}", build)
 
 
 def say(message: str) -> None:

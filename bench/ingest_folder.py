@@ -8,13 +8,11 @@ decode is measured) and reports their rows/s against the Parquet layouts as rati
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 from PIL import Image
 
-from bench.common import CACHE, cifar_arrays
+from bench.common import cached_dataset, cifar_arrays
 
 MAX_FOLDER_ROWS = 20_000  # a file per row: beyond this, writing them outlasts the benchmark
 
@@ -25,19 +23,13 @@ def folder_rows(rows: int) -> int:
 
 def jpeg_folder(rows: int, valid_rows: int) -> Path:
     """train/ and valid/ of JPEG files, one folder per class, generated once and cached."""
-    root = CACHE / f"cifar-jpeg-{rows}"
-    if root.is_dir():
-        return root
-    staging = CACHE / f".{root.name}.{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    images, labels = cifar_arrays(rows + valid_rows)
-    for index, (image, label) in enumerate(zip(images, labels, strict=True)):
-        split = "train" if index < rows else "valid"
-        folder = staging / split / f"class{int(label):02d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(image).save(folder / f"{index:07d}.jpg", quality=90)
-    try:
-        staging.rename(root)
-    except OSError:  # another run finished the same dataset first
-        shutil.rmtree(staging, ignore_errors=True)
-    return root
+
+    def build(staging: Path) -> None:
+        images, labels = cifar_arrays(rows + valid_rows)
+        for index, (image, label) in enumerate(zip(images, labels, strict=True)):
+            split = "train" if index < rows else "valid"
+            folder = staging / split / f"class{int(label):02d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image).save(folder / f"{index:07d}.jpg", quality=90)
+
+    return cached_dataset(f"cifar-jpeg-{rows}", build)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from app.data.schema import MAX_CLASSES, SPLITS
+from app.data.schema import MAX_CLASSES, SPLITS, Problems
 from app.errors import ConfigError
 from app.redact import redact_uri
 from app.storage.buckets import ObjectPath
@@ -64,17 +64,9 @@ def shown(text: object) -> str:
     return value if value.isprintable() else repr(value)
 
 
-class _Problems(list[str]):
-    def add(self, message: str) -> None:
-        if len(self) < MAX_PROBLEMS:
-            self.append(message)
-        elif len(self) == MAX_PROBLEMS:
-            self.append("... more problems not shown")
-
-
 def list_folder(root: Path | ObjectPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
     """The dataset's classes and image files, or ConfigError with one line per problem."""
-    problems = _Problems()
+    problems = Problems()
     deadline = time.monotonic() + limit_s
     found: dict[str, tuple[dict[str, list[str]], int]] = {}
     for split in SPLITS:
@@ -117,7 +109,7 @@ def _judge(
     names: tuple[str, ...],
     train: dict[str, list[str]],
     valid: dict[str, list[str]],
-    problems: _Problems,
+    problems: Problems,
 ) -> None:
     allowed = ", ".join(IMAGE_EXTENSIONS)
     if len(names) > MAX_CLASSES:
@@ -195,7 +187,7 @@ def _bucket_split(root: ObjectPath, split: str) -> tuple[dict[str, list[str]], i
 
 
 def _local_split(
-    root: Path, split: str, deadline: float, problems: _Problems
+    root: Path, split: str, deadline: float, problems: Problems
 ) -> tuple[dict[str, list[str]], int]:
     real_root = Path(os.path.realpath(root))
     top = real_root / split
@@ -231,7 +223,7 @@ def _local_split(
     return classes, skipped
 
 
-def _link_target(path: Path, real_root: Path, problems: _Problems) -> str | None:
+def _link_target(path: Path, real_root: Path, problems: Problems) -> str | None:
     """A link's target relative to the data folder when it is a file inside it, else None
     (and a problem)."""
     target = Path(os.path.realpath(path))

@@ -75,7 +75,9 @@ class _Split:
     class_names: dict[tuple[str, ...], Path] = field(default_factory=dict)  # -> a file
 
 
-class _Problems(list[str]):
+class Problems(list[str]):
+    """Problems found while inspecting data, the first MAX_PROBLEMS of them."""
+
     def add(self, message: str) -> None:
         if len(self) < MAX_PROBLEMS:
             self.append(message)
@@ -93,7 +95,7 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
             f"{root}: folder not found; a dataset folder holds train/ and valid/, "
             f"each with Parquet files ({COLUMNS_HELP})"
         )
-    problems = _Problems()
+    problems = Problems()
     splits = {name: _scan(_Split(name, root / name), problems) for name in SPLITS}
     if problems:
         raise ConfigError(problems)
@@ -125,7 +127,7 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
     )
 
 
-def _class_names(train: _Split, valid: _Split, problems: _Problems) -> tuple[str, ...]:
+def _class_names(train: _Split, valid: _Split, problems: Problems) -> tuple[str, ...]:
     """The names every file carries (prepare-data --from-folder), or () when none do."""
     found = {**train.class_names, **valid.class_names}
     if len(found) > 1:
@@ -142,7 +144,7 @@ def _class_names(train: _Split, valid: _Split, problems: _Problems) -> tuple[str
     return names
 
 
-def _scan(split: _Split, problems: _Problems) -> _Split:
+def _scan(split: _Split, problems: Problems) -> _Split:
     if not split.folder.is_dir():
         problems.add(
             f"{split.folder}: folder not found; a dataset folder holds train/ and valid/, "
@@ -189,7 +191,7 @@ def parquet_files(folder: Path | ObjectPath) -> list[Any]:
     )
 
 
-def _scan_file(split: _Split, path: Path, problems: _Problems) -> None:
+def _scan_file(split: _Split, path: Path, problems: Problems) -> None:
     try:
         parquet = open_parquet(path)
         schema = parquet.schema_arrow
@@ -244,7 +246,7 @@ def _scan_file(split: _Split, path: Path, problems: _Problems) -> None:
     split.labels = (min(old[0], low), max(old[1], high))
 
 
-def _sample_images(split: _Split, problems: _Problems) -> None:
+def _sample_images(split: _Split, problems: Problems) -> None:
     """Decode up to SAMPLE_ROWS images spread over the first files: format, shape, pixel type."""
     files = [path for path, rows in split.file_rows.items() if rows > 0][:SAMPLE_FILES]
     per_file = max(1, SAMPLE_ROWS // len(files))
@@ -263,7 +265,7 @@ def _sample_images(split: _Split, problems: _Problems) -> None:
     split.sample = np.concatenate(samples)
 
 
-def _check_across_splits(train: _Split, valid: _Split, problems: _Problems) -> None:
+def _check_across_splits(train: _Split, valid: _Split, problems: Problems) -> None:
     assert train.format is not None and valid.format is not None
     fields = {**train.fields, **valid.fields}
     fixed = {path: describe_type(image)[1] for path, image in fields.items()}
