@@ -200,10 +200,12 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
 
 def _weights(settings: TrainSettings, found: Found) -> str:
     """TRAIN_WEIGHTS resolves, is cached or downloads, loads, and fits (app/training/weights)."""
+    from torchvision.models import WeightsEnum
+
     from app.training.weights import check_weights, weights_source
 
     source = weights_source(settings)
-    if not isinstance(source, Path | ObjectPath):
+    if source is None or isinstance(source, WeightsEnum):
         return check_weights(settings, found.info)
     if not exists_within(source, "TRAIN_WEIGHTS", settings.storage_timeout_s):
         raise ConfigError(f"TRAIN_WEIGHTS={redact_uri(str(source))}: no such file")

@@ -39,8 +39,8 @@ from app.data.prepare import (
 )
 from app.errors import ConfigError
 from app.redact import redact_uri
-from app.storage.buckets import ObjectPath, locate
-from app.storage.location import expand, local_absolute
+from app.storage.buckets import ObjectPath
+from app.storage.location import expand, parse_location
 
 ORDER_SEED = 20_261_126
 
@@ -50,10 +50,9 @@ def prepare_from_folder(
 ) -> str:
     """Write out/train/ and out/valid/ from the image folder `source`; a one-line summary."""
     try:
-        found = locate(source, endpoint)
+        root = parse_location(source, endpoint)
     except ValueError as err:
         raise ConfigError(f"--from-folder={redact_uri(source)}: {err}") from None
-    root: Path | ObjectPath = found if isinstance(found, ObjectPath) else local_absolute(found)
     out = expand(out, "--out")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out={out}: exists but is not a folder")

@@ -22,9 +22,8 @@ from app.export.card import CARD_FILE, EXPORT_DIR, EXPORTED_PROGRAM, FORMATS, TO
 from app.redact import redact
 from app.run import checkpoints
 from app.settings import TrainSettings
-from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, local_path, parse_location, write_atomic
-from app.storage.reading import walk_files
+from app.storage.reading import file_size, walk_files
 
 MAX_BATCH = 65_536  # the exported program's dynamic batch dimension: 1..MAX_BATCH
 MAX_LISTED_FILES = 2_000  # beyond this the fingerprint keeps only the hash of the full list
@@ -126,8 +125,7 @@ def data_fingerprint(info: DatasetInfo, endpoint: str | None) -> dict[str, Any]:
             break
         folder = root / split
         for path in sorted(walk_files(folder), key=str) if folder.is_dir() else []:
-            size = path.size() if isinstance(path, ObjectPath) else path.stat().st_size
-            listed.append((f"{split}/{_relative(path, folder)}", int(size)))
+            listed.append((f"{split}/{_relative(path, folder)}", file_size(path)))
     digest = hashlib.sha256("\n".join(f"{p}\t{s}" for p, s in listed).encode()).hexdigest()
     return {
         "path": info.path,

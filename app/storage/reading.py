@@ -94,6 +94,13 @@ def present(path: RunPath) -> bool:
     return path.exists() or path.is_symlink()
 
 
+def file_size(path: RunPath) -> int:
+    """A file's size in bytes, on a volume or in a bucket."""
+    if isinstance(path, ObjectPath):
+        return int(path.size())
+    return path.stat().st_size
+
+
 def sequential_chunks(path: RunPath, chunk: int) -> Iterator[bytes] | None:
     """A bucket object's bytes through pyarrow's input stream (cheaper than random access for
     a whole read); None on a volume, where the random-access file is as good."""

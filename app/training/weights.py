@@ -34,8 +34,8 @@ from torch import nn
 from app.errors import ConfigError, did_you_mean
 from app.redact import redact_uri
 from app.run.checkpoints import fit_problem, plain_keys
-from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, location_setting, with_endpoint
+from app.storage.location import RunPath, location_setting, parse_location, with_endpoint
+from app.storage.reading import file_size
 
 if TYPE_CHECKING:
     from torchvision.models import WeightsEnum
@@ -66,8 +66,8 @@ def check_weights_setting(value: str) -> str:
 
 
 def _location(value: str) -> RunPath:
-    location = location_setting(value)
-    return location if isinstance(location, ObjectPath) else Path(location).expanduser().absolute()
+    location_setting(value)  # refuses what only looks like a URI, as every storage setting does
+    return parse_location(value)
 
 
 def _weights_by_name(value: str) -> WeightsEnum:
@@ -161,11 +161,13 @@ def _name(weights: WeightsEnum) -> str:
 
 def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[str, Any]:
     """The state dict, on CPU, from a bounded file loaded without running code."""
-    if isinstance(source, Path | ObjectPath):
-        file, label = source, f"TRAIN_WEIGHTS={redact_uri(str(source))}"
-    else:
+    from torchvision.models import WeightsEnum
+
+    if isinstance(source, WeightsEnum):
         file, label = fetch(source, torch_home), f"TRAIN_WEIGHTS={_name(source)} ({source.url})"
-    size = file.size() if isinstance(file, ObjectPath) else file.stat().st_size
+    else:
+        file, label = source, f"TRAIN_WEIGHTS={redact_uri(str(source))}"
+    size = file_size(file)
     if size > MAX_WEIGHTS_BYTES:
         raise ConfigError(f"{label}: {size:,} bytes, over the {MAX_WEIGHTS_BYTES:,} allowed")
     try:
@@ -233,7 +235,9 @@ def check_weights(settings: TrainSettings, info: DatasetInfo | None) -> str:
     if source is None:
         return "none (TRAIN_WEIGHTS is not set)"
     state = load_state(source, settings.torch_home)
-    label = _name(source) if not isinstance(source, Path | ObjectPath) else str(source)
+    from torchvision.models import WeightsEnum
+
+    label = _name(source) if isinstance(source, WeightsEnum) else str(source)
     if info is None:
         return f"{label} loads ({len(state)} tensors); fit checked once the data is prepared"
     expected, head = shapes_and_head(settings, info)
