@@ -251,3 +251,18 @@ def test_prepare_from_a_hostile_folder_is_refused_and_writes_nothing(
     assert_refused(result, 2, needle)
     assert not (tmp_path / "out").exists()
     assert not any(p.name.startswith(".out.tmp") for p in tmp_path.iterdir())  # no staging left
+
+
+@pytest.mark.parametrize("inside", ["train/new", "valid", "train/cat/x", "."])
+def test_prepare_into_the_source_folder_is_refused_and_leaves_it_as_it_was(
+    tmp_path: Path, inside: str
+) -> None:
+    # Written into train/ or valid/, the Parquet copy would become a class folder of its own
+    # source, without images: the next `train` on the folder would stop.
+    src = tmp_path / "src"
+    image_folder(src, per_class=(2, 1))
+    before = files_under(src)
+    out = src / inside
+    result = trainctl("prepare-data", "--from-folder", str(src), "--out", str(out))
+    assert_refused(result, 2, f"--out={out}", "inside the image folder", "outside its train/")
+    assert files_under(src) == before
