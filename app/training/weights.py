@@ -196,7 +196,9 @@ def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[s
             state = torch.load(handle, map_location="cpu", weights_only=True)
     except Exception as err:  # not a torch file, or one that needs code to unpickle
         raise ConfigError(
-            f"{label}: cannot be loaded as a state dict ({type(err).__name__})"
+            f"{label}: cannot be loaded as a state dict ({type(err).__name__}): not a file "
+            "torch.save wrote, or one holding more than tensors (a whole pickled model needs "
+            "code to load); save model.state_dict() with torch.save"
         ) from None
     if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
         raise ConfigError(f"{label}: holds a {type(state).__name__}, not a state dict")

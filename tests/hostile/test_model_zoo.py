@@ -126,6 +126,11 @@ def test_weights_file_that_needs_code_or_is_missing_is_refused(
     torch.save({"features.0.0.weight": Path("needs unpickling code")}, path)
     needle = "cannot be loaded as a state dict"
     _refused(monkeypatch, tmp_path, needle, model="mobilenet_v3_small", weights=str(path))
+    # A file that is no torch file at all: the message says what to write instead.
+    text = tmp_path / "notes.pt"
+    text.write_text("hello")
+    needles = (f"TRAIN_WEIGHTS={text}", "not a file torch.save wrote", "model.state_dict()")
+    _refused(monkeypatch, tmp_path, *needles, model="mobilenet_v3_small", weights=str(text))
     missing = tmp_path / "nothing.pt"
     needle = "no such file"
     _refused(monkeypatch, tmp_path, needle, model="mobilenet_v3_small", weights=str(missing))
