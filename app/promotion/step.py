@@ -31,6 +31,8 @@ from app.storage.reading import read_bounded
 class NotPromoted(TrainctlError):
     """A run that trained but did not pass the gate, with TRAIN_NOT_PROMOTED_EXIT set."""
 
+    label = "not promoted"  # not "failed": the run trained, and its run folder is complete
+
     def __init__(self, line: str, code: int) -> None:
         super().__init__(
             f"the run trained but was not promoted (TRAIN_NOT_PROMOTED_EXIT={code}): {line}"

@@ -220,3 +220,27 @@ def test_a_verdict_that_never_reached_the_pointer_is_made_again(tmp_path: Path) 
     pointer.unlink()  # repaired by a person
     assert _rerun(tmp_path, "run")["promoted"] is True
     assert _pointer(tmp_path)["run_name"] == "run"
+
+
+def test_a_kept_run_is_headed_not_promoted_not_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import click
+
+    from app.cli_exit import run_command
+
+    make_run(tmp_path, "low", 0.5)
+    settings = settings_for(tmp_path, "low", promote_if="val_accuracy>=0.9", not_promoted_exit=5)
+
+    @click.group()
+    def cli() -> None:
+        pass
+
+    @cli.command()
+    def train() -> None:
+        promote_run(settings, INFO, {"status": "succeeded"})
+
+    assert run_command(cli, ["train"]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith("trainctl: not promoted:\n  - the run trained but was not promoted")
+    assert "failed" not in err
