@@ -45,8 +45,12 @@ class Prediction:
 
     def line(self) -> str:
         # One line per image, whatever its name: a newline in a file name is shown escaped.
-        name = self.image if self.image.isprintable() else repr(self.image)
-        return f"{name}: " + ", ".join(f"{n} {p:.4f}" for n, _, p in self.top)
+        return f"{_shown(self.image)}: " + ", ".join(f"{_shown(n)} {p:.4f}" for n, _, p in self.top)
+
+
+def _shown(text: str) -> str:
+    """A file or class name on one line: as is when printable, else escaped like repr."""
+    return text if text.isprintable() else repr(text)
 
 
 def predict(target: str, images: Sequence[str], top_k: int) -> list[Prediction]:

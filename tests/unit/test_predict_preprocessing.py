@@ -58,8 +58,10 @@ def test_predict_sees_what_training_saw(
     assert np.array_equal(predicted, trained)
 
 
-def test_a_file_name_with_a_newline_stays_on_one_line() -> None:
+def test_a_file_or_class_name_with_a_newline_stays_on_one_line() -> None:
     line = Prediction("a\nb.png", [("cat", 0, 0.9)]).line()
     assert "\n" not in line
     assert line.startswith("'a\\nb.png': cat 0.9000")
     assert Prediction("with space.png", [("cat", 0, 0.9)]).line() == "with space.png: cat 0.9000"
+    # A class folder's name is a file name too.
+    assert Prediction("a.png", [("tab\tby", 1, 0.5)]).line() == "a.png: 'tab\\tby' 0.5000"
