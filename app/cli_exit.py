@@ -42,7 +42,7 @@ def _run(cli: click.Group, argv: list[str] | None) -> int:
     try:
         code = cli.main(args=argv, prog_name="trainctl", standalone_mode=False)
     except TrainctlError as err:
-        label = "invalid input" if err.exit_code == EXIT_INVALID else "failed"
+        label = err.label or ("invalid input" if err.exit_code == EXIT_INVALID else "failed")
         click.echo(f"trainctl: {label}:", err=True)
         for problem in err.problems:
             click.echo(f"  - {problem}", err=True)

@@ -18,6 +18,7 @@ class TrainctlError(Exception):
     """An expected failure: the CLI prints its message, without a traceback, and exits."""
 
     exit_code = EXIT_FAILED
+    label: str | None = None  # the CLI's heading; None: "invalid input" or "failed" by exit code
 
     def __init__(self, problems: str | Sequence[str]) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)

@@ -87,6 +87,9 @@ def list_folder(root: Path | ObjectPath, limit_s: float = LIST_LIMIT_S) -> Folde
             ) from None
         except _Missing:
             problems.add(f"{root / split}: folder not found; {LAYOUT_HELP}")
+    if problems and isinstance(root, Path) and root.name in SPLITS and len(found) < len(SPLITS):
+        # The likeliest slip: the train/ (or valid/) folder given instead of the one above it.
+        problems.add(f"{root} is itself a split folder: did you mean {root.parent}?")
     if problems:
         raise ConfigError(problems)
     train, train_skipped = found["train"]

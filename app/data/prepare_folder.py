@@ -54,6 +54,8 @@ def prepare_from_folder(
     except ValueError as err:
         raise ConfigError(f"--from-folder={redact_uri(source)}: {err}") from None
     out = expand(out, "--out")
+    if isinstance(root, Path):
+        _refuse_out_in_source(root, out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out={out}: exists but is not a folder")
     if not force and is_present(out):
@@ -74,6 +76,19 @@ def prepare_from_folder(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return _summary(f"folder {redact_uri(str(root))}", out, meta)
+
+
+def _refuse_out_in_source(root: Path, out: Path) -> None:
+    """An --out inside train/ or valid/ would become a class folder of the very data it was
+    made from (without images: the next `train` on the folder stops); refused."""
+    target = out.resolve()
+    for split in (root, root / "train", root / "valid"):
+        inside = split.resolve()
+        if target == inside or (split != root and target.is_relative_to(inside)):
+            raise ConfigError(
+                f"--out={out}: inside the image folder --from-folder={root}, where it would "
+                "become a class of the data; choose a folder outside its train/ and valid/"
+            )
 
 
 def _write(root: Path | ObjectPath, listing: FolderListing, staging: Path, size: int) -> dict:

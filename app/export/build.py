@@ -104,6 +104,10 @@ def build_card(
                 "dtype": "float32",
                 "layout": "NCHW",
                 "scale": "pixel / 255",
+                # What training did to a file of an image folder (and `trainctl predict` does):
+                # a model server must do the same for the card's metrics to hold.
+                "resize": "shorter side to the input size, center crop, bilinear",
+                "color": "RGB (every mode converted)" if info.channels == 3 else "as stored",
                 "mean": list(info.mean),
                 "std": list(info.std),
             },

@@ -2,15 +2,21 @@
 
 Loads nothing but the export folder (app/export/card.py checks every file's sha256 first) and
 imports nothing from the training code (app.training, app.run): what runs here is what a model
-server would run. Preprocessing follows the card: Pillow decodes the image, it is resized to
-the card's height x width (bilinear), scaled to [0, 1] and normalized with the card's mean and
-std, per channel.
+server would run. Preprocessing follows the card, and is what training did to an image folder
+(app/data/folder_images.decode_image), so that a file predicted here gets the numbers it got
+in validation: Pillow decodes the image; for a 3-channel model every mode (grayscale, RGBA,
+CMYK, 16-bit) is made RGB, as the folder reader does; it is resized so that it covers the
+card's height x width and center-cropped (bilinear; a plain resize would squash an image of
+another aspect ratio), scaled to [0, 1] and normalized with the card's mean and std, per
+channel. A 1-channel model takes only 1-channel images: which grey a colour photo should
+become is not the model's to guess.
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +44,13 @@ class Prediction:
         }
 
     def line(self) -> str:
-        return f"{self.image}: " + ", ".join(f"{n} {p:.4f}" for n, _, p in self.top)
+        # One line per image, whatever its name: a newline in a file name is shown escaped.
+        return f"{_shown(self.image)}: " + ", ".join(f"{_shown(n)} {p:.4f}" for n, _, p in self.top)
+
+
+def _shown(text: str) -> str:
+    """A file or class name on one line: as is when printable, else escaped like repr."""
+    return text if text.isprintable() else repr(text)
 
 
 def predict(target: str, images: Sequence[str], top_k: int) -> list[Prediction]:
@@ -90,18 +102,34 @@ def _batch(images: Sequence[str], card: dict[str, Any]) -> Any:
 def _pixels(path: Path, spec: dict[str, Any]) -> Any:
     """One image as uint8 HxWxC at the card's size; ConfigError naming the file otherwise."""
     import numpy as np
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+    size = (spec["width"], spec["height"])
     try:
+        if path.is_dir():
+            raise ConfigError(f"{path}: a folder; give image files (e.g. {path}/*.jpg)")
         if path.stat().st_size > MAX_IMAGE_BYTES:
             raise ConfigError(f"{path}: over {MAX_IMAGE_BYTES >> 20} MiB; not an image to classify")
-        with Image.open(path) as opened:
-            # A palette image is its colours; every other mode is taken as it is decoded.
-            image = opened.convert("RGB") if opened.mode == "P" else opened.copy()
+        with warnings.catch_warnings():
+            # Pillow only warns between MAX_IMAGE_PIXELS and twice that: refuse it all.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as opened:
+                if spec["channels"] == 3:  # as the folder reader: every mode made RGB
+                    opened.draft("RGB", size)
+                    image = opened.convert("RGB")
+                else:  # a palette image is its colours; other modes are taken as decoded
+                    image = opened.convert("RGB") if opened.mode == "P" else opened.copy()
     except ConfigError:
         raise
-    except (OSError, ValueError, Image.DecompressionBombError) as err:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ConfigError(
+            f"{path}: over the {MAX_IMAGE_PIXELS:,} pixels allowed for one image (a "
+            "decompression bomb, or a photograph to downscale first)"
+        ) from None
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, ValueError, SyntaxError) as err:
         raise ConfigError(f"{path}: not a readable image ({err})") from None
     channels = CHANNEL_MODES.get(image.mode)
     if channels is None:
@@ -114,8 +142,8 @@ def _pixels(path: Path, spec: dict[str, Any]) -> Any:
             f"{path}: {channels} channel(s) ({image.mode}), but the model takes "
             f"{spec['channels']} ({_modes(spec['channels'])})"
         )
-    if image.size != (spec["width"], spec["height"]):
-        image = image.resize((spec["width"], spec["height"]), Image.Resampling.BILINEAR)
+    if image.size != size:
+        image = ImageOps.fit(image, size, Image.Resampling.BILINEAR)
     pixels = np.asarray(image, dtype=np.uint8)
     return pixels.reshape(spec["height"], spec["width"], channels)
 

@@ -24,12 +24,14 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 from pydantic_settings import NoDecode
 
+from app.errors import did_you_mean
 from app.run.epoch_record import FIELDS
 
 BEATS = "beats_champion"
 OPS = (">=", "<=", ">", "<")  # two-character operators first: ">=" is not ">" then "="
 METRICS = tuple(f.name for f in FIELDS)
 MAX_GATE_CHARS = 500
+FRACTIONS = ("val_accuracy",)  # metrics recorded as 0..1
 _CONDITION = re.compile(
     r"\A([a-z_][a-z0-9_]*)\s*(>=|<=|>|<)\s*([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\Z"
 )
@@ -82,15 +84,23 @@ def parse_gate(text: str) -> Gate:
         if part == BEATS:
             beats = True
             continue
-        match = _CONDITION.match(part)
+        match = _CONDITION.match(part.removesuffix("%"))
         if not match:
             raise ValueError(f"cannot read {part!r}; {allowed()}")
         metric, op, number = match.groups()
         if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r}; {allowed()}")
+            close = did_you_mean(metric, METRICS, "").removeprefix("; ")
+            hint = f" ({close})" if close else ""
+            raise ValueError(f"unknown metric {metric!r}{hint}; {allowed()}")
         value = float(number)
         if not math.isfinite(value):
             raise ValueError(f"{part!r}: the number must be finite")
+        if metric in FRACTIONS and (part.endswith("%") or not 0 <= value <= 1):
+            # The epoch line shows it as a percentage; a gate of 90 would never pass, silently.
+            raise ValueError(
+                f"{part!r}: {metric} is a fraction from 0 to 1 (the epoch line's 95.28% is "
+                f"0.9528); did you mean {metric}{op}{value / 100:g}?"
+            )
         thresholds.append(Threshold(metric, op, value))
     return Gate(beats, tuple(thresholds))
 

@@ -10,6 +10,7 @@ same result. The decisions are app/promotion/gate.py's pure functions.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from typing import Any
 
@@ -30,6 +31,8 @@ from app.storage.reading import read_bounded
 class NotPromoted(TrainctlError):
     """A run that trained but did not pass the gate, with TRAIN_NOT_PROMOTED_EXIT set."""
 
+    label = "not promoted"  # not "failed": the run trained, and its run folder is complete
+
     def __init__(self, line: str, code: int) -> None:
         super().__init__(
             f"the run trained but was not promoted (TRAIN_NOT_PROMOTED_EXIT={code}): {line}"
@@ -38,10 +41,17 @@ class NotPromoted(TrainctlError):
 
 
 def promote_run(
-    settings: TrainSettings, info: DatasetInfo, summary: dict[str, Any]
+    settings: TrainSettings,
+    info: DatasetInfo,
+    summary: dict[str, Any],
+    previous: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Export, gate, champion; the summary updated and written again. Raises NotPromoted
-    when the gate failed and TRAIN_NOT_PROMOTED_EXIT is not 0."""
+    when the gate failed and TRAIN_NOT_PROMOTED_EXIT is not 0.
+
+    `previous` is the `promotion` record an earlier driver of this run left in summary.json
+    (a rerun of a finished run): when it judged the same checkpoint, export and gate, its
+    verdict stands and nothing is exported or gated again."""
     run_dir = settings.run_dir
     metric = settings.checkpoint_metric
     best = next(iter(checkpoints.ranked(checkpoints.scan(run_dir).good, metric)), None)
@@ -56,10 +66,14 @@ def promote_run(
                 True, "already the champion", metric, current.get("value"),
                 current.get("value"), str(settings.promote_if),
             )  # fmt: skip
-            promotion.update(decision.record(), version=version, pointer=str(_pointer(settings)))
+            promotion.update(decision.record(), version=version, pointer=str(_pointer(settings)),
+                             champion_before=current.get("run_name"))  # fmt: skip
             promotion["export"] = {"folder": current.get("export"),
                                    "card_sha256": current.get("card_sha256")}  # fmt: skip
             line = f"promoted v{version} (already the champion)"
+        elif best is not None and _judged_before(settings, best, previous):
+            line, decision = _verdict_stands(settings, previous, promotion)  # type: ignore[arg-type]
+            version = None
         elif best is None:
             raise _Kept("no verified checkpoint to export")
         else:
@@ -119,6 +133,57 @@ def _already_champion(
     except (OSError, ValueError):
         return None
     return current if found.hexdigest() == current.get("card_sha256") else None
+
+
+def _judged_before(
+    settings: TrainSettings, best: checkpoints.CheckpointRef, previous: dict[str, Any] | None
+) -> bool:
+    """Whether an earlier driver of this run already passed `best`, exported as it is now on
+    storage, through the same gate, up to a champion decision. Without this a rerun of an old
+    finished run (a retried job, a re-applied manifest) would be judged again against the
+    pointer of today: with a threshold gate, last month's model would become the new champion.
+    A decision that never reached the pointer (export failed, pointer damaged or not written)
+    has no `champion_before` and is made again."""
+    if not isinstance(previous, dict) or "champion_before" not in previous:
+        return False
+    if previous.get("gate") != settings.promote_if:
+        return False  # a new gate is a new question: judge again
+    if previous.get("pointer") != str(_pointer(settings)):
+        return False  # another TRAIN_MODEL_NAME: another champion to judge against
+    card = settings.run_dir / EXPORT_DIR / CARD_FILE
+    try:
+        text = read_bounded(card, local_path(settings.run_dir), MAX_CARD_BYTES)
+        epoch = json.loads(text).get("checkpoint", {}).get("epoch")
+    except (OSError, ValueError, AttributeError):
+        return False
+    recorded = (previous.get("export") or {}).get("card_sha256")
+    return epoch == best.epoch and hashlib.sha256(text).hexdigest() == recorded
+
+
+def _verdict_stands(
+    settings: TrainSettings, previous: dict[str, Any], promotion: dict[str, Any]
+) -> tuple[str, gate.Decision]:
+    """The earlier verdict, restated: this run is not the champion (that case is handled
+    before), whether it was never promoted or was promoted and has since been replaced."""
+    try:
+        current = champion.read_pointer(_pointer(settings)) or {}
+    except champion.PointerDamaged:
+        current = {}
+    was = previous.get("version")
+    if previous.get("earlier"):  # a rerun of a rerun: the first verdict, not a nested one
+        why = str(previous["earlier"])
+    elif was:
+        why = f"v{was} of this run was replaced by run {current.get('run_name')}"
+    else:
+        why = str(previous.get("reason"))
+    reason = f"judged before, same checkpoint and gate: {why}"
+    decision = gate.Decision(
+        False, reason, settings.checkpoint_metric, previous.get("value"),
+        previous.get("champion_value"), settings.promote_if, previous.get("thresholds") or [],
+    )  # fmt: skip
+    promotion.update(decision.record(), export=previous.get("export"), pointer=str(_pointer(
+        settings)), champion_before=current.get("run_name"), earlier=why)  # fmt: skip
+    return gate.outcome_line(decision, None, current.get("version")), decision
 
 
 def _export_and_gate(

@@ -189,12 +189,20 @@ def fit_problem(model_state: Any, expected: dict[str, torch.Size]) -> str | None
     want = {k: tuple(v) for k, v in expected.items()}
     if shapes == want:
         return None
-    missing = sorted(set(want) - set(shapes))[:3]
-    extra = sorted(set(shapes) - set(want))[:3]
-    differ = [k for k in sorted(set(want) & set(shapes)) if want[k] != shapes[k]][:3]
-    parts = [f"missing {missing}" if missing else "", f"unexpected {extra}" if extra else ""]
-    parts += [f"{k} is {shapes[k]} not {want[k]}" for k in differ]
+    missing = sorted(set(want) - set(shapes))
+    extra = sorted(set(shapes) - set(want))
+    differ = [k for k in sorted(set(want) & set(shapes)) if want[k] != shapes[k]]
+    parts = [f"missing {_some(missing)}" if missing else "",
+             f"unexpected {_some(extra)}" if extra else ""]  # fmt: skip
+    parts += [f"{k} is {shapes[k]} not {want[k]}" for k in differ[:3]]
+    if len(differ) > 3:
+        parts.append(f"{len(differ) - 3} more of another shape")
     return "; ".join(part for part in parts if part)
+
+
+def _some(keys: list[str]) -> str:
+    """The first three keys, and how many more: three of 150 must not read as all of them."""
+    return f"{keys[:3]}" + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
 def load_train_state(folder: RunPath) -> tuple[dict[str, Any], dict[str, Any]]:

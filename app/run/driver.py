@@ -77,12 +77,14 @@ def _train(
     resume_from = start.checkpoint
     if start.kind == "finished":
         # A driver killed after the last checkpoint left its tracker runs open: close them.
-        previous = decisions.trackers_to_close(read_summary(run_dir))
+        before = read_summary(run_dir) or {}
+        previous = decisions.trackers_to_close(before)
         trackers = Trackers.start(settings, previous) if previous else None
         if trackers is not None:
             trackers.catch_up(run_folder.epochs(run_dir))
         summary = _finish(settings, "succeeded", started, "", resume_from, trackers=trackers)
-        return promote_run(settings, info, summary)  # its line is the run's last
+        # The earlier verdict on the same checkpoint stands (app/promotion/step.py).
+        return promote_run(settings, info, summary, before.get("promotion"))
 
     invocation = uuid.uuid4().hex
     # A rerun after a driver that never finished (SIGTERM, killed, failed) is an interruption.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -9,7 +10,7 @@ import time
 
 import click
 
-from app.errors import ConfigError
+from app.errors import ConfigError, TrainctlError
 from app.settings import TrainSettings
 
 # Progress comes from the run's metrics file (app.run.progress); worker output stays in Ray's log
@@ -50,12 +51,21 @@ def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
     # (/tmp/ray/ray_current_cluster) and then rejects num_cpus.
     # No dashboard: its dozen processes would compete with training for a laptop's cores, and
     # nothing submits jobs to a cluster that lives only as long as this command.
-    ray.init(
-        address="local",
-        num_cpus=num_cpus or os.cpu_count() or 1,
-        include_dashboard=False,
-        **QUIET,
-    )
+    try:
+        ray.init(
+            address="local",
+            num_cpus=num_cpus or os.cpu_count() or 1,
+            include_dashboard=False,
+            **QUIET,
+        )
+    except Exception as err:  # the machine's failure (overloaded, no temp space), not a bug
+        with contextlib.suppress(Exception):
+            ray.shutdown()  # whatever half started goes with this process
+        raise TrainctlError(
+            f"the local Ray cluster did not start ({type(err).__name__}: {err}); nothing was "
+            "trained: rerun when the machine is less loaded (and RAY_TMPDIR, or /tmp, is "
+            "writable), or set TRAIN_RAY_ADDRESS to a running cluster"
+        ) from None
 
 
 RETRY_EVERY_S = 5.0

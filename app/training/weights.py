@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import os
 import re
 import socket
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
 
 DEFAULT = "DEFAULT"
 WEIGHTS_NAME = re.compile(r"\A[A-Za-z0-9_]+_Weights\.[A-Za-z0-9_]+\Z")
+# What a weights name typed in the wrong case looks like (`resnet18_weights.imagenet1k_v1`):
+# not a name, so it would be read as a file path and refused as "no such file" without a hint.
+CASELESS_NAME = re.compile(r"\A[A-Za-z0-9_]+_weights\.[A-Za-z0-9_]+\Z", re.IGNORECASE)
 MAX_WEIGHTS_BYTES = 4 << 30  # ViT-H/14, torchvision's largest classifier, is 2.5 GB
 DOWNLOAD_READ_TIMEOUT_S = 60.0
 # googlenet's and inception_v3's auxiliary heads are off in trainctl (zoo.EXTRA_ARGS).
@@ -62,7 +66,26 @@ def check_weights_setting(value: str) -> str:
         if value != DEFAULT:
             _weights_by_name(value)
         return value
-    return str(_location(value))
+    location = _location(value)
+    if isinstance(location, Path) and not location.exists():
+        _refuse_miscased_name(value)
+    return str(location)
+
+
+def _refuse_miscased_name(value: str) -> None:
+    """ValueError with the right spelling when `value`, not a file, is a weights name in
+    another case; nothing otherwise (the missing file is reported by preflight)."""
+    if value.casefold() == DEFAULT.casefold():
+        raise ValueError(f"no such file; weights names are case-sensitive: did you mean {DEFAULT}?")
+    if not CASELESS_NAME.match(value):
+        return
+    folded = {name.casefold(): name for name in _all_names()}
+    close = difflib.get_close_matches(value.casefold(), list(folded), n=1)
+    hint = f"; did you mean {folded[close[0]]}?" if close else ""
+    raise ValueError(
+        "no such file, nor a torchvision weights name (they are case-sensitive, as in "
+        f"ResNet50_Weights.IMAGENET1K_V2){hint}"
+    )
 
 
 def _location(value: str) -> RunPath:
@@ -175,7 +198,9 @@ def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[s
             state = torch.load(handle, map_location="cpu", weights_only=True)
     except Exception as err:  # not a torch file, or one that needs code to unpickle
         raise ConfigError(
-            f"{label}: cannot be loaded as a state dict ({type(err).__name__})"
+            f"{label}: cannot be loaded as a state dict ({type(err).__name__}): not a file "
+            "torch.save wrote, or one holding more than tensors (a whole pickled model needs "
+            "code to load); save model.state_dict() with torch.save"
         ) from None
     if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
         raise ConfigError(f"{label}: holds a {type(state).__name__}, not a state dict")

@@ -251,3 +251,34 @@ def test_prepare_from_a_hostile_folder_is_refused_and_writes_nothing(
     assert_refused(result, 2, needle)
     assert not (tmp_path / "out").exists()
     assert not any(p.name.startswith(".out.tmp") for p in tmp_path.iterdir())  # no staging left
+
+
+@pytest.mark.parametrize("inside", ["train/new", "valid", "train/cat/x", "."])
+def test_prepare_into_the_source_folder_is_refused_and_leaves_it_as_it_was(
+    tmp_path: Path, inside: str
+) -> None:
+    # Written into train/ or valid/, the Parquet copy would become a class folder of its own
+    # source, without images: the next `train` on the folder would stop.
+    src = tmp_path / "src"
+    image_folder(src, per_class=(2, 1))
+    before = files_under(src)
+    out = src / inside
+    result = trainctl("prepare-data", "--from-folder", str(src), "--out", str(out))
+    assert_refused(result, 2, f"--out={out}", "inside the image folder", "outside its train/")
+    assert files_under(src) == before
+
+
+@pytest.mark.parametrize("split", ["train", "valid"])
+def test_a_split_given_for_the_dataset_folder_gets_its_parent_suggested(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, split: str
+) -> None:
+    image_folder(tmp_path / "data", per_class=(2, 1))
+    _env(monkeypatch, tmp_path, TRAIN_DATA_PATH=str(tmp_path / "data" / split))
+    hint = (
+        f"{tmp_path / 'data' / split} is itself a split folder: did you mean {tmp_path / 'data'}?"
+    )
+    assert_refused(trainctl("check", "--skip-cluster"), 2, hint)
+    result = trainctl("prepare-data", "--from-folder", str(tmp_path / "data" / split),
+                      "--out", str(tmp_path / "out"))  # fmt: skip
+    assert_refused(result, 2, hint)
+    assert not (tmp_path / "out").exists()

@@ -67,6 +67,16 @@ def _refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *needles: str, **e
             ("not weights for TRAIN_MODEL=mobilenet_v3_small", "MobileNet_V3_Small_Weights"),
         ),
         ({"model": "vit", "weights": "DEFAULT"}, ("TRAIN_MODEL=vit is the tutorial's model",)),
+        # A weights name in the wrong case is not read as a missing file without a hint.
+        (
+            {"model": "resnet18", "weights": "resnet18_weights.imagenet1k_v1"},
+            ("TRAIN_WEIGHTS=", "case-sensitive", "did you mean ResNet18_Weights.IMAGENET1K_V1?"),
+        ),
+        (
+            {"model": "resnet18", "weights": "RESNET18_WEIGHTS.IMAGENET_V1"},
+            ("TRAIN_WEIGHTS=", "case-sensitive", "did you mean ResNet18_Weights.IMAGENET1K_V1?"),
+        ),
+        ({"model": "resnet18", "weights": "default"}, ("case-sensitive", "did you mean DEFAULT?")),
         ({"model": "cnn", "backbone_lr_scale": "2"}, ("TRAIN_BACKBONE_LR_SCALE='2'",)),
         ({"model": "cnn", "backbone_lr_scale": "nan"}, ("TRAIN_BACKBONE_LR_SCALE='nan'",)),
         ({"model": "cnn", "augment": "rotate"}, ("TRAIN_AUGMENT='rotate'", "crop_flip")),
@@ -83,6 +93,16 @@ def test_bad_model_and_fine_tuning_settings(
     _refused(monkeypatch, tmp_path, *needles, **env)
 
 
+def test_existing_file_with_a_weights_like_name_is_still_a_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The case hint is only for a value that is no file: a real file of that name is read.
+    monkeypatch.chdir(tmp_path)
+    torch.save(get_model("resnet18", weights=None).state_dict(), "default")
+    needles = ("TRAIN_WEIGHTS=", "does not fit TRAIN_MODEL=mobilenet_v3_small")
+    _refused(monkeypatch, tmp_path, *needles, model="mobilenet_v3_small", weights="default")
+
+
 def test_model_that_cannot_take_the_data_size_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -95,7 +115,9 @@ def test_weights_file_of_another_model_names_the_mismatched_keys(
     path = tmp_path / "resnet.pt"
     torch.save(get_model("resnet18", weights=None).state_dict(), path)
     needles = ("TRAIN_WEIGHTS=", "does not fit TRAIN_MODEL=mobilenet_v3_small", "missing [")
-    _refused(monkeypatch, tmp_path, *needles, "unexpected [", model="mobilenet_v3_small",
+    # Three keys are named, and how many more: three of 240 must not read as all of them.
+    counted = ("'] and 239 more; unexpected [", "'] and 119 more")
+    _refused(monkeypatch, tmp_path, *needles, *counted, model="mobilenet_v3_small",
              weights=str(path))  # fmt: skip
 
 
@@ -106,6 +128,11 @@ def test_weights_file_that_needs_code_or_is_missing_is_refused(
     torch.save({"features.0.0.weight": Path("needs unpickling code")}, path)
     needle = "cannot be loaded as a state dict"
     _refused(monkeypatch, tmp_path, needle, model="mobilenet_v3_small", weights=str(path))
+    # A file that is no torch file at all: the message says what to write instead.
+    text = tmp_path / "notes.pt"
+    text.write_text("hello")
+    needles = (f"TRAIN_WEIGHTS={text}", "not a file torch.save wrote", "model.state_dict()")
+    _refused(monkeypatch, tmp_path, *needles, model="mobilenet_v3_small", weights=str(text))
     missing = tmp_path / "nothing.pt"
     needle = "no such file"
     _refused(monkeypatch, tmp_path, needle, model="mobilenet_v3_small", weights=str(missing))

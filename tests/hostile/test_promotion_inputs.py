@@ -2,14 +2,17 @@
 an unknown metric (exit 2 before training), an unsafe model name, an exit code that collides
 with trainctl's own; an export that was altered after its card was written (refused naming the
 checksum, nothing loaded: its pickle would run code), an image of the wrong channel count, an
-unreadable image. No Ray, no torch.export: the export folders here are made by hand."""
+unreadable image, a decompression bomb, a folder given as an image. No Ray, no torch.export:
+the export folders here are made by hand."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import pickle
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,8 @@ from tests.hostile.support import assert_refused, trainctl
     [
         ("TRAIN_PROMOTE_IF", "val_acc>=0.9", ("unknown metric 'val_acc'", "val_accuracy", ">=")),
         ("TRAIN_PROMOTE_IF", "val_accuracy => 0.9", ("cannot read", "beats_champion")),
+        ("TRAIN_PROMOTE_IF", "val_accuracy>=90", ("a fraction from 0 to 1", ">=0.9?")),
+        ("TRAIN_PROMOTE_IF", "val_acc>0.9", ("did you mean val_accuracy?",)),
         ("TRAIN_PROMOTE_IF", "beats_champion or val_loss<1", ("cannot read",)),
         ("TRAIN_MODEL_NAME", "../../etc/passwd", ("TRAIN_MODEL_NAME", "letters, digits")),
         ("TRAIN_MODEL_NAME", "a" * 65, ("TRAIN_MODEL_NAME", "1-64")),
@@ -120,3 +125,42 @@ def test_an_unreadable_image_is_refused_naming_it(tmp_path: Path) -> None:
 def test_a_folder_without_an_export_is_refused(tmp_path: Path) -> None:
     result = trainctl("predict", str(tmp_path), str(_image(tmp_path / "a.png", "L")))
     assert_refused(result, 2, "no model_card.json", "successful `trainctl train`")
+
+
+def _png_header(path: Path, width: int, height: int) -> Path:
+    """A PNG that declares width x height and holds no pixels: Pillow's open reads only this."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b""))
+    return path
+
+
+@pytest.mark.parametrize(("width", "height"), [(9000, 9000), (20000, 20000)])
+def test_a_decompression_bomb_is_refused_not_warned_about(
+    tmp_path: Path, width: int, height: int
+) -> None:
+    # Pillow only warns between its limit and twice that; predict refuses both, before loading.
+    marker = tmp_path / "pwned"
+    folder = _export(tmp_path / "export", marker, channels=3)
+    bomb = _png_header(tmp_path / "bomb.png", width, height)
+    result = trainctl("predict", str(folder), str(bomb))
+    assert_refused(result, 2, str(bomb), "over the 50,000,000 pixels allowed")
+    assert "DecompressionBombWarning" not in result.text
+    assert not marker.exists()
+
+
+def test_a_folder_given_as_an_image_is_named_as_a_folder(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    folder = _export(tmp_path / "export", marker, channels=3)
+    images = tmp_path / "valid images"
+    images.mkdir()
+    _image(images / "a.png", "RGB")
+    result = trainctl("predict", str(folder), str(images))
+    assert_refused(result, 2, f"{images}: a folder; give image files")
+    missing = tmp_path / "cat.png"
+    assert_refused(trainctl("predict", str(folder), str(missing)), 2, f"{missing}: no such file")
+    assert not marker.exists()

@@ -16,6 +16,8 @@ from app.promotion.gate import Gate, Threshold, decide, outcome_line, parse_gate
             " beats_champion  and  val_loss < .5 ",
             Gate(True, (Threshold("val_loss", "<", 0.5),)),
         ),
+        ("val_accuracy>=0 and val_loss>=90", Gate(False, (
+            Threshold("val_accuracy", ">=", 0), Threshold("val_loss", ">=", 90)))),
         ("val_accuracy>0.9 and val_loss<=1e-1", Gate(False, (
             Threshold("val_accuracy", ">", 0.9), Threshold("val_loss", "<=", 0.1)))),
     ],
@@ -35,6 +37,11 @@ def test_gates_parse_into_their_conditions(text: str, gate: Gate) -> None:
         ("beats_champion and", "cannot read"),
         ("val_accuracy>=nan", "cannot read"),
         ("x" * 600, "longer than 500"),
+        ("val_acc>=0.9", "(did you mean val_accuracy?)"),
+        # The epoch line prints val_acc as a percentage: a gate of 90 would never pass.
+        ("val_accuracy>=90", "did you mean val_accuracy>=0.9?"),
+        ("beats_champion and val_accuracy>95%", "did you mean val_accuracy>0.95?"),
+        ("val_accuracy>-0.1", "a fraction from 0 to 1"),
     ],
 )
 def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> None:

@@ -164,3 +164,83 @@ def test_a_store_that_refuses_the_pointer_keeps_the_run_unpromoted(tmp_path: Pat
     summary = _promote(tmp_path, "r", 0.9)
     assert summary["promoted"] is False
     assert "champion pointer" in summary["promotion"]["reason"]
+
+
+def _rerun(storage: Path, name: str, **extra: str) -> dict:
+    """What the driver does for a rerun of a finished run: the earlier verdict handed over."""
+    previous = json.loads((storage / name / "summary.json").read_text()).get("promotion")
+    return promote_run(
+        settings_for(storage, name, **extra), INFO, {"status": "succeeded"}, previous
+    )
+
+
+def test_a_rerun_of_an_old_finished_run_does_not_take_the_champion_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gate = {"promote_if": "val_accuracy>=0.5"}  # a threshold alone: any run that passes wins
+    _promote(tmp_path, "old", 0.90, **gate)
+    _promote(tmp_path, "new", 0.95, **gate)
+    assert _pointer(tmp_path)["run_name"] == "new" and _pointer(tmp_path)["version"] == 2
+    card = tmp_path / "old" / EXPORT_DIR / CARD_FILE
+    card_bytes = card.read_bytes()
+
+    again = _rerun(tmp_path, "old", **gate)  # a retried job, a re-applied manifest
+    assert again["promoted"] is False
+    assert _pointer(tmp_path)["run_name"] == "new" and _pointer(tmp_path)["version"] == 2
+    assert card.read_bytes() == card_bytes  # not exported again either
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line == (
+        "trainctl: kept v2: not promoted (judged before, same checkpoint and gate: v1 of this "
+        "run was replaced by run new)"
+    )
+    assert _rerun(tmp_path, "old", **gate)["promoted"] is False  # and again, the same
+    assert capsys.readouterr().out.strip().splitlines()[-1] == line
+
+    # Another gate is another question: the run is judged again.
+    regated = _rerun(tmp_path, "old", promote_if="val_accuracy>=0.6")
+    assert regated["promoted"] is True and _pointer(tmp_path)["run_name"] == "old"
+
+
+def test_a_rerun_of_a_kept_run_keeps_its_verdict_and_exit_code(tmp_path: Path) -> None:
+    _promote(tmp_path, "champ", 0.90)
+    with pytest.raises(NotPromoted):
+        _promote(tmp_path, "low", 0.5, promote_if="val_accuracy>=0.6", not_promoted_exit=5)
+    with pytest.raises(NotPromoted) as err:
+        _rerun(tmp_path, "low", promote_if="val_accuracy>=0.6", not_promoted_exit=5)
+    assert "val_accuracy 0.5 is not >= 0.6" in str(err.value)
+    assert _pointer(tmp_path)["run_name"] == "champ"
+
+
+def test_a_verdict_that_never_reached_the_pointer_is_made_again(tmp_path: Path) -> None:
+    pointer = tmp_path / "champions" / "digits-cnn.json"
+    pointer.parent.mkdir(parents=True)
+    pointer.write_text("{not json")  # damaged: the first driver could not decide
+    first = _promote(tmp_path, "run", 0.9)
+    assert first["promoted"] is False
+    pointer.unlink()  # repaired by a person
+    assert _rerun(tmp_path, "run")["promoted"] is True
+    assert _pointer(tmp_path)["run_name"] == "run"
+
+
+def test_a_kept_run_is_headed_not_promoted_not_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import click
+
+    from app.cli_exit import run_command
+
+    make_run(tmp_path, "low", 0.5)
+    settings = settings_for(tmp_path, "low", promote_if="val_accuracy>=0.9", not_promoted_exit=5)
+
+    @click.group()
+    def cli() -> None:
+        pass
+
+    @cli.command()
+    def train() -> None:
+        promote_run(settings, INFO, {"status": "succeeded"})
+
+    assert run_command(cli, ["train"]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith("trainctl: not promoted:\n  - the run trained but was not promoted")
+    assert "failed" not in err
