@@ -25,11 +25,9 @@ from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 from pydantic_settings import NoDecode
 
 from app.errors import did_you_mean
-from app.run.epoch_record import FIELDS
 
 BEATS = "beats_champion"
 OPS = (">=", "<=", ">", "<")  # two-character operators first: ">=" is not ">" then "="
-METRICS = tuple(f.name for f in FIELDS)
 MAX_GATE_CHARS = 500
 FRACTIONS = ("val_accuracy",)  # metrics recorded as 0..1
 _CONDITION = re.compile(
@@ -65,9 +63,17 @@ class Gate:
         return " and ".join(parts)
 
 
+def metrics() -> tuple[str, ...]:
+    """The epoch record's fields. Imported when a gate is parsed, not with this module: the
+    settings (and so `trainctl predict`'s CLI) import the gate's type without the run code."""
+    from app.run.epoch_record import FIELDS
+
+    return tuple(f.name for f in FIELDS)
+
+
 def allowed() -> str:
     return f"conditions are {BEATS} or METRIC OP NUMBER joined by `and`; METRIC is one of " + (
-        ", ".join(METRICS) + f"; OP is one of {', '.join(OPS)}"
+        ", ".join(metrics()) + f"; OP is one of {', '.join(OPS)}"
     )
 
 
@@ -88,8 +94,8 @@ def parse_gate(text: str) -> Gate:
         if not match:
             raise ValueError(f"cannot read {part!r}; {allowed()}")
         metric, op, number = match.groups()
-        if metric not in METRICS:
-            close = did_you_mean(metric, METRICS, "").removeprefix("; ")
+        if metric not in metrics():
+            close = did_you_mean(metric, metrics(), "").removeprefix("; ")
             hint = f" ({close})" if close else ""
             raise ValueError(f"unknown metric {metric!r}{hint}; {allowed()}")
         value = float(number)

@@ -27,7 +27,7 @@ def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
     path = run_dir / CLASSES_FILE
     try:
         value: Any = bounded_json.loads(read_record_file(path, MAX_BYTES).decode("utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no run folder there: storage says why
         return None
     except (OSError, ValueError, safe_fs.LinkRefused) as err:
         raise ValueError(f"{path} cannot be read ({err})") from None

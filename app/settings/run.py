@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator
 
 from app.dns import DNS_LABEL
-from app.run.cadence import CheckpointEverySetting
+from app.settings.cadence import CheckpointEverySetting
 from app.storage.buckets import ObjectPath
 from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.uris import check_endpoint

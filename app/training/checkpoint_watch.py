@@ -31,8 +31,8 @@ import torch.distributed as dist
 
 from app.run import folder as run_folder
 from app.run import interruptions
-from app.run.cadence import CheckpointEvery
 from app.settings import TrainSettings
+from app.settings.cadence import CheckpointEvery
 from app.storage.location import RunPath
 
 STOP_KEY = "trainctl-stop-{invocation}"

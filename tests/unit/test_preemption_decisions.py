@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from app.run import interruptions
-from app.run.cadence import CheckpointEvery, parse
 from app.run.decisions import previous_interrupted
 from app.settings import TrainSettings
+from app.settings.cadence import CheckpointEvery, parse
 
 
 @pytest.mark.parametrize(
