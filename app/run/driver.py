@@ -26,7 +26,7 @@ from app.run.class_names import record as record_class_names
 from app.run.folder import read_summary, write_summary
 from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
 from app.run.progress import EpochFollower
-from app.run.retention import InRunPruner
+from app.run.retention import in_run_pruner
 from app.run.summary import build_summary, plot_curves
 from app.settings import TrainSettings
 from app.storage import safe_fs
@@ -195,7 +195,7 @@ def _fit(
         datasets=datasets,
         dataset_config=ExactSplit(),  # the same shards at every start: exact mid-epoch resume
     )
-    pruner = _in_run_pruner(settings)
+    pruner = in_run_pruner(settings, warn=_say)
 
     def on_epoch(row: dict[str, Any]) -> None:
         trackers.log_epoch(row)
@@ -207,17 +207,6 @@ def _fit(
     )  # fmt: skip
     with follower:
         trainer.fit()
-
-
-def _in_run_pruner(settings: TrainSettings) -> InRunPruner:
-    run_dir, keep = settings.run_dir, settings.checkpoints_to_keep
-    return InRunPruner(
-        verify_new=lambda known: checkpoints.scan(run_dir, skip=known).good,
-        prune=lambda good: checkpoints.prune(
-            run_dir, keep=keep, metric=settings.checkpoint_metric, good=good
-        ),
-        warn=_say,
-    )
 
 
 def _finish(

@@ -217,6 +217,25 @@ def write_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:
     return path
 
 
+def ray_committed(run_dir: RunPath) -> set[str]:
+    """The checkpoint folders Ray has committed in this run (its snapshot's
+    `checkpoint_results[].checkpoint_dir_name`); empty when it has none or it is unreadable.
+
+    A checkpoint trainctl sees complete on storage may not be committed yet (uploads are
+    ASYNC); after a worker failure Ray restarts from its newest *committed* one, so in-run
+    pruning must treat that one as the newest and leave everything after it alone."""
+    try:
+        text = read_record_file(run_dir / RAY_SNAPSHOT, MAX_RECORDS_BYTES).decode("utf-8")
+        snapshot = bounded_json.loads(text)
+    except (OSError, ValueError, safe_fs.LinkRefused):
+        return set()
+    results = snapshot.get("checkpoint_results") if isinstance(snapshot, dict) else None
+    if not isinstance(results, list):
+        return set()
+    names = (r.get("checkpoint_dir_name") for r in results if isinstance(r, dict))
+    return {name for name in names if isinstance(name, str)}
+
+
 def forget_ray_snapshot(run_dir: RunPath) -> None:
     (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)  # unlink removes a link, not its target
 

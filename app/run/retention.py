@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from app.run.checkpoints import CheckpointRef
+    from app.settings import TrainSettings
     from app.storage.location import RunPath
 
 # The end-of-epoch checkpoint folder name (app/run/checkpoints.py dir_name writes it).
@@ -92,3 +93,26 @@ class InRunPruner:
                 self._known.pop(path, None)
         except Exception as err:  # storage hiccups included: pruning must not end the run
             self._warn(f"checkpoints not pruned yet ({type(err).__name__}: {err})")
+
+
+def in_run_pruner(settings: TrainSettings, warn: Callable[[str], None]) -> InRunPruner:
+    """The driver's pruner for `settings`' run folder. It sees only the checkpoints Ray has
+    committed (app/run/folder.py `ray_committed`): one complete on storage but not committed
+    yet must not count as the newest, since a worker failure restarts from Ray's newest
+    committed checkpoint, which must therefore still be there."""
+    from app.run import checkpoints
+    from app.run.folder import ray_committed
+
+    run_dir, keep = settings.run_dir, settings.checkpoints_to_keep
+
+    def committed_new(known: Collection[RunPath]) -> list[CheckpointRef]:
+        names = ray_committed(run_dir)
+        return [r for r in checkpoints.scan(run_dir, skip=known).good if r.path.name in names]
+
+    return InRunPruner(
+        verify_new=committed_new,
+        prune=lambda good: checkpoints.prune(
+            run_dir, keep=keep, metric=settings.checkpoint_metric, good=good
+        ),
+        warn=warn,
+    )

@@ -4,6 +4,7 @@ prunes after each epoch while Ray trains and at the end of the run."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from torch import nn
 
 from app.run import checkpoints, retention
 from app.run.checkpoints import CheckpointRef
-from app.run.driver import _in_run_pruner
+from app.run.folder import RAY_SNAPSHOT
+from app.run.retention import in_run_pruner
 from app.settings import TrainSettings
 
 
@@ -94,7 +96,7 @@ def test_the_in_run_pruner_keeps_storage_bounded_and_hashes_each_checkpoint_once
 ) -> None:
     settings = TrainSettings(storage_path=tmp_path, run_name="r", checkpoints_to_keep=1)
     run_dir = settings.run_dir
-    pruner = _in_run_pruner(settings)
+    pruner = in_run_pruner(settings, warn=print)
     verified: list[str] = []
     real_verify = checkpoints.verify
 
@@ -105,16 +107,47 @@ def test_the_in_run_pruner_keeps_storage_bounded_and_hashes_each_checkpoint_once
     monkeypatch.setattr(checkpoints, "verify", counting_verify)
     for epoch, accuracy in [(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.7)]:
         _write(run_dir, epoch, accuracy)
+        _commit(run_dir, *(checkpoints.dir_name(e) for e in range(1, epoch + 1)))
         pruner.after_checkpoint()
     # A checkpoint still being copied (no meta.json yet) is neither kept track of nor removed.
     partial = _write(run_dir, 5, 0.1)
     (partial / checkpoints.META_FILE).unlink()
     pruner.after_checkpoint()
-    left = sorted(p.name for p in run_dir.iterdir())
+    left = sorted(p.name for p in run_dir.iterdir() if p.name != RAY_SNAPSHOT)
     assert left == ["checkpoint_epoch_0002", "checkpoint_epoch_0004", "checkpoint_epoch_0005"]
     # Each complete checkpoint hashed once; the partial one is tried again on each pass.
     complete = [name for name in verified if name != "checkpoint_epoch_0005"]
     assert sorted(complete) == [checkpoints.dir_name(epoch) for epoch in (1, 2, 3, 4)]
+
+
+def _commit(run_dir: Path, *names: str) -> None:
+    """Ray's snapshot of the checkpoints it has committed, in its own format (Ray 2.60)."""
+    results = [{"version": 0, "checkpoint_dir_name": name, "metrics": {}} for name in names]
+    snapshot = {"ray_version": "2.60.0", "checkpoint_results": results}
+    (run_dir / RAY_SNAPSHOT).write_text(json.dumps(snapshot))
+
+
+def test_the_in_run_pruner_never_removes_what_ray_would_restart_from(tmp_path: Path) -> None:
+    settings = TrainSettings(storage_path=tmp_path, run_name="r", checkpoints_to_keep=1)
+    run_dir = settings.run_dir
+    _write(run_dir, 1, 0.9)
+    older, newer = (checkpoints.dir_name(1, step) for step in (150, 170))
+    for name, step in ((older, 150), (newer, 170)):
+        checkpoints.write_checkpoint(
+            run_dir / name, model_state=nn.Linear(2, 2).state_dict(),
+            train_state={"epoch": 1, "step": step}, epoch=1, metrics={}, step=step,
+        )  # fmt: skip
+    # The newer step checkpoint is complete on storage, but Ray has not committed it yet: a
+    # worker failure now restarts from the older one, which must stay.
+    _commit(run_dir, checkpoints.dir_name(1), older)
+    pruner = in_run_pruner(settings, warn=print)
+    pruner.after_checkpoint()
+    assert (run_dir / older).is_dir() and (run_dir / newer).is_dir()
+    # Once Ray commits the newer one, the older is superseded.
+    _commit(run_dir, checkpoints.dir_name(1), older, newer)
+    pruner.after_checkpoint()
+    assert not (run_dir / older).exists() and (run_dir / newer).is_dir()
+    assert (run_dir / checkpoints.dir_name(1)).is_dir()  # the best end-of-epoch one
 
 
 def test_a_failed_pass_is_told_and_does_not_stop_training(tmp_path: Path) -> None:
