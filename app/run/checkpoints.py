@@ -35,11 +35,11 @@ import torch
 from app.run.checkpoint_names import PREFIX, parse_name
 from app.run.checkpoint_names import dir_name as dir_name  # callers name folders through here
 from app.run.retention import higher_is_better, ranked, to_remove  # noqa: F401
+from app.run.state_dicts import MODEL_FILE, fit_problem, plain_keys
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
 from app.storage.reading import open_below, read_bounded
 
-MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
 CORRUPT_PREFIX = "corrupt_"
@@ -181,30 +181,6 @@ def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str |
     return f"its weights do not fit this model ({problem})" if problem else None
 
 
-def fit_problem(model_state: Any, expected: dict[str, torch.Size]) -> str | None:
-    """How a state dict differs from the model's {name: shape}; None when it loads as is."""
-    if not isinstance(model_state, dict):
-        return f"{MODEL_FILE} holds a {type(model_state).__name__}, not a state dict"
-    shapes = {k: tuple(v.shape) for k, v in model_state.items() if hasattr(v, "shape")}
-    want = {k: tuple(v) for k, v in expected.items()}
-    if shapes == want:
-        return None
-    missing = sorted(set(want) - set(shapes))
-    extra = sorted(set(shapes) - set(want))
-    differ = [k for k in sorted(set(want) & set(shapes)) if want[k] != shapes[k]]
-    parts = [f"missing {_some(missing)}" if missing else "",
-             f"unexpected {_some(extra)}" if extra else ""]  # fmt: skip
-    parts += [f"{k} is {shapes[k]} not {want[k]}" for k in differ[:3]]
-    if len(differ) > 3:
-        parts.append(f"{len(differ) - 3} more of another shape")
-    return "; ".join(part for part in parts if part)
-
-
-def _some(keys: list[str]) -> str:
-    """The first three keys, and how many more: three of 150 must not read as all of them."""
-    return f"{keys[:3]}" + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-
-
 def load_train_state(folder: RunPath) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model state dict, training state) from a verified checkpoint, on CPU."""
     model_state = plain_keys(_load(folder / MODEL_FILE))
@@ -227,15 +203,6 @@ def _load_any(file: RunPath) -> Any:
     """A warm-start file: anywhere the operator points, so links are theirs to use."""
     source = local_path(file) or file.open("rb")
     return torch.load(source, map_location="cpu", weights_only=True)
-
-
-def plain_keys(state: dict[str, Any]) -> dict[str, Any]:
-    """A state dict with the names of a plain module: weights saved from a compiled
-    (`_orig_mod.`) or DDP (`module.`) wrapper elsewhere load into a plain model too."""
-    for prefix in ("_orig_mod.", "module."):
-        if state and all(key.startswith(prefix) for key in state):
-            state = {key.removeprefix(prefix): value for key, value in state.items()}
-    return state
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
-from app.run import checkpoints
+from app.run import checkpoints, state_dicts
 from app.run import folder as run_folder
 from app.settings import TrainSettings
 
@@ -46,7 +46,7 @@ def warm_start_problem(settings: TrainSettings, info: DatasetInfo | None = None)
         weights = checkpoints.load_weights(path)  # type: ignore[arg-type]
     except Exception as err:  # not a torch file, or one that needs unpickling code
         return f"TRAIN_WARM_START={path}: cannot be loaded as weights ({type(err).__name__})"
-    problem = checkpoints.fit_problem(weights, model_shapes(settings, info)) if info else None
+    problem = state_dicts.fit_problem(weights, model_shapes(settings, info)) if info else None
     if problem:
         return f"TRAIN_WARM_START={path} does not fit TRAIN_MODEL={settings.model}: {problem}"
     return None

@@ -34,7 +34,7 @@ from torch import nn
 
 from app.errors import ConfigError, did_you_mean
 from app.redact import redact_uri
-from app.run.checkpoints import fit_problem, plain_keys
+from app.run.state_dicts import fit_problem, plain_keys
 from app.storage.location import RunPath, location_setting, parse_location, with_endpoint
 from app.storage.reading import file_size
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from app.data.schema import DatasetInfo
-from app.run import checkpoints
+from app.run import checkpoints, state_dicts
 from app.settings import TrainSettings
 from app.training.accel import CompiledModel, make_optimizer, memory_format, resolve
 from app.training.model import build_model
@@ -116,4 +116,4 @@ def test_a_batch_of_another_size_takes_the_plain_module() -> None:
 @pytest.mark.parametrize("prefix", ["_orig_mod.", "module."])
 def test_wrapper_names_are_stripped(prefix: str) -> None:
     state = {f"{prefix}weight": torch.zeros(1)}
-    assert list(checkpoints.plain_keys(state)) == ["weight"]
+    assert list(state_dicts.plain_keys(state)) == ["weight"]
