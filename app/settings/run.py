@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from app.dns import DNS_LABEL
 from app.settings.cadence import CheckpointEverySetting
+from app.settings.rules import name_or_empty
 from app.storage.buckets import ObjectPath
 from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.uris import check_endpoint
@@ -72,12 +73,10 @@ class RunSettings(BaseModel):
     @field_validator("run_name")
     @classmethod
     def _run_name_is_dns_label(cls, value: str) -> str:
-        if value and not RUN_NAME_PATTERN.match(value):
-            raise ValueError(
-                "must be 1-63 lowercase letters, digits or '-', starting and ending "
-                "with a letter or digit"
-            )
-        return value
+        return name_or_empty(
+            value, RUN_NAME_PATTERN, "must be 1-63 lowercase letters, digits or '-', starting "
+            "and ending with a letter or digit",
+        )  # fmt: skip
 
     @field_validator("storage_endpoint")
     @classmethod

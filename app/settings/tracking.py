@@ -8,6 +8,7 @@ import re
 from pydantic import BaseModel, Field, field_validator
 
 from app.promotion.gate import GateSetting
+from app.settings.rules import name_or_empty
 
 # Champion names become a file name and an MLflow registered-model name.
 MODEL_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -67,11 +68,10 @@ class TrackingSettings(BaseModel):
     @field_validator("model_name")
     @classmethod
     def _model_name_is_safe(cls, value: str) -> str:
-        if value and not MODEL_NAME_PATTERN.match(value):
-            raise ValueError(
-                "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-            )
-        return value
+        return name_or_empty(
+            value, MODEL_NAME_PATTERN,
+            "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+        )  # fmt: skip
 
     @field_validator("not_promoted_exit")
     @classmethod
