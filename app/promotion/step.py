@@ -146,7 +146,7 @@ def _judged_before(
     has no `champion_before` and is made again."""
     if not isinstance(previous, dict) or "champion_before" not in previous:
         return False
-    if previous.get("gate") != settings.promote_if:
+    if previous.get("gate") != str(settings.promote_if):
         return False  # a new gate is a new question: judge again
     if previous.get("pointer") != str(_pointer(settings)):
         return False  # another TRAIN_MODEL_NAME: another champion to judge against
@@ -179,7 +179,7 @@ def _verdict_stands(
     reason = f"judged before, same checkpoint and gate: {why}"
     decision = gate.Decision(
         False, reason, settings.checkpoint_metric, previous.get("value"),
-        previous.get("champion_value"), settings.promote_if, previous.get("thresholds") or [],
+        previous.get("champion_value"), str(settings.promote_if), previous.get("thresholds") or [],
     )  # fmt: skip
     promotion.update(decision.record(), export=previous.get("export"), pointer=str(_pointer(
         settings)), champion_before=current.get("run_name"), earlier=why)  # fmt: skip
