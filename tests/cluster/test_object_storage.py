@@ -11,6 +11,7 @@ What the bucket holds is read with the tests' own S3 client (tests/s3_support.py
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from torchvision.models import get_model
 
 from app.data.prepare import prepare_dataset
 from tests.folder_support import image_bytes, image_folder
@@ -172,32 +175,63 @@ def test_corrupt_checkpoint_object_is_set_aside_with_its_reason(
     assert summary["checkpoint"] == bucket.uri(f"runs/{RUN}/checkpoint_epoch_0002")
 
 
-def test_an_image_folder_in_the_bucket_trains_and_keeps_its_class_names(
+def test_fine_tuning_on_an_image_folder_in_the_bucket_keeps_the_backbone_and_class_names(
     bucket: Bucket, ray_cluster: object, tmp_path: Path
 ) -> None:
     """TRAIN_DATASET=folder from s3://: PNG and JPEG files (color and grayscale) decoded by the
-    Ray workers through the bucket's client. The class names land in classes.json and in the
-    checkpoint; a rerun whose folders name another class is refused before Ray starts."""
+    Ray workers through the bucket's client, fine-tuning a torchvision model
+    (mobilenet_v3_small, two workers, augmentation on) from a state-dict file in the bucket
+    with TRAIN_FREEZE=backbone. The frozen backbone ends exactly as the file had it, only the
+    new head trains; the class names land in classes.json and in the checkpoint; a rerun whose
+    folders name another class is refused before Ray starts. One run for all of it: a
+    `trainctl train` is half a minute of this machine."""
     for relative, data in image_folder(tmp_path / "src").items():
         bucket.write(f"folder/{relative}", data)
     bucket.write("folder/train/README.txt", b"not an image")  # skipped, counted
+    torch.manual_seed(0)
+    saved = get_model("mobilenet_v3_small", weights=None).state_dict()  # 1000-class head
+    torch.save(saved, tmp_path / "pretrained.pt")
+    bucket.write("weights/pretrained.pt", (tmp_path / "pretrained.pt").read_bytes())
     env = trainctl_env(
         dataset="folder", data_path=bucket.uri("folder"), storage_path=bucket.uri("runs"),
-        storage_endpoint=bucket.endpoint, run_name="s3folder", model="cnn", image_size="16",
-        epochs="1", num_workers="2", global_batch_size="8", max_failures="0",
-        ray_address=ray_cluster.address,  # type: ignore[attr-defined]
+        storage_endpoint=bucket.endpoint, run_name="s3folder", model="mobilenet_v3_small",
+        weights=bucket.uri("weights/pretrained.pt"), freeze="backbone", augment="crop_flip",
+        image_size="32", compile="off", epochs="1", num_workers="2", global_batch_size="8",
+        max_failures="0", ray_address=ray_cluster.address,  # type: ignore[attr-defined]
     )  # fmt: skip
     result = run_trainctl("train", env=env, cwd=tmp_path)
     assert result.returncode == 0, explain(result)
     summary = json.loads(bucket.read("runs/s3folder/summary.json"))
     assert (summary["status"], summary["epochs_completed"]) == ("succeeded", 1), summary
+    assert (summary["settings"]["freeze"], summary["settings"]["augment"]) == (
+        "backbone", "crop_flip"
+    )  # fmt: skip
     names = ["Zebra", "cat", "dog"]
     assert json.loads(bucket.read("runs/s3folder/classes.json")) == {"class_names": names}
     meta = json.loads(bucket.read("runs/s3folder/checkpoint_epoch_0001/meta.json"))
     assert meta["class_names"] == names
+
+    trained = _torch_object(bucket, "runs/s3folder/checkpoint_epoch_0001/model.pt")
+    backbone = [key for key in saved if not key.startswith(HEAD)]
+    assert len(backbone) > 100
+    # Weights and BatchNorm statistics alike: the frozen backbone is exactly the file's.
+    changed = [key for key in backbone if not torch.equal(trained[key], saved[key])]
+    assert not changed, changed[:5]
+    assert trained[HEAD + "weight"].shape == (len(names), 1024)  # a new head for 3 classes
+    state = _torch_object(bucket, "runs/s3folder/checkpoint_epoch_0001/train_state.pt")
+    groups = state["optimizer"]["param_groups"]
+    assert [len(group["params"]) for group in groups] == [2]  # the head's weight and bias only
 
     bucket.write("folder/train/emu/1.png", image_bytes(1, 0, "PNG"))
     rerun = run_trainctl("train", env={**env, "TRAIN_EPOCHS": "2"}, cwd=tmp_path)
     assert rerun.returncode == 2, explain(rerun)
     assert "classes differ from those run s3folder recorded" in rerun.stderr, explain(rerun)
     assert "new: emu" in rerun.stderr
+
+
+HEAD = "classifier.3."  # mobilenet_v3_small's last Linear (app/training/zoo.py head_prefix)
+
+
+def _torch_object(bucket: Bucket, key: str) -> dict[str, Any]:
+    """A tensor file from the bucket, read with torch's safe loader (no code runs)."""
+    return torch.load(io.BytesIO(bucket.read(key)), map_location="cpu", weights_only=True)

@@ -96,26 +96,8 @@ def test_checkpoint_loads_on_cpu_without_ray(finished_run: FinishedRun) -> None:
     assert state["epoch"] == FINISHED_EPOCHS and state["optimizer"]["state"]
 
 
-def test_rerun_of_a_finished_run_trains_nothing_and_more_epochs_continue_it(
-    finished_run: FinishedRun, tmp_path: Path
-) -> None:
-    env, run_dir = finished_run.copy_to(tmp_path)
-    again = run_trainctl("train", env=env, cwd=tmp_path)
-    assert again.returncode == 0, explain(again)
-    assert f"already finished {FINISHED_EPOCHS} epochs" in again.stdout
-    assert read_summary(run_dir)["epochs_completed"] == FINISHED_EPOCHS
-
-    more = FINISHED_EPOCHS + 1
-    result = run_trainctl("train", env={**env, "TRAIN_EPOCHS": str(more)}, cwd=tmp_path)
-    assert result.returncode == 0, explain(result)
-    assert f"resuming run digits-cnn at epoch {more}" in result.stdout
-    summary = read_summary(run_dir)
-    assert summary["epochs_completed"] == more
-    assert summary["restored_from"].endswith(f"checkpoint_epoch_{FINISHED_EPOCHS:04d}")
-    assert Path(summary["restored_from"]).parent == run_dir, "resumed from the copy"
-    history = read_history(run_dir)
-    assert [row["epoch"] for row in history] == list(range(1, more + 1))
-    assert history[-1]["compiled"] == 1.0 and history[-1]["compile_s"] > 0  # resumed compiled
+# Rerunning a finished run (nothing to train; more epochs continue it) is tested on a copy of
+# it, together with damaged checkpoints: tests/cluster/test_faults.py.
 
 
 def test_bad_settings_exit_2_before_anything_is_written(tmp_path: Path) -> None:
