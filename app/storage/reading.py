@@ -123,10 +123,9 @@ def read_bounded(path: RunPath, root: Path | None, limit: int) -> bytes:
     on a volume opened below `root` (default: its folder) without following a link
     (LinkRefused); FileNotFoundError where it is not there."""
     if isinstance(path, ObjectPath):
-        if not path.is_file():
-            raise FileNotFoundError(str(path))
-        if path.size() > limit:
-            raise ValueError(f"{path.size():,} bytes, over the {limit:,} allowed")
+        size = path.size()  # FileNotFoundError where no object is there; one request
+        if size > limit:
+            raise ValueError(f"{size:,} bytes, over the {limit:,} allowed")
         return path.read_bytes()
     return safe_fs.read_bytes(path, root or path.parent, limit)
 

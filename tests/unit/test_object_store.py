@@ -3,6 +3,7 @@ the tests' own S3 client, and the pure parts (naming, error wording) without a s
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 
 from app.run import checkpoints
 from app.run import folder as run_folder
+from app.storage import reading
 from app.storage.buckets import ObjectPath, check_endpoint, check_uri, locate
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
 from app.storage.location import append_line, describe_store_error, rename_dir, upload_tree
@@ -106,6 +108,27 @@ def test_checkpoints_scan_quarantine_and_prune_in_a_bucket(bucket: Bucket, tmp_p
     }
     assert b"does not match" in bucket.read("runs/r1/corrupt_checkpoint_epoch_0004/UNUSABLE.txt")
     assert len(bucket.read("runs/r1/corrupt_checkpoint_epoch_0004/model.pt")) == 50
+
+
+def test_reading_hashes_and_bounds_a_bucket_object_as_a_local_file(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    """sha256_of and read_bounded, the storage package's readers, answer alike for both kinds
+    (a digest over more than one read chunk; the bound; a missing file)."""
+    data = bytes(range(256)) * ((reading.HASH_CHUNK >> 8) + 3)
+    local = tmp_path / "blob.bin"
+    local.write_bytes(data)
+    remote = _root(bucket) / "blob.bin"
+    remote.write_bytes(data)
+    assert reading.sha256_of(remote) == reading.sha256_of(local) == hashlib.sha256(data).hexdigest()
+    for path in (local, remote):
+        assert reading.read_bounded(path, None, len(data)) == data
+        with pytest.raises(ValueError, match=f"over the {len(data) - 1:,} allowed"):
+            reading.read_bounded(path, None, len(data) - 1)
+        with pytest.raises(FileNotFoundError):
+            reading.read_bounded(path.with_name("missing.bin"), None, 10)
+        with pytest.raises(FileNotFoundError):
+            reading.sha256_of(path.with_name("missing.bin"))
 
 
 def test_rename_dir_in_a_bucket_replaces_the_target(bucket: Bucket) -> None:
