@@ -150,8 +150,8 @@ def _conclude(
     trackers: Trackers | None,
     previous: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A succeeded run's summary, then its promotion, from one scan of its checkpoints (each
-    file is hashed once: hashing every checkpoint is the end of a run's longest wait)."""
+    """A succeeded run's summary, then its promotion, from one scan of its checkpoints: each
+    file is read and hashed once (in a bucket a second pass would download them all again)."""
     summary, kept = _finish(settings, "succeeded", started, invocation, resumed, trackers=trackers)
     return promote_run(settings, info, summary, previous, good=kept)  # its line is the run's last
 
