@@ -1,5 +1,6 @@
-"""Reading from storage, on a volume or in a bucket alike: a file a chunk at a time, a
-bounded record, a listing, and the questions (is it there, is it a folder) with a deadline.
+"""Reading from storage, on a volume or in a bucket alike: a file a chunk at a time (and its
+sha256), a bounded record, a listing, and the questions (is it there, is it a folder) with a
+deadline.
 
 On a volume the file is opened below its run folder without following a link
 (app/storage/safe_fs.py) and is appended to and rotated by rename; in a bucket it is a pyarrow
