@@ -131,6 +131,33 @@ def test_reading_hashes_and_bounds_a_bucket_object_as_a_local_file(
             reading.sha256_of(path.with_name("missing.bin"))
 
 
+def test_an_image_folder_in_a_bucket_is_listed_and_read_as_on_a_volume(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    """folder_listing and folder_images ask the storage package, not the path's type: the same
+    classes, files and pixels from either kind; the split-folder hint names the parent."""
+    import numpy as np
+    from PIL import Image
+
+    from app.data.folder_images import load_images
+    from app.data.folder_listing import list_folder
+    from app.errors import ConfigError
+
+    local = tmp_path / "pets"
+    for index, (split, name) in enumerate([("train", "cat"), ("train", "dog"), ("valid", "cat")]):
+        (local / split / name).mkdir(parents=True)
+        Image.new("RGB", (12, 10), (index * 60, 0, 0)).save(local / split / name / f"{index}.png")
+    remote = ObjectPath(bucket.uri("data/pets"), bucket.endpoint)
+    upload_tree(local, remote)
+    on_volume, in_bucket = list_folder(local), list_folder(remote)
+    assert in_bucket == on_volume and in_bucket.class_names == ("cat", "dog")
+    paths = [path for path, _ in in_bucket.train + in_bucket.valid]
+    assert np.array_equal(load_images(remote, paths, 8), load_images(local, paths, 8))
+    for root in (local / "train", remote / "train"):
+        with pytest.raises(ConfigError, match="is itself a split folder: did you mean"):
+            list_folder(root)
+
+
 def test_rename_dir_in_a_bucket_replaces_the_target(bucket: Bucket) -> None:
     root = _root(bucket)
     (root / "a" / "x.txt").write_text("new")
