@@ -12,7 +12,7 @@ import os
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,14 @@ def median(values: Iterable[float]) -> float:
 
 def ratio(numerator: float, denominator: float) -> float:
     return round(numerator / denominator, 3) if denominator > 0 else float("nan")
+
+
+def ratio_table(
+    values: Mapping[str, float], pairs: Mapping[str, tuple[str, str]]
+) -> dict[str, float]:
+    """A table of named ratios between variants: {name: (numerator's, denominator's variant)},
+    each a ratio() of their `values`, in the order named."""
+    return {name: ratio(values[top], values[bottom]) for name, (top, bottom) in pairs.items()}
 
 
 def interleave(

@@ -34,6 +34,7 @@ from bench.common import (
     interleave,
     medians,
     ratio,
+    ratio_table,
     ray_bench_arguments,
     result_line,
     say,
@@ -232,21 +233,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, values in figures.items()
         if "cold_end_to_end_rows_per_s" in values
     }
-    ratios = {
-        "b_over_a": ratio(rate["b_app"], rate["a_tutorial"]),
-        "b_over_c": ratio(rate["b_app"], rate["c_pyarrow"]),
-        "stream_b_over_a": ratio(rate["b_stream"], rate["a_tutorial"]),
-        "stream_b_over_c": ratio(rate["b_stream"], rate["c_pyarrow"]),
-        "cold_end_to_end_b_over_a": ratio(cold["b_app"], whole["a_tutorial"]),
-        "raw_b_over_a": ratio(rate["b_app_raw"], rate["a_tutorial"]),
-        "raw_b_over_c": ratio(rate["b_app_raw"], rate["c_pyarrow_raw"]),
-        "raw_stream_b_over_a": ratio(rate["b_stream_raw"], rate["a_tutorial"]),
-        "raw_stream_b_over_c": ratio(rate["b_stream_raw"], rate["c_pyarrow_raw"]),
-        "raw_cold_end_to_end_b_over_a": ratio(cold["b_app_raw"], whole["a_tutorial"]),
-        "folder_stream_over_raw_stream": ratio(rate["b_stream_folder"], rate["b_stream_raw"]),
-        "folder_stream_over_stream": ratio(rate["b_stream_folder"], rate["b_stream"]),
-        "folder_end_to_end_over_raw": ratio(whole["b_stream_folder"], whole["b_stream_raw"]),
+    ratios: dict[str, float] = {}
+    # The same five figures for both file layouts: the tutorial's, and prepare-data's (raw).
+    for tag, layout in (("", ""), ("raw_", "_raw")):
+        app, stream, bare = f"b_app{layout}", f"b_stream{layout}", f"c_pyarrow{layout}"
+        pairs = {"b_over_a": (app, "a_tutorial"), "b_over_c": (app, bare)}
+        pairs |= {"stream_b_over_a": (stream, "a_tutorial"), "stream_b_over_c": (stream, bare)}
+        ratios |= {tag + name: value for name, value in ratio_table(rate, pairs).items()}
+        ratios[f"{tag}cold_end_to_end_b_over_a"] = ratio(cold[app], whole["a_tutorial"])
+    folder = {
+        "folder_stream_over_raw_stream": ("b_stream_folder", "b_stream_raw"),
+        "folder_stream_over_stream": ("b_stream_folder", "b_stream"),
     }
+    ratios |= ratio_table(rate, folder)
+    ratios["folder_end_to_end_over_raw"] = ratio(whole["b_stream_folder"], whole["b_stream_raw"])
     say(
         f"same files (tutorial layout), per epoch: b/a = {ratios['b_over_a']:.2f} "
         f"(target >= {TARGET_B_OVER_A}), b/c = {ratios['b_over_c']:.2f} (target >= "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -27,22 +26,19 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from app.data.folder_listing import shown
 from app.data.images import ImageError
 from app.storage import safe_fs
-from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, local_path
+from app.storage.reading import read_bounded
 
 MAX_PIXELS = 89_478_485  # PIL.Image.MAX_IMAGE_PIXELS's default: 0.25 GiB as 24-bit RGB
 MAX_FILE_BYTES = 64 << 20
 READ_THREADS = 8  # files in a bucket are fetched in parallel; decoding releases the GIL too
 
 
-def read_file(root: Path | ObjectPath, relative: str) -> bytes:
+def read_file(root: RunPath, relative: str) -> bytes:
     """One file's bytes; on a volume opened below `root` without following a link."""
     path = root / relative
     try:
-        if isinstance(root, ObjectPath):
-            if path.size() > MAX_FILE_BYTES:
-                raise ValueError(f"over the {MAX_FILE_BYTES:,} bytes allowed for one image")
-            return path.read_bytes()
-        return safe_fs.read_bytes(path, root, MAX_FILE_BYTES)
+        return read_bounded(path, local_path(root), MAX_FILE_BYTES)
     except safe_fs.LinkRefused:  # replaced by a link after the listing
         raise ImageError(f"{shown(path)}: cannot be read (a symbolic link, not followed)") from None
     except (OSError, ValueError, pa.ArrowException) as err:
@@ -80,7 +76,7 @@ def decode_image(data: bytes, size: int, where: object) -> np.ndarray:
         raise ImageError(f"{shown(where)}: not a readable image ({err})") from None
 
 
-def load_images(root: Path | ObjectPath, paths: list[str], size: int) -> np.ndarray:
+def load_images(root: RunPath, paths: list[str], size: int) -> np.ndarray:
     """The files at `paths` (relative to root), decoded, as one (N, size, size, 3) array."""
     out = np.empty((len(paths), size, size, 3), np.uint8)
 
@@ -93,7 +89,7 @@ def load_images(root: Path | ObjectPath, paths: list[str], size: int) -> np.ndar
     return out
 
 
-def to_folder_rows(table: pa.Table, root: Path | ObjectPath, size: int) -> dict[str, np.ndarray]:
+def to_folder_rows(table: pa.Table, root: RunPath, size: int) -> dict[str, np.ndarray]:
     """One block of (path, label) rows as the rows Ray Data hands to training."""
     paths = table.column("path").to_pylist()
     labels = table.column("label").to_numpy().astype(np.int64, copy=False)

@@ -31,6 +31,7 @@ from app.errors import ConfigError
 from app.redact import redact_uri
 from app.storage.buckets import ObjectPath
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
+from app.storage.location import RunPath, local_path
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 MAX_FILES = 2_000_000  # every file becomes a row the driver holds in memory; prepare beyond
@@ -64,21 +65,22 @@ def shown(text: object) -> str:
     return value if value.isprintable() else repr(value)
 
 
-def list_folder(root: Path | ObjectPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
+def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
     """The dataset's classes and image files, or ConfigError with one line per problem."""
     problems = Problems()
     deadline = time.monotonic() + limit_s
     found: dict[str, tuple[dict[str, list[str]], int]] = {}
+    local = local_path(root)
     for split in SPLITS:
         try:
-            if isinstance(root, ObjectPath):
+            if local is not None:
+                found[split] = _local_split(local, split, deadline, problems)
+            else:
                 # A client whose requests end within the limit too: none is left talking.
-                client = root.with_budget(limit_s)
+                client = root.with_budget(limit_s)  # type: ignore[union-attr]
                 found[split] = call_with_deadline(
                     lambda s=split, c=client: _bucket_split(c, s), limit_s, str(root / split)
                 )
-            else:
-                found[split] = _local_split(root, split, deadline, problems)
         except DeadlineExceeded:
             raise ConfigError(
                 f"{root}: listing {split}/ took over {limit_s:g} s; for data this large write "
@@ -87,7 +89,7 @@ def list_folder(root: Path | ObjectPath, limit_s: float = LIST_LIMIT_S) -> Folde
             ) from None
         except _Missing:
             problems.add(f"{root / split}: folder not found; {LAYOUT_HELP}")
-    if problems and isinstance(root, Path) and root.name in SPLITS and len(found) < len(SPLITS):
+    if problems and root.name in SPLITS and len(found) < len(SPLITS):
         # The likeliest slip: the train/ (or valid/) folder given instead of the one above it.
         problems.add(f"{root} is itself a split folder: did you mean {root.parent}?")
     if problems:
@@ -108,7 +110,7 @@ def list_folder(root: Path | ObjectPath, limit_s: float = LIST_LIMIT_S) -> Folde
 
 
 def _judge(
-    root: Path | ObjectPath,
+    root: RunPath,
     names: tuple[str, ...],
     train: dict[str, list[str]],
     valid: dict[str, list[str]],

@@ -40,7 +40,7 @@ from app.data.prepare import (
 from app.errors import ConfigError
 from app.redact import redact_uri
 from app.storage.buckets import ObjectPath
-from app.storage.location import expand, parse_location
+from app.storage.location import expand, local_path, parse_location
 
 ORDER_SEED = 20_261_126
 
@@ -54,8 +54,9 @@ def prepare_from_folder(
     except ValueError as err:
         raise ConfigError(f"--from-folder={redact_uri(source)}: {err}") from None
     out = expand(out, "--out")
-    if isinstance(root, Path):
-        _refuse_out_in_source(root, out)
+    local = local_path(root)
+    if local is not None:  # a bucket cannot hold --out, a local folder
+        _refuse_out_in_source(local, out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out={out}: exists but is not a folder")
     if not force and is_present(out):

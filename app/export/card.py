@@ -14,13 +14,13 @@ No torch import here: `trainctl predict` checks before it loads.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
 from app.storage import bounded_json
+from app.storage.reading import sha256_of
 
 EXPORT_DIR = "export"
 EXPORTED_PROGRAM = "model.pt2"  # torch.export.save
@@ -30,14 +30,6 @@ MODEL_FILES = (EXPORTED_PROGRAM, TORCHSCRIPT)
 FORMATS = {EXPORTED_PROGRAM: "torch.export", TORCHSCRIPT: "torchscript"}
 MAX_CARD_BYTES = 8 << 20  # class names and the data's file list make up most of it
 MAX_CHANNELS, MAX_SIDE, MAX_CLASSES = 4, 8192, 100_000
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def card_json(card: dict[str, Any]) -> bytes:
@@ -108,7 +100,7 @@ def verified(folder: Path) -> tuple[dict[str, Any], Path]:
     for name, expected in card["files"].items():
         path = folder / name
         try:
-            found = sha256_file(path)
+            found = sha256_of(path, folder)  # a link in the folder is refused, not followed
         except FileNotFoundError:
             raise ConfigError(f"{path}: missing; the model card lists it") from None
         except OSError as err:

@@ -15,7 +15,6 @@ become is not the model's to guess.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -72,19 +71,14 @@ def predict(target: str, images: Sequence[str], top_k: int) -> list[Prediction]:
 def export_folder(target: str) -> Iterator[Path]:
     """The export folder `target` names (an export folder, or a run folder holding export/),
     local or in a bucket (copied to a private temporary folder first)."""
-    from app.storage.buckets import ObjectPath
-    from app.storage.location import download_tree, parse_location
+    from app.storage.location import local_copy, parse_location
 
     try:
         where = parse_location(target)
     except ValueError as err:
         raise ConfigError(f"{target}: {err}") from None
-    if not isinstance(where, ObjectPath):
-        yield where if (where / CARD_FILE).is_file() else where / EXPORT_DIR
-        return
-    source = where if (where / CARD_FILE).is_file() else where / EXPORT_DIR
-    with tempfile.TemporaryDirectory(prefix="trainctl-predict-") as tmp:
-        yield download_tree(source, Path(tmp) / EXPORT_DIR)
+    with local_copy(where if (where / CARD_FILE).is_file() else where / EXPORT_DIR) as folder:
+        yield folder
 
 
 def _batch(images: Sequence[str], card: dict[str, Any]) -> Any:

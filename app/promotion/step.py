@@ -45,16 +45,20 @@ def promote_run(
     info: DatasetInfo,
     summary: dict[str, Any],
     previous: dict[str, Any] | None = None,
+    good: list[checkpoints.CheckpointRef] | None = None,
 ) -> dict[str, Any]:
     """Export, gate, champion; the summary updated and written again. Raises NotPromoted
     when the gate failed and TRAIN_NOT_PROMOTED_EXIT is not 0.
 
     `previous` is the `promotion` record an earlier driver of this run left in summary.json
     (a rerun of a finished run): when it judged the same checkpoint, export and gate, its
-    verdict stands and nothing is exported or gated again."""
+    verdict stands and nothing is exported or gated again. `good`: the run folder's verified
+    checkpoints where the caller has them (the driver's end-of-run scan, after pruning), so
+    that every checkpoint file is hashed once per run's end; None: scanned here."""
     run_dir = settings.run_dir
     metric = settings.checkpoint_metric
-    best = next(iter(checkpoints.ranked(checkpoints.scan(run_dir).good, metric)), None)
+    good = checkpoints.scan(run_dir).good if good is None else good
+    best = next(iter(checkpoints.ranked(good, metric)), None)
     promotion: dict[str, Any] = {"gate": str(settings.promote_if), "metric": metric}
     line: str
     card_sha = None

@@ -38,7 +38,7 @@ from app.run.retention import higher_is_better, ranked, to_remove  # noqa: F401
 from app.run.state_dicts import MODEL_FILE, fit_problem, plain_keys
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
-from app.storage.reading import open_below, read_bounded
+from app.storage.reading import open_below, read_bounded, sha256_of
 
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
@@ -81,7 +81,7 @@ def write_checkpoint(
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(plain_keys(model_state), folder / MODEL_FILE)
     torch.save(train_state, folder / STATE_FILE)
-    files = {name: _sha256(folder / name) for name in (MODEL_FILE, STATE_FILE)}
+    files = {name: sha256_of(folder / name, folder.parent) for name in (MODEL_FILE, STATE_FILE)}
     meta: dict[str, Any] = {"epoch": epoch, "metrics": metrics, "files": files}
     if class_names:
         meta["class_names"] = list(class_names)
@@ -128,7 +128,7 @@ def verify(folder: RunPath) -> CheckpointRef:
         raise ValueError(f"{META_FILE} lists {sorted(files)}, not {MODEL_FILE} and {STATE_FILE}")
     for name, digest in files.items():
         try:
-            found = _sha256(folder / name)
+            found = sha256_of(folder / name, local_path(folder.parent))
         except (FileNotFoundError, IsADirectoryError):
             raise ValueError(f"{name} is missing") from None
         except safe_fs.LinkRefused as err:
@@ -273,11 +273,3 @@ def prune(
     for path in removed:
         remove_tree(path)
     return removed
-
-
-def _sha256(path: RunPath) -> str:
-    digest = hashlib.sha256()
-    with _open(path) as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

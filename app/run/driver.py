@@ -7,7 +7,6 @@ newest intact checkpoint there, and a run that already reached TRAIN_EPOCHS is n
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -29,9 +28,7 @@ from app.run.progress import EpochFollower
 from app.run.retention import in_run_pruner
 from app.run.summary import build_summary, plot_curves
 from app.settings import TrainSettings
-from app.storage import safe_fs
 from app.storage.location import RunPath, storage_options
-from app.storage.probe import StoreUnavailable
 from app.tracking.trackers import Trackers
 from app.training.accel import resolve
 from app.training.weights import pretrained_info
@@ -47,7 +44,7 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     try:
         info = preflight_for_training(settings)
     except ConfigError as err:
-        _record_invalid(run_dir, err)
+        run_folder.record_invalid(run_dir, err)
         raise
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
     # to worker-N.log there: they outlive the Ray cluster (app/run/log_capture.py).
@@ -82,9 +79,10 @@ def _train(
         trackers = Trackers.start(settings, previous) if previous else None
         if trackers is not None:
             trackers.catch_up(run_folder.epochs(run_dir))
-        summary = _finish(settings, "succeeded", started, "", resume_from, trackers=trackers)
         # The earlier verdict on the same checkpoint stands (app/promotion/step.py).
-        return promote_run(settings, info, summary, before.get("promotion"))
+        return _conclude(
+            settings, info, started, "", resume_from, trackers, before.get("promotion")
+        )
 
     invocation = uuid.uuid4().hex
     # A rerun after a driver that never finished (SIGTERM, killed, failed) is an interruption.
@@ -99,7 +97,7 @@ def _train(
                 "unchanged"
             ) from None
         except ConfigError as err:  # a request the cluster never holds is bad input too
-            _record_invalid(run_dir, err)
+            run_folder.record_invalid(run_dir, err)
             raise
     open_log()  # training starts: from here on the driver's output is kept in the run folder
     trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
@@ -140,8 +138,22 @@ def _train(
                     "N = 0 for rank 0; --driver for the driver's)",
                 ]
             ) from None
-    summary = _finish(settings, "succeeded", started, invocation, resume_from, trackers=trackers)
-    return promote_run(settings, info, summary)  # its line is the run's last
+    return _conclude(settings, info, started, invocation, resume_from, trackers)
+
+
+def _conclude(
+    settings: TrainSettings,
+    info: DatasetInfo,
+    started: float,
+    invocation: str,
+    resumed: RunPath | None,
+    trackers: Trackers | None,
+    previous: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A succeeded run's summary, then its promotion, from one scan of its checkpoints: each
+    file is read and hashed once (in a bucket a second pass would download them all again)."""
+    summary, kept = _finish(settings, "succeeded", started, invocation, resumed, trackers=trackers)
+    return promote_run(settings, info, summary, previous, good=kept)  # its line is the run's last
 
 
 def _fit(
@@ -217,9 +229,10 @@ def _finish(
     resumed: RunPath | None,
     error: str | None = None,
     trackers: Trackers | None = None,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[checkpoints.CheckpointRef]]:
+    """The run's summary written; returned with the verified checkpoints retention kept."""
     run_dir = settings.run_dir
-    good = checkpoints.scan(run_dir).good  # every checkpoint hashed once, for both uses below
+    good = checkpoints.scan(run_dir).good  # every checkpoint hashed once, for all uses below
     removed = checkpoints.prune(
         run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, good=good
     )
@@ -259,7 +272,7 @@ def _finish(
     _say(f"  summary: {path}")
     if curves:
         _say(f"  curves:  {curves}")
-    return summary
+    return summary, kept
 
 
 def _running_summary(settings: TrainSettings, resume_from: RunPath | None) -> dict[str, Any]:
@@ -276,25 +289,6 @@ def _running_summary(settings: TrainSettings, resume_from: RunPath | None) -> di
 def _recorded_settings(settings: TrainSettings) -> dict[str, Any]:
     """The effective settings, plus the one choice that is not a setting: the optimizer."""
     return {**settings.redacted(), "fused_adamw": settings.use_gpu}
-
-
-def _record_invalid(run_dir: RunPath, err: ConfigError) -> None:
-    """Where the run folder already exists, leave the reason there; never create it for this."""
-    if isinstance(err, StoreUnavailable) and err.variable == "TRAIN_STORAGE_PATH":
-        return  # the run folder's store did not answer its probe: do not wait on it again
-    if isinstance(err, safe_fs.LinkRefused):
-        return  # planted links: leave the folder as found, for a person to look at
-
-    try:
-        if not run_dir.is_dir():
-            return
-    except OSError:  # an unreachable store is itself the error being reported
-        return
-    summary = read_summary(run_dir) or {"run_name": run_dir.name}
-    summary.update(status="invalid", error="; ".join(err.problems))
-    # An unwritable run folder is itself the error being reported.
-    with contextlib.suppress(OSError):
-        write_summary(run_dir, summary)
 
 
 def _say(message: str) -> None:

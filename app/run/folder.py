@@ -18,6 +18,7 @@ Records are bounded in size and nesting before they are parsed (app/storage/boun
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -26,9 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.errors import ConfigError
 from app.run.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, append_line, local_path, write_atomic, write_json
+from app.storage.probe import StoreUnavailable
 from app.storage.reading import read_bounded
 
 SUMMARY_FILE = "summary.json"
@@ -275,3 +278,22 @@ def _target(path: Path) -> str:
         return os.readlink(path)
     except OSError:
         return "?"
+
+
+def record_invalid(run_dir: RunPath, err: ConfigError) -> None:
+    """Where the run folder already exists, leave the reason there; never create it for this."""
+    if isinstance(err, StoreUnavailable) and err.variable == "TRAIN_STORAGE_PATH":
+        return  # the run folder's store did not answer its probe: do not wait on it again
+    if isinstance(err, safe_fs.LinkRefused):
+        return  # planted links: leave the folder as found, for a person to look at
+
+    try:
+        if not run_dir.is_dir():
+            return
+    except OSError:  # an unreachable store is itself the error being reported
+        return
+    summary = read_summary(run_dir) or {"run_name": run_dir.name}
+    summary.update(status="invalid", error="; ".join(err.problems))
+    # An unwritable run folder is itself the error being reported.
+    with contextlib.suppress(OSError):
+        write_summary(run_dir, summary)

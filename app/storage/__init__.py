@@ -4,7 +4,8 @@
   parse (`parse_location`, used by the settings and by `trainctl logs`), and the writes and
   decisions that differ between a volume and a bucket (append, replace, rename, local copies,
   the TensorBoard/W&B local folder, Ray's storage arguments, errors put in words);
-- reading.py: reading a file a chunk at a time, bounded records, listings, existence probes;
+- reading.py: reading a file a chunk at a time, its sha256, bounded records, listings,
+  existence probes;
 - buckets.py: s3:// and gs:// through pyarrow's filesystems (`ObjectPath`);
 - uris.py: what a storage URI, an endpoint and the cloud clients' variables may be;
 - probe.py: is a bucket reachable, every probe with a deadline (deadline.py);

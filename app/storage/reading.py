@@ -1,5 +1,6 @@
-"""Reading from storage, on a volume or in a bucket alike: a file a chunk at a time, a
-bounded record, a listing, and the questions (is it there, is it a folder) with a deadline.
+"""Reading from storage, on a volume or in a bucket alike: a file a chunk at a time (and its
+sha256), a bounded record, a listing, and the questions (is it there, is it a folder) with a
+deadline.
 
 On a volume the file is opened below its run folder without following a link
 (app/storage/safe_fs.py) and is appended to and rotated by rename; in a bucket it is a pyarrow
@@ -9,6 +10,7 @@ ask these questions instead of asking which kind of storage they have.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,8 @@ from app.storage.location import RunPath
 from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.probe import exists as bucket_exists
 from app.storage.probe import is_dir as bucket_is_dir
+
+HASH_CHUNK = 1 << 20  # bounded memory whatever the file's size
 
 
 class ReadableFile:
@@ -120,19 +124,29 @@ def read_bounded(path: RunPath, root: Path | None, limit: int) -> bytes:
     on a volume opened below `root` (default: its folder) without following a link
     (LinkRefused); FileNotFoundError where it is not there."""
     if isinstance(path, ObjectPath):
-        if not path.is_file():
-            raise FileNotFoundError(str(path))
-        if path.size() > limit:
-            raise ValueError(f"{path.size():,} bytes, over the {limit:,} allowed")
+        size = path.size()  # FileNotFoundError where no object is there; one request
+        if size > limit:
+            raise ValueError(f"{size:,} bytes, over the {limit:,} allowed")
         return path.read_bytes()
     return safe_fs.read_bytes(path, root or path.parent, limit)
 
 
-def open_below(path: RunPath, root: Path) -> Any:
-    """`path` opened for reading; on a volume below `root`, following no link."""
+def open_below(path: RunPath, root: Path | None = None) -> Any:
+    """`path` opened for reading; on a volume below `root` (default: its folder), following
+    no link."""
     if isinstance(path, ObjectPath):
         return path.open("rb")
-    return safe_fs.open_read(path, root)
+    return safe_fs.open_read(path, root or path.parent)
+
+
+def sha256_of(path: RunPath, root: Path | None = None) -> str:
+    """The file's SHA-256 (hex), read a chunk at a time through open_below: on a volume below
+    `root` (default: its folder) without following a link, in a bucket as a stream."""
+    digest = hashlib.sha256()
+    with open_below(path, root) as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def random_access(path: RunPath) -> Any:

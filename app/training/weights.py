@@ -35,7 +35,13 @@ from torch import nn
 from app.errors import ConfigError, did_you_mean
 from app.redact import redact_uri
 from app.run.state_dicts import fit_problem, plain_keys
-from app.storage.location import RunPath, location_setting, parse_location, with_endpoint
+from app.storage.location import (
+    RunPath,
+    local_path,
+    location_setting,
+    parse_location,
+    with_endpoint,
+)
 from app.storage.reading import file_size
 
 if TYPE_CHECKING:
@@ -67,7 +73,8 @@ def check_weights_setting(value: str) -> str:
             _weights_by_name(value)
         return value
     location = _location(value)
-    if isinstance(location, Path) and not location.exists():
+    local = local_path(location)
+    if local is not None and not local.exists():
         _refuse_miscased_name(value)
     return str(location)
 

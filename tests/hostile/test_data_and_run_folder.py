@@ -27,6 +27,7 @@ from app.run import driver as run
 from app.run import folder as run_folder
 from app.run.folder import read_summary
 from app.run.summary import build_summary, plot_curves
+from app.storage.reading import sha256_of
 from tests import parquet_support as data
 from tests.hostile.support import assert_refused, files_under, trainctl
 
@@ -262,7 +263,7 @@ def test_train_state_epoch_must_agree(tmp_path: Path) -> None:
     folder = _checkpoint(tmp_path, 2)
     torch.save({"optimizer": {}, "epoch": 999, "step": 1}, folder / "train_state.pt")
     meta = json.loads((folder / "meta.json").read_text())
-    meta["files"]["train_state.pt"] = checkpoints._sha256(folder / "train_state.pt")
+    meta["files"]["train_state.pt"] = sha256_of(folder / "train_state.pt")
     meta["meta_sha256"] = checkpoints._meta_digest(meta)
     (folder / "meta.json").write_text(json.dumps(meta))
     ref = checkpoints.verify(folder)

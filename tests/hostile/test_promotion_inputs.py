@@ -92,6 +92,19 @@ def test_a_tampered_export_is_refused_naming_the_file_and_checksum(tmp_path: Pat
     assert not marker.exists()
 
 
+def test_an_export_file_that_is_a_link_is_refused_not_followed(tmp_path: Path) -> None:
+    """The card's checksum matches what the link leads to, but a link in the export folder is
+    never read through (the file hashed must be the file loaded)."""
+    marker = tmp_path / "pwned"
+    folder = _export(tmp_path / "run" / "export", marker)
+    model = folder / "model.pt2"
+    model.rename(tmp_path / "elsewhere.pt2")
+    model.symlink_to(tmp_path / "elsewhere.pt2")
+    result = trainctl("predict", str(tmp_path / "run"), str(_image(tmp_path / "a.png", "L")))
+    assert_refused(result, 2, str(model), "is a symbolic link", "remove it")
+    assert not marker.exists()
+
+
 def test_a_card_naming_a_file_outside_the_export_is_refused(tmp_path: Path) -> None:
     folder = _export(tmp_path / "export", tmp_path / "pwned")
     card = json.loads((folder / "model_card.json").read_text())

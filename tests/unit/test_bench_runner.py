@@ -66,3 +66,13 @@ def test_a_server_that_answers_but_is_not_s3_is_skipped_and_stopped(tmp_path: Pa
     assert "could not create a bucket" in total["skipped"]["object_storage"]
     leftover = subprocess.run(["pgrep", "-f", str(fake)], capture_output=True, check=False)
     assert leftover.stdout == b"", "the fake server was left running"
+
+
+def test_a_ratio_table_names_each_ratio_in_order_and_never_divides_by_zero() -> None:
+    from bench.common import ratio_table
+
+    rates = {"app": 300.0, "tutorial": 200.0, "bare": 0.0}
+    table = ratio_table(rates, {"b_over_a": ("app", "tutorial"), "a_over_b": ("tutorial", "app")})
+    assert table == {"b_over_a": 1.5, "a_over_b": 0.667} and list(table) == ["b_over_a", "a_over_b"]
+    [(name, value)] = ratio_table(rates, {"b_over_c": ("app", "bare")}).items()
+    assert name == "b_over_c" and value != value  # nan: no such ratio, never a crash

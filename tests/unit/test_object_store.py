@@ -3,6 +3,7 @@ the tests' own S3 client, and the pure parts (naming, error wording) without a s
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 
 from app.run import checkpoints
 from app.run import folder as run_folder
+from app.storage import reading
 from app.storage.buckets import ObjectPath, check_endpoint, check_uri, locate
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
 from app.storage.location import append_line, describe_store_error, rename_dir, upload_tree
@@ -106,6 +108,54 @@ def test_checkpoints_scan_quarantine_and_prune_in_a_bucket(bucket: Bucket, tmp_p
     }
     assert b"does not match" in bucket.read("runs/r1/corrupt_checkpoint_epoch_0004/UNUSABLE.txt")
     assert len(bucket.read("runs/r1/corrupt_checkpoint_epoch_0004/model.pt")) == 50
+
+
+def test_reading_hashes_and_bounds_a_bucket_object_as_a_local_file(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    """sha256_of and read_bounded, the storage package's readers, answer alike for both kinds
+    (a digest over more than one read chunk; the bound; a missing file)."""
+    data = bytes(range(256)) * ((reading.HASH_CHUNK >> 8) + 3)
+    local = tmp_path / "blob.bin"
+    local.write_bytes(data)
+    remote = _root(bucket) / "blob.bin"
+    remote.write_bytes(data)
+    assert reading.sha256_of(remote) == reading.sha256_of(local) == hashlib.sha256(data).hexdigest()
+    for path in (local, remote):
+        assert reading.read_bounded(path, None, len(data)) == data
+        with pytest.raises(ValueError, match=f"over the {len(data) - 1:,} allowed"):
+            reading.read_bounded(path, None, len(data) - 1)
+        with pytest.raises(FileNotFoundError):
+            reading.read_bounded(path.with_name("missing.bin"), None, 10)
+        with pytest.raises(FileNotFoundError):
+            reading.sha256_of(path.with_name("missing.bin"))
+
+
+def test_an_image_folder_in_a_bucket_is_listed_and_read_as_on_a_volume(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    """folder_listing and folder_images ask the storage package, not the path's type: the same
+    classes, files and pixels from either kind; the split-folder hint names the parent."""
+    import numpy as np
+    from PIL import Image
+
+    from app.data.folder_images import load_images
+    from app.data.folder_listing import list_folder
+    from app.errors import ConfigError
+
+    local = tmp_path / "pets"
+    for index, (split, name) in enumerate([("train", "cat"), ("train", "dog"), ("valid", "cat")]):
+        (local / split / name).mkdir(parents=True)
+        Image.new("RGB", (12, 10), (index * 60, 0, 0)).save(local / split / name / f"{index}.png")
+    remote = ObjectPath(bucket.uri("data/pets"), bucket.endpoint)
+    upload_tree(local, remote)
+    on_volume, in_bucket = list_folder(local), list_folder(remote)
+    assert in_bucket == on_volume and in_bucket.class_names == ("cat", "dog")
+    paths = [path for path, _ in in_bucket.train + in_bucket.valid]
+    assert np.array_equal(load_images(remote, paths, 8), load_images(local, paths, 8))
+    for root in (local / "train", remote / "train"):
+        with pytest.raises(ConfigError, match="is itself a split folder: did you mean"):
+            list_folder(root)
 
 
 def test_rename_dir_in_a_bucket_replaces_the_target(bucket: Bucket) -> None:

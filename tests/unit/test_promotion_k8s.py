@@ -4,6 +4,7 @@ summary.json keeps (the driver's last line), through a scripted Kubernetes API a
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,43 +27,44 @@ __all__ = ["api", "rayjob_name", "values_file"]  # fixtures used by name below
 LINE = "promoted v7 (val_accuracy 0.962 > 0.955)"
 
 
-def _finished_run(mount: Path, name: str) -> None:
-    run_dir = mount / "runs" / name  # TRAIN_STORAGE_PATH is <mountPath>/runs
+@dataclass(frozen=True)
+class FinishedRun:
+    """A RayJob whose run folder on the mounted volume holds a promoted run's summary."""
+
+    api: FakeKubeApi
+    values_file: Path
+    name: str
+    mount: str  # --storage-mount: TRAIN_STORAGE_PATH is <mountPath>/runs
+
+
+@pytest.fixture
+def finished(api: FakeKubeApi, values_file: Path, rayjob_name: str, tmp_path: Path) -> FinishedRun:
+    mount = tmp_path / "volume"
+    run_dir = mount / "runs" / rayjob_name
     run_dir.mkdir(parents=True)
-    summary = {"run_name": name, "status": "succeeded", "epochs_completed": 2, "epochs_target": 2,
-               "promoted": True, "promotion": {"line": LINE}}  # fmt: skip
+    summary = {"run_name": rayjob_name, "status": "succeeded", "epochs_completed": 2,
+               "epochs_target": 2, "promoted": True, "promotion": {"line": LINE}}  # fmt: skip
     (run_dir / "summary.json").write_text(json.dumps(summary))
+    return FinishedRun(api, values_file, rayjob_name, str(mount))
 
 
 def test_submit_wait_ends_with_the_promotion_line(
-    api: FakeKubeApi,
-    values_file: Path,
-    rayjob_name: str,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    finished: FinishedRun, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _finished_run(tmp_path / "volume", rayjob_name)
-    api.rayjob_statuses = [RUNNING, SUCCEEDED]
-    code, out, _ = submit(
-        capsys, values_file, "--wait", "--storage-mount", str(tmp_path / "volume")
-    )
+    finished.api.rayjob_statuses = [RUNNING, SUCCEEDED]
+    code, out, _ = submit(capsys, finished.values_file, "--wait", "--storage-mount", finished.mount)
     assert code == EXIT_OK
     assert out.strip().splitlines()[-1] == LINE
 
 
 def test_status_shows_each_finished_runs_outcome(
-    api: FakeKubeApi,
-    values_file: Path,
-    rayjob_name: str,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    finished: FinishedRun, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _finished_run(tmp_path / "volume", rayjob_name)
-    api.rayjob_statuses = [SUCCEEDED]
-    submit(capsys, values_file)
-    code, out, _ = trainctl(capsys, "status", "--storage-mount", str(tmp_path / "volume"))
+    finished.api.rayjob_statuses = [SUCCEEDED]
+    submit(capsys, finished.values_file)
+    code, out, _ = trainctl(capsys, "status", "--storage-mount", finished.mount)
     assert code == EXIT_OK and out.startswith("NAME")
-    assert f"\n{rayjob_name}: {LINE}" in out
+    assert f"\n{finished.name}: {LINE}" in out
     code, out, _ = trainctl(capsys, "status")  # no mount: the table alone, no guess
     assert code == EXIT_OK and LINE not in out
 

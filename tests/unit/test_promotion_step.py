@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.export.card import CARD_FILE, EXPORT_DIR, sha256_file
+from app.export.card import CARD_FILE, EXPORT_DIR
 from app.promotion import champion
 from app.promotion.step import NotPromoted, promote_run
+from app.storage.reading import sha256_of
 from tests.promotion_support import INFO, make_run, settings_for
 
 
@@ -40,10 +41,10 @@ def test_the_champion_moves_only_when_the_gate_passes(
     assert card["checkpoint"]["metrics"]["val_accuracy"] == 0.90
     assert set(card["versions"]) == {"trainctl", "torch", "torchvision", "ray"}
     model = tmp_path / "first" / EXPORT_DIR / card["file"]
-    assert card["files"] == {card["file"]: sha256_file(model)}
+    assert card["files"] == {card["file"]: sha256_of(model)}
     pointer = _pointer(tmp_path)
     assert pointer["version"] == 1 and pointer["run_name"] == "first"
-    assert pointer["card_sha256"] == sha256_file(tmp_path / "first" / EXPORT_DIR / CARD_FILE)
+    assert pointer["card_sha256"] == sha256_of(tmp_path / "first" / EXPORT_DIR / CARD_FILE)
 
     worse = _promote(tmp_path, "worse", 0.80)
     assert worse["promoted"] is False
@@ -146,7 +147,7 @@ def test_a_model_torch_export_cannot_trace_falls_back_to_torchscript(tmp_path: P
     name, reason = _save(Branchy().eval(), torch.ones(2, 1, 2, 2), tmp_path)
     assert name == "model.ts" and reason and reason.startswith("torch.export failed (")
     spec = {"channels": 1, "height": 2, "width": 2, "mean": [0.0], "std": [1.0]}
-    files = {name: sha256_file(tmp_path / name)}
+    files = {name: sha256_of(tmp_path / name)}
     card = {"format": "torchscript", "file": name, "files": files, "class_names": ["no", "yes"],
             "input": spec}  # fmt: skip
     (tmp_path / CARD_FILE).write_bytes(card_json(card))

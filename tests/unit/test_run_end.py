@@ -1,0 +1,87 @@
+"""The end of a succeeded run (app/run/driver.py `_conclude`): retention, summary and promotion
+from one scan of the run folder, so that every checkpoint file is hashed once. Real
+checkpoints written by the app's own write_checkpoint, no Ray; the hashing function is the
+real one, wrapped with a counter."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from app.promotion.step import promote_run
+from app.run import checkpoints
+from app.run import driver as run
+from app.storage import reading
+from tests.promotion_support import INFO, make_run, settings_for
+
+ACCURACY = {1: 0.70, 2: 0.90, 3: 0.80}  # epoch 2 is the best, epoch 3 the newest
+
+
+@pytest.fixture
+def hashed(monkeypatch: pytest.MonkeyPatch) -> Counter[Path]:
+    """Every file hashed through the checkpoints module, counted by path."""
+    seen: Counter[Path] = Counter()
+    real = reading.sha256_of
+
+    def counting(path: Path, root: Path | None = None) -> str:
+        seen[path] += 1
+        return real(path, root)
+
+    monkeypatch.setattr(checkpoints, "sha256_of", counting)
+    return seen
+
+
+def _run_folder(storage: Path) -> Path:
+    for epoch, accuracy in ACCURACY.items():
+        run_dir = make_run(storage, "r", accuracy, epoch=epoch, seed=epoch)
+    return run_dir
+
+
+def test_the_end_of_a_run_hashes_every_checkpoint_file_once(
+    tmp_path: Path, hashed: Counter[Path]
+) -> None:
+    run_dir = _run_folder(tmp_path)
+    written = sorted(p for p in run_dir.glob("checkpoint_*/*.pt"))
+    assert len(written) == 2 * len(ACCURACY)
+    hashed.clear()  # write_checkpoint hashed them too: count only the run's end
+
+    summary = run._conclude(settings_for(tmp_path, "r"), INFO, time.monotonic(), "", None, None)
+
+    assert sorted(hashed) == written and set(hashed.values()) == {1}, hashed
+    # The handed-over list is the one retention kept (2 by default), and its best is promoted.
+    assert sorted(p.name for p in run_dir.glob("checkpoint_*")) == [
+        checkpoints.dir_name(2),
+        checkpoints.dir_name(3),
+    ]
+    assert summary["promoted"] is True and summary["champion_version"] == 1
+    pointer = json.loads((tmp_path / "champions" / "digits-cnn.json").read_text())
+    assert pointer["epoch"] == 2 and pointer["value"] == ACCURACY[2]
+    on_disk = json.loads((run_dir / "summary.json").read_text())
+    assert on_disk["status"] == "succeeded" and on_disk["promotion"]["line"].startswith("promoted")
+
+
+def test_promotion_without_the_drivers_scan_still_finds_the_best(
+    tmp_path: Path, hashed: Counter[Path]
+) -> None:
+    """Its other callers (tests, tools) hand nothing over: it scans, and hashes, itself."""
+    run_dir = _run_folder(tmp_path)
+    hashed.clear()
+    summary = promote_run(settings_for(tmp_path, "r"), INFO, {"status": "succeeded"})
+    assert len(hashed) == 2 * len(ACCURACY) and set(hashed.values()) == {1}
+    assert summary["promoted"] is True and summary["promotion"]["value"] == ACCURACY[2]
+    assert (run_dir / "export" / "model_card.json").is_file()
+
+
+def test_a_handed_over_scan_is_used_as_given(tmp_path: Path, hashed: Counter[Path]) -> None:
+    """Given the verified list, promotion ranks that list and hashes nothing."""
+    run_dir = _run_folder(tmp_path)
+    good = checkpoints.scan(run_dir).good
+    hashed.clear()
+    newest_only = [ref for ref in good if ref.epoch == 3]
+    summary = promote_run(settings_for(tmp_path, "r"), INFO, {"status": "s"}, good=newest_only)
+    assert not hashed
+    assert summary["promotion"]["value"] == ACCURACY[3]
