@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import TrainctlError
+from app.formatting import one_line
 from app.k8s.plan import bucket_run_dir, local_run_dir
-from app.redact import redact_text
 from app.run.interruptions import from_attempts, in_words
 
 FINISHED = ("Complete", "Failed")  # jobDeploymentStatus of a run whose summary is final
@@ -36,12 +36,7 @@ def promotion_line(summary: Mapping[str, Any] | None) -> str | None:
 
 
 def shown(text: str, limit: int = MAX_LINE_CHARS) -> str:
-    """`text` redacted, as one printable line (control characters escaped), at most `limit`
-    characters: it cannot break a table or drive a terminal."""
-    text = redact_text(text)
-    if not text.isprintable():
-        text = repr(text)[1:-1]  # escapes, without the quotes a clean line would not have
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return one_line(text, limit)
 
 
 def finished(rayjob: Mapping[str, Any]) -> bool:
