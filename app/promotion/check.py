@@ -17,8 +17,8 @@ from app.formatting import one_line
 from app.promotion import champion
 from app.promotion.gate import BEATS, Gate, number
 from app.settings import TrainSettings
-from app.storage.location import RunPath, store_errors
-from app.storage.reading import exists_within
+from app.storage.location import RunPath, local_path, store_errors
+from app.storage.reading import exists_within, is_dir_within
 
 MAX_SHOWN_CHARS = 80  # a name or number from the pointer, as printed
 
@@ -30,8 +30,13 @@ def promotion_check(settings: TrainSettings, found: object = None) -> str:
     seconds = settings.storage_timeout_s
     try:
         with store_errors(path, "TRAIN_STORAGE_PATH"):  # a bucket that cannot be read
-            there = exists_within(path, "TRAIN_STORAGE_PATH", seconds)
-            pointer = champion.read_pointer(path) if there else None
+            # No storage folder yet, or not a folder (the storage check says so): no pointer.
+            # A bucket says whether it is there within the deadline; on a volume the reader
+            # tells, as the step's does (a dangling link is damage, not absence).
+            absent = not is_dir_within(settings.storage_path, "TRAIN_STORAGE_PATH", seconds) or (
+                local_path(path) is None and not exists_within(path, "TRAIN_STORAGE_PATH", seconds)
+            )
+            pointer = None if absent else champion.read_pointer(path)
     except champion.PointerDamaged as err:
         raise ConfigError(damaged(str(err))) from None
     return describe(settings.promote_if, pointer, settings.checkpoint_metric, path)

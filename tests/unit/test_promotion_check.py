@@ -62,6 +62,11 @@ def test_no_champion_yet_and_nothing_written(tmp_path: Path) -> None:
     assert not tmp_path.joinpath("champions").exists()  # check reads, never writes
 
 
+def test_a_storage_path_that_is_no_folder_is_left_to_the_storage_check(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("a regular file, not a folder\n")
+    assert "; no champion yet (" in promotion_check(settings_for(tmp_path / "a-file", "r"))
+
+
 DAMAGED = [
     ("torn", b'{"version": 3, "metr', "unreadable champion pointer"),
     ("not-utf8", b'{"version": 3, "run_name": "\xff"}', "unreadable champion pointer"),
@@ -93,6 +98,8 @@ def test_a_link_or_a_folder_is_not_a_pointer(tmp_path: Path) -> None:
     _pointer_file(tmp_path).parent.mkdir()
     _pointer_file(tmp_path).symlink_to(tmp_path / "elsewhere.json")
     assert "unreadable champion pointer" in _failure(settings_for(tmp_path, "r"))
+    (tmp_path / "elsewhere.json").unlink()  # dangling: still a link, not "no champion yet"
+    assert "a symbolic link, not followed" in _failure(settings_for(tmp_path, "r"))
     _pointer_file(tmp_path).unlink()
     _pointer_file(tmp_path).mkdir()
     assert "unreadable champion pointer" in _failure(settings_for(tmp_path, "r"))
