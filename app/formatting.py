@@ -50,10 +50,18 @@ def epoch_line(record: Mapping[str, Any], total: int, eta_s: float | None = None
     return "  ".join(parts)
 
 
+CUT_MARGIN = 64  # what one_line keeps past its limit before redacting: what masks shorten
+
+
 def one_line(text: str, limit: int) -> str:
     """A string from storage many hands write (a run folder, a champion pointer), as printed:
     redacted, control characters escaped, cut to `limit` characters; it can neither leak a
     credential nor break a table or drive a terminal."""
+    if len(text) > limit + CUT_MARGIN:
+        # Cut before redacting: redact_text's patterns take quadratic time on a long run of
+        # letters. At a space, so that no credential is cut in half and escapes redaction.
+        head = text[: limit + CUT_MARGIN].rsplit(None, 1)
+        text = (head[0] if len(head) == 2 else "") + " ..."
     text = redact_text(text)
     if not text.isprintable():
         text = repr(text)[1:-1]  # escapes, without the quotes a clean line would not have
