@@ -27,8 +27,9 @@ def _setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     ("content", "problem"),
     [
         (b"\x1b[2J{torn", "unreadable champion pointer"),
-        (b'{"version": 1, "metrics": ["\x1b]0;owned\x07"]}', "`metrics` is not an object"),
-        (b'{"version": "\x1b[2J"}', "no whole-number `version`"),
+        # JSON's escapes: the parsed strings hold the control characters.
+        (b'{"version": 1, "metrics": ["\\u001b]0;owned\\u0007"]}', "`metrics` is not an object"),
+        (b'{"version": "\\u001b[2J"}', "no whole-number `version`"),
     ],
     ids=["torn", "metrics-list", "version-text"],
 )
