@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app.redact import redact_text
 from app.run import epoch_record
 from app.run.epoch_record import FIELDS, is_number
 
@@ -47,3 +48,21 @@ def epoch_line(record: Mapping[str, Any], total: int, eta_s: float | None = None
     if eta_s is not None:
         parts.append(f"ETA {format_duration(eta_s)}")
     return "  ".join(parts)
+
+
+CUT_MARGIN = 64  # what one_line keeps past its limit before redacting: what masks shorten
+
+
+def one_line(text: str, limit: int) -> str:
+    """A string from storage many hands write (a run folder, a champion pointer), as printed:
+    redacted, control characters escaped, cut to `limit` characters; it can neither leak a
+    credential nor break a table or drive a terminal."""
+    if len(text) > limit + CUT_MARGIN:
+        # Cut before redacting: redact_text's patterns take quadratic time on a long run of
+        # letters. At a space, so that no credential is cut in half and escapes redaction.
+        head = text[: limit + CUT_MARGIN].rsplit(None, 1)
+        text = (head[0] if len(head) == 2 else "") + " ..."
+    text = redact_text(text)
+    if not text.isprintable():
+        text = repr(text)[1:-1]  # escapes, without the quotes a clean line would not have
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -5,6 +5,9 @@ so a bad setting fails before the GPUs are busy. `train` runs the same checks qu
 at the first problem (exit 2, before Ray starts); it prepares a built-in dataset that is not
 there yet, where `check` only says it will be. The cluster check comes last in both: `train`
 runs it once the run folder is settled, while it may still be stopped cleanly (app/run/driver.py).
+`check` also says what the promotion gate is and who the champion is (app/promotion/check.py),
+failing on a pointer the promotion step could not use; `train` leaves the pointer to that step,
+which reads it when the run ends and keeps the champion, with the reason, if it cannot.
 Each check returns what it found, in a few words, or raises ConfigError naming the problem
 (Warned for one the settings allow: a tracker with TRAIN_TRACKING_REQUIRED=false).
 """
@@ -23,6 +26,7 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
+from app.promotion.check import promotion_check
 from app.redact import redact_uri
 from app.run.folder import refuse_links
 from app.run.ray_cluster import check_capacity, connect_ray
@@ -74,6 +78,7 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     """`trainctl check`: every check, each verdict printed; ConfigError with all problems."""
     found = Found()
     todo = checks(prepare=False, rows_per_worker=not connect)
+    todo.append(("promotion", promotion_check))
     if connect:
         todo.append(("cluster", cluster_check))
     problems = []

@@ -11,7 +11,7 @@ from app.errors import RunFailed
 from app.k8s.cluster import Cluster
 from app.k8s.diagnose import needs_look
 from app.k8s.names import check_dns_label
-from app.k8s.outcome import run_outcome
+from app.k8s.outcome import run_lines
 from app.k8s.plan import resolve_namespace
 from app.k8s.podlogs import Which, log_target, pick_pod
 from app.k8s.status import status_table
@@ -61,9 +61,6 @@ def show_status(
                     echo(f"  {line}")
 
 
-FINISHED = ("Complete", "Failed")
-
-
 def _show_outcomes(
     cluster: Cluster,
     namespace: str,
@@ -72,14 +69,13 @@ def _show_outcomes(
     storage_mount: Path | None,
     echo: Callable[[str], None],
 ) -> None:
-    """Below the table: each finished RayJob's promotion outcome, from its run folder."""
-    done = [r for r in rayjobs if (r.get("status") or {}).get("jobDeploymentStatus") in FINISHED]
-    if not done:
+    """Below the table, from each RayJob's run folder where it can be read from here: its
+    interruptions in words, running or finished, and a finished run's promotion outcome."""
+    if not rayjobs:
         return
     configmaps = cluster.list("ConfigMap", namespace, app_selector(release))
-    for rayjob in sorted(done, key=lambda r: r["metadata"].get("creationTimestamp", "")):
-        line = run_outcome(rayjob, configmaps, storage_mount)
-        if line:
+    for rayjob in sorted(rayjobs, key=lambda r: r["metadata"].get("creationTimestamp", "")):
+        for line in run_lines(rayjob, configmaps, storage_mount):
             echo(f"{rayjob['metadata']['name']}: {line}")
 
 

@@ -1,45 +1,99 @@
-"""The promotion outcome of a finished RayJob's run, for `submit --wait` and `trainctl status`.
+"""What a RayJob's run folder says, for `submit --wait` and `trainctl status`: the promotion
+outcome of a finished run, and the interruptions (preemptions, failures, stops) of any run.
 
 The driver's last line (app/promotion/step.py) is what a CronJob's job log ends with; the same
 line is kept in the run folder's summary.json (`promotion.line`), which these commands read: in
 the bucket when the chart keeps runs in object storage, else through a local mount of the
-shared volume (--storage-mount).
+shared volume (--storage-mount). Interruptions come from summary.json once the run finished,
+from attempts.jsonl while it runs (app/run/interruptions.py).
+
+A run folder is written by many hands: every string read from it is redacted, shown escaped
+when it holds control characters, and cut to a length a terminal line can hold; lists are cut
+to their last few entries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from app.errors import TrainctlError
+from app.formatting import one_line
 from app.k8s.plan import bucket_run_dir, local_run_dir
-from app.redact import redact_text
+from app.run.interruptions import from_attempts, in_words
+
+FINISHED = ("Complete", "Failed")  # jobDeploymentStatus of a run whose summary is final
+MAX_INTERRUPTIONS_SHOWN = 5  # per run: the newest; the rest are counted
+MAX_LINE_CHARS = 300  # a line read from the run folder, as shown
 
 
 def promotion_line(summary: Mapping[str, Any] | None) -> str | None:
     """summary.json's promotion line (`promoted v7 (...)` / `kept v6: ...`), None before one."""
     promotion = (summary or {}).get("promotion")
     line = promotion.get("line") if isinstance(promotion, Mapping) else None
-    return redact_text(line) if isinstance(line, str) else None
+    return shown(line) if isinstance(line, str) else None
 
 
-def run_outcome(
+def shown(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    return one_line(text, limit)
+
+
+def finished(rayjob: Mapping[str, Any]) -> bool:
+    status = rayjob.get("status")
+    return isinstance(status, Mapping) and status.get("jobDeploymentStatus") in FINISHED
+
+
+def interruption_lines(
+    rayjob: Mapping[str, Any], summary: Mapping[str, Any] | None, attempts: Sequence[Any]
+) -> list[str]:
+    """The run's interruptions in words, oldest first, the newest MAX_INTERRUPTIONS_SHOWN of
+    them. A finished RayJob's are summary.json's list (its driver's final word); a running
+    one's are attempts.jsonl's, since its summary.json may still be an earlier driver's."""
+    recorded = summary.get("interruptions") if finished(rayjob) and summary else None
+    if not isinstance(recorded, list):
+        recorded = from_attempts([a for a in attempts if isinstance(a, Mapping)])
+    records = [r for r in recorded if isinstance(r, Mapping)]
+    lines = [in_words(r) for r in records[-MAX_INTERRUPTIONS_SHOWN:]]
+    earlier = len(records) - len(lines)
+    if earlier:
+        where = "summary.json" if finished(rayjob) else "attempts.jsonl"
+        lines.append(f"and {earlier} more before these ({where} lists them all)")
+    unreadable = len(recorded) - len(records)
+    if unreadable:
+        lines.append(f"{unreadable} unreadable interruption record(s) skipped")
+    return lines
+
+
+def run_lines(
     rayjob: Mapping[str, Any], configmaps: list[dict[str, Any]], storage_mount: Path | None
-) -> str | None:
-    """The promotion line of `rayjob`'s run, where its run folder can be read from here."""
-    from app.run.folder import read_summary
+) -> list[str]:
+    """What `rayjob`'s run folder says, where it can be read from here: its interruptions,
+    then a finished run's promotion line; nothing where the folder cannot be located."""
+    from app.run.folder import ATTEMPTS_FILE, read_jsonl, read_summary
 
+    try:
+        run_dir = _run_dir(rayjob, configmaps, storage_mount)
+        if run_dir is None:
+            return []
+        summary = read_summary(run_dir) if finished(rayjob) else None
+        final = isinstance((summary or {}).get("interruptions"), list)
+        attempts = [] if final else read_jsonl(run_dir / ATTEMPTS_FILE)
+    except (TrainctlError, OSError, ValueError, KeyError) as err:
+        return [f"run folder not readable from here ({shown(str(err), 200)})"]
+    lines = interruption_lines(rayjob, summary, attempts)
+    outcome = promotion_line(summary)
+    return lines + ([outcome] if outcome else [])
+
+
+def _run_dir(
+    rayjob: Mapping[str, Any], configmaps: list[dict[str, Any]], storage_mount: Path | None
+) -> Any | None:
     objects = [
         {**dict(rayjob), "kind": "RayJob"},
         *({**c, "kind": "ConfigMap"} for c in configmaps),
     ]
-    try:
-        run_dir = bucket_run_dir(objects)
-        if run_dir is None and storage_mount is not None:
-            run_dir = local_run_dir(objects, storage_mount)
-        if run_dir is None:
-            return None
-        return promotion_line(read_summary(run_dir))
-    except (TrainctlError, OSError, ValueError, KeyError) as err:
-        return f"run folder not readable from here ({redact_text(str(err))[:200]})"
+    run_dir = bucket_run_dir(objects)
+    if run_dir is None and storage_mount is not None:
+        run_dir = local_run_dir(objects, storage_mount)
+    return run_dir

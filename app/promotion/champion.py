@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from app.storage import bounded_json
+from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, write_json
 from app.storage.reading import read_bounded
 
@@ -61,10 +61,19 @@ def read_pointer(path: RunPath) -> dict[str, Any] | None:
         pointer = bounded_json.loads(data.decode("utf-8"), MAX_POINTER_BYTES)
     except FileNotFoundError:
         return None
-    except (ValueError, OSError) as err:  # oversized, not UTF-8, not JSON, a folder, a link
+    except (ValueError, OSError) as err:  # oversized, not UTF-8, not JSON, a folder
         raise PointerDamaged(f"{path}: unreadable champion pointer ({err})") from None
-    if not isinstance(pointer, dict) or not isinstance(pointer.get("version"), int):
+    except safe_fs.LinkRefused:  # a ConfigError: it would stop the step instead of keeping
+        raise PointerDamaged(
+            f"{path}: unreadable champion pointer (a symbolic link, not followed)"
+        ) from None
+    version = pointer.get("version") if isinstance(pointer, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool):
         raise PointerDamaged(f"{path}: not a champion pointer (no whole-number `version`)")
+    # The gate compares with `metrics` (beats_champion): anything but an object there would
+    # stop the gate midway instead of keeping the champion with a reason.
+    if not isinstance(pointer.get("metrics", {}), dict):
+        raise PointerDamaged(f"{path}: not a champion pointer (`metrics` is not an object)")
     return pointer
 
 

@@ -144,12 +144,12 @@ def decide(
     """Whether the exported checkpoint (`metrics`) passes `gate` against the champion's.
 
     `metric` is TRAIN_CHECKPOINT_METRIC, what `beats_champion` compares."""
-    value = _number(metrics.get(metric))
-    champion = _number((champion_metrics or {}).get(metric))
+    value = number(metrics.get(metric))
+    champion = number((champion_metrics or {}).get(metric))
     failed: list[str] = []
     checks = []
     for threshold in gate.thresholds:
-        found = _number(metrics.get(threshold.metric))
+        found = number(metrics.get(threshold.metric))
         ok = found is not None and threshold.holds(found)
         checks.append({"metric": threshold.metric, "op": threshold.op, "threshold": threshold.value,
                        "value": found, "passed": ok})  # fmt: skip
@@ -184,10 +184,15 @@ def _show(value: float | None) -> str:
     return "missing" if value is None else f"{value:.4g}"
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A metric as the gate compares it: a finite number, or None (missing, text, an integer
+    too large for a float: what a damaged pointer may hold)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        return float(value) if math.isfinite(value) else None
+    except OverflowError:
+        return None
 
 
 def outcome_line(decision: Decision, version: int | None, champion_version: int | None) -> str:

@@ -87,16 +87,43 @@ def interruption(
 
 
 def in_words(record: Mapping[str, Any]) -> str:
-    """e.g. `preempted at step 412 (epoch 3), checkpoint in 1.8 s, resumed, 0 steps lost`."""
+    """e.g. `preempted at step 412 (epoch 3), checkpoint in 1.8 s, resumed, 0 steps lost`.
+
+    The record comes from a run folder that many hands can write (`trainctl status`, `submit
+    --wait`): only known words and bounded numbers are printed, anything else as `?`, so a
+    damaged field can neither raise nor put a huge string or control characters on a terminal.
+    """
     verb = {"preemption": "preempted", "stopped": "stopped", "failure": "failed"}
-    said = f"{verb.get(str(record.get('cause')), 'interrupted')} at step {record.get('step')}"
-    said += f" (epoch {record.get('epoch')})"
-    if record.get("checkpoint_s") is not None:
-        said += f", checkpoint in {record['checkpoint_s']:.1f} s"
+    cause = record.get("cause")
+    said = verb.get(cause, "interrupted") if isinstance(cause, str) else "interrupted"
+    said += f" at step {_count(record.get('step'))} (epoch {_count(record.get('epoch'))})"
+    seconds = record.get("checkpoint_s")
+    if _seconds(seconds):
+        said += f", checkpoint in {seconds:.1f} s"
     lost = record.get("steps_lost", 0)
-    return f"{said}, resumed, {lost} step{'' if lost == 1 else 's'} lost"
+    return f"{said}, resumed, {_count(lost)} step{'' if lost == 1 else 's'} lost"
+
+
+MAX_SHOWN_COUNT = 10**15  # past any real step count: a bigger number is damage, shown as `?`
+
+
+def _count(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_SHOWN_COUNT:
+        return str(value)
+    return "?"
+
+
+def _seconds(value: Any) -> bool:
+    """A finite, non-negative number of seconds within a year: what a checkpoint can take."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return 0 <= value <= 365 * 86400
 
 
 def from_attempts(starts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every interruption the run's attempts recorded, oldest first."""
-    return [dict(a["interruption"]) for a in starts if isinstance(a.get("interruption"), dict)]
+    return [
+        dict(a["interruption"])
+        for a in starts
+        if isinstance(a, Mapping) and isinstance(a.get("interruption"), dict)
+    ]

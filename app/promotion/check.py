@@ -1,0 +1,79 @@
+"""`trainctl check`'s promotion line: the gate a run must pass, and the champion it is judged
+against, read the way the promotion step reads it (app/promotion/champion.py).
+
+A pointer the step cannot use is a failed check: unreadable or not a pointer, the step keeps
+the champion and no run is ever promoted (`kept the champion: not promoted (...)`) until the
+file is fixed or removed; without a number for TRAIN_CHECKPOINT_METRIC, `beats_champion`
+finds nothing to beat and promotes any run as if there were no champion. `train` leaves the
+pointer to that step, which reads it again when the run ends (it may have moved by then).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import ConfigError
+from app.formatting import one_line
+from app.promotion import champion
+from app.promotion.gate import BEATS, Gate, number
+from app.settings import TrainSettings
+from app.storage.location import RunPath, local_path, store_errors
+from app.storage.reading import exists_within, is_dir_within
+
+MAX_SHOWN_CHARS = 80  # a name or number from the pointer, as printed
+
+
+def promotion_check(settings: TrainSettings, found: object = None) -> str:
+    """`gate ...; champion: run X v3, val_accuracy 0.962` or `...; no champion yet (...)`;
+    ConfigError naming the pointer and what is wrong with it."""
+    path = champion.pointer_path(settings.storage_path, settings.champion_name)
+    seconds = settings.storage_timeout_s
+    try:
+        with store_errors(path, "TRAIN_STORAGE_PATH"):  # a bucket that cannot be read
+            # No storage folder yet, or not a folder (the storage check says so): no pointer.
+            # A bucket says whether it is there within the deadline; on a volume the reader
+            # tells, as the step's does (a dangling link is damage, not absence).
+            absent = not is_dir_within(settings.storage_path, "TRAIN_STORAGE_PATH", seconds) or (
+                local_path(path) is None and not exists_within(path, "TRAIN_STORAGE_PATH", seconds)
+            )
+            pointer = None if absent else champion.read_pointer(path)
+    except champion.PointerDamaged as err:
+        raise ConfigError(damaged(str(err))) from None
+    return describe(settings.promote_if, pointer, settings.checkpoint_metric, path)
+
+
+def damaged(problem: str) -> str:
+    return (
+        f"{one_line(problem, 500)}; a run would train and then keep the champion, not "
+        "promoted, until the file is fixed or removed (the next run that passes the gate "
+        "then becomes v1)"
+    )
+
+
+def describe(gate: Gate, pointer: dict[str, Any] | None, metric: str, path: RunPath) -> str:
+    """What the gate asks and who the champion is, in one line; ConfigError when the pointer
+    would mis-gate (no number to beat)."""
+    said = f"gate {gate}"
+    if str(gate) == BEATS:  # TRAIN_PROMOTE_IF's default
+        said += (
+            f" (the default: a run is promoted when its {metric}, TRAIN_CHECKPOINT_METRIC, is "
+            "strictly better than the champion's)"
+        )
+    where = one_line(str(path), 500)
+    if pointer is None:
+        first = "the first run to pass the gate" if gate.thresholds else "the first run"
+        return f"{said}; no champion yet ({first} becomes v1 at {where})"
+    value = number((pointer.get("metrics") or {}).get(metric))  # what the gate compares with
+    if value is None:
+        if gate.beats_champion:
+            raise ConfigError(
+                f"{where}: the champion has no {metric} (TRAIN_CHECKPOINT_METRIC) to beat; "
+                f"{BEATS} would promote any run as if there were no champion: fix the pointer, "
+                "or set TRAIN_CHECKPOINT_METRIC to the metric it was promoted on"
+            )
+        shown = "no " + metric
+    else:
+        shown = f"{metric} {value:.4g}"
+    run = one_line(str(pointer.get("run_name", "?")), MAX_SHOWN_CHARS)
+    version = one_line(str(pointer["version"]), MAX_SHOWN_CHARS)
+    return f"{said}; champion: run {run} v{version}, {shown}"

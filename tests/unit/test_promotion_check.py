@@ -1,0 +1,145 @@
+"""`trainctl check`'s promotion line on real pointer files: one the promotion step wrote, one
+written by the pointer's own writer (champion.replace), none, and damaged ones; a pointer the
+step could not use fails the check with the step's own words for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.errors import ConfigError
+from app.promotion import champion
+from app.promotion.check import promotion_check
+from tests.promotion_support import INFO, make_run, settings_for
+
+DEFAULT = (
+    "gate beats_champion (the default: a run is promoted when its val_accuracy, "
+    "TRAIN_CHECKPOINT_METRIC, is strictly better than the champion's)"
+)
+
+
+def _pointer_file(storage: Path) -> Path:
+    return storage / "champions" / "digits-cnn.json"
+
+
+def _write(storage: Path, pointer: dict[str, Any]) -> None:
+    """The pointer as the promotion step writes it: whole, through champion.replace."""
+    champion.replace(champion.pointer_path(storage, "digits-cnn"), lambda current: pointer)
+
+
+def _failure(settings: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        promotion_check(settings)
+    return "; ".join(caught.value.problems)
+
+
+def test_the_champion_the_promotion_step_wrote(tmp_path: Path) -> None:
+    from app.promotion.step import promote_run
+
+    make_run(tmp_path, "first", 0.962)
+    promote_run(settings_for(tmp_path, "first"), INFO, {"status": "succeeded"})
+    line = promotion_check(settings_for(tmp_path, "next"))
+    assert line == f"{DEFAULT}; champion: run first v1, val_accuracy 0.962"
+    gated = settings_for(tmp_path, "next", promote_if="val_accuracy>=0.95 and beats_champion")
+    assert promotion_check(gated) == (
+        "gate beats_champion and val_accuracy>=0.95; champion: run first v1, val_accuracy 0.962"
+    )
+
+
+def test_no_champion_yet_and_nothing_written(tmp_path: Path) -> None:
+    line = promotion_check(settings_for(tmp_path, "r"))
+    assert (
+        line
+        == f"{DEFAULT}; no champion yet (the first run becomes v1 at {_pointer_file(tmp_path)})"
+    )
+    gated = settings_for(tmp_path, "r", promote_if="val_accuracy>=0.95")
+    assert promotion_check(gated).startswith(
+        "gate val_accuracy>=0.95; no champion yet (the first run to pass the gate becomes v1"
+    )
+    assert not tmp_path.joinpath("champions").exists()  # check reads, never writes
+
+
+def test_a_storage_path_that_is_no_folder_is_left_to_the_storage_check(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("a regular file, not a folder\n")
+    assert "; no champion yet (" in promotion_check(settings_for(tmp_path / "a-file", "r"))
+
+
+DAMAGED = [
+    ("torn", b'{"version": 3, "metr', "unreadable champion pointer"),
+    ("not-utf8", b'{"version": 3, "run_name": "\xff"}', "unreadable champion pointer"),
+    ("a-list", b"[1, 2]", "no whole-number `version`"),
+    ("version-text", b'{"version": "3"}', "no whole-number `version`"),
+    ("version-bool", b'{"version": true}', "no whole-number `version`"),
+    ("metrics-text", b'{"version": 3, "metrics": "val_accuracy 0.9"}', "`metrics` is not an"),
+    ("too-big", b'{"version": 3, "pad": "' + b"x" * (2 << 20) + b'"}', "over the"),
+    ("deep", b"[" * 100_000, "unreadable champion pointer"),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"), [c[1:] for c in DAMAGED], ids=[c[0] for c in DAMAGED]
+)
+def test_a_damaged_pointer_fails_naming_the_file(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    _pointer_file(tmp_path).parent.mkdir()
+    _pointer_file(tmp_path).write_bytes(content)
+    said = _failure(settings_for(tmp_path, "r"))
+    assert said.startswith(f"{_pointer_file(tmp_path)}: ") and problem in said, said
+    assert "a run would train and then keep the champion, not promoted" in said
+    assert said.isprintable() and len(said) < 800, said
+
+
+def test_a_link_or_a_folder_is_not_a_pointer(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"version": 1}))
+    _pointer_file(tmp_path).parent.mkdir()
+    _pointer_file(tmp_path).symlink_to(tmp_path / "elsewhere.json")
+    assert "unreadable champion pointer" in _failure(settings_for(tmp_path, "r"))
+    (tmp_path / "elsewhere.json").unlink()  # dangling: still a link, not "no champion yet"
+    assert "a symbolic link, not followed" in _failure(settings_for(tmp_path, "r"))
+    _pointer_file(tmp_path).unlink()
+    _pointer_file(tmp_path).mkdir()
+    assert "unreadable champion pointer" in _failure(settings_for(tmp_path, "r"))
+
+
+def test_the_step_keeps_the_champion_on_what_check_fails(tmp_path: Path) -> None:
+    """`metrics` that is not an object stopped the gate midway (AttributeError) before the
+    reader refused it: now the step keeps the champion with the reason check gives."""
+    from app.promotion.step import promote_run
+
+    _write(tmp_path, {"version": 3, "run_name": "old", "metrics": "val_accuracy 0.9"})
+    make_run(tmp_path, "r", 0.99)
+    summary = promote_run(settings_for(tmp_path, "r"), INFO, {"status": "succeeded"})
+    assert summary["promoted"] is False
+    reason = summary["promotion"]["reason"]
+    assert "`metrics` is not an object" in reason and reason in _failure(
+        settings_for(tmp_path, "r")
+    )
+
+
+def test_a_champion_without_the_metric_would_mis_gate(tmp_path: Path) -> None:
+    """beats_champion finds nothing to beat and promotes any run: a failed check. A gate of
+    thresholds alone never reads the champion's metrics: fine, and said."""
+    _write(tmp_path, {"version": 2, "run_name": "old", "metrics": {"val_loss": 0.1}})
+    said = _failure(settings_for(tmp_path, "r"))
+    assert said.startswith(f"{_pointer_file(tmp_path)}: the champion has no val_accuracy")
+    assert "TRAIN_CHECKPOINT_METRIC" in said
+    line = promotion_check(settings_for(tmp_path, "r", promote_if="val_accuracy>=0.9"))
+    assert line == "gate val_accuracy>=0.9; champion: run old v2, no val_accuracy"
+    by_loss = settings_for(tmp_path, "r", checkpoint_metric="val_loss")
+    assert promotion_check(by_loss).endswith("champion: run old v2, val_loss 0.1")
+
+
+def test_strings_from_the_pointer_are_bounded_and_printable(tmp_path: Path) -> None:
+    hostile = "\x1b]0;owned\x07 s3://user:secret@host/b " + "z" * 100_000
+    _write(
+        tmp_path, {"version": 10**200, "run_name": hostile, "metrics": {"val_accuracy": 10**400}}
+    )
+    said = _failure(settings_for(tmp_path, "r"))  # a number past a float's range: nothing to beat
+    assert "has no val_accuracy" in said
+    line = promotion_check(settings_for(tmp_path, "r", promote_if="val_accuracy>=0.9"))
+    assert line.isprintable() and len(line) < 400 and "secret" not in line, line
+    assert "\\x1b]0;owned\\x07" in line
