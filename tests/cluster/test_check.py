@@ -24,7 +24,8 @@ from tests.support import explain, run_trainctl, trainctl_env
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 CHECKS = (
-    "settings", "storage", "tracking", "dataset", "warm_start", "weights", "versions", "cluster",
+    "settings", "storage", "tracking", "dataset", "warm_start", "weights", "versions",
+    "promotion", "cluster",
 )  # fmt: skip
 BASE = {
     "dataset": "parquet",
