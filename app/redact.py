@@ -17,12 +17,15 @@ MASK = "***"
 # A URI inside free text: scheme://, then anything up to whitespace, a quote or angle bracket.
 # Look-alikes (`s3:/KEY:SECRET@b`, `s3:\\b`) are refused as paths, and echoed in the refusal:
 # one or more slashes or backslashes after the scheme count too.
-_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[/\\]+[^\s'\"<>`]+")
+# Name-like runs are bounded ({0,64}: no real scheme or key name is longer) so that a long
+# run without the keyword costs linear time, not quadratic (each start position would rescan
+# it); a longer run still matches from its last 65 characters.
+_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,64}:[/\\]+[^\s'\"<>`]+")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[/\\]+")
 # Query parameters whose value is a secret (case-insensitive, as names vary by service).
 _SECRET_PARAM = re.compile(
-    r"(?i)([?&;](?:[a-z0-9_.-]*(?:token|secret|password|passwd|pwd|signature|credential|"
-    r"apikey|api_key|access_key|sig|auth)[a-z0-9_.-]*)=)[^&#;\s]*"
+    r"(?i)([?&;](?:[a-z0-9_.-]{0,64}(?:token|secret|password|passwd|pwd|signature|credential|"
+    r"apikey|api_key|access_key|sig|auth)[a-z0-9_.-]{0,64})=)[^&#;\s]*"
 )
 
 
@@ -31,7 +34,7 @@ _SECRET_PARAM = re.compile(
 # HTTP authorization schemes (`Bearer ...`, `Basic ...`). GitHub-style `token ...` counts only as
 # the value of an `Authorization:` header: the bare word is ordinary text ("token embeddings").
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?i)([a-z0-9_.-]*(?:secret|password|passwd|api[_-]?key|access[_-]?key|private[_-]?key|"
+    r"(?i)([a-z0-9_.-]{0,64}(?:secret|password|passwd|api[_-]?key|access[_-]?key|private[_-]?key|"
     r"token|credentials?)\"?\s*[=:]\s*\"?)([^\s\"',;}]+)"
 )
 _AUTH_SCHEME = re.compile(

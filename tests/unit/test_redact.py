@@ -81,3 +81,27 @@ def test_ordinary_log_lines_are_left_alone() -> None:
         "vocab: token 0123456789abcdef maps to id 42",
     ):
         assert redact_text(line) == line
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * 200_000 + ":",  # a scheme-like run that never becomes a URI
+        "password" * 25_000,  # a key-like run that is never assigned
+        "s3://b/k?" + "a" * 200_000 + "=1",  # a query name that never names a secret
+        "a:" * 100_000,
+    ],
+    ids=["scheme-run", "key-run", "query-run", "colons"],
+)
+def test_long_foreign_text_is_redacted_in_linear_time(text: str) -> None:
+    """Run-folder files, logs and API answers are foreign text of any length: a pattern that
+    rescans a long name-like run from every position took minutes on 100 kB (the timeout is
+    the deadline, far above the linear time)."""
+    assert redact_text(text) == text  # nothing secret in it, and it comes back
+
+
+def test_a_long_key_name_still_hides_its_value() -> None:
+    assert redact_text("x" * 100 + "_password=hunter2") == "x" * 100 + "_password=***"
+    masked = redact_text("h" * 100 + "ttps://user:pw@host/p?api_token=abc")
+    assert "pw@" not in masked and "abc" not in masked
