@@ -123,3 +123,14 @@ def test_gpu_script_runs_its_variants_on_cpu(cache: Path) -> None:
     assert app["first_step_s"] > 0 and next(iter(app["startup_phases_s"])) == "python_start"
     assert figures["b_over_a"] > 0 and figures["b_over_c"] > 0
     assert os.access(script, os.X_OK)
+
+
+def test_preemption_interrupts_each_cadence_and_counts_what_it_lost(cache: Path) -> None:
+    figures = run_bench("preemption", cache=cache)
+    ways = figures["ways"]
+    assert set(ways) == {"epoch", "steps", "jit"}
+    assert all(way["images_per_s"] > 0 and way["step_cost"] > 0 for way in ways.values())
+    # The drained node's run records a preemption, the others a failure.
+    assert ways["jit"]["causes"][:1] == ["preemption"], ways["jit"]
+    assert ways["epoch"]["causes"][:1] == ["failure"], ways["epoch"]
+    assert ways["jit"]["notice_to_commit_s"] is not None
