@@ -224,11 +224,11 @@ def _run_case(case: Case, tmp: Path, address: str, base: dict[str, str]) -> Outc
 
 
 def _in_a_process(case: Case) -> bool:
-    """Cases that reach Ray, or change the process's network settings, run `trainctl train` as
-    its own process. The others are refused before Ray starts and go through the CLI's entry
-    point in this process (app.cli.run, what `main` exits with): the same code, without a
-    Python and torch start each (about 4 s of a core, 47 times)."""
-    return case.cluster or bool(case.extra_env) or case.code != 2
+    """Cases that reach Ray run `trainctl train` as its own process. The others are refused
+    before Ray starts and go through the CLI's entry point in this process (app.cli.run, what
+    `main` exits with): the same code, without a Python and torch start each (about 4 s of a
+    core, 47 times). Their environment is the process's while they run, proxies included."""
+    return case.cluster
 
 
 def _in_this_process(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
