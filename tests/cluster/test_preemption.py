@@ -62,11 +62,11 @@ def _env(tmp: Path, cluster: object, storage: str, **overrides: str) -> dict[str
     return env
 
 
-def _data(tmp: Path) -> None:
-    """Enough rows (250 steps of 16 per epoch on one worker) to stop an epoch in its middle."""
+def _data(tmp: Path, rows: int = ROWS) -> None:
+    """Enough rows to stop an epoch in its middle (4000: 125 steps of 32 per epoch)."""
     from app.data.prepare import prepare_dataset
 
-    prepare_dataset("synthetic", tmp / "data" / "synthetic", rows=ROWS)
+    prepare_dataset("synthetic", tmp / "data" / "synthetic", rows=rows)
 
 
 def _committed(run_dir: Path, pattern: str) -> bool:
@@ -106,7 +106,9 @@ def test_driver_stopped_then_killed_mid_epoch_and_the_reruns_end_bit_equal(
     later. The stopped driver writes a just-in-time checkpoint and exits 143; each rerun resumes
     mid-epoch after the newest verified checkpoint; with 1 CPU worker the run then ends with
     weights bit-equal to an uninterrupted run of the same seed."""
-    _data(tmp_path)
+    # 2000 rows: 125 steps of 16 per epoch on one worker, three step checkpoints each (every
+    # 40), so the SIGTERM and the kill both land inside an epoch.
+    _data(tmp_path, rows=2000)
     epochs = "3"  # room after the SIGTERM in epoch 2 for the kill and a rerun that resumes
     reference = run_trainctl(
         "train", env=_env(tmp_path, ray_cluster, "reference", epochs=epochs), cwd=tmp_path,

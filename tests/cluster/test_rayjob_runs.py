@@ -25,7 +25,7 @@ from tests.support import read_summary
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 POOL = "pool-a"  # CPU-sized (gpusPerWorker 0) with acceleratorType A100, like the cluster's nodes
-EPOCHS = 2
+EPOCHS = 1
 
 
 def _cpu_values() -> dict:

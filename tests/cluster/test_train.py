@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from app.data.prepare import prepare_dataset
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.data.sources import SYNTHETIC_CLASSES, SYNTHETIC_SHAPE
 from app.training.model import build_model
@@ -120,6 +121,8 @@ def test_failure_during_training_exits_1_with_cause_and_locations(
     last = list(state)[-1]
     state[last] = torch.empty(state[last].shape, device="meta")
     torch.save(state, wrong)
+    # A few rows: the run fails loading the weights, before its first step.
+    prepare_dataset("synthetic", tmp_path / "data" / "synthetic", rows=256)
     env = _settings(tmp_path, ray_cluster, warm_start=str(wrong), epochs="1")
     result = run_trainctl("train", env=env, cwd=tmp_path)
     assert result.returncode == 1, explain(result)
