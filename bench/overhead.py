@@ -22,7 +22,7 @@ Both use one torch thread. Two figures per variant:
       between two epochs: the per-epoch pipeline start, validation, all-reduces, the checkpoint
       and its report; the bare epoch includes its validation.
 Usage:
-    python -m bench.overhead [--rows 4096] [--epochs 2] [--reps 3] [--smoke]
+    python -m bench.overhead [--rows 4096] [--epochs 2] [--reps 3] [--augment none] [--smoke]
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def crop_flip(images: Any, generator: Any) -> Any:
     return picked.permute(0, 3, 1, 2)
 
 
-def bare(data_dir: Path, epochs: int) -> Callable[[], dict[str, float]]:
+def bare(data_dir: Path, epochs: int, augment: str) -> Callable[[], dict[str, float]]:
     import torch
     from torch import nn
 
@@ -107,7 +107,9 @@ def bare(data_dir: Path, epochs: int) -> Callable[[], dict[str, float]]:
             order = torch.randperm(len(train_y))
             for begin in range(0, len(order), BATCH):
                 index = order[begin : begin + BATCH]
-                batch = crop_flip(train_x[index], generator)
+                batch = train_x[index]
+                if augment == "crop_flip":
+                    batch = crop_flip(batch, generator)
                 loss = loss_fn(model(batch), train_y[index])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -126,7 +128,7 @@ def bare(data_dir: Path, epochs: int) -> Callable[[], dict[str, float]]:
     return run
 
 
-def app(data_dir: Path, storage: Path, epochs: int) -> Callable[[], dict[str, float]]:
+def app(data_dir: Path, storage: Path, epochs: int, augment: str) -> Callable[[], dict[str, float]]:
     from app.run.driver import run_training
     from app.settings import TrainSettings
 
@@ -137,7 +139,7 @@ def app(data_dir: Path, storage: Path, epochs: int) -> Callable[[], dict[str, fl
             dataset="parquet", data_path=data_dir, model=MODEL, epochs=epochs,
             global_batch_size=BATCH, lr=LR, weight_decay=WEIGHT_DECAY, num_workers="1",
             cpus_per_worker=THREADS, storage_path=storage, run_name=f"overhead-{next(runs)}",
-            max_failures=0, amp="off", augment=AUGMENT,
+            max_failures=0, amp="off", augment=augment,
         )  # fmt: skip
         run_training(settings)
         run_dir = settings.run_dir
@@ -170,6 +172,10 @@ def _info(data_dir: Path) -> Any:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = common.ray_bench_arguments(__doc__, "tiny size, one rep", rows=4096, epochs=2, reps=3)
+    parser.add_argument(
+        "--augment", choices=("crop_flip", "none"), default=AUGMENT,
+        help="augmentation on both sides (none: the figures before TRAIN_AUGMENT existed)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.smoke:
         args.rows, args.epochs, args.reps = 512, 1, 1
@@ -188,9 +194,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     common.say(
         f"overhead: model {MODEL}, batch {BATCH}, {args.rows:,} rows ({steps} steps) + "
         f"{VALID_BATCH} validation rows per epoch, {args.epochs} epoch(s) per rep, "
-        f"{THREADS} torch thread(s), augmentation {AUGMENT} on both sides"
+        f"{THREADS} torch thread(s), augmentation {args.augment} on both sides"
     )
-    variants = {"bare": bare(data_dir, args.epochs), "app": app(data_dir, storage, args.epochs)}
+    variants = {
+        "bare": bare(data_dir, args.epochs, args.augment),
+        "app": app(data_dir, storage, args.epochs, args.augment),
+    }
     figures = common.medians(common.interleave(variants, args.reps, say=common.say))
     ray.shutdown()
     shutil.rmtree(storage, ignore_errors=True)
@@ -211,6 +220,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "rows": args.rows,
         "epochs": args.epochs,
+        "augment": args.augment,
         "reps": args.reps,
         "samples_per_s": {k: round(v["samples_per_s"], 1) for k, v in figures.items()},
         "epoch_samples_per_s": {k: round(v["epoch_samples_per_s"], 1) for k, v in figures.items()},

@@ -46,6 +46,15 @@ class RunSettings(BaseModel):
         description="Run folder under storage_path. The same name resumes the same run; "
         "empty means <dataset>-<model>.",
     )
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_name_is_dns_label(cls, value: str) -> str:
+        return name_or_empty(
+            value, RUN_NAME_PATTERN, "must be 1-63 lowercase letters, digits or '-', starting "
+            "and ending with a letter or digit",
+        )  # fmt: skip
+
     max_failures: int = Field(
         3, ge=-1, description="Worker-group failures to recover from; -1 retries forever."
     )
@@ -69,14 +78,6 @@ class RunSettings(BaseModel):
         description="Node preemptions (drained spot nodes) to recover from, counted apart "
         "from TRAIN_MAX_FAILURES; -1 retries forever, 0 stops at the first.",
     )
-
-    @field_validator("run_name")
-    @classmethod
-    def _run_name_is_dns_label(cls, value: str) -> str:
-        return name_or_empty(
-            value, RUN_NAME_PATTERN, "must be 1-63 lowercase letters, digits or '-', starting "
-            "and ending with a letter or digit",
-        )  # fmt: skip
 
     @field_validator("storage_endpoint")
     @classmethod

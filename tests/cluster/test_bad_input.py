@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests import parquet_support as data
+from tests.hostile.support import trainctl_with
 from tests.support import explain, run_trainctl, trainctl_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -220,7 +221,7 @@ def _run_case(case: Case, tmp: Path, address: str, base: dict[str, str]) -> Outc
     env = {**trainctl_env(base, **settings), **case.extra_env}
     if _in_a_process(case):
         return Outcome(run_trainctl("train", env=env, cwd=tmp, timeout=240), tmp, run_before)
-    return Outcome(_in_this_process(env, tmp), tmp, run_before)
+    return Outcome(trainctl_with(env, tmp, "train"), tmp, run_before)
 
 
 def _in_a_process(case: Case) -> bool:
@@ -229,22 +230,6 @@ def _in_a_process(case: Case) -> bool:
     `main` exits with): the same code, without a Python and torch start each (about 4 s of a
     core, 47 times). Their environment is the process's while they run, proxies included."""
     return case.cluster
-
-
-def _in_this_process(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    from tests.hostile.support import trainctl
-
-    saved, here = dict(os.environ), Path.cwd()
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)  # a .env file would be read from here, as from a process started here
-    try:
-        result = trainctl("train")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        os.chdir(here)
-    return subprocess.CompletedProcess(["trainctl", "train"], result.code, result.out, result.err)
 
 
 @pytest.fixture(scope="module")

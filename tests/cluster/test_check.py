@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests import parquet_support as data
+from tests.hostile.support import trainctl_with
 from tests.support import explain, run_trainctl, trainctl_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -122,7 +123,7 @@ def _check(failure: Failure, tmp: Path, address: str, base: dict[str, str]) -> R
     env = {**trainctl_env(base, **settings), **(failure.env(tmp) if failure.env else {})}
     if _with_cluster(failure):
         return run_trainctl("check", env=env, cwd=tmp, timeout=240), tmp
-    return _in_this_process(env, tmp), tmp
+    return trainctl_with(env, tmp, "check", "--skip-cluster"), tmp
 
 
 def _with_cluster(failure: Failure) -> bool:
@@ -131,22 +132,6 @@ def _with_cluster(failure: Failure) -> bool:
     failures go through the CLI's entry point in this process with --skip-cluster: the same
     checks without a Python and torch start each (and without a Ray connection in pytest)."""
     return failure.check in ("", "cluster", "versions")
-
-
-def _in_this_process(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    from tests.hostile.support import trainctl
-
-    saved, here = dict(os.environ), Path.cwd()
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-    try:
-        result = trainctl("check", "--skip-cluster")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        os.chdir(here)
-    return subprocess.CompletedProcess(["trainctl", "check"], result.code, result.out, result.err)
 
 
 def _ran(failure: Failure) -> tuple[str, ...]:

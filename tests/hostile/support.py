@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +30,26 @@ def trainctl(*args: str) -> Result:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = run(list(args))
     return Result(code, out.getvalue(), err.getvalue())
+
+
+def trainctl_with(
+    env: Mapping[str, str], cwd: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`trainctl(*args)` with `env` as the whole environment and `cwd` as the folder (a .env is
+    read from there), answered as `run_trainctl` answers: for tables of cases that stop before
+    Ray starts, without a Python and torch start each. On pytest's main thread only: it sets
+    the process's environment while it runs."""
+    saved, here = dict(os.environ), Path.cwd()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        result = trainctl(*args)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        os.chdir(here)
+    return subprocess.CompletedProcess(["trainctl", *args], result.code, result.out, result.err)
 
 
 def assert_refused(result: Result, code: int, *needles: str) -> None:
