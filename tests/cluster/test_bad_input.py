@@ -205,7 +205,7 @@ def _run_case(case: Case, tmp: Path, address: str, base: dict[str, str]) -> Outc
         settings["ray_address"] = address
         # The session cluster has all its nodes before any test: waiting for more only costs time.
         settings.setdefault("capacity_wait_s", "1")
-    elif not _in_a_process(case):
+    else:
         # Refused before Ray starts: should one ever get past its checks, it meets a closed
         # port (a refusal naming it) instead of starting a Ray cluster inside pytest.
         settings.update(ray_address="127.0.0.1:9", ray_connect_timeout="1")
@@ -219,24 +219,19 @@ def _run_case(case: Case, tmp: Path, address: str, base: dict[str, str]) -> Outc
         (run_dir / "metrics.jsonl").write_text('{"epoch": 1, "val_accuracy": 0.5}\n')
         run_before = _files(run_dir)
     env = {**trainctl_env(base, **settings), **case.extra_env}
-    if _in_a_process(case):
+    if case.cluster:
         return Outcome(run_trainctl("train", env=env, cwd=tmp, timeout=240), tmp, run_before)
+    # Refused before Ray starts: through the CLI's entry point in this process (app.cli.run,
+    # what `main` exits with), the same code without a Python and torch start each (about 4 s
+    # of a core, 47 times); the environment, proxies included, is the process's while it runs.
     return Outcome(trainctl_with(env, tmp, "train"), tmp, run_before)
-
-
-def _in_a_process(case: Case) -> bool:
-    """Cases that reach Ray run `trainctl train` as its own process. The others are refused
-    before Ray starts and go through the CLI's entry point in this process (app.cli.run, what
-    `main` exits with): the same code, without a Python and torch start each (about 4 s of a
-    core, 47 times). Their environment is the process's while they run, proxies included."""
-    return case.cluster
 
 
 @pytest.fixture(scope="module")
 def outcomes(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Future[Outcome]]]:
-    """Every selected case, started at once on a few threads; a test waits for its own."""
+    """Every selected case, run once for the module; a test waits for its own."""
     selected = [
         item.callspec.params["case"]
         for item in request.session.items
@@ -247,19 +242,17 @@ def outcomes(
     address = ""
     if any(case.cluster for case in selected):
         address = request.getfixturevalue("ray_cluster").address
-    # Cluster cases first: they mostly wait, which overlaps with the others' work.
-    ordered = sorted(selected, key=lambda case: not case.cluster)
     base = dict(os.environ)  # read here, on pytest's thread, not on the pool's
     with ThreadPoolExecutor(max_workers=3) as pool:
+        # The cluster cases as processes on the pool (they mostly wait for capacity); the rest
+        # one after another on this thread meanwhile (they set the process's environment).
         outcomes = {
             case.id: pool.submit(_run_case, case, tmp_path_factory.mktemp(case.id), address, base)
-            for case in ordered
-            if _in_a_process(case)
+            for case in selected
+            if case.cluster
         }
-        # The rest one after another on this thread (they set the process's environment),
-        # while the pool's processes run.
-        for case in ordered:
-            if not _in_a_process(case):
+        for case in selected:
+            if not case.cluster:
                 done: Future[Outcome] = Future()
                 done.set_result(_run_case(case, tmp_path_factory.mktemp(case.id), address, base))
                 outcomes[case.id] = done
