@@ -126,17 +126,22 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> N
         time.sleep(0.2)
 
 
+def ray_snapshot(run_dir: Path) -> str:
+    """Ray's checkpoint snapshot in the run folder: the checkpoints its controller has
+    committed ('' before the first)."""
+    try:
+        return (run_dir / "checkpoint_manager_snapshot.json").read_text()
+    except OSError:
+        return ""
+
+
 def committed_epochs(run_dir: Path) -> set[int]:
     """Epochs whose checkpoint Ray's controller has registered (written to its snapshot).
 
     A checkpoint on disk is not yet committed: Ray counts it only once every worker's report is
     collected. Fault tests inject only after this, so they never race the commit.
     """
-    snapshot = run_dir / "checkpoint_manager_snapshot.json"
-    try:
-        text = snapshot.read_text()
-    except OSError:
-        return set()
+    text = ray_snapshot(run_dir)
     # End-of-epoch checkpoints only: not the mid-epoch ones (checkpoint_epoch_0001_step_...).
     return {int(epoch) for epoch in re.findall(r"checkpoint_epoch_(\d{4})(?!_step)", text)}
 

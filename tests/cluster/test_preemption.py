@@ -27,6 +27,7 @@ from app.run.folder import read_progress
 from app.training.sample_log import ENV as SAMPLE_LOG
 from tests.support import (
     explain,
+    ray_snapshot,
     read_history,
     read_summary,
     run_trainctl,
@@ -71,11 +72,7 @@ def _data(tmp: Path, rows: int = ROWS) -> None:
 
 def _committed(run_dir: Path, pattern: str) -> bool:
     """A checkpoint whose name matches `pattern` is committed (in Ray's snapshot)."""
-    try:
-        text = (run_dir / "checkpoint_manager_snapshot.json").read_text()
-    except OSError:
-        return False
-    return re.search(pattern, text) is not None
+    return re.search(pattern, ray_snapshot(run_dir)) is not None
 
 
 def _attempts(run_dir: Path) -> list[dict]:
@@ -91,11 +88,8 @@ def _final_weights(run_dir: Path, epoch: int) -> dict[str, torch.Tensor]:
 
 def _steps_committed(run_dir: Path) -> list[int]:
     """The global steps of the mid-epoch checkpoints Ray has committed."""
-    try:
-        text = (run_dir / "checkpoint_manager_snapshot.json").read_text()
-    except OSError:
-        return []
-    return [int(step) for step in re.findall(r"checkpoint_epoch_\d{4}_step_(\d{8})", text)]
+    pattern = r"checkpoint_epoch_\d{4}_step_(\d{8})"
+    return [int(step) for step in re.findall(pattern, ray_snapshot(run_dir))]
 
 
 def test_driver_stopped_then_killed_mid_epoch_and_the_reruns_end_bit_equal(
