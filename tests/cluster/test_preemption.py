@@ -190,6 +190,19 @@ def _worker_pids(cluster: object) -> dict[int, tuple[str, int]]:
     return {a.pid: (a.node_id, a.pid) for a in actors}
 
 
+def _live_workers(cluster: object) -> list[tuple[str, int]]:
+    """(node id, pid) of training workers whose processes are alive: the state API can still
+    list a finished or drained group's workers as alive for a while."""
+    live: list[tuple[str, int]] = []
+    wait_until(
+        lambda: bool(live.extend(w for p, w in _worker_pids(cluster).items() if _alive(p))
+                     or live),
+        timeout=60,
+        what="a live training worker",
+    )  # fmt: skip
+    return live
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -232,7 +245,7 @@ def test_drained_node_then_lost_node_resume_with_each_sample_once(
         timeout=900,
         what="a step checkpoint in epoch 2",
     )
-    node_id = next(iter(_worker_pids(ray_cluster).values()))[0]
+    node_id = _live_workers(ray_cluster)[0][0]
     deadline_s = 30
     drained_at = time.time()
     drain = subprocess.run(
@@ -243,11 +256,17 @@ def test_drained_node_then_lost_node_resume_with_each_sample_once(
     )  # fmt: skip
     assert drain.returncode == 0, drain.stderr
     # The just-in-time checkpoint is committed by Ray (in its snapshot) before the deadline.
-    wait_until(
-        lambda: (read_progress(run_dir).get("jit") or {}).get("reason") == "preemption",
-        timeout=deadline_s,
-        what="a just-in-time checkpoint before the drain deadline",
-    )
+    try:
+        wait_until(
+            lambda: (read_progress(run_dir).get("jit") or {}).get("reason") == "preemption",
+            timeout=deadline_s,
+            what="a just-in-time checkpoint before the drain deadline",
+        )
+    except AssertionError as err:
+        raise AssertionError(
+            f"{err}; progress {read_progress(run_dir)}; drained {node_id}; "
+            f"driver log:\n{(tmp_path / 'driver.log').read_text()[-3000:]}"
+        ) from None
     progress = read_progress(run_dir)
     jit, preempted_epoch = progress["jit"], int(progress["epoch"])
     jit_name = f"checkpoint_epoch_{preempted_epoch - 1:04d}_step_{jit['step']:08d}"
@@ -271,14 +290,7 @@ def test_drained_node_then_lost_node_resume_with_each_sample_once(
         timeout=900,
         what=f"a step checkpoint in epoch {failed_epoch}",
     )
-    # The state API can still list the drained group's workers as alive: take a live one's node.
-    live: list[tuple[str, int]] = []
-    wait_until(
-        lambda: bool(live.extend(w for p, w in _worker_pids(ray_cluster).items() if _alive(p))
-                     or live),
-        timeout=60,
-        what="a live worker of the resumed group",
-    )  # fmt: skip
+    live = _live_workers(ray_cluster)
     lost = next(n for n in ray_cluster.worker_nodes if n.node_id == live[0][0])  # type: ignore[attr-defined]
     ray_cluster.remove_node(lost, allow_graceful=False)  # type: ignore[attr-defined]
     ray_cluster.add_node(num_cpus=2, resources={"accelerator_type:A100": 1})  # type: ignore[attr-defined]
