@@ -97,21 +97,19 @@ def _moto() -> tuple[subprocess.Popen[bytes], str]:
 
 def _steps(local: Path, storage: Any) -> Callable[[], dict[str, float]]:
     """One repetition on `storage` (a Path or an ObjectPath): upload, verify, delete."""
+    import pyarrow.fs as pafs
     from ray.train.v2._internal.execution.storage import _upload_to_fs_path
 
     from app.run import checkpoints
-    from app.storage.buckets import ObjectPath
-    from app.storage.location import remove_tree
+    from app.storage.location import remove_tree, storage_options
 
     def once() -> dict[str, float]:
         run_dir = storage / f"run-{time.monotonic_ns()}"
         name = checkpoints.dir_name(1)
-        if isinstance(run_dir, ObjectPath):
-            fs, target = run_dir.fs, f"{run_dir.key}/{name}"
-        else:
-            import pyarrow.fs as pafs
-
-            fs, target = pafs.LocalFileSystem(), str(run_dir / name)
+        # Where Ray Train itself would upload it: the bucket's client, or the local file system.
+        where = storage_options(run_dir / name)
+        fs = where.get("storage_filesystem") or pafs.LocalFileSystem()
+        target = where["storage_path"]
         started = time.perf_counter()
         _upload_to_fs_path(str(local / name), fs, target)
         uploaded = time.perf_counter()
