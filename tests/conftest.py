@@ -100,10 +100,13 @@ def ray_session(ray_cluster: object) -> Iterator[None]:
     ray.shutdown()
 
 
-# The cluster tests that train the most (faults, preemption, and the finished run they share
-# with test_train and test_promotion) form one group; the other cluster tests form a second.
-# Each group runs on one pytest-xdist worker with that worker's own session cluster.
-FAULT_MODULES = frozenset({"test_faults", "test_train", "test_promotion", "test_preemption"})
+# The cluster tests that train the most (faults, preemption, and the runs they share with
+# test_train, test_promotion and test_observability: tests/cluster/conftest.py) form one group;
+# the other cluster tests form a second. Each group runs on one pytest-xdist worker with that
+# worker's own session cluster.
+FAULT_MODULES = frozenset(
+    {"test_faults", "test_train", "test_promotion", "test_preemption", "test_observability"}
+)
 
 
 # tryfirst: pytest-xdist turns the group mark into the item's node id in its own hook of this

@@ -1,17 +1,37 @@
-"""One finished training run, shared by the cluster tests that only need its outputs.
+"""Runs shared by the cluster tests that only read what a run left.
 
-A `trainctl train` costs about half a minute of two busy cores, mostly process starts, so the
-tests that read a finished run (its folder, its checkpoint, its learning) share this one, and the
-tests that change a run (rerun, corrupt a checkpoint) work on their own copy of it.
+A `trainctl train` costs about half a minute of two busy cores, mostly process starts, so:
+- one finished training run serves the tests that read a finished run (its folder, its
+  checkpoint, its learning); the tests that change a run (rerun, corrupt a checkpoint) work on
+  their own copy of it;
+- one tracked run whose driver is stopped, then killed, then rerun to the end
+  (tests/cluster/interrupted_run.py) serves the preemption and observability tests;
+- one `mlflow server` serves every cluster test that tracks or registers.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.support import FINISHED_EPOCHS, FinishedRun, explain, run_trainctl, trainctl_env
+from tests.cluster.interrupted_run import InterruptedRun, run_interrupted
+from tests.support import (
+    FINISHED_EPOCHS,
+    REPO,
+    FinishedRun,
+    background_server,
+    explain,
+    free_port,
+    run_trainctl,
+    server_log_tail,
+    trainctl_env,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +65,49 @@ def finished_run(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) 
     result = run_trainctl("train", env=env, cwd=tmp)
     assert result.returncode == 0, explain(result)
     return FinishedRun(tmp, env, result)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], str]]:
+    """`mlflow server` on 127.0.0.1 with a local store, from its own venv (.venv-mlflow: full
+    mlflow pins pyarrow<26, the app's Ray Data needs 26; the app itself uses mlflow-skinny)."""
+    binary = os.environ.get("MLFLOW_BIN") or str(REPO / ".venv-mlflow" / "bin" / "mlflow")
+    if not Path(binary).is_file():
+        pytest.skip(f"mlflow server not found at {binary} (make setup builds .venv-mlflow)")
+    home = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    command = [
+        binary, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        "--backend-store-uri", f"sqlite:///{home}/mlflow.db",
+        "--artifacts-destination", str(home / "artifacts"),
+    ]  # fmt: skip
+    # MLflow's background job runner (a pool of huey consumers) serves no test here and would
+    # compete for the 2 cores.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    uri = f"http://127.0.0.1:{port}"
+    with background_server(command, home=home, env=env) as server:
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as answer:
+                    return answer.status == 200
+            except OSError:
+                assert server.poll() is None, server_log_tail(home)
+                return False
+
+        def ready() -> str:
+            """The server's URI once it answers (it starts while the caller does other work)."""
+            wait_until(healthy, timeout=120, what="mlflow server")
+            return uri
+
+        yield ready
+
+
+@pytest.fixture(scope="session")
+def interrupted_run(
+    ray_cluster: object,
+    mlflow_server: Callable[[], str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> InterruptedRun:
+    """The tracked run stopped, killed and finished (tests/cluster/interrupted_run.py)."""
+    return run_interrupted(ray_cluster, tmp_path_factory.mktemp("interrupted"), mlflow_server())

@@ -2,19 +2,18 @@
 checkpoints on SIGTERM and on a node drain, and resumes that lose nothing.
 
 The runs are shared between scenarios (each `trainctl train` is half a minute of this
-machine): one 1-worker run is stopped by SIGTERM mid-epoch and its rerun killed by SIGKILL, and
-the rerun after that must end with weights bit-equal to an uninterrupted run; one 2-worker run
-is drained mid-epoch (preemption) and its node removed, then a node of its next worker group is
-lost without notice, and its test-only sample log proves every sample of the interrupted epochs
-trained exactly once.
+machine): the 1-worker run whose driver is stopped by SIGTERM mid-epoch and whose rerun is
+killed by SIGKILL (tests/cluster/interrupted_run.py, shared with the observability tests) must
+end with weights bit-equal to an uninterrupted run; one 2-worker run is drained mid-epoch
+(preemption) and its node removed, then a node of its next worker group is lost without
+notice, and its test-only sample log proves every sample of the interrupted epochs trained
+exactly once.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -25,59 +24,19 @@ import torch
 from app.run import checkpoints
 from app.run.folder import read_progress
 from app.training.sample_log import ENV as SAMPLE_LOG
-from tests.support import (
-    explain,
-    ray_snapshot,
-    read_history,
-    read_summary,
-    run_trainctl,
-    start_trainctl,
-    trainctl_env,
-    wait_until,
+from tests.cluster.interrupted_run import (
+    EPOCHS,
+    RUN,
+    InterruptedRun,
+    committed,
+    env_for,
+    prepare_data,
 )
+from tests.support import explain, read_history, read_summary, start_trainctl, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
 
-RUN = "preempt"
-ROWS = 4000
-
-
-def _env(tmp: Path, cluster: object, storage: str, **overrides: str) -> dict[str, str]:
-    values = {
-        "dataset": "synthetic",
-        "model": "cnn",
-        "epochs": "2",
-        "num_workers": "1",
-        "global_batch_size": "16",
-        "checkpoint_every": "40",
-        "data_path": str(tmp / "data"),
-        "storage_path": str(tmp / storage),
-        "run_name": RUN,
-        "ray_address": cluster.address,  # type: ignore[attr-defined]
-        "max_failures": "3",
-        "checkpoints_to_keep": "5",
-    }
-    values.update(overrides)
-    env = trainctl_env(**values)
-    env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"
-    return env
-
-
-def _data(tmp: Path, rows: int = ROWS) -> None:
-    """Enough rows to stop an epoch in its middle (4000: 125 steps of 32 per epoch)."""
-    from app.data.prepare import prepare_dataset
-
-    prepare_dataset("synthetic", tmp / "data" / "synthetic", rows=rows)
-
-
-def _committed(run_dir: Path, pattern: str) -> bool:
-    """A checkpoint whose name matches `pattern` is committed (in Ray's snapshot)."""
-    return re.search(pattern, ray_snapshot(run_dir)) is not None
-
-
-def _attempts(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "attempts.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+ROWS = 4000  # the drained run's: 125 steps of 32 per epoch on two workers
 
 
 def _final_weights(run_dir: Path, epoch: int) -> dict[str, torch.Tensor]:
@@ -86,81 +45,41 @@ def _final_weights(run_dir: Path, epoch: int) -> dict[str, torch.Tensor]:
     )
 
 
-def _steps_committed(run_dir: Path) -> list[int]:
-    """The global steps of the mid-epoch checkpoints Ray has committed."""
-    pattern = r"checkpoint_epoch_\d{4}_step_(\d{8})"
-    return [int(step) for step in re.findall(pattern, ray_snapshot(run_dir))]
-
-
 def test_driver_stopped_then_killed_mid_epoch_and_the_reruns_end_bit_equal(
-    ray_cluster: object, tmp_path: Path
+    interrupted_run: InterruptedRun,
 ) -> None:
     """The two ways a driver ends early, on one run: stopped by SIGTERM (a pod eviction, a
     Kueue preemption) inside epoch 2, then its rerun killed outright (SIGKILL) a checkpoint
     later. The stopped driver writes a just-in-time checkpoint and exits 143; each rerun resumes
     mid-epoch after the newest verified checkpoint; with 1 CPU worker the run then ends with
     weights bit-equal to an uninterrupted run of the same seed."""
-    # 2000 rows: 125 steps of 16 per epoch on one worker, three step checkpoints each (every
-    # 40), so the SIGTERM and the kill both land inside an epoch.
-    _data(tmp_path, rows=2000)
-    epochs = "3"  # room after the SIGTERM in epoch 2 for the kill and a rerun that resumes
-    reference = run_trainctl(
-        "train", env=_env(tmp_path, ray_cluster, "reference", epochs=epochs), cwd=tmp_path,
-        timeout=900,
-    )  # fmt: skip
-    assert reference.returncode == 0, explain(reference)
-
-    run_dir = tmp_path / "runs" / RUN
-    env = _env(tmp_path, ray_cluster, "runs", epochs=epochs)
-    log_file = tmp_path / "driver.log"
-    driver = start_trainctl("train", env=env, cwd=tmp_path)
-    # Inside epoch 2: its first step checkpoint is committed.
-    wait_until(
-        lambda: _committed(run_dir, r"checkpoint_epoch_0001_step_"),
-        timeout=900,
-        what="a step checkpoint in epoch 2",
-    )
-    stopped_at = time.monotonic()
-    driver.send_signal(signal.SIGTERM)
-    assert driver.wait(timeout=300) == 143, log_file.read_text()[-5000:]
-    log = log_file.read_text()
+    run = interrupted_run
+    log = run.stopped_log
+    assert run.stopped_code == 143, log[-5000:]
     assert "just-in-time checkpoint at step" in log, log[-5000:]
     assert "Traceback" not in log
-    assert time.monotonic() - stopped_at < 60
-    jit = read_progress(run_dir)["jit"]
+    assert run.stop_s < 60
+    jit = run.jit
     assert jit["reason"] == "stopped"
-    newest = checkpoints.scan(run_dir).latest
+    newest = run.newest_after_stop
     assert newest is not None and (newest.epoch, newest.step) == (1, jit["step"]), newest
-    assert read_summary(run_dir)["status"] == "interrupted"
+    assert run.status_after_stop == "interrupted"
 
-    # The rerun resumes at the just-in-time step, says why it stopped, and is killed once it
-    # committed a step checkpoint of its own.
-    seen = len(log)
-    rerun = start_trainctl("train", env=env, cwd=tmp_path)
-    wait_until(
-        lambda: any(step > jit["step"] for step in _steps_committed(run_dir)),
-        timeout=900,
-        what="a step checkpoint after the resumed one",
-    )
-    rerun.send_signal(signal.SIGKILL)
-    rerun.wait(timeout=60)
-    log = log_file.read_text()[seen:]
+    # The rerun resumed at the just-in-time step and said why the first stopped.
+    log = run.killed_log
     assert f"resuming run {RUN} at epoch 2, step {jit['step']}" in log, log[-5000:]
     assert f"stopped at step {jit['step']} (epoch 2)" in log, log[-5000:]
-    # Ray ends a dead driver's workers a moment later, and rank 0 may commit one more
-    # checkpoint meanwhile: whole and verified, so it is what the next rerun resumes from.
-    wait_until(lambda: not _worker_pids(ray_cluster), timeout=120, what="old workers gone")
-    killed_at = checkpoints.scan(run_dir).latest
-    assert killed_at is not None and killed_at.epoch < int(epochs), "no room left to resume"
+    killed_at = run.killed_at
+    assert killed_at is not None and killed_at.epoch < EPOCHS, "no room left to resume"
 
-    final = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
-    assert final.returncode == 0, explain(final)
+    final = run.final
+    assert final is not None and final.returncode == 0, explain(final)
     within = f", step {killed_at.step}" if killed_at.step is not None else ""
     assert f"resuming run {RUN} at epoch {killed_at.epoch + 1}{within}" in final.stdout, explain(
         final
     )
-    summary = read_summary(run_dir)
-    assert summary["status"] == "succeeded" and summary["epochs_completed"] == int(epochs)
+    summary = run.summary
+    assert summary["status"] == "succeeded" and summary["epochs_completed"] == EPOCHS
     stopped, failed = summary["interruptions"]
     assert (stopped["cause"], stopped["steps_lost"], stopped["resumed_step"]) == (
         "stopped", 0, jit["step"]
@@ -168,11 +87,10 @@ def test_driver_stopped_then_killed_mid_epoch_and_the_reruns_end_bit_equal(
     assert failed["cause"] == "failure" and failed["epoch"] == killed_at.epoch + 1, failed
     if killed_at.step is not None:
         assert failed["resumed_step"] == killed_at.step, failed
-    assert [row["epoch"] for row in read_history(run_dir)] == list(range(1, int(epochs) + 1))
+    assert [row["epoch"] for row in read_history(run.run_dir)] == list(range(1, EPOCHS + 1))
 
     # 1 CPU worker: the twice-interrupted run trained exactly what the uninterrupted one did.
-    last = int(epochs)
-    ours, theirs = _final_weights(run_dir, last), _final_weights(tmp_path / "reference" / RUN, last)
+    ours, theirs = _final_weights(run.run_dir, EPOCHS), _final_weights(run.reference_dir, EPOCHS)
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert torch.equal(ours[name], theirs[name]), name
@@ -227,9 +145,9 @@ def test_drained_node_then_lost_node_resume_with_each_sample_once(
     run_dir = tmp_path / "runs" / RUN
     samples = tmp_path / "samples"
     samples.mkdir()
-    _data(tmp_path)
+    prepare_data(tmp_path, ROWS)
     every = 20
-    env = _env(
+    env = env_for(
         tmp_path, ray_cluster, "runs", num_workers="2", epochs="4", accelerator_type="A100",
         checkpoint_every=str(every), global_batch_size="32",
     )  # fmt: skip
@@ -241,7 +159,7 @@ def test_drained_node_then_lost_node_resume_with_each_sample_once(
     # Preemption: drain a worker's node inside epoch 2, with a deadline. The notice reaches the
     # workers within a few steps; where an epoch is short it may land in epoch 3 instead.
     wait_until(
-        lambda: _committed(run_dir, r"checkpoint_epoch_0001_step_"),
+        lambda: committed(run_dir, r"checkpoint_epoch_0001_step_"),
         timeout=900,
         what="a step checkpoint in epoch 2",
     )
@@ -271,7 +189,7 @@ def test_drained_node_then_lost_node_resume_with_each_sample_once(
     jit, preempted_epoch = progress["jit"], int(progress["epoch"])
     jit_name = f"checkpoint_epoch_{preempted_epoch - 1:04d}_step_{jit['step']:08d}"
     wait_until(
-        lambda: _committed(run_dir, jit_name),
+        lambda: committed(run_dir, jit_name),
         timeout=max(1.0, deadline_s - (time.time() - drained_at)),
         what=f"Ray to commit {jit_name} before the drain deadline",
     )
@@ -286,7 +204,7 @@ def test_drained_node_then_lost_node_resume_with_each_sample_once(
     # folder in a bucket: tests/cluster/test_object_storage.py.)
     failed_epoch = preempted_epoch + 1
     wait_until(
-        lambda: _committed(run_dir, rf"checkpoint_epoch_{failed_epoch - 1:04d}_step_"),
+        lambda: committed(run_dir, rf"checkpoint_epoch_{failed_epoch - 1:04d}_step_"),
         timeout=900,
         what=f"a step checkpoint in epoch {failed_epoch}",
     )

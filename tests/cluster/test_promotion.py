@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.cluster.test_observability import mlflow_server  # noqa: F401 - the fixture
 from tests.support import REPO, FinishedRun, explain, read_summary
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -117,7 +116,7 @@ def _runs_of_three_qualities(finished: FinishedRun, storage: Path) -> dict[str, 
 
 def test_the_registry_and_pointer_follow_the_gate(
     finished_run: FinishedRun,
-    mlflow_server: Callable[[], str],  # noqa: F811
+    mlflow_server: Callable[[], str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -81,6 +81,23 @@ def test_two_workers_train_and_leave_a_complete_run_folder(finished_run: Finishe
     assert " img/s " in lines[0], explain(result)
 
 
+def test_each_worker_leaves_its_own_log_each_line_once(finished_run: FinishedRun) -> None:
+    attempt = finished_run.run_dir / "logs" / "attempt-1"
+    names = sorted(p.name for p in attempt.iterdir())
+    assert names == ["driver.log", "worker-0.log", "worker-1.log"], names
+    for rank in (0, 1):
+        # Each line once (Ray's worker loggers reach both the tee and the root logger), and
+        # only this rank's lines.
+        lines = (attempt / f"worker-{rank}.log").read_text().splitlines()
+        repeated = sorted({line for line in lines if lines.count(line) > 1})
+        assert not repeated, (rank, repeated)
+        assert lines[0].startswith(f"=== worker rank {rank}, attempt 1 at "), lines
+        reports = [line for line in lines if line.startswith("Reporting training result ")]
+        assert reports and all(line.endswith(f" from rank {rank}") for line in reports), lines
+        # Ray Train says where the model goes on rank 0 only.
+        assert ("Moving model to device: cpu" in lines) == (rank == 0), lines
+
+
 def test_digits_two_workers_learn(finished_run: FinishedRun) -> None:
     summary = read_summary(finished_run.run_dir)
     assert summary["metrics"]["val_accuracy"] >= 0.9, summary
