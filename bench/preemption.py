@@ -70,7 +70,8 @@ def _retrained(samples: Path) -> int:
 
 
 def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int) -> dict:
-    from app.run.folder import read_progress
+    from app.run.checkpoint_names import dir_name
+    from app.run.folder import RAY_SNAPSHOT, read_progress
 
     # The previous way's workers are gone (a removed node's may linger a moment here).
     _wait(lambda: not _workers(cluster.address), 120, "the previous run's workers to go")
@@ -113,6 +114,17 @@ def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int)
                 lambda: (read_progress(run_dir).get("jit") or {}).get("reason") == "preemption",
                 DEADLINE_S,
                 "the just-in-time checkpoint",
+            )
+            progress = read_progress(run_dir)
+            name = dir_name(int(progress["epoch"]) - 1, int(progress["jit"]["step"]))
+            # Written and copied is not yet committed: Ray's controller registers it on its next
+            # poll, and only a committed checkpoint is what a restart resumes from. A real node
+            # stays until its deadline; this one goes as soon as the checkpoint is committed.
+            snapshot = run_dir / RAY_SNAPSHOT
+            _wait(
+                lambda: snapshot.exists() and name in snapshot.read_text(),
+                max(1.0, DEADLINE_S - (time.monotonic() - noticed)),
+                f"Ray to commit {name}",
             )
             noticed_to_commit = round(time.monotonic() - noticed, 2)
         except TimeoutError:  # reported as missing (None), and the node goes all the same
