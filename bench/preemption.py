@@ -71,7 +71,7 @@ def _retrained(samples: Path) -> int:
 
 def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int) -> dict:
     from app.run.checkpoint_names import dir_name
-    from app.run.folder import RAY_SNAPSHOT, read_progress
+    from app.run.folder import ray_committed, read_progress
 
     # The previous way's workers are gone (a removed node's may linger a moment here).
     _wait(lambda: not _workers(cluster.address), 120, "the previous run's workers to go")
@@ -120,9 +120,8 @@ def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int)
             # Written and copied is not yet committed: Ray's controller registers it on its next
             # poll, and only a committed checkpoint is what a restart resumes from. A real node
             # stays until its deadline; this one goes as soon as the checkpoint is committed.
-            snapshot = run_dir / RAY_SNAPSHOT
             _wait(
-                lambda: snapshot.exists() and name in snapshot.read_text(),
+                lambda: name in ray_committed(run_dir),
                 max(1.0, DEADLINE_S - (time.monotonic() - noticed)),
                 f"Ray to commit {name}",
             )

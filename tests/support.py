@@ -126,13 +126,32 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> N
         time.sleep(0.2)
 
 
-def ray_snapshot(run_dir: Path) -> str:
-    """Ray's checkpoint snapshot in the run folder: the checkpoints its controller has
-    committed ('' before the first)."""
-    try:
-        return (run_dir / "checkpoint_manager_snapshot.json").read_text()
-    except OSError:
-        return ""
+def committed(run_dir: Path, pattern: str) -> bool:
+    """A checkpoint whose folder name matches `pattern` is committed: in Ray's snapshot, read by
+    the app's own reader (app.run.folder.ray_committed)."""
+    from app.run.folder import ray_committed
+
+    return any(re.search(pattern, name) for name in ray_committed(run_dir))
+
+
+def committed_steps(run_dir: Path) -> list[int]:
+    """The global steps of the mid-epoch checkpoints Ray has committed."""
+    from app.run.checkpoint_names import parse_name
+    from app.run.folder import ray_committed
+
+    parsed = (parse_name(name) for name in ray_committed(run_dir))
+    return sorted(found[1] for found in parsed if found is not None and found[1] is not None)
+
+
+def train_workers(cluster: object) -> list[Any]:
+    """The training worker actors the cluster's state API lists as alive."""
+    from ray.util.state import list_actors
+
+    return list_actors(
+        address=cluster.address,  # type: ignore[attr-defined]
+        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+        detail=True,
+    )
 
 
 def committed_epochs(run_dir: Path) -> set[int]:
@@ -141,9 +160,12 @@ def committed_epochs(run_dir: Path) -> set[int]:
     A checkpoint on disk is not yet committed: Ray counts it only once every worker's report is
     collected. Fault tests inject only after this, so they never race the commit.
     """
-    text = ray_snapshot(run_dir)
+    from app.run.checkpoint_names import parse_name
+    from app.run.folder import ray_committed
+
+    parsed = (parse_name(name) for name in ray_committed(run_dir))
     # End-of-epoch checkpoints only: not the mid-epoch ones (checkpoint_epoch_0001_step_...).
-    return {int(epoch) for epoch in re.findall(r"checkpoint_epoch_(\d{4})(?!_step)", text)}
+    return {found[0] for found in parsed if found is not None and found[1] is None}
 
 
 FINISHED_EPOCHS = 6

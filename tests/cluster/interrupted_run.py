@@ -12,7 +12,6 @@ What each driver left is recorded here as it happens; the tests assert on the re
 
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import threading
@@ -26,11 +25,13 @@ from app.run import checkpoints
 from app.run.checkpoints import CheckpointRef
 from app.run.folder import read_progress
 from tests.support import (
+    committed,
+    committed_steps,
     explain,
-    ray_snapshot,
     read_summary,
     run_trainctl,
     start_trainctl,
+    train_workers,
     trainctl_env,
     wait_until,
 )
@@ -66,26 +67,6 @@ def prepare_data(tmp: Path, rows: int) -> None:
     from app.data.prepare import prepare_dataset
 
     prepare_dataset("synthetic", tmp / "data" / "synthetic", rows=rows)
-
-
-def committed(run_dir: Path, pattern: str) -> bool:
-    """A checkpoint whose name matches `pattern` is committed (in Ray's snapshot)."""
-    return re.search(pattern, ray_snapshot(run_dir)) is not None
-
-
-def steps_committed(run_dir: Path) -> list[int]:
-    """The global steps of the mid-epoch checkpoints Ray has committed."""
-    pattern = r"checkpoint_epoch_\d{4}_step_(\d{8})"
-    return [int(step) for step in re.findall(pattern, ray_snapshot(run_dir))]
-
-
-def train_workers(cluster: object) -> list[Any]:
-    from ray.util.state import list_actors
-
-    return list_actors(
-        address=cluster.address,  # type: ignore[attr-defined]
-        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
-    )
 
 
 class Scraper(threading.Thread):
@@ -172,7 +153,7 @@ def run_interrupted(cluster: object, tmp: Path, mlflow_uri: str) -> InterruptedR
     rerun = start_trainctl("train", env=env, cwd=tmp)
     resumed = int(run.jit.get("step", 0))
     wait_until(
-        lambda: any(step > resumed for step in steps_committed(run.run_dir)),
+        lambda: any(step > resumed for step in committed_steps(run.run_dir)),
         timeout=900,
         what="a step checkpoint after the resumed one",
     )

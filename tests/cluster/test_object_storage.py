@@ -25,7 +25,14 @@ from torchvision.models import get_model
 from app.data.prepare import prepare_dataset
 from tests.folder_support import image_bytes, image_folder
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
-from tests.support import explain, run_trainctl, start_trainctl, trainctl_env, wait_until
+from tests.support import (
+    explain,
+    run_trainctl,
+    start_trainctl,
+    train_workers,
+    trainctl_env,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -81,15 +88,6 @@ def _committed(bucket: Bucket) -> set[int]:
     return {int(e) for e in re.findall(r"checkpoint_epoch_(\d{4})", text)}
 
 
-def _train_workers(cluster: object) -> list[Any]:
-    from ray.util.state import list_actors
-
-    return list_actors(
-        address=cluster.address,  # type: ignore[attr-defined]
-        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
-    )
-
-
 def _assert_no_secret(bucket: Bucket) -> None:
     for key in bucket.keys(f"runs/{RUN}"):
         if key.endswith((".json", ".jsonl", ".log")):
@@ -102,7 +100,7 @@ def test_training_on_s3_recovers_a_killed_worker_from_the_buckets_checkpoint(
 ) -> None:
     driver = start_trainctl("train", env=_env(bucket, ray_cluster, 3), cwd=tmp_path)
     wait_until(lambda: 1 in _committed(bucket), timeout=600, what="epoch 1 committed in S3")
-    os.kill(int(_train_workers(ray_cluster)[0].pid), signal.SIGKILL)
+    os.kill(int(train_workers(ray_cluster)[0].pid), signal.SIGKILL)
     assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-5000:]
 
     summary = _json(bucket, "summary.json")

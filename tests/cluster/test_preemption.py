@@ -24,15 +24,16 @@ import torch
 from app.run import checkpoints
 from app.run.folder import read_progress
 from app.training.sample_log import ENV as SAMPLE_LOG
-from tests.cluster.interrupted_run import (
-    EPOCHS,
-    RUN,
-    InterruptedRun,
+from tests.cluster.interrupted_run import EPOCHS, RUN, InterruptedRun, env_for, prepare_data
+from tests.support import (
     committed,
-    env_for,
-    prepare_data,
+    explain,
+    read_history,
+    read_summary,
+    start_trainctl,
+    train_workers,
+    wait_until,
 )
-from tests.support import explain, read_history, read_summary, start_trainctl, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -96,28 +97,16 @@ def test_driver_stopped_then_killed_mid_epoch_and_the_reruns_end_bit_equal(
         assert torch.equal(ours[name], theirs[name]), name
 
 
-def _worker_pids(cluster: object) -> dict[int, tuple[str, int]]:
-    """pid -> (node id, pid) of the live training workers."""
-    from ray.util.state import list_actors
-
-    actors = list_actors(
-        address=cluster.address,  # type: ignore[attr-defined]
-        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
-        detail=True,
-    )
-    return {a.pid: (a.node_id, a.pid) for a in actors}
-
-
 def _live_workers(cluster: object) -> list[tuple[str, int]]:
     """(node id, pid) of training workers whose processes are alive: the state API can still
     list a finished or drained group's workers as alive for a while."""
     live: list[tuple[str, int]] = []
-    wait_until(
-        lambda: bool(live.extend(w for p, w in _worker_pids(cluster).items() if _alive(p))
-                     or live),
-        timeout=60,
-        what="a live training worker",
-    )  # fmt: skip
+
+    def found() -> bool:
+        live.extend((a.node_id, int(a.pid)) for a in train_workers(cluster) if _alive(int(a.pid)))
+        return bool(live)
+
+    wait_until(found, timeout=60, what="a live training worker")
     return live
 
 
