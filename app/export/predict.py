@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.data.folder_listing import shown
 from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
 from app.errors import ConfigError
 from app.export.card import CARD_FILE, EXPORT_DIR, WEIGHTS_FILE, Verified, verified
@@ -97,15 +98,16 @@ def _batch(images: Sequence[str], card: dict[str, Any]) -> Any:
 
 def _pixels(path: Path, spec: dict[str, Any]) -> Any:
     """One image as uint8 HxWxC at the card's size; ConfigError naming the file otherwise."""
+    name = shown(path)  # a newline in a file name never starts a line of its own
     try:
         data = read_bounded(path, None, MAX_FILE_BYTES)  # a link is refused (LinkRefused)
     except IsADirectoryError:
-        raise ConfigError(f"{path}: a folder; give image files (e.g. {path}/*.jpg)") from None
+        raise ConfigError(f"{name}: a folder; give image files (e.g. {name}/*.jpg)") from None
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
+        raise ConfigError(f"{name}: no such file") from None
     except (OSError, ValueError) as err:  # a FIFO or device; over MAX_FILE_BYTES
         why = (err.strerror if isinstance(err, OSError) else None) or str(err)
-        raise ConfigError(f"{path}: cannot be read ({why}); not an image to classify") from None
+        raise ConfigError(f"{name}: cannot be read ({why}); not an image to classify") from None
     try:
         return decode_image(data, (spec["height"], spec["width"]), path, spec["channels"])
     except ImageError as err:
