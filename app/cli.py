@@ -265,7 +265,8 @@ def logs_cmd(
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def predict_cmd(target: str, images: tuple[str, ...], top_k: int, as_json: bool) -> None:
     """Classify IMAGE files with a run's export (the run folder, its export/ folder, or an
-    s3:// or gs:// URI of either): checksums checked, nothing from the training code loaded."""
+    s3:// or gs:// URI of either): checksums checked, then the weights loaded (weights_only)
+    into trainctl's own model for the card; nothing in the export can run code."""
     import json
 
     from app.export.predict import predict

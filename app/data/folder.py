@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.data.folder_images import decode_image, load_images, read_file
+from app.data.folder_images import load_images, read_file
 from app.data.folder_listing import FolderListing, list_folder
+from app.data.image_decode import decode_image
 from app.data.image_size import image_size_for
 from app.data.images import ImageError
 from app.data.schema import DatasetInfo

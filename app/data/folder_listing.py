@@ -4,7 +4,9 @@ Listing reads names only (no image is opened), on a volume or in a bucket, withi
 so that even 100,000 classes are judged in preflight before Ray starts. The rules:
 
 - class names are the folder names under train/, in plain code-point order (Python's `sorted`,
-  as torchvision's ImageFolder sorts them), and label i means class_names[i] for good;
+  as torchvision's ImageFolder sorts them), and label i means class_names[i] for good; two
+  folders whose names are one name in two Unicode normalisations (NFC and NFD `café`) are
+  refused, naming both (app/data/class_meta.py);
 - a class folder under train/ without any image is an error, and so is a class in valid/ that
   train/ lacks, a single class, or more than MAX_CLASSES; valid/ may lack classes;
 - image files are recognised by extension (torchvision's IMG_EXTENSIONS); other files, names
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from app.data.class_meta import names_problem
 from app.data.schema import MAX_CLASSES, SPLITS, Problems
 from app.errors import ConfigError
 from app.redact import redact_uri
@@ -129,6 +132,9 @@ def _judge(
             f"{root / 'train'}: {len(names)} class folder(s){listed}; a classifier needs at "
             f"least 2 classes; {LAYOUT_HELP}"
         )
+    twice = names_problem(names)
+    if twice:
+        problems.add(f"{root / 'train'}: {twice}")
     for name in names:
         if not name.isprintable():
             problems.add(

@@ -17,14 +17,16 @@ pyarrow operations except `encoded`, where each PNG/JPEG needs its own decode ca
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
+
+# ImageError is every image reader's error; it is re-exported from here.
+from app.data.image_decode import COLOR_MODES, GRAY_MODES, ImageError, TooManyPixels, open_image
 
 SHAPE_KEY = b"trainctl.image_shape"
 TENSOR_EXTENSIONS = (
@@ -34,16 +36,10 @@ TENSOR_EXTENSIONS = (
 )
 VARIABLE_TENSOR_EXTENSIONS = ("ray.data.arrow_variable_shaped_tensor",)
 ENCODED_MAGIC = (b"\x89PNG", b"\xff\xd8\xff")
-GRAY_MODES = {"1", "L", "LA"}
-COLOR_MODES = {"RGB", "RGBA", "P", "PA", "CMYK", "YCbCr", "LAB", "HSV", "RGBX"}
 ALLOWED = (
     "allowed: Ray tensor column (ray.data from numpy arrays), nested integer lists HxW or "
     "HxWxC, PNG/JPEG bytes, or fixed-size raw bytes with trainctl.image_shape metadata"
 )
-
-
-class ImageError(ValueError):
-    """The image column cannot be read as uint8 images; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -266,12 +262,17 @@ def _encoded_format(column: pa.Array) -> ImageFormat:
 
 
 def _open(data: bytes | None, row: int) -> Image.Image:
+    """The row's image, its header read: under the pixel limit image folders and `predict`
+    have too (app/data/image_decode.py)."""
     if not data or not data.startswith(ENCODED_MAGIC):
         raise ImageError(f"row {row} is not PNG or JPEG bytes")
     try:
-        return Image.open(io.BytesIO(data))
-    except (UnidentifiedImageError, OSError) as err:
-        raise ImageError(f"row {row} is not a decodable PNG/JPEG image ({err})") from None
+        return open_image(data, f"row {row}")
+    except TooManyPixels:
+        raise
+    except ImageError as err:
+        why = str(err).removeprefix(f"row {row}: ")
+        raise ImageError(f"row {row} is not a decodable PNG/JPEG image ({why})") from None
 
 
 def _decode_encoded(array: pa.Array, fmt: ImageFormat) -> np.ndarray:

@@ -1,2 +1,2 @@
-"""The deployable artifact of a run (export/model.pt2 and model_card.json), and prediction
-from it without the training code."""
+"""The deployable artifact of a run (export/weights.pt, model.pt2 and model_card.json), and
+prediction from it that runs nothing the export holds."""

@@ -1,11 +1,13 @@
 """Export a run's best checkpoint as a self-contained artifact, with its model card.
 
-`<run>/export/model.pt2` is a `torch.export` program (a dynamic batch dimension, float32 NCHW
-input, normalized as the card says); where torch.export cannot trace the model, a TorchScript
-trace `model.ts` takes its place and the card records why. The files are made in a private
-temporary folder and then put through app/storage (a rename on a volume, one PUT per object in
-a bucket), the card last: a reader finds the old card, or a new card whose checksums match the
-files beside it (app/export/card.py).
+`<run>/export/weights.pt` is the checkpoint's state dict, what trainctl itself loads (predict,
+warm starts: with weights_only, into the model its code builds from the card). Beside it
+`model.pt2` is a `torch.export` program for model servers (a dynamic batch dimension, float32
+NCHW input, normalized as the card says); where torch.export cannot trace the model there is
+no program and the card records why (no TorchScript fallback: loading one runs the code it
+carries; app/export/card.py). The files are made in a private temporary folder and then put
+through app/storage (a rename on a volume, one PUT per object in a bucket), the card last: a
+reader finds the old card, or a new card whose checksums match the files beside it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
-from app.export.card import CARD_FILE, EXPORT_DIR, EXPORTED_PROGRAM, FORMATS, TORCHSCRIPT, card_json
+from app.export.card import (
+    CARD_FILE,
+    EXPORT_DIR,
+    EXPORTED_PROGRAM,
+    FORMATS,
+    WEIGHTS_FILE,
+    card_json,
+)
 from app.redact import redact
 from app.run import checkpoints
 from app.settings import TrainSettings
@@ -48,19 +57,23 @@ def export_best(
     model.eval()
     example = torch.zeros(2, info.channels, info.height, info.width)
     with tempfile.TemporaryDirectory(prefix="trainctl-export-") as tmp:
-        name, fallback = _save(model, example, Path(tmp))
-        data = (Path(tmp) / name).read_bytes()
-        card = build_card(settings, info, best, name, hashlib.sha256(data).hexdigest(), fallback)
+        torch.save(model.state_dict(), Path(tmp) / WEIGHTS_FILE)
+        program, fallback = _save(model, example, Path(tmp))
+        names = (WEIGHTS_FILE, program) if program else (WEIGHTS_FILE,)
+        files = {name: (Path(tmp) / name).read_bytes() for name in names}
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    card = build_card(settings, info, best, program or WEIGHTS_FILE, digests, fallback)
     folder = settings.run_dir / EXPORT_DIR
     root = local_path(settings.run_dir)
-    write_atomic(folder / name, data, root)
+    for name, data in files.items():
+        write_atomic(folder / name, data, root)
     text = card_json(card)
     write_atomic(folder / CARD_FILE, text, root)  # last: it vouches for the rest
     return card, hashlib.sha256(text).hexdigest()
 
 
-def _save(model: Any, example: Any, folder: Path) -> tuple[str, str | None]:
-    """(file written, why torch.export was not used or None)."""
+def _save(model: Any, example: Any, folder: Path) -> tuple[str | None, str | None]:
+    """(the program file written, or None and why torch.export could not trace the model)."""
     import torch
 
     try:
@@ -68,12 +81,8 @@ def _save(model: Any, example: Any, folder: Path) -> tuple[str, str | None]:
         program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
         torch.export.save(program, folder / EXPORTED_PROGRAM)
         return EXPORTED_PROGRAM, None
-    except Exception as err:  # any tracing failure: TorchScript is the documented fallback
-        reason = f"torch.export failed ({type(err).__name__}: {str(err).strip()[:500]})"
-    with torch.no_grad():
-        traced = torch.jit.trace(model, example)
-    torch.jit.save(traced, str(folder / TORCHSCRIPT))
-    return TORCHSCRIPT, reason
+    except Exception as err:  # any tracing failure: the export is then the weights alone
+        return None, f"torch.export failed ({type(err).__name__}: {str(err).strip()[:500]})"
 
 
 def build_card(
@@ -81,7 +90,7 @@ def build_card(
     info: DatasetInfo,
     best: checkpoints.CheckpointRef,
     file: str,
-    digest: str,
+    digests: dict[str, str],
     fallback: str | None,
 ) -> dict[str, Any]:
     # Every path and setting through the one redaction rule: the card travels with the model.
@@ -94,8 +103,9 @@ def build_card(
             "format": FORMATS[file],
             "fallback_reason": fallback,
             "file": file,
-            "files": {file: digest},
+            "files": digests,
             "architecture": settings.model,
+            "vit_patch": settings.vit_patch,
             "class_names": class_names(info),
             "input": {
                 "channels": info.channels,

@@ -1,59 +1,95 @@
-"""The export folder's layout and its model card: written by app/export/build.py, verified by
-app/export/predict.py before anything in the folder is loaded.
+"""The export folder's layout and its model card: written by app/export/build.py, verified
+here before anything in the folder is loaded.
 
-Why checksums: `torch.export.load` reads the weights with torch.load(weights_only=True) but, if
-that fails, falls back to weights_only=False (torch/_export/serde/serialize.py,
-deserialize_torch_artifact), which unpickles and so can run code; a TorchScript file runs its
-own code by design. An export in a bucket that many hands write must therefore match the
-sha256 the card records for it, checked first; a mismatch is refused (exit 2) and nothing is
-loaded. The card itself is the trust root: whoever may rewrite the card may rewrite the model
-too, and the champion pointer records the card's own sha256 to compare against.
+- `weights.pt`: the best checkpoint's state dict. It is all trainctl ever loads from an export
+  (`trainctl predict`, a warm start): with torch.load(weights_only=True), into the model
+  trainctl's own code builds from the card's `architecture` and input. Nothing in it can run
+  code.
+- `model.pt2`: the same model as a `torch.export` program, for model servers. trainctl never
+  loads it: torch.export.load unpickles parts of the archive with weights_only=False (its
+  weights, when the weights_only load fails, in torch/_export/serde/serialize.py,
+  deserialize_torch_artifact; pickled constants always) and evaluates the graph's symbolic
+  shape expressions with sympy, that is Python's eval (`_parse_sym_expr`), so an archive
+  written by someone else runs their code even without a pickle in it. A server must load it
+  only from a source it trusts: the champion pointer records the card's sha256, and the card
+  the program's. Where torch.export cannot trace the model the export has no program and the
+  card says why (`fallback_reason`); TorchScript is not written, since loading it runs the
+  code it carries.
+- `model_card.json`: class names, input, architecture, and the sha256 of every file above.
+
+`verified` reads the card and each file it lists once, as a regular file of bounded size,
+without following a link (app/storage/safe_fs.py), and hashes what it read; weights.pt is
+read into memory and those same bytes are what is loaded: there is no second read for another
+writer to change. A mismatch is refused (exit 2) and nothing is loaded. The card itself is
+the trust root: whoever may rewrite the card may rewrite the weights too, which is why the
+weights are loaded in a way that cannot run code whatever they hold.
 
 No torch import here: `trainctl predict` checks before it loads.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.data.class_meta import names_problem
 from app.errors import ConfigError
+from app.run.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
+from app.run.state_dicts import MAX_WEIGHTS_BYTES
 from app.storage import bounded_json
-from app.storage.reading import sha256_of
+from app.storage.location import RunPath, local_path
+from app.storage.reading import read_bounded, sha256_of
 
-EXPORT_DIR = "export"
-EXPORTED_PROGRAM = "model.pt2"  # torch.export.save
-TORCHSCRIPT = "model.ts"  # torch.jit.save, where torch.export cannot trace the model
+WEIGHTS_FILE = "weights.pt"  # torch.save(state_dict): what trainctl loads
+EXPORTED_PROGRAM = "model.pt2"  # torch.export.save: for model servers, never loaded here
 CARD_FILE = "model_card.json"
-MODEL_FILES = (EXPORTED_PROGRAM, TORCHSCRIPT)
-FORMATS = {EXPORTED_PROGRAM: "torch.export", TORCHSCRIPT: "torchscript"}
+MODEL_FILES = (WEIGHTS_FILE, EXPORTED_PROGRAM)
+FORMATS = {EXPORTED_PROGRAM: "torch.export", WEIGHTS_FILE: "state_dict"}
+RETIRED = {"model.ts": "a TorchScript program, which runs the code it carries when loaded"}
 MAX_CARD_BYTES = 8 << 20  # class names and the data's file list make up most of it
-MAX_CHANNELS, MAX_SIDE, MAX_CLASSES = 4, 8192, 100_000
+MAX_PROGRAM_BYTES = 2 * MAX_WEIGHTS_BYTES  # the weights and the graph: hashed, never loaded
+CHANNELS, MAX_SIDE, MAX_CLASSES = (1, 3), 8192, 100_000
+
+
+@dataclass(frozen=True)
+class Verified:
+    """An export whose every listed file matched the card: the card, and weights.pt's bytes
+    exactly as they were hashed."""
+
+    card: dict[str, Any]
+    weights: bytes
+    folder: RunPath
 
 
 def card_json(card: dict[str, Any]) -> bytes:
     return (json.dumps(card, indent=2) + "\n").encode()
 
 
-def read_card(folder: Path) -> dict[str, Any]:
-    """The card in export folder `folder`, shape-checked; ConfigError naming what is wrong."""
+def read_card(folder: RunPath, root: Path | None = None) -> dict[str, Any]:
+    """The card in export folder `folder` (on a volume opened below `root`, default the folder
+    itself, without following a link), shape-checked; ConfigError naming what is wrong."""
     path = folder / CARD_FILE
     try:
-        if path.stat().st_size > MAX_CARD_BYTES:
-            raise ConfigError(f"{path}: over {MAX_CARD_BYTES:,} bytes; not a model card")
-        card = bounded_json.loads(path.read_text(encoding="utf-8"), MAX_CARD_BYTES)
+        text = read_bounded(path, root or local_path(folder), MAX_CARD_BYTES)
+        card = bounded_json.loads(text.decode("utf-8"), MAX_CARD_BYTES)
     except FileNotFoundError:
         raise ConfigError(
             f"{folder}: no {CARD_FILE}; give a run folder (with {EXPORT_DIR}/) or its "
             f"{EXPORT_DIR} folder, written by a successful `trainctl train`"
         ) from None
-    except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
-        raise ConfigError(f"{path}: unreadable model card ({err})") from None
+    except (OSError, ValueError) as err:  # a FIFO, over the bound; UnicodeDecodeError
+        raise ConfigError(f"{path}: unreadable model card ({_why(err)})") from None
     problem = card_problem(card)
     if problem:
         raise ConfigError(f"{path}: {problem}")
     return card
+
+
+def _why(err: OSError | ValueError) -> str:
+    return (err.strerror if isinstance(err, OSError) else None) or str(err)
 
 
 def card_problem(card: Any) -> str | None:
@@ -63,16 +99,36 @@ def card_problem(card: Any) -> str | None:
     files = card.get("files")
     if not isinstance(files, dict) or not files:
         return "`files` must map the export's file names to their sha256"
+    for name, why in RETIRED.items():
+        if name in files:
+            return (
+                f"`files` lists {name}, {why}: trainctl no longer writes or loads it; it loads "
+                f"only {WEIGHTS_FILE} (a state dict). Export the run again with this trainctl"
+            )
     if not set(files) <= set(MODEL_FILES) or card.get("file") not in files:
         return f"`files` may name only {', '.join(MODEL_FILES)}, and must hold `file`"
+    if WEIGHTS_FILE not in files:
+        return (
+            f"`files` has no {WEIGHTS_FILE}: trainctl loads an export's weights only from that "
+            "state dict (never a program, whose loading can run code); export the run again "
+            "with this trainctl"
+        )
+    if not all(isinstance(v, str) and len(v) == 64 for v in files.values()):
+        return "`files` must map each file to its sha256 (64 hex digits)"
+    architecture, patch = card.get("architecture"), card.get("vit_patch", 0)
+    if not isinstance(architecture, str) or not architecture:
+        return "`architecture` must name the model (TRAIN_MODEL of the run)"
+    if not isinstance(patch, int) or isinstance(patch, bool) or not 0 <= patch <= MAX_SIDE:
+        return f"`vit_patch` must be a whole number 0..{MAX_SIDE}"
     input_ = card.get("input")
     if not isinstance(input_, dict):
         return "`input` is missing"
     channels, height, width = (input_.get(k) for k in ("channels", "height", "width"))
-    for name, value, top in (("channels", channels, MAX_CHANNELS), ("height", height, MAX_SIDE),
-                             ("width", width, MAX_SIDE)):  # fmt: skip
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
-            return f"input.{name} must be a whole number 1..{top}"
+    if type(channels) is not int or channels not in CHANNELS:
+        return "input.channels must be 1 (grayscale) or 3 (RGB)"
+    for name, value in (("height", height), ("width", width)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIDE:
+            return f"input.{name} must be a whole number 1..{MAX_SIDE}"
     for name in ("mean", "std"):
         values = input_.get(name)
         if (
@@ -90,24 +146,33 @@ def card_problem(card: Any) -> str | None:
         or not all(isinstance(n, str) for n in names)
     ):
         return f"class_names must be a list of 1..{MAX_CLASSES} strings"
-    return None
+    return names_problem(names)
 
 
-def verified(folder: Path) -> tuple[dict[str, Any], Path]:
-    """(card, model file) once every file the card lists matches its sha256; ConfigError
-    naming the file and both checksums otherwise. Nothing is loaded before this passes."""
-    card = read_card(folder)
+def verified(folder: RunPath, root: Path | None = None) -> Verified:
+    """The card and weights.pt's bytes once every file the card lists matches its sha256;
+    ConfigError naming the file (and both checksums) otherwise. On a volume every file is
+    opened below `root` (default: the folder itself) without following a link, as a regular
+    file of bounded size. Nothing is loaded before this passes."""
+    root = root or local_path(folder)
+    card = read_card(folder, root)
+    weights = b""
     for name, expected in card["files"].items():
         path = folder / name
         try:
-            found = sha256_of(path, folder)  # a link in the folder is refused, not followed
+            if name == WEIGHTS_FILE:  # read once: these bytes are hashed, then loaded
+                weights = read_bounded(path, root, MAX_WEIGHTS_BYTES)
+                found = hashlib.sha256(weights).hexdigest()
+            else:
+                found = sha256_of(path, root, MAX_PROGRAM_BYTES)
         except FileNotFoundError:
             raise ConfigError(f"{path}: missing; the model card lists it") from None
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot be read ({err.strerror or err})") from None
+        except (OSError, ValueError) as err:  # a FIFO or device; over the bound (a link:
+            # LinkRefused, a ConfigError naming it, goes on as it is)
+            raise ConfigError(f"{path}: cannot be read ({_why(err)})") from None
         if found != expected:
             raise ConfigError(
                 f"{path}: sha256 {found} does not match the model card's {expected}; "
-                "the export was altered or damaged and is not loaded (loading it could run code)"
+                "the export was altered or damaged and is not loaded"
             )
-    return card, folder / card["file"]
+    return Verified(card, weights, folder)

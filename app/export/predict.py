@@ -1,34 +1,36 @@
 """`trainctl predict`: top-k classes for images, from a run's export alone.
 
-Loads nothing but the export folder (app/export/card.py checks every file's sha256 first) and
-imports nothing from the training code (app.training, app.run): what runs here is what a model
-server would run. Preprocessing follows the card, and is what training did to an image folder
-(app/data/folder_images.decode_image), so that a file predicted here gets the numbers it got
-in validation: Pillow decodes the image; for a 3-channel model every mode (grayscale, RGBA,
-CMYK, 16-bit) is made RGB, as the folder reader does; it is resized so that it covers the
-card's height x width and center-cropped (bilinear; a plain resize would squash an image of
-another aspect ratio), scaled to [0, 1] and normalized with the card's mean and std, per
-channel. A 1-channel model takes only 1-channel images: which grey a colour photo should
-become is not the model's to guess.
+Reads nothing but the export folder and the images. app/export/card.py verifies every file the
+model card lists against its sha256, from the bytes it read; the weights are then loaded from
+those same bytes with torch.load(weights_only=True) into the model trainctl's own code builds
+for the card's architecture, input and classes (app/training/model.py), as a checkpoint is
+resumed. Nothing in an export can run code here: the torch.export program beside the weights is
+for model servers and is never loaded (app/export/card.py says why).
+
+An image is read as a regular file of at most MAX_FILE_BYTES, without following a link (a FIFO
+would hang, a device never end), and prepared as training prepared an image folder's files,
+with the same limits: app/data/image_decode.py, one module for both. For a 3-channel model
+every mode is made RGB; a 1-channel model takes only grayscale images; each is resized to cover
+the card's height x width and center-cropped, scaled to [0, 1] and normalized with the card's
+mean and std, per channel.
 """
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.data.folder_listing import shown
+from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
 from app.errors import ConfigError
-from app.export.card import CARD_FILE, EXPORT_DIR, EXPORTED_PROGRAM, verified
+from app.export.card import CARD_FILE, EXPORT_DIR, WEIGHTS_FILE, Verified, verified
+from app.storage.location import RunPath, local_path
+from app.storage.reading import present, read_bounded
 
-MAX_IMAGE_BYTES = 64 << 20
-MAX_IMAGE_PIXELS = 50_000_000  # Pillow's decompression-bomb guard, made an error
 MAX_TOP_K = 1000
 CHUNK = 64  # images per forward pass
-CHANNEL_MODES = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
 @dataclass(frozen=True)
@@ -57,28 +59,29 @@ def predict(target: str, images: Sequence[str], top_k: int) -> list[Prediction]:
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
-    with export_folder(target) as folder:
-        card, model_file = verified(folder)
-        first = _batch(chunks[0], card)  # a bad first image is named before anything loads
-        module = _load(model_file, card["format"])
-        found = _classify(module, first, chunks[0], card["class_names"], top_k)
-        for chunk in chunks[1:]:
-            found += _classify(module, _batch(chunk, card), chunk, card["class_names"], top_k)
-        return found
+    folder, root = export_folder(target)
+    export = verified(folder, root)
+    card = export.card
+    first = _batch(chunks[0], card)  # a bad first image is named before anything loads
+    module = _load(export)
+    found = _classify(module, first, chunks[0], card["class_names"], top_k)
+    for chunk in chunks[1:]:
+        found += _classify(module, _batch(chunk, card), chunk, card["class_names"], top_k)
+    return found
 
 
-@contextlib.contextmanager
-def export_folder(target: str) -> Iterator[Path]:
+def export_folder(target: str) -> tuple[RunPath, Path | None]:
     """The export folder `target` names (an export folder, or a run folder holding export/),
-    local or in a bucket (copied to a private temporary folder first)."""
-    from app.storage.location import local_copy, parse_location
+    local or in a bucket, and the folder below which its files are opened: `target` itself,
+    so that neither export/ nor a file in it is read through a link."""
+    from app.storage.location import parse_location
 
     try:
         where = parse_location(target)
     except ValueError as err:
         raise ConfigError(f"{target}: {err}") from None
-    with local_copy(where if (where / CARD_FILE).is_file() else where / EXPORT_DIR) as folder:
-        yield folder
+    folder = where if present(where / CARD_FILE) else where / EXPORT_DIR
+    return folder, local_path(where)
 
 
 def _batch(images: Sequence[str], card: dict[str, Any]) -> Any:
@@ -95,63 +98,60 @@ def _batch(images: Sequence[str], card: dict[str, Any]) -> Any:
 
 def _pixels(path: Path, spec: dict[str, Any]) -> Any:
     """One image as uint8 HxWxC at the card's size; ConfigError naming the file otherwise."""
-    import numpy as np
-    from PIL import Image, ImageOps
-
-    Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
-    size = (spec["width"], spec["height"])
+    name = shown(path)  # a newline in a file name never starts a line of its own
     try:
-        if path.is_dir():
-            raise ConfigError(f"{path}: a folder; give image files (e.g. {path}/*.jpg)")
-        if path.stat().st_size > MAX_IMAGE_BYTES:
-            raise ConfigError(f"{path}: over {MAX_IMAGE_BYTES >> 20} MiB; not an image to classify")
-        with warnings.catch_warnings():
-            # Pillow only warns between MAX_IMAGE_PIXELS and twice that: refuse it all.
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as opened:
-                if spec["channels"] == 3:  # as the folder reader: every mode made RGB
-                    opened.draft("RGB", size)
-                    image = opened.convert("RGB")
-                else:  # a palette image is its colours; other modes are taken as decoded
-                    image = opened.convert("RGB") if opened.mode == "P" else opened.copy()
-    except ConfigError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise ConfigError(
-            f"{path}: over the {MAX_IMAGE_PIXELS:,} pixels allowed for one image (a "
-            "decompression bomb, or a photograph to downscale first)"
-        ) from None
+        data = read_bounded(path, None, MAX_FILE_BYTES)  # a link is refused (LinkRefused)
+    except IsADirectoryError:
+        raise ConfigError(f"{name}: a folder; give image files (e.g. {name}/*.jpg)") from None
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, ValueError, SyntaxError) as err:
-        raise ConfigError(f"{path}: not a readable image ({err})") from None
-    channels = CHANNEL_MODES.get(image.mode)
-    if channels is None:
-        raise ConfigError(
-            f"{path}: Pillow mode {image.mode} is not supported; use 8-bit grayscale (L), RGB "
-            "or RGBA images"
-        )
-    if channels != spec["channels"]:
-        raise ConfigError(
-            f"{path}: {channels} channel(s) ({image.mode}), but the model takes "
-            f"{spec['channels']} ({_modes(spec['channels'])})"
-        )
-    if image.size != size:
-        image = ImageOps.fit(image, size, Image.Resampling.BILINEAR)
-    pixels = np.asarray(image, dtype=np.uint8)
-    return pixels.reshape(spec["height"], spec["width"], channels)
+        raise ConfigError(f"{name}: no such file") from None
+    except (OSError, ValueError) as err:  # a FIFO or device; over MAX_FILE_BYTES
+        why = (err.strerror if isinstance(err, OSError) else None) or str(err)
+        raise ConfigError(f"{name}: cannot be read ({why}); not an image to classify") from None
+    try:
+        return decode_image(data, (spec["height"], spec["width"]), path, spec["channels"])
+    except ImageError as err:
+        raise ConfigError(str(err)) from None
 
 
-def _modes(channels: int) -> str:
-    return next(mode for mode, count in CHANNEL_MODES.items() if count == channels)
+def _load(export: Verified) -> Any:
+    """The card's model with weights.pt's verified bytes loaded into it, in eval mode."""
+    import io
 
-
-def _load(model_file: Path, fmt: str) -> Any:
     import torch
 
-    if model_file.name == EXPORTED_PROGRAM and fmt == "torch.export":
-        return torch.export.load(str(model_file)).module()
-    return torch.jit.load(str(model_file), map_location="cpu").eval()
+    from app.data.schema import DatasetInfo
+    from app.run.state_dicts import fit_problem, plain_keys, tensor_problem
+    from app.training.model import build_model, model_problem
+
+    card, spec = export.card, export.card["input"]
+    weights, where = export.folder / WEIGHTS_FILE, export.folder / CARD_FILE
+    names = tuple(card["class_names"])
+    info = DatasetInfo(
+        channels=spec["channels"], height=spec["height"], width=spec["width"],
+        num_classes=len(names), train_rows=0, valid_rows=0, layout="export",
+        mean=tuple(spec["mean"]), std=tuple(spec["std"]), class_names=names,
+    )  # fmt: skip
+    problem = model_problem(card["architecture"], info, card.get("vit_patch", 0))
+    if problem:
+        raise ConfigError(f"{where}: the card's model cannot be built ({problem})")
+    model = build_model(card["architecture"], info, card.get("vit_patch", 0))
+    try:
+        state = torch.load(io.BytesIO(export.weights), map_location="cpu", weights_only=True)
+    except Exception as err:  # not a torch file, or one holding more than tensors
+        raise ConfigError(
+            f"{weights}: cannot be loaded as a state dict ({type(err).__name__}); it was "
+            "hashed as the card says, so the card was written for this file: re-export the run"
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        raise ConfigError(f"{weights}: holds a {type(state).__name__}, not a state dict")
+    state = plain_keys(state)
+    expected = {key: value.shape for key, value in model.state_dict().items()}
+    problem = tensor_problem(state) or fit_problem(state, expected)
+    if problem:
+        raise ConfigError(f"{weights}: does not fit the card's {card['architecture']}: {problem}")
+    model.load_state_dict(state)
+    return model.eval()
 
 
 def _classify(

@@ -23,6 +23,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app.storage import bounded_json, safe_fs
@@ -53,11 +54,17 @@ def pointer_path(storage: RunPath, name: str) -> RunPath:
     return storage / CHAMPIONS_DIR / f"{name}.json"
 
 
+def _root(local: Path) -> Path:
+    """Where the pointer's opens start: the storage folder, so that neither `champions/` nor
+    the pointer is read or written through a link planted there (app/storage/safe_fs.py)."""
+    return local.parent.parent
+
+
 def read_pointer(path: RunPath) -> dict[str, Any] | None:
     """The pointer, None when there is none; PointerDamaged when it is unreadable."""
     local = local_path(path)
     try:
-        data = read_bounded(path, local.parent if local else None, MAX_POINTER_BYTES)
+        data = read_bounded(path, _root(local) if local else None, MAX_POINTER_BYTES)
         pointer = bounded_json.loads(data.decode("utf-8"), MAX_POINTER_BYTES)
     except FileNotFoundError:
         return None
@@ -89,7 +96,7 @@ def replace(
         if new is None:
             return Replaced(before, None, before)
         local = local_path(path)
-        write_json(path, new, local.parent if local else None)
+        write_json(path, new, _root(local) if local else None)
         after = new if local is not None else read_pointer(path)
     return Replaced(before, new, after)
 
@@ -101,9 +108,15 @@ def _exclusive(path: RunPath) -> Iterator[None]:
     if local is None:
         yield
         return
-    local.parent.mkdir(parents=True, exist_ok=True)
     lock = local.parent / f".{local.name.removesuffix('.json')}.lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        with safe_fs.folder_fd(local.parent, _root(local), create=True) as folder:
+            fd = os.open(lock.name, flags, 0o666, dir_fd=folder)
+    except safe_fs.LinkRefused as err:  # `champions/` itself: kept, with the reason
+        raise PointerDamaged("; ".join(err.problems)) from None
+    except OSError as err:  # the lock's name taken by a link (ELOOP) or a folder
+        raise PointerDamaged(f"{lock}: cannot be opened as a lock ({err.strerror})") from None
     try:
         _lock(fd, lock)
         yield

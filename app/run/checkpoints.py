@@ -35,7 +35,7 @@ import torch
 from app.run.checkpoint_names import PREFIX, parse_name
 from app.run.checkpoint_names import dir_name as dir_name  # callers name folders through here
 from app.run.retention import higher_is_better, ranked, to_remove  # noqa: F401
-from app.run.state_dicts import MODEL_FILE, fit_problem, plain_keys
+from app.run.state_dicts import MAX_WEIGHTS_BYTES, MODEL_FILE, fit_problem, plain_keys
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
 from app.storage.reading import open_below, read_bounded, sha256_of
@@ -200,9 +200,11 @@ def _load(file: RunPath) -> Any:
 
 
 def _load_any(file: RunPath) -> Any:
-    """A warm-start file: anywhere the operator points, so links are theirs to use."""
-    source = local_path(file) or file.open("rb")
-    return torch.load(source, map_location="cpu", weights_only=True)
+    """A warm-start file, anywhere the operator points: its folder is theirs to choose, the
+    file itself is opened as a regular file of at most MAX_WEIGHTS_BYTES without following a
+    link (a FIFO there used to hang preflight), and loaded from that one open file."""
+    with open_below(file, None, MAX_WEIGHTS_BYTES) as source:
+        return torch.load(source, map_location="cpu", weights_only=True)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ nothing and is checked against nothing, except that a run that recorded names ke
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
+from app.data.class_meta import names_problem
 from app.data.folder_listing import shown
 from app.data.schema import MAX_CLASSES, DatasetInfo
 from app.run.folder import read_record_file
@@ -38,6 +40,8 @@ def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
         or not all(isinstance(n, str) for n in names)
     ):
         raise ValueError(f"{path} is damaged (no list of class names)")
+    if problem := names_problem(names):
+        raise ValueError(f"{path} is damaged ({problem})")
     return tuple(names)
 
 
@@ -55,7 +59,11 @@ def _newest_checkpoints(run_dir: RunPath) -> tuple[str, ...] | None:
     except (OSError, ValueError, safe_fs.LinkRefused):  # changed since the scan: it decides
         return None
     names = meta.get("class_names") if isinstance(meta, dict) else None
-    return tuple(str(n) for n in names) if isinstance(names, list) else None
+    if not isinstance(names, list):
+        return None
+    # Names the checkpoint cannot mean (a class twice) compare unequal to any data's, so the
+    # run is refused with the difference named rather than trusted.
+    return tuple(str(n) for n in names)
 
 
 def class_names_problem(run_dir: RunPath, info: DatasetInfo) -> str | None:
@@ -86,7 +94,17 @@ def describe_difference(before: tuple[str, ...], now: tuple[str, ...]) -> str:
         if names:
             listed = ", ".join(shown(n) for n in names[:5]) + (" ..." if len(names) > 5 else "")
             parts.append(f"{word}: {listed}")
-    if not parts:
+    old = {unicodedata.normalize("NFC", n): n for n in removed}
+    for name in added:
+        if (was := old.get(unicodedata.normalize("NFC", name))) is not None:
+            parts.append(
+                f"{name!a} was {was!a}: the same name in another Unicode "
+                "normalisation (NFC/NFD), which makes it another class"
+            )
+            break
+    if not parts and len(before) != len(now):  # a list that names a class twice
+        parts.append(f"{len(before)} names before, {len(now)} now, some named more than once")
+    elif not parts:
         moved = next(i for i, (a, b) in enumerate(zip(before, now, strict=True)) if a != b)
         parts.append(f"same names in another order from label {moved}")
     return "; ".join(parts)

@@ -51,7 +51,8 @@ MAX_LINE_CHARS = 1 << 20
 MAX_SUMMARY_BYTES = 16 << 20
 # The names trainctl reads or writes in a run folder (checkpoint folders by their prefixes):
 # none of them may be a link (`refuse_links`).
-# classes.json: app/run/class_names.py (which imports this module, hence the literal)
+# classes.json: app/run/class_names.py (which imports this module, hence the literal).
+EXPORT_DIR = "export"  # the run's export (app/export/card.py): its files are checked too
 OWN_NAMES = (
     SUMMARY_FILE,
     METRICS_FILE,
@@ -61,6 +62,7 @@ OWN_NAMES = (
     PROGRESS_FILE,
     "logs",
     "classes.json",
+    EXPORT_DIR,
 )
 OWN_PREFIXES = ("checkpoint_epoch_", "corrupt_", "tensorboard")
 
@@ -245,8 +247,9 @@ def forget_ray_snapshot(run_dir: RunPath) -> None:
 
 def refuse_links(run_dir: RunPath) -> None:
     """Raise LinkRefused (exit 2) naming every link among the run folder itself, its own
-    names, its logs' attempt folders and their files. The driver calls it before it reads or writes
-    anything there; a bucket has no links."""
+    names, its logs' attempt folders and their files, and its export's files. The driver calls
+    it in preflight, before Ray starts and before it reads or writes anything there (a link
+    found after training would cost the run its export or summary); a bucket has no links."""
     local = local_path(run_dir)
     if local is not None and local.is_symlink():  # runs/<name> planted by whoever can write
         raise safe_fs.LinkRefused([(local, _target(local))])
@@ -261,6 +264,9 @@ def refuse_links(run_dir: RunPath) -> None:
                 found.append(logs / name)
             elif stat.S_ISDIR(status.st_mode):
                 found += [logs / name / inner for inner in _links(logs / name, run_dir)]
+    export = run_dir / EXPORT_DIR
+    if export not in found and export.is_dir():
+        found += [export / name for name in _links(export, run_dir)]
     if found:
         raise safe_fs.LinkRefused([(path, _target(path)) for path in found])
 

@@ -1,16 +1,24 @@
-"""State dicts as trainctl reads them: plain module names, and whether they fit a model.
+"""State dicts as trainctl reads them: plain module names, real data, and whether they fit.
 
-Used by checkpoints (resume), warm starts and pretrained weights alike, so that a file that
-cannot load into the model is refused in preflight, naming the keys, before any worker starts.
+Used by checkpoints (resume), warm starts, pretrained weights and `trainctl predict` alike, so
+that a file that cannot load into the model is refused in preflight, naming the keys, before
+any worker starts. A file is read with torch.load(weights_only=True), which builds tensors and
+plain containers only: nothing in it can run code. Such a file can still hold tensors that
+have a shape and no data (saved from the meta device), sparse or quantized tensors a model's
+dense parameters cannot take, or NaN and infinity: shapes alone pass those, and training (or
+serving) would fail, or learn nothing, later. `tensor_problem` names the first such key.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 MODEL_FILE = "model.pt"  # a checkpoint folder's weights (app/run/checkpoints.py)
+MAX_WEIGHTS_BYTES = 4 << 30  # ViT-H/14, torchvision's largest classifier, is 2.5 GB
+FINITE_CHUNK = 1 << 24  # elements checked at a time: bounded memory for the largest tensor
 
 
 def fit_problem(model_state: Any, expected: dict[str, torch.Size]) -> str | None:
@@ -44,3 +52,28 @@ def plain_keys(state: dict[str, Any]) -> dict[str, Any]:
         if state and all(key.startswith(prefix) for key in state):
             state = {key.removeprefix(prefix): value for key, value in state.items()}
     return state
+
+
+def tensor_problem(state: dict[str, Any]) -> str | None:
+    """Why the tensors of a loaded state dict cannot be trained or served, naming the first
+    key: no data (the meta device), not a dense tensor, or NaN/infinite values; None if none."""
+    import torch  # here: the limits and the fit check above are read without torch (predict)
+
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            continue  # not a weight: the fit check names it if the model expects a tensor there
+        shape = tuple(value.shape)
+        if value.is_meta:
+            return (
+                f"{key} has shape {shape} but no data (saved from the meta device); save the "
+                "state dict of a model whose weights are real"
+            )
+        if value.layout is not torch.strided or value.is_quantized:
+            kind = "quantized" if value.is_quantized else str(value.layout).removeprefix("torch.")
+            return f"{key} is a {kind} tensor; a model's weights are dense tensors"
+        if value.is_floating_point() or value.is_complex():
+            flat = value.detach().reshape(-1)
+            for start in range(0, flat.numel(), FINITE_CHUNK):
+                if not bool(torch.isfinite(flat[start : start + FINITE_CHUNK]).all()):
+                    return f"{key} holds NaN or infinite values"
+    return None

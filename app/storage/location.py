@@ -167,13 +167,17 @@ def download_tree(source: ObjectPath, local: Path) -> Path:
 
 @contextlib.contextmanager
 def local_copy(path: RunPath) -> Iterator[Path]:
-    """A folder on this machine with `path`'s files, for tools that only read local files
-    (MLflow and W&B artifact uploads); a local path is used as it is."""
-    if not isinstance(path, ObjectPath):
-        yield path
-        return
+    """A private folder on this machine with `path`'s files, for tools that walk and read local
+    files themselves (MLflow and W&B artifact uploads). On a volume too: such a tool follows
+    every link it meets, so the files are copied the link-refusing way (app/storage/safe_fs.py,
+    below `path`'s own folder): a link or a FIFO planted there is refused (LinkRefused,
+    NotRegularFile) instead of uploading what it leads to, or hanging."""
     with tempfile.TemporaryDirectory(prefix="trainctl-copy-") as tmp:
-        yield download_tree(path, Path(tmp) / path.name)
+        if isinstance(path, ObjectPath):
+            yield download_tree(path, Path(tmp) / path.name)
+        else:
+            safe_fs.copy_tree(path, path.parent, Path(tmp) / path.name)
+            yield Path(tmp) / path.name
 
 
 def storage_options(storage: RunPath) -> dict[str, Any]:

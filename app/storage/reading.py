@@ -131,21 +131,28 @@ def read_bounded(path: RunPath, root: Path | None, limit: int) -> bytes:
     return safe_fs.read_bytes(path, root or path.parent, limit)
 
 
-def open_below(path: RunPath, root: Path | None = None) -> Any:
+def open_below(path: RunPath, root: Path | None = None, limit: int | None = None) -> Any:
     """`path` opened for reading; on a volume below `root` (default: its folder), following
-    no link."""
+    no link, and only a regular file (NotRegularFile: a FIFO would block the reader); with
+    `limit`, ValueError when the file opened is larger."""
     if isinstance(path, ObjectPath):
+        if limit is not None and (size := path.size()) > limit:
+            raise ValueError(f"{path} is {size:,} bytes, over the {limit:,} allowed")
         return path.open("rb")
-    return safe_fs.open_read(path, root or path.parent)
+    return safe_fs.open_read(path, root or path.parent, limit)
 
 
-def sha256_of(path: RunPath, root: Path | None = None) -> str:
+def sha256_of(path: RunPath, root: Path | None = None, limit: int | None = None) -> str:
     """The file's SHA-256 (hex), read a chunk at a time through open_below: on a volume below
-    `root` (default: its folder) without following a link, in a bucket as a stream."""
-    digest = hashlib.sha256()
-    with open_below(path, root) as handle:
+    `root` (default: its folder) without following a link, in a bucket as a stream; ValueError
+    when it is larger than `limit`."""
+    digest, read = hashlib.sha256(), 0
+    with open_below(path, root, limit) as handle:
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
+            read += len(chunk)
+            if limit is not None and read > limit:  # it grew while being read
+                raise ValueError(f"{path} is over the {limit:,} bytes allowed")
     return digest.hexdigest()
 
 

@@ -5,11 +5,15 @@ are not trusted: a `logs` folder, a checkpoint folder or a `summary.json` replac
 link would make trainctl write (or print) whatever the link points at. Every open below a run
 folder here walks down from the run folder one name at a time with O_NOFOLLOW, holding each
 folder open (dir fds), so a name swapped for a link between a check and the open is refused
-too, and only regular files are read (a FIFO would block a reader forever).
+too, and only regular files are read (a FIFO would block a reader forever, a device would
+never end): anything else is a `NotRegularFile`, an OSError naming what it is.
 
-The run folder itself (`root`) is opened as given: its path is the operator's choice. A refused
-link is a `LinkRefused`, a ConfigError (exit 2) naming the link. Object stores have no links;
-callers pass `ObjectPath`s to their own methods and local `Path`s here.
+The same open serves every file trainctl reads that another hand could have placed: a run
+folder's records and checkpoints, an export and its model card, a champion pointer, and the
+files an operator names (TRAIN_WEIGHTS, TRAIN_WARM_START, `trainctl predict`'s images), whose
+folder is then the `root`. The root itself is opened as given: its path is the operator's
+choice. A refused link is a `LinkRefused`, a ConfigError (exit 2) naming the link. Object
+stores have no links; callers pass `ObjectPath`s to their own methods and local `Path`s here.
 """
 
 from __future__ import annotations
@@ -40,10 +44,27 @@ class LinkRefused(ConfigError):
         super().__init__(
             [
                 f"{path}: is a symbolic link (to {target}); trainctl never reads or writes "
-                "through a link in a run folder: remove it"
+                "through a link here: remove it, or name the file itself"
                 for path, target in self.links
             ]
         )
+
+
+class NotRegularFile(OSError):
+    """A FIFO, socket or device where a file should be: refused before anything is read."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        super().__init__(errno.EINVAL, f"{_kind(mode)}, not a regular file", str(path))
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
 
 
 def _refused(path: Path, target: str) -> LinkRefused:
@@ -107,13 +128,20 @@ def _open(path: Path, root: Path, flags: int, *, create: bool = False) -> int:
         os.close(fd)
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
+        raise NotRegularFile(path, mode)
     return fd
 
 
-def open_read(path: Path, root: Path) -> BinaryIO:
-    """`path` (below `root`) opened for reading; FileNotFoundError when it is not there."""
-    return os.fdopen(_open(path, root, os.O_RDONLY), "rb")
+def open_read(path: Path, root: Path, limit: int | None = None) -> BinaryIO:
+    """`path` (below `root`) opened for reading; FileNotFoundError when it is not there;
+    ValueError when the open file is larger than `limit` (its size read from the descriptor,
+    so it is the file that will be read)."""
+    file = os.fdopen(_open(path, root, os.O_RDONLY), "rb")
+    size = os.fstat(file.fileno()).st_size
+    if limit is not None and size > limit:
+        file.close()
+        raise ValueError(f"{path} is {size:,} bytes, over the {limit:,} allowed")
+    return file
 
 
 def open_append(path: Path, root: Path) -> BinaryIO:
@@ -124,10 +152,7 @@ def open_append(path: Path, root: Path) -> BinaryIO:
 
 def read_bytes(path: Path, root: Path, limit: int | None = None) -> bytes:
     """The whole file; ValueError when it is larger than `limit` (nothing read beyond it)."""
-    with open_read(path, root) as file:
-        size = os.fstat(file.fileno()).st_size
-        if limit is not None and size > limit:
-            raise ValueError(f"{path} is {size:,} bytes, over the {limit:,} allowed")
+    with open_read(path, root, limit) as file:
         data = file.read(limit + 1 if limit is not None else -1)
     if limit is not None and len(data) > limit:  # it grew while being read
         raise ValueError(f"{path} is over the {limit:,} bytes allowed")
@@ -203,3 +228,16 @@ def entries(folder: Path, root: Path) -> list[tuple[str, os.stat_result]]:
             with contextlib.suppress(FileNotFoundError):
                 found.append((name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)))
     return found
+
+
+def copy_tree(folder: Path, root: Path, dest: Path) -> None:
+    """Copy the files below `folder` into the new local folder `dest`, each opened as a regular
+    file without following a link (LinkRefused, NotRegularFile otherwise): what a tool that
+    walks folders itself (an artifact upload) then reads is only what was reached this way."""
+    dest.mkdir(mode=0o700)
+    for name, status in entries(folder, root):
+        if stat.S_ISDIR(status.st_mode):
+            copy_tree(folder / name, root, dest / name)
+            continue
+        with open_read(folder / name, root) as source, (dest / name).open("xb") as target:
+            shutil.copyfileobj(source, target)

@@ -7,7 +7,11 @@
   without internet it says which file to place where. Workers read the same folder (a
   setting, so that every worker sees it: on Kubernetes point it at the shared volume).
 - A file is a state dict, local or in a bucket, of at most MAX_WEIGHTS_BYTES, loaded with
-  `torch.load(weights_only=True)`: nothing in it can run code.
+  `torch.load(weights_only=True)`: nothing in it can run code. On a volume it is opened as a
+  regular file without following a link (a link, FIFO or device is refused, exit 2, naming
+  it: a FIFO used to hang preflight), and its size bound is read from the open file. Every
+  tensor must hold real, finite data (app/run/state_dicts.tensor_problem): weights saved from
+  the meta device have shapes and no data, and would pass a shape check to fail in training.
 - Weights load into the model built for the data, whose head has the data's class count:
   head keys are taken only where their shapes fit (so a 1000-class ImageNet head is left
   fresh), every other key must be present with its shape, or preflight stops with exit 2
@@ -34,7 +38,7 @@ from torch import nn
 
 from app.errors import ConfigError, did_you_mean
 from app.redact import redact_uri
-from app.run.state_dicts import fit_problem, plain_keys
+from app.run.state_dicts import MAX_WEIGHTS_BYTES, fit_problem, plain_keys, tensor_problem
 from app.storage.location import (
     RunPath,
     local_path,
@@ -42,7 +46,7 @@ from app.storage.location import (
     parse_location,
     with_endpoint,
 )
-from app.storage.reading import file_size
+from app.storage.reading import open_below
 
 if TYPE_CHECKING:
     from torchvision.models import WeightsEnum
@@ -55,7 +59,6 @@ WEIGHTS_NAME = re.compile(r"\A[A-Za-z0-9_]+_Weights\.[A-Za-z0-9_]+\Z")
 # What a weights name typed in the wrong case looks like (`resnet18_weights.imagenet1k_v1`):
 # not a name, so it would be read as a file path and refused as "no such file" without a hint.
 CASELESS_NAME = re.compile(r"\A[A-Za-z0-9_]+_weights\.[A-Za-z0-9_]+\Z", re.IGNORECASE)
-MAX_WEIGHTS_BYTES = 4 << 30  # ViT-H/14, torchvision's largest classifier, is 2.5 GB
 DOWNLOAD_READ_TIMEOUT_S = 60.0
 # googlenet's and inception_v3's auxiliary heads are off in trainctl (zoo.EXTRA_ARGS).
 IGNORED_PREFIXES = ("AuxLogits.", "aux1.", "aux2.")
@@ -197,11 +200,16 @@ def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[s
         file, label = fetch(source, torch_home), f"TRAIN_WEIGHTS={_name(source)} ({source.url})"
     else:
         file, label = source, f"TRAIN_WEIGHTS={redact_uri(str(source))}"
-    size = file_size(file)
-    if size > MAX_WEIGHTS_BYTES:
-        raise ConfigError(f"{label}: {size:,} bytes, over the {MAX_WEIGHTS_BYTES:,} allowed")
     try:
-        with file.open("rb") as handle:
+        handle = open_below(file, None, MAX_WEIGHTS_BYTES)
+    except ConfigError as err:  # a link, refused
+        raise ConfigError([f"{label}: {problem}" for problem in err.problems]) from None
+    except FileNotFoundError:
+        raise ConfigError(f"{label}: no such file") from None
+    except (OSError, ValueError) as err:  # a FIFO or device, a folder; over the size bound
+        raise ConfigError(f"{label}: cannot be read ({_why(err)})") from None
+    try:
+        with handle:
             state = torch.load(handle, map_location="cpu", weights_only=True)
     except Exception as err:  # not a torch file, or one that needs code to unpickle
         raise ConfigError(
@@ -211,7 +219,13 @@ def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[s
         ) from None
     if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
         raise ConfigError(f"{label}: holds a {type(state).__name__}, not a state dict")
+    if problem := tensor_problem(state):
+        raise ConfigError(f"{label}: {problem}")
     return plain_keys(state)
+
+
+def _why(err: OSError | ValueError) -> str:
+    return (err.strerror if isinstance(err, OSError) else None) or str(err)
 
 
 def fitted(

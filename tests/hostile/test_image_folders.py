@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -82,6 +83,14 @@ def _newline_class(root: Path) -> None:
     (root / "train" / "cat\nok" / "1.png").write_bytes(image_bytes(1, 0, "PNG"))
 
 
+def _unicode_twins(root: Path) -> None:
+    """café twice: as macOS writes a folder name (NFD) and as most tools do (NFC)."""
+    image_folder(root, classes=(unicodedata.normalize("NFC", "café"), "dog"))
+    twin = root / "train" / unicodedata.normalize("NFD", "café")
+    twin.mkdir()
+    (twin / "1.png").write_bytes(image_bytes(1, 0, "PNG"))
+
+
 def _no_valid(root: Path) -> None:
     image_folder(root)
     for path in (root / "valid").rglob("*.*"):
@@ -98,6 +107,7 @@ CASES: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
     ("newline-in-file-name", _truncated_newline_name, ("bad\\nline.jpg': not a readable",)),
     ("decompression-bomb", _bomb, ("bomb.png: over the 89,478,485 pixels allowed",)),
     ("newline-in-class-name", _newline_class, ("'cat\\nok' has unprintable characters",)),
+    ("unicode-twins", _unicode_twins, ("'caf\\xe9'", "'cafe\\u0301'", "two Unicode norm")),
     ("no-valid-images", _no_valid, ("valid: no image files",)),
     ("no-folder", lambda root: None, ("train: folder not found", "train/<class>/<image>")),
 ]

@@ -3,15 +3,15 @@ an unknown metric (exit 2 before training), an unsafe model name, an exit code t
 with trainctl's own; an export that was altered after its card was written (refused naming the
 checksum, nothing loaded: its pickle would run code), an image of the wrong channel count, an
 unreadable image, a decompression bomb, a folder given as an image. No Ray, no torch.export:
-the export folders here are made by hand."""
+the export folders here are made by hand (tests/hostile/test_export_loading.py has exports
+whose card vouches for a malicious file)."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import pickle
 import struct
-import zipfile
 import zlib
 from pathlib import Path
 
@@ -56,17 +56,27 @@ class Payload:
         return (Path.write_text, (self.marker, "code ran"))
 
 
+def malicious_torch_file(marker: Path) -> bytes:
+    """What torch.save writes for an object whose unpickling writes `marker`: loaded with
+    weights_only=False (torch.export's fallback, or a plain torch.load) it runs."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({"weight": Payload(marker)}, buffer)
+    return buffer.getvalue()
+
+
 def _export(folder: Path, marker: Path, channels: int = 1) -> Path:
-    """An export folder whose model.pt2 carries a code-running pickle, and a card that vouches
-    for it: what someone with write access to the bucket could leave."""
+    """An export folder whose weights.pt carries a code-running pickle, and a card that
+    vouches for it: what someone with write access to the bucket could leave."""
     folder.mkdir(parents=True)
-    model = folder / "model.pt2"
-    with zipfile.ZipFile(model, "w") as archive:
-        archive.writestr("model/data.pkl", pickle.dumps(Payload(marker)))
+    weights = folder / "weights.pt"
+    weights.write_bytes(malicious_torch_file(marker))
     card = {
-        "format": "torch.export",
-        "file": "model.pt2",
-        "files": {"model.pt2": hashlib.sha256(model.read_bytes()).hexdigest()},
+        "format": "state_dict",
+        "file": "weights.pt",
+        "files": {"weights.pt": hashlib.sha256(weights.read_bytes()).hexdigest()},
+        "architecture": "cnn",
         "class_names": ["cat", "dog"],
         "input": {"channels": channels, "height": 8, "width": 8,
                   "mean": [0.5] * channels, "std": [0.25] * channels},
@@ -84,7 +94,7 @@ def _image(path: Path, mode: str) -> Path:
 def test_a_tampered_export_is_refused_naming_the_file_and_checksum(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     folder = _export(tmp_path / "run" / "export", marker)
-    model = folder / "model.pt2"
+    model = folder / "weights.pt"
     model.write_bytes(model.read_bytes() + b"\0")  # altered after the card was written
     digest = hashlib.sha256(model.read_bytes()).hexdigest()
     result = trainctl("predict", str(tmp_path / "run"), str(_image(tmp_path / "a.png", "L")))
@@ -97,9 +107,9 @@ def test_an_export_file_that_is_a_link_is_refused_not_followed(tmp_path: Path) -
     never read through (the file hashed must be the file loaded)."""
     marker = tmp_path / "pwned"
     folder = _export(tmp_path / "run" / "export", marker)
-    model = folder / "model.pt2"
-    model.rename(tmp_path / "elsewhere.pt2")
-    model.symlink_to(tmp_path / "elsewhere.pt2")
+    model = folder / "weights.pt"
+    model.rename(tmp_path / "elsewhere.pt")
+    model.symlink_to(tmp_path / "elsewhere.pt")
     result = trainctl("predict", str(tmp_path / "run"), str(_image(tmp_path / "a.png", "L")))
     assert_refused(result, 2, str(model), "is a symbolic link", "remove it")
     assert not marker.exists()
@@ -112,7 +122,7 @@ def test_a_card_naming_a_file_outside_the_export_is_refused(tmp_path: Path) -> N
     card["files"] = {"../../etc/passwd": "0" * 64}
     (folder / "model_card.json").write_text(json.dumps(card))
     result = trainctl("predict", str(folder), str(_image(tmp_path / "a.png", "L")))
-    assert_refused(result, 2, "model_card.json", "may name only model.pt2, model.ts")
+    assert_refused(result, 2, "model_card.json", "may name only weights.pt, model.pt2")
 
 
 @pytest.mark.parametrize("mode", ["RGB", "RGBA"])
@@ -130,7 +140,7 @@ def test_an_unreadable_image_is_refused_naming_it(tmp_path: Path) -> None:
     bad = tmp_path / "photo.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 20)
     result = trainctl("predict", str(folder), str(bad))
-    assert_refused(result, 2, str(bad), "not a readable image")
+    assert_refused(result, 2, str(bad), "not an image format Pillow reads")  # as training says
     missing = tmp_path / "nowhere.png"
     assert_refused(trainctl("predict", str(folder), str(missing)), 2, str(missing))
 
@@ -152,16 +162,17 @@ def _png_header(path: Path, width: int, height: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("width", "height"), [(9000, 9000), (20000, 20000)])
+@pytest.mark.parametrize(("width", "height"), [(10000, 9000), (20000, 20000)])
 def test_a_decompression_bomb_is_refused_not_warned_about(
     tmp_path: Path, width: int, height: int
 ) -> None:
-    # Pillow only warns between its limit and twice that; predict refuses both, before loading.
+    # Pillow only warns between its limit and twice that; predict refuses both, before loading,
+    # at training's own limit (app/data/image_decode.py).
     marker = tmp_path / "pwned"
     folder = _export(tmp_path / "export", marker, channels=3)
     bomb = _png_header(tmp_path / "bomb.png", width, height)
     result = trainctl("predict", str(folder), str(bomb))
-    assert_refused(result, 2, str(bomb), "over the 50,000,000 pixels allowed")
+    assert_refused(result, 2, str(bomb), "over the 89,478,485 pixels allowed")
     assert "DecompressionBombWarning" not in result.text
     assert not marker.exists()
 

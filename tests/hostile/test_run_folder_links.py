@@ -87,6 +87,11 @@ LINKED = [
     ("metrics", "metrics.jsonl", "file"),
     ("attempts", "attempts.jsonl", "file"),
     ("curves", "curves.png", "file"),
+    ("classes", "classes.json", "file"),
+    # Found only after training before: the run lost its export to the link.
+    ("export-folder", "export", "dir"),
+    ("export-card", "export/model_card.json", "file"),
+    ("export-weights", "export/weights.pt", "file"),
 ]
 
 

@@ -15,8 +15,10 @@ from PIL import Image
 
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.errors import EXIT_INVALID, ConfigError
+from tests.folder_support import png_claiming
 
 RNG = np.random.default_rng(7)
+BOMB = png_claiming(40_000, 40_000)
 GRAY = RNG.integers(0, 256, (40, 6, 5), dtype=np.uint8)  # non-square: catches H/W mix-ups
 LABELS = np.arange(40, dtype=np.int64) % 4
 NULLABLE_LABELS = pd.array([1, None], "Int64")  # pandas writes this as int64 with a null
@@ -212,6 +214,10 @@ BROKEN: dict[str, tuple[Callable[[Path], None], list[str]]] = {
             _frame(r / "valid" / "a.parquet", image=[_png(GRAY[0])[:60]], label=[0]),
         ),
         ["row 0 is not a decodable PNG/JPEG image"],
+    ),
+    "decompression-bomb-png": (  # image folders' and predict's limit; was an internal error
+        lambda r: (good(r), _frame(r / "valid" / "a.parquet", image=[BOMB], label=[0])),
+        ["row 0: over the 89,478,485 pixels allowed"],
     ),
     "sixteen-bit-png": (
         lambda r: (

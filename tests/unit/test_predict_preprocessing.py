@@ -1,9 +1,11 @@
-"""`trainctl predict` prepares an image as training on an image folder did.
+"""`trainctl predict` prepares an image as training on an image folder did, within the same
+limits.
 
 The export's numbers only mean what validation measured if a file reaches the model as the
-folder reader (app/data/folder_images.decode_image) gave it to training: every mode made RGB,
-the shorter side resized and the center cropped. Real files of each kind, both paths compared
-pixel for pixel."""
+folder reader gave it to training: every mode made RGB, the shorter side resized and the
+center cropped (app/data/image_decode.py, one module for both). Real files of each kind, both
+paths compared pixel for pixel; and files at and past the limits, both paths' verdicts
+compared word for word (predict used to refuse 50-89 million pixels that training took)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.data.folder_images import decode_image
+from app.data.folder_images import decode_image, load_images
+from app.data.images import ImageError
+from app.errors import ConfigError
 from app.export.predict import Prediction, _pixels
+from tests.folder_support import image_bytes, png_claiming, truncated_jpeg
 
 SIZE = 16
 SPEC = {"channels": 3, "height": SIZE, "width": SIZE}
@@ -65,3 +70,43 @@ def test_a_file_or_class_name_with_a_newline_stays_on_one_line() -> None:
     assert Prediction("with space.png", [("cat", 0, 0.9)]).line() == "with space.png: cat 0.9000"
     # A class folder's name is a file name too.
     assert Prediction("a.png", [("tab\tby", 1, 0.5)]).line() == "a.png: 'tab\\tby' 0.5000"
+
+
+@pytest.mark.parametrize(
+    ("data", "verdict"),
+    [
+        (png_claiming(9_000, 9_000), "not a readable image"),  # under both limits: no pixels
+        (png_claiming(10_000, 9_000), "over the 89,478,485 pixels allowed"),  # Pillow warns
+        (png_claiming(40_000, 40_000), "over the 89,478,485 pixels allowed"),  # Pillow refuses
+        (truncated_jpeg(), "not a readable image (image file is truncated"),
+        (b"GIF89a not really", "not an image format Pillow reads"),
+        (image_bytes(4, 1, "PNG"), None),  # a good image: both take it
+    ],
+)
+def test_training_and_predict_take_and_refuse_the_same_files(
+    tmp_path: Path, data: bytes, verdict: str | None
+) -> None:
+    path = tmp_path / "x.png"
+    path.write_bytes(data)
+    trained: str | None = None
+    predicted: str | None = None
+    try:
+        load_images(tmp_path, ["x.png"], SIZE)  # what a Ray read task runs
+    except ImageError as err:
+        trained = str(err)
+    try:
+        _pixels(path, SPEC)
+    except ConfigError as err:
+        predicted = str(err)
+    assert trained == predicted
+    assert (verdict is None and trained is None) or (verdict and verdict in str(trained))
+
+
+@pytest.mark.parametrize("mode", ["1", "L", "LA"])
+def test_a_one_channel_model_takes_every_grayscale_mode(tmp_path: Path, mode: str) -> None:
+    """As training from Parquet's encoded images does (app/data/images.py: made L)."""
+    path = tmp_path / "gray.png"
+    _photo(8, 8).convert(mode).save(path)
+    pixels = _pixels(path, {"channels": 1, "height": 8, "width": 8})
+    assert pixels.shape == (8, 8, 1)
+    assert np.array_equal(pixels[..., 0], np.asarray(Image.open(path).convert("L")))

@@ -75,7 +75,7 @@ def test_promotion_and_prediction_on_object_storage(
     )
     summary = promote_run(settings, INFO, {"status": "succeeded"})
     assert summary["promoted"] is True, summary["promotion"]
-    assert bucket.keys("runs/r1/export") == ["model.pt2", "model_card.json"]
+    assert bucket.keys("runs/r1/export") == ["model.pt2", "model_card.json", "weights.pt"]
     pointer = json.loads(bucket.read("runs/champions/digits-cnn.json"))
     assert pointer["version"] == 1 and pointer["export"] == bucket.uri("runs/r1/export")
 

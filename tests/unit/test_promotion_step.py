@@ -40,8 +40,9 @@ def test_the_champion_moves_only_when_the_gate_passes(
     assert card["input"] == {**card["input"], "channels": 1, "height": 8, "mean": [0.3]}
     assert card["checkpoint"]["metrics"]["val_accuracy"] == 0.90
     assert set(card["versions"]) == {"trainctl", "torch", "torchvision", "ray"}
-    model = tmp_path / "first" / EXPORT_DIR / card["file"]
-    assert card["files"] == {card["file"]: sha256_of(model)}
+    folder = tmp_path / "first" / EXPORT_DIR
+    assert card["file"] == "model.pt2" and card["architecture"] == "cnn"
+    assert card["files"] == {name: sha256_of(folder / name) for name in ("model.pt2", "weights.pt")}
     pointer = _pointer(tmp_path)
     assert pointer["version"] == 1 and pointer["run_name"] == "first"
     assert pointer["card_sha256"] == sha256_of(tmp_path / "first" / EXPORT_DIR / CARD_FILE)
@@ -124,16 +125,42 @@ def test_concurrent_writers_on_a_volume_are_serialized(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
 
 
-@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the branch it takes is fixed
-def test_a_model_torch_export_cannot_trace_falls_back_to_torchscript(tmp_path: Path) -> None:
-    """Data-dependent control flow stops torch.export; the trace is kept, with the reason, and
-    `trainctl predict` runs it like the exported program."""
+def test_predict_answers_as_the_exported_program_and_without_it(tmp_path: Path) -> None:
+    """`trainctl predict` loads weights.pt into the model trainctl builds; a model server loads
+    model.pt2 (trusted here: this test wrote it). Both give the same probabilities. Where
+    torch.export cannot trace a model (data-dependent control flow) no program is written and
+    the reason is kept; the export is then weights.pt alone, and predict answers the same."""
+    import numpy as np
     import torch
     from PIL import Image
 
     from app.export.build import _save
     from app.export.card import card_json
     from tests.hostile.support import trainctl
+
+    _promote(tmp_path, "r", 0.9)
+    folder = tmp_path / "r" / EXPORT_DIR
+    card = json.loads((folder / CARD_FILE).read_text())
+    pixels = np.random.default_rng(0).integers(0, 256, (3, 8, 8), dtype=np.uint8)
+    images = []
+    for index, image in enumerate(pixels):
+        images.append(str(tmp_path / f"{index}.png"))
+        Image.fromarray(image, "L").save(images[-1])
+
+    def predicted() -> list[list[float]]:
+        result = trainctl("predict", str(tmp_path / "r"), *images, "--json", "--top-k", "10")
+        assert result.code == 0, result.text
+        return [
+            [p for _, p in sorted((t["index"], t["probability"]) for t in found["top"])]
+            for found in json.loads(result.out)["predictions"]
+        ]
+
+    program = torch.export.load(str(folder / "model.pt2")).module()
+    x = torch.from_numpy(pixels).float().unsqueeze(1) / 255.0
+    mean, std = card["input"]["mean"][0], card["input"]["std"][0]
+    with torch.no_grad():
+        served = torch.softmax(program((x - mean) / std), dim=1)
+    np.testing.assert_allclose(predicted(), served.numpy(), atol=1e-5)
 
     class Branchy(torch.nn.Module):  # why it cannot be exported is in the forward
         def __init__(self) -> None:
@@ -144,19 +171,14 @@ def test_a_model_torch_export_cannot_trace_falls_back_to_torchscript(tmp_path: P
             flat = x.flatten(1)
             return self.linear(flat) if flat.sum() > 0 else -self.linear(flat)
 
-    name, reason = _save(Branchy().eval(), torch.ones(2, 1, 2, 2), tmp_path)
-    assert name == "model.ts" and reason and reason.startswith("torch.export failed (")
-    spec = {"channels": 1, "height": 2, "width": 2, "mean": [0.0], "std": [1.0]}
-    files = {name: sha256_of(tmp_path / name)}
-    card = {"format": "torchscript", "file": name, "files": files, "class_names": ["no", "yes"],
-            "input": spec}  # fmt: skip
-    (tmp_path / CARD_FILE).write_bytes(card_json(card))
-    Image.new("L", (2, 2), 255).save(tmp_path / "x.png")
-    result = trainctl("predict", str(tmp_path), str(tmp_path / "x.png"), "--json")
-    assert result.code == 0, result.text
-    assert [t["class"] for t in json.loads(result.out)["predictions"][0]["top"]] in (
-        ["no", "yes"], ["yes", "no"],
-    )  # fmt: skip
+    name, reason = _save(Branchy().eval(), torch.ones(2, 1, 2, 2), tmp_path / "branchy")
+    assert name is None and reason and reason.startswith("torch.export failed (")
+    assert not (tmp_path / "branchy" / "model.pt2").exists()
+    (folder / "model.pt2").unlink()  # the export such a model gets: the weights alone
+    card.update(file="weights.pt", format="state_dict", fallback_reason=reason)
+    card["files"] = {"weights.pt": card["files"]["weights.pt"]}
+    (folder / CARD_FILE).write_bytes(card_json(card))
+    np.testing.assert_allclose(predicted(), served.numpy(), atol=1e-5)
 
 
 def test_a_store_that_refuses_the_pointer_keeps_the_run_unpromoted(tmp_path: Path) -> None:

@@ -1,0 +1,119 @@
+"""One image file made model input: the limits and the preparation training and serving share.
+
+Training on an image folder (app/data/folder_images.py, in Ray Data's read tasks) and
+`trainctl predict` (app/export/predict.py) both call `decode_image`, so that a file predicted
+gets the pixels it got in validation, and both refuse the same files: one larger than
+MAX_FILE_BYTES, one declaring more than MAX_PIXELS pixels (a decompression bomb: Pillow's own
+MAX_IMAGE_PIXELS default, and Pillow's warning range above it refused too), one that does not
+decode (a truncated JPEG fails here, not at open). Parquet's encoded images
+(app/data/images.py) are opened through `open_image` under the same pixel limit.
+
+The preparation: Pillow decodes the image; for a 3-channel model every mode (grayscale, RGBA,
+CMYK, palette, 16-bit) is made RGB; for a 1-channel model a grayscale mode is made 8-bit L and
+a colour image is refused (which grey a colour photo should become is not the model's to
+guess). It is resized so that it covers height x width and center-cropped, with Pillow's
+bilinear filter, as torchvision's classification transforms do for evaluation (a plain resize
+would squash an image of another aspect ratio); a JPEG is decoded at a reduced DCT scale first
+when it is much larger (Pillow's `draft`), which keeps large photographs cheap.
+
+No torch here: Ray's short-lived read tasks import this module.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+MAX_PIXELS = 89_478_485  # PIL.Image.MAX_IMAGE_PIXELS's default: 0.25 GiB as 24-bit RGB
+MAX_FILE_BYTES = 64 << 20
+GRAY_MODES = {"1", "L", "LA"}
+COLOR_MODES = {"RGB", "RGBA", "P", "PA", "CMYK", "YCbCr", "LAB", "HSV", "RGBX"}
+
+
+class ImageError(ValueError):
+    """An image cannot be read or used; the message names it and says why."""
+
+
+class TooManyPixels(ImageError):
+    """An image declaring more than MAX_PIXELS pixels."""
+
+
+def _shown(where: object) -> str:
+    # The one rule for names in messages; imported here since folder_listing imports schema,
+    # which imports images, which imports this module.
+    from app.data.folder_listing import shown
+
+    return shown(where)
+
+
+def open_image(data: bytes, where: object) -> Image.Image:
+    """`data` opened (its header read, nothing decoded yet), or ImageError naming `where`
+    when it is not an image or declares more than MAX_PIXELS pixels."""
+    try:
+        with warnings.catch_warnings():
+            # Pillow only warns between MAX_IMAGE_PIXELS and twice that: refuse it all.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise TooManyPixels(
+            f"{_shown(where)}: over the {MAX_PIXELS:,} pixels allowed for one image ({err})"
+        ) from None
+    except UnidentifiedImageError:
+        raise ImageError(
+            f"{_shown(where)}: not an image format Pillow reads (JPEG, PNG, BMP, TIFF, WebP...)"
+        ) from None
+    except (OSError, ValueError, SyntaxError) as err:
+        raise ImageError(f"{_shown(where)}: not a readable image ({err})") from None
+    width, height = image.size
+    if width * height > MAX_PIXELS:
+        image.close()
+        raise TooManyPixels(
+            f"{_shown(where)}: {width}x{height} pixels, over the {MAX_PIXELS:,} allowed for one "
+            "image (a decompression bomb, or a photograph to downscale first)"
+        )
+    return image
+
+
+def decode_image(
+    data: bytes, size: int | tuple[int, int], where: object, channels: int = 3
+) -> np.ndarray:
+    """`data` as a uint8 (height, width, channels) array, prepared as the module says;
+    `size` is the side of a square or (height, width). ImageError naming `where` otherwise."""
+    height, width = (size, size) if isinstance(size, int) else size
+    image = open_image(data, where)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            if channels == 3:
+                image.draft("RGB", (width, height))  # JPEG: a reduced scale that still covers
+                image = image.convert("RGB")
+            else:
+                image = image.convert("L") if _gray(image, where) else image
+            if image.size != (width, height):
+                image = ImageOps.fit(image, (width, height), Image.Resampling.BILINEAR)
+            pixels = np.asarray(image, dtype=np.uint8)
+    except ImageError:
+        raise
+    except (OSError, ValueError, SyntaxError, Warning) as err:
+        # OSError: "image file is truncated"; SyntaxError: Pillow's word for a broken header.
+        raise ImageError(f"{_shown(where)}: not a readable image ({err})") from None
+    return pixels.reshape(height, width, channels)
+
+
+def _gray(image: Image.Image, where: object) -> bool:
+    """True for a grayscale mode a 1-channel model takes; ImageError for any other."""
+    if image.mode in GRAY_MODES:
+        return True
+    if image.mode in COLOR_MODES:
+        bands = {"P": 3, "PA": 4}.get(image.mode, len(image.getbands()))
+        raise ImageError(
+            f"{_shown(where)}: {bands} channel(s) ({image.mode}), but the model takes 1 (L); "
+            "give grayscale images"
+        )
+    raise ImageError(
+        f"{_shown(where)}: Pillow mode {image.mode} is not supported by a 1-channel model; use "
+        "8-bit grayscale (L) images"
+    )

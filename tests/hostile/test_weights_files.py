@@ -1,0 +1,156 @@
+"""TRAIN_WEIGHTS and TRAIN_WARM_START files that pass a glance and fail later (or never return):
+`trainctl check` and `train` refuse them with exit 2, naming the file or the tensor's key,
+before Ray starts. Through the CLI's entry point, in this process; real torch files.
+
+- a FIFO, a device, a link: opened as a regular file without following a link, never read
+  from a pipe (preflight used to hang on a FIFO);
+- tensors with a shape and no data (a state dict saved from the meta device: it passed the
+  shape check and failed in every worker), sparse tensors, NaN: named by key;
+- a file whose storage is shorter than its tensors need: refused as unloadable.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from app import preflight
+from app.data.schema import inspect_dataset
+from app.training.model import build_model
+from tests import parquet_support as data
+from tests.hostile.support import assert_refused, files_under, trainctl
+
+VARIABLES = ("TRAIN_WEIGHTS", "TRAIN_WARM_START")
+
+
+def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **extra: str) -> None:
+    def refuse(settings: object) -> None:
+        raise AssertionError("the weights were not refused before Ray")
+
+    monkeypatch.setattr(preflight, "connect_ray", refuse)
+    data.good(tmp_path / "data")
+    env = {
+        "TRAIN_DATASET": "parquet", "TRAIN_MODEL": "cnn", "TRAIN_GLOBAL_BATCH_SIZE": "8",
+        "TRAIN_DATA_PATH": str(tmp_path / "data"), "TRAIN_STORAGE_PATH": str(tmp_path / "runs"),
+        "TRAIN_RUN_NAME": "r", "TRAIN_EPOCHS": "1", **extra,
+    }  # fmt: skip
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+
+def _state(tmp_path: Path) -> dict[str, torch.Tensor]:
+    """A state dict that fits the cnn on the test data: each case spoils one thing in it."""
+    torch.manual_seed(0)
+    return build_model("cnn", inspect_dataset(tmp_path / "data")).state_dict()
+
+
+def _meta(tmp_path: Path, path: Path) -> str:
+    torch.save({k: v.to("meta") for k, v in _state(tmp_path).items()}, path)
+    first = next(iter(_state(tmp_path)))
+    return f"{first} has shape"
+
+
+def _nan(tmp_path: Path, path: Path) -> str:
+    state = _state(tmp_path)
+    key = [k for k, v in state.items() if v.is_floating_point()][-1]
+    state[key] = torch.full_like(state[key], float("nan"))
+    torch.save(state, path)
+    return f"{key} holds NaN or infinite values"
+
+
+def _sparse(tmp_path: Path, path: Path) -> str:
+    state = _state(tmp_path)
+    key = next(k for k, v in state.items() if v.dim() == 2)
+    state[key] = state[key].to_sparse()
+    torch.save(state, path)
+    return f"{key} is a sparse_coo tensor"
+
+
+def _short_storage(tmp_path: Path, path: Path) -> str:
+    """The archive's data record for the first tensor cut short: it has a shape, not its bytes."""
+    buffer = io.BytesIO()
+    torch.save(_state(tmp_path), buffer)
+    source, out = zipfile.ZipFile(buffer), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name in source.namelist():
+            content = source.read(name)
+            archive.writestr(name, content[:4] if name.endswith("/data/0") else content)
+    path.write_bytes(out.getvalue())
+    return "cannot be loaded"
+
+
+def _fifo(tmp_path: Path, path: Path) -> str:
+    os.mkfifo(path)
+    return "a FIFO (named pipe), not a regular file"
+
+
+def _link(tmp_path: Path, path: Path) -> str:
+    real = tmp_path / "real.pt"
+    torch.save(_state(tmp_path), real)
+    path.symlink_to(real)
+    return f"is a symbolic link (to {real})"
+
+
+CASES: list[tuple[str, Callable[[Path, Path], str]]] = [
+    ("meta-tensors", _meta),
+    ("nan", _nan),
+    ("sparse", _sparse),
+    ("short-storage", _short_storage),
+    ("fifo", _fifo),
+    ("link", _link),
+]
+
+
+@pytest.mark.timeout(120)  # a FIFO used to block check forever; refused at once now
+@pytest.mark.parametrize("variable", VARIABLES)
+@pytest.mark.parametrize("plant", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_check_refuses_weights_that_fail_later(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, plant
+) -> None:
+    path = tmp_path / "weights.pt"
+    _env(monkeypatch, tmp_path)
+    needle = plant(tmp_path, path)
+    monkeypatch.setenv(variable, str(path))
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, f"{variable}={path}", needle)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("variable", VARIABLES)
+def test_a_device_is_not_read_as_weights(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str
+) -> None:
+    _env(monkeypatch, tmp_path, **{variable: "/dev/zero"})
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, f"{variable}=/dev/zero", "a device, not a regular file")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("variable", VARIABLES)
+def test_train_stops_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str
+) -> None:
+    path = tmp_path / "weights.pt"
+    _env(monkeypatch, tmp_path)
+    needle = _meta(tmp_path, path)
+    monkeypatch.setenv(variable, str(path))
+    result = trainctl("train")
+    assert_refused(result, 2, needle, "no data (saved from the meta device)")
+    assert files_under(tmp_path / "runs" / "r") in ([], ["summary.json"])
+
+
+def test_real_weights_still_pass(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "weights.pt"
+    _env(monkeypatch, tmp_path)
+    torch.save(_state(tmp_path), path)
+    for variable in VARIABLES:
+        monkeypatch.setenv(variable, str(path))
+        result = trainctl("check", "--skip-cluster")
+        assert result.code == 0, result.text
+        monkeypatch.delenv(variable)
