@@ -14,7 +14,6 @@ Each check returns what it found, in a few words, or raises ConfigError naming t
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +58,11 @@ class Warned(Exception):
     prints it as WARN; `train` goes on, and what is switched off warns when the run starts."""
 
 
+class Advice(Warned):
+    """A run that will train but is likely to be wasted (one optimizer step per epoch):
+    `check` prints it as WARN, `train` once as `trainctl: warning: ...` before Ray starts."""
+
+
 def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
     """The checks that need no cluster, in order. `rows_per_worker`: judge rows per worker with
     the dataset; without it that waits for the cluster check, so that a request the cluster
@@ -68,6 +72,7 @@ def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
         ("storage", _storage),
         ("tracking", _tracking),
         ("dataset", partial(_dataset, prepare=prepare, rows_per_worker=rows_per_worker)),
+        ("steps", _steps),
         ("warm_start", _warm_start),
         ("weights", _weights),
         ("versions", _versions),
@@ -78,6 +83,8 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     """`trainctl check`: every check, each verdict printed; ConfigError with all problems."""
     found = Found()
     todo = checks(prepare=False, rows_per_worker=not connect)
+    # Per-class counts (reading a Parquet dataset's label columns again): `check` only.
+    todo.insert([name for name, _ in todo].index("steps") + 1, ("classes", _classes))
     todo.append(("promotion", promotion_check))
     if connect:
         todo.append(("cluster", cluster_check))
@@ -100,8 +107,12 @@ def preflight_for_training(settings: TrainSettings) -> DatasetInfo:
     """`trainctl train`: the same checks but the cluster's, stopping at the first problem."""
     found = Found()
     for _name, check in checks(prepare=True, rows_per_worker=False):
-        with contextlib.suppress(Warned):
+        try:
             check(settings, found)
+        except Advice as advice:  # said once, here; the run goes on
+            click.echo(f"trainctl: warning: {advice}", err=True)
+        except Warned:  # said when the run starts (what is switched off)
+            pass
     assert found.info is not None  # the dataset check sets it or raises
     return found.info
 
@@ -184,6 +195,35 @@ def _dataset_in(
         f"{info.height}x{info.width}x{info.channels} images ({info.layout}), "
         f"{info.num_classes} classes" + (f"; {note}" if note else "")
     )
+
+
+def _steps(settings: TrainSettings, found: Found) -> str:
+    """Optimizer steps per epoch, and Advice when they are too few to learn from."""
+    from app.training.steps import few_steps, steps_per_epoch
+
+    if found.info is None:
+        return "not judged: the dataset is not inspected yet"
+    rows, batch = found.info.train_rows, settings.global_batch_size
+    advice = few_steps(rows, batch, settings.workers.max)
+    if advice:
+        raise Advice(advice)
+    steps = steps_per_epoch(rows, batch)
+    per_epoch = f"{steps:,} optimizer steps per epoch"
+    return f"{rows:,} train rows at TRAIN_GLOBAL_BATCH_SIZE={batch}: {per_epoch}"
+
+
+def _classes(settings: TrainSettings, found: Found) -> str:
+    """Images per class in train/ and valid/; WARN for a class too small to learn or measure."""
+    from app.data.class_counts import class_counts
+
+    if found.info is None:
+        return "not counted: the dataset is not inspected yet"
+    with store_errors(settings.dataset_dir, "TRAIN_DATA_PATH"):
+        counts = class_counts(found.info, settings.storage_endpoint)
+    warning = counts.warning()
+    if warning:
+        raise Warned(f"{counts.detail()}; {warning}")
+    return counts.detail()
 
 
 def _warm_start(settings: TrainSettings, found: Found) -> str:
