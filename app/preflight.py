@@ -5,6 +5,8 @@ so a bad setting fails before the GPUs are busy. `train` runs the same checks qu
 at the first problem (exit 2, before Ray starts); it prepares a built-in dataset that is not
 there yet, where `check` only says it will be. The cluster check comes last in both: `train`
 runs it once the run folder is settled, while it may still be stopped cleanly (app/run/driver.py).
+With no cluster to join (no TRAIN_RAY_ADDRESS or RAY_ADDRESS), `check` judges the local cluster
+`train` would start from what Ray resolves for this machine, without starting it.
 `check` also says what the promotion gate is and who the champion is (app/promotion/check.py),
 failing on a pointer the promotion step could not use; `train` leaves the pointer to that step,
 which reads it when the run ends and keeps the champion, with the reason, if it cannot.
@@ -14,6 +16,7 @@ Each check returns what it found, in a few words, or raises ConfigError naming t
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,12 +26,13 @@ from pathlib import Path
 
 import click
 
+from app.cpus import usable_cpus
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.promotion.check import promotion_check
 from app.redact import redact_uri
 from app.run.folder import refuse_links
-from app.run.ray_cluster import check_capacity, connect_ray
+from app.run.ray_cluster import DATA_CPUS, check_capacity, connect_ray
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import (
@@ -87,7 +91,7 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     todo.insert([name for name, _ in todo].index("steps") + 1, ("classes", _classes))
     todo.append(("promotion", promotion_check))
     if connect:
-        todo.append(("cluster", cluster_check))
+        todo.append(("cluster", cluster_check if joins_cluster(settings) else local_cluster_check))
     problems = []
     for name, check in todo:
         try:
@@ -297,6 +301,43 @@ def _pins() -> dict[str, str]:
         if match:
             pins[match.group(1).lower()] = match.group(2)
     return pins
+
+
+def joins_cluster(settings: TrainSettings) -> bool:
+    """Whether `train` joins a running cluster (TRAIN_RAY_ADDRESS or RAY_ADDRESS), rather than
+    starting its own."""
+    return bool(settings.ray_address or os.environ.get("RAY_ADDRESS"))
+
+
+def local_cluster_check(settings: TrainSettings, found: Found) -> str:
+    """`check` without a cluster to join: what the local cluster `train` starts will hold,
+    judged as cluster_check judges a running one, without starting it (that alone took 40 s
+    of `check`'s 45 on a laptop, to learn what this machine already says)."""
+    from app.run.ray_cluster import capacity_problems, local_resources
+
+    resources = local_resources(settings)
+    if resources is None:  # this Ray resolves node resources differently: ask a real cluster
+        return cluster_check(settings, found)
+    missing = capacity_problems(settings, resources)
+    problem = workers_problem(settings, found.info) if found.info else None
+    if missing or problem:
+        raise ConfigError(missing or [problem])
+    cpus, machine = int(resources.get("CPU", 0)), usable_cpus()
+    if cpus > machine.usable:
+        workers = f"{settings.workers.max} workers x {settings.cpus_per_worker:g} CPU"
+        held = (
+            f"{cpus} CPU slots ({workers} + {DATA_CPUS} for reading data) on {machine.describe()}"
+        )
+    else:
+        held = f"{cpus} CPUs ({machine.describe()})"
+    return (
+        f"local, started by `trainctl train`, not by check: {held}, "
+        f"{resources.get('GPU', 0):g} GPUs (Ray {_ray_version()})"
+    )
+
+
+def _ray_version() -> str:
+    return metadata.version("ray")
 
 
 def cluster_check(settings: TrainSettings, found: Found) -> str:
