@@ -182,8 +182,9 @@ def submit_cmd(**options: Any) -> None:
 
 
 STATUS_EPILOG = """\b
-TARGET is a path when it contains '/' or '://' or names something that exists
-here (runs/NAME, ./NAME, s3://bucket/runs/NAME); anything else is a RayJob name.
+The argument is a run folder (or a folder of them) when it contains '/' or '://'
+or names something that exists here (runs/NAME, ./NAME, s3://bucket/runs/NAME),
+or with --storage; anything else is a RayJob name.
 \b
   trainctl status                       this app's RayJobs (Kubernetes)
   trainctl status RAYJOB -n ml          one RayJob

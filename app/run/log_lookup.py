@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app.errors import ConfigError
+from app.formatting import one_path
 from app.redact import redact
 from app.run import log_reader
 from app.run.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
@@ -94,17 +95,26 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
 
     endpoint, timeout = storage_access(os.environ)
     as_path = storage_location(run, f"run {redact(run)!r}", endpoint)
-    if is_dir_within(as_path / LOGS_DIR, "RUN", timeout):
+    if _is_dir(as_path / LOGS_DIR, "RUN", timeout):
         return _not_a_link(as_path)
     if storage is None:
         storage = storage_path_setting()
     candidate = storage_location(storage, f"--storage {redact(storage)}", endpoint) / run
-    if is_dir_within(candidate, "--storage", timeout):
+    if _is_dir(candidate, "--storage", timeout):
         return _not_a_link(candidate)
     raise ConfigError(
         f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
         "give the run folder's path, or --storage where the volume is mounted"
     )
+
+
+def _is_dir(path: RunPath, variable: str, timeout: float) -> bool:
+    """is_dir_within, with a name the system refuses (too long, a NUL) said as bad input."""
+    try:
+        return is_dir_within(path, variable, timeout)
+    except (OSError, ValueError) as err:
+        why = getattr(err, "strerror", None) or err
+        raise ConfigError(f"{variable}: {one_path(path)}: {why}") from None
 
 
 def _not_a_link(run_dir: RunPath) -> RunPath:

@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from app.errors import ConfigError
-from app.formatting import format_duration, one_line
+from app.formatting import format_duration, one_line, one_path
 from app.redact import redact
 from app.run import folder as run_folder
 from app.run import interruptions, usage
@@ -67,6 +67,7 @@ STATUS_WORDS = {
 }
 FINAL = ("succeeded", "failed", "interrupted", "invalid")
 MAX_NAME = 120  # characters of a run name, as shown
+PATH_CHARS = 300
 
 
 class RunFolderUnreadable(ConfigError):
@@ -184,11 +185,11 @@ def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:
     final = said in FINAL
     if summary is not None and said not in STATUS_WORDS:
         problems.append(
-            f"{_shown(str(run_dir / run_folder.SUMMARY_FILE), 400)}: damaged (status "
+            f"{_path(run_dir / run_folder.SUMMARY_FILE)}: damaged (status "
             f"{_shown(repr(said), 40)} is none of {', '.join(STATUS_WORDS)})"
         )
     result = RunStatus(
-        run_dir=_shown(str(run_dir), 400),
+        run_dir=_path(run_dir),
         name=_shown(run_dir.name, MAX_NAME),  # the run's name: its folder's
         status=STATUS_WORDS.get(said, "unknown") if isinstance(said, str) else "unknown",
         problems=problems,
@@ -232,10 +233,10 @@ def _json_file(path: RunPath, limit: int, problems: list[str]) -> dict[str, Any]
     try:
         value = bounded_json.loads(raw.decode("utf-8"))
     except ValueError as err:  # not UTF-8, not JSON, nested too deep
-        problems.append(f"{_shown(str(path), 400)}: damaged ({_shown(str(err), 120)})")
+        problems.append(f"{_path(path)}: damaged ({_shown(str(err), 120)})")
         return None
     if not isinstance(value, dict):
-        problems.append(f"{_shown(str(path), 400)}: damaged (not a JSON object)")
+        problems.append(f"{_path(path)}: damaged (not a JSON object)")
         return None
     return value
 
@@ -265,7 +266,7 @@ def _unreadable(path: RunPath, err: BaseException) -> str:
         why = err.strerror or type(err).__name__
     else:
         why = str(err)
-    return f"{_shown(str(path), 400)}: cannot be read ({_shown(why, 160)})"
+    return f"{_path(path)}: cannot be read ({_shown(why, 160)})"
 
 
 def _metric(summary: Mapping[str, Any]) -> str:
@@ -407,8 +408,8 @@ def list_runs(
     try:
         names = call_with_deadline(lambda: _candidates(root, problems), deadline_s, str(root))
     except DeadlineExceeded:
-        problems.append(f"{_shown(str(root), 400)}: listing took over {deadline_s:g} s")
-        return Listing(_shown(str(root), 400), [], 0, 0, 0, True, problems)
+        problems.append(f"{_path(root)}: listing took over {deadline_s:g} s")
+        return Listing(_path(root), [], 0, 0, 0, True, problems)
     runs: list[RunStatus] = []
     read = not_runs = 0
     timed_out = False
@@ -434,9 +435,7 @@ def list_runs(
             continue
         runs.append(found)
         problems += found.problems
-    return Listing(
-        _shown(str(root), 400), runs, len(names), not_runs, len(names) - read, timed_out, problems
-    )
+    return Listing(_path(root), runs, len(names), not_runs, len(names) - read, timed_out, problems)
 
 
 def _read_if_run(run_dir: RunPath, now: float | None) -> RunStatus | None:
@@ -455,7 +454,7 @@ def _candidates(root: RunPath, problems: list[str]) -> list[str]:
     with os.scandir(local) as entries:
         for seen, entry in enumerate(entries):
             if seen >= MAX_ENTRIES:
-                problems.append(f"{_shown(str(local), 400)}: over {MAX_ENTRIES:,} entries; "
+                problems.append(f"{_path(local)}: over {MAX_ENTRIES:,} entries; "
                                 "only the first were looked at")  # fmt: skip
                 break
             if not _candidate(entry.name):
@@ -463,7 +462,7 @@ def _candidates(root: RunPath, problems: list[str]) -> list[str]:
             status = entry.stat(follow_symlinks=False)
             if stat.S_ISLNK(status.st_mode):
                 problems.append(
-                    f"{_shown(str(local / entry.name), 400)}: is a symbolic link; trainctl "
+                    f"{_path(local / entry.name)}: is a symbolic link; trainctl "
                     "never reads a run folder through a link"
                 )
             elif stat.S_ISDIR(status.st_mode):
@@ -494,10 +493,10 @@ def show_status(
     if target is None:
         assert storage is not None
         where = storage_location(storage, f"--storage {redact(storage)}", endpoint)
-        root = _folder(where, "--storage", timeout)
-        show_listing(list_runs(root, limit=limit), echo, as_json, limit)
-        return
-    if storage is not None and "/" not in target and "://" not in target:
+        path = _folder(where, "--storage", timeout)
+    elif storage is not None and "/" not in target and "://" not in target:
+        if target in ("", ".", ".."):
+            raise ConfigError(f"run name {target!r}: give a run folder's name under --storage")
         where = storage_location(storage, f"--storage {redact(storage)}", endpoint)
         path = _folder(where / target, "--storage", timeout)
     else:
@@ -505,8 +504,8 @@ def show_status(
         path = _folder(path, "RUN_DIR", timeout)
     try:
         one = call_with_deadline(lambda: _read_if_run(path, None), LIST_DEADLINE_S, str(path))
-    except DeadlineExceeded as err:
-        raise ConfigError(f"{_shown(str(path), 400)}: {err}") from None
+    except DeadlineExceeded:
+        raise ConfigError(f"{_path(path)}: no answer within {LIST_DEADLINE_S:g} s") from None
     if one is not None:
         show_run(one, echo, as_json)
     else:  # a folder of run folders (the storage root), listed
@@ -525,15 +524,14 @@ def _folder(path: RunPath, variable: str, timeout: float) -> RunPath:
     try:
         status = os.lstat(local)
     except FileNotFoundError:
-        raise ConfigError(f"{_shown(str(local), 400)}: no such folder") from None
-    except OSError as err:
-        raise ConfigError(f"{_shown(str(local), 400)}: {err.strerror or err}") from None
+        raise ConfigError(f"{_path(local)}: no such folder") from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL in the name
+        why = getattr(err, "strerror", None) or err
+        raise ConfigError(f"{_path(local)}: {_shown(str(why), 200)}") from None
     if stat.S_ISLNK(status.st_mode):
         raise safe_fs.LinkRefused([(local, os.readlink(local))])
     if not stat.S_ISDIR(status.st_mode):
-        raise ConfigError(
-            f"{_shown(str(local), 400)}: not a folder; give a run folder or a folder of them"
-        )
+        raise ConfigError(f"{_path(local)}: not a folder; give a run folder or a folder of them")
     return path
 
 
@@ -627,6 +625,10 @@ def _interruptions_short(counts: Mapping[str, Any]) -> str:
 
 def _shown(text: str, limit: int) -> str:
     return one_line(text, limit)
+
+
+def _path(path: object) -> str:
+    return one_path(path, PATH_CHARS)
 
 
 def _count(value: Any, *, zero: bool = False) -> int | None:

@@ -39,8 +39,8 @@ def rayjob_name(text: str, command: str) -> str:
     """`text` as a RayJob name, or ConfigError saying it is neither that nor a path."""
     if re.fullmatch(DNS_LABEL, text):
         return text
-    shown = redact(text)
     raise ConfigError(
-        f"{shown!r}: no such file or folder here, and not a RayJob name (at most 63 lowercase "
-        f"letters, digits or '-'); `trainctl {command}` takes {RULE}"
+        f"RayJob name {redact(text)!r} is not a valid Kubernetes name: at most 63 lowercase "
+        "letters, digits or '-', starting and ending with a letter or digit; nor is it a file "
+        f"or folder here: `trainctl {command}` takes {RULE}"
     )

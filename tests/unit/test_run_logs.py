@@ -109,7 +109,8 @@ def test_logs_of_a_run_folder_path_show_the_drivers_by_default(
     assert code == EXIT_OK and out.splitlines()[1:] == ["driver line"], err
     # Neither a path here nor a RayJob name: said so, with the rule.
     code, _, err = trainctl(capsys, "logs", "Demo_Run")
-    assert code == EXIT_INVALID and "not a RayJob name" in err and "contains '/'" in err
+    assert code == EXIT_INVALID and "not a valid Kubernetes name" in err, err
+    assert "nor is it a file or folder here" in err and "contains '/'" in err
 
 
 def test_a_held_log_writes_nothing_unless_opened(tmp_path: Path) -> None:

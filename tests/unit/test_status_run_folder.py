@@ -204,7 +204,8 @@ def test_status_with_a_rayjob_name_shows_that_rayjob_only(
     assert code == EXIT_FAILED and "RayJob other-job not found" in err
     # Neither a path here nor a RayJob name: both rules named.
     code, _, err = trainctl(capsys, "status", "Not_A_Name")
-    assert code == EXIT_INVALID and "no such file or folder here, and not a RayJob name" in err
+    assert code == EXIT_INVALID and "not a valid Kubernetes name" in err
+    assert "nor is it a file or folder here" in err
 
 
 # --- local run folders: `trainctl status RUN_DIR` and `--storage DIR` ---------------------------
