@@ -379,6 +379,7 @@ class Listing:
     not_read: int  # folders left unread: past `limit`, or past the deadline
     timed_out: bool
     problems: list[str]
+    deadline_s: float = LIST_DEADLINE_S
 
     def record(self) -> dict[str, Any]:
         return {
@@ -409,7 +410,7 @@ def list_runs(
         names = call_with_deadline(lambda: _candidates(root, problems), deadline_s, str(root))
     except DeadlineExceeded:
         problems.append(f"{_path(root)}: listing took over {deadline_s:g} s")
-        return Listing(_path(root), [], 0, 0, 0, True, problems)
+        return Listing(_path(root), [], 0, 0, 0, True, problems, deadline_s)
     runs: list[RunStatus] = []
     read = not_runs = 0
     timed_out = False
@@ -435,7 +436,8 @@ def list_runs(
             continue
         runs.append(found)
         problems += found.problems
-    return Listing(_path(root), runs, len(names), not_runs, len(names) - read, timed_out, problems)
+    unread = len(names) - read
+    return Listing(_path(root), runs, len(names), not_runs, unread, timed_out, problems, deadline_s)
 
 
 def _read_if_run(run_dir: RunPath, now: float | None) -> RunStatus | None:
@@ -562,9 +564,9 @@ def show_listing(listing: Listing, echo: Callable[[str], None], as_json: bool, l
 
 def listing_notes(listing: Listing, limit: int) -> list[str]:
     notes = []
-    if listing.timed_out:
+    if listing.timed_out and listing.folders:
         notes.append(
-            f"(stopped after {LIST_DEADLINE_S:g} s: {listing.not_read} of {listing.folders} "
+            f"(stopped after {listing.deadline_s:g} s: {listing.not_read} of {listing.folders} "
             "folders not read; name a run folder to see it)"
         )
     elif listing.not_read:
