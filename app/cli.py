@@ -240,10 +240,15 @@ def status_cmd(
         return
     if as_json or limit is not None:
         raise click.UsageError("--json and --limit are for run folders (a path, or --storage)")
+    from app.errors import ClusterError
     from app.k8s.inspect import show_status
 
     name = rayjob_name(target, "status") if target is not None else None
-    show_status(namespace, release, click.echo, storage_mount, name=name)
+    try:
+        show_status(namespace, release, click.echo, storage_mount, name=name)
+    except ClusterError as err:  # a newcomer's first `trainctl status`, on a laptop
+        err.problems.append(_run_folders_hint("status", target))
+        raise
 
 
 LOGS_EPILOG = """\b
@@ -321,9 +326,30 @@ def logs_cmd(
             f"--attempt and --tail go with --worker or --driver, or a run folder's path; "
             f"{name!r} is read as a RayJob name"
         )
+    from app.errors import ClusterError
     from app.k8s.inspect import show_logs
 
-    show_logs(rayjob_name(name, "logs"), namespace, which, follow, click.echo)  # type: ignore[arg-type]
+    try:
+        show_logs(rayjob_name(name, "logs"), namespace, which, follow, click.echo)  # type: ignore[arg-type]
+    except ClusterError as err:
+        err.problems.append(_run_folders_hint("logs", name))
+        raise
+
+
+def _run_folders_hint(command: str, name: str | None) -> str:
+    """Where the same command finds local runs, for an error that only speaks of Kubernetes."""
+    from app.settings.env import storage_path_setting
+
+    storage = storage_path_setting()
+    if name is None:
+        return (
+            f"runs in a folder need no Kubernetes: `trainctl {command} --storage {storage}`, "
+            f"or `trainctl {command} {storage}/NAME`"
+        )
+    return (
+        f"{name!r} was read as a RayJob name; for the run folder give its path: "
+        f"`trainctl {command} {storage}/{name}` (or --storage)"
+    )
 
 
 @cli.command("predict")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from app.errors import EXIT_CLUSTER, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from app.k8s.outcome import MAX_INTERRUPTIONS_SHOWN, interruption_lines, shown
 from app.run import folder as run_folder
 from app.run import status as run_status
@@ -381,3 +381,18 @@ def test_status_lists_run_folders_in_a_bucket(
     assert listing["runs"][1]["last_epoch"]["epoch"] == 3
     code, out, err = trainctl(capsys, "status", bucket.uri("runs/done"))
     assert code == EXIT_OK and "  promotion:       promoted v1 (no champion yet)" in out, err
+
+
+def test_without_kubernetes_status_and_logs_point_to_the_run_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newcomer's first `trainctl status` on a laptop: exit 4 as before, and where the runs
+    are seen without Kubernetes."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "runs")
+    code, _, err = trainctl(capsys, "status")
+    assert code == EXIT_CLUSTER and "no usable Kubernetes configuration" in err
+    assert "`trainctl status --storage runs`, or `trainctl status runs/NAME`" in err
+    code, _, err = trainctl(capsys, "logs", "digits-cnn")
+    assert code == EXIT_CLUSTER and "`trainctl logs runs/digits-cnn` (or --storage)" in err
