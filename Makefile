@@ -26,22 +26,27 @@ help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
+	@echo "installing pinned dependencies into $(VENV) (about 3 minutes the first time)..."
 	test -x $(PY) || $(PYTHON_BIN) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	@echo "installed: $(VENV)/bin/trainctl (\`source $(VENV)/bin/activate\` puts trainctl on your PATH)"
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements/checkov.txt
+	@echo "installing checkov for the tests into $(CHECKOV_VENV)..."
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON_BIN) -m venv $(CHECKOV_VENV)
 	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(CHECKOV_VENV)/bin/pip install --quiet -r requirements/checkov.txt
 	touch $@
 
 $(MLFLOW_VENV)/.installed: requirements/mlflow-server.txt
+	@echo "installing the MLflow server for the tests into $(MLFLOW_VENV)..."
 	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MLFLOW_VENV)
 	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(MLFLOW_VENV)/bin/pip install --quiet -r requirements/mlflow-server.txt
 	touch $@
 
 $(MOTO_VENV)/.installed: requirements/moto-server.txt
+	@echo "installing the moto S3 server for the tests into $(MOTO_VENV)..."
 	test -x $(MOTO_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MOTO_VENV)
 	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(MOTO_VENV)/bin/pip install --quiet -r requirements/moto-server.txt
 	touch $@

@@ -17,6 +17,7 @@ import click
 from app.cli_exit import run_command
 from app.data.image_size import IMAGE_SIZE_MAX
 from app.k8s.values_flags import values_options
+from app.run.target import DEFAULT_LIMIT, MAX_LIMIT
 from app.settings import NAMED_DATASETS, SEED_MAX
 
 
@@ -180,47 +181,114 @@ def submit_cmd(**options: Any) -> None:
     submit(SubmitRequest(**options), click.echo)
 
 
-@cli.command("status")
+STATUS_EPILOG = """\b
+The argument is a run folder (or a folder of them) when it contains '/' or '://'
+or names something that exists here (runs/NAME, ./NAME, s3://bucket/runs/NAME),
+or with --storage; anything else is a RayJob name.
+\b
+  trainctl status                       this app's RayJobs (Kubernetes)
+  trainctl status RAYJOB -n ml          one RayJob
+  trainctl status runs/digits-cnn       one run folder, local or in a bucket
+  trainctl status --storage runs        every run folder under runs/, newest first
+  trainctl status digits-cnn --storage s3://bucket/runs --json
+"""
+
+
+@cli.command("status", epilog=STATUS_EPILOG)
+@click.argument("target", required=False, metavar="[RUN_DIR | RAYJOB]")
 @click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
 @click.option("--release", help="Only this release's RayJobs.")
 @click.option(
     "--storage-mount",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Local mount of the shared volume, for finished runs' promotion outcome (runs in a "
-    "bucket are read there without it).",
+    help="RayJobs: local mount of the shared volume, for finished runs' promotion outcome "
+    "(runs in a bucket are read there without it).",
 )
-def status_cmd(namespace: str | None, release: str | None, storage_mount: Path | None) -> None:
-    """List this app's RayJobs with their KubeRay status, newest first, and each finished
-    run's promotion outcome."""
+@click.option(
+    "--storage",
+    help="Run folders: a folder or s3:// / gs:// URI holding them; lists them all, or with a "
+    "run NAME shows that one.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Run folders: one JSON document.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_LIMIT),
+    help=f"Run folders: read at most N of a listing, newest first [{DEFAULT_LIMIT}].",
+)
+def status_cmd(
+    target: str | None,
+    namespace: str | None,
+    release: str | None,
+    storage_mount: Path | None,
+    storage: str | None,
+    as_json: bool,
+    limit: int | None,
+) -> None:
+    """Show runs: this app's RayJobs with their KubeRay status, newest first (and each finished
+    run's promotion outcome), or run folders: status, epochs, best and last figures,
+    promotion, interruptions and accelerator-hours."""
+    from app.run.target import names_path, rayjob_name
+
+    if storage is not None or (target is not None and names_path(target)):
+        if namespace or release or storage_mount:
+            raise click.UsageError(
+                "-n, --release and --storage-mount are for RayJobs, not run folders"
+            )
+        from app.run.status import show_status as show_runs
+
+        show_runs(target, storage, click.echo, as_json=as_json, limit=limit or DEFAULT_LIMIT)
+        return
+    if as_json or limit is not None:
+        raise click.UsageError("--json and --limit are for run folders (a path, or --storage)")
+    from app.errors import ClusterError
     from app.k8s.inspect import show_status
 
-    show_status(namespace, release, click.echo, storage_mount)
+    name = rayjob_name(target, "status") if target is not None else None
+    try:
+        show_status(namespace, release, click.echo, storage_mount, name=name)
+    except ClusterError as err:  # a newcomer's first `trainctl status`, on a laptop
+        err.problems.append(_run_folders_hint("status", target))
+        raise
 
 
-@cli.command("logs")
+LOGS_EPILOG = """\b
+NAME is a run folder when it contains '/' or '://' or names something that
+exists here (runs/NAME, ./NAME, s3://bucket/runs/NAME), or with --storage,
+--worker or --driver; anything else is a RayJob name.
+\b
+  trainctl logs runs/digits-cnn                 the driver's log, newest attempt
+  trainctl logs runs/digits-cnn --worker 1 -f   worker rank 1, followed
+  trainctl logs digits-cnn --storage s3://bucket/runs --tail 50
+  trainctl logs RAYJOB -n ml --head             the Ray head pod's log
+"""
+
+
+@cli.command("logs", epilog=LOGS_EPILOG)
 @click.argument("name")
 @click.option("-n", "--namespace", help="Namespace [default: the kubeconfig's, or the pod's].")
-@click.option("--head", "which", flag_value="head", help="The Ray head's logs.")
-@click.option("--submitter", "which", flag_value="submitter", help="The submitter's (default).")
+@click.option("--head", "which", flag_value="head", help="RayJob: the Ray head's logs.")
+@click.option(
+    "--submitter", "which", flag_value="submitter", help="RayJob: the submitter's (default)."
+)
 @click.option(
     "-f", "--follow", is_flag=True, help="Keep printing new lines (until Ctrl-C or SIGTERM)."
 )
 @click.option(
     "--tail",
     type=click.IntRange(min=0, max=10_000_000),
-    help="With --worker/--driver: only the last N lines (read from the end of the file).",
+    help="Run folder: only the last N lines (read from the end of the file).",
 )
 @click.option(
     "--worker",
     type=click.IntRange(min=0),
-    help="From the run folder: worker N's log (N = world rank); NAME is the run folder or name.",
+    help="Run folder: worker N's log (N = world rank) instead of the driver's.",
 )
-@click.option("--driver", is_flag=True, help="From the run folder: the driver's log.")
-@click.option("--attempt", type=click.IntRange(min=1), help="With --worker/--driver [newest].")
+@click.option("--driver", is_flag=True, help="Run folder: the driver's log (the default).")
+@click.option("--attempt", type=click.IntRange(min=1), help="Run folder: attempt K [newest].")
 @click.option(
     "--storage",
-    help="With --worker/--driver: where run folders are, a folder or s3:// or gs:// URI "
-    "[TRAIN_STORAGE_PATH].",
+    help="Run folder: where run folders are, a folder or s3:// or gs:// URI, NAME being a "
+    "run name there [TRAIN_STORAGE_PATH, with --worker/--driver].",
 )
 def logs_cmd(
     name: str,
@@ -233,10 +301,12 @@ def logs_cmd(
     storage: str | None,
     tail: int | None,
 ) -> None:
-    """Print the logs of RayJob NAME (its submitter or Ray head), or with --worker/--driver
-    a run's own logs from its run folder, which outlive the Ray cluster (streamed, with every
-    line's credentials redacted)."""
-    if worker is not None or driver:
+    """Print a run's logs from its run folder (the driver's, or --worker N's), which outlive
+    the Ray cluster, streamed with every line's credentials redacted; or a RayJob's (its
+    submitter or Ray head pod)."""
+    from app.run.target import names_path, rayjob_name
+
+    if worker is not None or driver or storage is not None or names_path(name):
         if worker is not None and driver:
             raise click.UsageError("give --worker N or --driver, not both")
         if which or namespace:
@@ -251,11 +321,35 @@ def logs_cmd(
         emit = lambda line: click.echo(redact_text(line))  # noqa: E731
         log_reader.show(path, emit, tail=tail, follow=follow, root=log_root(path))
         return
-    if attempt is not None or storage is not None or tail is not None:
-        raise click.UsageError("--attempt, --storage and --tail go with --worker or --driver")
+    if attempt is not None or tail is not None:
+        raise click.UsageError(
+            f"--attempt and --tail go with --worker or --driver, or a run folder's path; "
+            f"{name!r} is read as a RayJob name"
+        )
+    from app.errors import ClusterError
     from app.k8s.inspect import show_logs
 
-    show_logs(name, namespace, which, follow, click.echo)  # type: ignore[arg-type]
+    try:
+        show_logs(rayjob_name(name, "logs"), namespace, which, follow, click.echo)  # type: ignore[arg-type]
+    except ClusterError as err:
+        err.problems.append(_run_folders_hint("logs", name))
+        raise
+
+
+def _run_folders_hint(command: str, name: str | None) -> str:
+    """Where the same command finds local runs, for an error that only speaks of Kubernetes."""
+    from app.settings.env import storage_path_setting
+
+    storage = storage_path_setting()
+    if name is None:
+        return (
+            f"runs in a folder need no Kubernetes: `trainctl {command} --storage {storage}`, "
+            f"or `trainctl {command} {storage}/NAME`"
+        )
+    return (
+        f"{name!r} was read as a RayJob name; for the run folder give its path: "
+        f"`trainctl {command} {storage}/{name}` (or --storage)"
+    )
 
 
 @cli.command("predict")

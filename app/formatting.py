@@ -66,3 +66,12 @@ def one_line(text: str, limit: int) -> str:
     if not text.isprintable():
         text = repr(text)[1:-1]  # escapes, without the quotes a clean line would not have
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_path(path: object, limit: int = 300) -> str:
+    """A path from storage as printed: as one_line, but a path too long for a line keeps its
+    start and its end (it has no spaces for one_line to cut at)."""
+    text = str(path)
+    if len(text) > limit:
+        text = f"{text[: limit // 2]}...{text[-(limit // 4) :]}"
+    return one_line(text, limit + 8)

@@ -5,6 +5,8 @@ so a bad setting fails before the GPUs are busy. `train` runs the same checks qu
 at the first problem (exit 2, before Ray starts); it prepares a built-in dataset that is not
 there yet, where `check` only says it will be. The cluster check comes last in both: `train`
 runs it once the run folder is settled, while it may still be stopped cleanly (app/run/driver.py).
+With no cluster to join (no TRAIN_RAY_ADDRESS or RAY_ADDRESS), `check` judges the local cluster
+`train` would start from what Ray resolves for this machine, without starting it.
 `check` also says what the promotion gate is and who the champion is (app/promotion/check.py),
 failing on a pointer the promotion step could not use; `train` leaves the pointer to that step,
 which reads it when the run ends and keeps the champion, with the reason, if it cannot.
@@ -14,7 +16,7 @@ Each check returns what it found, in a few words, or raises ConfigError naming t
 
 from __future__ import annotations
 
-import contextlib
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,12 +26,13 @@ from pathlib import Path
 
 import click
 
+from app.cpus import usable_cpus
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.promotion.check import promotion_check
 from app.redact import redact_uri
 from app.run.folder import refuse_links
-from app.run.ray_cluster import check_capacity, connect_ray
+from app.run.ray_cluster import DATA_CPUS, check_capacity, connect_ray
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import (
@@ -59,6 +62,11 @@ class Warned(Exception):
     prints it as WARN; `train` goes on, and what is switched off warns when the run starts."""
 
 
+class Advice(Warned):
+    """A run that will train but is likely to be wasted (one optimizer step per epoch):
+    `check` prints it as WARN, `train` once as `trainctl: warning: ...` before Ray starts."""
+
+
 def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
     """The checks that need no cluster, in order. `rows_per_worker`: judge rows per worker with
     the dataset; without it that waits for the cluster check, so that a request the cluster
@@ -68,6 +76,7 @@ def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
         ("storage", _storage),
         ("tracking", _tracking),
         ("dataset", partial(_dataset, prepare=prepare, rows_per_worker=rows_per_worker)),
+        ("steps", _steps),
         ("warm_start", _warm_start),
         ("weights", _weights),
         ("versions", _versions),
@@ -78,9 +87,11 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     """`trainctl check`: every check, each verdict printed; ConfigError with all problems."""
     found = Found()
     todo = checks(prepare=False, rows_per_worker=not connect)
+    # Per-class counts (reading a Parquet dataset's label columns again): `check` only.
+    todo.insert([name for name, _ in todo].index("steps") + 1, ("classes", _classes))
     todo.append(("promotion", promotion_check))
     if connect:
-        todo.append(("cluster", cluster_check))
+        todo.append(("cluster", cluster_check if joins_cluster(settings) else local_cluster_check))
     problems = []
     for name, check in todo:
         try:
@@ -100,8 +111,12 @@ def preflight_for_training(settings: TrainSettings) -> DatasetInfo:
     """`trainctl train`: the same checks but the cluster's, stopping at the first problem."""
     found = Found()
     for _name, check in checks(prepare=True, rows_per_worker=False):
-        with contextlib.suppress(Warned):
+        try:
             check(settings, found)
+        except Advice as advice:  # said once, here; the run goes on
+            click.echo(f"trainctl: warning: {advice}", err=True)
+        except Warned:  # said when the run starts (what is switched off)
+            pass
     assert found.info is not None  # the dataset check sets it or raises
     return found.info
 
@@ -186,6 +201,35 @@ def _dataset_in(
     )
 
 
+def _steps(settings: TrainSettings, found: Found) -> str:
+    """Optimizer steps per epoch, and Advice when they are too few to learn from."""
+    from app.training.steps import few_steps, steps_per_epoch
+
+    if found.info is None:
+        return "not judged: the dataset is not inspected yet"
+    rows, batch = found.info.train_rows, settings.global_batch_size
+    advice = few_steps(rows, batch, settings.workers.max)
+    if advice:
+        raise Advice(advice)
+    steps = steps_per_epoch(rows, batch)
+    per_epoch = f"{steps:,} optimizer steps per epoch"
+    return f"{rows:,} train rows at TRAIN_GLOBAL_BATCH_SIZE={batch}: {per_epoch}"
+
+
+def _classes(settings: TrainSettings, found: Found) -> str:
+    """Images per class in train/ and valid/; WARN for a class too small to learn or measure."""
+    from app.data.class_counts import class_counts
+
+    if found.info is None:
+        return "not counted: the dataset is not inspected yet"
+    with store_errors(settings.dataset_dir, "TRAIN_DATA_PATH"):
+        counts = class_counts(found.info, settings.storage_endpoint)
+    warning = counts.warning()
+    if warning:
+        raise Warned(f"{counts.detail()}; {warning}")
+    return counts.detail()
+
+
 def _warm_start(settings: TrainSettings, found: Found) -> str:
     """The file must exist, load as weights and (once the data is known) fit the model: its
     mismatched keys are named here, before Ray starts, not by every worker's load."""
@@ -257,6 +301,43 @@ def _pins() -> dict[str, str]:
         if match:
             pins[match.group(1).lower()] = match.group(2)
     return pins
+
+
+def joins_cluster(settings: TrainSettings) -> bool:
+    """Whether `train` joins a running cluster (TRAIN_RAY_ADDRESS or RAY_ADDRESS), rather than
+    starting its own."""
+    return bool(settings.ray_address or os.environ.get("RAY_ADDRESS"))
+
+
+def local_cluster_check(settings: TrainSettings, found: Found) -> str:
+    """`check` without a cluster to join: what the local cluster `train` starts will hold,
+    judged as cluster_check judges a running one, without starting it (that alone took 40 s
+    of `check`'s 45 on a laptop, to learn what this machine already says)."""
+    from app.run.ray_cluster import capacity_problems, local_resources
+
+    resources = local_resources(settings)
+    if resources is None:  # this Ray resolves node resources differently: ask a real cluster
+        return cluster_check(settings, found)
+    missing = capacity_problems(settings, resources)
+    problem = workers_problem(settings, found.info) if found.info else None
+    if missing or problem:
+        raise ConfigError(missing or [problem])
+    cpus, machine = int(resources.get("CPU", 0)), usable_cpus()
+    if cpus > machine.usable:
+        workers = f"{settings.workers.max} workers x {settings.cpus_per_worker:g} CPU"
+        held = (
+            f"{cpus} CPU slots ({workers} + {DATA_CPUS} for reading data) on {machine.describe()}"
+        )
+    else:
+        held = f"{cpus} CPUs ({machine.describe()})"
+    return (
+        f"local, started by `trainctl train`, not by check: {held}, "
+        f"{resources.get('GPU', 0):g} GPUs (Ray {_ray_version()})"
+    )
+
+
+def _ray_version() -> str:
+    return metadata.version("ray")
 
 
 def cluster_check(settings: TrainSettings, found: Found) -> str:

@@ -74,6 +74,11 @@ def inspect_folder(root: Path | ObjectPath, size: int) -> tuple[DatasetInfo, str
     return info, listing.note()
 
 
+def listed(root: Path | ObjectPath) -> FolderListing:
+    """The listing inspect made of `root` in this process, else a new one."""
+    return _listed.get(str(root)) or list_folder(root)
+
+
 def inspect_for(settings: TrainSettings) -> tuple[DatasetInfo, str]:
     return inspect_folder(
         settings.dataset_dir, image_size_for(settings.model, settings.image_size, settings.weights)
@@ -89,7 +94,7 @@ def build_folder_datasets(
     from app.data.folder_images import to_folder_rows
 
     root = locate(info.path, settings.storage_endpoint)
-    listing = _listed.get(str(root)) or list_folder(root)
+    listing = listed(root)
     if listing.class_names != info.class_names:
         raise ConfigError(
             f"{root}: the class folders changed since the checks ran; rerun to check them again"

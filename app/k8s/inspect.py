@@ -39,8 +39,13 @@ def show_status(
     release: str | None,
     echo: Callable[[str], None],
     storage_mount: Path | None = None,
+    name: str | None = None,
 ) -> None:
+    """The table of this app's RayJobs (only `name`'s when given), then what their run
+    folders say and why any is held back."""
     # Names go into request URLs and selectors: check them before any connection is made.
+    if name is not None:
+        check_dns_label(name, "RayJob name")
     if namespace is not None:
         check_dns_label(namespace, "--namespace")
     if release is not None:
@@ -48,6 +53,13 @@ def show_status(
     cluster = Cluster.connect()
     namespace = _checked_namespace(namespace, cluster)
     rayjobs = cluster.list("RayJob", namespace, app_selector(release))
+    if name is not None:
+        rayjobs = [r for r in rayjobs if r["metadata"].get("name") == name]
+        if not rayjobs:
+            raise RunFailed(
+                f"RayJob {name} not found among this app's RayJobs in namespace {namespace}; "
+                f"`trainctl status -n {namespace}` lists them"
+            )
     now = datetime.now(UTC)
     echo(status_table(rayjobs, now=now, pool_label=POOL_LABEL))
     _show_outcomes(cluster, namespace, release, rayjobs, storage_mount, echo)

@@ -21,10 +21,10 @@ from typing import Any
 from app.errors import TrainctlError
 from app.formatting import one_line
 from app.k8s.plan import bucket_run_dir, local_run_dir
-from app.run.interruptions import from_attempts, in_words
+from app.run.interruptions import MAX_SHOWN as MAX_INTERRUPTIONS_SHOWN  # noqa: F401 (its name here)
+from app.run.interruptions import lines_of
 
 FINISHED = ("Complete", "Failed")  # jobDeploymentStatus of a run whose summary is final
-MAX_INTERRUPTIONS_SHOWN = 5  # per run: the newest; the rest are counted
 MAX_LINE_CHARS = 300  # a line read from the run folder, as shown
 
 
@@ -47,22 +47,9 @@ def finished(rayjob: Mapping[str, Any]) -> bool:
 def interruption_lines(
     rayjob: Mapping[str, Any], summary: Mapping[str, Any] | None, attempts: Sequence[Any]
 ) -> list[str]:
-    """The run's interruptions in words, oldest first, the newest MAX_INTERRUPTIONS_SHOWN of
-    them. A finished RayJob's are summary.json's list (its driver's final word); a running
-    one's are attempts.jsonl's, since its summary.json may still be an earlier driver's."""
-    recorded = summary.get("interruptions") if finished(rayjob) and summary else None
-    if not isinstance(recorded, list):
-        recorded = from_attempts([a for a in attempts if isinstance(a, Mapping)])
-    records = [r for r in recorded if isinstance(r, Mapping)]
-    lines = [in_words(r) for r in records[-MAX_INTERRUPTIONS_SHOWN:]]
-    earlier = len(records) - len(lines)
-    if earlier:
-        where = "summary.json" if finished(rayjob) else "attempts.jsonl"
-        lines.append(f"and {earlier} more before these ({where} lists them all)")
-    unreadable = len(recorded) - len(records)
-    if unreadable:
-        lines.append(f"{unreadable} unreadable interruption record(s) skipped")
-    return lines
+    """The run's interruptions in words (app/run/interruptions.py): a finished RayJob's from
+    summary.json, a running one's from attempts.jsonl."""
+    return lines_of(summary, attempts, finished=finished(rayjob))
 
 
 def run_lines(

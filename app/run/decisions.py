@@ -126,13 +126,23 @@ def running_summary(
 
 
 def outcome_line(run_name: str, status: str, summary: Mapping[str, Any], target: int) -> str:
-    """The one line the driver ends with."""
-    metrics = summary["metrics"]
-    accuracy = f", val_accuracy {metrics['val_accuracy']:.4f}" if "val_accuracy" in metrics else ""
-    return (
-        f"run {run_name} {status}: {summary['epochs_completed']}/{target} "
-        f"epochs{accuracy}, {summary['failures']} failure(s) recovered"
-    )
+    """The one line the driver ends with: the last epoch's figure and the best checkpoint's,
+    each labelled (the promotion line that follows is about the best checkpoint)."""
+    parts = [f"run {run_name} {status}: {summary['epochs_completed']}/{target} epochs"]
+    best = summary.get("best") or {}
+    metric = best.get("metric", "val_accuracy")
+    last = _figures(summary.get("metrics") or {}, metric)
+    if last:
+        parts.append(f"last epoch {last}")
+    if best:
+        parts.append(f"best checkpoint (epoch {best['epoch']}) {_figures(best, metric)}".rstrip())
+    return "; ".join(parts) + f"; {summary['failures']} failure(s) recovered"
+
+
+def _figures(metrics: Mapping[str, Any], metric: str) -> str:
+    """The checkpoint metric's value, then val_accuracy's where that is not the metric."""
+    names = [metric] + (["val_accuracy"] if metric != "val_accuracy" else [])
+    return ", ".join(f"{name} {metrics[name]:.4f}" for name in names if name in metrics)
 
 
 def compile_fell_back(compile_setting: str, epochs: Sequence[Mapping[str, Any]]) -> bool:

@@ -27,6 +27,7 @@ from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, just_in_time, sigte
 from app.run.progress import EpochFollower
 from app.run.retention import in_run_pruner
 from app.run.summary import build_summary, plot_curves
+from app.run.usage import accelerator_hours
 from app.settings import TrainSettings
 from app.storage.location import RunPath, storage_options
 from app.tracking.trackers import Trackers
@@ -250,6 +251,14 @@ def _finish(
         metric=settings.checkpoint_metric,
         error=error,
         good=kept,
+    )
+    # What this run has held so far: this driver's worker groups on top of earlier drivers'.
+    summary["accelerator_hours"] = accelerator_hours(
+        (read_summary(run_dir) or {}).get("accelerator_hours"),
+        starts,
+        end=time.time(),
+        use_gpu=settings.use_gpu,
+        cpus_per_worker=settings.cpus_per_worker,
     )
     if decisions.compile_fell_back(settings.compile, run_folder.epochs(run_dir)):
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")

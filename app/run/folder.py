@@ -81,6 +81,17 @@ def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[di
     except (OSError, ValueError, safe_fs.LinkRefused) as err:
         _warn_once(path, f"cannot read {path} ({_why(err)}); its records are ignored")
         return []
+    records, bad = parse_jsonl(raw, required)
+    if bad:
+        shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
+        _warn_once(path, f"skipped {len(bad)} unreadable line(s) in {path} (line {shown})")
+    return records
+
+
+def parse_jsonl(
+    raw: bytes, required: dict[str, Any] | None = None
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """(the JSON-object lines with `required` fields, the numbers of the lines that are not)."""
     records, bad = [], []
     for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
@@ -93,10 +104,7 @@ def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[di
             bad.append(number)
             continue
         records.append(record)
-    if bad:
-        shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
-        _warn_once(path, f"skipped {len(bad)} unreadable line(s) in {path} (line {shown})")
-    return records
+    return records, bad
 
 
 def read_record_file(path: RunPath, limit: int) -> bytes:

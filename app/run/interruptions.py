@@ -120,6 +120,38 @@ def _seconds(value: Any) -> bool:
     return 0 <= value <= 365 * 86400
 
 
+MAX_SHOWN = 5  # per run, in words: the newest; the rest are counted
+
+
+def recorded(
+    summary: Mapping[str, Any] | None, attempts: Sequence[Any], *, finished: bool
+) -> tuple[list[Mapping[str, Any]], int]:
+    """(the run's interruption records, oldest first; how many were not records). A finished
+    run's are summary.json's list (its driver's final word); a running one's are
+    attempts.jsonl's, since its summary.json may still be an earlier driver's."""
+    found = summary.get("interruptions") if finished and summary else None
+    if not isinstance(found, list):
+        found = from_attempts([a for a in attempts if isinstance(a, Mapping)])
+    records = [r for r in found if isinstance(r, Mapping)]
+    return records, len(found) - len(records)
+
+
+def lines_of(
+    summary: Mapping[str, Any] | None, attempts: Sequence[Any], *, finished: bool
+) -> list[str]:
+    """The run's interruptions in words, oldest first, the newest MAX_SHOWN of them, then how
+    many more there were and how many records could not be read."""
+    records, unreadable = recorded(summary, attempts, finished=finished)
+    lines = [in_words(r) for r in records[-MAX_SHOWN:]]
+    earlier = len(records) - len(lines)
+    if earlier:
+        where = "summary.json" if finished else "attempts.jsonl"
+        lines.append(f"and {earlier} more before these ({where} lists them all)")
+    if unreadable:
+        lines.append(f"{unreadable} unreadable interruption record(s) skipped")
+    return lines
+
+
 def from_attempts(starts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every interruption the run's attempts recorded, oldest first."""
     return [

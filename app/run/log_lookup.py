@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
+from pathlib import Path
 
 from app.errors import ConfigError
+from app.formatting import one_path
 from app.redact import redact
 from app.run import log_reader
 from app.run.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
@@ -48,11 +50,35 @@ def _is_log(path: RunPath, run_dir: RunPath) -> bool:
     local, root = local_path(path), local_path(run_dir)
     if local is None or root is None:  # a bucket: no links
         return path.is_file()
-    # `trainctl logs` on a link (the log or a rotated one): exit 2, naming it.
+    # `trainctl logs` on a link (the log or a rotated one): exit 2, naming it; on something
+    # that is there but is no file (a FIFO would block a reader forever), exit 2 saying what.
     for index in range(1, log_reader.BACKUPS + 1):
-        safe_fs.refuse_link(local.with_name(f"{local.name}.{index}"), root)
+        rotated = local.with_name(f"{local.name}.{index}")
+        _regular_or_absent(rotated, safe_fs.refuse_link(rotated, root))
     status = safe_fs.refuse_link(local, root)
-    return status is not None and stat.S_ISREG(status.st_mode)
+    return _regular_or_absent(local, status)
+
+
+KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+}
+
+
+def _regular_or_absent(path: Path, status: os.stat_result | None) -> bool:
+    """True for a regular file, False where nothing is; ConfigError for anything else."""
+    if status is None:
+        return False
+    if stat.S_ISREG(status.st_mode):
+        return True
+    kind = KINDS.get(stat.S_IFMT(status.st_mode), "neither a file nor a folder")
+    raise ConfigError(
+        f"{path}: is {kind}, not a log file; trainctl reads only regular files in a run "
+        "folder: remove it"
+    )
 
 
 def read_lines(path: RunPath) -> Iterator[str]:
@@ -69,17 +95,26 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
 
     endpoint, timeout = storage_access(os.environ)
     as_path = storage_location(run, f"run {redact(run)!r}", endpoint)
-    if is_dir_within(as_path / LOGS_DIR, "RUN", timeout):
+    if _is_dir(as_path / LOGS_DIR, "RUN", timeout):
         return _not_a_link(as_path)
     if storage is None:
         storage = storage_path_setting()
     candidate = storage_location(storage, f"--storage {redact(storage)}", endpoint) / run
-    if is_dir_within(candidate, "--storage", timeout):
+    if _is_dir(candidate, "--storage", timeout):
         return _not_a_link(candidate)
     raise ConfigError(
         f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
         "give the run folder's path, or --storage where the volume is mounted"
     )
+
+
+def _is_dir(path: RunPath, variable: str, timeout: float) -> bool:
+    """is_dir_within, with a name the system refuses (too long, a NUL) said as bad input."""
+    try:
+        return is_dir_within(path, variable, timeout)
+    except (OSError, ValueError) as err:
+        why = getattr(err, "strerror", None) or err
+        raise ConfigError(f"{variable}: {one_path(path)}: {why}") from None
 
 
 def _not_a_link(run_dir: RunPath) -> RunPath:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
+from collections.abc import Mapping
 
 import click
 
+from app.cpus import usable_cpus
 from app.errors import ConfigError, TrainctlError
 from app.settings import TrainSettings
 
@@ -43,9 +46,35 @@ def connect_ray(settings: TrainSettings) -> None:
         wait_for_address(address, settings.ray_connect_timeout)
     if ray.is_initialized():
         return
-    # A local cluster: leave CPUs for Ray Data's read tasks beside the training workers.
-    need = settings.workers.max * settings.cpus_per_worker + 2
-    join_or_start(address, num_cpus=max(os.cpu_count() or 1, int(need + 0.999)))
+    join_or_start(address, num_cpus=local_num_cpus(settings))
+
+
+# CPUs a local cluster gets beyond the workers': Ray Data's read tasks need a CPU slot each, and
+# with none free they would wait for the training workers forever.
+DATA_CPUS = 2
+
+
+def local_num_cpus(settings: TrainSettings) -> int:
+    """The CPUs a local cluster is told it has: this process's usable CPUs (its affinity and
+    cgroup quota, not the machine's count), or the workers' CPUs plus DATA_CPUS where that is
+    more. Ray's CPUs are scheduling slots: on a small machine the workers and the data reading
+    share the cores rather than wait for one another."""
+    need = math.ceil(settings.workers.max * settings.cpus_per_worker) + DATA_CPUS
+    return max(usable_cpus().usable, need)
+
+
+def local_resources(settings: TrainSettings) -> dict[str, float] | None:
+    """What the local cluster `trainctl train` starts would hold (CPUs as local_num_cpus says,
+    the GPUs and accelerator type Ray detects), resolved by Ray's own node-resource code
+    without starting anything; None where this Ray has no such code (the caller then starts
+    the cluster to ask it)."""
+    try:
+        from ray._private.resource_and_label_spec import ResourceAndLabelSpec
+
+        spec = ResourceAndLabelSpec(num_cpus=local_num_cpus(settings)).resolve(is_head=True)
+        return {name: float(value) for name, value in spec.to_resource_dict().items()}
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
 
 
 def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
@@ -54,6 +83,7 @@ def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
     import ray
     import ray.data
 
+    _own_auth_line()
     ray.data.DataContext.get_current().enable_progress_bars = False
     # The driver runs Ray Data itself (reading, caching): its INFO lines would bury ours.
     logging.getLogger("ray.data").setLevel(logging.WARNING)
@@ -69,7 +99,7 @@ def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
     try:
         ray.init(
             address="local",
-            num_cpus=num_cpus or os.cpu_count() or 1,
+            num_cpus=num_cpus or usable_cpus().usable,
             include_dashboard=False,
             **QUIET,
         )
@@ -81,6 +111,47 @@ def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
             "trained: rerun when the machine is less loaded (and RAY_TMPDIR, or /tmp, is "
             "writable), or set TRAIN_RAY_ADDRESS to a running cluster"
         ) from None
+    said = auth_line(os.environ)
+    click.echo(f"trainctl: {said}", err=said.startswith("warning"))
+
+
+# Ray announces the token authentication it turns on for a new local cluster with a warning
+# that ends "Set RAY_AUTH_MODE=disabled to opt out", on every run: advice to switch off a
+# default this project keeps (rayAuth on Kubernetes). Ray logs it from this module; trainctl
+# drops that one record and says in its own line that auth is on, and why.
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+RAY_AUTH_NOTICE = "Token authentication is enabled for this Ray cluster."
+
+
+class _DropAuthNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(RAY_AUTH_NOTICE)
+
+
+def _own_auth_line() -> None:
+    logger = logging.getLogger(RAY_AUTH_LOGGER)
+    if not any(isinstance(f, _DropAuthNotice) for f in logger.filters):
+        logger.addFilter(_DropAuthNotice())
+
+
+def auth_line(env: Mapping[str, str]) -> str:
+    """What a local cluster's token authentication is, in trainctl's words (Ray sets
+    RAY_AUTH_MODE=token for a new local cluster unless it was set)."""
+    mode = env.get("RAY_AUTH_MODE", "").lower()
+    if mode != "token":
+        return (
+            f"warning: Ray token authentication is off (RAY_AUTH_MODE={mode or 'unset'}): "
+            "anyone who can reach this machine's Ray ports can run code on it"
+        )
+    where = (
+        "RAY_AUTH_TOKEN"
+        if env.get("RAY_AUTH_TOKEN")
+        else env.get("RAY_AUTH_TOKEN_PATH") or "~/.ray/auth_token"
+    )
+    return (
+        f"ray: token authentication is on (the token in {where}): only its holders can "
+        "submit work to this local cluster, not other users or hosts"
+    )
 
 
 RETRY_EVERY_S = 5.0

@@ -41,6 +41,7 @@ from app.training.checkpoint_report import report_checkpoint
 from app.training.checkpoint_watch import CheckpointWatch, interruption_on_start, set_rng_state
 from app.training.model import build_model, uses_channels_last
 from app.training.sample_log import log_samples
+from app.training.steps import steps_per_epoch as epoch_steps
 from app.training.weights import apply_weights
 
 
@@ -117,7 +118,7 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     unranked = {settings.checkpoint_metric: _worst(settings.checkpoint_metric)}
 
     batch_size = max(1, settings.global_batch_size // world)
-    steps_per_epoch = max(1, math.ceil(info.train_rows / settings.global_batch_size))
+    steps_per_epoch = epoch_steps(info.train_rows, settings.global_batch_size)
     schedule = _cosine_with_warmup(settings.lr, steps_per_epoch, steps_per_epoch * settings.epochs)
     train_shard = ray.train.get_dataset_shard("train")
     valid_shard = ray.train.get_dataset_shard("valid")

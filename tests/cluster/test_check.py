@@ -27,9 +27,11 @@ from tests.support import explain, run_trainctl, trainctl_env
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 CHECKS = (
-    "settings", "storage", "tracking", "dataset", "warm_start", "weights", "versions",
-    "promotion", "cluster",
+    "settings", "storage", "tracking", "dataset", "steps", "classes", "warm_start", "weights",
+    "versions", "promotion", "cluster",
 )  # fmt: skip
+# The test data is tiny (24 train rows, 4 classes): these two say so in every case, as warnings.
+WARNED = ("steps", "classes")
 BASE = {
     "dataset": "parquet",
     "model": "cnn",
@@ -135,8 +137,8 @@ def _with_cluster(failure: Failure) -> bool:
 
 
 def _verdicts(result: subprocess.CompletedProcess[str]) -> dict[str, tuple[str, str]]:
-    """check name -> (ok | FAIL, detail), from the lines `trainctl check` prints."""
-    lines = re.findall(r"^(ok|FAIL)\s+(\w+): (.*)$", result.stdout, flags=re.MULTILINE)
+    """check name -> (ok | WARN | FAIL, detail), from the lines `trainctl check` prints."""
+    lines = re.findall(r"^(ok|WARN|FAIL)\s+(\w+): (.*)$", result.stdout, flags=re.MULTILINE)
     return {name: (verdict, detail) for verdict, name, detail in lines}
 
 
@@ -167,8 +169,15 @@ def test_every_check_passes_and_says_what_it_found(outcomes: dict[str, Future[Re
     result, tmp = outcomes["all-good"].result()
     assert result.returncode == 0, explain(result)
     verdicts = _verdicts(result)
-    assert {name: verdict for name, (verdict, _) in verdicts.items()} == dict.fromkeys(
-        CHECKS, "ok"
+    expected = {name: "WARN" if name in WARNED else "ok" for name in CHECKS}
+    assert {name: verdict for name, (verdict, _) in verdicts.items()} == expected, explain(result)
+    assert verdicts["steps"][1] == (
+        "24 train rows at TRAIN_GLOBAL_BATCH_SIZE=16 give 2 optimizer steps per epoch; at least "
+        "10 is typical: lower TRAIN_GLOBAL_BATCH_SIZE (e.g. 2)"
+    ), explain(result)
+    assert verdicts["classes"][1].startswith(
+        "images per class, train/valid: 0 6/2, 1 6/2, 2 6/2, 3 6/2; 4 classes under 10 images "
+        "in train/"
     ), explain(result)
     assert re.search(r"writable, [\d.]+ (B|KiB|MiB|GiB|TiB) free$", verdicts["storage"][1])
     assert "24 train / 8 valid rows, 8x8x1 images" in verdicts["dataset"][1]

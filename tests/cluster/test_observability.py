@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.interrupted_run import EPOCHS, EXPERIMENT, RUN, InterruptedRun
+from tests.hostile.support import trainctl
 from tests.support import explain, read_summary, run_trainctl
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
@@ -126,3 +127,22 @@ def test_a_rerun_after_the_last_checkpoint_closes_the_open_tracker_run(
     experiment = client.get_experiment_by_name(EXPERIMENT)
     assert len(client.search_runs([experiment.experiment_id])) == 1
     assert read_summary(run_dir)["tracking"]["mlflow"]["run_id"] == run_id
+
+
+def test_status_of_the_run_folder_says_its_interruptions_and_hours(
+    interrupted_run: InterruptedRun,
+) -> None:
+    """`trainctl status RUN_DIR --json` (no Kubernetes) on the run stopped, killed, finished."""
+    summary = interrupted_run.summary
+    result = trainctl("status", str(interrupted_run.run_dir), "--json")
+    assert result.code == 0, result.text
+    record = json.loads(result.out)
+    assert record["status"] == "succeeded" and record["epochs_completed"] == EPOCHS
+    counts = record["interruptions"]
+    assert counts["count"] == len(summary["interruptions"]) >= 2, counts
+    assert counts["stopped"] >= 1 and counts["failures"] >= 1, counts  # SIGTERM, then SIGKILL
+    assert record["best"]["epoch"] == summary["best"]["epoch"]
+    # The stopped driver's worker group and the finishing one's (the killed one wrote nothing).
+    hours = record["accelerator_hours"]
+    assert hours == summary["accelerator_hours"] and hours["kind"] == "cpu", hours
+    assert hours["workers"] == 1 and 0 < hours["hours"] < 1, hours

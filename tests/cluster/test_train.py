@@ -6,6 +6,7 @@ so the tests that read it also prove that compiled runs save plain weights and r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from app.data.prepare import prepare_dataset
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.data.sources import SYNTHETIC_CLASSES, SYNTHETIC_SHAPE
 from app.training.model import build_model
+from tests.hostile.support import trainctl
 from tests.support import (
     FINISHED_EPOCHS,
     FinishedRun,
@@ -165,3 +167,30 @@ def test_failure_during_training_exits_1_with_cause_and_locations(
     assert failed, "no worker log holds the traceback"
     assert any("load_weights" in line for line in failed[0])
     assert any("Error" in line and "state_dict" in line for line in failed[0][-3:])
+
+
+def test_the_finished_run_reads_back_through_status_and_logs(finished_run: FinishedRun) -> None:
+    """The run's last lines label each figure; `trainctl status` and `trainctl logs` of its
+    folder (no Kubernetes) say the same, and its accelerator-hours are recorded."""
+    run_dir, summary = finished_run.run_dir, read_summary(finished_run.run_dir)
+    best, last = summary["best"], summary["metrics"]
+    line = next(x for x in finished_run.result.stdout.splitlines() if " succeeded: " in x)
+    assert line == (
+        f"trainctl: run digits-cnn succeeded: {FINISHED_EPOCHS}/{FINISHED_EPOCHS} epochs; "
+        f"last epoch val_accuracy {last['val_accuracy']:.4f}; best checkpoint (epoch "
+        f"{best['epoch']}) val_accuracy {best['val_accuracy']:.4f}; 0 failure(s) recovered"
+    ), explain(finished_run.result)
+    hours = summary["accelerator_hours"]
+    assert (hours["kind"], hours["workers"], hours["per_worker"]) == ("cpu", 2, 1.0), hours
+    assert 0 < hours["hours"] < summary["duration_s"] * 2 / 3600 + 1e-9, hours
+    result = trainctl("status", str(run_dir), "--json")
+    assert result.code == 0, result.text
+    record = json.loads(result.out)
+    assert (record["status"], record["epochs_completed"]) == ("succeeded", FINISHED_EPOCHS)
+    assert record["best"] == {"epoch": best["epoch"], "val_accuracy": best["val_accuracy"]}
+    assert record["promotion"]["line"] == summary["promotion"]["line"]
+    assert record["accelerator_hours"] == hours
+    result = trainctl("logs", str(run_dir))  # the driver's, by default
+    assert result.code == 0, result.text
+    assert result.out.splitlines()[0] == f"==> {run_dir}/logs/attempt-1/driver.log <=="
+    assert line.removeprefix("trainctl: ") in result.out

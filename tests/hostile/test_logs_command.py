@@ -149,5 +149,22 @@ def test_an_unreadable_log_is_named_not_a_traceback(tmp_path: Path) -> None:
     log.with_name("worker-0.log.1").mkdir()  # a rotated "file" that cannot be read
     result = trainctl("logs", str(tmp_path / "r"), "--worker", "0")
     assert result.code == 2, result.text
-    assert f"{log.with_name('worker-0.log.1')}: cannot be read" in result.text
+    # Named before any line is printed, with what it is instead of a file.
+    assert f"{log.with_name('worker-0.log.1')}: is a folder, not a log file" in result.text
     assert "Traceback" not in result.text and "internal error" not in result.text
+
+
+def test_a_fifo_or_folder_at_a_logs_name_is_named_for_what_it_is(tmp_path: Path) -> None:
+    """It used to say `no driver.log in ...; there: driver.log`."""
+    log = _log(tmp_path, "worker line\n")
+    os.mkfifo(log.with_name("driver.log"))
+    result = trainctl("logs", str(tmp_path / "r"))  # the driver's, by default
+    assert_refused(result, 2, f"{log.with_name('driver.log')}: is a FIFO (named pipe), not a log")
+    assert "there:" not in result.text
+    os.mkfifo(log.with_name("worker-0.log.2"))  # a rotated one: refused before any line
+    result = trainctl("logs", str(tmp_path / "r"), "--worker", "0")
+    assert_refused(result, 2, "worker-0.log.2: is a FIFO (named pipe)")
+    assert "worker line" not in result.out
+    log.with_name("worker-1.log").mkdir()
+    result = trainctl("logs", str(tmp_path / "r"), "--worker", "1")
+    assert_refused(result, 2, "worker-1.log: is a folder, not a log file")

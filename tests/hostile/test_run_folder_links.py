@@ -241,7 +241,9 @@ def test_logs_command_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
     attempt = run_logs.attempt_dir(tmp_path / "r", 1)
     attempt.mkdir(parents=True)
     os.mkfifo(attempt / "worker-0.log")
-    assert_refused(trainctl("logs", str(tmp_path / "r"), "--worker", "0"), 2, "no worker-0.log")
+    # Named for what it is (it used to read "no worker-0.log ...; there: worker-0.log").
+    result = trainctl("logs", str(tmp_path / "r"), "--worker", "0")
+    assert_refused(result, 2, "worker-0.log: is a FIFO (named pipe), not a log file")
 
 
 # --- deep JSON: damaged records, not an internal error; a rerun still works --------------------

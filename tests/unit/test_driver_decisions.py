@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.run import decisions
+from app.run import decisions, usage
 from app.run.checkpoints import CheckpointRef
 from app.run.interrupts import StopForSigterm
 
@@ -97,14 +97,28 @@ def test_the_running_summary_drops_the_last_drivers_outcome() -> None:
     assert previous["status"] == "failed"  # the record read is not changed
 
 
-def test_the_outcome_line_says_epochs_accuracy_and_failures() -> None:
-    summary = {"metrics": {"val_accuracy": 0.91234}, "epochs_completed": 3, "failures": 1}
+def test_the_outcome_line_labels_the_last_epoch_and_the_best_checkpoint() -> None:
+    best = {"metric": "val_accuracy", "val_accuracy": 0.93, "val_loss": 0.2, "epoch": 2}
+    summary = {
+        "metrics": {"val_accuracy": 0.91234}, "epochs_completed": 3, "failures": 1, "best": best,
+    }  # fmt: skip
     assert decisions.outcome_line("r", "succeeded", summary, 5) == (
-        "run r succeeded: 3/5 epochs, val_accuracy 0.9123, 1 failure(s) recovered"
+        "run r succeeded: 3/5 epochs; last epoch val_accuracy 0.9123; "
+        "best checkpoint (epoch 2) val_accuracy 0.9300; 1 failure(s) recovered"
     )
-    summary = {"metrics": {}, "epochs_completed": 0, "failures": 0}
+    # Ranked by val_loss: that figure first, accuracy beside it, for both.
+    best = {"metric": "val_loss", "val_loss": 0.1, "val_accuracy": 0.9, "epoch": 4}
+    summary = {
+        "metrics": {"val_loss": 0.12, "val_accuracy": 0.88},
+        "epochs_completed": 5, "failures": 0, "best": best,
+    }  # fmt: skip
+    assert decisions.outcome_line("r", "succeeded", summary, 5) == (
+        "run r succeeded: 5/5 epochs; last epoch val_loss 0.1200, val_accuracy 0.8800; "
+        "best checkpoint (epoch 4) val_loss 0.1000, val_accuracy 0.9000; 0 failure(s) recovered"
+    )
+    summary = {"metrics": {}, "epochs_completed": 0, "failures": 0, "best": None}
     assert decisions.outcome_line("r", "failed", summary, 5) == (
-        "run r failed: 0/5 epochs, 0 failure(s) recovered"
+        "run r failed: 0/5 epochs; 0 failure(s) recovered"
     )
 
 
@@ -113,3 +127,49 @@ def test_compile_fallback_is_said_only_when_compile_was_required() -> None:
     assert decisions.compile_fell_back("on", epochs)
     assert not decisions.compile_fell_back("auto", epochs)
     assert not decisions.compile_fell_back("on", [{"compiled": 1.0}, {}])
+
+
+# --- accelerator-hours (app/run/usage.py) ------------------------------------------------------
+def test_accelerator_hours_count_each_worker_group_until_the_next_start() -> None:
+    # 2 workers for an hour, then (a restart at another size) 4 workers for half an hour.
+    starts = [{"time": 1000.0, "world_size": 2}, {"time": 4600.0, "world_size": 4}]
+    record = usage.accelerator_hours(None, starts, end=6400.0, use_gpu=True, cpus_per_worker=8.0)
+    assert record == {"kind": "gpu", "hours": 4.0, "workers": 4, "per_worker": 1.0}
+    # Without GPUs, CPU-hours: each worker holds TRAIN_CPUS_PER_WORKER CPUs.
+    record = usage.accelerator_hours(None, starts[:1], end=2800.0, use_gpu=False, cpus_per_worker=2)
+    assert record == {"kind": "cpu", "hours": 2.0, "workers": 2, "per_worker": 2.0}
+    assert usage.in_words(record) == "2.00 CPU-hours (2 workers x 2 CPU)"
+
+
+def test_accelerator_hours_add_to_the_earlier_drivers_of_the_same_kind() -> None:
+    before = {"kind": "gpu", "hours": 1.5, "workers": 8, "per_worker": 1.0}
+    starts = [{"time": 0.5, "world_size": 1}]
+    record = usage.accelerator_hours(before, starts, end=3600.5, use_gpu=True, cpus_per_worker=1)
+    assert record["hours"] == 2.5 and record["workers"] == 1
+    # A driver that trained nothing (a finished run rerun) keeps the total and the size.
+    record = usage.accelerator_hours(before, [], end=10.0, use_gpu=True, cpus_per_worker=1)
+    assert record == before
+    # GPU- and CPU-hours are not added together.
+    record = usage.accelerator_hours(before, [], end=10.0, use_gpu=False, cpus_per_worker=1)
+    assert record["hours"] == 0 and record["kind"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        None, "1.5", [1], {"kind": "tpu", "hours": 1, "per_worker": 1},
+        {"kind": "gpu", "hours": float("nan"), "per_worker": 1},
+        {"kind": "gpu", "hours": 1e300, "per_worker": 1},
+        {"kind": "gpu", "hours": True, "per_worker": 1},
+        {"kind": "gpu", "hours": 1, "per_worker": 0},
+        {"kind": "gpu", "hours": 1, "per_worker": 1, "workers": -2},
+    ],
+)  # fmt: skip
+def test_a_damaged_record_or_start_is_not_counted(damaged: object) -> None:
+    assert usage.checked(damaged) is None
+    starts = [
+        {"time": "x", "world_size": 2}, {"time": 5.0, "world_size": 10**9}, "a string",
+        {"time": 1e300, "world_size": 1}, {"time": 1.0, "world_size": True},
+    ]  # fmt: skip
+    record = usage.accelerator_hours(damaged, starts, end=100.0, use_gpu=True, cpus_per_worker=1)
+    assert record == {"kind": "gpu", "hours": 0.0, "workers": None, "per_worker": 1.0}

@@ -45,3 +45,42 @@ def test_a_local_cluster_that_cannot_start_is_a_clear_failure(tmp_path: Path) ->
     assert message.startswith("the local Ray cluster did not start ("), message
     assert "nothing was trained" in message and "TRAIN_RAY_ADDRESS" in message
     assert outcome["after"] is False
+
+
+def test_rays_auth_notice_is_replaced_by_trainctls_line_and_auth_stays_on(tmp_path: Path) -> None:
+    """Ray's notice ("... Set RAY_AUTH_MODE=disabled to opt out") is logged by ray.init as it
+    starts a local cluster with auth on; trainctl drops that record only. The start then fails
+    (RAY_TMPDIR blocked, as above), after Ray has turned auth on and written its token."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where Ray wants its session folder")
+    env = {**os.environ, "RAY_TMPDIR": str(blocked), "HOME": str(tmp_path)}
+    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
+    script = START + "import os; print(os.environ.get('RAY_AUTH_MODE'))\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "token"  # Ray's default, untouched
+    assert (tmp_path / ".ray" / "auth_token").is_file()
+    assert "opt out" not in result.stderr and "RAY_AUTH_MODE=disabled" not in result.stderr
+
+
+def test_the_auth_line_says_it_is_on_and_why() -> None:
+    from app.run.ray_cluster import auth_line
+
+    assert auth_line({"RAY_AUTH_MODE": "token"}) == (
+        "ray: token authentication is on (the token in ~/.ray/auth_token): only its holders "
+        "can submit work to this local cluster, not other users or hosts"
+    )
+    assert "(the token in RAY_AUTH_TOKEN)" in auth_line(
+        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "x" * 32}
+    )
+    assert "(the token in /run/t)" in auth_line(
+        {"RAY_AUTH_MODE": "TOKEN", "RAY_AUTH_TOKEN_PATH": "/run/t"}
+    )
+    assert auth_line({"RAY_AUTH_MODE": "disabled"}) == (
+        "warning: Ray token authentication is off (RAY_AUTH_MODE=disabled): anyone who can "
+        "reach this machine's Ray ports can run code on it"
+    )

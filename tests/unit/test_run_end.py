@@ -15,6 +15,7 @@ import pytest
 from app.promotion.step import promote_run
 from app.run import checkpoints
 from app.run import driver as run
+from app.run import folder as run_folder
 from app.storage import reading
 from tests.promotion_support import INFO, make_run, settings_for
 
@@ -85,3 +86,36 @@ def test_a_handed_over_scan_is_used_as_given(tmp_path: Path, hashed: Counter[Pat
     summary = promote_run(settings_for(tmp_path, "r"), INFO, {"status": "s"}, good=newest_only)
     assert not hashed
     assert summary["promotion"]["value"] == ACCURACY[3]
+
+
+def test_the_end_of_a_run_records_its_accelerator_hours_and_labels_its_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = _run_folder(tmp_path)
+    # An earlier driver's hour, as the running summary carries it.
+    earlier = {"kind": "cpu", "hours": 1.0, "workers": 2, "per_worker": 1.0}
+    run_folder.write_summary(run_dir, {"status": "running", "accelerator_hours": earlier})
+    run_folder.start_attempt(
+        run_dir, invocation="this", start_epoch=1, world_size=2, restored_from=None
+    )
+    attempts = run_dir / run_folder.ATTEMPTS_FILE
+    record = {**json.loads(attempts.read_text()), "time": time.time() - 3600}  # an hour ago
+    attempts.write_text(json.dumps(record) + "\n")
+    for epoch, accuracy in ACCURACY.items():
+        metrics = {"train_loss": 0.5, "val_loss": 1 - accuracy, "val_accuracy": accuracy}
+        run_folder.record_epoch(run_dir, {"epoch": epoch, **metrics})
+
+    summary, _ = run._finish(
+        settings_for(tmp_path, "r"), "succeeded", time.monotonic(), "this", None
+    )
+
+    hours = summary["accelerator_hours"]
+    # 2 CPU workers (TRAIN_NUM_WORKERS's default, 1 CPU each) for an hour, on top of the 1.0.
+    assert (hours["kind"], hours["workers"], hours["per_worker"]) == ("cpu", 2, 1.0)
+    assert 3.0 <= hours["hours"] < 3.5, hours
+    assert json.loads((run_dir / "summary.json").read_text())["accelerator_hours"] == hours
+    line = next(x for x in capsys.readouterr().out.splitlines() if " succeeded: " in x)
+    assert line == (
+        "trainctl: run r succeeded: 3/10 epochs; last epoch val_accuracy 0.8000; "
+        "best checkpoint (epoch 2) val_accuracy 0.9000; 0 failure(s) recovered"
+    )

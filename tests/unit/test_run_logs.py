@@ -89,6 +89,30 @@ def test_logs_command_reads_the_run_folder(
     assert code == EXIT_INVALID and "go with --worker or --driver" in err
 
 
+def test_logs_of_a_run_folder_path_show_the_drivers_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path (with a '/', or one that exists here) is a run folder, never a RayJob name."""
+    run_dir = tmp_path / "runs" / "demo"
+    folder = run_logs.attempt_dir(run_dir, 1)
+    folder.mkdir(parents=True)
+    (folder / "driver.log").write_text("driver line\n")
+    (folder / "worker-0.log").write_text("worker line\n")
+    code, out, err = trainctl(capsys, "logs", str(run_dir))
+    assert code == EXIT_OK, err
+    assert out.splitlines() == [f"==> {folder}/driver.log <==", "driver line"]
+    monkeypatch.chdir(tmp_path / "runs")
+    for name in ("demo", "./demo", "demo/"):  # exists here: the folder, not a RayJob
+        code, out, err = trainctl(capsys, "logs", name, "--tail", "1")
+        assert code == EXIT_OK and out.splitlines()[1:] == ["driver line"], (name, err)
+    code, out, err = trainctl(capsys, "logs", "demo", "--storage", str(tmp_path / "runs"))
+    assert code == EXIT_OK and out.splitlines()[1:] == ["driver line"], err
+    # Neither a path here nor a RayJob name: said so, with the rule.
+    code, _, err = trainctl(capsys, "logs", "Demo_Run")
+    assert code == EXIT_INVALID and "not a valid Kubernetes name" in err, err
+    assert "nor is it a file or folder here" in err and "contains '/'" in err
+
+
 def test_a_held_log_writes_nothing_unless_opened(tmp_path: Path) -> None:
     refused = tmp_path / "refused" / "driver.log"
     with pytest.raises(RunFailed), run_logs.capture(refused, 1.0, "driver", held=True):

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from app.errors import EXIT_OK
+from app.errors import EXIT_CLUSTER, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from app.k8s.outcome import MAX_INTERRUPTIONS_SHOWN, interruption_lines, shown
 from app.run import folder as run_folder
+from app.run import status as run_status
 from app.run.interruptions import in_words, interruption
+from tests.s3_support import S3Server, s3_server
 from tests.unit.fake_kube_api import FakeKubeApi
 from tests.unit.test_submit_cli import (
     RUNNING,
@@ -25,7 +27,7 @@ from tests.unit.test_submit_cli import (
     values_file,
 )
 
-__all__ = ["api", "rayjob_name", "values_file"]  # fixtures used by name below
+__all__ = ["api", "rayjob_name", "s3_server", "values_file"]  # fixtures used by name below
 
 WORDS = "preempted at step 412 (epoch 3), checkpoint in 1.8 s, resumed, 0 steps lost"
 RUNNING_JOB = {"metadata": {"name": "r"}, "status": RUNNING}
@@ -188,3 +190,209 @@ def test_status_survives_a_hostile_run_folder(
     assert "\x1b" not in out and "\x07" not in out and "Traceback" not in out + err
     assert max(len(line) for line in out.splitlines()) < 400
     assert f"{rayjob_name}: 3 unreadable interruption record(s) skipped" in out
+
+
+def test_status_with_a_rayjob_name_shows_that_rayjob_only(
+    api: FakeKubeApi, values_file: Path, rayjob_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.rayjob_statuses = [RUNNING]
+    submit(capsys, values_file)
+    code, out, err = trainctl(capsys, "status", rayjob_name)
+    assert code == EXIT_OK, err
+    assert out.splitlines()[0].startswith("NAME") and out.splitlines()[1].startswith(rayjob_name)
+    code, _, err = trainctl(capsys, "status", "other-job")
+    assert code == EXIT_FAILED and "RayJob other-job not found" in err
+    # Neither a path here nor a RayJob name: both rules named.
+    code, _, err = trainctl(capsys, "status", "Not_A_Name")
+    assert code == EXIT_INVALID and "not a valid Kubernetes name" in err
+    assert "nor is it a file or folder here" in err
+
+
+# --- local run folders: `trainctl status RUN_DIR` and `--storage DIR` ---------------------------
+NOW = 1_700_000_000.0
+
+
+def _finished(storage: Path, name: str = "done") -> Path:
+    """A succeeded run as the driver and the promotion step leave it."""
+    run_dir = storage / name
+    _attempts(run_dir, _preempted())
+    run_folder.write_summary(
+        run_dir,
+        {
+            "status": "succeeded", "run_name": name, "epochs_completed": 15, "epochs_target": 15,
+            "metrics": {"val_accuracy": 0.3667, "val_loss": 1.1, "train_loss": 1.0},
+            "best": {"metric": "val_accuracy", "val_accuracy": 0.4667, "val_loss": 1.0,
+                     "epoch": 9, "checkpoint": str(run_dir / "checkpoint_epoch_0009")},
+            "failures": 0, "interruptions": [_preempted()],
+            "promoted": True, "champion_version": 1,
+            "promotion": {"line": "promoted v1 (no champion yet)"},
+            "accelerator_hours": {"kind": "gpu", "hours": 12.5, "workers": 4, "per_worker": 1.0},
+        },
+    )  # fmt: skip
+    return run_dir
+
+
+def _running(storage: Path, name: str = "live", *, last_seen: float = NOW - 5) -> Path:
+    """A run whose second driver trains: summary.json still says what the first one left."""
+    run_dir = storage / name
+    run_folder.write_summary(
+        run_dir,
+        {
+            "status": "running", "run_name": name, "epochs_completed": 1, "epochs_target": 5,
+            "metrics": {"val_loss": 0.9}, "interruptions": [],
+            "settings": {"use_gpu": False, "cpus_per_worker": 2.0, "checkpoint_metric": "val_loss"},
+            "accelerator_hours": {"kind": "cpu", "hours": 1.0, "workers": 2, "per_worker": 2.0},
+        },
+    )  # fmt: skip
+    run_folder.record_epoch(
+        run_dir, {"epoch": 1, "train_loss": 1.0, "val_loss": 0.9, "val_accuracy": 0.5}
+    )
+    run_folder.start_attempt(
+        run_dir, invocation="second", start_epoch=2, world_size=2, restored_from="ckpt",
+        resumed_step=40, interruption=_preempted(40),
+    )  # fmt: skip
+    for epoch, loss in ((2, 0.5), (3, 0.7)):
+        run_folder.record_epoch(
+            run_dir, {"epoch": epoch, "train_loss": 1.0, "val_loss": loss, "val_accuracy": 0.5}
+        )
+    # This driver's worker group started half an hour before its last sign of life.
+    _rewrite_times(run_dir, attempt=last_seen - 1795, metrics=last_seen - 60)
+    (run_dir / run_folder.PROGRESS_FILE).write_text(
+        json.dumps({"invocation": "second", "epoch": 4, "step": 90, "time": last_seen})
+    )
+    return run_dir
+
+
+def _rewrite_times(run_dir: Path, *, attempt: float, metrics: float) -> None:
+    """The records' clock times set to known values (the writers stamp the real clock)."""
+    for name, when in ((run_folder.ATTEMPTS_FILE, attempt), (run_folder.METRICS_FILE, metrics)):
+        path = run_dir / name
+        records = [{**json.loads(line), "time": when} for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_finished_run_folder_says_each_figure_with_its_label(tmp_path: Path) -> None:
+    status = run_status.read_run(_finished(tmp_path), now=NOW)
+    assert status.lines() == [
+        f"run done  ({tmp_path / 'done'})",
+        "  status:          succeeded",
+        "  epochs:          15/15",
+        "  last epoch:      val_accuracy 0.3667 (epoch 15)",
+        "  best checkpoint: val_accuracy 0.4667 (epoch 9)",
+        "  promotion:       promoted v1 (no champion yet)",
+        "  interruptions:   1 (1 preempted, 0 steps lost)",
+        f"                   {WORDS}",
+        "  usage:           12.50 GPU-hours (4 workers x 1 GPU)",
+    ]
+    assert status.problems == []
+
+
+def test_a_running_run_is_read_from_its_live_records(tmp_path: Path) -> None:
+    status = run_status.read_run(_running(tmp_path), now=NOW)
+    assert (status.status, status.silent_s) == ("running", 5.0)
+    assert (status.epochs_completed, status.epochs_target) == (3, 5)
+    # Ranked by val_loss (the run's TRAIN_CHECKPOINT_METRIC): lower is better.
+    assert status.best == {"epoch": 2, "val_loss": 0.5, "val_accuracy": 0.5}
+    assert status.last_epoch == {"epoch": 3, "val_loss": 0.7, "val_accuracy": 0.5}
+    assert status.interruptions["count"] == 1 and status.interruptions["preemptions"] == 1
+    # The earlier driver's hour, plus this one's 2 workers x 2 CPUs for the last half hour.
+    assert status.accelerator_hours == {
+        "kind": "cpu", "hours": 3.0, "workers": 2, "per_worker": 2.0,
+    }  # fmt: skip
+    assert status.promotion is None and status.problems == []
+
+
+def test_a_run_silent_for_long_says_what_that_usually_means(tmp_path: Path) -> None:
+    status = run_status.read_run(_running(tmp_path, last_seen=NOW - 7200), now=NOW)
+    assert status.status == "running" and status.status_text() == "running (silent 2h00m)"
+    assert "a driver that was killed leaves its run like this" in "\n".join(status.lines())
+
+
+def test_status_of_a_run_folder_and_of_a_storage_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = tmp_path / "runs"
+    _finished(storage)
+    _running(storage)
+    (storage / "champions").mkdir()  # pointers, not a run
+    (storage / "empty").mkdir()  # not a run folder: skipped, counted
+    code, out, err = trainctl(capsys, "status", str(storage / "done"))
+    assert code == EXIT_OK, err
+    assert "  best checkpoint: val_accuracy 0.4667 (epoch 9)" in out.splitlines()
+    code, out, err = trainctl(capsys, "status", str(storage / "done"), "--json")
+    assert code == EXIT_OK, err
+    record = json.loads(out)
+    assert record["status"] == "succeeded" and record["best"]["val_accuracy"] == 0.4667
+    assert record["promotion"] == {
+        "promoted": True,
+        "version": 1,
+        "line": "promoted v1 (no champion yet)",
+    }
+    assert record["accelerator_hours"]["hours"] == 12.5
+    # A folder of runs: as --storage, or given as the path itself; and a run name under it.
+    for args in (("--storage", str(storage)), (str(storage),)):
+        code, out, err = trainctl(capsys, "status", *args)
+        assert code == EXIT_OK, err
+        rows = out.splitlines()
+        assert rows[0].split() == list(run_status.HEADER)
+        assert {rows[1].split()[0], rows[2].split()[0]} == {"done", "live"}
+        assert "(1 folders without run records skipped)" in out and "champions" not in out
+    code, out, err = trainctl(capsys, "status", "live", "--storage", str(storage), "--json")
+    assert code == EXIT_OK and json.loads(out)["status"] == "running", err
+    code, out, err = trainctl(capsys, "status", "--storage", str(storage), "--json", "--limit", "1")
+    listing = json.loads(out)
+    assert len(listing["runs"]) == 1 and listing["folders"] == 3 and listing["not_read"] >= 1
+
+
+def test_status_refuses_what_is_no_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = trainctl(capsys, "status", str(tmp_path / "nowhere"))
+    assert code == EXIT_INVALID and f"{tmp_path / 'nowhere'}: no such folder" in err
+    (tmp_path / "file").write_text("x")
+    code, _, err = trainctl(capsys, "status", str(tmp_path / "file"))
+    assert code == EXIT_INVALID and "not a folder" in err
+    code, _, err = trainctl(capsys, "status", str(tmp_path), "-n", "ml")
+    assert code == EXIT_INVALID and "are for RayJobs, not run folders" in err
+    code, _, err = trainctl(capsys, "status", "--json")
+    assert code == EXIT_INVALID and "are for run folders" in err
+
+
+def test_status_lists_run_folders_in_a_bucket(
+    s3_server: S3Server,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bucket = s3_server.bucket("status-listing")
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", bucket.endpoint)
+    local = tmp_path / "runs"
+    _finished(local)
+    _running(local)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        bucket.write(f"runs/{path.relative_to(local)}", path.read_bytes())
+    bucket.write("runs/champions/digits-cnn.json", b"{}")
+    code, out, err = trainctl(capsys, "status", "--storage", bucket.uri("runs"), "--json")
+    assert code == EXIT_OK, err
+    listing = json.loads(out)
+    # In a bucket by name (objects have no folder times): done, then live.
+    assert [run["name"] for run in listing["runs"]] == ["done", "live"]
+    assert listing["runs"][0]["best"]["val_accuracy"] == 0.4667
+    assert listing["runs"][1]["last_epoch"]["epoch"] == 3
+    code, out, err = trainctl(capsys, "status", bucket.uri("runs/done"))
+    assert code == EXIT_OK and "  promotion:       promoted v1 (no champion yet)" in out, err
+
+
+def test_without_kubernetes_status_and_logs_point_to_the_run_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newcomer's first `trainctl status` on a laptop: exit 4 as before, and where the runs
+    are seen without Kubernetes."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "runs")
+    code, _, err = trainctl(capsys, "status")
+    assert code == EXIT_CLUSTER and "no usable Kubernetes configuration" in err
+    assert "`trainctl status --storage runs`, or `trainctl status runs/NAME`" in err
+    code, _, err = trainctl(capsys, "logs", "digits-cnn")
+    assert code == EXIT_CLUSTER and "`trainctl logs runs/digits-cnn` (or --storage)" in err

@@ -1,0 +1,111 @@
+"""How many images each class has in train/ and valid/, for `trainctl check`, and which
+classes are too small to learn or to measure.
+
+An image folder's counts come from the listing preflight already made (app/data/folder.py);
+a Parquet dataset's from its label columns (the image columns are not read). The thresholds:
+a class with fewer than MIN_TRAIN images in train/ gives the model too little to learn it
+from, and one with fewer than MIN_VALID in valid/ (none included: valid/ may lack a class)
+makes its accuracy a matter of one or two images. Either is a warning, not an error: a
+deliberate tiny dataset still trains.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.data.folder_listing import shown
+from app.data.schema import SPLITS, DatasetInfo, open_parquet, parquet_files
+from app.storage.buckets import locate
+
+MIN_TRAIN = 10
+MIN_VALID = 5
+LISTED = 10  # up to this many classes, every class is listed; beyond, the smallest
+SMALLEST = 5
+NAME_CHARS = 40
+
+
+@dataclass(frozen=True)
+class ClassCounts:
+    names: tuple[str, ...]  # label i's name (its number where the data names none)
+    train: tuple[int, ...]
+    valid: tuple[int, ...]
+
+    def detail(self) -> str:
+        """e.g. `images per class, train/valid: cat 30/10, dog 30/10, emu 3/1`, or for many
+        classes their range and the smallest."""
+        if len(self.names) <= LISTED:
+            rows = zip(self.names, self.train, self.valid, strict=True)
+            listed = ", ".join(f"{_name(n)} {t}/{v}" for n, t, v in rows)
+            return f"images per class, train/valid: {listed}"
+        return (
+            f"{len(self.names):,} classes; train {_range(self.train)} images per class "
+            f"(smallest: {self._smallest(self.train)}); valid {_range(self.valid)} "
+            f"(smallest: {self._smallest(self.valid)})"
+        )
+
+    def warning(self) -> str | None:
+        """The classes too small to learn or to measure, or None."""
+        splits = (
+            (self.train, MIN_TRAIN, "train/", "too few to learn the class from"),
+            (self.valid, MIN_VALID, "valid/", "too few to measure its accuracy"),
+        )
+        found = [
+            f"{part}: {why}"
+            for counts, least, where, why in splits
+            if (part := _few(self.names, counts, least, where))
+        ]
+        return "; ".join(found) + "; add images" if found else None
+
+    def _smallest(self, counts: tuple[int, ...]) -> str:
+        order = sorted(range(len(counts)), key=lambda i: (counts[i], i))[:SMALLEST]
+        return ", ".join(f"{_name(self.names[i])} {counts[i]}" for i in order)
+
+
+def _few(names: tuple[str, ...], counts: tuple[int, ...], least: int, where: str) -> str | None:
+    small = sorted((c, i) for i, c in enumerate(counts) if c < least)
+    if not small:
+        return None
+    listed = ", ".join(f"{_name(names[i])} {c}" for c, i in small[:SMALLEST])
+    more = f" and {len(small) - SMALLEST:,} more" if len(small) > SMALLEST else ""
+    plural = "es" if len(small) > 1 else ""
+    return f"{len(small):,} class{plural} under {least} images in {where} ({listed}{more})"
+
+
+def _range(counts: tuple[int, ...]) -> str:
+    return f"{min(counts):,}-{max(counts):,}"
+
+
+def _name(name: str) -> str:
+    text = shown(name)
+    return text if len(text) <= NAME_CHARS else text[: NAME_CHARS - 3] + "..."
+
+
+def class_counts(info: DatasetInfo, endpoint: str | None = None) -> ClassCounts:
+    """Per-class image counts of the dataset preflight inspected (`info`)."""
+    names = info.class_names or tuple(str(i) for i in range(info.num_classes))
+    root = locate(info.path, endpoint)
+    if info.layout == "folder":
+        from app.data.folder import listed
+
+        listing = listed(root)
+        per_split = [
+            Counter(label for _, label in pairs) for pairs in (listing.train, listing.valid)
+        ]
+        train, valid = (tuple(c.get(i, 0) for i in range(len(names))) for c in per_split)
+        return ClassCounts(names, train, valid)
+    train, valid = (_parquet_counts(root / split, len(names)) for split in SPLITS)
+    return ClassCounts(names, train, valid)
+
+
+def _parquet_counts(folder: object, classes: int) -> tuple[int, ...]:
+    """Label counts of every Parquet file below `folder`, reading the label column only
+    (labels were checked to be 0..classes-1 by the dataset check)."""
+    total = np.zeros(classes, dtype=np.int64)
+    for path in parquet_files(folder):
+        labels = open_parquet(path).read(columns=["label"]).column("label").to_numpy()
+        labels = labels[(labels >= 0) & (labels < classes)]
+        total += np.bincount(labels.astype(np.int64), minlength=classes)
+    return tuple(int(n) for n in total)

@@ -1,0 +1,644 @@
+"""`trainctl status RUN_DIR` and `trainctl status --storage DIR`: what run folders say, on a
+volume or in a bucket, without Kubernetes.
+
+Per run: its status (running, succeeded, failed, stopped, invalid; `running` with how long it
+has been silent when nothing moved for STALE_S, which is what a killed driver leaves), epochs
+done of those asked, the last epoch's figure and the best checkpoint's (each named), the
+promotion verdict, the interruptions, and the accelerator-hours (app/run/usage.py). Final runs
+are read from summary.json; a running one's summary is still an earlier driver's, so its
+epochs come from metrics.jsonl, its interruptions from attempts.jsonl and its signs of life
+from progress.json.
+
+Run folders are written by many hands. Every file is read as app/run/folder.py reads it:
+below the run folder without following a link, regular files only (a FIFO is refused, never
+waited on), bounded in size and nesting; every string shown is redacted, escaped and cut
+(app/formatting.py `one_line`). A file that cannot be read is named, and the command ends
+with exit 2 after showing what could be read. A listing reads at most `limit` runs, newest
+first where the store says which, and stops at LIST_DEADLINE_S whatever the store does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from app.errors import ConfigError
+from app.formatting import format_duration, one_line, one_path
+from app.redact import redact
+from app.run import folder as run_folder
+from app.run import interruptions, usage
+from app.run.epoch_record import CORE_METRICS, REQUIRED
+from app.run.log_capture import LOGS_DIR
+from app.run.retention import higher_is_better
+from app.run.target import DEFAULT_LIMIT
+from app.storage import bounded_json, safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.deadline import DeadlineExceeded, call_with_deadline
+from app.storage.location import RunPath, ensure_reachable, local_path
+from app.storage.reading import is_dir_within
+
+STALE_S = 15 * 60  # progress.json is written every few seconds while rank 0 trains
+LIST_DEADLINE_S = 30.0  # a whole listing, however many runs and however slow the store
+MAX_ENTRIES = 1_000_000  # names looked at in a storage folder
+RECORDS = (
+    run_folder.SUMMARY_FILE,
+    run_folder.METRICS_FILE,
+    run_folder.ATTEMPTS_FILE,
+    run_folder.PROGRESS_FILE,
+    LOGS_DIR,
+)
+NOT_RUNS = ("champions",)  # the champion pointers live beside the run folders
+# summary.json's status -> what `status` says
+STATUS_WORDS = {
+    "running": "running",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "interrupted": "stopped",
+    "invalid": "invalid",
+}
+FINAL = ("succeeded", "failed", "interrupted", "invalid")
+MAX_NAME = 120  # characters of a run name, as shown
+PATH_CHARS = 300
+
+
+class RunFolderUnreadable(ConfigError):
+    label = "some run-folder files could not be read (the rest is shown above)"
+
+
+@dataclass
+class RunStatus:
+    """What one run folder says, every field checked; None where it does not say."""
+
+    run_dir: str
+    name: str
+    status: str  # a STATUS_WORDS value, or `unknown` (no readable summary.json)
+    silent_s: float | None = None  # a running run's time since its last sign of life
+    epochs_completed: int | None = None
+    epochs_target: int | None = None
+    metric: str = "val_accuracy"  # TRAIN_CHECKPOINT_METRIC: what `best` is ranked by
+    last_epoch: dict[str, Any] | None = None  # {epoch, <metric>, val_accuracy}
+    best: dict[str, Any] | None = None  # {epoch, <metric>, val_accuracy}
+    promotion: dict[str, Any] | None = None  # {promoted, version, line}
+    interruptions: dict[str, Any] = field(default_factory=dict)
+    accelerator_hours: dict[str, Any] | None = None
+    error: str | None = None  # a failed or invalid run's reason
+    problems: list[str] = field(default_factory=list)  # files that could not be read
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def status_text(self) -> str:
+        if self.silent_s is not None and self.silent_s >= STALE_S:
+            return f"{self.status} (silent {format_duration(self.silent_s)})"
+        return self.status
+
+    def lines(self) -> list[str]:
+        """The run in a few labelled lines."""
+        out = [f"run {self.name}  ({self.run_dir})", f"  status:          {self.status_text()}"]
+        if self.silent_s is not None and self.silent_s >= STALE_S:
+            out.append(
+                f"                   no progress for {format_duration(self.silent_s)}: a driver "
+                "that was killed leaves its run like this; rerun it to resume"
+            )
+        if self.error:
+            out.append(f"  error:           {self.error}")
+        out.append(f"  epochs:          {_epochs_text(self)}")
+        if self.last_epoch:
+            out.append(f"  last epoch:      {_figures(self.last_epoch, self.metric)}")
+        if self.best:
+            ranked = "" if self.metric == "val_accuracy" else f", ranked by {self.metric}"
+            out.append(f"  best checkpoint: {_figures(self.best, self.metric)}{ranked}")
+        if self.promotion:
+            out.append(f"  promotion:       {self.promotion['line'] or _promotion_word(self)}")
+        counts = self.interruptions
+        out.append(f"  interruptions:   {_interruptions_text(counts)}")
+        out += [f"                   {line}" for line in counts.get("lines", [])]
+        if self.accelerator_hours:
+            out.append(f"  usage:           {usage.in_words(self.accelerator_hours)}")
+        return out
+
+    def row(self) -> tuple[str, ...]:
+        best = _figures(self.best, self.metric, short=True) if self.best else "-"
+        last = _figures(self.last_epoch, self.metric, short=True) if self.last_epoch else "-"
+        hours = self.accelerator_hours
+        return (
+            self.name,
+            self.status_text(),
+            _epochs_text(self),
+            best,
+            last,
+            _promotion_word(self),
+            _interruptions_short(self.interruptions),
+            f"{usage.hours_text(hours['hours'])} {hours['kind']}" if hours else "-",
+        )
+
+
+HEADER = ("RUN", "STATUS", "EPOCHS", "BEST", "LAST", "PROMOTION", "INTERRUPTIONS", "ACCEL-H")
+
+
+# --- reading one run folder -----------------------------------------------------------------
+def is_run_folder(path: RunPath) -> bool:
+    """Whether `path` holds any of a run's records (a link counts: it is then refused)."""
+    local = local_path(path)
+    if local is None:
+        assert isinstance(path, ObjectPath)
+        return bool(set(_bucket_children(path, pafs.FileType.Unknown)) & set(RECORDS))
+    return any(_lexists(local / name) for name in RECORDS)
+
+
+def _bucket_children(folder: ObjectPath, kind: pafs.FileType) -> list[str]:
+    """The names directly under `folder` (of `kind`; Unknown: any), in one listing request."""
+    selector = pafs.FileSelector(folder.key, allow_not_found=True)
+    infos = folder.fs.get_file_info(selector)
+    return [
+        PurePosixPath(info.path).name
+        for info in infos
+        if kind == pafs.FileType.Unknown or info.type == kind
+    ]
+
+
+def _lexists(path: Path) -> bool:
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # there, but not readable: the read names why
+    return True
+
+
+def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:
+    """The run folder's status; its unreadable files are listed in `problems`."""
+    now = time.time() if now is None else now
+    problems: list[str] = []
+    summary = _json_file(run_dir / run_folder.SUMMARY_FILE, run_folder.MAX_SUMMARY_BYTES, problems)
+    said = summary.get("status") if summary else None
+    final = said in FINAL
+    if summary is not None and said not in STATUS_WORDS:
+        problems.append(
+            f"{_path(run_dir / run_folder.SUMMARY_FILE)}: damaged (status "
+            f"{_shown(repr(said), 40)} is none of {', '.join(STATUS_WORDS)})"
+        )
+    result = RunStatus(
+        run_dir=_path(run_dir),
+        name=_shown(run_dir.name, MAX_NAME),  # the run's name: its folder's
+        status=STATUS_WORDS.get(said, "unknown") if isinstance(said, str) else "unknown",
+        problems=problems,
+    )
+    summary = summary or {}
+    result.metric = _metric(summary)
+    result.epochs_target = _count(summary.get("epochs_target"))
+    result.epochs_completed = _count(summary.get("epochs_completed"), zero=True)
+    if final and isinstance(summary.get("error"), str) and said != "succeeded":
+        result.error = _shown(summary["error"], 300)
+    epochs: list[dict[str, Any]] = []
+    attempts: list[Any] = []
+    progress: dict[str, Any] = {}
+    if not final:  # summary.json is an earlier driver's (or none): the live records say more
+        epochs = _epochs(run_dir, problems)
+        attempts = _jsonl(run_dir / run_folder.ATTEMPTS_FILE, problems)
+        progress = (
+            _json_file(run_dir / run_folder.PROGRESS_FILE, run_folder.MAX_PROGRESS_BYTES, problems)
+            or {}
+        )
+    result.last_epoch, result.best = _last_and_best(summary, epochs, final, result.metric)
+    if epochs and result.last_epoch:
+        done = result.last_epoch["epoch"]
+        result.epochs_completed = max(result.epochs_completed or 0, done)
+    if not final and result.status == "running":
+        result.silent_s = _silent_s(progress, epochs, attempts, now)
+    result.promotion = _promotion(summary) if final else None
+    result.interruptions = _interruptions(summary, attempts, final)
+    result.accelerator_hours = _hours(summary, attempts, progress, final, now)
+    return result
+
+
+def _json_file(path: RunPath, limit: int, problems: list[str]) -> dict[str, Any] | None:
+    try:
+        raw = run_folder.read_record_file(path, limit)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, safe_fs.LinkRefused) as err:
+        problems.append(_unreadable(path, err))
+        return None
+    try:
+        value = bounded_json.loads(raw.decode("utf-8"))
+    except ValueError as err:  # not UTF-8, not JSON, nested too deep
+        problems.append(f"{_path(path)}: damaged ({_shown(str(err), 120)})")
+        return None
+    if not isinstance(value, dict):
+        problems.append(f"{_path(path)}: damaged (not a JSON object)")
+        return None
+    return value
+
+
+def _jsonl(path: RunPath, problems: list[str], required: dict[str, Any] | None = None) -> list[Any]:
+    """The file's records; damaged lines are skipped (a killed writer leaves half a line)."""
+    try:
+        raw = run_folder.read_record_file(path, run_folder.MAX_RECORDS_BYTES)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, safe_fs.LinkRefused) as err:
+        problems.append(_unreadable(path, err))
+        return []
+    return run_folder.parse_jsonl(raw, required)[0]
+
+
+def _epochs(run_dir: RunPath, problems: list[str]) -> list[dict[str, Any]]:
+    records = _jsonl(run_dir / run_folder.METRICS_FILE, problems, REQUIRED)
+    by_epoch = {r["epoch"]: r for r in records if _count(r["epoch"])}
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _unreadable(path: RunPath, err: BaseException) -> str:
+    if isinstance(err, safe_fs.LinkRefused):
+        why = "a symbolic link, not followed"
+    elif isinstance(err, OSError):
+        why = err.strerror or type(err).__name__
+    else:
+        why = str(err)
+    return f"{_path(path)}: cannot be read ({_shown(why, 160)})"
+
+
+def _metric(summary: Mapping[str, Any]) -> str:
+    best = summary.get("best")
+    named = best.get("metric") if isinstance(best, Mapping) else None
+    if named not in CORE_METRICS:
+        settings = summary.get("settings")
+        named = settings.get("checkpoint_metric") if isinstance(settings, Mapping) else None
+    return named if named in CORE_METRICS else "val_accuracy"
+
+
+def _figures_of(record: Mapping[str, Any], metric: str) -> dict[str, Any] | None:
+    epoch = _count(record.get("epoch"), zero=True)
+    found = {
+        name: float(record[name])
+        for name in dict.fromkeys((metric, "val_accuracy"))
+        if _finite(record.get(name))
+    }
+    return {"epoch": epoch, **found} if found else None
+
+
+def _last_and_best(
+    summary: Mapping[str, Any], epochs: list[dict[str, Any]], final: bool, metric: str
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    if epochs:
+        last = _figures_of(epochs[-1], metric)
+        scored = [r for r in epochs if _finite(r.get(metric))]
+        pick = max if higher_is_better(metric) else min
+        # The newest of equals, as retention ranks them.
+        best_record = pick(reversed(scored), key=lambda r: r[metric]) if scored else None
+        return last, (_figures_of(best_record, metric) if best_record else None)
+    metrics = summary.get("metrics")
+    last = None
+    if isinstance(metrics, Mapping):
+        last = _figures_of({**metrics, "epoch": summary.get("epochs_completed")}, metric)
+    best = summary.get("best")
+    return last, (_figures_of(best, metric) if isinstance(best, Mapping) else None)
+
+
+def _silent_s(
+    progress: Mapping[str, Any], epochs: list[dict[str, Any]], attempts: list[Any], now: float
+) -> float | None:
+    """Seconds since the newest sign of life (progress, an epoch, a worker-group start)."""
+    times = [progress.get("time")] + [r.get("time") for r in epochs[-1:]]
+    times += [a.get("time") for a in attempts[-1:] if isinstance(a, Mapping)]
+    known = [float(t) for t in times if _finite(t) and 0 < t <= now + 3600]
+    return round(max(0.0, now - max(known)), 1) if known else None
+
+
+def _promotion(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    promotion = summary.get("promotion")
+    if not isinstance(promotion, Mapping):
+        return None
+    line = promotion.get("line")
+    promoted = summary.get("promoted")
+    return {
+        "promoted": promoted if isinstance(promoted, bool) else None,
+        "version": _count(summary.get("champion_version")),
+        "line": _shown(line, 300) if isinstance(line, str) else None,
+    }
+
+
+def _interruptions(summary: Mapping[str, Any], attempts: list[Any], final: bool) -> dict[str, Any]:
+    records, unreadable = interruptions.recorded(summary, attempts, finished=final)
+    causes = [r.get("cause") for r in records]
+    lost = [r.get("steps_lost") for r in records]
+    return {
+        "count": len(records),
+        "preemptions": causes.count("preemption"),
+        "failures": causes.count("failure"),
+        "stopped": causes.count("stopped"),
+        "steps_lost": sum(n for n in lost if _count(n, zero=True) is not None),
+        "unreadable": unreadable,
+        "lines": interruptions.lines_of(summary, attempts, finished=final),
+    }
+
+
+def _hours(
+    summary: Mapping[str, Any],
+    attempts: list[Any],
+    progress: Mapping[str, Any],
+    final: bool,
+    now: float,
+) -> dict[str, Any] | None:
+    """A finished run's record; a running one's, with its current driver's worker groups up
+    to now (the running summary carries the earlier drivers')."""
+    recorded = usage.checked(summary.get("accelerator_hours"))
+    if final:
+        return recorded
+    settings = summary.get("settings")
+    invocation = progress.get("invocation")
+    if not isinstance(settings, Mapping) or not isinstance(invocation, str):
+        return recorded
+    use_gpu, cpus = settings.get("use_gpu"), settings.get("cpus_per_worker")
+    if not isinstance(use_gpu, bool) or not _finite(cpus) or not 0 < cpus <= 1024:
+        return recorded
+    mine = [a for a in attempts if isinstance(a, Mapping) and a.get("invocation") == invocation]
+    return usage.accelerator_hours(
+        recorded, mine, end=now, use_gpu=use_gpu, cpus_per_worker=float(cpus)
+    )
+
+
+# --- a folder of run folders ------------------------------------------------------------------
+@dataclass
+class Listing:
+    root: str
+    runs: list[RunStatus]
+    folders: int  # candidate folders found
+    not_runs: int  # of those read, how many held no run records
+    not_read: int  # folders left unread: past `limit`, or past the deadline
+    timed_out: bool
+    problems: list[str]
+    deadline_s: float = LIST_DEADLINE_S
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "storage": self.root,
+            "runs": [run.record() for run in self.runs],
+            "folders": self.folders,
+            "not_run_folders": self.not_runs,
+            "not_read": self.not_read,
+            "timed_out": self.timed_out,
+            "problems": self.problems,
+        }
+
+
+def list_runs(
+    root: RunPath,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    deadline_s: float = LIST_DEADLINE_S,
+    now: float | None = None,
+) -> Listing:
+    """The run folders directly under `root`, newest first (by name in a bucket), at most
+    `limit` of them read, all within `deadline_s`."""
+    end = time.monotonic() + deadline_s
+    problems: list[str] = []
+    if isinstance(root, ObjectPath):  # every request ends within the listing's time
+        root = root.with_budget(deadline_s)
+    try:
+        names = call_with_deadline(lambda: _candidates(root, problems), deadline_s, str(root))
+    except DeadlineExceeded:
+        problems.append(f"{_path(root)}: listing took over {deadline_s:g} s")
+        return Listing(_path(root), [], 0, 0, 0, True, problems, deadline_s)
+    runs: list[RunStatus] = []
+    read = not_runs = 0
+    timed_out = False
+    for name in names:
+        if len(runs) >= limit:
+            break
+        left = end - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        run_dir = root / name
+        try:
+            found = call_with_deadline(lambda d=run_dir: _read_if_run(d, now), left, str(run_dir))
+        except DeadlineExceeded:
+            timed_out = True
+            break
+        except (OSError, ValueError) as err:
+            problems.append(_unreadable(run_dir, err))
+            found = None
+        read += 1
+        if found is None:
+            not_runs += 1
+            continue
+        runs.append(found)
+        problems += found.problems
+    unread = len(names) - read
+    return Listing(_path(root), runs, len(names), not_runs, unread, timed_out, problems, deadline_s)
+
+
+def _read_if_run(run_dir: RunPath, now: float | None) -> RunStatus | None:
+    return read_run(run_dir, now) if is_run_folder(run_dir) else None
+
+
+def _candidates(root: RunPath, problems: list[str]) -> list[str]:
+    """Names of the folders under `root` that may be run folders: newest first on a volume
+    (a folder's time changes as its records are replaced), by name in a bucket. A link is
+    named in `problems` and not followed."""
+    local = local_path(root)
+    if local is None:
+        assert isinstance(root, ObjectPath)
+        return sorted(n for n in _bucket_children(root, pafs.FileType.Directory) if _candidate(n))
+    found: list[tuple[float, str]] = []
+    with os.scandir(local) as entries:
+        for seen, entry in enumerate(entries):
+            if seen >= MAX_ENTRIES:
+                problems.append(f"{_path(local)}: over {MAX_ENTRIES:,} entries; "
+                                "only the first were looked at")  # fmt: skip
+                break
+            if not _candidate(entry.name):
+                continue
+            status = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(status.st_mode):
+                problems.append(
+                    f"{_path(local / entry.name)}: is a symbolic link; trainctl "
+                    "never reads a run folder through a link"
+                )
+            elif stat.S_ISDIR(status.st_mode):
+                found.append((status.st_mtime, entry.name))
+    found.sort(key=lambda item: (-item[0], item[1]))
+    return [name for _, name in found]
+
+
+def _candidate(name: str) -> bool:
+    return not name.startswith(".") and name not in NOT_RUNS
+
+
+# --- the command -----------------------------------------------------------------------------
+def show_status(
+    target: str | None,
+    storage: str | None,
+    echo: Callable[[str], None],
+    *,
+    as_json: bool = False,
+    limit: int = DEFAULT_LIMIT,
+) -> None:
+    """`trainctl status RUN_DIR`, `status NAME --storage DIR` or `status --storage DIR`: one
+    run folder in labelled lines, or a folder of them as a table (exit 2 after showing what
+    could be read, when a file could not be)."""
+    from app.settings.env import storage_access, storage_location
+
+    endpoint, timeout = storage_access(os.environ)
+    if target is None:
+        assert storage is not None
+        where = storage_location(storage, f"--storage {redact(storage)}", endpoint)
+        path = _folder(where, "--storage", timeout)
+    elif storage is not None and "/" not in target and "://" not in target:
+        if target in ("", ".", ".."):
+            raise ConfigError(f"run name {target!r}: give a run folder's name under --storage")
+        where = storage_location(storage, f"--storage {redact(storage)}", endpoint)
+        path = _folder(where / target, "--storage", timeout)
+    else:
+        path = storage_location(target, f"RUN_DIR {redact(target)!r}", endpoint)
+        path = _folder(path, "RUN_DIR", timeout)
+    try:
+        one = call_with_deadline(lambda: _read_if_run(path, None), LIST_DEADLINE_S, str(path))
+    except DeadlineExceeded:
+        raise ConfigError(f"{_path(path)}: no answer within {LIST_DEADLINE_S:g} s") from None
+    if one is not None:
+        show_run(one, echo, as_json)
+    else:  # a folder of run folders (the storage root), listed
+        show_listing(list_runs(path, limit=limit), echo, as_json, limit)
+
+
+def _folder(path: RunPath, variable: str, timeout: float) -> RunPath:
+    """`path` when it is a folder (a bucket prefix with objects); exit 2 otherwise, and for
+    a link (a run folder planted as a link is never read through)."""
+    local = local_path(path)
+    if local is None:
+        ensure_reachable(path, variable, timeout)
+        if not is_dir_within(path, variable, timeout):
+            raise ConfigError(f"{path}: nothing there (no run folder, no run folders)")
+        return path
+    try:
+        status = os.lstat(local)
+    except FileNotFoundError:
+        raise ConfigError(f"{_path(local)}: no such folder") from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL in the name
+        why = getattr(err, "strerror", None) or err
+        raise ConfigError(f"{_path(local)}: {_shown(str(why), 200)}") from None
+    if stat.S_ISLNK(status.st_mode):
+        raise safe_fs.LinkRefused([(local, os.readlink(local))])
+    if not stat.S_ISDIR(status.st_mode):
+        raise ConfigError(f"{_path(local)}: not a folder; give a run folder or a folder of them")
+    return path
+
+
+# --- showing ----------------------------------------------------------------------------------
+def show_run(run: RunStatus, echo: Callable[[str], None], as_json: bool) -> None:
+    if as_json:
+        echo(json.dumps(run.record(), indent=2))
+    else:
+        for line in run.lines():
+            echo(line)
+    if run.problems:
+        raise RunFolderUnreadable(run.problems)
+
+
+def show_listing(listing: Listing, echo: Callable[[str], None], as_json: bool, limit: int) -> None:
+    if as_json:
+        echo(json.dumps(listing.record(), indent=2))
+    else:
+        echo(table(listing.runs) if listing.runs else f"No run folders in {listing.root}.")
+        for note in listing_notes(listing, limit):
+            echo(note)
+        for run in listing.runs:  # below the table, as `trainctl status` does for RayJobs
+            for line in run.interruptions.get("lines", []):
+                echo(f"{run.name}: {line}")
+    if listing.problems:
+        raise RunFolderUnreadable(listing.problems)
+
+
+def listing_notes(listing: Listing, limit: int) -> list[str]:
+    notes = []
+    if listing.timed_out and listing.folders:
+        notes.append(
+            f"(stopped after {listing.deadline_s:g} s: {listing.not_read} of {listing.folders} "
+            "folders not read; name a run folder to see it)"
+        )
+    elif listing.not_read:
+        notes.append(
+            f"({listing.not_read} more folders not read: --limit {limit} reached; newest first)"
+        )
+    if listing.not_runs:
+        notes.append(f"({listing.not_runs} folders without run records skipped)")
+    return notes
+
+
+def table(runs: Sequence[RunStatus]) -> str:
+    rows = [HEADER, *(run.row() for run in runs)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _figures(figures: Mapping[str, Any], metric: str, *, short: bool = False) -> str:
+    names = list(dict.fromkeys((metric, "val_accuracy")))
+    shown = ", ".join(f"{n} {figures[n]:.4f}" for n in names[: 1 if short else 2] if n in figures)
+    epoch = figures.get("epoch")
+    if short:
+        return f"{shown} @{epoch}" if epoch is not None else shown
+    return f"{shown} (epoch {epoch})" if epoch is not None else shown
+
+
+def _epochs_text(run: RunStatus) -> str:
+    done = "?" if run.epochs_completed is None else str(run.epochs_completed)
+    return f"{done}/{'?' if run.epochs_target is None else run.epochs_target}"
+
+
+def _promotion_word(run: RunStatus) -> str:
+    promotion = run.promotion
+    if not promotion:
+        return "-"
+    if promotion["promoted"] and promotion["version"]:
+        return f"promoted v{promotion['version']}"
+    return "promoted" if promotion["promoted"] else "not promoted"
+
+
+def _interruptions_text(counts: Mapping[str, Any]) -> str:
+    if not counts.get("count"):
+        return "none"
+    words = (("preemptions", "preempted"), ("failures", "failed"), ("stopped", "stopped"))
+    parts = [f"{counts[key]} {word}" for key, word in words if counts.get(key)]
+    parts.append(f"{counts['steps_lost']} steps lost")
+    return f"{counts['count']} ({', '.join(parts)})"
+
+
+def _interruptions_short(counts: Mapping[str, Any]) -> str:
+    if not counts.get("count"):
+        return "0"
+    return f"{counts['count']} ({counts['steps_lost']} steps lost)"
+
+
+def _shown(text: str, limit: int) -> str:
+    return one_line(text, limit)
+
+
+def _path(path: object) -> str:
+    return one_path(path, PATH_CHARS)
+
+
+def _count(value: Any, *, zero: bool = False) -> int | None:
+    """A count as a run folder may hold it: a non-negative int below 10**15, else None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if (0 if zero else 1) <= value < interruptions.MAX_SHOWN_COUNT else None
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)

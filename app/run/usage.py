@@ -1,0 +1,108 @@
+"""Accelerator-hours: what a run held, workers x GPUs (CPUs where it trained without GPUs) x
+wall time, as summary.json's `accelerator_hours` records it and `trainctl status` shows it.
+
+A worker group holds its workers from its start (one attempts.jsonl line, rank 0's clock) to
+the next start (a restart after a failure or a preemption, possibly at another world size) or
+the driver's end; each driver adds its own worker groups to what the run's earlier drivers
+recorded (the running summary carries their total). A driver killed without a word (SIGKILL,
+a lost node) writes no summary, so its share is not counted. Pure functions, free of torch and
+Ray: the driver and `trainctl status` both import them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+Kind = Literal["gpu", "cpu"]
+MAX_HOURS = 1e9  # past any real run: a bigger figure in a run folder is damage, not shown
+MAX_WORKERS = 1_000_000
+
+
+def accelerator_hours(
+    previous: Any,
+    starts: Sequence[Any],
+    *,
+    end: float,
+    use_gpu: bool,
+    cpus_per_worker: float,
+) -> dict[str, Any]:
+    """The run's record after this driver: `{kind, hours, workers, per_worker}`.
+
+    `starts`: this driver's worker-group starts (attempts.jsonl lines: `time`, `world_size`);
+    `end`: when it ended (unix time); `previous`: the record the run's earlier drivers left
+    (ignored when unreadable or of the other kind: GPU- and CPU-hours do not add up)."""
+    kind: Kind = "gpu" if use_gpu else "cpu"
+    per_worker = 1.0 if use_gpu else float(cpus_per_worker)
+    seconds, workers = held(starts, end, per_worker)
+    before = checked(previous)
+    carried = before["hours"] if before and before["kind"] == kind else 0.0
+    if workers is None and before and before["kind"] == kind:
+        workers = before["workers"]
+    return {
+        "kind": kind,
+        "hours": round(carried + seconds / 3600, 6),
+        "workers": workers,
+        "per_worker": per_worker,
+    }
+
+
+def held(starts: Sequence[Any], end: float, per_worker: float) -> tuple[float, int | None]:
+    """(worker-seconds x per_worker held by these worker groups, the last group's size)."""
+    groups = sorted(
+        (float(s["time"]), int(s["world_size"]))
+        for s in starts
+        if isinstance(s, Mapping) and _time(s.get("time"), end) and _count(s.get("world_size"))
+    )
+    total = 0.0
+    for index, (began, size) in enumerate(groups):
+        until = groups[index + 1][0] if index + 1 < len(groups) else end
+        total += size * per_worker * max(0.0, until - began)
+    return total, (groups[-1][1] if groups else None)
+
+
+def checked(record: Any) -> dict[str, Any] | None:
+    """A record read from a run folder, or None where any field is not what a driver writes."""
+    if not isinstance(record, Mapping) or record.get("kind") not in ("gpu", "cpu"):
+        return None
+    hours, per_worker, workers = (
+        record.get("hours"),
+        record.get("per_worker"),
+        record.get("workers"),
+    )
+    if not _number(hours) or not 0 <= hours <= MAX_HOURS:
+        return None
+    if not _number(per_worker) or not 0 < per_worker <= 1024:
+        return None
+    if workers is not None and not _count(workers):
+        return None
+    return {"kind": record["kind"], "hours": float(hours), "workers": workers,
+            "per_worker": float(per_worker)}  # fmt: skip
+
+
+def in_words(record: Mapping[str, Any]) -> str:
+    """e.g. `0.0213 CPU-hours (2 workers x 1 CPU)`, `12.5 GPU-hours (8 workers x 1 GPU)`."""
+    unit = record["kind"].upper()
+    shown = hours_text(record["hours"])
+    per = f"{record['per_worker']:g} {unit}"
+    workers = record.get("workers")
+    who = f" ({workers} worker{'' if workers == 1 else 's'} x {per})" if workers else ""
+    return f"{shown} {unit}-hours{who}"
+
+
+def hours_text(hours: float) -> str:
+    """12.50, 0.02, 0.0003: two decimals, or four below a hundredth of an hour."""
+    return f"{hours:,.2f}" if hours >= 0.01 or hours == 0 else f"{hours:.4f}"
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_WORKERS
+
+
+def _time(value: Any, end: float) -> bool:
+    return _number(value) and 0 < value <= end

@@ -1,0 +1,41 @@
+"""Optimizer steps per epoch: how the training loop counts them, and when there are too few.
+
+A dataset smaller than a few batches gives one or two optimizer steps per epoch: the model
+barely moves, whatever the epoch count, and such a run ends near chance (a 90-image folder at
+the default batch of 128 took one step per epoch). Preflight says so, with a batch size that
+gives MIN_STEPS. Free of torch: preflight imports it before anything heavy.
+"""
+
+from __future__ import annotations
+
+import math
+
+MIN_STEPS = 10  # per epoch: fewer and a cosine schedule barely moves the weights
+
+
+def steps_per_epoch(train_rows: int, global_batch_size: int) -> int:
+    """What the loop runs per epoch (app/training/loop.py): every row once, the last batch
+    partial; the count does not depend on the number of workers."""
+    return max(1, math.ceil(train_rows / global_batch_size))
+
+
+def few_steps(train_rows: int, global_batch_size: int, max_workers: int) -> str | None:
+    """A warning naming the batch size, the rows and a batch size that gives MIN_STEPS (at
+    least one row per worker), or None when the epoch has enough steps."""
+    steps = steps_per_epoch(train_rows, global_batch_size)
+    if steps >= MIN_STEPS:
+        return None
+    said = (
+        f"{train_rows:,} train rows at TRAIN_GLOBAL_BATCH_SIZE={global_batch_size} give "
+        f"{steps} optimizer step{'' if steps == 1 else 's'} per epoch; at least {MIN_STEPS} "
+        "is typical"
+    )
+    fits = train_rows // MIN_STEPS  # the largest batch that still gives MIN_STEPS
+    if fits < max_workers:
+        return (
+            f"{said}: the data is too small for {MIN_STEPS} steps of at least one row per "
+            f"worker ({max_workers} workers); add data or use fewer workers"
+        )
+    suggestion = 1 << (fits.bit_length() - 1)  # a power of two, as batch sizes usually are
+    suggestion = max(suggestion, max_workers)
+    return f"{said}: lower TRAIN_GLOBAL_BATCH_SIZE (e.g. {suggestion})"

@@ -1,0 +1,207 @@
+"""`trainctl status` on hostile run folders: links, FIFOs, huge, garbage, non-UTF-8 and deeply
+nested records, unprintable names, a folder of 10,000 runs and a store that stops answering.
+Each ends with exit 0 or 2 (naming every file that could not be read, after showing what could
+be), in bounded time and lines, never with a traceback or a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from app.run import folder as run_folder
+from app.run import status as run_status
+from tests.hostile.support import assert_refused, trainctl
+
+GOOD = {"status": "succeeded", "epochs_completed": 1, "epochs_target": 1}
+
+
+def _run(storage: Path, name: str, summary: dict | None = None) -> Path:
+    run_dir = storage / name
+    run_dir.mkdir(parents=True)
+    run_folder.write_summary(run_dir, summary or GOOD)
+    return run_dir
+
+
+def _bounded(text: str) -> None:
+    assert "Traceback" not in text and "\x1b" not in text and "\x07" not in text, text[:2000]
+    assert max(map(len, text.splitlines() or [""])) < 500, max(text.splitlines(), key=len)
+
+
+RECORDS = ["summary.json", "progress.json", "metrics.jsonl", "attempts.jsonl"]
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_a_fifo_at_a_record_is_refused_not_waited_on(tmp_path: Path, name: str) -> None:
+    run_dir = _run(tmp_path, "r", {**GOOD, "status": "running"})
+    (run_dir / name).unlink(missing_ok=True)
+    os.mkfifo(run_dir / name)
+    result = trainctl("status", str(run_dir))
+    assert_refused(result, 2, f"{run_dir / name}: cannot be read (not a regular file)")
+    assert "run r" in result.out  # what could be read is still shown
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b'{"a": "' + b"x" * (17 << 20) + b'"}', "over the 16,777,216 allowed"),
+        (b"\xff\xfe" + json.dumps(GOOD).encode(), "damaged ('utf-8' codec can't decode"),
+        (b"[" * 100_000, "damaged (nested 100000 levels deep"),
+        (b"not json", "damaged (Expecting value"),
+        (b"[1, 2]", "damaged (not a JSON object)"),
+        (json.dumps({**GOOD, "status": "\x1b[2Jowned"}).encode(), "is none of running"),
+    ],
+    ids=["huge", "not-utf8", "deep", "not-json", "not-object", "unknown-status"],
+)
+def test_a_damaged_summary_is_named(tmp_path: Path, content: bytes, why: str) -> None:
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_bytes(content)
+    result = trainctl("status", str(run_dir))
+    assert_refused(result, 2, f"{run_dir / 'summary.json'}:", why)
+    assert "status:          unknown" in result.out
+    _bounded(result.text)
+
+
+def test_garbage_fields_are_shown_bounded_redacted_and_never_raise(tmp_path: Path) -> None:
+    summary = {
+        "status": "failed", "run_name": "\x1b]0;x\x07" + "n" * 5000,
+        "epochs_completed": 10**30, "epochs_target": True, "error": "boom\ns3://AKIA:secret@b/k",
+        "best": {"metric": "__class__", "epoch": -1, "val_accuracy": float("inf")},
+        "metrics": {"val_accuracy": "NaN"}, "promoted": "yes",
+        "promotion": {"line": "kept v1: \x1b[31m s3://user:pw@host/b " + "z" * 100_000},
+        "interruptions": [1, "x", {"cause": "\x1b", "step": "9" * 5000, "steps_lost": -1}],
+        "accelerator_hours": {"kind": "gpu", "hours": 1e308, "per_worker": 1},
+        "settings": {"checkpoint_metric": {"a": 1}},
+    }  # fmt: skip
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    for args in ((), ("--json",)):
+        result = trainctl("status", str(run_dir), *args)
+        assert result.code == 0, result.text
+        _bounded(result.text)
+        assert "secret" not in result.text and "pw@" not in result.text
+    record = json.loads(result.out)
+    assert record["status"] == "failed" and record["epochs_completed"] is None
+    assert record["best"] is None and record["last_epoch"] is None
+    assert record["accelerator_hours"] is None and record["promotion"]["promoted"] is None
+    assert record["interruptions"]["unreadable"] == 2 and record["metric"] == "val_accuracy"
+
+
+def test_links_are_refused_never_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({**GOOD, "run_name": "not-this"}))
+    run_dir = _run(tmp_path / "runs", "r")
+    (run_dir / "summary.json").unlink()
+    (run_dir / "summary.json").symlink_to(secret)
+    result = trainctl("status", str(run_dir))
+    assert_refused(result, 2, "summary.json: cannot be read (a symbolic link, not followed)")
+    # A run folder that is itself a link, named directly or met in a listing.
+    (tmp_path / "runs" / "planted").symlink_to(run_dir)
+    result = trainctl("status", str(tmp_path / "runs" / "planted"))
+    assert_refused(result, 2, "planted: is a symbolic link")
+    result = trainctl("status", "--storage", str(tmp_path / "runs"))
+    assert_refused(result, 2, "planted: is a symbolic link; trainctl never reads a run folder")
+
+
+def test_unprintable_and_undecodable_names_are_shown_escaped(tmp_path: Path) -> None:
+    storage = tmp_path / "runs"
+    storage.mkdir()
+    raw = os.fsencode(storage) + b"/r\xff\x1b[2J"
+    os.mkdir(raw)
+    run_folder.write_summary(Path(os.fsdecode(raw)), GOOD)
+    result = trainctl("status", "--storage", str(storage))
+    assert result.code == 0, result.text
+    _bounded(result.text)
+    assert "\\udcff\\x1b[2J" in result.out
+
+
+def test_a_folder_of_ten_thousand_runs_is_listed_within_bounds(tmp_path: Path) -> None:
+    storage = tmp_path / "runs"
+    for index in range(10_000):
+        (storage / f"r{index:05d}").mkdir(parents=True)
+    for index in range(0, 10_000, 100):
+        run_folder.write_summary(storage / f"r{index:05d}", GOOD)
+    result = trainctl("status", "--storage", str(storage))
+    assert result.code == 0, result.text
+    assert len(result.out.splitlines()) < 100  # --limit's default, not 10,000 rows
+    assert "more folders not read: --limit 50 reached" in result.out
+    # Past the deadline the listing stops and says how far it got
+    # (while listing the names or while reading the runs, as the machine's load has it)
+    listing = run_status.list_runs(storage, limit=10_000, deadline_s=0.05)
+    assert listing.timed_out and len(listing.runs) < 100, listing.problems
+    said = "\n".join(run_status.listing_notes(listing, 10_000) + listing.problems)
+    assert "(stopped after 0.05 s: " in said or "runs: listing took over 0.05 s" in said, said
+
+
+def test_a_store_that_stops_answering_ends_the_listing_at_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that never returns (a hung network volume: it cannot be made here, so the
+    reader blocks on an event instead) is left behind at the deadline."""
+    storage = tmp_path / "runs"
+    _run(storage, "a")
+    _run(storage, "b")
+    release = threading.Event()
+
+    def hung(run_dir: object, now: object = None) -> object:
+        release.wait(60)
+        return None
+
+    monkeypatch.setattr(run_status, "read_run", hung)
+    started = time.monotonic()
+    try:
+        listing = run_status.list_runs(storage, deadline_s=0.5)
+    finally:
+        release.set()
+    assert time.monotonic() - started < 30  # far above the deadline: it ended, not hung
+    assert listing.timed_out and listing.runs == [] and listing.not_read == 2
+
+
+@pytest.mark.parametrize("command", ["status", "logs"])
+def test_names_the_system_refuses_are_bad_input(tmp_path: Path, command: str) -> None:
+    too_long = str(tmp_path / ("a" * 5000))
+    result = trainctl(command, too_long)
+    assert_refused(result, 2, "File name too long")
+    _bounded(result.text)
+    result = trainctl(command, f"{tmp_path}/x\x00y")
+    assert result.code == 2 and "Traceback" not in result.text, result.text
+    assert "internal error" not in result.text, result.text
+
+
+def test_a_run_name_under_storage_is_one_name(tmp_path: Path) -> None:
+    _run(tmp_path / "runs", "r")
+    for name in ("..", "."):
+        result = trainctl("status", name, "--storage", str(tmp_path / "runs"))
+        assert_refused(result, 2, f"run name {name!r}: give a run folder's name under --storage")
+
+
+def test_deep_trees_in_a_run_folder_are_not_walked(tmp_path: Path) -> None:
+    """Folders nested 400 deep beside the records, in logs/ and as a storage entry: nothing
+    descends them, so neither command recurses or stalls."""
+    storage = tmp_path / "runs"
+    run_dir = _run(storage, "r")
+    attempt = run_dir / "logs" / "attempt-1"
+    attempt.mkdir(parents=True)
+    (attempt / "driver.log").write_text("driver line\n")
+    for top in (run_dir / "deep", attempt / "deep", storage / "deep"):
+        fd = os.open(top.parent, os.O_RDONLY)
+        try:  # relative to an fd: the full path would pass PATH_MAX
+            name = top.name
+            for _ in range(400):
+                os.mkdir(name, dir_fd=fd)
+                inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+                os.close(fd)
+                fd, name = inner, "d"
+        finally:
+            os.close(fd)
+    assert trainctl("status", str(run_dir)).code == 0
+    result = trainctl("status", "--storage", str(storage))
+    assert result.code == 0 and "(1 folders without run records skipped)" in result.out
+    result = trainctl("logs", str(run_dir))
+    assert result.code == 0 and result.out.splitlines()[1:] == ["driver line"], result.text
