@@ -7,7 +7,7 @@ import re
 
 from pydantic import BaseModel, Field, field_validator
 
-from app.promotion.gate import GateSetting
+from app.settings.gate import GateSetting
 from app.settings.rules import name_or_empty
 
 # Champion names become a file name and an MLflow registered-model name.
