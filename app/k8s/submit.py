@@ -72,6 +72,13 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
     )
     if request.run_tag:
         values["runTag"] = request.run_tag
+    # Whatever the cluster or the pods would refuse is refused before the API is reached. The
+    # namespace only places the objects: a render in the flag's (or any) namespace checks the
+    # same values, pools and TRAIN_* settings as the one below.
+    pool_objects(
+        render_objects(values, release=request.release, namespace=request.namespace or "default"),
+        request.pool,
+    )
     cluster = Cluster.connect()
     namespace = resolve_namespace(request.namespace, cluster.default_namespace)
     objects = pool_objects(

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from app.errors import ConfigError
-from app.k8s import strvals, values_yaml
+from app.k8s import canonical, strvals, values_yaml
 
 PACKAGED_DIR = Path(__file__).resolve().parent / "templates" / "chart"
 # Only present in a source checkout; used by the sync step and the tests.
@@ -180,6 +180,17 @@ def _validator_class() -> Any:
 
 def _describe(err: Any) -> str:
     where = ".".join(str(part) for part in err.absolute_path) or "(top level)"
+    refused = _settings_refusal(list(err.absolute_path), err.instance)
+    if refused:
+        # What `trainctl train` would say of it, which names the forms the setting takes.
+        return f"{where}: {refused}"
+    if err.validator == "type" and _typed_by_set(err.instance, err.validator_value):
+        text = canonical.scalar(err.instance)
+        kind = "a boolean" if isinstance(err.instance, bool) else "a number"
+        return (
+            f"{where}: {err.message}; --set reads {text} as {kind} (as Helm does): give the "
+            f"text with --set-string {where}={text}, or quote it in a values file"
+        )
     if err.validator == "additionalProperties" and err.path and err.path[-1] == "train":
         known = ", ".join(sorted(err.schema.get("properties", {})))
         return f"{where}: {err.message}; settable TRAIN_* keys: {known}"
@@ -202,12 +213,44 @@ def _describe(err: Any) -> str:
             f"{where}: {err.instance!r} is not one of the {len(err.validator_value)} allowed{hint}"
         )
     if err.validator == "type" and isinstance(err.instance, str) and _is_number(err.instance):
+        if isinstance(strvals.typed_value(err.instance), int):
+            return (
+                f"{where}: {err.message}; --set-string keeps {err.instance} a string: give it "
+                f"with --set {where}={err.instance}"
+            )
         # Helm's --set types only integers, booleans and null: 0.001 stays a string there too.
         return (
             f"{where}: {err.message}; --set keeps {err.instance} a string (as Helm does): "
             f"give it with --set-json {where}={err.instance} or in a values file"
         )
     return f"{where}: {err.message}"
+
+
+def _settings_refusal(path: list[Any], value: Any) -> str | None:
+    """The settings model's message for a `train:` value it refuses (TRAIN_X='...': ...), as
+    the pods would read it; None for other keys, or a value the settings take."""
+    sections = (["train"], ["poolDefaults", "train"], ["nodePools", "*", "train"])
+    if value is None or not any(
+        len(path) == len(s) + 1 and all(a in ("*", b) for a, b in zip(s, path, strict=False))
+        for s in sections
+    ):
+        return None
+    from app.settings import TrainSettings, env_name
+    from app.settings.env import check_env
+
+    setting = path[-1]
+    if setting not in TrainSettings.model_fields:
+        return None
+    name = env_name(setting)
+    text = canonical.go_json(value) if isinstance(value, dict | list) else canonical.scalar(value)
+    _, problems = check_env({name: text})
+    return next((line for about, line in problems if about == name), None)
+
+
+def _typed_by_set(value: Any, types: Any) -> bool:
+    """A number or boolean where the schema wants text: what `--set` makes of `true` or `42`."""
+    wanted = [types] if isinstance(types, str) else list(types)
+    return isinstance(value, bool | int | float) and "string" in wanted
 
 
 def _is_number(text: str) -> bool:

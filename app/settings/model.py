@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.settings.data import CacheMode
-from app.settings.model_names import check_model, check_weights
+from app.settings.model_names import check_model, check_weights, known_models
 from app.storage.buckets import ObjectPath
 
 # The tutorial's three, or any torchvision classifier name (app/settings/model_names.py).
@@ -20,7 +20,7 @@ SEED_MAX = 2**64 - 1  # torch.manual_seed's range
 class ModelSettings(BaseModel):
     model: ModelName = Field(
         "resnet18",
-        json_schema_extra={"pattern": r"^[a-z][a-z0-9_]*$"},  # the chart's schema; names: below
+        json_schema_extra={"enum": list(known_models())},  # the chart's schema refuses others
         description="Network to train: resnet18, vit, or cnn (the tutorial's; small and fast), "
         "whose stems adapt to the data's channel count and image size, or any torchvision "
         "classifier (resnet50, mobilenet_v3_small, efficientnet_b0, convnext_tiny, vit_b_16, "

@@ -1,5 +1,6 @@
-"""The settings are checked without torch, Ray or the run's code; the names they check against
-are the installed torchvision's own."""
+"""The settings are checked without torch, Ray or the run's code, so `trainctl render` and
+`submit` hold chart values to them before anything reaches a cluster; the names they check
+against are the installed torchvision's own."""
 
 from __future__ import annotations
 
@@ -50,3 +51,21 @@ for bad in ('TRAIN_MODEL', 'resnet1800'), ('TRAIN_WEIGHTS', 'ResNet50_Weights.IM
 
 def test_checking_every_kind_of_name_imports_no_torch_ray_or_run_code() -> None:
     assert _heavy_modules_after(SETTINGS_CHECKS) == []
+
+
+def test_render_checks_train_values_without_torch_ray_or_run_code() -> None:
+    code = (
+        "from app.errors import ConfigError\n"
+        "from app.k8s.render import load_values, render_objects\n"
+        "values = load_values(set_values=('nodePools.cpu.gpusPerWorker=0',\n"
+        "    'train.model=resnet50,train.weights=DEFAULT', 'train.checkpoint_every=500'))\n"
+        "render_objects(values, release='demo', namespace='ml')\n"
+        "values['train']['promote_if'] = 'val_acc>=0.9'\n"
+        "try:\n"
+        "    render_objects(values, release='demo', namespace='ml')\n"
+        "except ConfigError as err:\n"
+        "    assert 'did you mean val_accuracy' in str(err), err\n"
+        "else:\n"
+        "    raise AssertionError('rendered')\n"
+    )
+    assert _heavy_modules_after(code) == []
