@@ -43,7 +43,8 @@ DNS_1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 def load_values(values_files: Sequence[Path] = (), **sets: Sequence[str]) -> dict[str, Any]:
     """As `helm template -f ... --set ...`: the user's values over the chart's, schema-checked.
 
-    `sets`: user_values' set_json, set_values and set_string (--set-json, --set, --set-string)."""
+    `sets`: user_values' set_json, set_values, set_string and set_file (--set-json, --set,
+    --set-string, --set-file)."""
     user = user_values(values_files, **sets)
     values = coalesce(default_values(), user)
     validate(values)

@@ -48,6 +48,7 @@ class SubmitRequest:
     set_values: tuple[str, ...] = ()
     set_string: tuple[str, ...] = ()
     set_json: tuple[str, ...] = ()
+    set_file: tuple[str, ...] = ()
 
 
 def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
@@ -69,6 +70,7 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
         set_json=request.set_json,
         set_values=request.set_values,
         set_string=request.set_string,
+        set_file=request.set_file,
     )
     if request.run_tag:
         values["runTag"] = request.run_tag

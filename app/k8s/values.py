@@ -10,7 +10,10 @@ start from the same defaults and refuse the same values.
 from __future__ import annotations
 
 import copy
+import errno
 import json
+import os
+import stat
 import sys
 from collections.abc import Sequence
 from functools import cache
@@ -27,6 +30,8 @@ PACKAGED_DIR = Path(__file__).resolve().parent / "templates" / "chart"
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "trainctl"
 SYNCED_FILES = ("Chart.yaml", "values.yaml", "values.schema.json")
 MAX_VALUES_BYTES = 16 * 2**20
+# One --set-file value: a ConfigMap (like any object) holds at most 1 MiB.
+MAX_SET_FILE_BYTES = 2**20
 
 
 def chart_file(name: str, folder: Path = PACKAGED_DIR) -> dict[str, Any]:
@@ -87,8 +92,10 @@ def user_values(
     set_json: Sequence[str] = (),
     set_values: Sequence[str] = (),
     set_string: Sequence[str] = (),
+    set_file: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """What Helm's -f files, --set-json, --set and --set-string make, in Helm's order."""
+    """What Helm's -f files, --set-json, --set, --set-string and --set-file make, in Helm's
+    order."""
     user: dict[str, Any] = {}
     for path in files:
         user = merge_maps(user, read_values_file(path))
@@ -96,17 +103,73 @@ def user_values(
         ("--set-json", "json", set_json),
         ("--set", "set", set_values),
         ("--set-string", "string", set_string),
+        ("--set-file", "file", set_file),
     ):
         for expression in expressions:
+            shown = expression if len(expression) <= 200 else f"{expression[:200]}..."
+            _refuse_undecodable(option, shown, expression)
+            reader = (lambda text, e=shown: read_set_file(text, e)) if mode == "file" else None
             try:
-                strvals.parse_into(expression, user, mode)
+                strvals.parse_into(expression, user, mode, reader)
             except strvals.StrvalsError as err:
-                shown = expression if len(expression) <= 200 else f"{expression[:200]}..."
                 raise ConfigError(
                     f"{option} {shown!r}: {err}; the syntax is KEY=VALUE[,KEY=VALUE...], "
                     "e.g. train.epochs=5, a.b[0]=x, a={x,y} (escape , and . in a key with \\)"
                 ) from None
     return user
+
+
+def _refuse_undecodable(option: str, shown: str, expression: str) -> None:
+    """An argument that was not UTF-8 (Python keeps its bytes as surrogates): Helm would carry
+    the raw bytes into the manifests, where YAML readers change or refuse them."""
+    try:
+        expression.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ConfigError(
+            f"{option} {shown!r}: not UTF-8 text (character {err.start + 1}); give values as UTF-8"
+        ) from None
+
+
+def read_set_file(path: str, expression: str) -> str:
+    """The text of one `--set-file` value's file (stdin for `-`, as in Helm): a regular file,
+    not a link (a planted link would copy whatever it points at, a credential, into the
+    manifests), read without blocking (a FIFO would hang), at most MAX_SET_FILE_BYTES, UTF-8."""
+    where = f"--set-file {expression!r}: {path!r}"
+    if path.strip() == "-":
+        data = sys.stdin.buffer.read(MAX_SET_FILE_BYTES + 1)
+    else:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise ConfigError(
+                    f"{where} is a symbolic link; --set-file reads regular files only, not "
+                    "through links: give the file it points to"
+                ) from None
+            raise ConfigError(f"{where}: {err.strerror or err}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ConfigError(
+                f"{where} is not a regular file (a folder, FIFO or device); --set-file reads "
+                "regular files only"
+            )
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                data = handle.read(MAX_SET_FILE_BYTES + 1)
+        except OSError as err:
+            raise ConfigError(f"{where}: {err.strerror or err}") from None
+    if len(data) > MAX_SET_FILE_BYTES:
+        raise ConfigError(
+            f"{where} is larger than {MAX_SET_FILE_BYTES // 2**20} MiB; Kubernetes keeps no "
+            "object that large"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{where} is not UTF-8 text (byte {err.start}); --set-file takes text (encode "
+            "binary data, e.g. with base64)"
+        ) from None
 
 
 def _read_capped(path: Path) -> bytes:
