@@ -30,7 +30,7 @@ PACKAGED_DIR = Path(__file__).resolve().parent / "templates" / "chart"
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "trainctl"
 SYNCED_FILES = ("Chart.yaml", "values.yaml", "values.schema.json")
 MAX_VALUES_BYTES = 16 * 2**20
-# One --set-file value: a ConfigMap (like any object) holds at most 1 MiB.
+# One --set-file value: what a ConfigMap holds; the API server stores no object over ~1.5 MiB.
 MAX_SET_FILE_BYTES = 2**20
 
 
@@ -160,8 +160,8 @@ def read_set_file(path: str, expression: str) -> str:
             raise ConfigError(f"{where}: {err.strerror or err}") from None
     if len(data) > MAX_SET_FILE_BYTES:
         raise ConfigError(
-            f"{where} is larger than {MAX_SET_FILE_BYTES // 2**20} MiB; Kubernetes keeps no "
-            "object that large"
+            f"{where} is larger than {MAX_SET_FILE_BYTES // 2**20} MiB, the most a --set-file "
+            "value may be (a ConfigMap holds 1 MiB, any Kubernetes object about 1.5 MiB)"
         )
     try:
         return data.decode("utf-8")

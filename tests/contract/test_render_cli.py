@@ -16,6 +16,7 @@ from app.errors import ConfigError
 from app.k8s import values as chart_values
 from app.k8s.render import load_values, render_objects
 from app.k8s.train_schema import DERIVED, train_schema
+from app.k8s.train_values import values_key
 from app.settings import TrainSettings, cadence
 from app.settings.env import load_settings
 from tests.contract.k8s_support import CHART, EXAMPLES, HelmFailed, helm_template
@@ -191,6 +192,16 @@ def test_render_names_the_pool_whose_derived_settings_fail(tmp_path: Path) -> No
     assert "TRAIN_GLOBAL_BATCH_SIZE is train.global_batch_size" in result.err
     assert "TRAIN_NUM_WORKERS is nodePools.big.replicas" in result.err
     assert "pool small" not in result.err  # one worker: two samples a step are enough
+
+
+def test_every_derived_setting_is_traced_to_the_values_it_comes_from() -> None:
+    """A setting the chart derives per pool is never reported as a `train.` key, which the
+    schema does not even allow there."""
+    values = load_values(set_values=("nodePools.gpu.gpusPerWorker=2",))
+    in_configmap = set(DERIVED) - {"ray_address"}  # RAY_ADDRESS is KubeRay's, in the pod
+    for setting in in_configmap:
+        assert not values_key(setting, "gpu", values).startswith("train."), setting
+    assert values_key("num_workers", "gpu", values) == "nodePools.gpu.replicas x gpusPerWorker"
 
 
 def test_a_pools_own_train_value_is_named_by_its_key(tmp_path: Path) -> None:
