@@ -23,8 +23,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader
 
 from app.errors import ConfigError
-from app.k8s import canonical, rules
-from app.k8s.train_values import pool_problems
+from app.k8s import canonical, rules, train_values
 from app.k8s.values import (
     chart_metadata,
     coalesce,
@@ -177,11 +176,9 @@ def render_objects(
     shared = _shared_objects(env, base)
     pools = enabled_pools(values)
     objects = {pool: _pool_objects(env, base, pool, p) for pool, p in pools.items()}
-    problems = [
-        line
-        for pool, listed in objects.items()
-        for line in pool_problems(pool, _config_data(listed), values)
-    ]
+    problems = train_values.problems(
+        {pool: _config_data(listed) for pool, listed in objects.items()}, values
+    )
     if problems:
         raise ConfigError(problems)
     # Copies per pool: callers may change one pool's objects without touching another's.

@@ -48,21 +48,29 @@ def values_key(setting: str, pool: str, values: Mapping[str, Any]) -> str:
     return f"train.{setting}"
 
 
-def pool_problems(pool: str, data: Mapping[str, str], values: Mapping[str, Any]) -> list[str]:
-    """Each way the pool's ConfigMap `data` fails the settings model, one line each."""
-    env = {name: value for name, value in data.items() if name.startswith(ENV_PREFIX)}
-    _, problems = check_env(env)
-    return [_located(name, line, pool, values) for name, line in problems]
+def problems(configs: Mapping[str, Mapping[str, str]], values: Mapping[str, Any]) -> list[str]:
+    """Each way the pools' ConfigMap data (pool -> data) fail the settings model, one line
+    each; the same line for several pools (a top-level `train:` value) is given once, naming
+    them all."""
+    pools: dict[str, list[str]] = {}
+    for pool, data in configs.items():
+        env = {name: value for name, value in data.items() if name.startswith(ENV_PREFIX)}
+        for name, line in check_env(env)[1]:
+            pools.setdefault(_located(name, line, pool, values), []).append(pool)
+    return [
+        f"pool{'s' if len(names) > 1 else ''} {', '.join(names)}: {line}"
+        for line, names in pools.items()
+    ]
 
 
 def _located(name: str, line: str, pool: str, values: Mapping[str, Any]) -> str:
     """The settings' message, led by the values key of the variable it is about; a rule across
     settings, whose message names the variables, is followed by where each comes from."""
     if name:
-        return f"pool {pool}: {values_key(_setting(name), pool, values)}: {line}"
+        return f"{values_key(_setting(name), pool, values)}: {line}"
     names = dict.fromkeys(_ENV_NAME.findall(line))
     where = ", ".join(f"{n} is {values_key(_setting(n), pool, values)}" for n in names)
-    return f"pool {pool}: {line}" + (f" ({where})" if where else "")
+    return line + (f" ({where})" if where else "")
 
 
 def _setting(name: str) -> str:

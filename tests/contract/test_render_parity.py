@@ -14,9 +14,8 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 
 from app.errors import ConfigError
-from app.k8s import canonical
+from app.k8s import canonical, train_values
 from app.k8s.render import load_values, render_objects, render_schedule_objects
-from app.k8s.train_values import pool_problems
 from tests.contract.k8s_support import (
     VALUES_FILES,
     HelmFailed,
@@ -112,7 +111,7 @@ def _settings_refusals(helm: dict, paths: list[Path]) -> list[str]:
     configs = [obj for (kind, _), obj in helm.items() if kind == "ConfigMap"]
     pools = {obj["metadata"]["labels"].get("trainctl.io/pool"): obj["data"] for obj in configs}
     pools.pop(None, None)  # a ConfigMap of no pool (the schedule's)
-    return [line for pool, data in pools.items() for line in pool_problems(pool, data, values)]
+    return train_values.problems(dict(sorted(pools.items())), values)
 
 
 # Two files merged (the second over the first) and --set-json/--set/--set-string on top, as
