@@ -23,7 +23,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader
 
 from app.errors import ConfigError
-from app.k8s import canonical, rules
+from app.k8s import canonical, rules, train_values
 from app.k8s.values import (
     chart_metadata,
     coalesce,
@@ -42,7 +42,8 @@ DNS_1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 def load_values(values_files: Sequence[Path] = (), **sets: Sequence[str]) -> dict[str, Any]:
     """As `helm template -f ... --set ...`: the user's values over the chart's, schema-checked.
 
-    `sets`: user_values' set_json, set_values and set_string (--set-json, --set, --set-string)."""
+    `sets`: user_values' set_json, set_values, set_string and set_file (--set-json, --set,
+    --set-string, --set-file)."""
     user = user_values(values_files, **sets)
     values = coalesce(default_values(), user)
     validate(values)
@@ -163,6 +164,9 @@ def render_objects(
 ) -> dict[str, list[dict]]:
     """Pool name -> every object that pool's RayJob needs, as parsed dicts.
 
+    Each pool's TRAIN_* variables are held to the settings model first (app/k8s/train_values.py):
+    a value `trainctl train` would refuse is a ConfigError here, naming the pool and the key.
+
     The created auth Secret carries a fresh random token on every call (Helm does the same
     offline); it is marked `trainctl.io/create-only`: create it if absent, never overwrite it.
     """
@@ -170,11 +174,21 @@ def render_objects(
     env = _env()
     base = _base_context(values, release, namespace)
     shared = _shared_objects(env, base)
+    pools = enabled_pools(values)
+    objects = {pool: _pool_objects(env, base, pool, p) for pool, p in pools.items()}
+    problems = train_values.problems(
+        {pool: _config_data(listed) for pool, listed in objects.items()}, values
+    )
+    if problems:
+        raise ConfigError(problems)
     # Copies per pool: callers may change one pool's objects without touching another's.
-    return {
-        pool: copy.deepcopy(shared) + _pool_objects(env, base, pool, p)
-        for pool, p in enabled_pools(values).items()
-    }
+    return {pool: copy.deepcopy(shared) + listed for pool, listed in objects.items()}
+
+
+def _config_data(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """The pool's ConfigMap's variables: exactly what its pods read their settings from."""
+    (config,) = [obj for obj in objects if obj["kind"] == "ConfigMap"]
+    return config.get("data") or {}
 
 
 def render_schedule_objects(

@@ -5,19 +5,27 @@ A port, rule for rule, so `trainctl render --set ...` builds the same values as
 65536), `\\` escapes the next character (`a\\.b=c` is the key "a.b", `x\\,y` one value), `,`
 separates assignments. `--set` types a value as Helm does (true/false/null in any case, decimal
 integers without a leading zero; everything else, floats included, stays a string);
-`--set-string` keeps every value a string; `--set-json` reads each value as one JSON document.
+`--set-string` keeps every value a string; `--set-json` reads each value as one JSON document,
+as Go's encoding/json does (every number a float64: a whole number beyond 2^53 rounded, one
+beyond float64's range refused; a lone UTF-16 surrogate escape becomes U+FFFD); `--set-file`
+takes each value as a path whose text the caller's reader returns.
 tests/contract/test_values_args.py compares this module with Helm's own parser.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 MAX_INDEX = 65536
 MAX_NESTED_NAME_LEVEL = 30
 INT64 = (-(2**63), 2**63 - 1)
+FLOAT64_EXACT = 2**53  # every whole number up to here is exact in a float64
 _JSON_SPACE = " \t\r\n"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MODES = ("set", "string", "json", "file")
 
 
 class StrvalsError(ValueError):
@@ -32,10 +40,18 @@ class _EOF(Exception):
     pass
 
 
-def parse_into(expression: str, dest: dict[str, Any], mode: str = "set") -> None:
-    """Apply one `--set` (mode "set"), `--set-string` ("string") or `--set-json` ("json")."""
+def parse_into(
+    expression: str,
+    dest: dict[str, Any],
+    mode: str = "set",
+    read_file: Callable[[str], str] | None = None,
+) -> None:
+    """Apply one `--set` (mode "set"), `--set-string` ("string"), `--set-json` ("json") or
+    `--set-file` ("file": each value is a path, its text what `read_file` returns)."""
+    if mode not in MODES or (mode == "file") != (read_file is not None):
+        raise ValueError(f"mode {mode!r} with read_file={read_file!r}")
     try:
-        _Parser(expression, dest, mode).parse()
+        _Parser(expression, dest, mode, read_file).parse()
     except RecursionError:  # `[[[[...` or `a[0][0][0]...` thousands deep: no values file is
         raise StrvalsError("nested too deeply") from None
 
@@ -60,11 +76,14 @@ def typed_value(text: str) -> Any:
 
 
 class _Parser:
-    def __init__(self, text: str, data: dict[str, Any], mode: str) -> None:
+    def __init__(
+        self, text: str, data: dict[str, Any], mode: str, read_file: Callable[[str], str] | None
+    ) -> None:
         self.text = text
         self.pos = 0
         self.data = data
         self.mode = mode
+        self.read_file = read_file
 
     # -- the scanner (Go's bytes.Buffer read rune by rune) ------------------------------------
 
@@ -92,6 +111,8 @@ class _Parser:
         return "".join(out), None
 
     def _value(self, runes: str) -> Any:
+        if self.read_file is not None:
+            return self.read_file(runes)
         return runes if self.mode == "string" else typed_value(runes)
 
     # -- the grammar -------------------------------------------------------------------------
@@ -245,12 +266,58 @@ class _Parser:
         def refuse(name: str) -> Any:
             raise ValueError(f"{name} is not JSON")
 
+        decoder = json.JSONDecoder(
+            parse_constant=refuse, parse_float=_go_float64, parse_int=_go_float64_int
+        )
         try:
-            value, end = json.JSONDecoder(parse_constant=refuse).raw_decode(self.text, start)
+            value, end = decoder.raw_decode(self.text, start)
         except ValueError as err:
             raise StrvalsError(f"invalid JSON value: {err}") from None
+        if _cut_short(self.text[start:end], self.text[end : end + 1]):
+            # Python's decoder stops before `1.` or `1e`; Go's reads the number on and fails.
+            raise StrvalsError(
+                f"invalid JSON value: number {self.text[start : end + 1]!r} ends early"
+            )
         self.pos = end
-        return value
+        return _go_text(value)
+
+
+def _cut_short(token: str, after: str) -> bool:
+    """Whether a number `token` goes on, for Go's scanner, into `after`: a `.` with no fraction
+    yet, or an `e` with no exponent yet (each then needs digits)."""
+    if not token or token[0] not in "-0123456789":
+        return False
+    exponent = "e" in token.lower()
+    return (after == "." and "." not in token and not exponent) or (
+        after in ("e", "E") and not exponent
+    )
+
+
+def _go_float64(text: str) -> float:
+    """A JSON number as Go's encoding/json decodes it into an interface: a float64, and an
+    error where it is out of float64's range (Python would make it inf)."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} is out of range (it does not fit a float64)")
+    return value
+
+
+def _go_float64_int(text: str) -> int | float:
+    """A JSON integer as a float64 holds it: kept an int while exact (so 5 stays 5), rounded
+    beyond 2^53 as Go rounds it, refused beyond float64's range."""
+    value = int(text)
+    return value if abs(value) <= FLOAT64_EXACT else _go_float64(text)
+
+
+def _go_text(value: Any) -> Any:
+    """Strings (and keys) as Go decodes them: a lone surrogate escape (`"\\ud800"`) is U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_go_text(key): _go_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_go_text(item) for item in value]
+    return value
 
 
 def _set(data: dict[str, Any], key: str, value: Any) -> None:

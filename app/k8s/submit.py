@@ -48,6 +48,7 @@ class SubmitRequest:
     set_values: tuple[str, ...] = ()
     set_string: tuple[str, ...] = ()
     set_json: tuple[str, ...] = ()
+    set_file: tuple[str, ...] = ()
 
 
 def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
@@ -69,9 +70,17 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
         set_json=request.set_json,
         set_values=request.set_values,
         set_string=request.set_string,
+        set_file=request.set_file,
     )
     if request.run_tag:
         values["runTag"] = request.run_tag
+    # Whatever the cluster or the pods would refuse is refused before the API is reached. The
+    # namespace only places the objects: a render in the flag's (or any) namespace checks the
+    # same values, pools and TRAIN_* settings as the one below.
+    pool_objects(
+        render_objects(values, release=request.release, namespace=request.namespace or "default"),
+        request.pool,
+    )
     cluster = Cluster.connect()
     namespace = resolve_namespace(request.namespace, cluster.default_namespace)
     objects = pool_objects(

@@ -10,7 +10,10 @@ start from the same defaults and refuse the same values.
 from __future__ import annotations
 
 import copy
+import errno
 import json
+import os
+import stat
 import sys
 from collections.abc import Sequence
 from functools import cache
@@ -20,13 +23,15 @@ from typing import Any
 import yaml
 
 from app.errors import ConfigError
-from app.k8s import strvals, values_yaml
+from app.k8s import canonical, strvals, values_yaml
 
 PACKAGED_DIR = Path(__file__).resolve().parent / "templates" / "chart"
 # Only present in a source checkout; used by the sync step and the tests.
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "trainctl"
 SYNCED_FILES = ("Chart.yaml", "values.yaml", "values.schema.json")
 MAX_VALUES_BYTES = 16 * 2**20
+# One --set-file value: what a ConfigMap holds; the API server stores no object over ~1.5 MiB.
+MAX_SET_FILE_BYTES = 2**20
 
 
 def chart_file(name: str, folder: Path = PACKAGED_DIR) -> dict[str, Any]:
@@ -87,8 +92,10 @@ def user_values(
     set_json: Sequence[str] = (),
     set_values: Sequence[str] = (),
     set_string: Sequence[str] = (),
+    set_file: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """What Helm's -f files, --set-json, --set and --set-string make, in Helm's order."""
+    """What Helm's -f files, --set-json, --set, --set-string and --set-file make, in Helm's
+    order."""
     user: dict[str, Any] = {}
     for path in files:
         user = merge_maps(user, read_values_file(path))
@@ -96,17 +103,73 @@ def user_values(
         ("--set-json", "json", set_json),
         ("--set", "set", set_values),
         ("--set-string", "string", set_string),
+        ("--set-file", "file", set_file),
     ):
         for expression in expressions:
+            shown = expression if len(expression) <= 200 else f"{expression[:200]}..."
+            _refuse_undecodable(option, shown, expression)
+            reader = (lambda text, e=shown: read_set_file(text, e)) if mode == "file" else None
             try:
-                strvals.parse_into(expression, user, mode)
+                strvals.parse_into(expression, user, mode, reader)
             except strvals.StrvalsError as err:
-                shown = expression if len(expression) <= 200 else f"{expression[:200]}..."
                 raise ConfigError(
                     f"{option} {shown!r}: {err}; the syntax is KEY=VALUE[,KEY=VALUE...], "
                     "e.g. train.epochs=5, a.b[0]=x, a={x,y} (escape , and . in a key with \\)"
                 ) from None
     return user
+
+
+def _refuse_undecodable(option: str, shown: str, expression: str) -> None:
+    """An argument that was not UTF-8 (Python keeps its bytes as surrogates): Helm would carry
+    the raw bytes into the manifests, where YAML readers change or refuse them."""
+    try:
+        expression.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ConfigError(
+            f"{option} {shown!r}: not UTF-8 text (character {err.start + 1}); give values as UTF-8"
+        ) from None
+
+
+def read_set_file(path: str, expression: str) -> str:
+    """The text of one `--set-file` value's file (stdin for `-`, as in Helm): a regular file,
+    not a link (a planted link would copy whatever it points at, a credential, into the
+    manifests), read without blocking (a FIFO would hang), at most MAX_SET_FILE_BYTES, UTF-8."""
+    where = f"--set-file {expression!r}: {path!r}"
+    if path.strip() == "-":
+        data = sys.stdin.buffer.read(MAX_SET_FILE_BYTES + 1)
+    else:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise ConfigError(
+                    f"{where} is a symbolic link; --set-file reads regular files only, not "
+                    "through links: give the file it points to"
+                ) from None
+            raise ConfigError(f"{where}: {err.strerror or err}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ConfigError(
+                f"{where} is not a regular file (a folder, FIFO or device); --set-file reads "
+                "regular files only"
+            )
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                data = handle.read(MAX_SET_FILE_BYTES + 1)
+        except OSError as err:
+            raise ConfigError(f"{where}: {err.strerror or err}") from None
+    if len(data) > MAX_SET_FILE_BYTES:
+        raise ConfigError(
+            f"{where} is larger than {MAX_SET_FILE_BYTES // 2**20} MiB, the most a --set-file "
+            "value may be (a ConfigMap holds 1 MiB, any Kubernetes object about 1.5 MiB)"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{where} is not UTF-8 text (byte {err.start}); --set-file takes text (encode "
+            "binary data, e.g. with base64)"
+        ) from None
 
 
 def _read_capped(path: Path) -> bytes:
@@ -180,6 +243,17 @@ def _validator_class() -> Any:
 
 def _describe(err: Any) -> str:
     where = ".".join(str(part) for part in err.absolute_path) or "(top level)"
+    refused = _settings_refusal(list(err.absolute_path), err.instance)
+    if refused:
+        # What `trainctl train` would say of it, which names the forms the setting takes.
+        return f"{where}: {refused}"
+    if err.validator == "type" and _typed_by_set(err.instance, err.validator_value):
+        text = canonical.scalar(err.instance)
+        kind = "a boolean" if isinstance(err.instance, bool) else "a number"
+        return (
+            f"{where}: {err.message}; --set reads {text} as {kind} (as Helm does): give the "
+            f"text with --set-string {where}={text}, or quote it in a values file"
+        )
     if err.validator == "additionalProperties" and err.path and err.path[-1] == "train":
         known = ", ".join(sorted(err.schema.get("properties", {})))
         return f"{where}: {err.message}; settable TRAIN_* keys: {known}"
@@ -202,12 +276,44 @@ def _describe(err: Any) -> str:
             f"{where}: {err.instance!r} is not one of the {len(err.validator_value)} allowed{hint}"
         )
     if err.validator == "type" and isinstance(err.instance, str) and _is_number(err.instance):
+        if isinstance(strvals.typed_value(err.instance), int):
+            return (
+                f"{where}: {err.message}; --set-string keeps {err.instance} a string: give it "
+                f"with --set {where}={err.instance}"
+            )
         # Helm's --set types only integers, booleans and null: 0.001 stays a string there too.
         return (
             f"{where}: {err.message}; --set keeps {err.instance} a string (as Helm does): "
             f"give it with --set-json {where}={err.instance} or in a values file"
         )
     return f"{where}: {err.message}"
+
+
+def _settings_refusal(path: list[Any], value: Any) -> str | None:
+    """The settings model's message for a `train:` value it refuses (TRAIN_X='...': ...), as
+    the pods would read it; None for other keys, or a value the settings take."""
+    sections = (["train"], ["poolDefaults", "train"], ["nodePools", "*", "train"])
+    if value is None or not any(
+        len(path) == len(s) + 1 and all(a in ("*", b) for a, b in zip(s, path, strict=False))
+        for s in sections
+    ):
+        return None
+    from app.settings import TrainSettings, env_name
+    from app.settings.env import check_env
+
+    setting = path[-1]
+    if setting not in TrainSettings.model_fields:
+        return None
+    name = env_name(setting)
+    text = canonical.go_json(value) if isinstance(value, dict | list) else canonical.scalar(value)
+    _, problems = check_env({name: text})
+    return next((line for about, line in problems if about == name), None)
+
+
+def _typed_by_set(value: Any, types: Any) -> bool:
+    """A number or boolean where the schema wants text: what `--set` makes of `true` or `42`."""
+    wanted = [types] if isinstance(types, str) else list(types)
+    return isinstance(value, bool | int | float) and "string" in wanted
 
 
 def _is_number(text: str) -> bool:

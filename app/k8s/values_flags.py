@@ -13,7 +13,7 @@ import click
 
 def values_options(func: Callable[..., None]) -> Callable[..., None]:
     """Helm's values flags, for render and submit: -f files merged in order, then --set-json,
-    --set and --set-string (app/k8s/values.py, app/k8s/strvals.py)."""
+    --set, --set-string and --set-file (app/k8s/values.py, app/k8s/strvals.py)."""
     options = [
         click.option(
             "-f",
@@ -31,6 +31,13 @@ def values_options(func: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option(
             "--set-json", "set_json", multiple=True, metavar="K=JSON", help="Values as JSON."
+        ),
+        click.option(
+            "--set-file",
+            "set_file",
+            multiple=True,
+            metavar="K=PATH",
+            help="Values read from files (regular files, at most 1 MiB each).",
         ),
     ]
     for option in reversed(options):

@@ -15,8 +15,9 @@ from typing import Any
 from app.errors import ConfigError
 from app.formatting import one_line
 from app.promotion import champion
-from app.promotion.gate import BEATS, Gate, number
+from app.promotion.gate import number
 from app.settings import TrainSettings
+from app.settings.gate import BEATS, Gate
 from app.storage.location import RunPath, local_path, store_errors
 from app.storage.reading import exists_within, is_dir_within
 

@@ -24,6 +24,7 @@ _SPACE = r"[\t\n\f\r ]*"  # what Go's (Helm's) \s means; Python's \s also takes 
 _PATTERN = re.compile(rf"\A{_SPACE}{_GRAMMAR}{_SPACE}\Z")
 JSON_PATTERN = rf"^{_SPACE}{_GRAMMAR}{_SPACE}$"
 _UNIT_S = {"s": 1, "m": 60, "h": 3600}
+MAX_STEPS = 99_999_999  # the grammar's eight digits
 ALLOWED = (
     "`epoch`, a step count (1 to 99999999, e.g. 500) or a duration of at least 10s "
     "(e.g. 90s, 10m, 1h)"
@@ -75,5 +76,9 @@ CheckpointEverySetting = Annotated[
     NoDecode,
     BeforeValidator(parse),
     PlainSerializer(str, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": JSON_PATTERN}),
+    # The chart takes a step count as a number too (`--set train.checkpoint_every=500`): the
+    # schema's pattern holds strings, its bounds numbers.
+    WithJsonSchema(
+        {"type": ["integer", "string"], "pattern": JSON_PATTERN, "minimum": 1, "maximum": MAX_STEPS}
+    ),
 ]

@@ -42,6 +42,7 @@ class DataSettings(BaseModel):
         0,
         ge=0,
         le=IMAGE_SIZE_MAX,
+        json_schema_extra={"not": {"minimum": 1, "maximum": IMAGE_SIZE_MIN - 1}},  # the chart's
         description="Side in pixels that TRAIN_DATASET=folder images are resized (shorter side) "
         f"and center-cropped to; 0 picks it from the model: {IMAGE_SIZE_RULE}. "
         f"Otherwise {IMAGE_SIZE_MIN}..{IMAGE_SIZE_MAX}.",

@@ -1,8 +1,9 @@
 """Reading the settings from the environment: every problem at once, one line each.
 
 `load_settings` holds ./.env and the TRAIN_* variables to the rules of app/settings/'s
-`TrainSettings`; `storage_access` and `storage_location` hold the few settings `trainctl logs`
-needs to the same rules, without the others.
+`TrainSettings`; `settings_from_env` holds given variables (a rendered ConfigMap's) to the same
+rules, reading nothing else; `storage_access` and `storage_location` hold the few settings
+`trainctl logs` needs to the same rules, without the others.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_settings import EnvSettingsSource
 
 from app.errors import ConfigError, did_you_mean
 from app.redact import redact
@@ -32,15 +34,50 @@ def load_settings() -> TrainSettings:
     problems = check_env_file(Path(".env"), {env_name(name) for name in TrainSettings.model_fields})
     if problems:
         raise ConfigError(problems)
-    problems = _unknown_variables(os.environ)
+    problems = [line for _, line in _unknown(os.environ)]
     try:
         settings = TrainSettings()
     except ValidationError as err:
-        problems.extend(describe_validation_error(err, os.environ))
+        problems.extend(line for _, line in _described(err, os.environ))
         raise ConfigError(problems) from None
     if problems:
         raise ConfigError(problems)
     return settings
+
+
+def settings_from_env(env: Mapping[str, str]) -> TrainSettings:
+    """The settings `env` holds, read as `load_settings` reads the environment (the same
+    decoding, checks and messages) but from `env` alone: not the process environment, not
+    ./.env. ConfigError with one line per problem."""
+    settings, problems = check_env(env)
+    if settings is None or problems:
+        raise ConfigError([line for _, line in problems])
+    return settings
+
+
+def check_env(env: Mapping[str, str]) -> tuple[TrainSettings | None, list[tuple[str, str]]]:
+    """settings_from_env's settings (None when they fail) and its problems, each with the
+    variable it is about ("" for a rule across settings, whose message names them)."""
+    problems = _unknown(env)
+    try:
+        settings = TrainSettings.model_validate(_GivenEnv(env)())
+    except ValidationError as err:
+        return None, problems + _described(err, env)
+    return settings, problems
+
+
+class _GivenEnv(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of os.environ."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._given = dict(env)
+        super().__init__(TrainSettings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        # As the base class reads os.environ: names compared without case (TrainSettings').
+        if self.case_sensitive:
+            return dict(self._given)
+        return {name.lower(): value for name, value in self._given.items()}
 
 
 def storage_access(env: Mapping[str, str]) -> tuple[str | None, float]:
@@ -68,28 +105,28 @@ def storage_access(env: Mapping[str, str]) -> tuple[str | None, float]:
     return endpoint, timeout
 
 
-def _unknown_variables(env: Mapping[str, str]) -> list[str]:
+def _unknown(env: Mapping[str, str]) -> list[tuple[str, str]]:
     known = {env_name(name) for name in TrainSettings.model_fields}
     problems = []
     for key in sorted(k for k in env if k.upper().startswith(ENV_PREFIX)):
         if key.upper() in known:
             continue
         hint = did_you_mean(key.upper(), known, "run `trainctl env` for the list")
-        problems.append(f"{key} is not a trainctl setting{hint}")
+        problems.append((key, f"{key} is not a trainctl setting{hint}"))
     return problems
 
 
-def describe_validation_error(err: ValidationError, env: Mapping[str, str]) -> list[str]:
+def _described(err: ValidationError, env: Mapping[str, str]) -> list[tuple[str, str]]:
     """One line per bad variable: its name, the value given and what is allowed."""
     lines = []
     for item in err.errors():
         message = str(item["msg"]).removeprefix("Value error, ")
         if not item["loc"]:
-            lines.append(message)
+            lines.append(("", message))
             continue
         name = env_name(str(item["loc"][0]))
         given = env.get(name, env.get(name.lower(), item.get("input")))
-        lines.append(f"{name}={redact(given)!r}: {message}")
+        lines.append((name, f"{name}={redact(given)!r}: {message}"))
     return lines
 
 

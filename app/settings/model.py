@@ -9,9 +9,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.settings.data import CacheMode
+from app.settings.model_names import check_model, check_weights, known_models
 from app.storage.buckets import ObjectPath
 
-# The tutorial's three, or any torchvision classifier name (checked by _model_is_known).
+# The tutorial's three, or any torchvision classifier name (app/settings/model_names.py).
 ModelName = str
 SEED_MAX = 2**64 - 1  # torch.manual_seed's range
 
@@ -19,7 +20,7 @@ SEED_MAX = 2**64 - 1  # torch.manual_seed's range
 class ModelSettings(BaseModel):
     model: ModelName = Field(
         "resnet18",
-        json_schema_extra={"pattern": r"^[a-z][a-z0-9_]*$"},  # the chart's schema; names: below
+        json_schema_extra={"enum": list(known_models())},  # the chart's schema refuses others
         description="Network to train: resnet18, vit, or cnn (the tutorial's; small and fast), "
         "whose stems adapt to the data's channel count and image size, or any torchvision "
         "classifier (resnet50, mobilenet_v3_small, efficientnet_b0, convnext_tiny, vit_b_16, "
@@ -97,14 +98,7 @@ class ModelSettings(BaseModel):
     @field_validator("model")
     @classmethod
     def _model_is_known(cls, value: str) -> str:
-        from app.training.zoo import TUTORIAL_MODELS, is_zoo, known_models
-
-        if value in TUTORIAL_MODELS or is_zoo(value):
-            return value
-        from app.errors import did_you_mean
-
-        hint = did_you_mean(value, known_models(), "`trainctl env` describes TRAIN_MODEL")
-        raise ValueError(f"must be cnn, resnet18, vit or a torchvision classifier name{hint}")
+        return check_model(value)
 
     @field_validator("weights", "torch_home", mode="before")
     @classmethod
@@ -114,9 +108,7 @@ class ModelSettings(BaseModel):
     @field_validator("weights")
     @classmethod
     def _weights_name_or_file(cls, value: str | None) -> str | None:
-        from app.training.weights import check_weights_setting
-
-        return None if value is None else check_weights_setting(value)
+        return None if value is None else check_weights(value)
 
     @field_validator("torch_home")
     @classmethod

@@ -7,11 +7,15 @@ import re
 
 from pydantic import BaseModel, Field, field_validator
 
-from app.promotion.gate import GateSetting
+from app.errors import EXIT_CLUSTER, EXIT_FAILED, EXIT_INVALID, EXIT_WAIT_TIMEOUT
+from app.settings.gate import GateSetting
 from app.settings.rules import name_or_empty
 
 # Champion names become a file name and an MLflow registered-model name.
-MODEL_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_MODEL_NAME = "[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+MODEL_NAME_PATTERN = re.compile(rf"\A{_MODEL_NAME}\Z")
+MODEL_NAME_JSON_PATTERN = f"^({_MODEL_NAME})?$"  # the chart's schema; empty: the default name
+TRAINCTL_EXITS = (EXIT_FAILED, EXIT_INVALID, EXIT_WAIT_TIMEOUT, EXIT_CLUSTER)  # 1-4
 
 
 class TrackingSettings(BaseModel):
@@ -52,6 +56,7 @@ class TrackingSettings(BaseModel):
     )
     model_name: str = Field(
         "",
+        json_schema_extra={"pattern": MODEL_NAME_JSON_PATTERN},
         description="Name the champion is kept under: <storage_path>/champions/<name>.json and "
         "the MLflow registered model. 1-64 letters, digits, '.', '_' or '-', starting with a "
         "letter or digit; empty means <dataset>-<model>.",
@@ -60,6 +65,7 @@ class TrackingSettings(BaseModel):
         0,
         ge=0,
         le=125,
+        json_schema_extra={"not": {"enum": list(TRAINCTL_EXITS)}},
         description="Exit code of a run that trained but did not pass TRAIN_PROMOTE_IF: 0 (the "
         "run succeeded, the champion stays), or e.g. 5 for pipelines that stop there (1-4 are "
         "taken by trainctl's own failures).",
@@ -76,6 +82,6 @@ class TrackingSettings(BaseModel):
     @field_validator("not_promoted_exit")
     @classmethod
     def _exit_is_free(cls, value: int) -> int:
-        if value in (1, 2, 3, 4):
+        if value in TRAINCTL_EXITS:
             raise ValueError("1-4 are trainctl's own exit codes; use 0, or 5-125")
         return value

@@ -13,6 +13,7 @@ from torch import nn
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError, did_you_mean
+from app.settings.model_names import TUTORIAL_MODELS, is_zoo, known_models
 from app.training import zoo
 
 # Below this size a ResNet's 7x7/stride-2 stem and max-pool would shrink the image to nothing,
@@ -30,7 +31,7 @@ VIT_MIN_GRID, VIT_TINY_GRID = 7, 4
 
 def build_model(name: str, info: DatasetInfo, vit_patch: int = 0) -> nn.Module:
     # A torchvision model's size check is a forward pass: preflight runs it once, not each build.
-    problem = None if zoo.is_zoo(name) else model_problem(name, info, vit_patch)
+    problem = None if is_zoo(name) else model_problem(name, info, vit_patch)
     if problem:
         raise ConfigError(problem)
     if name == "cnn":
@@ -44,9 +45,9 @@ def build_model(name: str, info: DatasetInfo, vit_patch: int = 0) -> nn.Module:
 
 def model_problem(name: str, info: DatasetInfo, vit_patch: int = 0) -> str | None:
     """Why `name` cannot train on this data, or None. Checked before any worker starts."""
-    if name not in zoo.TUTORIAL_MODELS:
-        if not zoo.is_zoo(name):
-            hint = did_you_mean(name, zoo.known_models(), "`trainctl env` lists the models")
+    if name not in TUTORIAL_MODELS:
+        if not is_zoo(name):
+            hint = did_you_mean(name, known_models(), "`trainctl env` lists the models")
             return f"TRAIN_MODEL={name!r} is not a model{hint}"
         return zoo.shape_problem(name, info.num_classes, info.channels, info.height, info.width)
     if name == "vit":

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import os
-import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,16 +34,16 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from app.errors import ConfigError, did_you_mean
+from app.errors import ConfigError
 from app.redact import redact_uri
 from app.run.state_dicts import MAX_WEIGHTS_BYTES, fit_problem, plain_keys, tensor_problem
-from app.storage.location import (
-    RunPath,
-    local_path,
-    location_setting,
-    parse_location,
-    with_endpoint,
+from app.settings.model_names import (
+    DEFAULT_WEIGHTS,
+    is_weights_name,
+    weights_location,
+    weights_name_problem,
 )
+from app.storage.location import RunPath, with_endpoint
 from app.storage.reading import open_below
 
 if TYPE_CHECKING:
@@ -54,53 +52,9 @@ if TYPE_CHECKING:
     from app.data.schema import DatasetInfo
     from app.settings import TrainSettings
 
-DEFAULT = "DEFAULT"
-WEIGHTS_NAME = re.compile(r"\A[A-Za-z0-9_]+_Weights\.[A-Za-z0-9_]+\Z")
-# What a weights name typed in the wrong case looks like (`resnet18_weights.imagenet1k_v1`):
-# not a name, so it would be read as a file path and refused as "no such file" without a hint.
-CASELESS_NAME = re.compile(r"\A[A-Za-z0-9_]+_weights\.[A-Za-z0-9_]+\Z", re.IGNORECASE)
 DOWNLOAD_READ_TIMEOUT_S = 60.0
 # googlenet's and inception_v3's auxiliary heads are off in trainctl (zoo.EXTRA_ARGS).
 IGNORED_PREFIXES = ("AuxLogits.", "aux1.", "aux2.")
-
-
-def is_weights_name(value: str) -> bool:
-    return value == DEFAULT or bool(WEIGHTS_NAME.match(value))
-
-
-def check_weights_setting(value: str) -> str:
-    """The setting as stored: a known weights name, or an absolute path / bucket URI."""
-    value = value.strip()
-    if is_weights_name(value):
-        if value != DEFAULT:
-            _weights_by_name(value)
-        return value
-    location = _location(value)
-    local = local_path(location)
-    if local is not None and not local.exists():
-        _refuse_miscased_name(value)
-    return str(location)
-
-
-def _refuse_miscased_name(value: str) -> None:
-    """ValueError with the right spelling when `value`, not a file, is a weights name in
-    another case; nothing otherwise (the missing file is reported by preflight)."""
-    if value.casefold() == DEFAULT.casefold():
-        raise ValueError(f"no such file; weights names are case-sensitive: did you mean {DEFAULT}?")
-    if not CASELESS_NAME.match(value):
-        return
-    folded = {name.casefold(): name for name in _all_names()}
-    close = difflib.get_close_matches(value.casefold(), list(folded), n=1)
-    hint = f"; did you mean {folded[close[0]]}?" if close else ""
-    raise ValueError(
-        "no such file, nor a torchvision weights name (they are case-sensitive, as in "
-        f"ResNet50_Weights.IMAGENET1K_V2){hint}"
-    )
-
-
-def _location(value: str) -> RunPath:
-    location_setting(value)  # refuses what only looks like a URI, as every storage setting does
-    return parse_location(value)
 
 
 def _weights_by_name(value: str) -> WeightsEnum:
@@ -109,20 +63,7 @@ def _weights_by_name(value: str) -> WeightsEnum:
     try:
         return get_weight(value)
     except (ValueError, KeyError, AttributeError):
-        hint = did_you_mean(value, _all_names(), "see torchvision's model documentation")
-        raise ValueError(f"{value!r} is not a torchvision weights name{hint}") from None
-
-
-def _all_names() -> list[str]:
-    from torchvision.models import get_model_weights
-
-    from app.training.zoo import zoo_names
-
-    names = []
-    for model in zoo_names():
-        enum = get_model_weights(model)
-        names += [f"{enum.__name__}.{member}" for member in enum.__members__]
-    return names
+        raise ValueError(weights_name_problem(value) or f"{value!r} is not found") from None
 
 
 def weights_source(settings: TrainSettings) -> WeightsEnum | RunPath | None:
@@ -131,7 +72,7 @@ def weights_source(settings: TrainSettings) -> WeightsEnum | RunPath | None:
     if value is None:
         return None
     if not is_weights_name(value):
-        return with_endpoint(_location(value), settings.storage_endpoint)
+        return with_endpoint(weights_location(value), settings.storage_endpoint)
     from torchvision.models import get_model_weights
 
     if settings.model in ("cnn", "vit"):
@@ -140,7 +81,7 @@ def weights_source(settings: TrainSettings) -> WeightsEnum | RunPath | None:
             "has no torchvision weights; use a torchvision model (vit_b_16 for a ViT) or a file"
         )
     family = get_model_weights(settings.model)
-    weights = family.DEFAULT if value == DEFAULT else _weights_by_name(value)
+    weights = family.DEFAULT if value == DEFAULT_WEIGHTS else _weights_by_name(value)
     if type(weights) is not family:
         raise ConfigError(
             f"TRAIN_WEIGHTS={value} are not weights for TRAIN_MODEL={settings.model}; "

@@ -2,6 +2,8 @@
 
 Any name in `torchvision.models.list_models(module=torchvision.models)` trains, except the three
 tutorial names (`cnn`, `resnet18`, `vit`), which keep their meaning (app/training/model.py).
+The settings check names against app/settings/torchvision_names.py, which `python -m
+app.training.zoo --write` generates from the installed torchvision (so they need no torch).
 
 Rules, and why:
 - The model is built by torchvision itself (`get_model(name, weights=None, num_classes=K)`), so
@@ -20,13 +22,13 @@ Rules, and why:
 
 from __future__ import annotations
 
-import functools
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-TUTORIAL_MODELS = ("cnn", "resnet18", "vit")
 TRANSFORMER_FAMILIES = ("vit_", "swin_", "maxvit_")
 HEAD_CONTAINERS = ("fc", "classifier", "heads", "head")
 # googlenet and inception_v3 return (logits, aux logits) in training mode when their auxiliary
@@ -36,21 +38,6 @@ EXTRA_ARGS: dict[str, dict[str, Any]] = {
     "inception_v3": {"aux_logits": False, "init_weights": False},
 }
 RGB = 3
-
-
-@functools.cache
-def zoo_names() -> tuple[str, ...]:
-    import torchvision
-
-    return tuple(torchvision.models.list_models(module=torchvision.models))
-
-
-def known_models() -> tuple[str, ...]:
-    return tuple(sorted(set(TUTORIAL_MODELS) | set(zoo_names())))
-
-
-def is_zoo(name: str) -> bool:
-    return name not in TUTORIAL_MODELS and name in zoo_names()
 
 
 def is_transformer(name: str) -> bool:
@@ -120,3 +107,55 @@ def shape_problem(
             "use images of the size it was designed for (TRAIN_IMAGE_SIZE) or another model"
         )
     return None
+
+
+def torchvision_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The installed torchvision's classifier names and their weights names
+    (`ResNet50_Weights.IMAGENET1K_V2`, `ResNet50_Weights.DEFAULT`, ...)."""
+    import torchvision
+    from torchvision.models import get_model_weights
+
+    classifiers = tuple(torchvision.models.list_models(module=torchvision.models))
+    weights = []
+    for name in classifiers:
+        enum = get_model_weights(name)
+        weights += [f"{enum.__name__}.{member}" for member in enum.__members__]
+    return classifiers, tuple(weights)
+
+
+NAMES_FILE = Path(__file__).resolve().parents[1] / "settings" / "torchvision_names.py"
+
+
+_NAMES_HEADER = '''"""torchvision's classifier and weights names, for the settings checks that
+must not import torch: `trainctl render` and `submit` check TRAIN_MODEL and TRAIN_WEIGHTS too.
+
+Generated from torchvision {version} by `python -m app.training.zoo --write`;
+tests/unit/test_settings_pure.py fails when the installed torchvision lists others.
+"""
+
+TORCHVISION_VERSION = "{version}"
+'''
+
+
+def names_module() -> str:
+    """The text of app/settings/torchvision_names.py for the installed torchvision."""
+    import torchvision
+
+    classifiers, weights = torchvision_names()
+
+    def listed(names: tuple[str, ...]) -> str:
+        return "".join(f'    "{name}",\n' for name in names)
+
+    version = torchvision.__version__.split("+")[0]  # the release, not the local build tag
+    return (
+        _NAMES_HEADER.format(version=version)
+        + f"CLASSIFIERS = (\n{listed(classifiers)})\n"
+        + f"WEIGHTS = (\n{listed(weights)})\n"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        print(names_module(), end="")
+    else:
+        NAMES_FILE.write_text(names_module())

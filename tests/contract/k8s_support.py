@@ -123,9 +123,11 @@ def helm_user_values(
     set_values: tuple[str, ...] = (),
     set_string: tuple[str, ...] = (),
     set_json: tuple[str, ...] = (),
+    set_file: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """What `helm template -f F... --set-json --set --set-string` hands the chart: each file
-    through Helm's own values reader, each expression through Helm's own strvals parser.
+    """What `helm template -f F... --set-json --set --set-string --set-file` hands the chart:
+    each file through Helm's own values reader, each expression through Helm's own strvals
+    parser.
 
     Helm parses an expression into the values so far; here each is parsed alone and merged,
     which is the same except when an index writes into a list a file already holds.
@@ -138,6 +140,7 @@ def helm_user_values(
         (set_json, helm_python.parse_set_json),
         (set_values, helm_python.parse_set_string),
         (set_string, helm_python.parse_set_string_values),
+        (set_file, helm_python.parse_set_file),
     )
     try:
         for path in files:

@@ -289,3 +289,38 @@ def test_cel_and_lua_engines_really_evaluate() -> None:
     assert not run_cel("status.jobStatus == 'SUCCEEDED'", rayjob({"jobStatus": "FAILED"}))
     lua = "local hs = {}; hs.status = obj.status.jobStatus; hs.message = ''; return hs"
     assert run_lua_health(lua, copy.deepcopy(rayjob({"jobStatus": "FAILED"})))["status"] == "FAILED"
+
+
+def _data_loaders() -> list[dict[str, Any]]:
+    """The helper Pod (a heredoc) and the sync Job (a yaml block) of docs/kubernetes.md's
+    "Getting an image folder onto the shared volume"."""
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    section = text.split("### Getting an image folder onto the shared volume", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    pod = re.search(r"<<'YAML'\n(.*?)\nYAML\n", section, re.S)
+    job = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert pod and job, "the section's Pod and Job are not where this test looks"
+    return [yaml.safe_load(pod.group(1)), yaml.safe_load(job.group(1))]
+
+
+def test_the_documented_data_loaders_are_valid_and_mount_the_charts_claim_as_the_ray_pods() -> None:
+    values = load_values()
+    values["nodePools"] = {"cpu": {"gpusPerWorker": 0}}
+    rendered = render_objects(values, release="train", namespace="ml")["cpu"]
+    (claim,) = [o for o in rendered if o["kind"] == "PersistentVolumeClaim"]
+    (job,) = [o for o in rendered if o["kind"] == "RayJob"]
+    ray_pod = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    (ray_mount,) = [m for m in ray_pod["containers"][0]["volumeMounts"] if m["name"] == "shared"]
+    for obj in _data_loaders():
+        kubernetes_validate.validate({"metadata": {}, **obj}, K8S_VERSION, strict=True)
+        spec = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
+        (volume,) = spec["volumes"]
+        assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+        (container,) = spec["containers"]
+        assert container["volumeMounts"][0]["mountPath"] == ray_mount["mountPath"]
+        for key in ("runAsUser", "runAsGroup", "fsGroup", "runAsNonRoot", "seccompProfile"):
+            assert spec["securityContext"][key] == ray_pod["securityContext"][key], key
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }

@@ -9,13 +9,17 @@ import sys
 from pathlib import Path
 
 import helm_python
+import pytest
 import yaml
 
+from app.errors import ConfigError
 from app.k8s import values as chart_values
-from app.k8s.render import load_values
+from app.k8s.render import load_values, render_objects
 from app.k8s.train_schema import DERIVED, train_schema
-from app.settings import TrainSettings
-from tests.contract.k8s_support import CHART, EXAMPLES, helm_template
+from app.k8s.train_values import values_key
+from app.settings import TrainSettings, cadence
+from app.settings.env import load_settings
+from tests.contract.k8s_support import CHART, EXAMPLES, HelmFailed, helm_template
 from tests.hostile.support import trainctl
 
 TRAINCTL = [sys.executable, "-m", "app"]
@@ -134,3 +138,152 @@ def test_values_yaml_train_keys_are_settings() -> None:
         *(p.get("train", {}) for p in example["nodePools"].values()),
     ]:
         assert set(train) <= set(TrainSettings.model_fields) - set(DERIVED)
+
+
+# -- the `train:` values held to the settings `trainctl train` reads them with ------------------
+
+POOLS = """\
+nodePools:
+  big: {gpusPerWorker: 0, replicas: 4}
+  small: {gpusPerWorker: 0, replicas: 1}
+networkPolicy: {enabled: false}
+"""
+
+
+def _pools_file(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "pools.yaml"
+    path.write_text(POOLS + extra)
+    return path
+
+
+def _local_refusal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> list[str]:
+    """What `trainctl train` says of the same variables, read from its own environment."""
+    monkeypatch.chdir(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as refused:
+        load_settings()
+    return refused.value.problems
+
+
+def test_render_refuses_a_gate_train_refuses_with_its_message_per_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (local,) = _local_refusal(monkeypatch, tmp_path, TRAIN_PROMOTE_IF="val_acc>=0.9")
+    out = tmp_path / "out"
+    args = ("render", "-f", str(_pools_file(tmp_path)), "--out", str(out))
+    result = trainctl(*args, "--set-json", 'train.promote_if="val_acc>=0.9"')
+    assert result.code == 2, result.text
+    # One line for both pools: the top-level value is what they share.
+    assert f"pools big, small: train.promote_if: {local}\n" in result.err, result.err
+    assert "did you mean val_accuracy?" in local
+    assert not out.exists()  # nothing written
+    # Helm cannot judge a gate: it renders, and the pods would stop with that message.
+    helm_template([_pools_file(tmp_path)], set_json=('train.promote_if="val_acc>=0.9"',))
+
+
+def test_render_names_the_pool_whose_derived_settings_fail(tmp_path: Path) -> None:
+    """The batch against TRAIN_NUM_WORKERS, which the chart derives per pool from replicas."""
+    result = trainctl(
+        "render", "-f", str(_pools_file(tmp_path)), "--set", "train.global_batch_size=2"
+    )
+    assert result.code == 2, result.text
+    assert "pool big: TRAIN_GLOBAL_BATCH_SIZE=2 is smaller than the 4 workers" in result.err
+    assert "TRAIN_GLOBAL_BATCH_SIZE is train.global_batch_size" in result.err
+    assert "TRAIN_NUM_WORKERS is nodePools.big.replicas" in result.err
+    assert "pool small" not in result.err  # one worker: two samples a step are enough
+
+
+def test_every_derived_setting_is_traced_to_the_values_it_comes_from() -> None:
+    """A setting the chart derives per pool is never reported as a `train.` key, which the
+    schema does not even allow there."""
+    values = load_values(set_values=("nodePools.gpu.gpusPerWorker=2",))
+    in_configmap = set(DERIVED) - {"ray_address"}  # RAY_ADDRESS is KubeRay's, in the pod
+    for setting in in_configmap:
+        assert not values_key(setting, "gpu", values).startswith("train."), setting
+    assert values_key("num_workers", "gpu", values) == "nodePools.gpu.replicas x gpusPerWorker"
+
+
+def test_a_pools_own_train_value_is_named_by_its_key(tmp_path: Path) -> None:
+    path = _pools_file(tmp_path, "poolDefaults: {train: {promote_if: val_accuracy>=90%}}\n")
+    result = trainctl("render", "-f", str(path), "--set", "nodePools.small.train.amp=fp16")
+    assert result.code == 2, result.text
+    assert "pool big: poolDefaults.train.promote_if: TRAIN_PROMOTE_IF=" in result.err
+    # The pool's own `train` replaces poolDefaults' (as any pool key does): its gate is the
+    # top-level default, and its amp needs a GPU it does not have.
+    assert "pool small: poolDefaults" not in result.err
+    assert "pool small: TRAIN_AMP=fp16 needs TRAIN_USE_GPU=true" in result.err
+    assert "TRAIN_AMP is nodePools.small.train.amp" in result.err
+    assert "TRAIN_USE_GPU is nodePools.small.gpusPerWorker" in result.err
+
+
+def test_a_model_name_is_refused_by_the_schema_in_both_engines_with_a_suggestion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (local,) = _local_refusal(monkeypatch, tmp_path, TRAIN_MODEL="resnet1800")
+    path = _pools_file(tmp_path)
+    result = trainctl("render", "-f", str(path), "--set", "train.model=resnet1800")
+    assert result.code == 2, result.text
+    assert f"train.model: {local}" in result.err and "did you mean resnet18?" in local
+    with pytest.raises(HelmFailed, match="train/model"):
+        helm_template([path], set_values=("train.model=resnet1800",))
+
+
+# -- checkpoint_every: a step count as a number, and every refusal naming the accepted forms -----
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        ({"set_values": ("train.checkpoint_every=500",)}, "500"),
+        ({"set_json": ("train.checkpoint_every=500",)}, "500"),
+        ({"set_string": ("train.checkpoint_every=500",)}, "500"),
+        ({"set_values": ("train.checkpoint_every=90s",)}, "90s"),
+        ({"set_values": ("train.checkpoint_every=epoch",)}, "epoch"),
+    ],
+)
+def test_checkpoint_every_takes_a_step_count_as_a_number_in_both_engines(
+    tmp_path: Path, sets: dict, expected: str
+) -> None:
+    path = _pools_file(tmp_path)
+    values = load_values([path], **sets)
+    (config,) = [o for o in render_objects(values, release="t", namespace="ml")["big"]
+                 if o["kind"] == "ConfigMap"]  # fmt: skip
+    assert config["data"]["TRAIN_CHECKPOINT_EVERY"] == expected
+    helm = [o for o in helm_template([path], release="t", **sets) if o["kind"] == "ConfigMap"]
+    assert {o["data"]["TRAIN_CHECKPOINT_EVERY"] for o in helm} == {expected}
+
+
+@pytest.mark.parametrize(
+    ("flag", "expression"),
+    [
+        ("--set", "train.checkpoint_every=0"),
+        ("--set", "train.checkpoint_every=100000000"),
+        ("--set", "train.checkpoint_every=true"),
+        ("--set", "train.checkpoint_every=5s"),
+        ("--set", "train.checkpoint_every=every-epoch"),
+        ("--set-json", "train.checkpoint_every=1.5"),
+        ("--set-json", "train.checkpoint_every=[500]"),
+    ],
+)
+def test_a_refused_checkpoint_every_names_the_accepted_forms(
+    tmp_path: Path, flag: str, expression: str
+) -> None:
+    path = _pools_file(tmp_path)
+    result = trainctl("render", "-f", str(path), flag, expression)
+    assert result.code == 2, result.text
+    assert "train.checkpoint_every" in result.err and cadence.ALLOWED in result.err, result.err
+    option = {"--set": "set_values", "--set-json": "set_json"}[flag]
+    with pytest.raises(HelmFailed, match="checkpoint_every"):
+        helm_template([path], **{option: (expression,)})
+
+
+def test_a_number_or_boolean_where_text_is_wanted_points_to_set_string(tmp_path: Path) -> None:
+    path = _pools_file(tmp_path)
+    for expression, text in (("labels.team=true", "true"), ("train.model_name=2024", "2024")):
+        result = trainctl("render", "-f", str(path), "--set", expression)
+        assert result.code == 2, result.text
+        assert f"--set-string {expression.split('=')[0]}={text}" in result.err, result.err
+        with pytest.raises(HelmFailed):
+            helm_template([path], set_values=(expression,))
+        assert trainctl("render", "-f", str(path), "--set-string", expression).code == 0

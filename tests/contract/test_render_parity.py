@@ -14,7 +14,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 
 from app.errors import ConfigError
-from app.k8s import canonical
+from app.k8s import canonical, train_values
 from app.k8s.render import load_values, render_objects, render_schedule_objects
 from tests.contract.k8s_support import (
     VALUES_FILES,
@@ -87,6 +87,13 @@ def test_generated_values_render_alike_or_are_refused_by_both(tmp_path: Path, us
         helm = by_key(helm_template([path], release="train", namespace="ml"))
     except HelmFailed as err:
         helm = err
+    if isinstance(python, ConfigError) and not isinstance(helm, HelmFailed):
+        # Values the chart's schema cannot judge (a gate, batch size against workers): trainctl
+        # refuses what the pods would refuse, so Helm's ConfigMaps must fail the settings model
+        # with exactly trainctl's lines.
+        assert sorted(python.problems) == sorted(_settings_refusals(helm, [path])), python
+        event("refused by trainctl's settings check, as the pods would refuse Helm's")
+        return
     assert isinstance(python, ConfigError) == isinstance(helm, HelmFailed), (python, helm)
     if isinstance(helm, HelmFailed):
         event("refused by both")  # --hypothesis-show-statistics: how many rendered
@@ -96,6 +103,15 @@ def test_generated_values_render_alike_or_are_refused_by_both(tmp_path: Path, us
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
         assert _normalized(obj) == _normalized(python[key]), key
+
+
+def _settings_refusals(helm: dict, paths: list[Path]) -> list[str]:
+    """The settings model's problems with each pool's ConfigMap as Helm rendered it."""
+    values = load_values(paths)
+    configs = [obj for (kind, _), obj in helm.items() if kind == "ConfigMap"]
+    pools = {obj["metadata"]["labels"].get("trainctl.io/pool"): obj["data"] for obj in configs}
+    pools.pop(None, None)  # a ConfigMap of no pool (the schedule's)
+    return train_values.problems(dict(sorted(pools.items())), values)
 
 
 # Two files merged (the second over the first) and --set-json/--set/--set-string on top, as

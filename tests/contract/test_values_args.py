@@ -16,11 +16,13 @@ import helm_python
 import pytest
 import yaml
 from helm_python.errors import HelmError
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.errors import ConfigError
 from app.k8s import strvals, values_yaml
 from app.k8s.render import load_values
+from app.k8s.values import read_set_file
 from tests.contract.k8s_support import EXAMPLES, by_key, helm_template
 from tests.contract.test_render_parity import _normalized
 from tests.hostile.support import trainctl
@@ -96,25 +98,41 @@ SET_EXPRESSIONS = [
 JSON_EXPRESSIONS = [
     'a={"b":[1,2]}', "a=1.5,b=2", "a.b=null", "a=[1", 'a[0]={"x":1}', "a=", "a= ,b=1",
     "a=1 x", 'a="s",b=true', "a=NaN", 'a={"x":1}  ,b=[]', "a=01", 'a.b[1]="x"', "a=truex",
+    # Go's encoding/json: every number a float64 (rounded past 2^53, refused past its range),
+    # a number read on past `.` or `e`, lone surrogate escapes as U+FFFD.
+    "a=9007199254740993", "a=-9223372036854775808", 'a={"b":123456789012345678901234567890}',
+    "a=1e400", "a=[1e309]", "a=-1e400", "a=1e-400", "a=1.", "a=1e", "a=1.5e+", "a=0.0E[0]",
+    "=0.0E[65536][0]", "a=1.5.5", "a=1E5x", 'a="\\ud800"', 'a={"\\udc00x":"\\ud83d"}',
+    'a="\\ud83d\\ude00"', 'a="\\u0000"',
 ]  # fmt: skip
 HELM_PARSERS = {
     "set": helm_python.parse_set_string,
     "string": helm_python.parse_set_string_values,
     "json": helm_python.parse_set_json,
+    "file": helm_python.parse_set_file,
 }
+
+
+def _as_go(value: Any) -> Any:
+    """Parsed values as Go holds them: a whole number beyond 2^53 is a float64 (Helm's SDK
+    prints 9007199254740992, Python reads an int back; the float is the value)."""
+    return json.loads(
+        json.dumps(value), parse_int=lambda s: float(s) if len(s.lstrip("-")) > 15 else int(s)
+    )
 
 
 def _both(expression: str, mode: str) -> tuple[Any, Any]:
     try:
-        helm = HELM_PARSERS[mode](expression)
+        helm = _as_go(HELM_PARSERS[mode](expression))
     except HelmError:
         helm = "refused"
     ours: Any = {}
+    reader = (lambda path: read_set_file(path, expression)) if mode == "file" else None
     try:
-        strvals.parse_into(expression, ours, mode)
-    except strvals.StrvalsError:
+        strvals.parse_into(expression, ours, mode, reader)
+    except (strvals.StrvalsError, ConfigError):
         ours = "refused"
-    return json.loads(json.dumps(ours)), helm
+    return _as_go(ours), helm
 
 
 @pytest.mark.parametrize(
@@ -136,6 +154,64 @@ EXPRESSION = st.text(alphabet="ab0-1.,=[]{}\\ ", max_size=14)
 @given(expression=EXPRESSION, mode=st.sampled_from(["set", "string"]))
 def test_random_set_expressions_parse_alike(expression: str, mode: str) -> None:
     ours, helm = _both(expression, mode)
+    assert ours == helm, expression
+
+
+# Pieces strvals and Go give a meaning to (escapes, indexes at and past Helm's cap, nested lists,
+# empty keys, what --set types and what it leaves text, JSON's edges, non-ASCII keys), glued
+# at random: every expression both accept must parse alike, and what one refuses the other must.
+TOKENS = st.sampled_from(
+    ["a", "b", "é", "ß", "\u0663", "\u00a0", "\u2028", "0", "1", "9", "-", "+", ".", ",", "=",
+     "[", "]", "{", "}", "\\", "\\,", "\\=", "\\.", " ", "\t", "e", "E", "x", '"', ":",
+     "true", "False", "NULL", "null", "~", "0x10", "1e3", "1.5", "007", "-0", "65536", "65537",
+     "9223372036854775808", "9007199254740993", "[0]", "[1]", "[65536]", "[65537]", "[-1]",
+     "{}", "[]", "NaN", "1e400", '"\\ud800"', "[[0]]", "a.b", "a[0].b"]
+)  # fmt: skip
+EXPRESSIONS = st.lists(TOKENS, min_size=1, max_size=8).map("".join)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(expression=EXPRESSIONS, mode=st.sampled_from(["set", "string", "json"]))
+def test_random_token_expressions_parse_alike_in_every_mode(expression: str, mode: str) -> None:
+    ours, helm = _both(expression, mode)
+    assert ours == helm, (mode, expression)
+
+
+# --set-file: each value a path, read as Helm reads it, from regular files.
+FILES = {"f1": "hello\nworld\n", "f2": "42", "f3": "", "f,4": "comma", "é": "ünï\u2028"}
+FILE_EXPRESSIONS = [
+    "a=f1", "a={f1,f2}", "a.b[1]=f2,c=f3", "a=", "a", "a=missing", "a={}", "a={f1", "a= f1",
+    "a[0]=f1,a[2]=f2", "a=f\\,4", "a=é,b.c=f2", "a=f1,a.b=f2", "a.b=f2,a=f1", "a={f1,missing}",
+    "a=.", "a=/",
+]  # fmt: skip
+
+
+@pytest.fixture
+def set_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # both parsers read paths from the working folder
+    return tmp_path
+
+
+@pytest.mark.parametrize("expression", FILE_EXPRESSIONS)
+def test_set_file_expressions_read_as_helm_reads_them(set_files: Path, expression: str) -> None:
+    ours, helm = _both(expression, "file")
+    assert ours == helm
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(expression=st.lists(st.sampled_from(["a", "b", "f1", "f2", "é", ",", "=", ".", "[0]",
+                                             "[1]", "{", "}", "\\", "missing"]),
+                           min_size=1, max_size=7).map("".join))  # fmt: skip
+def test_random_set_file_expressions_parse_alike(set_files: Path, expression: str) -> None:
+    ours, helm = _both(expression, "file")
     assert ours == helm, expression
 
 

@@ -64,6 +64,15 @@ OVERRIDES: dict[str, st.SearchStrategy[Any] | None] = {
         st.just("env_vars"), st.dictionaries(st.just("X"), ODD_TEXT), max_size=1
     ),
 }
+# TRAIN_PROMOTE_IF's grammar is the settings' (app/settings/gate.py), which the schema does not
+# repeat: gates it takes, spelled as users do, so that most files render in both engines (one
+# the settings refuse is refused by `trainctl render` alone; the parity test checks why).
+GATES = st.sampled_from(
+    ["beats_champion", "val_accuracy>=0.9", "val_loss < 0.25 and beats_champion",
+     "beats_champion and val_accuracy > 1e-1", "val_accuracy>=0.5 and val_loss<=2"]
+)  # fmt: skip
+for _section in ("train", "poolDefaults.train", "nodePools.*.train"):
+    OVERRIDES[f"{_section}.promote_if"] = GATES
 # Valid with fewer, but an empty nodePools renders nothing for the engines to compare.
 MIN_ENTRIES = {"nodePools": 1}
 

@@ -149,6 +149,15 @@ def test_python_tags_construct_nothing(tmp_path: Path) -> None:
         # Nested past Python's recursion limit: a clear refusal, not an internal error.
         ("--set-json", "train=" + "[" * 30_000 + "]" * 30_000),
         ("--set", "a" + "[0]" * 20_000 + "=1"),
+        # Numbers Go's JSON reader refuses (out of float64's range, cut short) and Python's
+        # would read as inf or as a shorter number.
+        ("--set-json", "train.lr=1e400"),
+        ("--set-json", 'rayJob.runtimeEnv={"env_vars":{"A":1e400}}'),
+        ("--set-json", "train.lr=1."),
+        # An argument that was not UTF-8 (Python holds byte 0xff as U+DCFF).
+        ("--set", "labels.team=\udcff"),
+        ("--set-string", "runAnnotations.x\udcff=1"),
+        ("--set-json", 'labels.team="\udcff"'),
     ],
 )
 def test_malformed_set_is_exit_2_naming_it(tmp_path: Path, option: str, expression: str) -> None:
@@ -165,6 +174,65 @@ def test_submit_refuses_a_malformed_set_before_reaching_a_cluster(tmp_path: Path
     assert_refused(result, 2, "--set", "train.epochs", "has no value")
     result = trainctl("submit", "-f", str(path), "--set-json", "train.lr=[", "--pool", "cpu")
     assert_refused(result, 2, "--set-json")
+
+
+# -- --set-file: regular files only, bounded, never a hang ---------------------------------------
+
+
+def _set_file(tmp_path: Path, target: str) -> object:
+    path = _file(tmp_path, POOL)
+    expression = f"runAnnotations.x\\.io/notes={target}"
+    return trainctl(
+        "render", "-f", str(path), "--set-file", expression, "--out", str(tmp_path / "o")
+    )
+
+
+def test_set_file_puts_a_files_text_where_helm_puts_it(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("line one\nline two: ünï\n", encoding="utf-8")
+    result = _set_file(tmp_path, str(notes))
+    assert result.code == 0, result.text
+    job = yaml.safe_load((tmp_path / "o" / "cpu" / "rayjob.yaml").read_text(encoding="utf-8"))
+    assert job["metadata"]["annotations"]["x.io/notes"] == "line one\nline two: ünï\n"
+    expression = f"runAnnotations.x\\.io/notes={notes}"
+    (helm,) = [o for o in helm_template([_file(tmp_path, POOL)], set_file=(expression,))
+               if o["kind"] == "RayJob"]  # fmt: skip
+    assert helm["metadata"]["annotations"]["x.io/notes"] == "line one\nline two: ünï\n"
+
+
+def test_set_file_refuses_a_link_a_fifo_a_device_a_folder_and_huge_or_binary_files(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key=abc\n")
+    (tmp_path / "link").symlink_to(secret)  # planted in a repository: would copy the secret
+    os.mkfifo(tmp_path / "fifo")  # nobody writes: opening it for reading would wait forever
+    (tmp_path / "huge").write_bytes(b"a" * (2**20 + 1))
+    (tmp_path / "binary").write_bytes(b"\x89PNG\r\n\x1a\n\xff")
+    cases = [
+        ("link", "symbolic link"),
+        ("fifo", "not a regular file"),
+        ("/dev/zero", "not a regular file"),
+        (str(tmp_path), "not a regular file"),
+        ("huge", "larger than 1 MiB"),
+        ("binary", "not UTF-8"),
+        ("absent", "No such file"),
+    ]
+    for target, words in cases:
+        target = target if target.startswith("/") else str(tmp_path / target)
+        started = time.monotonic()
+        result = _set_file(tmp_path, target)
+        assert time.monotonic() - started < 30  # ends (a FIFO read would block forever)
+        assert_refused(result, 2, "--set-file", target, words)
+        assert "aws_secret" not in result.text
+        assert files_under(tmp_path / "o") == []
+
+
+def test_submit_refuses_a_bad_set_file_before_reaching_a_cluster(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    path = _file(tmp_path, POOL)
+    args = ("--set-file", f"rayJob.entrypoint={tmp_path / 'fifo'}", "--pool", "cpu")
+    assert_refused(trainctl("submit", "-f", str(path), *args), 2, "--set-file", "fifo")
 
 
 def test_set_types_values_as_helm_does(tmp_path: Path) -> None:

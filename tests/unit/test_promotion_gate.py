@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.promotion.gate import Gate, Threshold, decide, outcome_line, parse_gate
+from app.promotion.gate import decide, outcome_line
+from app.settings.gate import Gate, Threshold, parse_gate
 
 
 @pytest.mark.parametrize(

@@ -151,6 +151,33 @@ def test_an_empty_run_tag_exits_2_and_creates_nothing(
     assert api.writes() == []
 
 
+# The chart's schema refuses the model too (an enum); the message is the settings' own. Only the
+# settings judge the gate and the batch against the pool's workers, on its ConfigMap as rendered.
+REFUSED_TRAIN_VALUES = [
+    ("--set", "train.model=resnet1800", ("train.model: TRAIN_MODEL=", "did you mean resnet18")),
+    ("--set-json", 'train.promote_if="val_acc>=0.9"',
+     ("pool cpu-a: train.promote_if: ", "did you mean val_accuracy")),
+    ("--set", "train.global_batch_size=1",
+     ("pool cpu-a: TRAIN_GLOBAL_BATCH_SIZE=1", "TRAIN_NUM_WORKERS is nodePools.cpu-a.replicas")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("option", "expression", "words"), REFUSED_TRAIN_VALUES)
+def test_train_values_the_pods_would_refuse_exit_2_before_the_api_is_reached(
+    api: FakeKubeApi,
+    values_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    expression: str,
+    words: tuple[str, ...],
+) -> None:
+    code, out, err = submit(capsys, values_file, option, expression, "--wait")
+    assert code == EXIT_INVALID, err
+    assert all(word in err for word in words), err
+    assert "Traceback" not in err + out
+    assert api.requests == []  # not even a read: the values were refused before connecting
+
+
 def test_a_failed_rayjob_exits_1_with_reason_and_message(
     api: FakeKubeApi, values_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,0 +1,77 @@
+"""The `train:` values held to the settings model, pool by pool, before anything is written or
+sent.
+
+A pool's pods read their settings from its ConfigMap's TRAIN_* variables: the `train:` values
+(`nodePools.<pool>.train` over the top-level `train`), printed as the chart prints them, and
+the ones the chart derives per pool (TRAIN_NUM_WORKERS from replicas and gpusPerWorker, the
+run name, the storage paths). `trainctl train` reads those variables through app/settings;
+here the rendered variables go through the same model (`check_env`), so whatever the
+pods would refuse after their GPUs were scheduled is refused at `render` and `submit` with the
+same message, the pool and the values key named. Pure validation: no torch, no Ray.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from app.k8s.values import merged_pool
+from app.settings import ENV_PREFIX
+from app.settings.env import check_env
+
+# Where the chart takes each derived variable from (app/k8s/train_schema.py's DERIVED).
+DERIVED_FROM = {
+    "use_gpu": "nodePools.{pool}.gpusPerWorker",
+    "accelerator_type": "nodePools.{pool}.acceleratorType",
+    "run_name": "the release and pool names",
+    "storage_path": "storage (its volume or bucket, and runsSubPath)",
+    "data_path": "storage (its volume or bucket, and dataSubPath)",
+    "storage_endpoint": "storage.endpoint",
+}
+_ENV_NAME = re.compile(rf"\b{ENV_PREFIX}[A-Z0-9_]+\b")
+
+
+def values_key(setting: str, pool: str, values: Mapping[str, Any]) -> str:
+    """The values key a pool's TRAIN_<SETTING> comes from: the pool's own `train`, then
+    poolDefaults' (a pool's key replaces the default's), then the top-level `train`."""
+    own = (values.get("nodePools") or {}).get(pool) or {}
+    source = "nodePools." + pool if "train" in own else "poolDefaults"
+    pool_train = merged_pool(dict(values), own).get("train") or {}
+    if setting in pool_train:
+        return f"{source}.train.{setting}"
+    if setting == "num_workers":
+        gpus = merged_pool(dict(values), own).get("gpusPerWorker") or 0
+        return f"nodePools.{pool}.replicas" + (" x gpusPerWorker" if gpus else "")
+    if setting in DERIVED_FROM:
+        return DERIVED_FROM[setting].format(pool=pool)
+    return f"train.{setting}"
+
+
+def problems(configs: Mapping[str, Mapping[str, str]], values: Mapping[str, Any]) -> list[str]:
+    """Each way the pools' ConfigMap data (pool -> data) fail the settings model, one line
+    each; the same line for several pools (a top-level `train:` value) is given once, naming
+    them all."""
+    pools: dict[str, list[str]] = {}
+    for pool, data in configs.items():
+        env = {name: value for name, value in data.items() if name.startswith(ENV_PREFIX)}
+        for name, line in check_env(env)[1]:
+            pools.setdefault(_located(name, line, pool, values), []).append(pool)
+    return [
+        f"pool{'s' if len(names) > 1 else ''} {', '.join(names)}: {line}"
+        for line, names in pools.items()
+    ]
+
+
+def _located(name: str, line: str, pool: str, values: Mapping[str, Any]) -> str:
+    """The settings' message, led by the values key of the variable it is about; a rule across
+    settings, whose message names the variables, is followed by where each comes from."""
+    if name:
+        return f"{values_key(_setting(name), pool, values)}: {line}"
+    names = dict.fromkeys(_ENV_NAME.findall(line))
+    where = ", ".join(f"{n} is {values_key(_setting(n), pool, values)}" for n in names)
+    return line + (f" ({where})" if where else "")
+
+
+def _setting(name: str) -> str:
+    return name.removeprefix(ENV_PREFIX).lower()
