@@ -87,11 +87,12 @@ docs: $(VENV)/.installed  ## regenerate docs/settings.md from the settings model
 CHART := charts/trainctl
 IMAGE ?= trainctl:$(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' $(CHART)/Chart.yaml)
 
-manifests: $(VENV)/.installed  ## regenerate the chart schema from the settings, sync the packaged chart, re-render manifests/
+manifests: $(VENV)/.installed  ## regenerate the chart schema from the settings, sync the packaged chart, re-render manifests/ and examples/data-pool-manifests/
 	$(VENV)/bin/python -m app.k8s.train_schema --write
 	cp $(CHART)/Chart.yaml $(CHART)/values.yaml $(CHART)/values.schema.json app/k8s/templates/chart/
-	rm -rf manifests
+	rm -rf manifests examples/data-pool-manifests
 	$(VENV)/bin/trainctl render --values examples/values-three-pools.yaml --out manifests --release train --namespace ml
+	$(VENV)/bin/trainctl render --values examples/values-data-pool.yaml --out examples/data-pool-manifests --release train --namespace ml
 
 image:  ## build the app image (needs docker)
 	@command -v docker >/dev/null || { echo "make image needs docker on PATH" >&2; exit 1; }

@@ -18,7 +18,8 @@ SUBDOMAIN = rf"{_LABEL}(\.{_LABEL})*"
 SUBDOMAIN_MAX = 253
 # A Secret's data keys (k8s.io/apimachinery IsConfigMapKey).
 SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
-# Queue and priority-class names travel as label values (kueue.x-k8s.io/...): 63 at most.
+# Queue and priority-class names travel as label values (kueue.x-k8s.io/..., volcano.sh/...):
+# 63 at most.
 LABEL_VALUE_MAX = 63
 # Annotations: Kubernetes refuses an object whose annotations (keys + values, in bytes) exceed
 # 256 KiB. 32 annotations of keys <= 317 characters and values <= 1,900 characters (4 bytes each
@@ -114,8 +115,10 @@ def bound_names(schema: dict[str, Any]) -> dict[str, Any]:
     secret_env["key"] = {"$ref": "#/definitions/secretKey"}
     _keep_description(props["rayAuth"]["properties"], "existingSecret", "optionalK8sName")
     _keep_description(props["storage"]["properties"], "credentialsSecret", "optionalK8sName")
-    _keep_description(props["kueue"]["properties"], "queueName", "labelValueName")
-    _keep_description(props["kueue"]["properties"], "priorityClass", "labelValueName")
+    # Kueue, Volcano and KAI queues are objects named as DNS subdomains (the schema's
+    # conditions hold scheduler.queue to labelValueName for them); YuniKorn's are label values.
+    _keep_description(props["scheduler"]["properties"], "queue", "labelValue")
+    _keep_description(props["scheduler"]["properties"], "priorityClass", "labelValueName")
     _keep_description(props["schedule"]["properties"], "cron", "cron")
     _keep_description(props["schedule"]["properties"], "timeZone", "timeZone")
     return schema

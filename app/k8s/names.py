@@ -86,6 +86,8 @@ def schema_definitions() -> dict[str, Any]:
             },
         },
         "resourceName": key,
+        # A label value of its own (a YuniKorn queue such as root.team_a travels as one).
+        "labelValue": label_value,
         "tolerations": _tolerations(label_value),
     }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import re
 import secrets
@@ -61,6 +62,7 @@ def _env() -> Environment:
     env.filters["str"] = canonical.scalar
     env.filters["q"] = quote
     env.filters["tojson"] = canonical.go_json
+    env.filters["sha256"] = lambda text: hashlib.sha256(str(text).encode()).hexdigest()  # sprig
     # ASCII only: PyYAML folds U+2028 inside a quoted scalar into a space, and `indent` would
     # split lines there; escaped, every string parses back as it was given.
     env.filters["toyaml"] = lambda value: yaml.safe_dump(

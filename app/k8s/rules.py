@@ -1,4 +1,4 @@
-"""KubeRay and Kueue rules that the CRD schema cannot express.
+"""KubeRay, Kueue and batch-scheduler rules that the CRD schema cannot express.
 
 The operator only refuses these after the RayJob exists (as a failed status), so both engines
 refuse them at render instead: charts/trainctl/templates/_checks.tpl and _helpers.tpl fail with
@@ -11,10 +11,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from app.k8s.values import enabled_pools
+
 MAX_RAYJOB_NAME = 47  # KubeRay's MaxRayJobNameLength: the cluster name adds a suffix to it
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 RAY_START_RESOURCES = ("num-cpus", "num-gpus", "memory", "resources")
 MIN_AUTH_RAY = (2, 52, 0)
+# The data pool's worker group in every RayJob (dataPool), and the Ray node label (key, value)
+# its nodes carry: what the app's Ray Data stages select (docs/kubernetes.md, Data pool).
+DATA_GROUP = "data"
+DATA_NODE_LABEL = ("trainctl.io/role", "data")
 
 
 def name_problem(name: str, release: str, pool: str) -> str | None:
@@ -37,12 +43,20 @@ def values_problems(values: dict[str, Any]) -> list[str]:
     """The chart's trainctl.checks: cross-field rules on the values."""
     job = values.get("rayJob") or {}
     shutdown = bool(job.get("shutdownAfterJobFinishes"))
+    scheduler = (values.get("scheduler") or {}).get("name", "")
     problems = []
-    if (values.get("kueue") or {}).get("enabled") and not shutdown:
+    if scheduler == "kueue" and not shutdown:
         problems.append(
-            "kueue.enabled needs rayJob.shutdownAfterJobFinishes=true: Kueue creates RayJobs "
-            "suspended, and KubeRay refuses to suspend one that keeps its cluster"
+            "scheduler.name=kueue needs rayJob.shutdownAfterJobFinishes=true: Kueue creates "
+            "RayJobs suspended, and KubeRay refuses to suspend one that keeps its cluster"
         )
+    if scheduler == "kai-scheduler" and job.get("submissionMode") != "HTTPMode":
+        problems.append(
+            "scheduler.name=kai-scheduler needs rayJob.submissionMode=HTTPMode: KubeRay v1.7's "
+            "KAI plugin refuses K8sJobMode RayJobs, whose submitter pod would start only after "
+            "the gang"
+        )
+    problems += _data_pool_problems(values, scheduler)
     if not shutdown and int(job.get("ttlSecondsAfterFinished") or 0) > 0:
         problems.append(
             "rayJob.ttlSecondsAfterFinished needs rayJob.shutdownAfterJobFinishes=true (KubeRay "
@@ -61,6 +75,36 @@ def values_problems(values: dict[str, Any]) -> list[str]:
                 f'schedule.pools names "{pool}", which is not in nodePools '
                 f"({', '.join(sorted(pools))})"
             )
+    return problems
+
+
+# Why each scheduler cannot let a running gang grow (dataPool.autoscaling).
+FIXED_GANG = {
+    "kueue": "Kueue admits a RayJob once, at the size it asks for, and does not support "
+    "autoscaling RayJobs",
+    "scheduler-plugins": "KubeRay v1.7 sizes its PodGroup once, from the replicas at creation, "
+    "and does not follow the autoscaler",
+}
+
+
+def _data_pool_problems(values: dict[str, Any], scheduler: str) -> list[str]:
+    data = values.get("dataPool") or {}
+    problems = []
+    if data.get("enabled") and data.get("autoscaling"):
+        if scheduler in FIXED_GANG:
+            problems.append(
+                f"dataPool.autoscaling cannot work with scheduler.name={scheduler}: "
+                f"{FIXED_GANG[scheduler]}; give the data pool a fixed size "
+                "(dataPool.autoscaling: false, dataPool.replicas)"
+            )
+        low, high = int(data.get("minReplicas") or 0), int(data.get("maxReplicas") or 0)
+        if low > high:
+            problems.append(f"dataPool.minReplicas ({low}) is above dataPool.maxReplicas ({high})")
+    if data.get("enabled") and DATA_GROUP in enabled_pools(values):
+        problems.append(
+            f"nodePools.{DATA_GROUP}: with dataPool.enabled every RayJob has a worker group "
+            f"named {DATA_GROUP} for the data pool; give the pool another name"
+        )
     return problems
 
 
@@ -88,6 +132,8 @@ def rayjob_problems(job: dict[str, Any]) -> list[str]:
     groups = [("head", cluster.get("headGroupSpec") or {})]
     groups += [(g.get("groupName", "?"), g) for g in cluster.get("workerGroupSpecs") or []]
     for group_name, group in groups:
+        if int(group.get("minReplicas") or 0) > int(group.get("maxReplicas", 2**31 - 1)):
+            problems.append(f"{name}: group {group_name} has minReplicas above maxReplicas")
         params = group.get("rayStartParams") or {}
         if any(params.get(key) for key in RAY_START_RESOURCES) and group.get("resources"):
             problems.append(

@@ -6,6 +6,7 @@ the helm-python-sdk wheel otherwise: the same Go template engine either way, no 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +29,7 @@ VALUES_FILES = [
     EXAMPLES / "values-three-pools.yaml",
     EXAMPLES / "values-cpu.yaml",
     EXAMPLES / "values-s3.yaml",
+    EXAMPLES / "values-data-pool.yaml",
     *sorted(VALUES_DIR.glob("*.yaml")),
 ]
 
@@ -71,10 +73,15 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 class _KubeLoader(yaml.SafeLoader):
     """Reads manifests as Kubernetes does: a plain `=` is the string "=" (YAML 1.2 and Go's
-    yaml), not YAML 1.1's value tag, which PyYAML cannot even construct."""
+    yaml), not YAML 1.1's value tag, which PyYAML cannot even construct; and `1e+21` or
+    `1e-07` (how Go's toYaml writes such floats) are numbers, as in Go's yaml, where YAML 1.1
+    wants a dot."""
 
 
 _KubeLoader.add_constructor("tag:yaml.org,2002:value", _KubeLoader.construct_yaml_str)
+_KubeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
 
 
 def _parse(texts: list[str]) -> list[dict[str, Any]]:

@@ -187,6 +187,9 @@ def test_storage_is_a_readwritemany_claim_and_never_an_inline_volume(rendered: l
             for volume in group["template"]["spec"]["volumes"]:
                 if volume["name"] == "gcs-credentials":  # storage.type gcs: a key file
                     continue
+                if volume["name"] == "autoscaler-token":  # dataPool.autoscaling: the API token
+                    assert set(volume) == {"name", "projected"}, volume
+                    continue
                 assert set(volume) & {"persistentVolumeClaim", "emptyDir"}, volume
                 assert not set(volume) & {"nfs", "hostPath"}, volume
 
@@ -261,7 +264,7 @@ def test_kueue_labels_and_suspends_and_needs_shutdown() -> None:
     assert job["spec"]["shutdownAfterJobFinishes"] is True
     assert job["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] is False
     values["rayJob"] = {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0}
-    with pytest.raises(HelmFailed, match=r"kueue\.enabled needs rayJob\.shutdownAfterJobFinishes"):
+    with pytest.raises(HelmFailed, match=r"scheduler\.name=kueue needs rayJob\.shutdown"):
         helm_render(values)
 
 

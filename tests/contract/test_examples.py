@@ -62,6 +62,8 @@ def test_the_examples_the_docs_promise_are_there() -> None:
         "scheduled/raycronjob.yaml",
         "scheduled/cronjob-submit.yaml",
         "values-s3.yaml",
+        "values-data-pool.yaml",
+        "data-pool-manifests/l4/rayjob.yaml",
     ):
         assert wanted in names
 
@@ -131,6 +133,12 @@ def check_object(obj: dict[str, Any], path: Path) -> None:
         return check_argo_application(obj, where)
     if group == "kustomize.toolkit.fluxcd.io" and obj["kind"] == "Kustomization":
         return check_flux_kustomization(obj, where)
+    if group == "kustomize.config.k8s.io" and obj["kind"] == "Kustomization":
+        # A rendered pool folder (data-pool-manifests/<pool>): `kubectl apply -k` reads it.
+        listed = sorted(obj["resources"])
+        beside = sorted(p.name for p in path.parent.glob("*.yaml") if p != path)
+        assert listed == beside, f"{where}: lists {listed}, the folder holds {beside}"
+        return None
     assert group in ("", "apps", "batch", "networking.k8s.io", "rbac.authorization.k8s.io"), (
         f"{where}: no schema or check for {obj['apiVersion']}; add one"
     )

@@ -1,17 +1,21 @@
-"""The committed manifests/ are exactly what `trainctl render` makes of the example values."""
+"""The committed manifests are exactly what `trainctl render` makes of the example values."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from app.k8s.render import load_values, write_manifests
 from tests.contract.k8s_support import EXAMPLES, REPO
 
 MANIFESTS = REPO / "manifests"
-# Keep in step with the Makefile's `manifests` target.
-SOURCE = EXAMPLES / "values-three-pools.yaml"
+# Keep in step with the Makefile's `manifests` target: folder -> (values file, its pools).
+RENDERED = {
+    MANIFESTS: (EXAMPLES / "values-three-pools.yaml", ["a100", "l4", "t4"]),
+    EXAMPLES / "data-pool-manifests": (EXAMPLES / "values-data-pool.yaml", ["l4"]),
+}
 RELEASE, NAMESPACE = "train", "ml"
 
 
@@ -19,24 +23,27 @@ def _tree(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_committed_manifests_are_current(tmp_path: Path) -> None:
-    write_manifests(load_values([SOURCE]), tmp_path, release=RELEASE, namespace=NAMESPACE)
-    fresh, committed = _tree(tmp_path), _tree(MANIFESTS)
+@pytest.mark.parametrize("folder", RENDERED, ids=lambda p: str(p.relative_to(REPO)))
+def test_committed_manifests_are_current(folder: Path, tmp_path: Path) -> None:
+    source, _ = RENDERED[folder]
+    write_manifests(load_values([source]), tmp_path, release=RELEASE, namespace=NAMESPACE)
+    fresh, committed = _tree(tmp_path), _tree(folder)
     stale = sorted(set(committed) - set(fresh))
     missing = sorted(set(fresh) - set(committed))
     changed = sorted(name for name in fresh if name in committed and fresh[name] != committed[name])
-    assert (stale, missing, changed) == ([], [], []), "manifests/ drifted: run `make manifests`"
+    assert (stale, missing, changed) == ([], [], []), f"{folder} drifted: run `make manifests`"
 
 
-def test_each_pool_folder_is_a_complete_kustomization() -> None:
-    pools = sorted(p.name for p in MANIFESTS.iterdir() if p.is_dir())
-    assert pools == ["a100", "l4", "t4"]
+@pytest.mark.parametrize("folder", RENDERED, ids=lambda p: str(p.relative_to(REPO)))
+def test_each_pool_folder_is_a_complete_kustomization(folder: Path) -> None:
+    pools = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    assert pools == RENDERED[folder][1]
     for pool in pools:
-        folder = MANIFESTS / pool
-        kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
-        files = sorted(p.name for p in folder.glob("*.yaml") if p.name != "kustomization.yaml")
-        assert sorted(kustomization["resources"]) == files
-        kinds = {yaml.safe_load((folder / f).read_text())["kind"] for f in files}
+        folder_of_pool = folder / pool
+        kustomization = yaml.safe_load((folder_of_pool / "kustomization.yaml").read_text())
+        files = [p.name for p in folder_of_pool.glob("*.yaml") if p.name != "kustomization.yaml"]
+        assert sorted(kustomization["resources"]) == sorted(files)
+        kinds = {yaml.safe_load((folder_of_pool / f).read_text())["kind"] for f in files}
         assert "RayJob" in kinds
         assert "Secret" not in kinds  # no token in Git: the example uses rayAuth.existingSecret
 

@@ -5,7 +5,7 @@ from what the schema says of it. Read: $ref, allOf (merged), enum, const, type (
 minimum, maximum, exclusiveMinimum, minLength, maxLength, pattern (drawn with from_regex), not,
 properties, required, additionalProperties, propertyNames, minProperties, maxProperties and
 items. Each drawn leaf satisfies its own schema; the if/then conditions across keys (a bucket
-for s3, a queue name for Kueue) and the chart's rules (app/k8s/rules.py) are not followed, so
+for s3, a queue for Kueue) and the chart's rules (app/k8s/rules.py) are not followed, so
 some files are refused, and both engines must refuse those alike.
 
 Strings without a pattern are drawn from text where the engines drift apart (quotes, colons,
@@ -54,6 +54,9 @@ FREE_JSON = st.recursive(
 OVERRIDES: dict[str, st.SearchStrategy[Any] | None] = {
     # Helm reads `global` and this chart ignores it: nothing to compare (None: never drawn).
     "global": None,
+    # The old Kueue block, refused whatever it holds with a pointer to `scheduler`: every file
+    # drawing it would be refused, and test_bad_values_are_refused_by_both_engines covers it.
+    "kueue": None,
     # The cron pattern is too large for from_regex to draw from quickly (seconds per example);
     # these cover each form it allows (macros, steps, lists, ranges, names).
     "schedule.cron": st.sampled_from(
@@ -219,8 +222,8 @@ def _object(node: dict[str, Any], path: str) -> st.SearchStrategy[dict[str, Any]
     named = {**{key: extra for key in node.get("required", ())}, **properties}
     where = {key: f"{path}.{key}".lstrip(".") for key in named}
     required = {key for key in node.get("required", ()) if not _has_default(where[key])}
-    # A key a condition tests (storage.type, kueue.enabled) is always drawn: each branch of
-    # the condition then gets its share of the files.
+    # A key a condition tests (storage.type, scheduler.name, dataPool.autoscaling) is always
+    # drawn: each branch of the condition then gets its share of the files.
     conditions = [node, *node.get("allOf", ())]
     required |= {key for part in conditions for key in part.get("if", {}).get("required", ())}
     fields = {

@@ -330,8 +330,9 @@ BAD_NAMES = {
     "secretEnv.0.key": "secretEnv: [{name: TOKEN, secretName: s, key: a/b}]\n",
     "secretEnv.0.key ": f"secretEnv: [{{name: TOKEN, secretName: s, key: {'k' * 254}}}]\n",
     "rayAuth.existingSecret": "rayAuth: {enabled: true, existingSecret: 'has space'}\n",
-    "kueue.queueName": f"kueue: {{enabled: true, queueName: {'q' * 64}}}\n",
-    "kueue.priorityClass": "kueue: {enabled: true, queueName: q, priorityClass: 'a b'}\n",
+    "scheduler.queue": f"scheduler: {{name: kueue, queue: {'q' * 64}}}\n",
+    "scheduler.queue ": "scheduler: {name: volcano, queue: Team_A}\n",  # a Queue object's name
+    "scheduler.priorityClass": "scheduler: {name: kueue, queue: q, priorityClass: 'a b'}\n",
     "schedule.cron": "schedule: {enabled: true, cron: '60 * * * *'}\n",
     "schedule.cron ": "schedule: {enabled: true, cron: '0 24 * * *'}\n",
     "schedule.cron  ": "schedule: {enabled: true, cron: '0 3 * 13 *'}\n",

@@ -64,9 +64,7 @@ def test_wait_prints_why_and_keeps_it_in_the_failure(
 def test_status_shows_kueue_and_pods_below_the_table(
     api: FakeKubeApi, values_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    values_file.write_text(
-        values_file.read_text() + "kueue:\n  enabled: true\n  queueName: team-a\n"
-    )
+    values_file.write_text(values_file.read_text() + "scheduler:\n  name: kueue\n  queue: team-a\n")
     api.rayjob_statuses = [{"jobDeploymentStatus": "Suspended"}]
     submit(capsys, values_file)
     rayjob = next(o for (p, _, _), o in api.objects.items() if p == "rayjobs")

@@ -1,11 +1,30 @@
 {{/*
-KubeRay and Kueue rules the schema cannot express, refused at render with the fix in the
-message. app/k8s/rules.py holds the same rules for `trainctl render` (same messages).
+KubeRay, Kueue and batch-scheduler rules the schema cannot express, refused at render with the
+fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` (same messages).
 */}}
 {{- define "trainctl.checks" -}}
 {{- $job := .Values.rayJob -}}
-{{- if and .Values.kueue.enabled (not $job.shutdownAfterJobFinishes) -}}
-{{- fail "kueue.enabled needs rayJob.shutdownAfterJobFinishes=true: Kueue creates RayJobs suspended, and KubeRay refuses to suspend one that keeps its cluster" -}}
+{{- $scheduler := .Values.scheduler.name -}}
+{{- $data := .Values.dataPool -}}
+{{- if and (eq $scheduler "kueue") (not $job.shutdownAfterJobFinishes) -}}
+{{- fail "scheduler.name=kueue needs rayJob.shutdownAfterJobFinishes=true: Kueue creates RayJobs suspended, and KubeRay refuses to suspend one that keeps its cluster" -}}
+{{- end -}}
+{{- if and (eq $scheduler "kai-scheduler") (ne $job.submissionMode "HTTPMode") -}}
+{{- fail "scheduler.name=kai-scheduler needs rayJob.submissionMode=HTTPMode: KubeRay v1.7's KAI plugin refuses K8sJobMode RayJobs, whose submitter pod would start only after the gang" -}}
+{{- end -}}
+{{- if and $data.enabled $data.autoscaling -}}
+{{- if eq $scheduler "kueue" -}}
+{{- fail "dataPool.autoscaling cannot work with scheduler.name=kueue: Kueue admits a RayJob once, at the size it asks for, and does not support autoscaling RayJobs; give the data pool a fixed size (dataPool.autoscaling: false, dataPool.replicas)" -}}
+{{- end -}}
+{{- if eq $scheduler "scheduler-plugins" -}}
+{{- fail "dataPool.autoscaling cannot work with scheduler.name=scheduler-plugins: KubeRay v1.7 sizes its PodGroup once, from the replicas at creation, and does not follow the autoscaler; give the data pool a fixed size (dataPool.autoscaling: false, dataPool.replicas)" -}}
+{{- end -}}
+{{- if gt (int $data.minReplicas) (int $data.maxReplicas) -}}
+{{- fail (printf "dataPool.minReplicas (%d) is above dataPool.maxReplicas (%d)" (int $data.minReplicas) (int $data.maxReplicas)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $data.enabled (hasKey (include "trainctl.enabledPools" . | fromJson) "data") -}}
+{{- fail "nodePools.data: with dataPool.enabled every RayJob has a worker group named data for the data pool; give the pool another name" -}}
 {{- end -}}
 {{- if and (not $job.shutdownAfterJobFinishes) (gt (int ($job.ttlSecondsAfterFinished | default 0)) 0) -}}
 {{- fail "rayJob.ttlSecondsAfterFinished needs rayJob.shutdownAfterJobFinishes=true (KubeRay refuses a TTL on a RayJob that keeps its cluster); set the TTL to 0" -}}

@@ -86,6 +86,57 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when the data pool autoscales (dataPool.enabled and dataPool.autoscaling): the
+RayJobs then enable KubeRay's in-tree autoscaler. */}}
+{{- define "trainctl.autoscaling" -}}
+{{- $d := .Values.dataPool -}}
+{{- if and $d.enabled $d.autoscaling -}}true{{- end -}}
+{{- end -}}
+
+{{/* The priorityClassName of every Ray pod and the submitter: set by the chart for the
+schedulers that read the pod's own priority (YuniKorn, scheduler-plugins); Kueue, Volcano and
+KAI take it from a label on the RayJob ("trainctl.schedulerLabels"). */}}
+{{- define "trainctl.podPriorityClass" -}}
+{{- $s := .Values.scheduler -}}
+{{- if has $s.name (list "yunikorn" "scheduler-plugins") -}}{{ $s.priorityClass }}{{- end -}}
+{{- end -}}
+
+{{/* The RayJob's labels for its gang scheduler, as KubeRay v1.7 documents each: KubeRay copies
+the RayJob's labels to its RayCluster, and the operator's batch-scheduler plugin passes them on
+to the pods. Context: root, name (the RayJob's name). */}}
+{{- define "trainctl.schedulerLabels" -}}
+{{- $s := .root.Values.scheduler -}}
+{{- if eq $s.name "kueue" }}
+kueue.x-k8s.io/queue-name: {{ $s.queue | quote }}
+{{- with $s.priorityClass }}
+kueue.x-k8s.io/priority-class: {{ . | quote }}
+{{- end }}
+{{- else if eq $s.name "volcano" }}
+ray.io/scheduler-name: "volcano"
+{{- with $s.queue }}
+volcano.sh/queue-name: {{ . | quote }}
+{{- end }}
+{{- with $s.priorityClass }}
+ray.io/priority-class-name: {{ . | quote }}
+{{- end }}
+{{- else if eq $s.name "yunikorn" }}
+ray.io/gang-scheduling-enabled: "true"
+{{- /* Unique cluster-wide, as YuniKorn wants: the same release in two namespaces has the same
+RayJob names. */}}
+yunikorn.apache.org/app-id: {{ printf "%s-%s" .name (sha256sum .root.Release.Namespace | trunc 8) | quote }}
+{{- with $s.queue }}
+yunikorn.apache.org/queue: {{ . | quote }}
+{{- end }}
+{{- else if eq $s.name "kai-scheduler" }}
+kai.scheduler/queue: {{ $s.queue | quote }}
+{{- with $s.priorityClass }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- else if eq $s.name "scheduler-plugins" }}
+ray.io/gang-scheduling-enabled: "true"
+{{- end }}
+{{- end -}}
+
 {{/* A pool with poolDefaults under it: a key set on the pool replaces the default's key.
 (sprig's merge would treat false and 0 as unset and bring the defaults back.) */}}
 {{- define "trainctl.pool" -}}

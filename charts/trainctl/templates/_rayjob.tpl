@@ -38,6 +38,9 @@ serviceAccountName: {{ include "trainctl.serviceAccountName" .root | quote }}
 automountServiceAccountToken: false
 # Time from the notice (preStop, SIGTERM) to SIGKILL: enough for one checkpoint.
 terminationGracePeriodSeconds: {{ int .root.Values.preemption.gracePeriodSeconds }}
+{{- with include "trainctl.podPriorityClass" .root }}
+priorityClassName: {{ . | quote }}
+{{- end }}
 securityContext:
   {{- include "trainctl.podSecurityContext" . | nindent 2 }}
 {{- with .root.Values.imagePullSecrets }}
@@ -62,6 +65,22 @@ volumes:
     emptyDir:
       medium: Memory
       sizeLimit: {{ include "trainctl.str" .root.Values.sharedMemorySize | quote }}
+  {{- if and (eq .component "ray-head") (include "trainctl.autoscaling" .root) }}
+  # API credentials for KubeRay's autoscaler container only (autoscalerOptions.volumeMounts):
+  # the Ray containers mount no token.
+  - name: autoscaler-token
+    projected:
+      defaultMode: 288
+      sources:
+        - serviceAccountToken:
+            path: token
+            expirationSeconds: 3600
+        - configMap:
+            name: kube-root-ca.crt
+            items:
+              - key: ca.crt
+                path: ca.crt
+  {{- end }}
 {{- end -}}
 
 {{/* Container fields shared by head and workers: image, env, mounts, security. */}}
@@ -176,12 +195,7 @@ metadata:
     {{- include "trainctl.labels" .root | nindent 4 }}
     app.kubernetes.io/component: rayjob
     trainctl.io/pool: {{ .pool | quote }}
-    {{- if $v.kueue.enabled }}
-    kueue.x-k8s.io/queue-name: {{ $v.kueue.queueName | quote }}
-    {{- with $v.kueue.priorityClass }}
-    kueue.x-k8s.io/priority-class: {{ . | quote }}
-    {{- end }}
-    {{- end }}
+    {{- with include "trainctl.schedulerLabels" . | trim }}{{ . | nindent 4 }}{{ end }}
   annotations:
     {{- include "trainctl.runAnnotations" . | nindent 4 }}
 spec:
@@ -205,7 +219,7 @@ spec:
   deletionStrategy:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- if $v.kueue.enabled }}
+  {{- if eq $v.scheduler.name "kueue" }}
   suspend: true
   {{- end }}
   {{- if eq $job.submissionMode "K8sJobMode" }}
@@ -217,6 +231,9 @@ spec:
       restartPolicy: Never
       serviceAccountName: {{ include "trainctl.serviceAccountName" .root | quote }}
       automountServiceAccountToken: false
+      {{- with include "trainctl.podPriorityClass" .root }}
+      priorityClassName: {{ . | quote }}
+      {{- end }}
       securityContext:
         {{- include "trainctl.podSecurityContext" . | nindent 8 }}
       {{- with $v.imagePullSecrets }}
@@ -236,7 +253,25 @@ spec:
   {{- end }}
   rayClusterSpec:
     rayVersion: {{ $v.rayVersion | quote }}
+    {{- if include "trainctl.autoscaling" .root }}
+    # Only the data group autoscales: the GPU groups' min and max equal their replicas.
+    enableInTreeAutoscaling: true
+    autoscalerOptions:
+      version: v2
+      upscalingMode: Default
+      idleTimeoutSeconds: {{ int $v.dataPool.idleTimeoutSeconds }}
+      imagePullPolicy: {{ $v.image.pullPolicy | quote }}
+      resources:
+        {{- include "trainctl.resources" $v.dataPool.autoscaler.resources | nindent 8 }}
+      securityContext:
+        {{- include "trainctl.containerSecurityContext" . | nindent 8 }}
+      volumeMounts:
+        - name: autoscaler-token
+          mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+          readOnly: true
+    {{- else }}
     enableInTreeAutoscaling: false
+    {{- end }}
     {{- if $v.rayAuth.enabled }}
     authOptions:
       mode: token
@@ -293,73 +328,116 @@ spec:
                   cpu: {{ include "trainctl.str" $v.head.cpu | quote }}
                   memory: {{ include "trainctl.str" $v.head.memory | quote }}
     workerGroupSpecs:
-      - groupName: {{ .pool | quote }}
-        replicas: {{ int $p.replicas }}
-        minReplicas: {{ int $p.replicas }}
-        maxReplicas: {{ int $p.replicas }}
-        rayStartParams: {}
-        {{- with $p.acceleratorType }}
-        resources:
-          {{ printf "accelerator_type:%s" . | quote }}: "1"
+      {{- $gpu := dict "root" .root "pool" .pool "name" .name "group" .pool "g" $p "gpus" $gpus -}}
+      {{- $_ := set $gpu "replicas" (int $p.replicas) -}}
+      {{- $_ := set $gpu "min" (int $p.replicas) -}}
+      {{- $_ := set $gpu "max" (int $p.replicas) -}}
+      {{- with $p.acceleratorType }}
+      {{- $_ := set $gpu "resources" (dict (printf "accelerator_type:%s" .) "1") -}}
+      {{- end }}
+      {{- include "trainctl.workerGroup" $gpu | nindent 6 }}
+      {{- with $v.dataPool }}
+      {{- if .enabled }}
+      {{- $data := dict "root" $.root "pool" $.pool "name" $.name "group" "data" "g" . "gpus" 0 -}}
+      {{- $_ := set $data "rayLabels" (dict "trainctl.io/role" "data") -}}
+      {{- if .autoscaling }}
+      {{- $_ := set $data "replicas" (int .minReplicas) -}}
+      {{- $_ := set $data "min" (int .minReplicas) -}}
+      {{- $_ := set $data "max" (int .maxReplicas) -}}
+      {{- else }}
+      {{- $_ := set $data "replicas" (int .replicas) -}}
+      {{- $_ := set $data "min" (int .replicas) -}}
+      {{- $_ := set $data "max" (int .replicas) -}}
+      {{- end }}
+      {{- include "trainctl.workerGroup" $data | nindent 6 }}
+      {{- end }}
+      {{- end }}
+{{- end -}}
+
+{{/* One worker group: a RayJob's GPU pool, or the data pool (dataPool). Context: root, pool,
+name, group (groupName), g (the group's settings: nodeSelector, tolerations, cpusPerWorker,
+memoryPerWorker, spot), gpus, replicas, min, max, and optionally resources (Ray custom
+resources) and rayLabels (Ray node labels). */}}
+{{- define "trainctl.workerGroup" -}}
+{{- $v := .root.Values -}}
+{{- $g := .g -}}
+{{- $gpus := int .gpus -}}
+{{- $worker := dict "root" .root "pool" .pool "name" .name "component" "ray-worker" -}}
+- groupName: {{ .group | quote }}
+  replicas: {{ .replicas }}
+  minReplicas: {{ .min }}
+  maxReplicas: {{ .max }}
+  rayStartParams: {}
+  {{- with .resources }}
+  resources:
+    {{- range $k, $val := . }}
+    {{ $k | quote }}: {{ $val | quote }}
+    {{- end }}
+  {{- end }}
+  {{- with .rayLabels }}
+  labels:
+    {{- range $k, $val := . }}
+    {{ $k | quote }}: {{ $val | quote }}
+    {{- end }}
+  {{- end }}
+  template:
+    metadata:
+      labels:
+        {{- include "trainctl.podLabels" $worker | nindent 8 }}
+        {{- if $g.spot }}
+        trainctl.io/spot: "true"
         {{- end }}
-        template:
-          metadata:
-            labels:
-              {{- include "trainctl.podLabels" $worker | nindent 14 }}
-              {{- if $p.spot }}
-              trainctl.io/spot: "true"
+    spec:
+      {{- include "trainctl.podCommon" $worker | nindent 6 }}
+      {{- with $g.nodeSelector }}
+      nodeSelector:
+        {{- range $k, $val := . }}
+        {{ $k | quote }}: {{ $val | quote }}
+        {{- end }}
+      {{- end }}
+      {{- with $g.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      containers:
+        - name: ray-worker
+          {{- include "trainctl.rayContainerCommon" $worker | nindent 10 }}
+          {{- if $g.spot }}
+          {{- $grace := int $v.preemption.gracePeriodSeconds }}
+          # Spot: drain this pod's Ray node (reason preemption) before SIGTERM, so training
+          # checkpoints; the hook ends within the grace period (docs/kubernetes.md).
+          lifecycle:
+            preStop:
+              exec:
+                command:
+                  - timeout
+                  - -k
+                  - "1"
+                  - {{ sub $grace 2 | quote }}
+                  - python
+                  - -m
+                  - app.k8s.drain_hook
+                  - --deadline-remaining-seconds
+                  - {{ sub $grace 5 | quote }}
+          {{- end }}
+          {{- if $v.metrics.enabled }}
+          ports:
+            - name: metrics
+              containerPort: 8080
+          {{- end }}
+          resources:
+            requests:
+              cpu: {{ include "trainctl.str" $g.cpusPerWorker | quote }}
+              memory: {{ include "trainctl.str" $g.memoryPerWorker | quote }}
+              {{- if gt $gpus 0 }}
+              {{ $v.gpuResourceName | quote }}: {{ $gpus | quote }}
               {{- end }}
-          spec:
-            {{- include "trainctl.podCommon" $worker | nindent 12 }}
-            {{- with $p.nodeSelector }}
-            nodeSelector:
-              {{- range $k, $val := . }}
-              {{ $k | quote }}: {{ $val | quote }}
+            limits:
+              cpu: {{ include "trainctl.str" $g.cpusPerWorker | quote }}
+              memory: {{ include "trainctl.str" $g.memoryPerWorker | quote }}
+              {{- if gt $gpus 0 }}
+              {{ $v.gpuResourceName | quote }}: {{ $gpus | quote }}
               {{- end }}
-            {{- end }}
-            {{- with $p.tolerations }}
-            tolerations:
-              {{- toYaml . | nindent 14 }}
-            {{- end }}
-            containers:
-              - name: ray-worker
-                {{- include "trainctl.rayContainerCommon" $worker | nindent 16 }}
-                {{- if $p.spot }}
-                {{- $grace := int $v.preemption.gracePeriodSeconds }}
-                # Spot: drain this pod's Ray node (reason preemption) before SIGTERM, so training
-                # checkpoints; the hook ends within the grace period (docs/kubernetes.md).
-                lifecycle:
-                  preStop:
-                    exec:
-                      command:
-                        - timeout
-                        - -k
-                        - "1"
-                        - {{ sub $grace 2 | quote }}
-                        - python
-                        - -m
-                        - app.k8s.drain_hook
-                        - --deadline-remaining-seconds
-                        - {{ sub $grace 5 | quote }}
-                {{- end }}
-                {{- if $v.metrics.enabled }}
-                ports:
-                  - name: metrics
-                    containerPort: 8080
-                {{- end }}
-                resources:
-                  requests:
-                    cpu: {{ include "trainctl.str" $p.cpusPerWorker | quote }}
-                    memory: {{ include "trainctl.str" $p.memoryPerWorker | quote }}
-                    {{- if gt $gpus 0 }}
-                    {{ $v.gpuResourceName | quote }}: {{ $gpus | quote }}
-                    {{- end }}
-                  limits:
-                    cpu: {{ include "trainctl.str" $p.cpusPerWorker | quote }}
-                    memory: {{ include "trainctl.str" $p.memoryPerWorker | quote }}
-                    {{- if gt $gpus 0 }}
-                    {{ $v.gpuResourceName | quote }}: {{ $gpus | quote }}
-                    {{- end }}
 {{- end -}}
 
 {{/* requests/limits with every quantity as a string. */}}
