@@ -41,7 +41,8 @@ def test_a_fifo_at_a_record_is_refused_not_waited_on(tmp_path: Path, name: str) 
     (run_dir / name).unlink(missing_ok=True)
     os.mkfifo(run_dir / name)
     result = trainctl("status", str(run_dir))
-    assert_refused(result, 2, f"{run_dir / name}: cannot be read (a FIFO (named pipe), not a regular file)")
+    why = "a FIFO (named pipe), not a regular file"
+    assert_refused(result, 2, f"{run_dir / name}: cannot be read ({why})")
     assert "run r" in result.out  # what could be read is still shown
 
 
