@@ -15,9 +15,9 @@ from typing import Any
 import click
 
 from app.cli_exit import run_command
+from app.cli_target import DEFAULT_LIMIT, MAX_LIMIT
 from app.data.image_size import IMAGE_SIZE_MAX
 from app.k8s.values_flags import values_options
-from app.run.target import DEFAULT_LIMIT, MAX_LIMIT
 from app.settings import NAMED_DATASETS, SEED_MAX
 
 
@@ -227,7 +227,7 @@ def status_cmd(
     """Show runs: this app's RayJobs with their KubeRay status, newest first (and each finished
     run's promotion outcome), or run folders: status, epochs, best and last figures,
     promotion, interruptions and accelerator-hours."""
-    from app.run.target import names_path, rayjob_name
+    from app.cli_target import names_path, rayjob_name
 
     if storage is not None or (target is not None and names_path(target)):
         if namespace or release or storage_mount:
@@ -304,7 +304,7 @@ def logs_cmd(
     """Print a run's logs from its run folder (the driver's, or --worker N's), which outlive
     the Ray cluster, streamed with every line's credentials redacted; or a RayJob's (its
     submitter or Ray head pod)."""
-    from app.run.target import names_path, rayjob_name
+    from app.cli_target import names_path, rayjob_name
 
     if worker is not None or driver or storage is not None or names_path(name):
         if worker is not None and driver:

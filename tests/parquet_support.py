@@ -101,3 +101,35 @@ def valid_missing(root: Path) -> None:
     for path in (root / "valid").iterdir():
         path.unlink()
     (root / "valid").rmdir()
+
+
+def bad_image_past_the_sample(root: Path, rows_per_file: int = 16) -> Path:
+    """PNG-encoded images in one more train file than preflight samples
+    (app.data.schema.SAMPLE_FILES), the last of them truncated: the data passes `check` and
+    `train`'s preflight, and a Ray Data worker finds the bad image during the first epoch, as
+    with a large dataset whose damage sits deep in it. Returns the file with the bad image."""
+    import io
+
+    from PIL import Image
+
+    from app.data.schema import SAMPLE_FILES
+
+    def png(pixels: np.ndarray) -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(pixels, "L").save(out, format="PNG")
+        return out.getvalue()
+
+    def write_encoded(path: Path, count: int, truncate_last: bool = False) -> None:
+        encoded = [png(image) for image in images(count)]
+        if truncate_last:
+            encoded[-1] = encoded[-1][:20]  # the signature and part of the header
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = pa.table({"image": pa.array(encoded, pa.binary()), "label": labels(count)})
+        pq.write_table(table, path)
+
+    files = SAMPLE_FILES + 1
+    for index in range(files):
+        last = index == files - 1
+        write_encoded(root / "train" / f"part-{index}.parquet", rows_per_file, truncate_last=last)
+    write_encoded(root / "valid" / "part-0.parquet", rows_per_file)
+    return root / "train" / f"part-{files - 1}.parquet"

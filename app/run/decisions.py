@@ -7,7 +7,8 @@ storage, so that every branch has a unit test (tests/unit/test_driver_decisions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -75,17 +76,55 @@ def previous_interrupted(previous: Mapping[str, Any] | None) -> bool:
 
 
 def root_cause(err: BaseException) -> str:
-    """The innermost error's one-line message, not Ray's layers of wrapping."""
-    while err.__cause__ is not None:
-        err = err.__cause__
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    """The innermost error's one-line message, not Ray's layers of wrapping.
+
+    Ray Train wraps the workers' errors in a WorkerGroupError (`worker_failures`, by rank) and
+    a remote task's error in a RayTaskError (`cause`), whose own __cause__ is lost on the way
+    (exceptions pickle without it); Ray Data then wraps a failed UDF in a UserCodeException
+    whose message is advice on retries. The error that started it survives only as the first
+    line of the remote traceback's text that names an exception, and is preferred then."""
+    chain = list(_chain(err))
+    innermost = chain[-1]
+    origin = next((found for e in chain if (found := _remote_origin(e))), None)
+    if origin and type(innermost).__name__ == "UserCodeException":
+        return origin
+    lines = [line for line in str(innermost).strip().splitlines() if line.strip()]
     last = lines[-1].strip() if lines else ""
-    return f"{type(err).__name__}: {last}" if last else type(err).__name__
+    return f"{type(innermost).__name__}: {last}" if last else type(innermost).__name__
 
 
 def is_bad_image(cause: str, err: BaseException) -> bool:
     """A worker's image decode failure, whose row is block-relative: the file must be found."""
-    return "ImageError" in f"{cause} {err}"
+    return "ImageError" in cause or any("ImageError" in str(e) for e in _chain(err))
+
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    """`err`, then what it wraps, down to the innermost: Python's __cause__, a Ray task
+    error's `cause`, the first failed rank of a worker group."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        failures = getattr(current, "worker_failures", None)
+        if isinstance(failures, Mapping) and failures:
+            current = failures[min(failures)]
+            continue
+        wrapped = getattr(current, "cause", None)
+        current = current.__cause__ or (wrapped if isinstance(wrapped, BaseException) else None)
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): (\S.*)$")
+
+
+def _remote_origin(err: BaseException) -> str | None:
+    """'ImageError: row 15 ...' from a remote traceback's text (Python prints the first
+    exception of a chain first), or None."""
+    for line in str(err).splitlines():
+        match = _EXCEPTION_LINE.match(line.strip())
+        if match and match.group(1) != "UserCodeException":
+            return f"{match.group(1)}: {match.group(2).strip()}"
+    return None
 
 
 def restored_from(starts: Sequence[Mapping[str, Any]], resumed: str | None) -> str | None:

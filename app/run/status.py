@@ -39,7 +39,6 @@ from app.run import interruptions, usage
 from app.run.epoch_record import CORE_METRICS, REQUIRED
 from app.run.log_capture import LOGS_DIR
 from app.run.retention import higher_is_better
-from app.run.target import DEFAULT_LIMIT
 from app.storage import bounded_json, safe_fs
 from app.storage.buckets import ObjectPath
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
@@ -396,7 +395,7 @@ class Listing:
 def list_runs(
     root: RunPath,
     *,
-    limit: int = DEFAULT_LIMIT,
+    limit: int,
     deadline_s: float = LIST_DEADLINE_S,
     now: float | None = None,
 ) -> Listing:
@@ -484,7 +483,7 @@ def show_status(
     echo: Callable[[str], None],
     *,
     as_json: bool = False,
-    limit: int = DEFAULT_LIMIT,
+    limit: int,
 ) -> None:
     """`trainctl status RUN_DIR`, `status NAME --storage DIR` or `status --storage DIR`: one
     run folder in labelled lines, or a folder of them as a table (exit 2 after showing what

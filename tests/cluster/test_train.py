@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.data.prepare import prepare_dataset
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.data.sources import SYNTHETIC_CLASSES, SYNTHETIC_SHAPE
 from app.training.model import build_model
+from tests import parquet_support
 from tests.hostile.support import trainctl
 from tests.support import (
     FINISHED_EPOCHS,
@@ -132,30 +132,27 @@ def test_bad_settings_exit_2_before_anything_is_written(tmp_path: Path) -> None:
 def test_failure_during_training_exits_1_with_cause_and_locations(
     ray_cluster: object, tmp_path: Path
 ) -> None:
-    # Weights whose names and shapes fit (so preflight, which checks those, lets them through)
-    # but one of which holds no data: a meta tensor, which each worker's load_state_dict
-    # refuses. (Mismatched names or shapes stop in preflight, tests/hostile/test_model_zoo.py.)
-    wrong = tmp_path / "wrong.pt"
-    state = build_model("cnn", SYNTHETIC_INFO).state_dict()
-    last = list(state)[-1]
-    state[last] = torch.empty(state[last].shape, device="meta")
-    torch.save(state, wrong)
-    # A few rows: the run fails loading the weights, before its first step.
-    prepare_dataset("synthetic", tmp_path / "data" / "synthetic", rows=256)
-    env = _settings(tmp_path, ray_cluster, warm_start=str(wrong), epochs="1")
+    # Data that passes preflight (it decodes a sample of the first files) with a truncated
+    # image in a later file: streamed (not cached by the driver first), the training workers'
+    # Ray Data iterators meet it during the first epoch. (Weights that cannot load, the
+    # earlier trigger here, now stop in preflight: tests/hostile/.)
+    broken = parquet_support.bad_image_past_the_sample(tmp_path / "data" / "deep")
+    env = _settings(
+        tmp_path, ray_cluster, dataset="parquet", data_path=str(tmp_path / "data" / "deep"),
+        epochs="1", global_batch_size="16", cache_dataset="off",
+    )  # fmt: skip
     result = run_trainctl("train", env=env, cwd=tmp_path)
     assert result.returncode == 1, explain(result)
-    assert "training failed" in result.stderr, explain(result)
-    assert f'parameter named "{last}"' in result.stderr, explain(result)
-    assert "Cannot copy out of meta tensor" in result.stderr, explain(result)
-    run_dir = tmp_path / "runs" / "synthetic-cnn"
+    assert "training failed: bad image in" in result.stderr, explain(result)
+    assert f"{broken}: row 15" in result.stderr, explain(result)
+    run_dir = tmp_path / "runs" / "parquet-cnn"
     assert f"driver and worker logs: {run_dir}/logs/attempt-1/" in result.stderr
     assert "Traceback" not in result.stderr
     assert read_summary(run_dir)["status"] == "failed"
 
     # The worker's traceback, which Ray only ships to the driver, outlives the cluster in the
-    # run folder. Both ranks fail loading the weights; the one that fails first makes Ray stop
-    # the other, which on a busy machine may not have reached the load yet.
+    # run folder. A rank that fails first makes Ray stop the other, which on a busy machine
+    # may not have reached the bad image yet.
     failed = []
     for rank in (0, 1):
         shown = run_trainctl("logs", str(run_dir), "--worker", str(rank), env=env, cwd=tmp_path)
@@ -165,8 +162,7 @@ def test_failure_during_training_exits_1_with_cause_and_locations(
         if "Traceback (most recent call last):" in lines:
             failed.append(lines)
     assert failed, "no worker log holds the traceback"
-    assert any("load_weights" in line for line in failed[0])
-    assert any("Error" in line and "state_dict" in line for line in failed[0][-3:])
+    assert any("not a readable image" in line for line in failed[0]), failed[0][-20:]
 
 
 def test_the_finished_run_reads_back_through_status_and_logs(finished_run: FinishedRun) -> None:

@@ -75,6 +75,40 @@ def test_a_bad_image_is_recognised_in_the_cause_or_the_error() -> None:
     assert not decisions.is_bad_image("ValueError: x", RuntimeError("y"))
 
 
+def test_a_bad_image_met_by_a_workers_ray_data_iterator_is_named() -> None:
+    """What Ray Train raises when a worker's streamed Ray Data read fails on an image: a
+    WorkerGroupError holding, per rank, a RayTaskError whose cause is Ray Data's
+    UserCodeException (a message about retries); the ImageError is only in the remote
+    traceback's text. Built from Ray's own classes, as Ray builds them."""
+    from ray.exceptions import RayTaskError, UserCodeException
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    advice = (
+        "UDF failed to process a data block.\nFailed to apply UDF transform after 1/1 attempts."
+        "\nTo change retry attempts, backoff, or which errors are retried, configure "
+        "`ray.data.DataContext.get_current()` if you believe this to be transient."
+    )
+    remote = (
+        'Traceback (most recent call last):\n  File "/app/data/images.py", line 275, in _open\n'
+        "    raise ImageError(...)\napp.data.image_decode.ImageError: row 15 is not a "
+        "decodable PNG/JPEG image (Truncated File Read)\n\nThe above exception was the direct "
+        f"cause of the following exception:\n\nray.exceptions.UserCodeException: {advice}"
+    )
+    task_error = RayTaskError(
+        "ReadParquet->MapBatches(to_uint8_rows)", remote, UserCodeException(advice)
+    ).as_instanceof_cause()
+    failed = WorkerGroupError(f"[Rank 0]\n{task_error}", {0: task_error})
+    cause = decisions.root_cause(failed)
+    assert cause == (
+        "ImageError: row 15 is not a decodable PNG/JPEG image (Truncated File Read)"
+    ), cause
+    assert decisions.is_bad_image(cause, failed)
+    # Without an ImageError anywhere, the innermost error's last line stays the cause.
+    plain = WorkerGroupError("[Rank 1]\nboom", {1: ValueError("x\nthe reason")})
+    assert decisions.root_cause(plain) == "ValueError: the reason"
+    assert not decisions.is_bad_image(decisions.root_cause(plain), plain)
+
+
 def test_restored_from_prefers_the_latest_worker_group_start() -> None:
     starts = [{"restored_from": "/a"}, {"restored_from": None}, {"restored_from": "/b"}, {}]
     assert decisions.restored_from(starts, "/driver") == "/b"
