@@ -23,7 +23,7 @@ from app.data.folder_images import decode_image, load_images, read_file
 from app.data.folder_listing import FolderListing, list_folder
 from app.data.image_size import image_size_for
 from app.data.images import ImageError
-from app.data.schema import DatasetInfo
+from app.data.schema import DatasetInfo, per_class
 from app.errors import ConfigError
 from app.storage.buckets import ObjectPath, locate
 from app.storage.location import absolute_location
@@ -69,8 +69,17 @@ def inspect_folder(root: Path | ObjectPath, size: int) -> tuple[DatasetInfo, str
         std=tuple(round(float(v), 6) if v > 1e-6 else 1.0 for v in std),
         path=str(root),
         class_names=listing.class_names,
+        train_class_counts=_counts(listing.train, len(listing.class_names)),
+        valid_class_counts=_counts(listing.valid, len(listing.class_names)),
     )
     return info, listing.note()
+
+
+def _counts(files: tuple[tuple[str, int], ...], classes: int) -> tuple[int, ...]:
+    found: dict[int, int] = {}
+    for _, label in files:
+        found[label] = found.get(label, 0) + 1
+    return per_class(found, classes)
 
 
 def inspect_for(settings: TrainSettings) -> tuple[DatasetInfo, str]:
