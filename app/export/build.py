@@ -2,23 +2,37 @@
 
 `<run>/export/model.pt2` is a `torch.export` program (a dynamic batch dimension, float32 NCHW
 input, normalized as the card says); where torch.export cannot trace the model, a TorchScript
-trace `model.ts` takes its place and the card records why. The files are made in a private
-temporary folder and then put through app/storage (a rename on a volume, one PUT per object in
-a bucket), the card last: a reader finds the old card, or a new card whose checksums match the
-files beside it (app/export/card.py).
+trace `model.ts` takes its place and the card records why. `weights.pt` beside it is the
+model's plain state dict (`torch.load(weights_only=True)`: nothing in it runs code), what a
+warm start from an export or a champion loads (app/training/warm_start.py). The files are made
+in memory and a private temporary folder and then put through app/storage (a rename on a
+volume, one PUT per object in a bucket), the card last: a reader finds the old card, or a new
+card whose checksums match the files beside it (app/export/card.py). The bytes written are
+returned too: promotion copies exactly these into the champion's immutable folder
+(app/promotion/champion_export.py), never what another driver may have written since.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import tempfile
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
-from app.export.card import CARD_FILE, EXPORT_DIR, EXPORTED_PROGRAM, FORMATS, TORCHSCRIPT, card_json
+from app.export.card import (
+    CARD_FILE,
+    EXPORT_DIR,
+    EXPORTED_PROGRAM,
+    FORMATS,
+    TORCHSCRIPT,
+    WEIGHTS_FILE,
+    card_json,
+)
 from app.redact import redact
 from app.run import checkpoints
 from app.settings import TrainSettings
@@ -31,13 +45,23 @@ VERSIONED = ("trainctl", "torch", "torchvision", "ray")
 
 
 def class_names(info: DatasetInfo) -> list[str]:
-    return list(info.class_names or tuple(str(i) for i in range(info.num_classes)))
+    return list(info.label_names())
+
+
+@dataclass(frozen=True)
+class Export:
+    """What export_best wrote: the card, its bytes and sha256, and every file's bytes."""
+
+    card: dict[str, Any]
+    card_bytes: bytes
+    card_sha256: str
+    files: dict[str, bytes]  # the model file and weights.pt, by name (the card not included)
 
 
 def export_best(
     settings: TrainSettings, info: DatasetInfo, best: checkpoints.CheckpointRef
-) -> tuple[dict[str, Any], str]:
-    """Write <run>/export/ from the verified checkpoint `best`: (the card, its sha256)."""
+) -> Export:
+    """Write <run>/export/ from the verified checkpoint `best`."""
     import torch
 
     from app.training.model import build_model
@@ -47,16 +71,20 @@ def export_best(
     model.load_state_dict(model_state)
     model.eval()
     example = torch.zeros(2, info.channels, info.height, info.width)
+    weights = io.BytesIO()
+    torch.save(model.state_dict(), weights)
     with tempfile.TemporaryDirectory(prefix="trainctl-export-") as tmp:
         name, fallback = _save(model, example, Path(tmp))
-        data = (Path(tmp) / name).read_bytes()
-        card = build_card(settings, info, best, name, hashlib.sha256(data).hexdigest(), fallback)
+        files = {name: (Path(tmp) / name).read_bytes(), WEIGHTS_FILE: weights.getvalue()}
+    digests = {file: hashlib.sha256(data).hexdigest() for file, data in files.items()}
+    card = build_card(settings, info, best, name, digests, fallback)
     folder = settings.run_dir / EXPORT_DIR
     root = local_path(settings.run_dir)
-    write_atomic(folder / name, data, root)
+    for file, data in files.items():
+        write_atomic(folder / file, data, root)
     text = card_json(card)
     write_atomic(folder / CARD_FILE, text, root)  # last: it vouches for the rest
-    return card, hashlib.sha256(text).hexdigest()
+    return Export(card, text, hashlib.sha256(text).hexdigest(), files)
 
 
 def _save(model: Any, example: Any, folder: Path) -> tuple[str, str | None]:
@@ -81,9 +109,11 @@ def build_card(
     info: DatasetInfo,
     best: checkpoints.CheckpointRef,
     file: str,
-    digest: str,
+    digests: dict[str, str],
     fallback: str | None,
 ) -> dict[str, Any]:
+    """The card; `digests`: the sha256 of each file beside it (`file`, the one a model server
+    loads, and weights.pt)."""
     # Every path and setting through the one redaction rule: the card travels with the model.
     return redact(
         {
@@ -94,7 +124,8 @@ def build_card(
             "format": FORMATS[file],
             "fallback_reason": fallback,
             "file": file,
-            "files": {file: digest},
+            "files": digests,
+            "weights": WEIGHTS_FILE,
             "architecture": settings.model,
             "class_names": class_names(info),
             "input": {

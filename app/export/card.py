@@ -26,6 +26,9 @@ EXPORT_DIR = "export"
 EXPORTED_PROGRAM = "model.pt2"  # torch.export.save
 TORCHSCRIPT = "model.ts"  # torch.jit.save, where torch.export cannot trace the model
 CARD_FILE = "model_card.json"
+# The model's plain state dict, for warm starts (app/training/warm_start.py); never what
+# `file` names: predict and model servers load the program, a warm start only the weights.
+WEIGHTS_FILE = "weights.pt"
 MODEL_FILES = (EXPORTED_PROGRAM, TORCHSCRIPT)
 FORMATS = {EXPORTED_PROGRAM: "torch.export", TORCHSCRIPT: "torchscript"}
 MAX_CARD_BYTES = 8 << 20  # class names and the data's file list make up most of it
@@ -63,8 +66,13 @@ def card_problem(card: Any) -> str | None:
     files = card.get("files")
     if not isinstance(files, dict) or not files:
         return "`files` must map the export's file names to their sha256"
-    if not set(files) <= set(MODEL_FILES) or card.get("file") not in files:
-        return f"`files` may name only {', '.join(MODEL_FILES)}, and must hold `file`"
+    if not set(files) <= {*MODEL_FILES, WEIGHTS_FILE} or card.get("file") not in files:
+        return (
+            f"`files` may name only {', '.join(MODEL_FILES)} (and {WEIGHTS_FILE}), and must "
+            "hold `file`"
+        )
+    if card.get("file") not in MODEL_FILES:
+        return f"`file` must be one of {', '.join(MODEL_FILES)}"
     input_ = card.get("input")
     if not isinstance(input_, dict):
         return "`input` is missing"

@@ -9,15 +9,20 @@ Grammar (whitespace-separated, case-sensitive):
 METRIC is a field of the epoch record (app/run/epoch_record.py), read from the exported
 checkpoint's metrics. `beats_champion` compares TRAIN_CHECKPOINT_METRIC (the metric that ranks
 checkpoints, in its own direction) with the champion's value of it: strictly better, so a tie
-keeps the champion. No champion yet passes `beats_champion`. Only `and` exists: a gate is a list
-of requirements, all of which must hold; `or` would make "why was it kept" ambiguous.
+keeps the champion. Only `and` exists: a gate is a list of requirements, all of which must
+hold; `or` would make "why was it kept" ambiguous.
+
+With no champion yet, `beats_champion` compares with chance instead: the checkpoint's
+val_accuracy must beat the majority-class rate of the validation data (what a model that always
+answers the most common class scores) by a margin (`Chance`). A model that learned nothing is
+otherwise promoted by the first run of a new TRAIN_MODEL_NAME.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -30,6 +35,10 @@ BEATS = "beats_champion"
 OPS = (">=", "<=", ">", "<")  # two-character operators first: ">=" is not ">" then "="
 MAX_GATE_CHARS = 500
 FRACTIONS = ("val_accuracy",)  # metrics recorded as 0..1
+# What the first champion is compared with chance on, whatever TRAIN_CHECKPOINT_METRIC is: the
+# one figure of every epoch record that a majority-class rate is comparable with.
+CHANCE_METRIC = "val_accuracy"
+CHANCE_MARGIN = 0.05  # the least a first champion must beat the majority-class rate by
 _CONDITION = re.compile(
     r"\A([a-z_][a-z0-9_]*)\s*(>=|<=|>|<)\s*([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\Z"
 )
@@ -50,7 +59,7 @@ class Threshold:
         }[self.op]
 
     def __str__(self) -> str:
-        return f"{self.metric}{self.op}{self.value:g}"
+        return f"{self.metric}{self.op}{exact(self.value)}"
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ def parse_gate(text: str) -> Gate:
         if part == BEATS:
             beats = True
             continue
+        percent = part.endswith("%")
         match = _CONDITION.match(part.removesuffix("%"))
         if not match:
             raise ValueError(f"cannot read {part!r}; {allowed()}")
@@ -101,14 +111,54 @@ def parse_gate(text: str) -> Gate:
         value = float(number)
         if not math.isfinite(value):
             raise ValueError(f"{part!r}: the number must be finite")
-        if metric in FRACTIONS and (part.endswith("%") or not 0 <= value <= 1):
+        if metric in FRACTIONS and (percent or not 0 <= value <= 1):
             # The epoch line shows it as a percentage; a gate of 90 would never pass, silently.
+            # `95%` is refused too, not read as 0.95: the recorded gate is what was written.
+            fraction = exact(value / 100)
             raise ValueError(
                 f"{part!r}: {metric} is a fraction from 0 to 1 (the epoch line's 95.28% is "
-                f"0.9528); did you mean {metric}{op}{value / 100:g}?"
+                f"0.9528): write {fraction}; did you mean {metric}{op}{fraction}?"
+            )
+        if percent:  # a loss has no percentage: `val_loss<5%` must not become `val_loss<5`
+            raise ValueError(
+                f"{part!r}: {metric} is a plain number, not a percentage; write it without `%`"
             )
         thresholds.append(Threshold(metric, op, value))
     return Gate(beats, tuple(thresholds))
+
+
+@dataclass(frozen=True)
+class Chance:
+    """The majority-class rate of the validation data and the margin to beat it by.
+
+    The margin is the larger of CHANCE_MARGIN and two standard errors of a rate measured on
+    `rows` images (sqrt(rate * (1 - rate) / rows)): on 30 validation images a model no better
+    than the majority class still scores up to ~0.17 above it by luck about one time in 40,
+    while on 10,000 the noise is a fraction of a point and 0.05 asks for a visible gain. It is
+    capped at half the majority-class error (1 - rate) / 2, so that on data where one class is
+    97% the bar (0.985) can still be reached."""
+
+    rate: float
+    margin: float
+    rows: int
+
+    @property
+    def bar(self) -> float:
+        return self.rate + self.margin
+
+    def record(self) -> dict[str, Any]:
+        return {"metric": CHANCE_METRIC, "majority_rate": self.rate, "margin": self.margin,
+                "valid_rows": self.rows}  # fmt: skip
+
+
+def chance_of(valid_class_counts: Sequence[int]) -> Chance | None:
+    """The Chance of validation data with these per-class counts; None when not counted."""
+    rows = sum(valid_class_counts)
+    if rows <= 0:
+        return None
+    rate = max(valid_class_counts) / rows
+    noise = 2 * math.sqrt(rate * (1 - rate) / rows)
+    return Chance(rate, min(max(CHANCE_MARGIN, noise), (1 - rate) / 2), rows)
 
 
 @dataclass(frozen=True)
@@ -122,9 +172,10 @@ class Decision:
     champion_value: float | None
     gate: str
     thresholds: list[dict[str, Any]] = field(default_factory=list)
+    chance: dict[str, Any] | None = None  # the first champion's comparison with chance
 
     def record(self) -> dict[str, Any]:
-        return {
+        found = {
             "reason": self.reason,
             "gate": self.gate,
             "metric": self.metric,
@@ -132,6 +183,9 @@ class Decision:
             "champion_value": self.champion_value,
             "thresholds": self.thresholds,
         }
+        if self.chance is not None:
+            found["chance"] = self.chance
+        return found
 
 
 def decide(
@@ -140,10 +194,12 @@ def decide(
     champion_metrics: Mapping[str, float] | None,
     metric: str,
     higher_is_better: bool,
+    chance: Chance | None = None,
 ) -> Decision:
     """Whether the exported checkpoint (`metrics`) passes `gate` against the champion's.
 
-    `metric` is TRAIN_CHECKPOINT_METRIC, what `beats_champion` compares."""
+    `metric` is TRAIN_CHECKPOINT_METRIC, what `beats_champion` compares; `chance`, what it
+    compares with when there is no champion (None: the validation data was not counted)."""
     value = number(metrics.get(metric))
     champion = number((champion_metrics or {}).get(metric))
     failed: list[str] = []
@@ -155,13 +211,25 @@ def decide(
                        "value": found, "passed": ok})  # fmt: skip
         if not ok:
             shown = "missing" if found is None else f"{found:.4g}"
-            failed.append(f"{threshold.metric} {shown} is not {threshold.op} {threshold.value:g}")
+            failed.append(
+                f"{threshold.metric} {shown} is not {threshold.op} {exact(threshold.value)}"
+            )
     if gate.beats_champion and champion is not None:
         better = value is not None and (value > champion if higher_is_better else value < champion)
         if not better:
             shown = "missing" if value is None else f"{value:.4g}"
             word = ">" if higher_is_better else "<"
             failed.append(f"{metric} {shown} is not {word} the champion's {champion:.4g}")
+    against_chance = None
+    if gate.beats_champion and champion is None and chance is not None:
+        found = number(metrics.get(CHANCE_METRIC))
+        ok = found is not None and found > chance.bar
+        against_chance = {**chance.record(), "value": found, "passed": ok}
+        if not ok:
+            failed.append(
+                f"{CHANCE_METRIC} {_show(found, 4)} does not beat the majority-class rate "
+                f"{chance.rate:.4f} + {chance.margin:.4g} (no champion yet)"
+            )
     if failed:
         reason = "; ".join(failed)
     elif gate.beats_champion and champion is not None:
@@ -171,17 +239,28 @@ def decide(
         reason = "no champion yet" + (f"; {_passed(checks)}" if checks else "")
     else:
         reason = _passed(checks) or "no conditions"
-    return Decision(not failed, reason, metric, value, champion, str(gate), checks)
+    return Decision(not failed, reason, metric, value, champion, str(gate), checks, against_chance)
 
 
 def _passed(checks: list[dict[str, Any]]) -> str:
     return ", ".join(
-        f"{c['metric']} {_show(c['value'])} {c['op']} {c['threshold']:g}" for c in checks
+        f"{c['metric']} {_show(c['value'])} {c['op']} {exact(c['threshold'])}" for c in checks
     )
 
 
-def _show(value: float | None) -> str:
-    return "missing" if value is None else f"{value:.4g}"
+def _show(value: float | None, places: int | None = None) -> str:
+    if value is None:
+        return "missing"
+    return f"{value:.4g}" if places is None else f"{value:.{places}f}"
+
+
+def exact(value: float) -> str:
+    """A threshold as written back (the recorded gate, the verdict): the shortest text that
+    reads back as the same float (`0.9999999`, not `:g`'s `1`), without a needless `.0`."""
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
 
 
 def number(value: Any) -> float | None:

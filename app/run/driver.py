@@ -22,7 +22,7 @@ from app.run import checkpoints, decisions, resume
 from app.run import folder as run_folder
 from app.run import log_capture as run_logs
 from app.run.class_names import record as record_class_names
-from app.run.folder import read_summary, write_summary
+from app.run.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
 from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
 from app.run.progress import EpochFollower
 from app.run.retention import in_run_pruner
@@ -267,7 +267,13 @@ def _finish(
         summary["tracking_delivery"] = trackers.delivery()
     elif (read_summary(run_dir) or {}).get("tracking"):
         summary["tracking"] = read_summary(run_dir)["tracking"]  # type: ignore[index]
-    path = write_summary(run_dir, summary)
+    try:
+        path = write_final_summary(run_dir, summary)
+    except SummaryNotWritten as err:
+        if status == "succeeded":
+            raise  # the run's record is lost: a failure, exit 1 with the cause
+        _say(f"{'; '.join(err.problems)}")  # the run's own failure is what the caller raises
+        return summary, kept
     _say(decisions.outcome_line(settings.run_name, status, summary, settings.epochs))
     _say(f"  summary: {path}")
     if curves:

@@ -75,9 +75,14 @@ def test_promotion_and_prediction_on_object_storage(
     )
     summary = promote_run(settings, INFO, {"status": "succeeded"})
     assert summary["promoted"] is True, summary["promotion"]
-    assert bucket.keys("runs/r1/export") == ["model.pt2", "model_card.json"]
+    files = ["model.pt2", "model_card.json", "weights.pt"]
+    assert bucket.keys("runs/r1/export") == files
     pointer = json.loads(bucket.read("runs/champions/digits-cnn.json"))
-    assert pointer["version"] == 1 and pointer["export"] == bucket.uri("runs/r1/export")
+    copy = f"runs/champions/digits-cnn/{pointer['card_sha256']}"
+    assert pointer["version"] == 1 and pointer["export"] == bucket.uri(copy)
+    assert pointer["run_export"] == bucket.uri("runs/r1/export")
+    assert bucket.keys(copy) == files
+    assert all(bucket.read(f"{copy}/{f}") == bucket.read(f"runs/r1/export/{f}") for f in files)
 
     image = tmp_path / "seven.png"
     Image.fromarray(np.full((8, 8), 200, dtype=np.uint8), "L").save(image)

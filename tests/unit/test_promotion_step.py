@@ -40,11 +40,21 @@ def test_the_champion_moves_only_when_the_gate_passes(
     assert card["input"] == {**card["input"], "channels": 1, "height": 8, "mean": [0.3]}
     assert card["checkpoint"]["metrics"]["val_accuracy"] == 0.90
     assert set(card["versions"]) == {"trainctl", "torch", "torchvision", "ray"}
-    model = tmp_path / "first" / EXPORT_DIR / card["file"]
-    assert card["files"] == {card["file"]: sha256_of(model)}
+    export = tmp_path / "first" / EXPORT_DIR
+    assert card["files"] == {
+        card["file"]: sha256_of(export / card["file"]),
+        "weights.pt": sha256_of(export / "weights.pt"),
+    }
     pointer = _pointer(tmp_path)
     assert pointer["version"] == 1 and pointer["run_name"] == "first"
-    assert pointer["card_sha256"] == sha256_of(tmp_path / "first" / EXPORT_DIR / CARD_FILE)
+    assert pointer["card_sha256"] == sha256_of(export / CARD_FILE)
+    assert pointer["task"]["classes"] == 10 and pointer["task"]["channels"] == 1
+    # The pointer names the champion's own copy of the export, named by its card's sha256.
+    copy = tmp_path / "champions" / "digits-cnn" / pointer["card_sha256"]
+    assert pointer["export"] == str(copy) and pointer["run_export"] == str(export)
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == {
+        p.name: p.read_bytes() for p in export.iterdir()
+    }
 
     worse = _promote(tmp_path, "worse", 0.80)
     assert worse["promoted"] is False
