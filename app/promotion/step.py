@@ -35,7 +35,7 @@ from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.task import Task, another_task
 from app.redact import redact_text
 from app.run import checkpoints
-from app.run.folder import write_final_summary
+from app.run.folder import SummaryNotWritten, write_final_summary
 from app.settings import TrainSettings
 from app.storage.location import local_path
 from app.storage.reading import read_bounded
@@ -134,7 +134,10 @@ def _fail(
     promotion.update(error=cause, line=line)
     failed = {**summary, "status": "failed", "error": cause, "promoted": False,
               "promotion": promotion}  # fmt: skip
-    write_final_summary(run_dir, failed)
+    try:
+        write_final_summary(run_dir, failed)
+    except SummaryNotWritten as err:  # both causes, the first one first
+        raise RunFailed([cause, *err.problems]) from None
     _say(line)
     raise RunFailed(
         [cause, f"checkpoints and summary: {run_dir}",
@@ -259,16 +262,8 @@ def _export_and_gate(
         export = export_best(settings, info, best)
     except Exception as err:  # a full disk, a store that refuses: the run failed, say why
         raise _Failed(f"export failed: {registry.describe(err)}") from None
-    promotion["export"] = {
-        "folder": str(settings.run_dir / EXPORT_DIR),
-        "format": export.card["format"],
-        "file": export.card["file"],
-        "weights": WEIGHTS_FILE,
-        "fallback_reason": export.card["fallback_reason"],
-        "card_sha256": export.card_sha256,
-    }
     try:
-        return _move_champion(settings, info, best, export, promotion)
+        return move_champion(settings, info, best, export, promotion)
     except champion.PointerDamaged as err:  # `check` fails on it, in the same words
         raise _Kept(str(err)) from None
     except OSError as err:  # the store refused the pointer (pyarrow's errors are OSErrors)
@@ -279,20 +274,34 @@ class _Outcome:
     """What the last call of `decide` found (it runs again after a lost race)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.decision: gate.Decision | None = None
         self.already: dict[str, Any] | None = None  # the pointer naming this checkpoint
         self.kept: str | None = None  # another task, or one that cannot be told
         self.folder: Any = None  # the champion's copy of the export
 
 
-def _move_champion(
+def move_champion(
     settings: TrainSettings,
     info: DatasetInfo,
     best: checkpoints.CheckpointRef,
     export: Any,
     promotion: dict[str, Any],
 ) -> tuple[str, gate.Decision, int | None, Any]:
+    """Judge `export` of checkpoint `best` against the champion and move the pointer, as one
+    compare-and-swap: what two pools (or two runs) finishing at once race on. (line,
+    decision, version or None, the folder the registry gets); `promotion` is filled in."""
     path = _pointer(settings)
+    promotion["export"] = {
+        "folder": str(settings.run_dir / EXPORT_DIR),
+        "format": export.card["format"],
+        "file": export.card["file"],
+        "weights": WEIGHTS_FILE,
+        "fallback_reason": export.card["fallback_reason"],
+        "card_sha256": export.card_sha256,
+    }
     promotion["pointer"] = str(path)
     run_dir = redact_text(str(settings.run_dir))  # the pointer is read by many: no secrets
     candidate = Task.from_card(export.card)
@@ -300,7 +309,7 @@ def _move_champion(
     outcome = _Outcome()
 
     def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
-        outcome.__init__()  # type: ignore[misc]
+        outcome.reset()
         if _same_checkpoint(current, settings, best):  # another driver of this run promoted it
             outcome.already = current
             return None

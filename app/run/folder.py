@@ -220,8 +220,10 @@ def write_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:
     return path
 
 
-# Kept in a summary that cannot be written whole: what a rerun and `status` need.
-KEPT_WHEN_SHORT = ("run_name", "run_dir", "target_epochs", "epochs_completed", "tracking")
+# Kept in a summary that cannot be written whole: what a rerun, `status` and `submit --wait`
+# need, and the champion verdict already acted on (the pointer may have moved).
+KEPT_WHEN_SHORT = ("run_name", "run_dir", "target_epochs", "epochs_completed", "tracking",
+                   "promoted", "champion_version")  # fmt: skip
 
 
 class SummaryNotWritten(RunFailed):
@@ -244,6 +246,9 @@ def write_final_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:
         cause = f"{path} could not be written ({_why(err)})"
     status = summary.get("status")
     short = {key: summary[key] for key in KEPT_WHEN_SHORT if key in summary}
+    promotion = summary.get("promotion")
+    if isinstance(promotion, dict):  # its line is what `submit --wait` and `status` show
+        short["promotion"] = {k: promotion[k] for k in ("line", "version") if k in promotion}
     earlier = f"{summary['error']}; " if summary.get("error") else ""
     short.update(status="failed" if status in (None, "running", "succeeded") else status,
                  error=f"{earlier}{cause}", summary_incomplete=True)  # fmt: skip
