@@ -53,7 +53,7 @@ def make_run(
             "epoch": float(epoch),
             "val_accuracy": accuracy,
             "val_loss": 1 - accuracy if loss is None else loss,
-        },  # fmt: skip
+        },
         class_names=info.class_names,
     )
     return run_dir

@@ -5,7 +5,7 @@ input, normalized as the card says); where torch.export cannot trace the model, 
 trace `model.ts` takes its place and the card records why. `weights.pt` beside it is the
 model's plain state dict (`torch.load(weights_only=True)`: nothing in it runs code), what a
 warm start from an export or a champion loads (app/training/warm_start.py). The files are made
-in memory and a private temporary folder and then put through app/storage (a rename on a
+in memory (never in a temporary folder: see `_save`) and then put through app/storage (a rename on a
 volume, one PUT per object in a bucket), the card last: a reader finds the old card, or a new
 card whose checksums match the files beside it (app/export/card.py). The bytes written are
 returned too: promotion copies exactly these into the champion's immutable folder
@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import io
-import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
@@ -73,9 +71,8 @@ def export_best(
     example = torch.zeros(2, info.channels, info.height, info.width)
     weights = io.BytesIO()
     torch.save(model.state_dict(), weights)
-    with tempfile.TemporaryDirectory(prefix="trainctl-export-") as tmp:
-        name, fallback = _save(model, example, Path(tmp))
-        files = {name: (Path(tmp) / name).read_bytes(), WEIGHTS_FILE: weights.getvalue()}
+    name, program, fallback = _save(model, example)
+    files = {name: program, WEIGHTS_FILE: weights.getvalue()}
     digests = {file: hashlib.sha256(data).hexdigest() for file, data in files.items()}
     card = build_card(settings, info, best, name, digests, fallback)
     folder = settings.run_dir / EXPORT_DIR
@@ -87,21 +84,25 @@ def export_best(
     return Export(card, text, hashlib.sha256(text).hexdigest(), files)
 
 
-def _save(model: Any, example: Any, folder: Path) -> tuple[str, str | None]:
-    """(file written, why torch.export was not used or None)."""
+def _save(model: Any, example: Any) -> tuple[str, bytes, str | None]:
+    """(the file's name, its bytes, why torch.export was not used or None). Saved to memory,
+    not to a temporary folder: torch's archive writer aborts the whole process (a C++
+    `terminate`) when a write of its file fails, as on a full disk."""
     import torch
 
     try:
         batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
         program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
-        torch.export.save(program, folder / EXPORTED_PROGRAM)
-        return EXPORTED_PROGRAM, None
+        saved = io.BytesIO()
+        torch.export.save(program, saved)
+        return EXPORTED_PROGRAM, saved.getvalue(), None
     except Exception as err:  # any tracing failure: TorchScript is the documented fallback
         reason = f"torch.export failed ({type(err).__name__}: {str(err).strip()[:500]})"
     with torch.no_grad():
         traced = torch.jit.trace(model, example)
-    torch.jit.save(traced, str(folder / TORCHSCRIPT))
-    return TORCHSCRIPT, reason
+    saved = io.BytesIO()
+    torch.jit.save(traced, saved)
+    return TORCHSCRIPT, saved.getvalue(), reason
 
 
 def build_card(
