@@ -188,21 +188,9 @@ def load_train_state(folder: RunPath) -> tuple[dict[str, Any], dict[str, Any]]:
     return model_state, train_state
 
 
-def load_weights(path: RunPath) -> dict[str, Any]:
-    """Model weights for a warm start: a checkpoint folder or a model.pt file."""
-    file = path / MODEL_FILE if path.is_dir() else path
-    return plain_keys(_load_any(file))
-
-
 def _load(file: RunPath) -> Any:
     with _open(file) as source:
         return torch.load(source, map_location="cpu", weights_only=True)
-
-
-def _load_any(file: RunPath) -> Any:
-    """A warm-start file: anywhere the operator points, so links are theirs to use."""
-    source = local_path(file) or file.open("rb")
-    return torch.load(source, map_location="cpu", weights_only=True)
 
 
 @dataclass(frozen=True)

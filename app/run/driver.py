@@ -42,17 +42,18 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     started = time.monotonic()
     run_dir = settings.run_dir
     try:
-        info = preflight_for_training(settings)
+        found = preflight_for_training(settings)
     except ConfigError as err:
         run_folder.record_invalid(run_dir, err)
         raise
+    info: DatasetInfo = found.info  # type: ignore[assignment]
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
     # to worker-N.log there: they outlive the Ray cluster (app/run/log_capture.py).
     attempt = run_logs.next_attempt(run_dir)
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
     with run_logs.capture(driver_log, settings.log_max_mb, banner, held=True) as log:
-        return _train(settings, info, started, attempt, log.open)
+        return _train(settings, info, started, attempt, log.open, found.warm_start)
 
 
 def _train(
@@ -61,6 +62,7 @@ def _train(
     started: float,
     attempt: int,
     open_log: Callable[[], None],
+    warm_start: Any = None,
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
     # auto values become concrete once, here: the workers and the summary see what ran.
@@ -108,7 +110,10 @@ def _train(
 
     with sigterm_interrupts():
         try:
-            _fit(settings, info, invocation, resume_from, attempt, trackers, interrupted)
+            _fit(
+                settings, info, invocation, resume_from, attempt, trackers, interrupted,
+                warm_start,
+            )  # fmt: skip
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
             ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
             if ending == "sigterm":
@@ -164,6 +169,7 @@ def _fit(
     attempt: int,
     trackers: Trackers,
     interrupted: bool,
+    warm_start: Any = None,
 ) -> None:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -187,6 +193,8 @@ def _fit(
             "resume_from": resume_from,
             "log_attempt": attempt,
             "interrupted": interrupted,
+            # TRAIN_WARM_START as preflight verified it: each worker loads these bytes only.
+            "warm_start": warm_start,
         },
         scaling_config=ScalingConfig(
             num_workers=(workers.min, workers.max) if workers.elastic else workers.max,
