@@ -14,6 +14,7 @@ No torch import here: `trainctl predict` checks before it loads.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,22 @@ def card_json(card: dict[str, Any]) -> bytes:
     return (json.dumps(card, indent=2) + "\n").encode()
 
 
-def read_card(folder: Path) -> dict[str, Any]:
-    """The card in export folder `folder`, shape-checked; ConfigError naming what is wrong."""
+def read_card(folder: Path, card_sha256: str | None = None) -> dict[str, Any]:
+    """The card in export folder `folder`, shape-checked; ConfigError naming what is wrong.
+    `card_sha256`: what the card's bytes must hash to (a champion pointer's), checked on the
+    bytes that are then parsed."""
     path = folder / CARD_FILE
     try:
         if path.stat().st_size > MAX_CARD_BYTES:
             raise ConfigError(f"{path}: over {MAX_CARD_BYTES:,} bytes; not a model card")
-        card = bounded_json.loads(path.read_text(encoding="utf-8"), MAX_CARD_BYTES)
+        data = path.read_bytes()
+        found = hashlib.sha256(data).hexdigest()
+        if card_sha256 is not None and found != card_sha256:
+            raise ConfigError(
+                f"{path}: sha256 {found} is not the {card_sha256} the champion pointer "
+                "records; altered since it was promoted, and not loaded"
+            )
+        card = bounded_json.loads(data.decode("utf-8"), MAX_CARD_BYTES)
     except FileNotFoundError:
         raise ConfigError(
             f"{folder}: no {CARD_FILE}; give a run folder (with {EXPORT_DIR}/) or its "
@@ -101,10 +111,11 @@ def card_problem(card: Any) -> str | None:
     return None
 
 
-def verified(folder: Path) -> tuple[dict[str, Any], Path]:
-    """(card, model file) once every file the card lists matches its sha256; ConfigError
-    naming the file and both checksums otherwise. Nothing is loaded before this passes."""
-    card = read_card(folder)
+def verified(folder: Path, card_sha256: str | None = None) -> tuple[dict[str, Any], Path]:
+    """(card, model file) once every file the card lists matches its sha256 (and the card
+    `card_sha256`, where given); ConfigError naming the file and both checksums otherwise.
+    Nothing is loaded before this passes."""
+    card = read_card(folder, card_sha256)
     for name, expected in card["files"].items():
         path = folder / name
         try:

@@ -52,13 +52,16 @@ def _shown(text: str) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def predict(target: str, images: Sequence[str], top_k: int) -> list[Prediction]:
+def predict(
+    target: str, images: Sequence[str], top_k: int, card_sha256: str | None = None
+) -> list[Prediction]:
+    """`card_sha256`: what the export's card must hash to (a champion pointer's)."""
     if not 1 <= top_k <= MAX_TOP_K:
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
     with export_folder(target) as folder:
-        card, model_file = verified(folder)
+        card, model_file = verified(folder, card_sha256)
         first = _batch(chunks[0], card)  # a bad first image is named before anything loads
         module = _load(model_file, card["format"])
         found = _classify(module, first, chunks[0], card["class_names"], top_k)

@@ -64,6 +64,19 @@ def pointer_path(storage: RunPath, name: str) -> RunPath:
     return storage / CHAMPIONS_DIR / f"{name}.json"
 
 
+def champion_export(storage: RunPath, name: str, endpoint: str | None) -> tuple[str, str]:
+    """(the export folder, its card's sha256) of champion `name`, as its pointer names them
+    (`trainctl predict champion:<name>`); PointerDamaged where there is none to follow."""
+    path = pointer_path(storage, name)
+    pointer = read_pointer(path)
+    if pointer is None:
+        raise PointerDamaged(f"{path}: no champion {name} (no pointer there)")
+    export, digest = pointer.get("export"), pointer.get("card_sha256")
+    if not isinstance(export, str) or not isinstance(digest, str):
+        raise PointerDamaged(f"{path}: not a champion pointer (no `export` or `card_sha256`)")
+    return export, digest
+
+
 def read_pointer(path: RunPath) -> dict[str, Any] | None:
     """The pointer, None when there is none; PointerDamaged when it is unreadable."""
     local = local_path(path)

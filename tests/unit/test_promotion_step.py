@@ -312,7 +312,9 @@ def test_a_first_champion_must_beat_chance(
     assert _promote(tmp_path, "skilled", 0.3, model_name="other")["champion_version"] == 1
 
 
-def test_the_champions_files_outlive_a_later_export_of_its_run(tmp_path: Path) -> None:
+def test_the_champions_files_outlive_a_later_export_of_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The champion run is rerun with more epochs; its new best (by val_loss) fails the
     accuracy bar, is exported over the run's export/ and kept: the champion's files, which the
     pointer names, are untouched, and `predict` on them still works."""
@@ -342,6 +344,15 @@ def test_the_champions_files_outlive_a_later_export_of_its_run(tmp_path: Path) -
     Image.new("L", (8, 8), 128).save(tmp_path / "x.png")
     result = trainctl("predict", str(copy), str(tmp_path / "x.png"), "--json")
     assert result.code == 0, result.text
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path))  # where champion:<name> is found
+    by_name = trainctl("predict", "champion:digits-cnn", str(tmp_path / "x.png"), "--json")
+    assert by_name.code == 0, by_name.text
+    assert json.loads(by_name.out) == json.loads(result.out)
+    # The champion's card altered after promotion: refused against the pointer's sha256.
+    (copy / CARD_FILE).write_bytes((copy / CARD_FILE).read_bytes() + b" ")
+    altered = trainctl("predict", "champion:digits-cnn", str(tmp_path / "x.png"))
+    assert altered.code == 2 and "is not the " in altered.err and "champion pointer" in altered.err
+    assert trainctl("predict", "champion:../x", str(tmp_path / "x.png")).code == 2
 
 
 def test_a_failed_export_is_a_failure_of_the_run_not_a_verdict(
