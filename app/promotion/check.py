@@ -23,6 +23,8 @@ from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.gate import BEATS, CHANCE_METRIC, Chance, Gate, chance_of, number
 from app.promotion.task import Task, another_task
 from app.settings import TrainSettings
+from app.storage import conditional
+from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, local_path, store_errors
 from app.storage.reading import exists_within, is_dir_within
 
@@ -49,8 +51,26 @@ def promotion_check(settings: TrainSettings, found: object = None) -> str:
     info: DatasetInfo | None = getattr(found, "info", None)  # None: the data is not read yet
     if pointer is None:
         chance = chance_of(info.valid_class_counts) if info else None
-        return _first(line, settings.promote_if, chance)
-    return line + _tasks(pointer, Task.of_info(info) if info else None, settings, path)
+        return _first(line, settings.promote_if, chance) + _race(path)
+    run = Task.of_info(info) if info else None
+    return line + _tasks(pointer, run, settings, path) + _race(path)
+
+
+def _race(path: RunPath) -> str:
+    """How two runs finishing at once are kept apart, where it is not the usual way (a lock on
+    a volume, a compare-and-swap in S3: app/promotion/champion.py); ConfigError where the S3
+    client that sends it is missing (the step could never move the pointer)."""
+    if not isinstance(path, ObjectPath):
+        return ""
+    if conditional.supported(path):
+        problem = conditional.missing_client()
+        if problem:
+            raise ConfigError(f"{one_line(str(path), 500)}: {problem}; no run could be promoted")
+        return ""
+    return (
+        " (in GCS the pointer is last-writer-wins: two runs finishing at once may both be "
+        "promoted, the second superseding the first; give each pool its own TRAIN_MODEL_NAME)"
+    )
 
 
 def _first(line: str, gate: Gate, chance: Chance | None) -> str:

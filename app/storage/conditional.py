@@ -57,6 +57,15 @@ def supported(path: ObjectPath) -> bool:
     return path.scheme == "s3"
 
 
+def missing_client() -> str | None:
+    """Why conditional writes to S3 cannot be sent from this image, or None."""
+    try:
+        import boto3  # noqa: F401
+    except ImportError:
+        return "boto3 is not installed (trainctl's image ships it for conditional writes to S3)"
+    return None
+
+
 def read(path: ObjectPath, limit: int) -> Read:
     """The object and its ETag in one GET (so the bytes are the version the ETag names);
     ValueError when it is over `limit` bytes, nothing read beyond it."""
@@ -167,13 +176,12 @@ def _client(endpoint: str | None) -> Any:
 @functools.cache
 def _cached_client(endpoint: str | None, pid: int) -> Any:
     """One client per process (a forked child builds its own) and endpoint."""
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError:
-        raise ConditionalWriteError(
-            "boto3 is not installed: trainctl's image ships it for conditional writes to S3"
-        ) from None
+    problem = missing_client()
+    if problem:
+        raise ConditionalWriteError(problem)
+    import boto3
+    from botocore.config import Config
+
     url, _ = s3_endpoint(endpoint)
     config = Config(
         connect_timeout=TIMEOUT_S,

@@ -91,3 +91,25 @@ def test_promotion_and_prediction_on_object_storage(
     assert result.code == 0, result.text
     top = json.loads(result.out)["predictions"][0]["top"]
     assert len(top) == 2 and top[0]["probability"] >= top[1]["probability"]
+
+
+def test_check_fails_where_the_s3_client_for_the_pointer_is_missing(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image without boto3 could never move an S3 pointer safely: `check` says so first."""
+    import sys
+
+    from app.errors import ConfigError
+    from app.promotion.check import promotion_check
+
+    storage = ObjectPath(bucket.uri("runs"), bucket.endpoint)
+    settings = settings_for(tmp_path, "r").model_copy(
+        update={"storage_path": storage, "storage_endpoint": bucket.endpoint}
+    )
+    assert "no champion yet" in promotion_check(settings)
+    monkeypatch.setitem(sys.modules, "boto3", None)  # what `import boto3` finds in such an image
+    with pytest.raises(ConfigError) as err:
+        promotion_check(settings)
+    assert "boto3 is not installed" in str(err.value) and "no run could be promoted" in str(
+        err.value
+    )
