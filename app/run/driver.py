@@ -104,7 +104,14 @@ def _train(
     open_log()  # training starts: from here on the driver's output is kept in the run folder
     trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
     trackers.catch_up([r for r in run_folder.epochs(run_dir) if r["epoch"] <= start.epochs_done])
-    write_summary(run_dir, {**_running_summary(settings, resume_from), "tracking": trackers.ids})
+    running = {**_running_summary(settings, resume_from), "tracking": trackers.ids}
+    try:
+        write_summary(run_dir, running)
+    except OSError as err:  # a full disk, a quota: before anything trained, say so plainly
+        raise RunFailed(
+            f"{run_dir}/summary.json could not be written ({err.strerror or err}); nothing was "
+            "trained: free space on the store and rerun"
+        ) from None
     record_class_names(run_dir, info)  # checked against the data in preflight
     run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
 
