@@ -126,15 +126,18 @@ def replace(path: RunPath, decide: Decide) -> Replaced:
     bucket), each time with the pointer as it is then."""
     if isinstance(path, ObjectPath) and conditional.supported(path):
         return _swap(path, decide)
-    with _exclusive(path):
-        before = read_pointer(path)
-        new = decide(before)
-        if new is None:
-            return Replaced(before, None, before)
-        local = local_path(path)
-        # root: the storage folder, so a link planted at champions/ is refused, not followed
-        write_atomic(path, encode(new), local.parent.parent if local else None)
-        after = new if local is not None else read_pointer(path)  # GCS: read back
+    try:
+        with _exclusive(path):
+            before = read_pointer(path)
+            new = decide(before)
+            if new is None:
+                return Replaced(before, None, before)
+            local = local_path(path)
+            # root: the storage folder, so a link planted at champions/ is refused, not followed
+            write_atomic(path, encode(new), local.parent.parent if local else None)
+            after = new if local is not None else read_pointer(path)  # GCS: read back
+    except safe_fs.LinkRefused as err:  # a ConfigError: the step keeps the champion instead
+        raise PointerDamaged(f"{path}: {'; '.join(err.problems)}") from None
     return Replaced(before, new, after)
 
 

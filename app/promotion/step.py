@@ -37,6 +37,7 @@ from app.redact import redact_text
 from app.run import checkpoints
 from app.run.folder import SummaryNotWritten, write_final_summary
 from app.settings import TrainSettings
+from app.storage import safe_fs
 from app.storage.location import local_path
 from app.storage.reading import read_bounded
 
@@ -330,7 +331,7 @@ def move_champion(
             return None
         try:
             folder = champion_export.keep(export, settings.storage_path, settings.champion_name)
-        except (OSError, champion_export.CopyRefused) as err:
+        except (OSError, champion_export.CopyRefused, safe_fs.LinkRefused) as err:
             raise _Failed(
                 f"the champion's copy of the export could not be written: {_describe(err)}"
             ) from None
@@ -395,6 +396,8 @@ def _task_problem(current: dict[str, Any], candidate: Task, settings: TrainSetti
 
 
 def _describe(err: BaseException) -> str:
+    if isinstance(err, safe_fs.LinkRefused):
+        return "; ".join(err.problems)
     return str(err) if isinstance(err, champion_export.CopyRefused) else registry.describe(err)
 
 

@@ -428,3 +428,13 @@ def test_reruns_of_one_run_at_once_leave_the_summary_and_pointer_agreeing(
         assert summary["promoted"] is True and summary["champion_version"] == version
         assert summary["promotion"]["export"]["card_sha256"] == pointer["card_sha256"]
         assert sha256_of(Path(pointer["export"]) / CARD_FILE) == pointer["card_sha256"]
+
+
+def test_a_link_planted_at_champions_is_refused_not_written_through(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "champions").symlink_to(elsewhere)
+    summary = _promote(tmp_path, "r", 0.9)
+    assert summary["promoted"] is False
+    assert "is a symbolic link" in summary["promotion"]["reason"], summary["promotion"]
+    assert list(elsewhere.iterdir()) == []  # no lock, copy or pointer written through it
