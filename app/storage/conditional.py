@@ -5,16 +5,21 @@ its writes pass only ACL, Cache-Control, Content-Type, Content-Language and Expi
 drivers replacing one object then both succeed, and the later one silently undoes the
 earlier one. S3 itself offers the primitive (RFC 9110 preconditions on PutObject):
 `If-None-Match: *` creates an object only where none is, `If-Match: <ETag>` replaces it only
-while it is the version that was read; a lost race is a 412 (or a 409 while another
-conditional write of the key is in flight). Both go through boto3 here, the AWS SDK for
-Python, with the same credential chain (AWS_* variables, ~/.aws, IRSA's web identity) and
-endpoint (TRAIN_STORAGE_ENDPOINT, AWS_ENDPOINT_URL) as the pyarrow client, its standard retry
-mode and a timeout on every request. AWS S3, MinIO, Cloudflare R2 and Ceph RGW honour these
-headers; a store that answers 501 NotImplemented is reported as the refusal it is.
+while it is the version that was read; a lost race is a 412. Both go through obstore here, the
+Python binding of Apache Arrow's `object_store` crate (what Delta Lake and DataFusion write
+with), whose `put(mode="create")` and `put(mode={"e_tag": ...})` send exactly these. It reads
+the AWS variables pyarrow reads (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+AWS_REGION; IRSA's AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE; the container and instance
+metadata endpoints), but not ~/.aws profile files; the endpoint is trainctl's
+(TRAIN_STORAGE_ENDPOINT, AWS_ENDPOINT_URL), with a timeout and retries on every request.
+(boto3 would send the same headers, but every botocore release pins python-dateutil<3, which
+the Kubernetes client trainctl uses cannot run with.) AWS S3, MinIO, Cloudflare R2 and Ceph
+RGW honour these headers; a store that answers 501 NotImplemented is reported as the refusal
+it is.
 
-Google Cloud Storage has the equivalent (`ifGenerationMatch`), but neither pyarrow's GCS client
-nor anything else trainctl installs can send it: `supported` is False for gs://, and callers
-say what they do instead (app/promotion/champion.py).
+Google Cloud Storage has the equivalent (`ifGenerationMatch`), but trainctl's GCS client
+(pyarrow) cannot send it: `supported` is False for gs://, and callers say what they do
+instead (app/promotion/champion.py).
 
 A volume needs no ETag: a flock serialises the pointer's writers (app/promotion/champion.py),
 and `create` there is a hard link of a finished temporary file to the name, which fails where
@@ -27,16 +32,14 @@ import contextlib
 import functools
 import os
 import secrets
-import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.storage import safe_fs
 from app.storage.buckets import RETRIES, TIMEOUT_S, ObjectPath, s3_endpoint
-
-LOST = ("PreconditionFailed", "ConditionalRequestConflict")  # 412, 409: another writer won
-_CLIENT_LOCK = threading.Lock()  # boto3 sessions are not thread-safe; their clients are
 
 
 class ConditionalWriteError(OSError):
@@ -57,48 +60,34 @@ def supported(path: ObjectPath) -> bool:
     return path.scheme == "s3"
 
 
-def missing_client() -> str | None:
-    """Why conditional writes to S3 cannot be sent from this image, or None."""
-    try:
-        import boto3  # noqa: F401
-    except ImportError:
-        return "boto3 is not installed (trainctl's image ships it for conditional writes to S3)"
-    return None
-
-
 def read(path: ObjectPath, limit: int) -> Read:
     """The object and its ETag in one GET (so the bytes are the version the ETag names);
     ValueError when it is over `limit` bytes, nothing read beyond it."""
-    client = _client(path.endpoint)
-    bucket, key = _split(path)
+    import obstore
+
+    store, key = _store(path), _key(path)
     try:
-        answer = client.get_object(Bucket=bucket, Key=key)
-    except Exception as err:
-        if _code(err) in ("NoSuchKey", "404"):
-            return Read(None, None)
-        raise _failed(path, "read", err) from None
-    body = answer["Body"]
-    try:
-        size = int(answer.get("ContentLength") or 0)
+        found = obstore.get(store, key)
+        size = int(found.meta["size"])
         if size > limit:
             raise ValueError(f"{size:,} bytes, over the {limit:,} allowed")
-        data = body.read(limit + 1)
+        data = bytes(found.bytes())
+    except FileNotFoundError:
+        return Read(None, None)
     except ValueError:
         raise
-    except Exception as err:  # the connection dropped mid-body
+    except Exception as err:  # obstore's errors: the store refused, or did not answer
         raise _failed(path, "read", err) from None
-    finally:
-        body.close()
     if len(data) > limit:
         raise ValueError(f"over the {limit:,} bytes allowed")
-    return Read(data, answer.get("ETag"))
+    return Read(data, found.meta.get("e_tag"))
 
 
 def replace(path: ObjectPath, data: bytes, expected: Read) -> bool:
     """Write `data` only if the object is still what `expected` read (absent: only if there is
     still none). False when another writer changed it first: read again and decide again."""
-    condition = {"IfMatch": expected.etag} if expected.etag else {"IfNoneMatch": "*"}
-    return _put(path, data, condition)
+    mode: Any = {"e_tag": expected.etag} if expected.etag else "create"
+    return _put(path, data, mode)
 
 
 def create(path: Path | ObjectPath, data: bytes, root: Path | None = None) -> bool:
@@ -109,7 +98,7 @@ def create(path: Path | ObjectPath, data: bytes, root: Path | None = None) -> bo
     if isinstance(path, Path):
         return _create_file(path, root or path.parent, data)
     if supported(path):
-        return _put(path, data, {"IfNoneMatch": "*"})
+        return _put(path, data, "create")
     if path.exists():
         return False
     path.write_bytes(data)
@@ -136,61 +125,75 @@ def _create_file(path: Path, root: Path, data: bytes) -> bool:
                 os.unlink(tmp, dir_fd=folder)
 
 
-def _put(path: ObjectPath, data: bytes, condition: dict[str, str]) -> bool:
-    client = _client(path.endpoint)
-    bucket, key = _split(path)
+def _put(path: ObjectPath, data: bytes, mode: Any) -> bool:
+    import obstore
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
     try:
-        client.put_object(Bucket=bucket, Key=key, Body=data, **condition)
+        obstore.put(_store(path), _key(path), data, mode=mode, use_multipart=False)
+    except (AlreadyExistsError, PreconditionError):  # 412 (or 409): another writer won
+        return False
     except Exception as err:
-        if _code(err) in LOST:
-            return False
         raise _failed(path, "write", err) from None
     return True
 
 
-def _split(path: ObjectPath) -> tuple[str, str]:
-    bucket, _, key = path.key.partition("/")
-    return bucket, key
-
-
-def _code(err: Exception) -> str:
-    response = getattr(err, "response", None)
-    return str(((response or {}).get("Error") or {}).get("Code", ""))
+def _key(path: ObjectPath) -> str:
+    return path.key.partition("/")[2]
 
 
 def _failed(path: ObjectPath, what: str, err: Exception) -> ConditionalWriteError:
-    code = _code(err)
-    if code == "NotImplemented":
+    text = str(err).strip()
+    if "NotImplemented" in text or "501" in text:
         return ConditionalWriteError(
             f"{path}: the store does not support conditional writes (If-Match / If-None-Match "
             "on PUT), which the champion pointer needs to be replaced safely"
         )
-    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    message = text.splitlines()[0] if text else type(err).__name__
     return ConditionalWriteError(f"{path}: {what} failed ({type(err).__name__}: {message})")
 
 
-def _client(endpoint: str | None) -> Any:
-    return _cached_client(endpoint, os.getpid())
+def missing_client() -> str | None:
+    """Why conditional writes to S3 cannot be sent from this image, or None."""
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return "obstore is not installed (trainctl's image ships it for conditional writes to S3)"
+    return None
+
+
+def _store(path: ObjectPath) -> Any:
+    return _cached_store(path.bucket, path.endpoint, os.getpid())
 
 
 @functools.cache
-def _cached_client(endpoint: str | None, pid: int) -> Any:
-    """One client per process (a forked child builds its own) and endpoint."""
+def _cached_store(bucket: str, endpoint: str | None, pid: int) -> Any:
+    """One client per process (a forked child builds its own), bucket and endpoint."""
     problem = missing_client()
     if problem:
         raise ConditionalWriteError(problem)
-    import boto3
-    from botocore.config import Config
+    from obstore.store import S3Store
 
     url, _ = s3_endpoint(endpoint)
-    config = Config(
-        connect_timeout=TIMEOUT_S,
-        read_timeout=TIMEOUT_S,
-        retries={"max_attempts": RETRIES, "mode": "standard"},
-        # As pyarrow addresses a custom endpoint (MinIO, Ceph): bucket in the path.
-        s3={"addressing_style": "path" if url else "auto"},
-    )
+    config: dict[str, Any] = {}
+    if url:  # MinIO, Ceph: the bucket in the path, as pyarrow addresses them
+        config.update(endpoint=url, virtual_hosted_style_request=False)
+    else:
+        config["virtual_hosted_style_request"] = True
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    with _CLIENT_LOCK:
-        session = boto3.session.Session()
-        return session.client("s3", endpoint_url=url, region_name=region or None, config=config)
+    if not region and not url:  # AWS answers a request in another region with a redirect
+        import pyarrow.fs as pafs
+
+        region = pafs.resolve_s3_region(bucket)
+    if region:
+        config["region"] = region
+    return S3Store(
+        bucket,
+        config=config,  # type: ignore[arg-type]
+        client_options={
+            "allow_http": bool(url) and urlsplit(url).scheme == "http",
+            "connect_timeout": timedelta(seconds=TIMEOUT_S),
+            "timeout": timedelta(seconds=TIMEOUT_S),
+        },
+        retry_config={"max_retries": RETRIES, "retry_timeout": timedelta(seconds=3 * TIMEOUT_S)},
+    )

@@ -1,6 +1,6 @@
 """Promotions racing for one champion, for real: threads released together run the promotion
 step's own compare-and-swap (app/promotion/step.py move_champion, with its real gate and task
-check) against a real volume (flock) and against moto's S3 server (If-Match through boto3),
+check) against a real volume (flock) and against moto's S3 server (If-Match through obstore),
 many rounds. Whatever the interleaving, every promoted run decided against the pointer it
 replaced: the versions are 1..k with no gap or repeat, each one names the run of the version
 before it, each beats it, and the last one is the best of the round. No Ray; the candidates'

@@ -96,7 +96,7 @@ def test_promotion_and_prediction_on_object_storage(
 def test_check_fails_where_the_s3_client_for_the_pointer_is_missing(
     bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An image without boto3 could never move an S3 pointer safely: `check` says so first."""
+    """An image without obstore could never move an S3 pointer safely: `check` says so."""
     import sys
 
     from app.errors import ConfigError
@@ -107,9 +107,9 @@ def test_check_fails_where_the_s3_client_for_the_pointer_is_missing(
         update={"storage_path": storage, "storage_endpoint": bucket.endpoint}
     )
     assert "no champion yet" in promotion_check(settings)
-    monkeypatch.setitem(sys.modules, "boto3", None)  # what `import boto3` finds in such an image
+    monkeypatch.setitem(sys.modules, "obstore", None)  # what `import obstore` finds there
     with pytest.raises(ConfigError) as err:
         promotion_check(settings)
-    assert "boto3 is not installed" in str(err.value) and "no run could be promoted" in str(
+    assert "obstore is not installed" in str(err.value) and "no run could be promoted" in str(
         err.value
     )
