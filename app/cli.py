@@ -359,18 +359,44 @@ def _run_folders_hint(command: str, name: str | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def predict_cmd(target: str, images: tuple[str, ...], top_k: int, as_json: bool) -> None:
     """Classify IMAGE files with a run's export (the run folder, its export/ folder, or an
-    s3:// or gs:// URI of either): checksums checked, then the weights loaded (weights_only)
-    into trainctl's own model for the card; nothing in the export can run code."""
+    s3:// or gs:// URI of either), or the champion's (champion:<model-name>, under
+    TRAIN_STORAGE_PATH): checksums checked, then the weights loaded (weights_only) into
+    trainctl's own model for the card; nothing in the export can run code."""
     import json
 
     from app.export.predict import predict
 
-    found = predict(target, images, top_k)
+    card_sha256 = None
+    if target.startswith("champion:"):
+        target, card_sha256 = _champion_export(target.removeprefix("champion:"))
+    found = predict(target, images, top_k, card_sha256)
     if as_json:
         click.echo(json.dumps({"predictions": [p.record() for p in found]}, indent=2))
     else:
         for prediction in found:
             click.echo(prediction.line())
+
+
+def _champion_export(name: str) -> tuple[str, str]:
+    """The champion's export folder and card sha256, from its pointer under TRAIN_STORAGE_PATH
+    (TRAIN_STORAGE_ENDPOINT for an S3-compatible store), as `train` reads them."""
+    import os
+
+    from app.errors import ConfigError
+    from app.promotion.champion import PointerDamaged, champion_export
+    from app.settings.env import storage_access, storage_location, storage_path_setting
+    from app.settings.model import champion_ref
+
+    try:
+        name = champion_ref(f"champion:{name}").name  # a TRAIN_MODEL_NAME, nothing else
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    endpoint, _ = storage_access(os.environ)
+    storage = storage_location(storage_path_setting(), "TRAIN_STORAGE_PATH", endpoint)
+    try:
+        return champion_export(storage, name, endpoint)
+    except PointerDamaged as err:
+        raise ConfigError(f"champion:{name}: {err}") from None
 
 
 def run(argv: list[str] | None = None) -> int:

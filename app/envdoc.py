@@ -42,7 +42,11 @@ def _type_label(annotation: Any) -> str:
         return " | ".join(str(arg) for arg in get_args(annotation))
     if origin in (typing.Union, types.UnionType):
         args = get_args(annotation)
-        labels = [_type_label(arg) for arg in args if arg not in (type(None), ObjectPath)]
+        labels = [
+            getattr(arg, "doc_label", None) or _type_label(arg)
+            for arg in args
+            if arg not in (type(None), ObjectPath)
+        ]
         if ObjectPath in args:  # a local path or a bucket URI: one kind of value to a user
             labels = [
                 "path or URI (s3://, gs://)" if label == "path" else label for label in labels

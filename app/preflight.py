@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -49,9 +50,10 @@ PINNED = ("ray", "torch", "torchvision")
 
 @dataclass
 class Found:
-    """What earlier checks learned that later ones use."""
+    """What earlier checks learned that later ones use (and `train` hands to the workers)."""
 
     info: DatasetInfo | None = None
+    warm_start: Any = None  # app/training/warm_start.WarmStart, resolved and verified
 
 
 Check = Callable[[TrainSettings, Found], str]
@@ -107,8 +109,9 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
         raise ConfigError(problems)
 
 
-def preflight_for_training(settings: TrainSettings) -> DatasetInfo:
-    """`trainctl train`: the same checks but the cluster's, stopping at the first problem."""
+def preflight_for_training(settings: TrainSettings) -> Found:
+    """`trainctl train`: the same checks but the cluster's, stopping at the first problem;
+    what they found (the dataset, the verified warm start)."""
     found = Found()
     for _name, check in checks(prepare=True, rows_per_worker=False):
         try:
@@ -118,7 +121,7 @@ def preflight_for_training(settings: TrainSettings) -> DatasetInfo:
         except Warned:  # said when the run starts (what is switched off)
             pass
     assert found.info is not None  # the dataset check sets it or raises
-    return found.info
+    return found
 
 
 def _settings(settings: TrainSettings, found: Found) -> str:
@@ -222,8 +225,7 @@ def _classes(settings: TrainSettings, found: Found) -> str:
 
     if found.info is None:
         return "not counted: the dataset is not inspected yet"
-    with store_errors(settings.dataset_dir, "TRAIN_DATA_PATH"):
-        counts = class_counts(found.info, settings.storage_endpoint)
+    counts = class_counts(found.info)
     warning = counts.warning()
     if warning:
         raise Warned(f"{counts.detail()}; {warning}")
@@ -231,20 +233,26 @@ def _classes(settings: TrainSettings, found: Found) -> str:
 
 
 def _warm_start(settings: TrainSettings, found: Found) -> str:
-    """The file must exist, load as weights and (once the data is known) fit the model: its
-    mismatched keys are named here, before Ray starts, not by every worker's load."""
-    from app.run.resume import warm_start_problem
+    """TRAIN_WARM_START resolves (a run folder, a checkpoint, an export, a champion, a file),
+    its checksums hold, its task is this run's and (once the data is known) its weights fit
+    the model: named here, before Ray starts, not by every worker's load."""
+    from app.settings.model import ChampionRef
+    from app.training.warm_start import resolve
 
     path = settings.warm_start
     if path is None:
         return "none (TRAIN_WARM_START is not set)"
-    if not exists_within(path, "TRAIN_WARM_START", settings.storage_timeout_s):
+    if not isinstance(path, ChampionRef) and not exists_within(
+        path, "TRAIN_WARM_START", settings.storage_timeout_s
+    ):
         raise ConfigError(f"TRAIN_WARM_START={redact_uri(str(path))}: no such checkpoint or file")
-    with store_errors(path, "TRAIN_WARM_START"):  # only a bucket's client raises here
-        problem = warm_start_problem(settings, found.info)
-    if problem:
-        raise ConfigError(problem)
-    return f"{path} loads as weights" + (" that fit the model" if found.info else "")
+    store = settings.storage_path if isinstance(path, ChampionRef) else path
+    with store_errors(store, "TRAIN_WARM_START"):  # only a bucket's client raises here
+        found.warm_start = warm = resolve(settings, found.info)
+    fits = "; fits the model" if found.info else "; fit checked once the data is prepared"
+    return (
+        f"{warm.described}: {redact_uri(str(warm.file))}, sha256 {warm.sha256[:12]} verified{fits}"
+    )
 
 
 def _weights(settings: TrainSettings, found: Found) -> str:

@@ -1,8 +1,8 @@
 """How many images each class has in train/ and valid/, for `trainctl check`, and which
 classes are too small to learn or to measure.
 
-An image folder's counts come from the listing preflight already made (app/data/folder.py);
-a Parquet dataset's from its label columns (the image columns are not read). The thresholds:
+The counts are the dataset description's (app/data/schema.py DatasetInfo): an image folder's
+from its listing, a Parquet dataset's from its label columns. The thresholds:
 a class with fewer than MIN_TRAIN images in train/ gives the model too little to learn it
 from, and one with fewer than MIN_VALID in valid/ (none included: valid/ may lack a class)
 makes its accuracy a matter of one or two images. Either is a warning, not an error: a
@@ -11,14 +11,10 @@ deliberate tiny dataset still trains.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
-
 from app.data.folder_listing import shown
-from app.data.schema import SPLITS, DatasetInfo, open_parquet, parquet_files
-from app.storage.buckets import locate
+from app.data.schema import DatasetInfo
 
 MIN_TRAIN = 10
 MIN_VALID = 5
@@ -83,29 +79,7 @@ def _name(name: str) -> str:
     return text if len(text) <= NAME_CHARS else text[: NAME_CHARS - 3] + "..."
 
 
-def class_counts(info: DatasetInfo, endpoint: str | None = None) -> ClassCounts:
-    """Per-class image counts of the dataset preflight inspected (`info`)."""
-    names = info.class_names or tuple(str(i) for i in range(info.num_classes))
-    root = locate(info.path, endpoint)
-    if info.layout == "folder":
-        from app.data.folder import listed
-
-        listing = listed(root)
-        per_split = [
-            Counter(label for _, label in pairs) for pairs in (listing.train, listing.valid)
-        ]
-        train, valid = (tuple(c.get(i, 0) for i in range(len(names))) for c in per_split)
-        return ClassCounts(names, train, valid)
-    train, valid = (_parquet_counts(root / split, len(names)) for split in SPLITS)
-    return ClassCounts(names, train, valid)
-
-
-def _parquet_counts(folder: object, classes: int) -> tuple[int, ...]:
-    """Label counts of every Parquet file below `folder`, reading the label column only
-    (labels were checked to be 0..classes-1 by the dataset check)."""
-    total = np.zeros(classes, dtype=np.int64)
-    for path in parquet_files(folder):
-        labels = open_parquet(path).read(columns=["label"]).column("label").to_numpy()
-        labels = labels[(labels >= 0) & (labels < classes)]
-        total += np.bincount(labels.astype(np.int64), minlength=classes)
-    return tuple(int(n) for n in total)
+def class_counts(info: DatasetInfo) -> ClassCounts:
+    """Per-class image counts of the dataset preflight inspected (`info`), as inspection
+    counted them (an image folder's listing, a Parquet dataset's label columns)."""
+    return ClassCounts(info.label_names(), info.train_class_counts, info.valid_class_counts)

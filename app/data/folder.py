@@ -24,7 +24,7 @@ from app.data.folder_listing import FolderListing, list_folder
 from app.data.image_decode import decode_image
 from app.data.image_size import image_size_for
 from app.data.images import ImageError
-from app.data.schema import DatasetInfo
+from app.data.schema import DatasetInfo, per_class
 from app.errors import ConfigError
 from app.storage.buckets import ObjectPath, locate
 from app.storage.location import absolute_location
@@ -70,13 +70,17 @@ def inspect_folder(root: Path | ObjectPath, size: int) -> tuple[DatasetInfo, str
         std=tuple(round(float(v), 6) if v > 1e-6 else 1.0 for v in std),
         path=str(root),
         class_names=listing.class_names,
+        train_class_counts=_counts(listing.train, len(listing.class_names)),
+        valid_class_counts=_counts(listing.valid, len(listing.class_names)),
     )
     return info, listing.note()
 
 
-def listed(root: Path | ObjectPath) -> FolderListing:
-    """The listing inspect made of `root` in this process, else a new one."""
-    return _listed.get(str(root)) or list_folder(root)
+def _counts(files: tuple[tuple[str, int], ...], classes: int) -> tuple[int, ...]:
+    found: dict[int, int] = {}
+    for _, label in files:
+        found[label] = found.get(label, 0) + 1
+    return per_class(found, classes)
 
 
 def inspect_for(settings: TrainSettings) -> tuple[DatasetInfo, str]:
@@ -94,7 +98,7 @@ def build_folder_datasets(
     from app.data.folder_images import to_folder_rows
 
     root = locate(info.path, settings.storage_endpoint)
-    listing = listed(root)
+    listing = _listed.get(str(root)) or list_folder(root)
     if listing.class_names != info.class_names:
         raise ConfigError(
             f"{root}: the class folders changed since the checks ran; rerun to check them again"

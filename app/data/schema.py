@@ -47,6 +47,15 @@ class DatasetInfo:
     image_shape: tuple[int, ...] = ()  # one image as stored on disk; () for encoded images
     path: str = ""  # the folder holding train/ and valid/
     class_names: tuple[str, ...] = ()  # label i is class_names[i]; () when only numbered
+    # Images of label i in each split (num_classes entries; () where not counted): the
+    # majority-class rate a first champion must beat (app/promotion/gate.py), and the
+    # per-class counts `check` shows.
+    train_class_counts: tuple[int, ...] = ()
+    valid_class_counts: tuple[int, ...] = ()
+
+    def label_names(self) -> tuple[str, ...]:
+        """Label i's name: its class name, or its number where the data names none."""
+        return self.class_names or tuple(str(i) for i in range(self.num_classes))
 
     def describe(self) -> str:
         return (
@@ -73,6 +82,7 @@ class _Split:
     format: ImageFormat | None = None
     sample: np.ndarray | None = None
     class_names: dict[tuple[str, ...], Path] = field(default_factory=dict)  # -> a file
+    counts: dict[int, int] = field(default_factory=dict)  # label -> rows
 
 
 class Problems(list[str]):
@@ -110,11 +120,12 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
     names = _class_names(train, valid, problems)
     if problems:
         raise ConfigError(problems)
+    classes = len(names) or train.labels[1] + 1
     return DatasetInfo(
         channels=fmt.channels,
         height=fmt.height,
         width=fmt.width,
-        num_classes=len(names) or train.labels[1] + 1,
+        num_classes=classes,
         train_rows=train.rows,
         valid_rows=valid.rows,
         layout=fmt.layout,
@@ -124,7 +135,14 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
         image_shape=fmt.stored_shape,
         path=str(root),
         class_names=names,
+        train_class_counts=per_class(train.counts, classes),
+        valid_class_counts=per_class(valid.counts, classes),
     )
+
+
+def per_class(counts: dict[int, int], classes: int) -> tuple[int, ...]:
+    """Rows of each label 0..classes-1 (0 for a label no row has)."""
+    return tuple(counts.get(label, 0) for label in range(classes))
 
 
 def _class_names(train: _Split, valid: _Split, problems: Problems) -> tuple[str, ...]:
@@ -231,6 +249,9 @@ def _scan_file(split: _Split, path: Path, problems: Problems) -> None:
         return
     extremes = pc.min_max(labels)
     low, high = int(extremes["min"].as_py()), int(extremes["max"].as_py())
+    for entry in pc.value_counts(labels).to_pylist():  # one pass over labels already read
+        label = int(entry["values"])
+        split.counts[label] = split.counts.get(label, 0) + int(entry["counts"])
     if low < 0:
         problems.add(f"{path}: label {low} is negative; labels must be 0..K-1")
     if high >= MAX_CLASSES:

@@ -5,18 +5,21 @@ warm starts: with weights_only, into the model its code builds from the card). B
 `model.pt2` is a `torch.export` program for model servers (a dynamic batch dimension, float32
 NCHW input, normalized as the card says); where torch.export cannot trace the model there is
 no program and the card records why (no TorchScript fallback: loading one runs the code it
-carries; app/export/card.py). The files are made in a private temporary folder and then put
-through app/storage (a rename on a volume, one PUT per object in a bucket), the card last: a
-reader finds the old card, or a new card whose checksums match the files beside it.
+carries; app/export/card.py). The files are made in memory (never in a temporary folder: see
+`_save`) and then put through app/storage (a rename on a volume, one PUT per object in a
+bucket), the card last: a reader finds the old card, or a new card whose checksums match the
+files beside it. The bytes written are returned too: promotion copies exactly these into the
+champion's immutable folder (app/promotion/champion_export.py), never what another driver may
+have written since.
 """
 
 from __future__ import annotations
 
 import hashlib
-import tempfile
+import io
 import time
+from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
@@ -40,13 +43,23 @@ VERSIONED = ("trainctl", "torch", "torchvision", "ray")
 
 
 def class_names(info: DatasetInfo) -> list[str]:
-    return list(info.class_names or tuple(str(i) for i in range(info.num_classes)))
+    return list(info.label_names())
+
+
+@dataclass(frozen=True)
+class Export:
+    """What export_best wrote: the card, its bytes and sha256, and every file's bytes."""
+
+    card: dict[str, Any]
+    card_bytes: bytes
+    card_sha256: str
+    files: dict[str, bytes]  # the model file and weights.pt, by name (the card not included)
 
 
 def export_best(
     settings: TrainSettings, info: DatasetInfo, best: checkpoints.CheckpointRef
-) -> tuple[dict[str, Any], str]:
-    """Write <run>/export/ from the verified checkpoint `best`: (the card, its sha256)."""
+) -> Export:
+    """Write <run>/export/ from the verified checkpoint `best`."""
     import torch
 
     from app.training.model import build_model
@@ -56,33 +69,38 @@ def export_best(
     model.load_state_dict(model_state)
     model.eval()
     example = torch.zeros(2, info.channels, info.height, info.width)
-    with tempfile.TemporaryDirectory(prefix="trainctl-export-") as tmp:
-        torch.save(model.state_dict(), Path(tmp) / WEIGHTS_FILE)
-        program, fallback = _save(model, example, Path(tmp))
-        names = (WEIGHTS_FILE, program) if program else (WEIGHTS_FILE,)
-        files = {name: (Path(tmp) / name).read_bytes() for name in names}
-    digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    weights = io.BytesIO()
+    torch.save(model.state_dict(), weights)
+    program, program_bytes, fallback = _save(model, example)
+    files = {WEIGHTS_FILE: weights.getvalue()}
+    if program is not None:
+        files[program] = program_bytes
+    digests = {file: hashlib.sha256(data).hexdigest() for file, data in files.items()}
     card = build_card(settings, info, best, program or WEIGHTS_FILE, digests, fallback)
     folder = settings.run_dir / EXPORT_DIR
     root = local_path(settings.run_dir)
-    for name, data in files.items():
-        write_atomic(folder / name, data, root)
+    for file, data in files.items():
+        write_atomic(folder / file, data, root)
     text = card_json(card)
     write_atomic(folder / CARD_FILE, text, root)  # last: it vouches for the rest
-    return card, hashlib.sha256(text).hexdigest()
+    return Export(card, text, hashlib.sha256(text).hexdigest(), files)
 
 
-def _save(model: Any, example: Any, folder: Path) -> tuple[str | None, str | None]:
-    """(the program file written, or None and why torch.export could not trace the model)."""
+def _save(model: Any, example: Any) -> tuple[str | None, bytes, str | None]:
+    """(the program's file name, its bytes, None), or (None, b"", why torch.export could not
+    trace the model). Saved to memory, not to a temporary folder: torch's archive writer
+    aborts the whole process (a C++ `terminate`) when a write of its file fails, as on a full
+    disk."""
     import torch
 
     try:
         batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
         program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
-        torch.export.save(program, folder / EXPORTED_PROGRAM)
-        return EXPORTED_PROGRAM, None
+        saved = io.BytesIO()
+        torch.export.save(program, saved)
+        return EXPORTED_PROGRAM, saved.getvalue(), None
     except Exception as err:  # any tracing failure: the export is then the weights alone
-        return None, f"torch.export failed ({type(err).__name__}: {str(err).strip()[:500]})"
+        return None, b"", f"torch.export failed ({type(err).__name__}: {str(err).strip()[:500]})"
 
 
 def build_card(
@@ -93,6 +111,8 @@ def build_card(
     digests: dict[str, str],
     fallback: str | None,
 ) -> dict[str, Any]:
+    """The card; `digests`: the sha256 of each file beside it (`file`, the one a model server
+    loads, and weights.pt)."""
     # Every path and setting through the one redaction rule: the card travels with the model.
     return redact(
         {
@@ -104,6 +124,7 @@ def build_card(
             "fallback_reason": fallback,
             "file": file,
             "files": digests,
+            "weights": WEIGHTS_FILE,
             "architecture": settings.model,
             "vit_patch": settings.vit_patch,
             "class_names": class_names(info),

@@ -68,12 +68,22 @@ def card_json(card: dict[str, Any]) -> bytes:
     return (json.dumps(card, indent=2) + "\n").encode()
 
 
-def read_card(folder: RunPath, root: Path | None = None) -> dict[str, Any]:
+def read_card(
+    folder: RunPath, root: Path | None = None, card_sha256: str | None = None
+) -> dict[str, Any]:
     """The card in export folder `folder` (on a volume opened below `root`, default the folder
-    itself, without following a link), shape-checked; ConfigError naming what is wrong."""
+    itself, without following a link), shape-checked; ConfigError naming what is wrong.
+    `card_sha256`: what the card's bytes must hash to (a champion pointer's), checked on the
+    bytes that are then parsed."""
     path = folder / CARD_FILE
     try:
         text = read_bounded(path, root or local_path(folder), MAX_CARD_BYTES)
+        found = hashlib.sha256(text).hexdigest()
+        if card_sha256 is not None and found != card_sha256:
+            raise ConfigError(
+                f"{path}: sha256 {found} is not the {card_sha256} the champion pointer "
+                "records; altered since it was promoted, and not loaded"
+            )
         card = bounded_json.loads(text.decode("utf-8"), MAX_CARD_BYTES)
     except FileNotFoundError:
         raise ConfigError(
@@ -149,13 +159,14 @@ def card_problem(card: Any) -> str | None:
     return names_problem(names)
 
 
-def verified(folder: RunPath, root: Path | None = None) -> Verified:
-    """The card and weights.pt's bytes once every file the card lists matches its sha256;
-    ConfigError naming the file (and both checksums) otherwise. On a volume every file is
-    opened below `root` (default: the folder itself) without following a link, as a regular
-    file of bounded size. Nothing is loaded before this passes."""
+def verified(folder: RunPath, root: Path | None = None, card_sha256: str | None = None) -> Verified:
+    """The card and weights.pt's bytes once every file the card lists matches its sha256 (and
+    the card `card_sha256`, where given); ConfigError naming the file (and both checksums)
+    otherwise. On a volume every file is opened below `root` (default: the folder itself)
+    without following a link, as a regular file of bounded size. Nothing is loaded before
+    this passes."""
     root = root or local_path(folder)
-    card = read_card(folder, root)
+    card = read_card(folder, root, card_sha256)
     weights = b""
     for name, expected in card["files"].items():
         path = folder / name

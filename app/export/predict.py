@@ -54,13 +54,16 @@ def _shown(text: str) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def predict(target: str, images: Sequence[str], top_k: int) -> list[Prediction]:
+def predict(
+    target: str, images: Sequence[str], top_k: int, card_sha256: str | None = None
+) -> list[Prediction]:
+    """`card_sha256`: what the export's card must hash to (a champion pointer's)."""
     if not 1 <= top_k <= MAX_TOP_K:
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
     folder, root = export_folder(target)
-    export = verified(folder, root)
+    export = verified(folder, root, card_sha256)
     card = export.card
     first = _batch(chunks[0], card)  # a bad first image is named before anything loads
     module = _load(export)

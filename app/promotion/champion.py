@@ -1,38 +1,49 @@
 """The champion pointer: `<storage_path>/champions/<TRAIN_MODEL_NAME>.json`.
 
 A small JSON object naming the run whose export is the current champion, its version (1, 2,
-... : one more each time the pointer moves), the metric it won with, and the sha256 of its
-model card (app/export/card.py), so a consumer can check the card it loads is the one that was
-promoted.
+... : one more each time the pointer moves), the metric it won with, its task (class names,
+channels, input size: app/promotion/task.py), the immutable copy of its export
+(`champions/<name>/<card sha256>/`, app/promotion/export_copy.py) and the sha256 of that
+copy's model card (app/export/card.py), so a consumer can check the card it loads is the one
+that was promoted.
 
-Replaced whole, never edited: a reader sees the old pointer or the new one, never a torn file.
-- On a volume, an atomic rename (app/storage/location.py write_atomic), and the read-decide-write
-  runs under an exclusive flock on `champions/.<name>.lock`, so two runs finishing at once are
-  serialized: the second decides against the first's pointer.
-- In a bucket, one PUT of the whole object. pyarrow's S3 and GCS clients (the only store client
-  trainctl has) offer no conditional write (S3 If-Match / If-None-Match), so two runs
-  finishing in the same instant are last-writer-wins of a whole, consistent object; the
-  pointer is read back after the write and a lost race is reported (`superseded`), never hidden.
+Replaced whole, never edited, and only by a compare-and-swap: the pointer the gate judges
+against is the pointer that is replaced, so two runs (or two pools) finishing at once never
+undo each other, and an older or worse model never overwrites a newer champion.
+- On a volume, the read-decide-write runs under an exclusive flock on `champions/.<name>.lock`
+  (two drivers are serialised: the second decides against the first's pointer), and the write
+  is an atomic rename (app/storage/location.py write_atomic).
+- In an S3 bucket, the pointer and its ETag are read in one GET and written back with
+  `If-Match: <ETag>` (`If-None-Match: *` for the first), app/storage/conditional.py: a writer
+  that loses the race gets a 412, reads the new pointer and decides again against it.
+- In a GCS bucket, trainctl has no client that can send a precondition
+  (`ifGenerationMatch`): the pointer is written whole (one upload) and read back, and a lost
+  race is reported (`superseded`), not prevented. docs/gitops.md says so; give concurrent
+  pools their own TRAIN_MODEL_NAME there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.storage import bounded_json, safe_fs
-from app.storage.location import RunPath, local_path, write_json
+from app.storage import bounded_json, conditional, safe_fs
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, local_path, write_atomic
 from app.storage.reading import read_bounded
 
 CHAMPIONS_DIR = "champions"
 MAX_POINTER_BYTES = 1 << 20
-LOCK_WAIT_S = 60.0  # another driver holds the lock for one read and one small write
+LOCK_WAIT_S = 300.0  # another driver holds it for one read, a copy of its export, one write
+SWAP_ATTEMPTS = 30  # lost races in a row before giving up (each one: another run promoted)
 
 
 class PointerDamaged(ValueError):
@@ -60,20 +71,43 @@ def _root(local: Path) -> Path:
     return local.parent.parent
 
 
+def champion_export(storage: RunPath, name: str, endpoint: str | None) -> tuple[str, str]:
+    """(the export folder, its card's sha256) of champion `name`, as its pointer names them
+    (`trainctl predict champion:<name>`); PointerDamaged where there is none to follow."""
+    path = pointer_path(storage, name)
+    pointer = read_pointer(path)
+    if pointer is None:
+        raise PointerDamaged(f"{path}: no champion {name} (no pointer there)")
+    export, digest = pointer.get("export"), pointer.get("card_sha256")
+    if not isinstance(export, str) or not isinstance(digest, str):
+        raise PointerDamaged(f"{path}: not a champion pointer (no `export` or `card_sha256`)")
+    return export, digest
+
+
 def read_pointer(path: RunPath) -> dict[str, Any] | None:
     """The pointer, None when there is none; PointerDamaged when it is unreadable."""
     local = local_path(path)
     try:
         data = read_bounded(path, _root(local) if local else None, MAX_POINTER_BYTES)
-        pointer = bounded_json.loads(data.decode("utf-8"), MAX_POINTER_BYTES)
     except FileNotFoundError:
         return None
-    except (ValueError, OSError) as err:  # oversized, not UTF-8, not JSON, a folder
+    except (ValueError, OSError) as err:  # oversized, a folder
         raise PointerDamaged(f"{path}: unreadable champion pointer ({err})") from None
     except safe_fs.LinkRefused:  # a ConfigError: it would stop the step instead of keeping
         raise PointerDamaged(
             f"{path}: unreadable champion pointer (a symbolic link, not followed)"
         ) from None
+    return parse_pointer(path, data)
+
+
+def parse_pointer(path: RunPath, data: bytes | None) -> dict[str, Any] | None:
+    """The pointer in `data` (None: there is none); PointerDamaged when it is not one."""
+    if data is None:
+        return None
+    try:
+        pointer = bounded_json.loads(data.decode("utf-8"), MAX_POINTER_BYTES)
+    except ValueError as err:  # not UTF-8, not JSON, too deep
+        raise PointerDamaged(f"{path}: unreadable champion pointer ({err})") from None
     version = pointer.get("version") if isinstance(pointer, dict) else None
     if not isinstance(version, int) or isinstance(version, bool):
         raise PointerDamaged(f"{path}: not a champion pointer (no whole-number `version`)")
@@ -84,21 +118,54 @@ def read_pointer(path: RunPath) -> dict[str, Any] | None:
     return pointer
 
 
-def replace(
-    path: RunPath, decide: Callable[[dict[str, Any] | None], dict[str, Any] | None]
-) -> Replaced:
-    """Read the pointer, let `decide` return the new one (or None to keep it), write it whole.
+def encode(pointer: dict[str, Any]) -> bytes:
+    return (json.dumps(pointer, indent=2) + "\n").encode()
 
-    `decide` may raise: nothing is written then."""
-    with _exclusive(path):
-        before = read_pointer(path)
+
+Decide = Callable[[dict[str, Any] | None], dict[str, Any] | None]
+
+
+def replace(path: RunPath, decide: Decide) -> Replaced:
+    """Read the pointer, let `decide` return the new one (or None to keep it), write it whole,
+    as one step: nobody else's pointer lands between the read `decide` judged and the write.
+
+    `decide` may raise: nothing is written then. It may be called again (a lost race in a
+    bucket), each time with the pointer as it is then."""
+    if isinstance(path, ObjectPath) and conditional.supported(path):
+        return _swap(path, decide)
+    try:
+        with _exclusive(path):
+            before = read_pointer(path)
+            new = decide(before)
+            if new is None:
+                return Replaced(before, None, before)
+            local = local_path(path)
+            write_atomic(path, encode(new), _root(local) if local else None)
+            after = new if local is not None else read_pointer(path)  # GCS: read back
+    except safe_fs.LinkRefused as err:  # a ConfigError: the step keeps the champion instead
+        raise PointerDamaged(f"{path}: {'; '.join(err.problems)}") from None
+    return Replaced(before, new, after)
+
+
+def _swap(path: ObjectPath, decide: Decide) -> Replaced:
+    """Compare-and-swap in S3: read with the ETag, decide, write If-Match that ETag; a lost
+    race is read again and decided again, against the pointer that won it."""
+    for attempt in range(SWAP_ATTEMPTS):
+        try:
+            found = conditional.read(path, MAX_POINTER_BYTES)
+        except ValueError as err:
+            raise PointerDamaged(f"{path}: unreadable champion pointer ({err})") from None
+        before = parse_pointer(path, found.data)
         new = decide(before)
         if new is None:
             return Replaced(before, None, before)
-        local = local_path(path)
-        write_json(path, new, _root(local) if local else None)
-        after = new if local is not None else read_pointer(path)
-    return Replaced(before, new, after)
+        if conditional.replace(path, encode(new), found):
+            return Replaced(before, new, new)
+        # Jittered, growing pauses: writers that collided do not collide again in step.
+        time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))
+    raise conditional.ConditionalWriteError(
+        f"{path}: replaced by other runs {SWAP_ATTEMPTS} times while this one decided; not written"
+    )
 
 
 @contextlib.contextmanager

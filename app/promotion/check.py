@@ -1,23 +1,31 @@
 """`trainctl check`'s promotion line: the gate a run must pass, and the champion it is judged
-against, read the way the promotion step reads it (app/promotion/champion.py).
+against, read the way the promotion step reads it (app/promotion/champion.py), with the
+champion's task beside this run's (class names, channels, input size: app/promotion/task.py).
 
 A pointer the step cannot use is a failed check: unreadable or not a pointer, the step keeps
 the champion and no run is ever promoted (`kept the champion: not promoted (...)`) until the
 file is fixed or removed; without a number for TRAIN_CHECKPOINT_METRIC, `beats_champion`
-finds nothing to beat and promotes any run as if there were no champion. `train` leaves the
-pointer to that step, which reads it again when the run ends (it may have moved by then).
+finds nothing to beat and promotes any run as if there were no champion. A champion of
+another task fails it too: the step would keep it whatever the run scores, and a new task
+needs a new TRAIN_MODEL_NAME. `train` leaves the pointer to that step, which reads it again
+when the run ends (it may have moved by then).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.formatting import one_line
 from app.promotion import champion
-from app.promotion.gate import number
+from app.promotion.champion_task import TaskUnknown, champion_task
+from app.promotion.gate import CHANCE_METRIC, Chance, chance_of, number
+from app.promotion.task import Task, another_task
 from app.settings import TrainSettings
 from app.settings.gate import BEATS, Gate
+from app.storage import conditional
+from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, local_path, store_errors
 from app.storage.reading import exists_within, is_dir_within
 
@@ -40,7 +48,69 @@ def promotion_check(settings: TrainSettings, found: object = None) -> str:
             pointer = None if absent else champion.read_pointer(path)
     except champion.PointerDamaged as err:
         raise ConfigError(damaged(str(err))) from None
-    return describe(settings.promote_if, pointer, settings.checkpoint_metric, path)
+    line = describe(settings.promote_if, pointer, settings.checkpoint_metric, path)
+    info: DatasetInfo | None = getattr(found, "info", None)  # None: the data is not read yet
+    if pointer is None:
+        chance = chance_of(info.valid_class_counts) if info else None
+        return _first(line, settings.promote_if, chance) + _race(path)
+    run = Task.of_info(info) if info else None
+    return line + _tasks(pointer, run, settings, path) + _race(path)
+
+
+def _race(path: RunPath) -> str:
+    """How two runs finishing at once are kept apart, where it is not the usual way (a lock on
+    a volume, a compare-and-swap in S3: app/promotion/champion.py); ConfigError where the S3
+    client that sends it is missing (the step could never move the pointer)."""
+    if not isinstance(path, ObjectPath):
+        return ""
+    if conditional.supported(path):
+        problem = conditional.missing_client()
+        if problem:
+            raise ConfigError(f"{one_line(str(path), 500)}: {problem}; no run could be promoted")
+        return ""
+    return (
+        " (in GCS the pointer is last-writer-wins: two runs finishing at once may both be "
+        "promoted, the second superseding the first; give each pool its own TRAIN_MODEL_NAME)"
+    )
+
+
+def _first(line: str, gate: Gate, chance: Chance | None) -> str:
+    """No champion yet: what the first run must score, where the data says."""
+    if not gate.beats_champion or chance is None:
+        return line
+    return line.replace(
+        "(the first run",
+        f"(the first run whose {CHANCE_METRIC} beats the validation data's majority-class "
+        f"rate {chance.rate:.4f} + {chance.margin:.4g}",
+        1,
+    )
+
+
+def _tasks(
+    pointer: dict[str, Any], run: Task | None, settings: TrainSettings, path: RunPath
+) -> str:
+    """`, classes [...] 3x32x32; this run: classes [...] 3x32x32`; ConfigError when they
+    differ, or when the champion's task cannot be told (the step would keep the champion)."""
+    if run is None:  # nothing to compare with: show what the pointer records, if anything
+        try:
+            return f", {Task.from_record(pointer['task']).describe()}" if "task" in pointer else ""
+        except ValueError:
+            return ""
+    where = one_line(str(path), 500)
+    try:
+        found = champion_task(pointer, settings.storage_endpoint)
+    except TaskUnknown as err:
+        raise ConfigError(
+            f"{where}: the champion's task cannot be told ({one_line(str(err), 500)}); a run "
+            "would train and then keep the champion, not promoted: remove the pointer or use "
+            "another TRAIN_MODEL_NAME"
+        ) from None
+    problem = another_task(found, run, settings.champion_name, pointer.get("version"))
+    if problem:
+        raise ConfigError(
+            f"{where}: {problem}; a run would train and then keep the champion, not promoted"
+        )
+    return f", {found.describe()}; this run: {run.describe()}"
 
 
 def damaged(problem: str) -> str:

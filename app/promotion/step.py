@@ -4,7 +4,18 @@ and in the driver's last line.
 
 A function of a finished run folder and its settings: the driver calls it after writing the
 summary, and it can be applied again to the same folder (a rerun of a finished run) with the
-same result. The decisions are app/promotion/gate.py's pure functions.
+same result, even while another driver of the same run does it at the same moment: whether this
+run's checkpoint is already the champion is decided against the pointer read inside the
+compare-and-swap (app/promotion/champion.py), so both end with the pointer's version in their
+summary. The decisions are pure functions: the gate (app/promotion/gate.py) and the task, which
+must be the champion's whatever the gate says (app/promotion/task.py).
+
+Nothing here loses a record. A promoted export is copied into the champion's immutable folder
+(app/promotion/champion_export.py), which the pointer names: a later export of the same run
+cannot change the champion. A failed export (or a champion copy the store refused) is a
+failure of the run, exit 1 with the cause in summary.json (`status: failed`), not a gate's
+"not promoted"; a rerun exports again. The summary goes through
+app/run/folder.write_final_summary, which never leaves it at "running" or half written.
 """
 
 from __future__ import annotations
@@ -12,18 +23,21 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from app.data.schema import DatasetInfo
-from app.errors import TrainctlError
-from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES
-from app.promotion import champion, gate, registry
+from app.errors import RunFailed, TrainctlError
+from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES, WEIGHTS_FILE
+from app.promotion import champion, champion_export, gate, registry
+from app.promotion.champion_task import TaskUnknown, champion_task
+from app.promotion.task import Task, another_task
 from app.redact import redact_text
 from app.run import checkpoints
-from app.run.folder import write_summary
+from app.run.folder import SummaryNotWritten, write_final_summary
 from app.settings import TrainSettings
+from app.storage import safe_fs
 from app.storage.location import local_path
 from app.storage.reading import read_bounded
 
@@ -48,10 +62,11 @@ def promote_run(
     good: list[checkpoints.CheckpointRef] | None = None,
 ) -> dict[str, Any]:
     """Export, gate, champion; the summary updated and written again. Raises NotPromoted
-    when the gate failed and TRAIN_NOT_PROMOTED_EXIT is not 0.
+    when the gate failed and TRAIN_NOT_PROMOTED_EXIT is not 0, RunFailed when the export (or
+    the champion's copy of it) could not be written.
 
     `previous` is the `promotion` record an earlier driver of this run left in summary.json
-    (a rerun of a finished run): when it judged the same checkpoint, export and gate, its
+    (a rerun of a finished run): when it judged the same checkpoint under the same gate, its
     verdict stands and nothing is exported or gated again. `good`: the run folder's verified
     checkpoints where the caller has them (the driver's end-of-run scan, after pruning), so
     that every checkpoint file is hashed once per run's end; None: scanned here."""
@@ -60,39 +75,35 @@ def promote_run(
     good = checkpoints.scan(run_dir).good if good is None else good
     best = next(iter(checkpoints.ranked(good, metric)), None)
     promotion: dict[str, Any] = {"gate": str(settings.promote_if), "metric": metric}
+    if best is not None:
+        promotion["checkpoint"] = {"epoch": best.epoch, "metrics": best.metrics}
     line: str
-    card_sha = None
-    current = _already_champion(settings, best)
+    published = None  # the export folder the registry gets
+    version = None
     try:
+        current = _already_champion(settings, best)
         if current is not None:  # a rerun of the champion run: nothing to export or move
-            version = int(current["version"])
-            decision = gate.Decision(
-                True, "already the champion", metric, current.get("value"),
-                current.get("value"), str(settings.promote_if),
-            )  # fmt: skip
-            promotion.update(decision.record(), version=version, pointer=str(_pointer(settings)),
-                             champion_before=current.get("run_name"))  # fmt: skip
-            promotion["export"] = {"folder": current.get("export"),
-                                   "card_sha256": current.get("card_sha256")}  # fmt: skip
+            decision, version = _still_champion(settings, current, promotion)
             line = f"promoted v{version} (already the champion)"
         elif best is not None and _judged_before(settings, best, previous):
             line, decision = _verdict_stands(settings, previous, promotion)  # type: ignore[arg-type]
-            version = None
         elif best is None:
             raise _Kept("no verified checkpoint to export")
         else:
-            line, decision, version, card_sha = _export_and_gate(settings, info, best, promotion)
+            line, decision, version, published = _export_and_gate(settings, info, best, promotion)
     except _Kept as kept:
         decision = gate.Decision(False, str(kept), metric, None, None, str(settings.promote_if))
         promotion.update(decision.record())
         line = f"kept the champion: not promoted ({kept})"
         version = None
+    except _Failed as failed:
+        _fail(settings, summary, promotion, str(failed))
     promotion["line"] = line
     run_id = registry.enabled(summary.get("tracking"))
-    if run_id and card_sha:
+    if run_id and published is not None:
         try:
             promotion["registry"] = registry.publish(
-                run_id, run_dir / EXPORT_DIR, settings.champion_name, decision.promoted
+                run_id, published, settings.champion_name, decision.promoted
             )
         except Exception as err:  # the pointer already moved: say the registry did not follow
             promotion["registry"] = {"error": registry.describe(err)}
@@ -100,7 +111,7 @@ def promote_run(
     summary = {**summary, "promoted": decision.promoted, "promotion": promotion}
     if version is not None:
         summary["champion_version"] = version
-    write_summary(run_dir, summary)
+    write_final_summary(run_dir, summary)
     _say(line)  # the last line: a CronJob's log and `submit --wait` end with it
     if not decision.promoted and settings.not_promoted_exit:
         raise NotPromoted(line, settings.not_promoted_exit)
@@ -111,49 +122,98 @@ class _Kept(Exception):
     """Nothing to gate: the champion stays, for the reason given."""
 
 
+class _Failed(Exception):
+    """The run's records could not be written: a failure of the run, with this cause."""
+
+
+def _fail(
+    settings: TrainSettings, summary: dict[str, Any], promotion: dict[str, Any], cause: str
+) -> NoReturn:
+    """Record the failure in summary.json (`status: failed`) and raise RunFailed."""
+    run_dir = settings.run_dir
+    line = f"failed: {cause}; the champion was not judged, the checkpoints are intact"
+    promotion.update(error=cause, line=line)
+    failed = {**summary, "status": "failed", "error": cause, "promoted": False,
+              "promotion": promotion}  # fmt: skip
+    try:
+        write_final_summary(run_dir, failed)
+    except SummaryNotWritten as err:  # both causes, the first one first
+        raise RunFailed([cause, *err.problems]) from None
+    _say(line)
+    raise RunFailed(
+        [cause, f"checkpoints and summary: {run_dir}",
+         "rerun the same run (same TRAIN_RUN_NAME) once the store is fixed: it exports again "
+         "without training"]
+    )  # fmt: skip
+
+
 def _pointer(settings: TrainSettings) -> Any:
     return champion.pointer_path(settings.storage_path, settings.champion_name)
+
+
+def _same_checkpoint(
+    pointer: dict[str, Any] | None, settings: TrainSettings, best: checkpoints.CheckpointRef
+) -> bool:
+    """Whether the pointer names this run's checkpoint `best` (its epoch and every metric it
+    recorded: a run folder trained again from scratch has other figures)."""
+    return (
+        isinstance(pointer, dict)
+        and pointer.get("run_dir") == redact_text(str(settings.run_dir))
+        and pointer.get("epoch") == best.epoch
+        and pointer.get("metrics") == best.metrics
+    )
 
 
 def _already_champion(
     settings: TrainSettings, best: checkpoints.CheckpointRef | None
 ) -> dict[str, Any] | None:
-    """The pointer, when it already names this run's best checkpoint and its export on storage
-    is still the one promoted (its card's sha256); None otherwise. A rerun of a finished
-    champion then changes nothing: no new export, version or registry entry."""
+    """The pointer, when it already names this run's best checkpoint; None otherwise. A rerun
+    of a finished champion then changes nothing: no new export, version or registry entry.
+    Read without the lock: the pointer only ever moves to another checkpoint, which the
+    compare-and-swap of a run that does export sees."""
     if best is None:
         return None
     try:
         current = champion.read_pointer(_pointer(settings))
     except champion.PointerDamaged:
         return None  # the gate step reports it
-    if not current or current.get("run_dir") != redact_text(str(settings.run_dir)):
-        return None
-    if current.get("epoch") != best.epoch:
-        return None
-    card = settings.run_dir / EXPORT_DIR / CARD_FILE
-    try:
-        found = hashlib.sha256(read_bounded(card, local_path(settings.run_dir), MAX_CARD_BYTES))
-    except (OSError, ValueError):
-        return None
-    return current if found.hexdigest() == current.get("card_sha256") else None
+    return current if _same_checkpoint(current, settings, best) else None
+
+
+def _still_champion(
+    settings: TrainSettings, current: dict[str, Any], promotion: dict[str, Any]
+) -> tuple[gate.Decision, int]:
+    version = int(current["version"])
+    decision = gate.Decision(
+        True, "already the champion", settings.checkpoint_metric, current.get("value"),
+        current.get("value"), str(settings.promote_if),
+    )  # fmt: skip
+    promotion.update(decision.record(), version=version, pointer=str(_pointer(settings)),
+                     champion_before=current.get("run_name"))  # fmt: skip
+    promotion["export"] = {"folder": current.get("export"),
+                           "card_sha256": current.get("card_sha256")}  # fmt: skip
+    return decision, version
 
 
 def _judged_before(
     settings: TrainSettings, best: checkpoints.CheckpointRef, previous: dict[str, Any] | None
 ) -> bool:
-    """Whether an earlier driver of this run already passed `best`, exported as it is now on
-    storage, through the same gate, up to a champion decision. Without this a rerun of an old
-    finished run (a retried job, a re-applied manifest) would be judged again against the
-    pointer of today: with a threshold gate, last month's model would become the new champion.
-    A decision that never reached the pointer (export failed, pointer damaged or not written)
-    has no `champion_before` and is made again."""
+    """Whether an earlier driver of this run already passed `best` through the same gate, up
+    to a champion decision. Without this a rerun of an old finished run (a retried job, a
+    re-applied manifest) would be judged again against the pointer of today: with a threshold
+    gate, last month's model would become the new champion. A decision that never reached the
+    pointer (export failed, pointer damaged or not written) has no `champion_before` and is
+    made again."""
     if not isinstance(previous, dict) or "champion_before" not in previous:
         return False
     if previous.get("gate") != str(settings.promote_if):
         return False  # a new gate is a new question: judge again
     if previous.get("pointer") != str(_pointer(settings)):
         return False  # another TRAIN_MODEL_NAME: another champion to judge against
+    judged = previous.get("checkpoint")
+    if isinstance(judged, dict):  # the checkpoint judged, by its epoch and figures
+        return judged.get("epoch") == best.epoch and judged.get("metrics") == best.metrics
+    # A verdict recorded before `checkpoint` was: the export it judged, still on storage.
     card = settings.run_dir / EXPORT_DIR / CARD_FILE
     try:
         text = read_bounded(card, local_path(settings.run_dir), MAX_CARD_BYTES)
@@ -195,82 +255,150 @@ def _export_and_gate(
     info: DatasetInfo,
     best: checkpoints.CheckpointRef,
     promotion: dict[str, Any],
-) -> tuple[str, gate.Decision, int | None, str]:
+) -> tuple[str, gate.Decision, int | None, Any]:
+    """(line, decision, version or None, the folder the registry gets)."""
     from app.export.build import export_best
 
     try:
-        card, card_sha = export_best(settings, info, best)
-    except Exception as err:  # any export failure keeps the champion where it is
-        raise _Kept(f"export failed: {registry.describe(err)}") from None
-    promotion["export"] = {
-        "folder": str(settings.run_dir / EXPORT_DIR),
-        "format": card["format"],
-        "file": card["file"],
-        "fallback_reason": card["fallback_reason"],
-        "card_sha256": card_sha,
-    }
+        export = export_best(settings, info, best)
+    except Exception as err:  # a full disk, a store that refuses: the run failed, say why
+        raise _Failed(f"export failed: {registry.describe(err)}") from None
     try:
-        line, decision, version = _move_champion(settings, best, card_sha, promotion)
+        return move_champion(settings, info, best, export, promotion)
+    except champion.PointerDamaged as err:  # `check` fails on it, in the same words
+        raise _Kept(str(err)) from None
     except OSError as err:  # the store refused the pointer (pyarrow's errors are OSErrors)
         raise _Kept(f"champion pointer not written: {registry.describe(err)}") from None
-    return line, decision, version, card_sha
 
 
-def _move_champion(
+class _Outcome:
+    """What the last call of `decide` found (it runs again after a lost race)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.decision: gate.Decision | None = None
+        self.already: dict[str, Any] | None = None  # the pointer naming this checkpoint
+        self.kept: str | None = None  # another task, or one that cannot be told
+        self.folder: Any = None  # the champion's copy of the export
+
+
+def move_champion(
     settings: TrainSettings,
+    info: DatasetInfo,
     best: checkpoints.CheckpointRef,
-    card_sha: str,
+    export: Any,
     promotion: dict[str, Any],
-) -> tuple[str, gate.Decision, int | None]:
+) -> tuple[str, gate.Decision, int | None, Any]:
+    """Judge `export` of checkpoint `best` against the champion and move the pointer, as one
+    compare-and-swap: what two pools (or two runs) finishing at once race on. (line,
+    decision, version or None, the folder the registry gets); `promotion` is filled in."""
     path = _pointer(settings)
+    promotion["export"] = {
+        "folder": str(settings.run_dir / EXPORT_DIR),
+        "format": export.card["format"],
+        "file": export.card["file"],
+        "weights": WEIGHTS_FILE,
+        "fallback_reason": export.card["fallback_reason"],
+        "card_sha256": export.card_sha256,
+    }
     promotion["pointer"] = str(path)
     run_dir = redact_text(str(settings.run_dir))  # the pointer is read by many: no secrets
-    outcome: dict[str, Any] = {}
+    candidate = Task.from_card(export.card)
+    chance = gate.chance_of(info.valid_class_counts)
+    outcome = _Outcome()
 
     def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
+        outcome.reset()
+        if _same_checkpoint(current, settings, best):  # another driver of this run promoted it
+            outcome.already = current
+            return None
+        if current is not None:
+            outcome.kept = _task_problem(current, candidate, settings)
+            if outcome.kept:
+                return None
         decision = gate.decide(
             settings.promote_if,
             best.metrics,
             (current or {}).get("metrics"),
             settings.checkpoint_metric,
             checkpoints.higher_is_better(settings.checkpoint_metric),
+            chance,
         )
-        outcome["decision"] = decision
+        outcome.decision = decision
         if not decision.promoted:
             return None
+        try:
+            folder = champion_export.keep(export, settings.storage_path, settings.champion_name)
+        except (OSError, champion_export.CopyRefused, safe_fs.LinkRefused) as err:
+            raise _Failed(
+                f"the champion's copy of the export could not be written: {_describe(err)}"
+            ) from None
+        outcome.folder = folder
+        before = current or {}
         return {
             "model_name": settings.champion_name,
-            "version": int((current or {}).get("version", 0)) + 1,
+            "version": int(before.get("version", 0)) + 1,
             "run_name": settings.run_name,
             "run_dir": run_dir,
-            "export": f"{run_dir}/{EXPORT_DIR}",
-            "card_sha256": card_sha,
+            "export": redact_text(str(folder)),  # immutable: champion_export.py
+            "run_export": f"{run_dir}/{EXPORT_DIR}",  # the run's latest export, which may move
+            "card_sha256": export.card_sha256,
             "metric": settings.checkpoint_metric,
             "value": best.metrics.get(settings.checkpoint_metric),
             "metrics": best.metrics,
             "epoch": best.epoch,
+            "task": candidate.record(),
             "gate": str(settings.promote_if),
+            "previous": {"version": before.get("version"), "run_name": before.get("run_name")}
+            if current
+            else None,
             "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
-    try:
-        replaced = champion.replace(path, decide)
-    except champion.PointerDamaged as err:
-        raise _Kept(str(err)) from None
-    decision: gate.Decision = outcome["decision"]
-    promotion.update(decision.record())
+    replaced = champion.replace(path, decide)
     before = replaced.before or {}
+    if outcome.already is not None:
+        decision, version = _still_champion(settings, outcome.already, promotion)
+        return f"promoted v{version} (already the champion)", decision, version, None
     promotion["champion_before"] = before.get("run_name")
+    if outcome.kept:
+        raise _Kept(outcome.kept)
+    decision = outcome.decision
+    assert decision is not None
+    promotion.update(decision.record())
     if replaced.written is None:
-        return gate.outcome_line(decision, None, before.get("version")), decision, None
+        line = gate.outcome_line(decision, None, before.get("version"))
+        return line, decision, None, settings.run_dir / EXPORT_DIR
     version = int(replaced.written["version"])
     promotion["version"] = version
+    promotion["export"]["champion_folder"] = replaced.written["export"]
     line = gate.outcome_line(decision, version, None)
-    if replaced.superseded:
+    if replaced.superseded:  # GCS only: no compare-and-swap there (champion.py)
         other = (replaced.after or {}).get("run_name")
         promotion["superseded_by"] = other
         line += f"; then superseded by run {other} finishing at the same time"
-    return line, decision, version
+    return line, decision, version, outcome.folder
+
+
+def _task_problem(current: dict[str, Any], candidate: Task, settings: TrainSettings) -> str | None:
+    """Why `candidate` may not replace the champion `current` names: another task, or a
+    champion whose task cannot be told (nothing proves it is this one)."""
+    try:
+        found = champion_task(current, settings.storage_endpoint)
+    except TaskUnknown as err:
+        return (
+            f"the champion's task cannot be told ({err}); remove the pointer or use another "
+            "TRAIN_MODEL_NAME"
+        )
+    return another_task(found, candidate, settings.champion_name, current.get("version"))
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, safe_fs.LinkRefused):
+        return "; ".join(err.problems)
+    return str(err) if isinstance(err, champion_export.CopyRefused) else registry.describe(err)
 
 
 def _say(message: str) -> None:

@@ -35,7 +35,7 @@ import torch
 from app.run.checkpoint_names import PREFIX, parse_name
 from app.run.checkpoint_names import dir_name as dir_name  # callers name folders through here
 from app.run.retention import higher_is_better, ranked, to_remove  # noqa: F401
-from app.run.state_dicts import MAX_WEIGHTS_BYTES, MODEL_FILE, fit_problem, plain_keys
+from app.run.state_dicts import MODEL_FILE, fit_problem, plain_keys
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
 from app.storage.reading import open_below, read_bounded, sha256_of
@@ -188,22 +188,8 @@ def load_train_state(folder: RunPath) -> tuple[dict[str, Any], dict[str, Any]]:
     return model_state, train_state
 
 
-def load_weights(path: RunPath) -> dict[str, Any]:
-    """Model weights for a warm start: a checkpoint folder or a model.pt file."""
-    file = path / MODEL_FILE if path.is_dir() else path
-    return plain_keys(_load_any(file))
-
-
 def _load(file: RunPath) -> Any:
     with _open(file) as source:
-        return torch.load(source, map_location="cpu", weights_only=True)
-
-
-def _load_any(file: RunPath) -> Any:
-    """A warm-start file, anywhere the operator points: its folder is theirs to choose, the
-    file itself is opened as a regular file of at most MAX_WEIGHTS_BYTES without following a
-    link (a FIFO there used to hang preflight), and loaded from that one open file."""
-    with open_below(file, None, MAX_WEIGHTS_BYTES) as source:
         return torch.load(source, map_location="cpu", weights_only=True)
 
 

@@ -22,7 +22,7 @@ from app.run import checkpoints, decisions, resume
 from app.run import folder as run_folder
 from app.run import log_capture as run_logs
 from app.run.class_names import record as record_class_names
-from app.run.folder import read_summary, write_summary
+from app.run.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
 from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
 from app.run.progress import EpochFollower
 from app.run.retention import in_run_pruner
@@ -43,17 +43,18 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     started = time.monotonic()
     run_dir = settings.run_dir
     try:
-        info = preflight_for_training(settings)
+        found = preflight_for_training(settings)
     except ConfigError as err:
         run_folder.record_invalid(run_dir, err)
         raise
+    info: DatasetInfo = found.info  # type: ignore[assignment]
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
     # to worker-N.log there: they outlive the Ray cluster (app/run/log_capture.py).
     attempt = run_logs.next_attempt(run_dir)
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
     with run_logs.capture(driver_log, settings.log_max_mb, banner, held=True) as log:
-        return _train(settings, info, started, attempt, log.open)
+        return _train(settings, info, started, attempt, log.open, found.warm_start)
 
 
 def _train(
@@ -62,6 +63,7 @@ def _train(
     started: float,
     attempt: int,
     open_log: Callable[[], None],
+    warm_start: Any = None,
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
     # auto values become concrete once, here: the workers and the summary see what ran.
@@ -103,13 +105,23 @@ def _train(
     open_log()  # training starts: from here on the driver's output is kept in the run folder
     trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
     trackers.catch_up([r for r in run_folder.epochs(run_dir) if r["epoch"] <= start.epochs_done])
-    write_summary(run_dir, {**_running_summary(settings, resume_from), "tracking": trackers.ids})
+    running = {**_running_summary(settings, resume_from), "tracking": trackers.ids}
+    try:
+        write_summary(run_dir, running)
+    except OSError as err:  # a full disk, a quota: before anything trained, say so plainly
+        raise RunFailed(
+            f"{run_dir}/summary.json could not be written ({err.strerror or err}); nothing was "
+            "trained: free space on the store and rerun"
+        ) from None
     record_class_names(run_dir, info)  # checked against the data in preflight
     run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
 
     with sigterm_interrupts():
         try:
-            _fit(settings, info, invocation, resume_from, attempt, trackers, interrupted)
+            _fit(
+                settings, info, invocation, resume_from, attempt, trackers, interrupted,
+                warm_start,
+            )  # fmt: skip
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
             ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
             if ending == "sigterm":
@@ -165,6 +177,7 @@ def _fit(
     attempt: int,
     trackers: Trackers,
     interrupted: bool,
+    warm_start: Any = None,
 ) -> None:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -188,6 +201,8 @@ def _fit(
             "resume_from": resume_from,
             "log_attempt": attempt,
             "interrupted": interrupted,
+            # TRAIN_WARM_START as preflight verified it: each worker loads these bytes only.
+            "warm_start": warm_start,
         },
         scaling_config=ScalingConfig(
             num_workers=(workers.min, workers.max) if workers.elastic else workers.max,
@@ -276,7 +291,13 @@ def _finish(
         summary["tracking_delivery"] = trackers.delivery()
     elif (read_summary(run_dir) or {}).get("tracking"):
         summary["tracking"] = read_summary(run_dir)["tracking"]  # type: ignore[index]
-    path = write_summary(run_dir, summary)
+    try:
+        path = write_final_summary(run_dir, summary)
+    except SummaryNotWritten as err:
+        if status == "succeeded":
+            raise  # the run's record is lost: a failure, exit 1 with the cause
+        _say(f"{'; '.join(err.problems)}")  # the run's own failure is what the caller raises
+        return summary, kept
     _say(decisions.outcome_line(settings.run_name, status, summary, settings.epochs))
     _say(f"  summary: {path}")
     if curves:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.errors import ConfigError
+from app.errors import ConfigError, RunFailed
 from app.run.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, append_line, local_path, write_atomic, write_json
@@ -228,6 +228,53 @@ def write_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:
     path = run_dir / SUMMARY_FILE
     write_json(path, summary)
     return path
+
+
+# Kept in a summary that cannot be written whole: what a rerun, `status` and `submit --wait`
+# need, and the champion verdict already acted on (the pointer may have moved).
+KEPT_WHEN_SHORT = ("run_name", "run_dir", "target_epochs", "epochs_completed", "tracking",
+                   "promoted", "champion_version")  # fmt: skip
+
+
+class SummaryNotWritten(RunFailed):
+    """The store refused summary.json (a full disk, a quota): exit 1, naming the cause."""
+
+
+def write_final_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:
+    """Write the summary of a run's end, or fail clearly (SummaryNotWritten) without leaving
+    a summary that says `running` or a half-written one.
+
+    A write that fails leaves no partial file (write_atomic). Then a short summary (status
+    `failed`, the cause, what a rerun needs) is tried beside the old one, and then in its
+    place: removing the old summary frees at least the room the short one takes, so on a full
+    disk it is what remains; only a store that takes no write at all is left without one."""
+    path = run_dir / SUMMARY_FILE
+    try:
+        write_json(path, summary)
+        return path
+    except OSError as err:
+        cause = f"{path} could not be written ({_why(err)})"
+    status = summary.get("status")
+    short = {key: summary[key] for key in KEPT_WHEN_SHORT if key in summary}
+    promotion = summary.get("promotion")
+    if isinstance(promotion, dict):  # its line is what `submit --wait` and `status` show
+        short["promotion"] = {k: promotion[k] for k in ("line", "version") if k in promotion}
+    earlier = f"{summary['error']}; " if summary.get("error") else ""
+    short.update(status="failed" if status in (None, "running", "succeeded") else status,
+                 error=f"{earlier}{cause}", summary_incomplete=True)  # fmt: skip
+    data = json.dumps(short, separators=(",", ":")).encode()
+    for remove_first in (False, True):
+        try:
+            if remove_first:
+                path.unlink(missing_ok=True)  # unlink removes a link, not its target
+            write_atomic(path, data)
+            break
+        except OSError:
+            continue
+    raise SummaryNotWritten(
+        [cause, f"summary.json holds a short record of the run, or none: free space on {run_dir} "
+         "and rerun the same run (its checkpoints are intact)"]
+    )  # fmt: skip
 
 
 def ray_committed(run_dir: RunPath) -> set[str]:

@@ -1,4 +1,5 @@
-"""Which checkpoint, or which warm-start weights, may start this run: proven before Ray starts.
+"""Which checkpoint may resume this run: proven before Ray starts (TRAIN_WARM_START's weights:
+app/training/warm_start.py).
 
 Checksums prove a checkpoint intact, not that it belongs to this run: a checkpoint of another
 model (or of the same model on another class count) passes them and then fails inside every
@@ -16,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
-from app.errors import ConfigError
-from app.run import checkpoints, state_dicts
+from app.run import checkpoints
 from app.run import folder as run_folder
 from app.settings import TrainSettings
 
@@ -36,27 +36,6 @@ def usable_checkpoint(
         if problem is None:
             return ref
         _set_aside(ref.path, problem, say)
-    return None
-
-
-def warm_start_problem(settings: TrainSettings, info: DatasetInfo | None = None) -> str | None:
-    """Why TRAIN_WARM_START cannot start this run, or None: it cannot be read as weights, or
-    (when the data is known) its names or shapes do not fit the model, naming the keys."""
-    path = settings.warm_start
-    try:
-        weights = checkpoints.load_weights(path)  # type: ignore[arg-type]
-    except ConfigError as err:  # a link, refused
-        return f"TRAIN_WARM_START={path}: {'; '.join(err.problems)}"
-    except (OSError, ValueError) as err:  # a FIFO or device, over the size bound
-        why = (err.strerror if isinstance(err, OSError) else None) or str(err)
-        return f"TRAIN_WARM_START={path}: cannot be read ({why})"
-    except Exception as err:  # not a torch file, or one that needs unpickling code
-        return f"TRAIN_WARM_START={path}: cannot be loaded as weights ({type(err).__name__})"
-    if problem := state_dicts.tensor_problem(weights):
-        return f"TRAIN_WARM_START={path}: {problem}"
-    problem = state_dicts.fit_problem(weights, model_shapes(settings, info)) if info else None
-    if problem:
-        return f"TRAIN_WARM_START={path} does not fit TRAIN_MODEL={settings.model}: {problem}"
     return None
 
 

@@ -9,8 +9,9 @@ Grammar (whitespace-separated, case-sensitive):
 METRIC is a field of the epoch record (app/run/epoch_record.py), read from the exported
 checkpoint's metrics. `beats_champion` compares TRAIN_CHECKPOINT_METRIC (the metric that ranks
 checkpoints, in its own direction) with the champion's value of it: strictly better, so a tie
-keeps the champion. No champion yet passes `beats_champion`. Only `and` exists: a gate is a list
-of requirements, all of which must hold; `or` would make "why was it kept" ambiguous.
+keeps the champion (with no champion yet, it compares with chance: app/promotion/gate.py).
+Only `and` exists: a gate is a list of requirements, all of which must hold; `or` would make
+"why was it kept" ambiguous.
 The decision (the gate against the metrics) is app/promotion/gate.py's.
 """
 
@@ -50,7 +51,16 @@ class Threshold:
         }[self.op]
 
     def __str__(self) -> str:
-        return f"{self.metric}{self.op}{self.value:g}"
+        return f"{self.metric}{self.op}{exact(self.value)}"
+
+
+def exact(value: float) -> str:
+    """A threshold as written back (the recorded gate, the verdict): the shortest text that
+    reads back as the same float (`0.9999999`, not `:g`'s `1`), without a needless `.0`."""
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,7 @@ def parse_gate(text: str) -> Gate:
         if part == BEATS:
             beats = True
             continue
+        percent = part.endswith("%")
         match = _CONDITION.match(part.removesuffix("%"))
         if not match:
             raise ValueError(f"cannot read {part!r}; {allowed()}")
@@ -101,11 +112,17 @@ def parse_gate(text: str) -> Gate:
         value = float(number)
         if not math.isfinite(value):
             raise ValueError(f"{part!r}: the number must be finite")
-        if metric in FRACTIONS and (part.endswith("%") or not 0 <= value <= 1):
+        if metric in FRACTIONS and (percent or not 0 <= value <= 1):
             # The epoch line shows it as a percentage; a gate of 90 would never pass, silently.
+            # `95%` is refused too, not read as 0.95: the recorded gate is what was written.
+            fraction = exact(value / 100)
             raise ValueError(
                 f"{part!r}: {metric} is a fraction from 0 to 1 (the epoch line's 95.28% is "
-                f"0.9528); did you mean {metric}{op}{value / 100:g}?"
+                f"0.9528): write {fraction}; did you mean {metric}{op}{fraction}?"
+            )
+        if percent:  # a loss has no percentage: `val_loss<5%` must not become `val_loss<5`
+            raise ValueError(
+                f"{part!r}: {metric} is a plain number, not a percentage; write it without `%`"
             )
         thresholds.append(Threshold(metric, op, value))
     return Gate(beats, tuple(thresholds))

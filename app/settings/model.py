@@ -3,14 +3,57 @@ fine-tuning, augmentation, precision and compilation."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.settings.data import CacheMode
 from app.settings.model_names import check_model, check_weights, known_models
+from app.settings.tracking import MODEL_NAME_PATTERN
 from app.storage.buckets import ObjectPath
+
+CHAMPION_PREFIX = "champion:"
+
+
+@dataclass(frozen=True)
+class ChampionRef:
+    """TRAIN_WARM_START=champion:<model-name>: the champion of that TRAIN_MODEL_NAME under
+    TRAIN_STORAGE_PATH (resolved by app/training/warm_start.py)."""
+
+    name: str
+    doc_label: ClassVar[str] = "champion:<model-name>"  # its type, as docs/settings.md says
+
+    def __str__(self) -> str:
+        return f"{CHAMPION_PREFIX}{self.name}"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.is_instance_schema(
+            cls, serialization=core_schema.plain_serializer_function_ser_schema(str)
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "string"}
+
+
+def champion_ref(value: Any) -> Any:
+    """`champion:<model-name>` as a ChampionRef (ValueError for a name TRAIN_MODEL_NAME would
+    refuse); anything else as it is."""
+    if not isinstance(value, str) or not value.strip().startswith(CHAMPION_PREFIX):
+        return value
+    name = value.strip().removeprefix(CHAMPION_PREFIX)
+    if not MODEL_NAME_PATTERN.match(name):
+        raise ValueError(
+            f"{value!r}: champion:<model-name> names a TRAIN_MODEL_NAME: 1-64 letters, "
+            "digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return ChampionRef(name)
+
 
 # The tutorial's three, or any torchvision classifier name (app/settings/model_names.py).
 ModelName = str
@@ -56,10 +99,13 @@ class ModelSettings(BaseModel):
         description="ViT patch size in pixels; 0 picks the largest of 16, 8, 4, 2 that leaves "
         "a grid of at least 7x7 patches (28px: 4, 32px: 4, 64px: 8, 224px: 16).",
     )
-    warm_start: Path | ObjectPath | None = Field(
+    warm_start: Path | ObjectPath | ChampionRef | None = Field(
         None,
-        description="Checkpoint folder (or its model.pt), local or in a bucket, whose weights "
-        "initialise a new run. Ignored when the run resumes from its own checkpoints.",
+        description="Weights that initialise a new run, local or in a bucket: a run folder "
+        "(its best checkpoint), a checkpoint folder or its model.pt, an export folder (its "
+        "weights.pt), or champion:<model-name> (the champion under TRAIN_STORAGE_PATH). "
+        "Checksums are verified and the task (class names, channels, input size) must be this "
+        "run's, before Ray starts. Ignored when the run resumes from its own checkpoints.",
     )
 
     weights: str | None = Field(

@@ -57,9 +57,11 @@ class TrackingSettings(BaseModel):
     model_name: str = Field(
         "",
         json_schema_extra={"pattern": MODEL_NAME_JSON_PATTERN},
-        description="Name the champion is kept under: <storage_path>/champions/<name>.json and "
-        "the MLflow registered model. 1-64 letters, digits, '.', '_' or '-', starting with a "
-        "letter or digit; empty means <dataset>-<model>.",
+        description="Name the champion is kept under: <storage_path>/champions/<name>.json "
+        "(its files in champions/<name>/) and the MLflow registered model. One task per name: "
+        "only a model of the champion's class names, channels and input size replaces it. "
+        "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit; empty means "
+        "<dataset>-<model>.",
     )
     not_promoted_exit: int = Field(
         0,

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.redact import redact
 from app.settings.data import DataSettings
-from app.settings.model import ModelSettings
+from app.settings.model import ChampionRef, ModelSettings, champion_ref
 from app.settings.run import RunSettings
 from app.settings.scaling import ScalingSettings
 from app.settings.tracking import TrackingSettings
@@ -50,7 +50,11 @@ class TrainSettings(
 
     @field_validator("storage_path", "data_path", "warm_start", mode="before")
     @classmethod
-    def _uri_stays_a_uri(cls, value: Any) -> Any:
+    def _uri_stays_a_uri(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name == "warm_start":
+            value = champion_ref(value)  # champion:<model-name> is neither a path nor a URI
+            if isinstance(value, ChampionRef):
+                return value
         return location_setting(value)
 
     @field_validator("storage_path", "data_path", "warm_start")

@@ -64,8 +64,8 @@ def _train_loop(config: dict[str, Any], on_epoch: EpochHook) -> None:
     # from the newest intact checkpoint the driver found on storage (a rerun of the same run).
     resume = _resume_point(config.get("resume_from"), settings)
     model = build_model(settings.model, info, settings.vit_patch)
-    if resume is None and settings.warm_start is not None:
-        model.load_state_dict(checkpoints.load_weights(settings.warm_start))
+    if resume is None and config.get("warm_start") is not None:
+        model.load_state_dict(config["warm_start"].load_weights())  # verified in preflight
     elif resume is None:
         apply_weights(model, settings)  # TRAIN_WEIGHTS, if set
     train_state: dict[str, Any] = {}

@@ -50,6 +50,12 @@ def test_the_run_ends_with_its_export_and_promotion(finished_run: FinishedRun) -
     assert summary["promotion"]["export"]["format"] == "torch.export"
     pointer = json.loads((finished_run.tmp / "runs" / "champions" / "digits-cnn.json").read_text())
     assert pointer["run_dir"] == str(finished_run.run_dir) and pointer["version"] == 1
+    # The champion's own copy of the export, its task, and how the first champion beat chance.
+    copy = finished_run.tmp / "runs" / "champions" / "digits-cnn" / pointer["card_sha256"]
+    assert pointer["export"] == str(copy) and (copy / "weights.pt").is_file()
+    assert pointer["task"] == {**pointer["task"], "classes": 10, "channels": 1}
+    chance = summary["promotion"]["chance"]
+    assert chance["passed"] is True and chance["value"] > chance["majority_rate"] + 0.05
     card = json.loads((finished_run.run_dir / "export" / "model_card.json").read_text())
     assert card["checkpoint"]["path"] == summary["best"]["checkpoint"]
     assert card["checkpoint"]["metrics"]["val_accuracy"] == summary["best"]["val_accuracy"]

@@ -4,6 +4,7 @@ pointer is no champion yet. Real CLI in-process, real files, no Ray (--skip-clus
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,46 @@ def test_no_pointer_is_no_champion_yet(monkeypatch: pytest.MonkeyPatch, tmp_path
         f"gate becomes v1 at {pointer})"
     ) in result.out
     assert not pointer.parent.exists()
+
+
+def test_check_names_the_warm_start_and_train_refuses_another_task(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TRAIN_WARM_START=champion:<name> resolved in preflight, named with its verified file;
+    a champion of another task stops `check` and `train` (before Ray) with exit 2."""
+    from app import preflight
+    from app.data.schema import inspect_dataset
+    from app.promotion.step import promote_run
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    pointer = _setup(monkeypatch, tmp_path)
+    storage = tmp_path / "runs"
+    info = inspect_dataset(tmp_path / "data")
+    make_run(storage, "base", 0.9, info=info)
+    promote_run(settings_for(storage, "base", model_name="parquet-cnn"), info, {})
+    make_run(storage, "digits", 0.9)  # another dataset's champion: 10 classes, 8x8
+    promote_run(settings_for(storage, "digits"), INFO, {})
+    sha = json.loads(pointer.read_text())["card_sha256"]
+
+    monkeypatch.setenv("TRAIN_WARM_START", "champion:parquet-cnn")
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0, result.text
+    assert (
+        "ok    warm_start: champion parquet-cnn v1 (run base, epoch 1): "
+        f"{storage}/champions/parquet-cnn/{sha}/weights.pt, sha256 "
+    ) in result.out
+    assert "; fits the model" in result.out
+    assert "; this run: classes [0, 1, 2, 3] 1x8x8" in result.out  # the promotion line
+
+    def refuse(settings: object) -> None:
+        raise AssertionError("preflight let this through: Ray would start")
+
+    monkeypatch.setattr(preflight, "connect_ray", refuse)
+    monkeypatch.setenv("TRAIN_WARM_START", "champion:digits-cnn")
+    for command in (("check", "--skip-cluster"), ("train",)):
+        result = trainctl(*command)
+        assert_refused(
+            result, 2, "TRAIN_WARM_START=champion:digits-cnn: champion digits-cnn v1 (run "
+            "digits, epoch 1) is another task: classes [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] 1x8x8; "
+            "this run [0, 1, 2, 3] 1x8x8",
+        )  # fmt: skip

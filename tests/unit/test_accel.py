@@ -11,6 +11,7 @@ from torch import nn
 from app.data.schema import DatasetInfo
 from app.run import checkpoints, state_dicts
 from app.settings import TrainSettings
+from app.training import warm_start
 from app.training.accel import CompiledModel, make_optimizer, memory_format, resolve
 from app.training.model import build_model
 
@@ -76,7 +77,8 @@ def test_compiled_models_checkpoint_loads_into_a_plain_model(tmp_path: Path) -> 
         assert torch.equal(plain.state_dict()[name], tensor)
     # ...and a warm start / resume loads it back into a model that is then compiled again.
     again = build_model("cnn", INFO)
-    again.load_state_dict(checkpoints.load_weights(tmp_path))
+    warm = TrainSettings(_env_file=None, model="cnn", warm_start=tmp_path)
+    again.load_state_dict(warm_start.resolve(warm, INFO).load_weights())
     resumed = CompiledModel(again, enabled=True, backend="aot_eager")
     images = torch.randn(4, 3, 32, 32)
     model.eval(), again.eval()

@@ -104,6 +104,7 @@ def test_inspect_folder_and_the_bad_image_search(tmp_path: Path) -> None:
     assert (info.layout, info.height, info.width, info.channels) == ("folder", 16, 16, 3)
     assert info.class_names == ("Zebra", "cat", "dog") and info.num_classes == 3
     assert (info.train_rows, info.valid_rows, note) == (36, 12, "")
+    assert (info.train_class_counts, info.valid_class_counts) == ((12, 12, 12), (4, 4, 4))
     assert locate_bad_image(info) is None  # every file decodes
     broken = tmp_path / "valid" / "dog" / "003.png"
     broken.write_bytes(truncated_jpeg())

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from app.data.schema import DatasetInfo
 from app.errors import ConfigError
+from app.preflight import Found
 from app.promotion import champion
 from app.promotion.check import promotion_check
-from tests.promotion_support import INFO, make_run, settings_for
+from tests.promotion_support import CATS_AND_DOGS, INFO, make_run, settings_for
 
 DEFAULT = (
     "gate beats_champion (the default: a run is promoted when its val_accuracy, "
@@ -36,17 +38,75 @@ def _failure(settings: Any) -> str:
     return "; ".join(caught.value.problems)
 
 
+def _failure_with(settings: Any, info: DatasetInfo) -> str:
+    with pytest.raises(ConfigError) as caught:
+        promotion_check(settings, Found(info))
+    return "; ".join(caught.value.problems)
+
+
 def test_the_champion_the_promotion_step_wrote(tmp_path: Path) -> None:
     from app.promotion.step import promote_run
 
     make_run(tmp_path, "first", 0.962)
     promote_run(settings_for(tmp_path, "first"), INFO, {"status": "succeeded"})
-    line = promotion_check(settings_for(tmp_path, "next"))
-    assert line == f"{DEFAULT}; champion: run first v1, val_accuracy 0.962"
+    task = "classes [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] 1x8x8"
+    line = promotion_check(settings_for(tmp_path, "next"))  # the data not read: the pointer's
+    assert line == f"{DEFAULT}; champion: run first v1, val_accuracy 0.962, {task}"
     gated = settings_for(tmp_path, "next", promote_if="val_accuracy>=0.95 and beats_champion")
-    assert promotion_check(gated) == (
-        "gate beats_champion and val_accuracy>=0.95; champion: run first v1, val_accuracy 0.962"
+    assert promotion_check(gated, Found(INFO)) == (
+        "gate beats_champion and val_accuracy>=0.95; champion: run first v1, val_accuracy "
+        f"0.962, {task}; this run: {task}"
     )
+
+
+def test_a_champion_of_another_task_fails_the_check_naming_both(tmp_path: Path) -> None:
+    from app.promotion.step import promote_run
+
+    make_run(tmp_path, "first", 0.962)
+    promote_run(settings_for(tmp_path, "first"), INFO, {"status": "succeeded"})
+    said = _failure_with(settings_for(tmp_path, "pets"), CATS_AND_DOGS)
+    assert said == (
+        f"{_pointer_file(tmp_path)}: another task: champion digits-cnn v1 classes [0, 1, 2, 3, "
+        "4, 5, 6, 7, 8, 9] 1x8x8; this run [cat, dog] 1x8x8; use another TRAIN_MODEL_NAME for a "
+        "new task; a run would train and then keep the champion, not promoted"
+    )
+    other = settings_for(tmp_path, "pets", model_name="pets-cnn")  # a new task, a new name
+    assert "; no champion yet (" in promotion_check(other, Found(CATS_AND_DOGS))
+
+
+def test_no_champion_yet_says_what_the_first_must_score(tmp_path: Path) -> None:
+    line = promotion_check(settings_for(tmp_path, "r"), Found(INFO))
+    assert line == (
+        f"{DEFAULT}; no champion yet (the first run whose val_accuracy beats the validation "
+        "data's majority-class rate 0.1000 + 0.1342 becomes v1 at "
+        f"{_pointer_file(tmp_path)})"
+    )
+    gated = settings_for(tmp_path, "r", promote_if="val_accuracy>=0.95")  # the bar is given
+    assert "majority-class" not in promotion_check(gated, Found(INFO))
+
+
+def test_a_pointer_without_a_task_is_judged_by_the_card_it_vouches_for(tmp_path: Path) -> None:
+    """A pointer written before pointers recorded the task: the champion's card is read
+    (bounded, no links) and used only while its sha256 is the pointer's."""
+    from app.promotion.step import promote_run
+
+    make_run(tmp_path, "first", 0.962)
+    promote_run(settings_for(tmp_path, "first"), INFO, {"status": "succeeded"})
+    pointer = json.loads(_pointer_file(tmp_path).read_text())
+    del pointer["task"]
+    _pointer_file(tmp_path).write_text(json.dumps(pointer))
+    assert promotion_check(settings_for(tmp_path, "r"), Found(INFO)).endswith(
+        "; this run: classes [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] 1x8x8"
+    )
+    assert "another task" in _failure_with(settings_for(tmp_path, "r"), CATS_AND_DOGS)
+    card = Path(pointer["export"]) / "model_card.json"
+    card.write_bytes(card.read_bytes().replace(b'"0"', b'"zero"'))  # altered after promotion
+    said = _failure_with(settings_for(tmp_path, "r"), INFO)
+    assert "the champion's task cannot be told" in said and "not the pointer's" in said
+    card.unlink()
+    card.symlink_to(tmp_path / "first" / "export" / "model_card.json")  # the same bytes, linked
+    said = _failure_with(settings_for(tmp_path, "r"), INFO)
+    assert "a symbolic link, not followed" in said
 
 
 def test_no_champion_yet_and_nothing_written(tmp_path: Path) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from app.promotion.gate import decide, outcome_line
-from app.settings.gate import Gate, Threshold, parse_gate
+from app.promotion.gate import chance_of, decide, outcome_line
+from app.settings.gate import Gate, Threshold, exact, parse_gate
 
 
 @pytest.mark.parametrize(
@@ -43,6 +45,10 @@ def test_gates_parse_into_their_conditions(text: str, gate: Gate) -> None:
         ("val_accuracy>=90", "did you mean val_accuracy>=0.9?"),
         ("beats_champion and val_accuracy>95%", "did you mean val_accuracy>0.95?"),
         ("val_accuracy>-0.1", "a fraction from 0 to 1"),
+        # A trailing % is never dropped: refused, saying what to write.
+        ("val_accuracy>=95%", "write 0.95"),
+        ("val_accuracy>=0.95%", "write 0.0095"),
+        ("val_loss<5%", "val_loss is a plain number, not a percentage; write it without `%`"),
     ],
 )
 def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> None:
@@ -101,3 +107,56 @@ def test_a_new_driver_drops_the_last_drivers_promotion_until_it_decides_its_own(
         previous, run_name="r", run_dir="/runs/r", target_epochs=4, resume_from=None, settings={}
     )
     assert not {"promoted", "promotion", "champion_version"} & set(summary)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["val_accuracy>=0.9999999", "val_loss<0.123456789", "val_loss<1e-07", "val_loss<=123456.5",
+     "val_accuracy>0.1 and val_loss<3"],
+)  # fmt: skip
+def test_the_recorded_gate_keeps_every_digit(text: str) -> None:
+    """`:g` kept 6 digits: 0.9999999 was recorded (and shown in verdicts) as 1."""
+    gate = parse_gate(text)
+    assert str(gate) == text and parse_gate(str(gate)) == gate
+    verdict = decide(gate, {"val_accuracy": 0.99999985, "val_loss": 5.0}, None, "val_loss", False)
+    shown = [c for c in verdict.thresholds if not c["passed"]] or verdict.thresholds
+    assert all(exact(c["threshold"]) in verdict.reason for c in shown), verdict.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(min_value=0, max_value=1, allow_nan=False), st.sampled_from([">=", "<"]))
+def test_any_threshold_reads_back_as_the_same_number(value: float, op: str) -> None:
+    gate = parse_gate(f"val_accuracy{op}{value!r}")
+    assert gate.thresholds[0].value == value
+    assert parse_gate(str(gate)) == gate
+
+
+def test_the_first_champion_is_compared_with_chance() -> None:
+    """No champion: `beats_champion` needs val_accuracy above the majority-class rate plus a
+    margin of max(0.05, two standard errors), at most half the majority's error."""
+    chance = chance_of((10, 10, 10))  # the issue's 30 validation images of 3 classes
+    assert chance is not None and chance.rate == pytest.approx(1 / 3)
+    assert chance.margin == pytest.approx(2 * (1 / 3 * 2 / 3 / 30) ** 0.5)  # 0.1721
+    kept = decide(parse_gate("beats_champion"), {"val_accuracy": 1 / 3}, None,
+                  "val_accuracy", True, chance)  # fmt: skip
+    assert not kept.promoted and kept.reason == (
+        "val_accuracy 0.3333 does not beat the majority-class rate 0.3333 + 0.1721 "
+        "(no champion yet)"
+    )
+    assert kept.chance == {**kept.chance, "passed": False, "valid_rows": 30}
+    assert decide(parse_gate("beats_champion"), {"val_accuracy": 0.51}, None, "val_accuracy",
+                  True, chance).promoted  # fmt: skip
+    # Ranked by val_loss: the chance test still reads val_accuracy; missing, it fails.
+    by_loss = decide(parse_gate("beats_champion"), {"val_loss": 0.1}, None, "val_loss", False,
+                     chance)  # fmt: skip
+    assert not by_loss.promoted and "val_accuracy missing does not beat" in by_loss.reason
+    # With a champion, or a threshold-only gate, chance is not asked.
+    assert decide(parse_gate("beats_champion"), {"val_accuracy": 0.3}, {"val_accuracy": 0.2},
+                  "val_accuracy", True, chance).promoted  # fmt: skip
+    assert decide(parse_gate("val_accuracy>=0.3"), {"val_accuracy": 0.3}, None,
+                  "val_accuracy", True, chance).promoted  # fmt: skip
+    # Large sets: the 0.05 floor; skewed data: half the majority's error, still reachable.
+    assert chance_of((5000, 5000)).margin == pytest.approx(0.05)  # type: ignore[union-attr]
+    skewed = chance_of((970, 30))
+    assert skewed is not None and skewed.margin == pytest.approx(0.015)
+    assert chance_of(()) is None and chance_of((0, 0)) is None

@@ -75,9 +75,14 @@ def test_promotion_and_prediction_on_object_storage(
     )
     summary = promote_run(settings, INFO, {"status": "succeeded"})
     assert summary["promoted"] is True, summary["promotion"]
-    assert bucket.keys("runs/r1/export") == ["model.pt2", "model_card.json", "weights.pt"]
+    files = ["model.pt2", "model_card.json", "weights.pt"]
+    assert bucket.keys("runs/r1/export") == files
     pointer = json.loads(bucket.read("runs/champions/digits-cnn.json"))
-    assert pointer["version"] == 1 and pointer["export"] == bucket.uri("runs/r1/export")
+    copy = f"runs/champions/digits-cnn/{pointer['card_sha256']}"
+    assert pointer["version"] == 1 and pointer["export"] == bucket.uri(copy)
+    assert pointer["run_export"] == bucket.uri("runs/r1/export")
+    assert bucket.keys(copy) == files
+    assert all(bucket.read(f"{copy}/{f}") == bucket.read(f"runs/r1/export/{f}") for f in files)
 
     image = tmp_path / "seven.png"
     Image.fromarray(np.full((8, 8), 200, dtype=np.uint8), "L").save(image)
@@ -86,3 +91,25 @@ def test_promotion_and_prediction_on_object_storage(
     assert result.code == 0, result.text
     top = json.loads(result.out)["predictions"][0]["top"]
     assert len(top) == 2 and top[0]["probability"] >= top[1]["probability"]
+
+
+def test_check_fails_where_the_s3_client_for_the_pointer_is_missing(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image without obstore could never move an S3 pointer safely: `check` says so."""
+    import sys
+
+    from app.errors import ConfigError
+    from app.promotion.check import promotion_check
+
+    storage = ObjectPath(bucket.uri("runs"), bucket.endpoint)
+    settings = settings_for(tmp_path, "r").model_copy(
+        update={"storage_path": storage, "storage_endpoint": bucket.endpoint}
+    )
+    assert "no champion yet" in promotion_check(settings)
+    monkeypatch.setitem(sys.modules, "obstore", None)  # what `import obstore` finds there
+    with pytest.raises(ConfigError) as err:
+        promotion_check(settings)
+    assert "obstore is not installed" in str(err.value) and "no run could be promoted" in str(
+        err.value
+    )

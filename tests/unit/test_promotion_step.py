@@ -4,6 +4,7 @@ on a volume with concurrent writers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -14,7 +15,7 @@ from app.export.card import CARD_FILE, EXPORT_DIR
 from app.promotion import champion
 from app.promotion.step import NotPromoted, promote_run
 from app.storage.reading import sha256_of
-from tests.promotion_support import INFO, make_run, settings_for
+from tests.promotion_support import CATS_AND_DOGS, INFO, make_run, settings_for
 
 
 def _promote(storage: Path, name: str, accuracy: float, **extra: str) -> dict:
@@ -45,7 +46,14 @@ def test_the_champion_moves_only_when_the_gate_passes(
     assert card["files"] == {name: sha256_of(folder / name) for name in ("model.pt2", "weights.pt")}
     pointer = _pointer(tmp_path)
     assert pointer["version"] == 1 and pointer["run_name"] == "first"
-    assert pointer["card_sha256"] == sha256_of(tmp_path / "first" / EXPORT_DIR / CARD_FILE)
+    assert pointer["card_sha256"] == sha256_of(folder / CARD_FILE)
+    assert pointer["task"]["classes"] == 10 and pointer["task"]["channels"] == 1
+    # The pointer names the champion's own copy of the export, named by its card's sha256.
+    copy = tmp_path / "champions" / "digits-cnn" / pointer["card_sha256"]
+    assert pointer["export"] == str(copy) and pointer["run_export"] == str(folder)
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == {
+        p.name: p.read_bytes() for p in folder.iterdir()
+    }
 
     worse = _promote(tmp_path, "worse", 0.80)
     assert worse["promoted"] is False
@@ -171,9 +179,8 @@ def test_predict_answers_as_the_exported_program_and_without_it(tmp_path: Path) 
             flat = x.flatten(1)
             return self.linear(flat) if flat.sum() > 0 else -self.linear(flat)
 
-    name, reason = _save(Branchy().eval(), torch.ones(2, 1, 2, 2), tmp_path / "branchy")
-    assert name is None and reason and reason.startswith("torch.export failed (")
-    assert not (tmp_path / "branchy" / "model.pt2").exists()
+    name, data, reason = _save(Branchy().eval(), torch.ones(2, 1, 2, 2))
+    assert name is None and data == b"" and reason and reason.startswith("torch.export failed (")
     (folder / "model.pt2").unlink()  # the export such a model gets: the weights alone
     card.update(file="weights.pt", format="state_dict", fallback_reason=reason)
     card["files"] = {"weights.pt": card["files"]["weights.pt"]}
@@ -267,3 +274,184 @@ def test_a_kept_run_is_headed_not_promoted_not_failed(
     err = capsys.readouterr().err
     assert err.startswith("trainctl: not promoted:\n  - the run trained but was not promoted")
     assert "failed" not in err
+
+
+TASK_DIGITS = "classes [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] 1x8x8"
+
+
+def test_a_champion_is_replaced_only_by_a_model_of_its_task(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _promote(tmp_path, "digits", 0.6)
+    pointer = _pointer(tmp_path)
+    make_run(tmp_path, "pets", 0.99, info=CATS_AND_DOGS)
+    gate = {"promote_if": "val_accuracy>=0.5"}  # a gate it passes: the task decides first
+    pets = promote_run(settings_for(tmp_path, "pets", **gate), CATS_AND_DOGS, {"status": "ok"})
+    assert pets["promoted"] is False and _pointer(tmp_path) == pointer
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"trainctl: kept the champion: not promoted (another task: champion digits-cnn v1 "
+        f"{TASK_DIGITS}; this run [cat, dog] 1x8x8; use another TRAIN_MODEL_NAME for a new task)"
+    )
+    # Under its own name it is the first of its task; the same names in another order are
+    # another task again (label 0 would change meaning).
+    named = settings_for(tmp_path, "pets", model_name="pets-cnn")
+    assert promote_run(named, CATS_AND_DOGS, {"status": "ok"})["champion_version"] == 1
+    swapped = dataclasses.replace(CATS_AND_DOGS, class_names=("dog", "cat"))
+    make_run(tmp_path, "swapped", 0.99, info=swapped)
+    again = promote_run(settings_for(tmp_path, "swapped", model_name="pets-cnn"), swapped, {})
+    assert again["promoted"] is False
+    assert "this run [dog, cat] 1x8x8" in again["promotion"]["reason"]
+
+
+def test_a_first_champion_must_beat_chance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """INFO's validation data: 20 images, 2 of each of 10 classes: the majority-class rate is
+    0.1, the margin two standard errors of it on 20 images (0.1342)."""
+    summary = _promote(tmp_path, "chance", 0.2)
+    reason = (
+        "val_accuracy 0.2000 does not beat the majority-class rate 0.1000 + 0.1342 "
+        "(no champion yet)"
+    )
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"trainctl: kept no champion: not promoted ({reason})"
+    )
+    chance = summary["promotion"]["chance"]
+    assert chance == {**chance, "majority_rate": 0.1, "value": 0.2, "passed": False}
+    assert chance["margin"] == pytest.approx(0.13416, abs=1e-5)
+    assert not (tmp_path / "champions" / "digits-cnn.json").exists()
+    # Ranked by val_loss, a first champion is still compared with chance on its accuracy.
+    make_run(tmp_path, "by-loss", 0.2, loss=0.01)
+    by_loss = settings_for(tmp_path, "by-loss", checkpoint_metric="val_loss")
+    assert promote_run(by_loss, INFO, {})["promotion"]["reason"] == reason
+    # A threshold gate states its own bar; and a model that beats chance becomes v1.
+    assert _promote(tmp_path, "bar", 0.2, promote_if="val_accuracy>=0.15")["promoted"] is True
+    assert _promote(tmp_path, "skilled", 0.3, model_name="other")["champion_version"] == 1
+
+
+def test_the_champions_files_outlive_a_later_export_of_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The champion run is rerun with more epochs; its new best (by val_loss) fails the
+    accuracy bar, is exported over the run's export/ and kept: the champion's files, which the
+    pointer names, are untouched, and `predict` on them still works."""
+    from PIL import Image
+
+    from app.export.card import verified
+    from tests.hostile.support import trainctl
+
+    gate = {"promote_if": "beats_champion and val_accuracy>=0.9", "checkpoint_metric": "val_loss"}
+    make_run(tmp_path, "r", 0.92, epoch=1, loss=0.30)
+    assert promote_run(settings_for(tmp_path, "r", **gate), INFO, {})["champion_version"] == 1
+    pointer = _pointer(tmp_path)
+    copy = Path(pointer["export"])
+    promoted = {p.name: p.read_bytes() for p in copy.iterdir()}
+
+    make_run(tmp_path, "r", 0.88, epoch=2, seed=1, loss=0.25)
+    again = _rerun(tmp_path, "r", **gate)
+    assert again["promoted"] is False
+    assert again["promotion"]["reason"] == "val_accuracy 0.88 is not >= 0.9"
+    run_card = json.loads((tmp_path / "r" / EXPORT_DIR / CARD_FILE).read_text())
+    assert run_card["checkpoint"]["epoch"] == 2  # the run's own export moved on
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == promoted
+    assert _pointer(tmp_path) == pointer
+    assert sha256_of(copy / CARD_FILE) == pointer["card_sha256"]
+    card, _ = verified(copy)  # every file still matches the card the pointer vouches for
+    assert card["checkpoint"]["epoch"] == 1
+    Image.new("L", (8, 8), 128).save(tmp_path / "x.png")
+    result = trainctl("predict", str(copy), str(tmp_path / "x.png"), "--json")
+    assert result.code == 0, result.text
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path))  # where champion:<name> is found
+    by_name = trainctl("predict", "champion:digits-cnn", str(tmp_path / "x.png"), "--json")
+    assert by_name.code == 0, by_name.text
+    assert json.loads(by_name.out) == json.loads(result.out)
+    # The champion's card altered after promotion: refused against the pointer's sha256.
+    (copy / CARD_FILE).write_bytes((copy / CARD_FILE).read_bytes() + b" ")
+    altered = trainctl("predict", "champion:digits-cnn", str(tmp_path / "x.png"))
+    assert altered.code == 2 and "is not the " in altered.err and "champion pointer" in altered.err
+    assert trainctl("predict", "champion:../x", str(tmp_path / "x.png")).code == 2
+
+
+def test_a_failed_export_is_a_failure_of_the_run_not_a_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.errors import RunFailed
+
+    make_run(tmp_path, "r", 0.9)
+    (tmp_path / "r" / EXPORT_DIR).write_text("a file where the export folder goes\n")
+    with pytest.raises(RunFailed) as err:
+        promote_run(settings_for(tmp_path, "r"), INFO, {"status": "succeeded"})
+    assert err.value.exit_code == 1
+    assert err.value.problems[0].startswith("export failed: NotADirectoryError: ")
+    assert "rerun the same run" in str(err.value)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["promoted"] is False
+    assert summary["error"] == err.value.problems[0]
+    assert summary["promotion"]["line"].startswith("failed: export failed: NotADirectoryError")
+    assert "not promoted" not in capsys.readouterr().out
+    assert not (tmp_path / "champions" / "digits-cnn.json").exists()
+    (tmp_path / "r" / EXPORT_DIR).unlink()  # the store fixed: a rerun exports and judges
+    assert _rerun(tmp_path, "r")["champion_version"] == 1
+
+
+RERUN = """
+import json, sys
+from pathlib import Path
+from app.promotion.step import promote_run
+from app.run.folder import read_summary
+from tests.promotion_support import INFO, settings_for
+storage, name = Path(sys.argv[1]), sys.argv[2]
+previous = (read_summary(storage / name) or {}).get("promotion")
+summary = promote_run(settings_for(storage, name), INFO, {"status": "succeeded"}, previous)
+print(json.dumps({"promoted": summary["promoted"], "version": summary.get("champion_version")}))
+"""
+
+
+def test_reruns_of_one_run_at_once_leave_the_summary_and_pointer_agreeing(
+    tmp_path: Path,
+) -> None:
+    """Two drivers of one finished run, real processes started together (a retried job and
+    a re-applied manifest): one promotes, the other finds its checkpoint already champion
+    (before exporting, or inside the compare-and-swap), so whichever writes summary.json
+    last, it says what the pointer says. Many interleavings of the same race, in threads:
+    tests/unit/test_promotion_race.py."""
+    import subprocess
+    import sys
+
+    from tests.support import REPO
+
+    assert _promote(tmp_path, "champion", 0.7)["champion_version"] == 1
+    for name, accuracy, version in (("better", 0.9, 2),):
+        make_run(tmp_path, name, accuracy)
+        drivers = [
+            subprocess.Popen(
+                [sys.executable, "-c", RERUN, str(tmp_path), name],
+                cwd=REPO,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for _ in range(2)
+        ]
+        said = []
+        for driver in drivers:
+            out, err = driver.communicate(timeout=300)
+            assert driver.returncode == 0, err[-3000:]
+            said.append(json.loads(out.strip().splitlines()[-1]))
+        assert said == [{"promoted": True, "version": version}] * 2
+        pointer = _pointer(tmp_path)
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert pointer["version"] == version and pointer["run_name"] == name
+        assert summary["promoted"] is True and summary["champion_version"] == version
+        assert summary["promotion"]["export"]["card_sha256"] == pointer["card_sha256"]
+        assert sha256_of(Path(pointer["export"]) / CARD_FILE) == pointer["card_sha256"]
+
+
+def test_a_link_planted_at_champions_is_refused_not_written_through(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "champions").symlink_to(elsewhere)
+    summary = _promote(tmp_path, "r", 0.9)
+    assert summary["promoted"] is False
+    assert "is a symbolic link" in summary["promotion"]["reason"], summary["promotion"]
+    assert list(elsewhere.iterdir()) == []  # no lock, copy or pointer written through it

@@ -1,0 +1,55 @@
+"""The champion's files, immutable once promoted: `<storage>/champions/<name>/<card sha256>/`.
+
+A run's `export/` is rewritten by every export of that run, whether or not the new one passes
+the gate: a rerun with more epochs, two reruns at once. A pointer naming it would then name
+files that changed under it (and no longer match its `card_sha256`). So promotion copies the
+export it judged (the bytes export_best wrote, held in memory, not what is on storage now)
+into a folder named by its card's sha256, each file created only where no file is (a hard
+link on a volume, `If-None-Match: *` in S3: app/storage/conditional.py), the card last, and
+the pointer names that folder. Promoting the same card again writes nothing; another card is
+another folder; a file already there with other content was altered by someone else, and the
+promotion is refused (nothing is overwritten, nothing is pointed at it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+from app.export.card import CARD_FILE
+from app.promotion.champion import CHAMPIONS_DIR
+from app.storage import conditional, safe_fs
+from app.storage.location import RunPath, local_path
+from app.storage.reading import sha256_of
+
+if TYPE_CHECKING:
+    from app.export.build import Export
+
+
+class CopyRefused(Exception):
+    """A file of the champion's folder exists with other content, or is not a plain file."""
+
+
+def folder(storage: RunPath, name: str, card_sha256: str) -> RunPath:
+    return storage / CHAMPIONS_DIR / name / card_sha256
+
+
+def keep(export: Export, storage: RunPath, name: str) -> RunPath:
+    """The champion's folder for `export`, its files created where they are not yet (OSError
+    where the store refuses a write, CopyRefused where a file there differs)."""
+    target = folder(storage, name, export.card_sha256)
+    root = local_path(storage)
+    for file, data in [*export.files.items(), (CARD_FILE, export.card_bytes)]:
+        if conditional.create(target / file, data, root):
+            continue
+        expected = hashlib.sha256(data).hexdigest()
+        try:
+            found = sha256_of(target / file, root)
+        except (OSError, safe_fs.LinkRefused) as err:
+            raise CopyRefused(f"{target / file}: exists and cannot be read ({err})") from None
+        if found != expected:
+            raise CopyRefused(
+                f"{target / file}: exists with sha256 {found}, not the {expected} promoted; "
+                "altered, and never overwritten"
+            )
+    return target

@@ -1,0 +1,268 @@
+"""TRAIN_WARM_START: the weights a new run starts from, resolved and verified before Ray starts.
+
+What a team has, each resolved to one weights file and the sha256 its bytes must have:
+- `champion:<model-name>`: the champion of that TRAIN_MODEL_NAME under TRAIN_STORAGE_PATH: its
+  pointer, the model card the pointer's `card_sha256` vouches for, and the card's weights.pt
+  (app/export/build.py writes it beside the exported program);
+- an export folder (`<run>/export`, or a champion's folder `champions/<name>/<sha>/`): its card
+  and weights.pt, as the card's `files` says;
+- a run folder: its best verified checkpoint by TRAIN_CHECKPOINT_METRIC;
+- a checkpoint folder (its meta.json's checksum of model.pt), or a state-dict file, which
+  nothing vouches for but the bytes preflight read.
+
+The task must be this run's where the source records it: an export's or a champion's card
+(class names in order, channels, input size, compared as a promotion compares them:
+app/promotion/task.py), a checkpoint's class names (meta.json); in every case the weights'
+names and shapes must fit the model (app/run/state_dicts.py). Anything else is refused with
+exit 2, naming the source and why.
+
+Loading never runs code and loads what was verified: a file is read once into memory (at most
+MAX_WEIGHTS_BYTES, a regular file, no link followed), hashed, and those bytes are given to
+torch.load(weights_only=True). The driver resolves TRAIN_WARM_START once, in preflight, and
+hands the WarmStart (file and sha256) to the workers, which load it the same way: a file
+changed since preflight is refused, not loaded, and every worker starts from the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from app.data.schema import DatasetInfo
+from app.errors import ConfigError
+from app.export.card import CARD_FILE, MAX_CARD_BYTES, WEIGHTS_FILE, card_problem
+from app.promotion import champion
+from app.promotion.champion_task import TaskUnknown, verified_card
+from app.promotion.task import Task
+from app.redact import redact_uri
+from app.run import checkpoints
+from app.run.state_dicts import (
+    MAX_WEIGHTS_BYTES,
+    MODEL_FILE,
+    fit_problem,
+    plain_keys,
+    tensor_problem,
+)
+from app.settings import TrainSettings
+from app.settings.model import ChampionRef
+from app.storage import bounded_json, safe_fs
+from app.storage.location import RunPath, local_path, parse_location
+from app.storage.reading import is_dir_within, read_bounded
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """A resolved TRAIN_WARM_START: the weights file, the sha256 its bytes must have, and
+    what it is, in words."""
+
+    source: str  # TRAIN_WARM_START as set
+    described: str  # "champion digits-cnn v3 (run nightly-0411, epoch 7)"
+    file: RunPath
+    sha256: str
+    vouched_by: str  # what recorded sha256: "its model card", "its meta.json", "preflight"
+
+    def load_weights(self) -> dict[str, Any]:
+        """The state dict, from the bytes read now, once they are the bytes verified."""
+        import torch
+
+        data = _read(self.file, self.source)
+        found = hashlib.sha256(data).hexdigest()
+        if found != self.sha256:
+            raise ConfigError(
+                f"TRAIN_WARM_START={self.source}: {self.file} has sha256 {found}, not the "
+                f"{self.sha256} {self.vouched_by}; altered, and not loaded (an altered weights "
+                "file is never trusted)"
+            )
+        return plain_keys(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
+
+
+def resolve(settings: TrainSettings, info: DatasetInfo | None) -> WarmStart:
+    """TRAIN_WARM_START resolved, its checksums verified, its weights loaded once and (with
+    the data known) checked against this run's task and model; ConfigError saying why not."""
+    value = settings.warm_start
+    assert value is not None
+    source = redact_uri(str(value))
+    if isinstance(value, ChampionRef):
+        warm, task = _champion(settings, value, source)
+    else:
+        warm, task = _location(settings, value, source)
+    weights = _weights(warm)
+    if info is not None:
+        _same_task(warm, task, info)
+        problem = fit_problem(weights, _model_shapes(settings, info))
+        if problem:
+            raise ConfigError(
+                f"TRAIN_WARM_START={source} does not fit TRAIN_MODEL={settings.model}: {problem}"
+            )
+    return warm
+
+
+def _weights(warm: WarmStart) -> dict[str, Any]:
+    try:
+        state = warm.load_weights()
+    except ConfigError:
+        raise
+    except Exception as err:  # not a torch file, or one that needs unpickling code
+        raise ConfigError(
+            f"TRAIN_WARM_START={warm.source}: cannot be loaded as weights ({type(err).__name__})"
+        ) from None
+    if not isinstance(state, dict):
+        raise ConfigError(
+            f"TRAIN_WARM_START={warm.source}: holds a {type(state).__name__}, not a state dict"
+        )
+    if problem := tensor_problem(state):  # meta, sparse or non-finite: would fail in training
+        raise ConfigError(f"TRAIN_WARM_START={warm.source}: {problem}")
+    return state
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What a source records of its task: a whole Task (a card), or class names only."""
+
+    task: Task | None = None
+    class_names: tuple[str, ...] = ()
+
+
+def _same_task(warm: WarmStart, found: _Task, info: DatasetInfo) -> None:
+    run = Task.of_info(info)
+    if found.task is not None and not found.task.same(run):
+        raise ConfigError(
+            f"TRAIN_WARM_START={warm.source}: {warm.described} is another task: "
+            f"{found.task.describe()}; this run {run.describe().removeprefix('classes ')}; "
+            "a warm start must answer the same question (or start from TRAIN_WEIGHTS, whose "
+            "head is sized to the data)"
+        )
+    names = info.label_names()
+    if found.class_names and tuple(found.class_names) != names:
+        shown = Task.of(list(found.class_names), info.channels, info.height, info.width)
+        raise ConfigError(
+            f"TRAIN_WARM_START={warm.source}: {warm.described} was trained on other classes: "
+            f"{shown.describe()}; this run {run.describe().removeprefix('classes ')}"
+        )
+
+
+def _champion(settings: TrainSettings, ref: ChampionRef, source: str) -> tuple[WarmStart, _Task]:
+    path = champion.pointer_path(settings.storage_path, ref.name)
+    try:
+        pointer = champion.read_pointer(path)
+    except champion.PointerDamaged as err:
+        raise ConfigError(f"TRAIN_WARM_START={source}: {err}") from None
+    if pointer is None:
+        raise ConfigError(
+            f"TRAIN_WARM_START={source}: no champion {ref.name} under TRAIN_STORAGE_PATH "
+            f"({redact_uri(str(path))} is not there)"
+        )
+    try:
+        card = verified_card(pointer, settings.storage_endpoint)
+    except TaskUnknown as err:
+        raise ConfigError(f"TRAIN_WARM_START={source}: the champion's card: {err}") from None
+    folder = parse_location(str(pointer["export"]), settings.storage_endpoint)
+    run = pointer.get("run_name", "?")
+    described = f"champion {ref.name} v{pointer.get('version')} (run {run}, epoch " + (
+        f"{pointer.get('epoch')})"
+    )
+    return _from_card(folder, card, source, described), _Task(Task.from_card(card))
+
+
+def _location(settings: TrainSettings, path: RunPath, source: str) -> tuple[WarmStart, _Task]:
+    if not is_dir_within(path, "TRAIN_WARM_START", settings.storage_timeout_s):
+        return _file(path, source), _Task()
+    if _present(path / CARD_FILE):
+        card = _card(path, source)
+        return _from_card(path, card, source, f"export {source}"), _Task(Task.from_card(card))
+    if _present(path / checkpoints.META_FILE):
+        return _checkpoint(path, source, f"checkpoint {source}")
+    good = checkpoints.scan(path).good
+    best = next(iter(checkpoints.ranked(good, settings.checkpoint_metric)), None)
+    if best is None:
+        raise ConfigError(
+            f"TRAIN_WARM_START={source}: a folder with no model_card.json (an export), no "
+            f"{checkpoints.META_FILE} (a checkpoint) and no verified checkpoint (a run folder); "
+            "give one of those, a state-dict file, or champion:<model-name>"
+        )
+    value = best.metrics.get(settings.checkpoint_metric)
+    figure = f", {settings.checkpoint_metric} {value:.4g}" if value is not None else ""
+    described = f"run {source}'s best checkpoint {best.path.name} (epoch {best.epoch}{figure})"
+    return _checkpoint(best.path, source, described)
+
+
+def _present(path: RunPath) -> bool:
+    local = local_path(path)
+    return (local.exists() or local.is_symlink()) if local else path.is_file()
+
+
+def _card(folder: RunPath, source: str) -> dict[str, Any]:
+    """An export folder's own card: bounded, a regular file, no link; shape-checked."""
+    try:
+        data = read_bounded(folder / CARD_FILE, local_path(folder), MAX_CARD_BYTES)
+        card = bounded_json.loads(data.decode("utf-8"), MAX_CARD_BYTES)
+    except safe_fs.LinkRefused:
+        raise ConfigError(
+            f"TRAIN_WARM_START={source}: {CARD_FILE} is a symbolic link, never followed"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"TRAIN_WARM_START={source}: unreadable {CARD_FILE} ({err})") from None
+    problem = card_problem(card)
+    if problem:
+        raise ConfigError(f"TRAIN_WARM_START={source}: {CARD_FILE}: {problem}")
+    return card
+
+
+def _from_card(folder: RunPath, card: dict[str, Any], source: str, described: str) -> WarmStart:
+    digest = card["files"].get(WEIGHTS_FILE)
+    if not isinstance(digest, str):
+        raise ConfigError(
+            f"TRAIN_WARM_START={source}: {described} has no {WEIGHTS_FILE} (exported before "
+            "trainctl wrote one); start from its run folder instead, whose best checkpoint "
+            "holds the same weights"
+        )
+    return WarmStart(source, described, folder / WEIGHTS_FILE, digest, "its model card records")
+
+
+def _checkpoint(folder: RunPath, source: str, described: str) -> tuple[WarmStart, _Task]:
+    """A checkpoint folder, verified (meta.json's checksums), and the digest of its model.pt
+    and class names as its meta.json records them."""
+    try:
+        checkpoints.verify(folder)
+        data = read_bounded(
+            folder / checkpoints.META_FILE, local_path(folder), checkpoints.MAX_META_BYTES
+        )
+        meta = json.loads(data)
+        digest = meta["files"][MODEL_FILE]
+        names = tuple(str(n) for n in meta.get("class_names") or ())
+    except (ValueError, OSError, KeyError, TypeError, safe_fs.LinkRefused) as err:
+        raise ConfigError(f"TRAIN_WARM_START={source}: an unusable checkpoint ({err})") from None
+    vouch = f"its {checkpoints.META_FILE} records"
+    return WarmStart(source, described, folder / MODEL_FILE, str(digest), vouch), _Task(None, names)
+
+
+def _file(path: RunPath, source: str) -> WarmStart:
+    """A state-dict file: the digest of its bytes as read now, what every worker must read."""
+    digest = hashlib.sha256(_read(path, source)).hexdigest()
+    return WarmStart(source, f"file {source}", path, digest, "read before the run started")
+
+
+def _read(path: RunPath, source: str) -> bytes:
+    """The file's bytes: a regular file (a FIFO would hang), no link followed, bounded."""
+    try:
+        return read_bounded(path, local_path(path.parent), MAX_WEIGHTS_BYTES)
+    except FileNotFoundError:
+        raise ConfigError(f"TRAIN_WARM_START={source}: {path} is not there") from None
+    except safe_fs.LinkRefused:
+        raise ConfigError(
+            f"TRAIN_WARM_START={source}: {path} is a symbolic link, never followed; give the "
+            "file it points at"
+        ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"TRAIN_WARM_START={source}: {path} is a folder, not a file") from None
+    except (OSError, ValueError) as err:  # not a regular file, over the bound, unreadable
+        raise ConfigError(f"TRAIN_WARM_START={source}: {path} cannot be read ({err})") from None
+
+
+def _model_shapes(settings: TrainSettings, info: DatasetInfo) -> dict[str, Any]:
+    from app.training.weights import shapes_and_head
+
+    return shapes_and_head(settings, info)[0]

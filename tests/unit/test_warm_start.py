@@ -1,0 +1,176 @@
+"""TRAIN_WARM_START from what a team has (app/training/warm_start.py): a run folder, a
+checkpoint folder, an export folder, a champion or a state-dict file, each resolved to the
+weights it vouches for and loaded from the bytes that were hashed; altered, linked, non-regular
+and other-task sources refused with the reason. Real checkpoints, a real promotion (export,
+pointer, champion's copy), real files; no Ray."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from app.errors import ConfigError
+from app.promotion.step import promote_run
+from app.run import checkpoints
+from app.training.warm_start import WarmStart, resolve
+from tests.promotion_support import CATS_AND_DOGS, INFO, make_run, settings_for
+
+
+@pytest.fixture
+def champion_run(tmp_path: Path) -> Path:
+    """Run `r` (one checkpoint), promoted: its export and the champion digits-cnn v1."""
+    run_dir = make_run(tmp_path, "r", 0.9)
+    assert promote_run(settings_for(tmp_path, "r"), INFO, {})["champion_version"] == 1
+    return run_dir
+
+
+def _resolve(storage: Path, source: Any, info: Any = INFO, **extra: Any) -> WarmStart:
+    return resolve(settings_for(storage, "next", warm_start=source, **extra), info)
+
+
+def _refused(storage: Path, source: Any, *needles: str, info: Any = INFO) -> str:
+    with pytest.raises(ConfigError) as caught:
+        _resolve(storage, source, info)
+    said = "; ".join(caught.value.problems)
+    for needle in needles:
+        assert needle in said, said
+    return said
+
+
+def test_every_source_resolves_to_the_weights_it_vouches_for(
+    tmp_path: Path, champion_run: Path
+) -> None:
+    checkpoint = checkpoints.scan(champion_run).good[0].path
+    trained = checkpoints.load_train_state(checkpoint)[0]
+    pointer = json.loads((tmp_path / "champions" / "digits-cnn.json").read_text())
+    copy = Path(pointer["export"])
+    expected = {
+        str(champion_run): (
+            checkpoint / "model.pt",
+            f"run {champion_run}'s best checkpoint checkpoint_epoch_0001 (epoch 1, "
+            "val_accuracy 0.9)",
+        ),
+        str(checkpoint): (checkpoint / "model.pt", f"checkpoint {checkpoint}"),
+        str(checkpoint / "model.pt"): (checkpoint / "model.pt", f"file {checkpoint}/model.pt"),
+        str(champion_run / "export"): (
+            champion_run / "export" / "weights.pt",
+            f"export {champion_run}/export",
+        ),
+        "champion:digits-cnn": (copy / "weights.pt", "champion digits-cnn v1 (run r, epoch 1)"),
+    }
+    for source, (file, described) in expected.items():
+        warm = _resolve(tmp_path, source)
+        assert (warm.file, warm.described) == (file, described)
+        loaded = warm.load_weights()
+        assert loaded.keys() == trained.keys()
+        assert all(torch.equal(loaded[k], trained[k]) for k in trained), source
+
+
+def test_a_champion_of_another_task_is_refused_naming_both(
+    tmp_path: Path, champion_run: Path
+) -> None:
+    _refused(
+        tmp_path, "champion:digits-cnn",
+        "TRAIN_WARM_START=champion:digits-cnn: champion digits-cnn v1 (run r, epoch 1) is "
+        "another task: classes [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] 1x8x8; this run [cat, dog] 1x8x8",
+        info=CATS_AND_DOGS,
+    )  # fmt: skip
+    _refused(tmp_path, str(champion_run / "export"), "is another task", info=CATS_AND_DOGS)
+    # A checkpoint records its class names: the same names in another order are refused too.
+    pets = make_run(tmp_path, "pets", 0.9, info=CATS_AND_DOGS)
+    swapped = dataclasses.replace(CATS_AND_DOGS, class_names=("dog", "cat"))
+    _refused(tmp_path, str(pets), "trained on other classes: classes [cat, dog]", info=swapped)
+    assert _resolve(tmp_path, str(pets), CATS_AND_DOGS).described.startswith("run ")
+
+
+def test_altered_sources_are_refused_before_anything_loads(
+    tmp_path: Path, champion_run: Path
+) -> None:
+    export = champion_run / "export"
+    weights = export / "weights.pt"
+    good = weights.read_bytes()
+    state = torch.load(weights, weights_only=True)
+    state[next(iter(state))] += 1  # other weights, a valid state dict
+    torch.save(state, weights)
+    _refused(tmp_path, str(export), f"{weights} has sha256 ", "its model card records")
+    weights.write_bytes(good)
+    # The champion's card altered after promotion: the pointer's card_sha256 no longer holds.
+    pointer = json.loads((tmp_path / "champions" / "digits-cnn.json").read_text())
+    card = Path(pointer["export"]) / "model_card.json"
+    card.write_bytes(card.read_bytes().replace(b'"format"', b'"format" ', 1))
+    _refused(tmp_path, "champion:digits-cnn", "the champion's card", "not the pointer's")
+    # A checkpoint's model.pt altered: its meta.json checksum no longer holds.
+    model = champion_run / "checkpoint_epoch_0001" / "model.pt"
+    model.write_bytes(model.read_bytes() + b"\0")
+    _refused(tmp_path, str(model.parent), "an unusable checkpoint", "model.pt does not match")
+
+
+def test_a_file_changed_after_preflight_is_not_loaded(tmp_path: Path) -> None:
+    """The workers load what preflight verified: the bytes read then, by their sha256."""
+    run_dir = make_run(tmp_path, "r", 0.9)
+    file = tmp_path / "warm.pt"
+    file.write_bytes((run_dir / "checkpoint_epoch_0001" / "model.pt").read_bytes())
+    warm = _resolve(tmp_path, str(file))
+    state = torch.load(file, weights_only=True)
+    torch.save({k: v + 1 for k, v in state.items()}, file)
+    with pytest.raises(ConfigError) as caught:
+        warm.load_weights()
+    assert "read before the run started; altered, and not loaded" in str(caught.value)
+
+
+class Payload:
+    """A pickle that writes a file when it is unpickled: the proof that nothing ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.write_text, (self.marker, "code ran"))
+
+
+def test_links_fifos_and_pickled_code_are_refused(tmp_path: Path, champion_run: Path) -> None:
+    export = champion_run / "export"
+    weights = export / "weights.pt"
+    weights.rename(tmp_path / "elsewhere.pt")
+    weights.symlink_to(tmp_path / "elsewhere.pt")  # the same bytes, through a link
+    _refused(tmp_path, str(export), f"{weights} is a symbolic link, never followed")
+    linked = tmp_path / "linked.pt"
+    linked.symlink_to(tmp_path / "elsewhere.pt")
+    _refused(tmp_path, str(linked), "is a symbolic link, never followed")
+
+    fifo = tmp_path / "fifo.pt"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    said: list[str] = []
+
+    def refuse() -> None:  # a FIFO would block a plain open forever: bounded here
+        said.append(_refused(tmp_path, str(fifo), "not a regular file"))
+        done.set()
+
+    threading.Thread(target=refuse, daemon=True).start()
+    assert done.wait(timeout=60), "a FIFO at TRAIN_WARM_START hung the resolution"
+
+    marker = tmp_path / "pwned"
+    code = tmp_path / "code.pt"
+    torch.save({"weight": Payload(marker)}, code)
+    _refused(tmp_path, str(code), "cannot be loaded as weights")
+    assert not marker.exists()
+
+
+def test_what_cannot_start_a_run_says_what_can(tmp_path: Path, champion_run: Path) -> None:
+    _refused(tmp_path, "champion:nobody", "no champion nobody under TRAIN_STORAGE_PATH")
+    (tmp_path / "empty").mkdir()
+    _refused(tmp_path, str(tmp_path / "empty"), "no model_card.json (an export)", "champion:")
+    # An export made before exports carried weights.pt: its run folder is the way.
+    card_file = champion_run / "export" / "model_card.json"
+    card = json.loads(card_file.read_text())
+    del card["files"]["weights.pt"]
+    card_file.write_text(json.dumps(card))
+    _refused(tmp_path, str(champion_run / "export"), "has no weights.pt", "run folder instead")
