@@ -199,12 +199,17 @@ def _card(folder: RunPath, source: str) -> dict[str, Any]:
     try:
         data = read_bounded(folder / CARD_FILE, local_path(folder), MAX_CARD_BYTES)
         card = bounded_json.loads(data.decode("utf-8"), MAX_CARD_BYTES)
-    except safe_fs.LinkRefused:
-        raise ConfigError(
-            f"TRAIN_WARM_START={source}: {CARD_FILE} is a symbolic link, never followed"
-        ) from None
+    except safe_fs.LinkRefused as err:
+        raise ConfigError([f"TRAIN_WARM_START={source}: {p}" for p in err.problems]) from None
     except (OSError, ValueError) as err:
         raise ConfigError(f"TRAIN_WARM_START={source}: unreadable {CARD_FILE} ({err})") from None
+    files = card.get("files") if isinstance(card, dict) else None
+    if isinstance(files, dict) and WEIGHTS_FILE not in files:
+        raise ConfigError(
+            f"TRAIN_WARM_START={source}: export {source} has no {WEIGHTS_FILE} (exported before "
+            "trainctl wrote one); start from its run folder instead, whose best checkpoint "
+            "holds the same weights"
+        )
     problem = card_problem(card)
     if problem:
         raise ConfigError(f"TRAIN_WARM_START={source}: {CARD_FILE}: {problem}")
@@ -212,13 +217,8 @@ def _card(folder: RunPath, source: str) -> dict[str, Any]:
 
 
 def _from_card(folder: RunPath, card: dict[str, Any], source: str, described: str) -> WarmStart:
-    digest = card["files"].get(WEIGHTS_FILE)
-    if not isinstance(digest, str):
-        raise ConfigError(
-            f"TRAIN_WARM_START={source}: {described} has no {WEIGHTS_FILE} (exported before "
-            "trainctl wrote one); start from its run folder instead, whose best checkpoint "
-            "holds the same weights"
-        )
+    """The export's weights.pt (card_problem made sure the card lists it) and its digest."""
+    digest = card["files"][WEIGHTS_FILE]
     return WarmStart(source, described, folder / WEIGHTS_FILE, digest, "its model card records")
 
 
@@ -251,11 +251,8 @@ def _read(path: RunPath, source: str) -> bytes:
         return read_bounded(path, local_path(path.parent), MAX_WEIGHTS_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"TRAIN_WARM_START={source}: {path} is not there") from None
-    except safe_fs.LinkRefused:
-        raise ConfigError(
-            f"TRAIN_WARM_START={source}: {path} is a symbolic link, never followed; give the "
-            "file it points at"
-        ) from None
+    except safe_fs.LinkRefused as err:  # names where it points: give that file instead
+        raise ConfigError([f"TRAIN_WARM_START={source}: {p}" for p in err.problems]) from None
     except IsADirectoryError:
         raise ConfigError(f"TRAIN_WARM_START={source}: {path} is a folder, not a file") from None
     except (OSError, ValueError) as err:  # not a regular file, over the bound, unreadable

@@ -120,7 +120,7 @@ def test_train_warns_once_before_ray_starts(
         _env_file=None, dataset="folder", model="cnn", data_path=tmp_path / "shapes",
         storage_path=tmp_path / "runs",
     )  # fmt: skip
-    info = preflight_for_training(settings)
+    info = preflight_for_training(settings).info
     assert info.train_rows == 90
     err = capsys.readouterr().err
     assert err.count("trainctl: warning:") == 1 and f"trainctl: warning: {ISSUE_EXAMPLE}\n" in err

@@ -356,7 +356,7 @@ def test_the_champions_files_outlive_a_later_export_of_its_run(
     assert {p.name: p.read_bytes() for p in copy.iterdir()} == promoted
     assert _pointer(tmp_path) == pointer
     assert sha256_of(copy / CARD_FILE) == pointer["card_sha256"]
-    card, _ = verified(copy)  # every file still matches the card the pointer vouches for
+    card = verified(copy).card  # every file still matches the card the pointer vouches for
     assert card["checkpoint"]["epoch"] == 1
     Image.new("L", (8, 8), 128).save(tmp_path / "x.png")
     result = trainctl("predict", str(copy), str(tmp_path / "x.png"), "--json")

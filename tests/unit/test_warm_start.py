@@ -140,10 +140,14 @@ def test_links_fifos_and_pickled_code_are_refused(tmp_path: Path, champion_run: 
     weights = export / "weights.pt"
     weights.rename(tmp_path / "elsewhere.pt")
     weights.symlink_to(tmp_path / "elsewhere.pt")  # the same bytes, through a link
-    _refused(tmp_path, str(export), f"{weights} is a symbolic link, never followed")
+    _refused(
+        tmp_path, str(export), f"{weights}: is a symbolic link (to {tmp_path / 'elsewhere.pt'})"
+    )
     linked = tmp_path / "linked.pt"
     linked.symlink_to(tmp_path / "elsewhere.pt")
-    _refused(tmp_path, str(linked), "is a symbolic link, never followed")
+    _refused(
+        tmp_path, str(linked), f"{linked}: is a symbolic link (to {tmp_path / 'elsewhere.pt'})"
+    )
 
     fifo = tmp_path / "fifo.pt"
     os.mkfifo(fifo)
