@@ -62,6 +62,7 @@ class Verified:
     card: dict[str, Any]
     weights: bytes
     folder: RunPath
+    card_sha256: str = ""  # of the card's bytes as read: what an evaluation names it by
 
 
 def card_json(card: dict[str, Any]) -> bytes:
@@ -71,6 +72,10 @@ def card_json(card: dict[str, Any]) -> bytes:
 def read_card(folder: RunPath, root: Path | None = None) -> dict[str, Any]:
     """The card in export folder `folder` (on a volume opened below `root`, default the folder
     itself, without following a link), shape-checked; ConfigError naming what is wrong."""
+    return _read_card(folder, root)[0]
+
+
+def _read_card(folder: RunPath, root: Path | None) -> tuple[dict[str, Any], bytes]:
     path = folder / CARD_FILE
     try:
         text = read_bounded(path, root or local_path(folder), MAX_CARD_BYTES)
@@ -85,7 +90,7 @@ def read_card(folder: RunPath, root: Path | None = None) -> dict[str, Any]:
     problem = card_problem(card)
     if problem:
         raise ConfigError(f"{path}: {problem}")
-    return card
+    return card, text
 
 
 def _why(err: OSError | ValueError) -> str:
@@ -155,7 +160,7 @@ def verified(folder: RunPath, root: Path | None = None) -> Verified:
     opened below `root` (default: the folder itself) without following a link, as a regular
     file of bounded size. Nothing is loaded before this passes."""
     root = root or local_path(folder)
-    card = read_card(folder, root)
+    card, text = _read_card(folder, root)
     weights = b""
     for name, expected in card["files"].items():
         path = folder / name
@@ -175,4 +180,4 @@ def verified(folder: RunPath, root: Path | None = None) -> Verified:
                 f"{path}: sha256 {found} does not match the model card's {expected}; "
                 "the export was altered or damaged and is not loaded"
             )
-    return Verified(card, weights, folder)
+    return Verified(card, weights, folder, hashlib.sha256(text).hexdigest())
