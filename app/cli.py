@@ -387,6 +387,26 @@ def evaluate_cmd(
         click.echo(report.line())
 
 
+@cli.command("compare")
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option("--out", help="The curves' PNG, local or s3:// / gs://  [default: ./compare.png].")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+def compare_cmd(runs: tuple[str, ...], out: str | None, as_json: bool) -> None:
+    """Runs side by side: the settings that differ, final and best metrics, time and
+    accelerator-hours, per-class recall from each run's newest evaluation (eval/*/), and one
+    PNG with their validation accuracy and loss curves overlaid."""
+    import json
+
+    from app.evaluation.compare import compare
+
+    found = compare(runs, out)
+    if as_json:
+        click.echo(json.dumps(found.record(), indent=2))
+    else:
+        for line in found.table():
+            click.echo(line)
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run one command and return its exit code; failures end in a message, not a traceback."""
     return run_command(cli, argv)
