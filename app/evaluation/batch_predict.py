@@ -33,7 +33,7 @@ from app.evaluation.scoring import ScoringOptions, check_resources, connect, sco
 from app.export.card import Verified, verified
 from app.export.predict import Prediction, export_folder
 from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, parse_location, write_atomic
+from app.storage.location import RunPath, parse_location, store_errors, write_atomic
 
 if TYPE_CHECKING:
     import ray.data
@@ -91,9 +91,13 @@ def batch_predict(
 
     endpoint, _ = storage_access(os.environ)
     destination = output_location(out, endpoint) if out is not None else None
-    folder, root = export_folder(target)
-    export = verified(folder, root)
-    groups = [_listed(image, endpoint) for image in images]
+    folder, root = export_folder(target, endpoint)
+    with store_errors(folder, "RUN_OR_EXPORT"):
+        export = verified(folder, root)
+    groups = []
+    for image in images:
+        with store_errors(_location(image, endpoint), "IMAGE_OR_FOLDER"):
+            groups.append(_listed(_location(image, endpoint)))
     total = sum(len(paths) for _, paths in groups)
     if total == 0:
         raise ConfigError(
@@ -105,7 +109,8 @@ def batch_predict(
     dataset = _rows(groups, export.card)
     found = _gather(scored(dataset, export, _with_top_k(options, top_k)), export, strict)
     if destination is not None:
-        write_atomic(destination, _encode(found, destination, export))
+        with store_errors(destination, "--out"):
+            write_atomic(destination, encode(found, destination, len(export.card["class_names"])))
     return BatchResult(
         [p for p, error in found if not error],
         [(p.image, error) for p, error in found if error],
@@ -119,13 +124,16 @@ def _with_top_k(options: ScoringOptions, top_k: int) -> ScoringOptions:
     return replace(options, top_k=top_k)
 
 
-def _listed(image: str, endpoint: str | None) -> tuple[RunPath, list[str]]:
-    """(the folder files are read below, their paths relative to it) for one argument: a
-    file, or every image file below a folder or prefix."""
+def _location(image: str, endpoint: str | None) -> RunPath:
     try:
-        where = parse_location(image, endpoint)
+        return parse_location(image, endpoint)
     except ValueError as err:
         raise ConfigError(f"{shown(image)}: {err}") from None
+
+
+def _listed(where: RunPath) -> tuple[RunPath, list[str]]:
+    """(the folder files are read below, their paths relative to it) for one argument: a
+    file, or every image file below a folder or prefix."""
     if isinstance(where, ObjectPath):
         if where.is_file():
             return where.parent, [where.name]
@@ -207,10 +215,11 @@ def _gather(
     return found
 
 
-def _encode(found: list[tuple[Prediction, str]], destination: RunPath, export: Verified) -> bytes:
+def encode(found: list[tuple[Prediction, str]], destination: RunPath, classes: int) -> bytes:
+    """The output file's bytes, Parquet or CSV by `destination`'s suffix (see the module)."""
     import pyarrow as pa
 
-    k = min(max((len(p.top) for p, _ in found), default=1), len(export.card["class_names"]))
+    k = min(max((len(p.top) for p, _ in found), default=1), classes)
     images = [p.image for p, _ in found]
     errors = [e or None for _, e in found]
     if str(destination).lower().endswith(".parquet"):

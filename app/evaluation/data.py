@@ -32,7 +32,7 @@ from app.data.images import ImageFormat
 from app.data.schema import SPLITS, inspect_split, parquet_files
 from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows, parquet_rows
-from app.storage.location import RunPath, parse_location
+from app.storage.location import RunPath, parse_location, store_errors
 from app.storage.reading import reader_source
 
 if TYPE_CHECKING:
@@ -112,6 +112,13 @@ def run_split(card: dict[str, Any], split: str, endpoint: str | None) -> EvalDat
             "to evaluate as DATA instead"
         )
     root = _location(path, endpoint, "the model card's data.path")
+    with store_errors(root, "the model card's data.path"):
+        return _run_split(root, card, data, split, endpoint)
+
+
+def _run_split(
+    root: RunPath, card: dict[str, Any], data: dict[str, Any], split: str, endpoint: str | None
+) -> EvalData:
     settings = card.get("settings") if isinstance(card.get("settings"), dict) else {}
     names = list(card["class_names"])
     if settings.get("dataset") == "folder":
@@ -135,6 +142,11 @@ def data_folder(
 ) -> EvalData:
     """DATA as given: a folder of class folders, or of Parquet files."""
     location = _location(value, endpoint, f"DATA {value!r}")
+    with store_errors(location, "DATA"):
+        return _data_folder(location, card, allow_missing)
+
+
+def _data_folder(location: RunPath, card: dict[str, Any], allow_missing: bool) -> EvalData:
     if not location.is_dir():
         raise ConfigError(
             f"{shown(location)}: not a folder; give a folder of class folders "

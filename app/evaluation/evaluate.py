@@ -47,7 +47,7 @@ from app.evaluation.report import (
 )
 from app.evaluation.scoring import ScoringOptions, check_resources, connect, precision_of, scored
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, verified
-from app.storage.location import RunPath, local_path
+from app.storage.location import RunPath, local_path, store_errors
 from app.storage.reading import present, reader_source
 
 if TYPE_CHECKING:
@@ -116,7 +116,8 @@ def evaluate_command(
         raise ConfigError(f"--max-mistakes {max_mistakes}: must be 0..{MAX_MISTAKES:,}")
     endpoint, _ = storage_access(os.environ)
     run_dir = storage_location(run, f"RUN {run!r}", endpoint)
-    export = run_export(run_dir)
+    with store_errors(run_dir, "RUN"):
+        export = run_export(run_dir)
     card = export.card
     if split is not None:
         source = run_split(card, split, endpoint)

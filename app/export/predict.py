@@ -17,6 +17,7 @@ mean and std, per channel.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,9 @@ def predict(target: str, images: Sequence[str], top_k: int) -> list[Prediction]:
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
-    folder, root = export_folder(target)
+    from app.settings.env import storage_access
+
+    folder, root = export_folder(target, storage_access(os.environ)[0])
     export = verified(folder, root)
     card = export.card
     first = _batch(chunks[0], card)  # a bad first image is named before anything loads
@@ -70,14 +73,15 @@ def predict(target: str, images: Sequence[str], top_k: int) -> list[Prediction]:
     return found
 
 
-def export_folder(target: str) -> tuple[RunPath, Path | None]:
+def export_folder(target: str, endpoint: str | None = None) -> tuple[RunPath, Path | None]:
     """The export folder `target` names (an export folder, or a run folder holding export/),
-    local or in a bucket, and the folder below which its files are opened: `target` itself,
-    so that neither export/ nor a file in it is read through a link."""
+    local or in a bucket (through `endpoint`: TRAIN_STORAGE_ENDPOINT), and the folder below
+    which its files are opened: `target` itself, so that neither export/ nor a file in it is
+    read through a link."""
     from app.storage.location import parse_location
 
     try:
-        where = parse_location(target)
+        where = parse_location(target, endpoint)
     except ValueError as err:
         raise ConfigError(f"{target}: {err}") from None
     folder = where if present(where / CARD_FILE) else where / EXPORT_DIR
