@@ -154,14 +154,16 @@ def scored(rows: ray.data.Dataset, export: Verified, options: ScoringOptions) ->
 
 
 def default_actors(options: ScoringOptions) -> int:
-    """As many actors as the cluster has GPUs (with --gpus), or CPUs for them with one left
-    for the read tasks; the pool starts with one and grows while rows wait."""
+    """As many actors as the cluster has GPUs (with --gpus) or CPUs for them; the pool starts
+    with one and grows while rows wait. On CPUs, Ray Data fuses the read step (same
+    resources) into the actors, so each decodes the files it scores and none need be left for
+    read tasks; GPU actors take their rows from read tasks on the cluster's CPUs."""
     import ray
 
     resources = ray.cluster_resources()
     if options.gpus:
         return max(1, int(resources.get("GPU", 0)))
-    return max(1, int(resources.get("CPU", 1) // options.cpus_per_actor) - 1)
+    return max(1, int(resources.get("CPU", 1) // options.cpus_per_actor))
 
 
 def check_resources(options: ScoringOptions) -> None:
