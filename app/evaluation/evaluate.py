@@ -87,8 +87,9 @@ class EvalReport:
                 f"training recorded val_accuracy {recorded['val_accuracy']:.4f} at epoch "
                 f"{recorded['epoch']} ({same})"
             )
+        data = m["data"].get("shown") or shown(m["data"].get("location", "the data"))
         return (
-            f"trainctl: evaluated {m['run_name']} on {m['data']['shown']}: "
+            f"trainctl: evaluated {m['run_name']} on {data}: "
             + ", ".join(parts)
             + f" -> {shown(self.folder)}"
         )

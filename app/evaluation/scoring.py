@@ -55,7 +55,6 @@ class Scorer:
     """Ray Data's callable class: the export's model, loaded once per actor."""
 
     def __init__(self, export: Any, top_k: int, use_gpu: bool, threads: int) -> None:
-        import ray
         import torch
 
         from app.data.pipeline import Normalizer
@@ -63,6 +62,8 @@ class Scorer:
         from app.training.model import uses_channels_last
 
         if isinstance(export, list):  # [ObjectRef]: see `scored`
+            import ray
+
             export = ray.get(export[0])
         torch.set_num_threads(max(1, threads))
         self.device = torch.device("cuda" if use_gpu else "cpu")

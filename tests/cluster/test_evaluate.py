@@ -96,6 +96,37 @@ def test_split_valid_reproduces_the_recorded_val_accuracy_exactly(
         assert row["file"].endswith(".parquet") and row["row"].isdigit()
 
 
+def test_the_runs_own_pipeline_is_evaluated_as_a_run_end_will(
+    finished_run: FinishedRun, quiet_driver: None
+) -> None:
+    """`evaluate()` on the validation Dataset training itself builds (no file names, no
+    error column): what the end of a run calls for its best checkpoint."""
+    from app.data.pipeline import build_datasets
+    from app.data.schema import inspect_dataset
+    from app.evaluation.evaluate import evaluate as evaluate_rows
+    from app.evaluation.evaluate import run_export
+    from app.settings import TrainSettings
+
+    run_dir = finished_run.run_dir
+    settings = TrainSettings(
+        _env_file=None, dataset="digits", model="cnn", data_path=finished_run.tmp / "data",
+        storage_path=run_dir.parent, run_name=run_dir.name,
+    )  # fmt: skip
+    info = inspect_dataset(settings.dataset_dir)
+    rows = build_datasets(settings, info)["valid"]
+    data = {"location": f"{info.path}/valid", "layout": info.layout, "split": "valid"}
+    report = evaluate_rows(
+        run_export(run_dir), rows, run_dir / "eval" / "run-end", run_dir=run_dir, data=data
+    )
+    val_accuracy, valid_rows = recorded(finished_run)
+    assert (report.metrics["rows"], report.metrics["accuracy"]) == (valid_rows, val_accuracy)
+    assert report.metrics["recorded"]["val_accuracy"] == val_accuracy
+    assert "(same)" in report.line()
+    assert (run_dir / "eval" / "run-end" / "metrics.json").is_file()
+    for row in _mistakes(run_dir / "eval" / "run-end"):  # rows numbered in the stream's order
+        assert row["file"] == "" and row["row"].isdigit()
+
+
 def test_an_image_folder_is_scored_on_the_cluster_skipping_what_cannot_be_read(
     finished_run: FinishedRun, images: Path, quiet_driver: None
 ) -> None:
