@@ -317,7 +317,7 @@ def predict_cmd(
 
     from app.evaluation.batch_predict import batch_predict, takes_batch_path
 
-    if takes_batch_path(images, out):
+    if takes_batch_path(images, out, pool=gpus or actors is not None):
         from app.evaluation.scoring import ScoringOptions
 
         options = ScoringOptions(

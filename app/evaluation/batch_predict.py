@@ -55,10 +55,11 @@ class BatchResult:
         return f"trainctl: predicted {len(self.predictions):,} images{skipped}{where}"
 
 
-def takes_batch_path(images: Sequence[str], out: str | None) -> bool:
-    """Whether `trainctl predict` runs on Ray: with --out, more than FEW files, or any folder
-    or bucket prefix among them (a bucket URI counts: listing it decides)."""
-    if out is not None or len(images) > FEW:
+def takes_batch_path(images: Sequence[str], out: str | None, pool: bool = False) -> bool:
+    """Whether `trainctl predict` runs on Ray: with --out or an actor-pool option (`pool`:
+    --gpus, --actors), more than FEW files, or any folder or bucket prefix among them (a
+    bucket URI counts: listing it decides)."""
+    if out is not None or pool or len(images) > FEW:
         return True
     return any("://" in image or os.path.isdir(image) for image in images)
 

@@ -24,6 +24,7 @@ def test_few_files_stay_in_process_and_the_rest_go_to_ray(tmp_path: Path) -> Non
     assert not takes_batch_path(files, None)
     assert takes_batch_path([*files, "one-more.png"], None)
     assert takes_batch_path(files[:1], "out.csv")
+    assert takes_batch_path(files[:1], None, pool=True)  # --gpus or --actors
     assert takes_batch_path([str(tmp_path)], None)  # a folder
     assert takes_batch_path(["s3://bucket/images"], None)  # a prefix (or an object)
 
