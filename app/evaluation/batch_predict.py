@@ -107,7 +107,7 @@ def batch_predict(
         )
     connect()
     check_resources(options)
-    dataset = _rows(groups, export.card)
+    dataset = rows_dataset(groups, export.card)
     found = _gather(scored(dataset, export, _with_top_k(options, top_k)), export, strict)
     if destination is not None:
         with store_errors(destination, "--out"):
@@ -148,7 +148,9 @@ def _listed(where: RunPath) -> tuple[RunPath, list[str]]:
     return where.parent, [where.name]  # a link is refused when it is read, and named
 
 
-def _rows(groups: list[tuple[RunPath, list[str]]], card: dict[str, Any]) -> ray.data.Dataset:
+def rows_dataset(groups: list[tuple[RunPath, list[str]]], card: dict[str, Any]) -> ray.data.Dataset:
+    """Rows to score (app/evaluation/rows.py) for (folder, files relative to it) groups, each
+    row's `path` its whole path or URI."""
     import ray.data
 
     spec = card["input"]
