@@ -47,6 +47,7 @@ from app.evaluation.report import (
 )
 from app.evaluation.scoring import ScoringOptions, check_resources, connect, precision_of, scored
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, verified
+from app.storage import safe_fs
 from app.storage.location import RunPath, local_path, store_errors
 from app.storage.reading import present, reader_source
 
@@ -138,6 +139,9 @@ def evaluate_command(
 
 def run_export(run_dir: RunPath) -> Verified:
     """The run's verified export; ConfigError saying what to do where there is none."""
+    local = local_path(run_dir)
+    if local is not None and local.is_symlink():  # runs/<name> planted as a link: its eval/
+        raise safe_fs.LinkRefused([(local, os.readlink(local))])  # would be written through it
     folder = run_dir / EXPORT_DIR
     if not present(folder / CARD_FILE):
         if not run_dir.is_dir():

@@ -121,6 +121,14 @@ def test_a_run_without_an_export_says_what_to_do(tmp_path: Path) -> None:
     assert_refused(result, 2, "no such run folder")
 
 
+def test_a_run_folder_that_is_a_link_is_refused(run: Path, tmp_path: Path) -> None:
+    (tmp_path / "runs" / "planted").symlink_to(run, target_is_directory=True)
+    data = folder(tmp_path / "test", CLASSES)
+    result = trainctl("evaluate", str(tmp_path / "runs" / "planted"), str(data))
+    assert_refused(result, 2, "planted", "symbolic link")
+    no_eval_written(run)
+
+
 def test_an_altered_export_is_refused_before_anything_is_scored(run: Path, tmp_path: Path) -> None:
     weights = run / "export" / "weights.pt"
     weights.write_bytes(weights.read_bytes() + b"\0")
