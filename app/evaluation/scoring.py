@@ -138,9 +138,8 @@ def scored(rows: ray.data.Dataset, export: Verified, options: ScoringOptions) ->
     return rows.map_batches(
         Scorer,
         fn_constructor_kwargs={
-            # Put once, read by every actor; inside a list, so that Ray hands the actor the
-            # reference (resolved in __init__) rather than pinning it as a constructor
-            # argument of actors it may restart.
+            # The verified bytes put in the object store once and read there by every actor
+            # (inside a list: Ray passes the reference as it is, resolved in __init__).
             "export": [ray.put(export)],
             "top_k": options.top_k,
             "use_gpu": options.gpus,
