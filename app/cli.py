@@ -352,24 +352,87 @@ def _run_folders_hint(command: str, name: str | None) -> str:
     )
 
 
+def scoring_options(command: Any) -> Any:
+    """The actor-pool options `evaluate` and `predict` share (app/evaluation/scoring.py)."""
+    from app.evaluation.scoring import MAX_ACTORS, MAX_BATCH
+
+    options = [
+        click.option(
+            "--batch-size", type=click.IntRange(1, MAX_BATCH), default=256, show_default=True,
+            help="Rows per forward pass of each actor.",
+        ),
+        click.option(
+            "--actors", type=click.IntRange(1, MAX_ACTORS),
+            help="Most actors (each loads the model once); the pool starts with one and grows "
+            "while rows wait [default: as many as the cluster holds].",
+        ),
+        click.option(
+            "--gpus", is_flag=True, help="One GPU per actor (exit 2 if the cluster has none)."
+        ),
+        click.option(
+            "--cpus-per-actor", type=click.FloatRange(0.1, 1024), default=1.0,
+            show_default=True, help="CPUs each actor takes (and its torch threads).",
+        ),
+        click.option(
+            "--strict", is_flag=True,
+            help="Stop at the first file that cannot be used (default: skip and count it).",
+        ),
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @cli.command("predict")
 @click.argument("target", metavar="RUN_OR_EXPORT")
-@click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
+@click.argument("images", nargs=-1, required=True, metavar="IMAGE_OR_FOLDER...")
 @click.option("--top-k", type=click.IntRange(1, 1000), default=3, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
-def predict_cmd(target: str, images: tuple[str, ...], top_k: int, as_json: bool) -> None:
-    """Classify IMAGE files with a run's export (the run folder, its export/ folder, or an
+@click.option(
+    "--out",
+    help="Write every image's top-k to this .parquet or .csv file (local or s3:// / gs://), "
+    "with Ray Data batch inference.",
+)
+@scoring_options
+def predict_cmd(
+    target: str, images: tuple[str, ...], top_k: int, as_json: bool, out: str | None,
+    batch_size: int, actors: int | None, gpus: bool, cpus_per_actor: float, strict: bool,
+) -> None:  # fmt: skip
+    """Classify images with a run's export (the run folder, its export/ folder, or an
     s3:// or gs:// URI of either), or the champion's (champion:<model-name>, under
     TRAIN_STORAGE_PATH): checksums checked, then the weights loaded (weights_only) into
-    trainctl's own model for the card; nothing in the export can run code."""
+    trainctl's own model for the card; nothing in the export can run code.
+
+    \b
+    A few image files are classified in this process. Folders and bucket prefixes (every
+    image below them), more than 64 files, or --out: Ray Data batch inference on an actor
+    pool (joins TRAIN_RAY_ADDRESS or RAY_ADDRESS, else starts a local Ray).
+    """
     import json
 
-    from app.export.predict import predict
+    from app.evaluation.batch_predict import batch_predict, takes_batch_path
 
     card_sha256 = None
     if target.startswith("champion:"):
         target, card_sha256 = _champion_export(target.removeprefix("champion:"))
-    found = predict(target, images, top_k, card_sha256)
+    if takes_batch_path(images, out, pool=gpus or actors is not None):
+        from app.evaluation.scoring import ScoringOptions
+
+        options = ScoringOptions(
+            batch_size=batch_size, actors=actors, gpus=gpus, cpus_per_actor=cpus_per_actor
+        )
+        result = batch_predict(
+            target, images, top_k, out=out, options=options, strict=strict,
+            card_sha256=card_sha256,
+        )  # fmt: skip
+        found = result.predictions
+        if out is not None:
+            click.echo(result.line())
+            return
+    else:
+        from app.export.predict import predict
+
+        found = predict(target, images, top_k, card_sha256)
     if as_json:
         click.echo(json.dumps({"predictions": [p.record() for p in found]}, indent=2))
     else:
@@ -397,6 +460,74 @@ def _champion_export(name: str) -> tuple[str, str]:
         return champion_export(storage, name, endpoint)
     except PointerDamaged as err:
         raise ConfigError(f"champion:{name}: {err}") from None
+
+
+@cli.command("evaluate")
+@click.argument("run_dir", metavar="RUN")
+@click.argument("data", required=False)
+@click.option("--split", type=click.Choice(["valid"]), help="The run's own validation data.")
+@click.option("--name", help="eval/<NAME>/ in the run folder [default: from DATA or --split].")
+@click.option(
+    "--max-mistakes", type=click.IntRange(0, 1_000_000), default=100, show_default=True,
+    help="Rows in mistakes.csv (the most confident mistakes).",
+)  # fmt: skip
+@click.option(
+    "--allow-missing-classes", "allow_missing", is_flag=True,
+    help="Evaluate a folder that lacks some of the run's classes.",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="metrics.json on stdout.")
+@scoring_options
+def evaluate_cmd(
+    run_dir: str, data: str | None, split: str | None, name: str | None, max_mistakes: int,
+    allow_missing: bool, as_json: bool, batch_size: int, actors: int | None, gpus: bool,
+    cpus_per_actor: float, strict: bool,
+) -> None:  # fmt: skip
+    """Score RUN's export on labelled DATA with Ray Data batch inference, and write
+    RUN/eval/<name>/: metrics.json (accuracy, top-5, per-class precision/recall/F1,
+    calibration), confusion.png and .json, mistakes.csv.
+
+    \b
+    DATA: a folder of class folders (DATA/<class>/<image>, e.g. pets/valid) or of Parquet
+    files (image and label columns), local or s3:// / gs://; or --split valid for the data
+    the run validated on, which reproduces training's val_accuracy.
+    Joins TRAIN_RAY_ADDRESS (or RAY_ADDRESS), else starts a local Ray.
+    """
+    import json
+
+    from app.evaluation.evaluate import evaluate_command
+    from app.evaluation.scoring import ScoringOptions
+
+    options = ScoringOptions(
+        batch_size=batch_size, actors=actors, gpus=gpus, cpus_per_actor=cpus_per_actor
+    )
+    report = evaluate_command(
+        run_dir, data, split=split, name=name, options=options, strict=strict,
+        max_mistakes=max_mistakes, allow_missing=allow_missing,
+    )  # fmt: skip
+    if as_json:
+        click.echo(json.dumps({"folder": str(report.folder), **report.metrics}, indent=2))
+    else:
+        click.echo(report.line())
+
+
+@cli.command("compare")
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option("--out", help="The curves' PNG, local or s3:// / gs://  [default: ./compare.png].")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+def compare_cmd(runs: tuple[str, ...], out: str | None, as_json: bool) -> None:
+    """Runs side by side: the settings that differ, final and best metrics, time and
+    accelerator-hours, per-class recall from each run's newest evaluation (eval/*/), and one
+    PNG with their validation accuracy and loss curves overlaid."""
+    import json
+
+    from app.evaluation.compare import compare
+
+    found = compare(runs, out)
+    if as_json:
+        click.echo(json.dumps(found.record(), indent=2))
+    else:
+        for line in found.table():
+            click.echo(line)
 
 
 def run(argv: list[str] | None = None) -> int:

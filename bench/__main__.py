@@ -17,7 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHES = ("ingest", "overhead", "startup", "checkpoint", "object_storage", "preemption")
+BENCHES = (
+    "ingest",
+    "overhead",
+    "startup",
+    "checkpoint",
+    "object_storage",
+    "preemption",
+    "batch_inference",
+)
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -92,6 +100,13 @@ def summary(results: dict[str, dict[str, Any]]) -> list[str]:
         )
         notice = r["ways"]["jit"]["notice_to_commit_s"]
         lines.append(f"preemption {shown}; drain notice to committed checkpoint {notice}s")
+    if "batch_inference" in results:
+        r = results["batch_inference"]
+        rates = r["images_per_s"]
+        lines.append(
+            f"batch inf. {r['images']:,} JPEGs, {r['model']}: Ray Data {rates['b_ray_data']:,} vs "
+            f"single process {rates['a_single']:,} images/s end to end, b/a {r['b_over_a']}"
+        )
     if "gpu" in results:
         r = results["gpu"]
         shown = ", ".join(

@@ -105,7 +105,14 @@ def ray_session(ray_cluster: object) -> Iterator[None]:
 # the other cluster tests form a second. Each group runs on one pytest-xdist worker with that
 # worker's own session cluster.
 FAULT_MODULES = frozenset(
-    {"test_faults", "test_train", "test_promotion", "test_preemption", "test_observability"}
+    {
+        "test_faults",
+        "test_train",
+        "test_promotion",
+        "test_preemption",
+        "test_observability",
+        "test_evaluate",  # it scores the finished run, trained in this group
+    }
 )
 
 

@@ -10,8 +10,13 @@ restart with the same world size. The per-epoch order inside a shard comes from 
 permutation in app/data/pipeline.py, seeded by (seed, epoch, rank).
 
 The cost: `split` materializes the train split in the object store (spilled to disk beyond
-it), as the cache of app/data/cache.py does for data that fits; validation keeps Ray's
-streaming split, whose order does not matter.
+it), as the cache of app/data/cache.py does for data that fits.
+
+Validation is streamed (its order does not matter) but not cut equal: Ray Train's default
+`streaming_split(equal=True)` drops up to world_size - 1 rows to even the shards out, so the
+recorded val_accuracy would not be over the whole valid split, and `trainctl evaluate
+--split valid` could not reproduce it. Shards of unequal length are safe because validation
+runs no collective per batch (app/training/loop.py, `_evaluate`).
 """
 
 from __future__ import annotations
@@ -34,13 +39,20 @@ class ExactSplit(DataConfig):
         worker_node_ids: Any,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
-        streamed = {k: v for k, v in datasets.items() if k not in self._exact}
-        output = super().configure(streamed, world_size, worker_handles, worker_node_ids, **kwargs)
-        for name in self._exact:
-            if name not in datasets:
-                continue
-            dataset = datasets[name].copy(datasets[name])
+        output: list[dict[str, Any]] = [{} for _ in range(world_size)]
+        hints = worker_node_ids if self._enable_shard_locality else None
+        for name, given in datasets.items():
+            if given.name is None:
+                given.set_name(name)
+            dataset = given.copy(given)
             options = self._resolve_execution_options(name)
+            if name not in self._exact:
+                dataset.context.execution_options = options
+                # Every row once, in shards that may differ by a few rows (see above).
+                shards = dataset.streaming_split(world_size, equal=False, locality_hints=hints)
+                for rank, streamed in enumerate(shards):
+                    output[rank][name] = streamed
+                continue
             # Blocks in file order, not in the order read tasks finish: the split is by position.
             options.preserve_order = True
             dataset.context.execution_options = options

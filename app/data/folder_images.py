@@ -36,13 +36,29 @@ def read_file(root: RunPath, relative: str) -> bytes:
         raise ImageError(f"{shown(path)}: cannot be read ({err})") from None
 
 
-def load_images(root: RunPath, paths: list[str], size: int) -> np.ndarray:
-    """The files at `paths` (relative to root), decoded, as one (N, size, size, 3) array."""
-    out = np.empty((len(paths), size, size, 3), np.uint8)
+def load_images(
+    root: RunPath,
+    paths: list[str],
+    size: int | tuple[int, int],
+    channels: int = 3,
+    errors: list[str] | None = None,
+) -> np.ndarray:
+    """The files at `paths` (relative to root), decoded, as one (N, height, width, channels)
+    array; `size` is a square's side or (height, width). The first file that cannot be used
+    raises its ImageError; with `errors` (a list of len(paths)) none does: a bad file's row is
+    left zero and its message put at its index (`trainctl evaluate` skips and counts them)."""
+    height, width = (size, size) if isinstance(size, int) else size
+    out = np.zeros((len(paths), height, width, channels), np.uint8)
 
     def one(index: int) -> None:
         relative = paths[index]
-        out[index] = decode_image(read_file(root, relative), size, root / relative)
+        try:
+            data = read_file(root, relative)
+            out[index] = decode_image(data, (height, width), root / relative, channels)
+        except ImageError as err:
+            if errors is None:
+                raise
+            errors[index] = str(err)
 
     with ThreadPoolExecutor(min(READ_THREADS, max(1, len(paths)))) as pool:
         list(pool.map(one, range(len(paths))))  # list(): the first error is raised here

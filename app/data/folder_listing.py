@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,11 +180,79 @@ def _add(classes: dict[str, list[str]], parts: tuple[str, ...], relative: str) -
     return True
 
 
-def _bucket_split(root: ObjectPath, split: str) -> tuple[dict[str, list[str]], int]:
-    base = f"{root.key}/{split}"
+def _add_any(classes: dict[str, list[str]], parts: tuple[str, ...], relative: str) -> bool:
+    """An image file at any depth, under the key "" (images to classify, no classes)."""
+    if any(p.startswith(".") for p in parts) or not _is_image(parts[-1]):
+        return False
+    classes.setdefault("", []).append(relative)
+    return True
+
+
+_Adder = Callable[[dict[str, list[str]], tuple[str, ...], str], bool]
+
+
+@dataclass(frozen=True)
+class ClassFolder:
+    """One folder of class folders (<folder>/<class>/<image>: a split of an image-folder
+    dataset, or data to evaluate), paths relative to it; links already resolved."""
+
+    files: dict[str, list[str]]  # class name -> its image files, sorted; a class may have none
+    skipped: int
+
+    def note(self) -> str:
+        return FolderListing((), (), (), self.skipped).note()
+
+
+def list_class_folder(folder: RunPath, limit_s: float = LIST_LIMIT_S) -> ClassFolder:
+    """`folder`'s class folders and their images, by this module's rules (hidden and non-image
+    files skipped and counted; on a volume no link leading out of `folder` or to a folder);
+    ConfigError naming the problems otherwise. Class names are judged by the caller."""
+    files, skipped = _list_one(folder, limit_s, _add)
+    return ClassFolder({name: sorted(paths) for name, paths in files.items()}, skipped)
+
+
+def list_images(folder: RunPath, limit_s: float = LIST_LIMIT_S) -> tuple[list[str], int]:
+    """Every image file below `folder`, at any depth (paths relative to it, sorted), and how
+    many files were skipped, by this module's rules; ConfigError naming the problems."""
+    files, skipped = _list_one(folder, limit_s, _add_any)
+    return sorted(files.get("", [])), skipped
+
+
+def _list_one(folder: RunPath, limit_s: float, add: _Adder) -> tuple[dict[str, list[str]], int]:
+    problems = Problems()
+    local = local_path(folder)
+    try:
+        if local is not None:
+            found = _local_split(local, "", time.monotonic() + limit_s, problems, add)
+        else:
+            client = folder.with_budget(limit_s)  # type: ignore[union-attr]
+            found = call_with_deadline(lambda: _bucket_split(client, "", add), limit_s, str(folder))
+    except DeadlineExceeded:
+        raise ConfigError(
+            f"{folder}: listing took over {limit_s:g} s; for data this large write the Parquet "
+            "layout once with `trainctl prepare-data --from-folder`"
+        ) from None
+    except _Missing:
+        raise ConfigError(f"{folder}: folder not found") from None
+    if problems:
+        raise ConfigError(problems)
+    total = sum(map(len, found[0].values()))
+    if total > MAX_FILES:
+        raise ConfigError(
+            f"{folder}: {total:,} image files, over the {MAX_FILES:,} one listing may hold; "
+            "give a part of it, or write it as Parquet with `trainctl prepare-data`"
+        )
+    return found
+
+
+def _bucket_split(
+    root: ObjectPath, split: str, add: _Adder = _add
+) -> tuple[dict[str, list[str]], int]:
+    """`split` below `root` ("": `root` itself), listed with `add`'s rule."""
+    base = f"{root.key}/{split}" if split else root.key
     selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
     infos = root.fs.get_file_info(selector)
-    if not infos and not (root / split).is_dir():
+    if not infos and not (root / split if split else root).is_dir():
         raise _Missing()
     classes: dict[str, list[str]] = {}
     skipped = 0
@@ -192,14 +261,16 @@ def _bucket_split(root: ObjectPath, split: str) -> tuple[dict[str, list[str]], i
         if info.type == pafs.FileType.Directory:
             if len(parts) == 1 and not parts[0].startswith("."):
                 classes.setdefault(parts[0], [])
-        elif not _add(classes, parts, f"{split}/{'/'.join(parts)}"):
+        elif not add(classes, parts, "/".join((split, *parts) if split else parts)):
             skipped += 1
     return classes, skipped
 
 
 def _local_split(
-    root: Path, split: str, deadline: float, problems: Problems
+    root: Path, split: str, deadline: float, problems: Problems, add: _Adder = _add
 ) -> tuple[dict[str, list[str]], int]:
+    """`split` below `root` ("": `root` itself), listed with `add`'s rule; paths relative to
+    `root`, inside which every link must lead."""
     real_root = Path(os.path.realpath(root))
     top = real_root / split
     if top.is_symlink() or not top.is_dir():
@@ -220,7 +291,7 @@ def _local_split(
                 parts = path.relative_to(top).parts
                 if entry.is_symlink():
                     target = _link_target(path, real_root, problems)
-                    if target is not None and not _add(classes, parts, target):
+                    if target is not None and not add(classes, parts, target):
                         skipped += 1
                 elif entry.is_dir(follow_symlinks=False):
                     if len(parts) == 1 and not parts[0].startswith("."):
@@ -228,7 +299,7 @@ def _local_split(
                     stack.append(path)
                 elif not (
                     entry.is_file(follow_symlinks=False)
-                    and _add(classes, parts, path.relative_to(real_root).as_posix())
+                    and add(classes, parts, path.relative_to(real_root).as_posix())
                 ):
                     skipped += 1
     return classes, skipped

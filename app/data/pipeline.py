@@ -58,7 +58,7 @@ def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.
             if split == "train"
             else None
         )
-        with _classic_parquet_reader():
+        with classic_parquet_reader():
             files = parquet_files(root / split)
             source, filesystem = reader_source(root / split)
             dataset = ray.data.read_parquet(
@@ -84,7 +84,7 @@ def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.
 
 
 @contextlib.contextmanager
-def _classic_parquet_reader() -> Iterator[None]:
+def classic_parquet_reader() -> Iterator[None]:
     """Read Parquet with Ray Data's classic datasource, not Ray 2.60's default DataSourceV2.
 
     V2 lists the files in a separate task every time a dataset runs, and every epoch runs it
@@ -128,7 +128,7 @@ def epoch_batches(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     device = torch.device(device)
-    normalize = _Normalizer(info, device)
+    normalize = Normalizer(info, device)
     generator = _generator(seed, epoch, rank) if shuffle else None
     skip = max(0, skip_batches) * batch_size
     row_bytes = info.height * info.width * info.channels
@@ -171,7 +171,7 @@ def epoch_batches(
         yield normalize(*_concat(pending))
 
 
-class _Normalizer:
+class Normalizer:
     """uint8 NHWC -> float32 NCHW in channels_last memory, (x/255 - mean) / std, in one pass.
 
     The per-channel affine map is spelled out once per pixel position (H*W*C values), so that

@@ -145,6 +145,33 @@ def per_class(counts: dict[int, int], classes: int) -> tuple[int, ...]:
     return tuple(counts.get(label, 0) for label in range(classes))
 
 
+def inspect_split(folder: Path | ObjectPath) -> DatasetInfo:
+    """One folder of Parquet files checked as a split of a dataset is (columns, label
+    values, image layout and a sample decoded, class names in the files' metadata): data to
+    evaluate, or a dataset's valid/. Its rows are counted as `valid_rows`; ConfigError with one
+    line per problem."""
+    import ray.data  # noqa: F401 - registers Ray's tensor extension types with pyarrow
+
+    root = absolute_location(folder)
+    if not root.is_dir():
+        raise ConfigError(f"{root}: folder not found; {COLUMNS_HELP}")
+    problems = Problems()
+    split = _scan(_Split(root.name, root), problems)
+    if problems:
+        raise ConfigError(problems)
+    names = _class_names(split, split, problems)
+    if problems:
+        raise ConfigError(problems)
+    assert split.format is not None and split.labels is not None and split.sample is not None
+    fmt = split.format
+    return DatasetInfo(
+        channels=fmt.channels, height=fmt.height, width=fmt.width,
+        num_classes=len(names) or split.labels[1] + 1, train_rows=0, valid_rows=split.rows,
+        layout=fmt.layout, mean=(), std=(), image_shape=fmt.stored_shape, path=str(root),
+        class_names=names,
+    )  # fmt: skip
+
+
 def _class_names(train: _Split, valid: _Split, problems: Problems) -> tuple[str, ...]:
     """The names every file carries (prepare-data --from-folder), or () when none do."""
     found = {**train.class_names, **valid.class_names}

@@ -62,6 +62,7 @@ class Verified:
     card: dict[str, Any]
     weights: bytes
     folder: RunPath
+    card_sha256: str = ""  # of the card's bytes as read: what an evaluation names it by
 
 
 def card_json(card: dict[str, Any]) -> bytes:
@@ -75,6 +76,12 @@ def read_card(
     itself, without following a link), shape-checked; ConfigError naming what is wrong.
     `card_sha256`: what the card's bytes must hash to (a champion pointer's), checked on the
     bytes that are then parsed."""
+    return _read_card(folder, root, card_sha256)[0]
+
+
+def _read_card(
+    folder: RunPath, root: Path | None, card_sha256: str | None = None
+) -> tuple[dict[str, Any], bytes]:
     path = folder / CARD_FILE
     try:
         text = read_bounded(path, root or local_path(folder), MAX_CARD_BYTES)
@@ -95,7 +102,7 @@ def read_card(
     problem = card_problem(card)
     if problem:
         raise ConfigError(f"{path}: {problem}")
-    return card
+    return card, text
 
 
 def _why(err: OSError | ValueError) -> str:
@@ -166,7 +173,7 @@ def verified(folder: RunPath, root: Path | None = None, card_sha256: str | None 
     without following a link, as a regular file of bounded size. Nothing is loaded before
     this passes."""
     root = root or local_path(folder)
-    card = read_card(folder, root, card_sha256)
+    card, text = _read_card(folder, root, card_sha256)
     weights = b""
     for name, expected in card["files"].items():
         path = folder / name
@@ -186,4 +193,4 @@ def verified(folder: RunPath, root: Path | None = None, card_sha256: str | None 
                 f"{path}: sha256 {found} does not match the model card's {expected}; "
                 "the export was altered or damaged and is not loaded"
             )
-    return Verified(card, weights, folder)
+    return Verified(card, weights, folder, hashlib.sha256(text).hexdigest())

@@ -17,6 +17,7 @@ mean and std, per channel.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,25 +63,28 @@ def predict(
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
-    folder, root = export_folder(target)
+    from app.settings.env import storage_access
+
+    folder, root = export_folder(target, storage_access(os.environ)[0])
     export = verified(folder, root, card_sha256)
     card = export.card
     first = _batch(chunks[0], card)  # a bad first image is named before anything loads
-    module = _load(export)
+    module = load_model(export)
     found = _classify(module, first, chunks[0], card["class_names"], top_k)
     for chunk in chunks[1:]:
         found += _classify(module, _batch(chunk, card), chunk, card["class_names"], top_k)
     return found
 
 
-def export_folder(target: str) -> tuple[RunPath, Path | None]:
+def export_folder(target: str, endpoint: str | None = None) -> tuple[RunPath, Path | None]:
     """The export folder `target` names (an export folder, or a run folder holding export/),
-    local or in a bucket, and the folder below which its files are opened: `target` itself,
-    so that neither export/ nor a file in it is read through a link."""
+    local or in a bucket (through `endpoint`: TRAIN_STORAGE_ENDPOINT), and the folder below
+    which its files are opened: `target` itself, so that neither export/ nor a file in it is
+    read through a link."""
     from app.storage.location import parse_location
 
     try:
-        where = parse_location(target)
+        where = parse_location(target, endpoint)
     except ValueError as err:
         raise ConfigError(f"{target}: {err}") from None
     folder = where if present(where / CARD_FILE) else where / EXPORT_DIR
@@ -117,24 +121,31 @@ def _pixels(path: Path, spec: dict[str, Any]) -> Any:
         raise ConfigError(str(err)) from None
 
 
-def _load(export: Verified) -> Any:
+def card_info(card: dict[str, Any]) -> Any:
+    """The DatasetInfo the card's model was built for (input geometry, mean and std, classes):
+    what app/training/model.py builds from, and app/data/pipeline.py's Normalizer scales by."""
+    from app.data.schema import DatasetInfo
+
+    spec, names = card["input"], tuple(card["class_names"])
+    return DatasetInfo(
+        channels=spec["channels"], height=spec["height"], width=spec["width"],
+        num_classes=len(names), train_rows=0, valid_rows=0, layout="export",
+        mean=tuple(spec["mean"]), std=tuple(spec["std"]), class_names=names,
+    )  # fmt: skip
+
+
+def load_model(export: Verified) -> Any:
     """The card's model with weights.pt's verified bytes loaded into it, in eval mode."""
     import io
 
     import torch
 
-    from app.data.schema import DatasetInfo
     from app.run.state_dicts import fit_problem, plain_keys, tensor_problem
     from app.training.model import build_model, model_problem
 
-    card, spec = export.card, export.card["input"]
+    card = export.card
     weights, where = export.folder / WEIGHTS_FILE, export.folder / CARD_FILE
-    names = tuple(card["class_names"])
-    info = DatasetInfo(
-        channels=spec["channels"], height=spec["height"], width=spec["width"],
-        num_classes=len(names), train_rows=0, valid_rows=0, layout="export",
-        mean=tuple(spec["mean"]), std=tuple(spec["std"]), class_names=names,
-    )  # fmt: skip
+    info = card_info(card)
     problem = model_problem(card["architecture"], info, card.get("vit_patch", 0))
     if problem:
         raise ConfigError(f"{where}: the card's model cannot be built ({problem})")

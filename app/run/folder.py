@@ -53,6 +53,7 @@ MAX_SUMMARY_BYTES = 16 << 20
 # none of them may be a link (`refuse_links`).
 # classes.json: app/run/class_names.py (which imports this module, hence the literal).
 EXPORT_DIR = "export"  # the run's export (app/export/card.py): its files are checked too
+EVAL_DIR = "eval"  # `trainctl evaluate`'s reports, eval/<name>/ (app/evaluation/report.py)
 OWN_NAMES = (
     SUMMARY_FILE,
     METRICS_FILE,
@@ -63,6 +64,7 @@ OWN_NAMES = (
     "logs",
     "classes.json",
     EXPORT_DIR,
+    EVAL_DIR,
 )
 OWN_PREFIXES = ("checkpoint_epoch_", "corrupt_", "tensorboard")
 

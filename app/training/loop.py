@@ -268,7 +268,6 @@ def _all_reduce(values: list[float | torch.Tensor], device: torch.device) -> lis
     return tensor.tolist()
 
 
-@torch.inference_mode()
 def _evaluate(
     model: nn.Module,
     shard: Any,
@@ -276,7 +275,31 @@ def _evaluate(
     device: torch.device,
     autocast_dtype: torch.dtype | None,
 ) -> tuple[float, float]:
-    """Validation loss and accuracy over every worker's shard, not just this one's."""
+    """Validation loss and accuracy over every worker's shard, not just this one's.
+
+    Every rank runs the unwrapped module with rank 0's buffers (BatchNorm statistics: what
+    rank 0's checkpoint saves), broadcast once here. DDP's own forward would broadcast them
+    before every batch, a collective that ranks whose validation shards differ in length
+    (app/data/exact_split.py) would not all reach; evaluated this way, the recorded figures
+    are those of the checkpointed model over every validation row, which is what `trainctl
+    evaluate --split valid` reproduces.
+    """
+    module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        with torch.no_grad():
+            for buffer in module.buffers():
+                dist.broadcast(buffer, src=0)
+    return _validate(module, shard, info, device, autocast_dtype)
+
+
+@torch.inference_mode()
+def _validate(
+    model: nn.Module,
+    shard: Any,
+    info: DatasetInfo,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+) -> tuple[float, float]:
     model.eval()
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
     # Sums stay on the device until the end: one wait for the whole pass, not three per batch.

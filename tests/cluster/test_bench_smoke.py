@@ -111,6 +111,13 @@ def test_object_storage_compares_s3_and_the_volume(cache: Path) -> None:
         assert figures[f"s3_over_volume_{step}"] > 0
 
 
+def test_batch_inference_scores_every_image_both_ways(cache: Path) -> None:
+    figures = run_bench("batch_inference", cache=cache)
+    assert set(figures["images_per_s"]) == {"a_single", "b_ray_data"}
+    assert all(rate > 0 for rate in figures["images_per_s"].values())
+    assert figures["images"] == 128 and figures["b_over_a"] > 0
+
+
 def test_gpu_script_runs_its_variants_on_cpu(cache: Path) -> None:
     script = REPO / "bench" / "gpu.sh"
     figures = run_bench("gpu", cache=cache, command=["bash", str(script)])

@@ -70,7 +70,7 @@ def test_predict_in_a_fresh_process_matches_the_training_model(
     import torch
 
     from app.data.images import to_images
-    from app.data.pipeline import _Normalizer
+    from app.data.pipeline import Normalizer
     from app.data.schema import inspect_dataset, parquet_files
     from app.run import checkpoints
     from app.training.model import build_model
@@ -96,7 +96,7 @@ def test_predict_in_a_fresh_process_matches_the_training_model(
     model = build_model("cnn", info)
     model.load_state_dict(checkpoints.load_train_state(Path(best))[0])
     model.eval()
-    batch, _ = _Normalizer(info, torch.device("cpu"))(torch.from_numpy(pixels), torch.zeros(1))
+    batch, _ = Normalizer(info, torch.device("cpu"))(torch.from_numpy(pixels), torch.zeros(1))
     with torch.no_grad():
         expected = torch.softmax(model(batch), dim=1)
     for row, found in zip(expected, predicted, strict=True):

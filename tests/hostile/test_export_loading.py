@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 from app.export.card import CARD_FILE, card_json, verified
-from app.export.predict import _load
+from app.export.predict import load_model
 from app.promotion.step import promote_run
 from app.storage import safe_fs
 from app.storage.location import local_copy
@@ -137,7 +137,7 @@ def test_what_is_loaded_is_the_bytes_that_were_hashed(run: Path, tmp_path: Path)
     export = verified(run / "export")
     original = torch.load(run / "export" / "weights.pt", weights_only=True)
     (run / "export" / "weights.pt").write_bytes(malicious_torch_file(marker))
-    model = _load(export)
+    model = load_model(export)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in original.items())
     assert not marker.exists()
 

@@ -177,14 +177,16 @@ def test_a_decompression_bomb_is_refused_not_warned_about(
     assert not marker.exists()
 
 
-def test_a_folder_given_as_an_image_is_named_as_a_folder(tmp_path: Path) -> None:
+def test_a_folder_without_images_or_a_missing_file_is_named(tmp_path: Path) -> None:
+    # A folder is classified with Ray Data since issue 34 (app/evaluation/batch_predict.py);
+    # one without images is refused before Ray starts.
     marker = tmp_path / "pwned"
     folder = _export(tmp_path / "export", marker, channels=3)
     images = tmp_path / "valid images"
     images.mkdir()
-    _image(images / "a.png", "RGB")
+    (images / "a.txt").write_text("not an image")
     result = trainctl("predict", str(folder), str(images))
-    assert_refused(result, 2, f"{images}: a folder; give image files")
+    assert_refused(result, 2, f"no image files in {images}")
     missing = tmp_path / "cat.png"
     assert_refused(trainctl("predict", str(folder), str(missing)), 2, f"{missing}: no such file")
     assert not marker.exists()

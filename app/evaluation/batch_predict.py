@@ -1,0 +1,265 @@
+"""`trainctl predict` over folders and bucket prefixes: the top-k classes of every image, with
+Ray Data batch inference (app/evaluation/scoring.py), written to a Parquet or CSV file.
+
+A few files named one by one (fewer than FEW, no --out) stay on the single-process path of
+app/export/predict.py, which answers in about a second; anything else takes this one: each
+folder or prefix is listed (every image file below it, at any depth, by the listing rules of
+image-folder datasets: hidden and non-image files skipped and counted, no link leading out of
+it), the files are decoded in Ray Data's tasks by the training pipeline's code, and an actor
+pool scores them. A file that cannot be used gets its reason in the output's `error` column
+and is counted on stderr (--strict: exit 2 at the first, nothing written).
+
+The output, one row per image, sorted by image: `image` (its path or URI), then the top-k
+classes and probabilities, most probable first (Parquet: `classes` and `probabilities`
+lists; CSV: class_1, probability_1, ... class_k, probability_k), and `error`. It is written
+whole (a rename on a volume, one PUT in a bucket): a reader never sees half of it.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.data.folder_listing import list_images, shown
+from app.errors import ConfigError
+from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
+from app.evaluation.scoring import ScoringOptions, check_resources, connect, scored
+from app.export.card import Verified, verified
+from app.export.predict import Prediction, export_folder
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, parse_location, store_errors, write_atomic
+
+if TYPE_CHECKING:
+    import ray.data
+
+FEW = 64  # at most this many files named one by one, without --out: the single-process path
+FORMATS = (".parquet", ".csv")
+SHOWN_SKIPPED = 3
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    predictions: list[Prediction]  # sorted by image; those that could not be read excluded
+    skipped: list[tuple[str, str]]  # (image, reason)
+    out: RunPath | None
+
+    def line(self) -> str:
+        where = f" -> {shown(self.out)}" if self.out is not None else ""
+        skipped = f", {len(self.skipped):,} skipped" if self.skipped else ""
+        return f"trainctl: predicted {len(self.predictions):,} images{skipped}{where}"
+
+
+def takes_batch_path(images: Sequence[str], out: str | None, pool: bool = False) -> bool:
+    """Whether `trainctl predict` runs on Ray: with --out or an actor-pool option (`pool`:
+    --gpus, --actors), more than FEW files, or any folder or bucket prefix among them (a
+    bucket URI counts: listing it decides)."""
+    if out is not None or pool or len(images) > FEW:
+        return True
+    return any("://" in image or os.path.isdir(image) for image in images)
+
+
+def output_location(out: str, endpoint: str | None) -> RunPath:
+    """--out checked before any work: a .parquet or .csv file, local or in a bucket."""
+    if not out.lower().endswith(FORMATS):
+        raise ConfigError(f"--out {out!r}: must end in .parquet or .csv")
+    try:
+        where = parse_location(out, endpoint)
+    except ValueError as err:
+        raise ConfigError(f"--out {out!r}: {err}") from None
+    if not isinstance(where, ObjectPath) and where.is_dir():
+        raise ConfigError(
+            f"--out {out!r}: is a folder; give a file name ending in .parquet or .csv"
+        )
+    return where
+
+
+def batch_predict(
+    target: str,
+    images: Sequence[str],
+    top_k: int,
+    *,
+    out: str | None,
+    options: ScoringOptions,
+    strict: bool,
+    card_sha256: str | None = None,
+) -> BatchResult:
+    """`card_sha256`: what the export's card must hash to (a champion pointer's)."""
+    from app.settings.env import storage_access
+
+    endpoint, _ = storage_access(os.environ)
+    destination = output_location(out, endpoint) if out is not None else None
+    folder, root = export_folder(target, endpoint)
+    with store_errors(folder, "RUN_OR_EXPORT"):
+        export = verified(folder, root, card_sha256)
+    groups = []
+    for image in images:
+        with store_errors(_location(image, endpoint), "IMAGE_OR_FOLDER"):
+            groups.append(_listed(_location(image, endpoint)))
+    total = sum(len(paths) for _, paths in groups)
+    if total == 0:
+        raise ConfigError(
+            f"no image files in {', '.join(shown(i) for i in images)} (images: .jpg, .png, "
+            ".bmp, .tif, .webp ...)"
+        )
+    connect()
+    check_resources(options)
+    dataset = rows_dataset(groups, export.card)
+    found = _gather(scored(dataset, export, _with_top_k(options, top_k)), export, strict)
+    if destination is not None:
+        with store_errors(destination, "--out"):
+            write_atomic(destination, encode(found, destination, len(export.card["class_names"])))
+    return BatchResult(
+        [p for p, error in found if not error],
+        [(p.image, error) for p, error in found if error],
+        destination,
+    )
+
+
+def _with_top_k(options: ScoringOptions, top_k: int) -> ScoringOptions:
+    from dataclasses import replace
+
+    return replace(options, top_k=top_k)
+
+
+def _location(image: str, endpoint: str | None) -> RunPath:
+    try:
+        return parse_location(image, endpoint)
+    except ValueError as err:
+        raise ConfigError(f"{shown(image)}: {err}") from None
+
+
+def _listed(where: RunPath) -> tuple[RunPath, list[str]]:
+    """(the folder files are read below, their paths relative to it) for one argument: a
+    file, or every image file below a folder or prefix."""
+    if isinstance(where, ObjectPath):
+        if where.is_file():
+            return where.parent, [where.name]
+        if not where.is_dir():
+            raise ConfigError(f"{shown(where)}: no such object or prefix")
+        return where, list_images(where)[0]
+    if where.is_dir() and not where.is_symlink():
+        return where, list_images(where)[0]
+    if not (where.exists() or where.is_symlink()):
+        raise ConfigError(f"{shown(where)}: no such file")
+    return where.parent, [where.name]  # a link is refused when it is read, and named
+
+
+def rows_dataset(groups: list[tuple[RunPath, list[str]]], card: dict[str, Any]) -> ray.data.Dataset:
+    """Rows to score (app/evaluation/rows.py) for (folder, files relative to it) groups, each
+    row's `path` its whole path or URI."""
+    import ray.data
+
+    spec = card["input"]
+    parts = []
+    for root, paths in groups:
+        if not paths:
+            continue
+        items = [{"path": path, "label": -1} for path in paths]
+        blocks = max(1, math.ceil(len(items) / ROWS_PER_BLOCK))
+        part = ray.data.from_items(items, override_num_blocks=blocks).map_batches(
+            folder_rows,
+            fn_kwargs={
+                "root": root,
+                "size": (spec["height"], spec["width"]),
+                "channels": spec["channels"],
+            },
+            batch_format="pyarrow",
+            batch_size=None,
+        )
+        parts.append(part.map_batches(_named, fn_kwargs={"root": str(root)}, batch_format="numpy"))
+    return parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
+
+
+def _named(batch: dict[str, np.ndarray], root: str) -> dict[str, np.ndarray]:
+    """`path` as the image's whole path or URI (rows of several folders are scored together)."""
+    base = root.rstrip("/")
+    batch["path"] = np.asarray([f"{base}/{p}" for p in batch["path"]], dtype=object)
+    return batch
+
+
+def _gather(
+    dataset: ray.data.Dataset, export: Verified, strict: bool
+) -> list[tuple[Prediction, str]]:
+    names = export.card["class_names"]
+    found: list[tuple[Prediction, str]] = []
+    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+        for path, error, top, probabilities in zip(
+            batch["path"], batch["error"], batch["top_index"], batch["top_probability"],
+            strict=True,
+        ):  # fmt: skip
+            if error and strict:
+                raise ConfigError(
+                    f"{error} (--strict stops at the first file that cannot be used; without "
+                    "it such files are skipped and counted)"
+                )
+            picks = [] if error else list(zip(top.tolist(), probabilities.tolist(), strict=True))
+            found.append(
+                (
+                    Prediction(str(path), [(names[i], int(i), float(p)) for i, p in picks]),
+                    str(error),
+                )
+            )
+    found.sort(key=lambda item: item[0].image)
+    skipped = [(p.image, e) for p, e in found if e]
+    if skipped:
+        import click
+
+        first = "; ".join(e for _, e in skipped[:SHOWN_SKIPPED])
+        more = " ..." if len(skipped) > SHOWN_SKIPPED else ""
+        click.echo(
+            f"trainctl: skipped {len(skipped):,} file(s) that cannot be used (their rows "
+            f"carry the reason in `error`; --strict stops at the first): {first}{more}",
+            err=True,
+        )
+    return found
+
+
+def encode(found: list[tuple[Prediction, str]], destination: RunPath, classes: int) -> bytes:
+    """The output file's bytes, Parquet or CSV by `destination`'s suffix (see the module)."""
+    import pyarrow as pa
+
+    k = min(max((len(p.top) for p, _ in found), default=1), classes)
+    images = [p.image for p, _ in found]
+    errors = [e or None for _, e in found]
+    if str(destination).lower().endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        table = pa.table(
+            {
+                "image": pa.array(images, pa.string()),
+                "classes": pa.array(
+                    [[n for n, _, _ in p.top] for p, _ in found], pa.list_(pa.string())
+                ),
+                "probabilities": pa.array(
+                    [[q for _, _, q in p.top] for p, _ in found], pa.list_(pa.float64())
+                ),
+                "error": pa.array(errors, pa.string()),
+            }
+        )
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        return sink.getvalue()
+    import csv
+
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    header = ["image"]
+    for rank in range(1, k + 1):
+        header += [f"class_{rank}", f"probability_{rank}"]
+    writer.writerow([*header, "error"])
+    for prediction, error in found:
+        cells: list[Any] = [prediction.image]
+        for rank in range(k):
+            if rank < len(prediction.top):
+                name, _, probability = prediction.top[rank]
+                cells += [name, f"{probability:.6f}"]
+            else:
+                cells += ["", ""]
+        writer.writerow([*cells, error])
+    return text.getvalue().encode()

@@ -1,0 +1,327 @@
+"""`trainctl compare RUN...`: runs side by side, from what their run folders hold.
+
+For each run: summary.json (status, epochs, the last epoch's and the best checkpoint's
+metrics, duration, settings), metrics.jsonl (the curves), attempts.jsonl (how many workers
+the last start had) and its newest evaluation, `eval/<name>/metrics.json` (the latest by
+its recorded time; a run's end-of-run evaluation is one of them). Shown: the settings that
+differ, the final and best figures, time and accelerator-hours, and the classes whose recall
+differs most between the runs' evaluations; `--json` gives all of it, every class included.
+One PNG overlays the runs' validation accuracy and losses per epoch.
+
+Accelerator-hours are summary.json's `accelerator_hours` where the run recorded them; else
+they are derived, duration x workers (x GPUs per worker: one, with TRAIN_USE_GPU), and say
+so. Every file is read the run folder's way (app/run/folder.py): bounded, no link followed,
+a damaged record skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.data.folder_listing import shown
+from app.errors import ConfigError
+from app.evaluation.report import latest_metrics
+from app.run import folder as run_folder
+from app.storage.location import RunPath, parse_location, write_atomic
+
+MAX_RUNS = 20
+SHOWN_CLASSES = 10  # classes in the table (by spread of recall); --json has them all
+IGNORED_SETTINGS = ("run_name",)  # each column is named by it already
+CELL = 22  # characters per column of the table
+
+
+@dataclass
+class RunFigures:
+    """What one run folder says."""
+
+    run_dir: RunPath
+    name: str
+    summary: dict[str, Any]
+    epochs: list[dict[str, Any]]
+    workers: int | None
+    evaluation: dict[str, Any] | None
+    hours: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        found = self.summary.get("settings")
+        return found if isinstance(found, dict) else {}
+
+    def record(self, differing: Sequence[str]) -> dict[str, Any]:
+        best = self.summary.get("best") if isinstance(self.summary.get("best"), dict) else None
+        evaluation = self.evaluation
+        return {
+            "run": self.name,
+            "run_dir": str(self.run_dir),
+            "status": self.summary.get("status"),
+            "epochs_completed": self.summary.get("epochs_completed"),
+            "epochs_target": self.summary.get("epochs_target"),
+            "settings": {key: self.settings.get(key) for key in differing},
+            "final": self.summary.get("metrics") or {},
+            "best": best,
+            "duration_s": self.summary.get("duration_s"),
+            "accelerator_hours": self.hours,
+            "evaluation": None
+            if evaluation is None
+            else {
+                "name": evaluation.get("name"),
+                "created": evaluation.get("created"),
+                "data": (evaluation.get("data") or {}).get("location"),
+                "rows": evaluation.get("rows"),
+                "accuracy": evaluation.get("accuracy"),
+                "macro_f1": (evaluation.get("macro") or {}).get("f1"),
+                "per_class": _per_class(evaluation),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    runs: list[RunFigures]
+    differing: list[str]
+    plot: RunPath | None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "runs": [run.record(self.differing) for run in self.runs],
+            "settings_differing": self.differing,
+            "per_class_recall": _recalls(self.runs),
+            "plot": str(self.plot) if self.plot is not None else None,
+        }
+
+    def table(self) -> list[str]:
+        """The comparison as lines of a fixed-width table, one column per run."""
+        rows: list[tuple[str, list[str]]] = [("run", [r.name for r in self.runs])]
+        rows.append(("status", [str(r.summary.get("status", "-")) for r in self.runs]))
+        rows.append(("epochs", [_epochs(r.summary) for r in self.runs]))
+        for key in self.differing:
+            rows.append((f"setting {key}", [_value(r.settings.get(key)) for r in self.runs]))
+        metrics = sorted({k for r in self.runs for k in (r.summary.get("metrics") or {})})
+        for key in metrics:
+            rows.append(
+                (
+                    f"final {key}",
+                    [_number((r.summary.get("metrics") or {}).get(key)) for r in self.runs],
+                )
+            )
+        rows.append(("best", [_best(r.summary) for r in self.runs]))
+        rows.append(("duration", [_duration(r.summary.get("duration_s")) for r in self.runs]))
+        rows.append(("accelerator-hours", [_hours(r.hours) for r in self.runs]))
+        if any(r.evaluation for r in self.runs):
+            rows.append(("evaluation", [_eval_name(r.evaluation) for r in self.runs]))
+            rows.append(
+                (
+                    "eval accuracy",
+                    [_number((r.evaluation or {}).get("accuracy")) for r in self.runs],
+                )
+            )
+            rows.append(
+                (
+                    "eval macro F1",
+                    [
+                        _number(((r.evaluation or {}).get("macro") or {}).get("f1"))
+                        for r in self.runs
+                    ],
+                )
+            )
+            recalls = _recalls(self.runs)
+            spread = sorted(recalls, key=lambda c: (-_spread(recalls[c]), c))[:SHOWN_CLASSES]
+            for name in spread:
+                rows.append((f"recall {shown(name)}", [_number(v) for v in recalls[name]]))
+        if self.plot is not None:
+            rows.append(("curves", [shown(self.plot)] + [""] * (len(self.runs) - 1)))
+        width = max(len(label) for label, _ in rows) + 2
+        lines = [label.ljust(width) + "".join(_cell(v) for v in values) for label, values in rows]
+        if any(r.hours and r.hours.get("source") != "recorded" for r in self.runs):
+            lines.append("* derived: duration x workers (the run recorded no accelerator_hours)")
+        return [line.rstrip() for line in lines]
+
+
+def compare(runs: Sequence[str], out: str | None) -> Comparison:
+    """Every run folder read, the table's figures worked out, and the curves drawn to `out`
+    (default compare.png here); ConfigError naming a folder that is not a run's."""
+    from app.settings.env import storage_access, storage_location
+
+    if not 2 <= len(runs) <= MAX_RUNS:
+        raise ConfigError(f"give 2 to {MAX_RUNS} runs to compare ({len(runs)} given)")
+    endpoint, _ = storage_access(os.environ)
+    destination = _plot_location(out or "compare.png", endpoint)
+    found = [_read(storage_location(run, f"RUN {run!r}", endpoint)) for run in runs]
+    keys = sorted({k for r in found for k in r.settings} - set(IGNORED_SETTINGS))
+    differing = [k for k in keys if len({_value(r.settings.get(k)) for r in found}) > 1]
+    write_atomic(destination, _curves(found))
+    return Comparison(found, differing, destination)
+
+
+def _plot_location(out: str, endpoint: str | None) -> RunPath:
+    if not out.lower().endswith(".png"):
+        raise ConfigError(f"--out {out!r}: must end in .png")
+    try:
+        return parse_location(out, endpoint)
+    except ValueError as err:
+        raise ConfigError(f"--out {out!r}: {err}") from None
+
+
+def _read(run_dir: RunPath) -> RunFigures:
+    summary = run_folder.read_summary(run_dir)
+    epochs = run_folder.epochs(run_dir)
+    if summary is None and not epochs:
+        raise ConfigError(
+            f"{shown(run_dir)}: not a run folder (no summary.json or metrics.jsonl); give run "
+            "folders (or their s3:// / gs:// URIs)"
+        )
+    summary = summary or {}
+    starts = run_folder.read_jsonl(run_dir / run_folder.ATTEMPTS_FILE)
+    sizes = [s.get("world_size") for s in starts if isinstance(s.get("world_size"), int)]
+    figures = RunFigures(
+        run_dir=run_dir,
+        name=str(summary.get("run_name") or run_dir.name),
+        summary=summary,
+        epochs=epochs,
+        workers=sizes[-1] if sizes else None,
+        evaluation=latest_metrics(run_dir),
+    )
+    figures.hours = accelerator_hours(summary, figures.workers)
+    return figures
+
+
+def accelerator_hours(summary: dict[str, Any], workers: int | None) -> dict[str, Any]:
+    """The run's accelerator-hours: recorded in summary.json (`accelerator_hours`, a number or
+    an object holding `hours`), or derived as duration x workers (x one GPU each with
+    TRAIN_USE_GPU); {} where neither is known."""
+    recorded = summary.get("accelerator_hours")
+    if isinstance(recorded, dict):
+        recorded = recorded.get("hours", recorded.get("value"))
+    if isinstance(recorded, int | float) and not isinstance(recorded, bool):
+        return {"hours": float(recorded), "source": "recorded"}
+    settings = summary.get("settings") if isinstance(summary.get("settings"), dict) else {}
+    duration = summary.get("duration_s")
+    count = workers or _workers_setting(settings.get("num_workers"))
+    if not isinstance(duration, int | float) or count is None:
+        return {}
+    kind = "gpu" if settings.get("use_gpu") else "cpu"
+    return {
+        "hours": duration / 3600.0 * count,
+        "source": f"derived: duration x {count} worker(s)",
+        "kind": kind,
+    }
+
+
+def _workers_setting(value: Any) -> int | None:
+    """TRAIN_NUM_WORKERS as recorded ("2", or "2-8" for elastic: the most)."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        last = value.split("-")[-1].strip()
+        return int(last) if last.isdigit() else None
+    return None
+
+
+def _per_class(evaluation: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    rows = evaluation.get("per_class")
+    if not isinstance(rows, list):
+        return {}
+    return {
+        str(row["class"]): {k: row.get(k) for k in ("precision", "recall", "f1", "support")}
+        for row in rows
+        if isinstance(row, dict) and "class" in row
+    }
+
+
+def _recalls(runs: list[RunFigures]) -> dict[str, list[float | None]]:
+    """Each class's recall in each run's evaluation (None where it has none)."""
+    tables = [_per_class(r.evaluation) if r.evaluation else {} for r in runs]
+    names = sorted({name for table in tables for name in table})
+    return {name: [(t.get(name) or {}).get("recall") for t in tables] for name in names}
+
+
+def _spread(values: list[float | None]) -> float:
+    known = [v for v in values if isinstance(v, int | float)]
+    return max(known) - min(known) if len(known) > 1 else 0.0
+
+
+def _curves(runs: list[RunFigures]) -> bytes:
+    """Validation accuracy, and the losses (validation solid, training dashed), per epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and in pods
+    import matplotlib.pyplot as plt
+
+    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    nan = float("nan")  # an epoch without a metric leaves a gap, not a crash
+    for index, run in enumerate(runs):
+        colour = f"C{index % 10}"
+        xs = [int(r["epoch"]) for r in run.epochs]
+        label = run.name if run.name.isprintable() else repr(run.name)
+        acc_ax.plot(xs, [r.get("val_accuracy", nan) for r in run.epochs], marker="o",
+                    markersize=3, color=colour, label=label)  # fmt: skip
+        loss_ax.plot(xs, [r.get("val_loss", nan) for r in run.epochs], color=colour,
+                     label=f"{label} validation")  # fmt: skip
+        loss_ax.plot(xs, [r.get("train_loss", nan) for r in run.epochs], color=colour,
+                     linestyle="--", label=f"{label} training")  # fmt: skip
+    acc_ax.set(title="Validation accuracy", xlabel="epoch", ylabel="accuracy")
+    loss_ax.set(title="Loss (validation solid, training dashed)", xlabel="epoch",
+                ylabel="cross-entropy")  # fmt: skip
+    for ax in (acc_ax, loss_ax):
+        ax.grid(alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    acc_ax.legend(fontsize=8)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=110)
+    plt.close(fig)
+    return image.getvalue()
+
+
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _epochs(summary: dict[str, Any]) -> str:
+    done, target = summary.get("epochs_completed"), summary.get("epochs_target")
+    return f"{done}/{target}" if done is not None else "-"
+
+
+def _best(summary: dict[str, Any]) -> str:
+    best = summary.get("best")
+    if not isinstance(best, dict):
+        return "-"
+    metric = str(best.get("metric", "val_accuracy"))
+    return f"{_number(best.get(metric))} @{best.get('epoch')}"
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "-"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+def _hours(hours: dict[str, Any]) -> str:
+    if not hours:
+        return "-"
+    kind = {"gpu": " GPU", "cpu": " CPU"}.get(hours.get("kind", ""), "")
+    derived = "" if hours.get("source") == "recorded" else "*"
+    return f"{hours['hours']:.4f}{kind}{derived}"
+
+
+def _eval_name(evaluation: dict[str, Any] | None) -> str:
+    if not evaluation:
+        return "-"
+    return f"{evaluation.get('name')} ({evaluation.get('rows')} rows)"
+
+
+def _cell(value: str) -> str:
+    text = value if value.isprintable() else repr(value)
+    return (text if len(text) < CELL else text[: CELL - 2] + "…").ljust(CELL)

@@ -1,0 +1,366 @@
+"""`trainctl evaluate RUN DATA`: a run's export scored on labelled images with Ray Data, its
+figures and mistakes written to `<run>/eval/<name>/`.
+
+Before Ray starts: the export is verified (app/export/card.py: every file against the card's
+sha256; nothing is loaded otherwise), the data is listed and its classes checked against the
+run's (app/evaluation/data.py), --name is checked, and the cluster must be able to hold the
+actor pool asked for (--gpus where it has no GPU: exit 2, naming what it has). Then the rows
+are read and decoded in Ray Data's tasks and scored by an actor pool
+(app/evaluation/scoring.py), and the driver gathers what each row got: the figures
+(app/evaluation/metrics.py), the most confident mistakes, and the files that could not be
+used (skipped and counted, named in metrics.json and on stderr; --strict stops at the first).
+
+`evaluate` is the part that needs neither a command line nor a data folder: a verified export
+and any Ray Dataset of uint8 `image` and integer `label` rows (what
+app/data/pipeline.build_datasets gives a training run), scored and written to an eval folder.
+A run's end calls it on its best checkpoint's export and validation data.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from dataclasses import dataclass
+from itertools import count
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.data.folder_listing import shown
+from app.errors import ConfigError
+from app.evaluation.data import EvalData, data_folder, run_split
+from app.evaluation.metrics import (
+    MATRIX_MAX_CLASSES,
+    Outcomes,
+    confusion_matrix,
+    confusion_pairs,
+    most_confused,
+    summarize,
+)
+from app.evaluation.report import (
+    checked_name,
+    default_name,
+    eval_folder,
+    report_files,
+    write_folder,
+)
+from app.evaluation.scoring import ScoringOptions, check_resources, connect, precision_of, scored
+from app.export.card import CARD_FILE, EXPORT_DIR, Verified, verified
+from app.storage import safe_fs
+from app.storage.location import RunPath, local_path, store_errors
+from app.storage.reading import present, reader_source
+
+if TYPE_CHECKING:
+    import ray.data
+
+DEFAULT_MISTAKES = 100
+MAX_MISTAKES = 1_000_000
+LISTED_SKIPPED = 100  # skipped files named in metrics.json (all are counted)
+SHOWN_SKIPPED = 3  # ... and on stderr
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """An evaluation written: its folder and its metrics.json."""
+
+    folder: RunPath
+    metrics: dict[str, Any]
+
+    def line(self) -> str:
+        """The one summary line `trainctl evaluate` prints."""
+        m = self.metrics
+        parts = [
+            f"{m['rows']:,} rows",
+            f"accuracy {m['accuracy']:.4f} ({m['correct']}/{m['rows']})",
+        ]
+        if "top5_accuracy" in m:
+            parts.append(f"top-5 {m['top5_accuracy']:.4f}")
+        parts.append(f"macro F1 {m['macro']['f1']:.4f}")
+        parts.append(f"ECE {m['expected_calibration_error']:.4f}")
+        skipped = m["skipped"]["count"]
+        if skipped:
+            parts.append(f"{skipped:,} skipped")
+        recorded = m.get("recorded")
+        if recorded:
+            same = "same" if recorded["val_accuracy"] == m["accuracy"] else "differs"
+            parts.append(
+                f"training recorded val_accuracy {recorded['val_accuracy']:.4f} at epoch "
+                f"{recorded['epoch']} ({same})"
+            )
+        data = m["data"].get("shown") or shown(m["data"].get("location", "the data"))
+        return (
+            f"trainctl: evaluated {m['run_name']} on {data}: "
+            + ", ".join(parts)
+            + f" -> {shown(self.folder)}"
+        )
+
+
+def evaluate_command(
+    run: str,
+    data: str | None,
+    *,
+    split: str | None,
+    name: str | None,
+    options: ScoringOptions,
+    strict: bool,
+    max_mistakes: int,
+    allow_missing: bool,
+) -> EvalReport:
+    """Everything `trainctl evaluate` does: the checks, then `evaluate`."""
+    from app.settings.env import storage_access, storage_location
+
+    if (data is None) == (split is None):
+        raise ConfigError("give DATA or --split valid (the run's own validation data), not both")
+    if name is not None:
+        checked_name(name)
+    if not 0 <= max_mistakes <= MAX_MISTAKES:
+        raise ConfigError(f"--max-mistakes {max_mistakes}: must be 0..{MAX_MISTAKES:,}")
+    endpoint, _ = storage_access(os.environ)
+    run_dir = storage_location(run, f"RUN {run!r}", endpoint)
+    with store_errors(run_dir, "RUN"):
+        export = run_export(run_dir)
+    card = export.card
+    if split is not None:
+        source = run_split(card, split, endpoint)
+    else:
+        assert data is not None
+        source = data_folder(data, card, endpoint, allow_missing=allow_missing)
+    if source.rows == 0:
+        raise ConfigError(f"{source.describe()}: no rows to evaluate")
+    out = eval_folder(run_dir, name or default_name(source.location, source.split))
+    connect()
+    check_resources(options)
+    return evaluate(
+        export, source.dataset(card), out, run_dir=run_dir, data=describe(source),
+        options=options, strict=strict, max_mistakes=max_mistakes,
+    )  # fmt: skip
+
+
+def run_export(run_dir: RunPath) -> Verified:
+    """The run's verified export; ConfigError saying what to do where there is none."""
+    local = local_path(run_dir)
+    if local is not None and local.is_symlink():  # runs/<name> planted as a link: its eval/
+        raise safe_fs.LinkRefused([(local, os.readlink(local))])  # would be written through it
+    folder = run_dir / EXPORT_DIR
+    if not present(folder / CARD_FILE):
+        if not run_dir.is_dir():
+            raise ConfigError(f"{shown(run_dir)}: no such run folder; give a run folder (or URI)")
+        raise ConfigError(
+            f"{shown(run_dir)}: no {EXPORT_DIR}/{CARD_FILE}; a run exports its best checkpoint "
+            "when it succeeds: finish it (`trainctl train` with the same TRAIN_RUN_NAME "
+            "resumes it), or evaluate another run"
+        )
+    # Opened below the run folder: neither export/ nor a file in it is read through a link.
+    return verified(folder, local_path(run_dir))
+
+
+def describe(source: EvalData) -> dict[str, Any]:
+    """metrics.json's `data`: what was scored."""
+    return {
+        "location": str(source.location),
+        "shown": source.describe(),
+        "layout": source.layout,
+        "split": source.split,
+        "rows_listed": source.rows,
+        "files_skipped_by_name": source.skipped_files,
+        "same_files_as_training": source.same_data,
+    }
+
+
+def evaluate(
+    export: Verified,
+    rows: ray.data.Dataset,
+    out: RunPath,
+    *,
+    run_dir: RunPath,
+    data: dict[str, Any],
+    options: ScoringOptions | None = None,
+    strict: bool = False,
+    max_mistakes: int = DEFAULT_MISTAKES,
+) -> EvalReport:
+    """Score `rows` with `export`'s model on an actor pool, and write eval folder `out` in
+    `run_dir` (metrics.json, confusion.json, confusion.png, mistakes.csv) whole.
+
+    `rows`: a Ray Dataset of {"image": uint8 (H, W, C) at the card's input size, "label":
+    int64 (the card's label numbers)}, optionally "path" (a file, shown in mistakes.csv;
+    Parquet files' rows are numbered in order) and "error" (why the row could not be read:
+    skipped and counted, or with `strict` a ConfigError). Ray must be initialized. `data`
+    describes the rows for metrics.json (`describe`); a `split` there makes the figure the
+    checkpoint recorded part of the report."""
+    options = options or ScoringOptions()
+    started, wall = time.monotonic(), time.time()
+    card = export.card
+    names = list(card["class_names"])
+    found = _gather(scored(rows, export, options), strict, max_mistakes, _parquet_prefix(data))
+    if found.outcomes.rows == 0:
+        raise ConfigError(
+            f"{data.get('shown', 'the data')}: none of its {found.skipped:,} rows could be used"
+            + (f" (first: {found.skipped_listed[0]['reason']})" if found.skipped_listed else "")
+        )
+    figures = summarize(found.outcomes, names)
+    support = np.bincount(found.outcomes.labels, minlength=len(names))
+    pairs = confusion_pairs(found.outcomes.labels, found.outcomes.predicted, len(names))
+    matrix = (
+        confusion_matrix(found.outcomes.labels, found.outcomes.predicted, len(names)).tolist()
+        if len(names) <= MATRIX_MAX_CLASSES
+        else None
+    )
+    confusion = {
+        "classes": names,
+        "rows_are": "true class",
+        "columns_are": "predicted class",
+        "matrix": matrix,
+        "most_confused": most_confused(pairs, support, names),
+    }
+    checkpoint = card.get("checkpoint") if isinstance(card.get("checkpoint"), dict) else {}
+    metrics = {
+        "run_name": card.get("run_name") or run_dir.name,
+        "run_dir": str(run_dir),
+        "name": out.name,
+        "data": data,
+        "export": {
+            "card_sha256": export.card_sha256,
+            "architecture": card["architecture"],
+            "checkpoint_epoch": checkpoint.get("epoch"),
+        },
+        "precision": {"off": "float32"}.get(p := precision_of(card, options.gpus), p),
+        "device": "gpu" if options.gpus else "cpu",
+        **figures,
+        "skipped": {"count": found.skipped, "first": found.skipped_listed},
+        "time": wall,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall)),
+        "duration_s": round(time.monotonic() - started, 3),
+    }
+    recorded = (checkpoint.get("metrics") or {}).get("val_accuracy")
+    if data.get("split") == "valid" and isinstance(recorded, int | float):
+        metrics["recorded"] = {"val_accuracy": recorded, "epoch": checkpoint.get("epoch")}
+    mistakes = [(m[2], m[3], names[m[4]], names[m[5]], m[0]) for m in found.mistakes]
+    write_folder(out, report_files(metrics, confusion, mistakes), run_dir)
+    return EvalReport(out, metrics)
+
+
+@dataclass
+class _Gathered:
+    outcomes: Outcomes
+    skipped: int
+    skipped_listed: list[dict[str, Any]]
+    # (confidence, order, file, row, true, predicted), most confident first
+    mistakes: list[tuple[float, int, str | None, int | None, int, int]]
+
+
+def _gather(
+    dataset: ray.data.Dataset,
+    strict: bool,
+    max_mistakes: int,
+    parquet: tuple[str, str] | None,
+) -> _Gathered:
+    """Every scored row, streamed: the outcomes, the skipped rows, and a bounded heap of the
+    most confident mistakes."""
+    parts: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("label", "predicted", "confidence", "top_index", "loss")
+    }
+    skipped, listed = 0, []
+    heap: list[tuple[float, int, str | None, int | None, int, int]] = []
+    order = count()
+    per_file: dict[str, int] = {}
+    position = 0
+    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+        size = len(batch["label"])
+        files, numbers = _where(batch, size, parquet, per_file, position)
+        position += size
+        errors = batch.get("error")
+        bad = np.flatnonzero(errors != "") if errors is not None else np.zeros(0, np.int64)
+        for index in bad:
+            reason = _reason(files[index], numbers[index], str(errors[index]), parquet)
+            if strict:
+                raise ConfigError(
+                    f"{reason} (--strict stops at the first file that cannot be used; without "
+                    "it such files are skipped and counted)"
+                )
+            skipped += 1
+            if len(listed) < LISTED_SKIPPED:
+                listed.append({"file": files[index], "row": numbers[index], "reason": reason})
+        good = np.ones(size, bool)
+        good[bad] = False
+        for key in parts:
+            parts[key].append(np.asarray(batch[key])[good])
+        labels, predicted = np.asarray(batch["label"]), np.asarray(batch["predicted"])
+        wrong = np.flatnonzero(good & (labels != predicted))
+        if max_mistakes and len(wrong):
+            confidence = np.asarray(batch["confidence"])
+            if len(wrong) > max_mistakes:  # only this batch's most confident can enter
+                wrong = wrong[np.argsort(-confidence[wrong], kind="stable")[:max_mistakes]]
+            for index in wrong:
+                entry = (float(confidence[index]), -next(order), files[index], numbers[index],
+                         int(labels[index]), int(predicted[index]))  # fmt: skip
+                if len(heap) < max_mistakes:
+                    heapq.heappush(heap, entry)
+                else:
+                    heapq.heappushpop(heap, entry)
+    joined = {k: np.concatenate(v) if v else np.zeros(0) for k, v in parts.items()}
+    rows = len(joined["label"])
+    outcomes = Outcomes(
+        labels=joined["label"].astype(np.int64),
+        predicted=joined["predicted"].astype(np.int64),
+        confidence=joined["confidence"].astype(np.float64),
+        top=joined["top_index"].astype(np.int64).reshape(rows, -1 if rows else 0),
+        loss=joined["loss"].astype(np.float64),
+    )
+    if skipped:
+        _warn_skipped(skipped, listed)
+    mistakes = sorted(heap, reverse=True)  # most confident first; ties: the earlier row first
+    return _Gathered(outcomes, skipped, listed, mistakes)
+
+
+def _where(
+    batch: dict[str, np.ndarray],
+    size: int,
+    parquet: tuple[str, str] | None,
+    per_file: dict[str, int],
+    position: int,
+) -> tuple[list[str | None], list[int | None]]:
+    """Each row's file (relative to the data folder) and, for Parquet, its row in the file
+    (rows come in order); without a `path` column, no file and the row's position."""
+    paths = batch.get("path")
+    if paths is None:
+        return [None] * size, list(range(position, position + size))
+    if parquet is None:
+        return [str(p) for p in paths], [None] * size
+    files, numbers = [], []
+    for path in map(str, paths):
+        number = per_file.get(path, 0)
+        per_file[path] = number + 1
+        files.append(path.removeprefix(parquet[0]))
+        numbers.append(number)
+    return files, numbers
+
+
+def _reason(file: str | None, row: int | None, error: str, parquet: tuple[str, str] | None) -> str:
+    if parquet is not None and file is not None:
+        return f"{shown(parquet[1] + file)}: row {row}: {error}"
+    return error  # an image file's reason names it already
+
+
+def _parquet_prefix(data: dict[str, Any]) -> tuple[str, str] | None:
+    """For Parquet data: what Ray Data's `path` of a row starts with (the data folder's path
+    in its filesystem: a bucket's key has no scheme) and the folder as shown, each with the
+    separator."""
+    if data.get("layout") != "parquet":
+        return None
+    from app.storage.location import parse_location
+
+    source, _ = reader_source(parse_location(data["location"]))
+    return source.rstrip("/") + "/", str(data["location"]).rstrip("/") + "/"
+
+
+def _warn_skipped(skipped: int, listed: list[dict[str, Any]]) -> None:
+    import click
+
+    first = "; ".join(item["reason"] for item in listed[:SHOWN_SKIPPED])
+    more = " ..." if skipped > SHOWN_SKIPPED else ""
+    click.echo(
+        f"trainctl: skipped {skipped:,} file(s) that cannot be used (listed in metrics.json; "
+        f"--strict stops at the first): {first}{more}",
+        err=True,
+    )

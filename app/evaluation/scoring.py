@@ -1,0 +1,227 @@
+"""Batch inference on Ray Data: a pool of actors, each loading the export's model once, scores
+batches of uint8 rows (app/evaluation/rows.py) where the cluster has room.
+
+Each actor builds the card's model with trainctl's own code and loads weights.pt's verified
+bytes into it (app/export/predict.py, `load_model`): the bytes travel to the actors in Ray's
+object store as they were hashed, so what is loaded is what was verified, and nothing in an
+export can run code. A batch is then prepared exactly as the training loop prepares
+validation batches (app/data/pipeline.py's Normalizer: one addcmul from uint8 NHWC into
+channels_last float32), the model runs in eval mode with the autocast the run validated with
+(its recorded TRAIN_AMP: none, so float32, on CPU), and a row's class is the argmax of its
+logits, as validation counts it. That is what makes `trainctl evaluate --split valid` count
+the very hits training counted.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.errors import ConfigError
+from app.export.card import Verified
+
+if TYPE_CHECKING:
+    import ray.data
+
+MAX_BATCH = 65_536
+MAX_ACTORS = 10_000
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """How the actor pool is sized."""
+
+    batch_size: int = 256  # rows per forward pass
+    actors: int | None = None  # the pool's most actors; None: as many as the cluster holds
+    gpus: bool = False  # one GPU per actor
+    cpus_per_actor: float = 1.0
+    top_k: int = 5  # classes kept per row, with their probabilities
+
+
+def precision_of(card: dict[str, Any], use_gpu: bool) -> str:
+    """The autocast the run validated with (its recorded TRAIN_AMP), where this device has it:
+    "off" (float32), "bf16" or "fp16" (GPUs only)."""
+    settings = card.get("settings")
+    amp = settings.get("amp") if isinstance(settings, dict) else None
+    if amp == "fp16" and not use_gpu:
+        return "off"
+    return amp if amp in ("bf16", "fp16") else "off"
+
+
+class Scorer:
+    """Ray Data's callable class: the export's model, loaded once per actor."""
+
+    def __init__(self, export: Any, top_k: int, use_gpu: bool, threads: int) -> None:
+        import torch
+
+        from app.data.pipeline import Normalizer
+        from app.export.predict import card_info, load_model
+        from app.training.model import uses_channels_last
+
+        if isinstance(export, list):  # [ObjectRef]: see `scored`
+            import ray
+
+            export = ray.get(export[0])
+        torch.set_num_threads(max(1, threads))
+        self.device = torch.device("cuda" if use_gpu else "cpu")
+        card = export.card
+        model = load_model(export).to(self.device)
+        if uses_channels_last(card["architecture"]):  # as the training loop holds it
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model
+        self.normalize = Normalizer(card_info(card), self.device)
+        self.classes = len(card["class_names"])
+        self.top_k = min(top_k, self.classes)
+        self.autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
+            precision_of(card, use_gpu)
+        )
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import torch
+        import torch.nn.functional as F
+
+        images = batch.pop("image")
+        labels = np.asarray(batch["label"], dtype=np.int64)
+        rows = len(labels)
+        errors = batch.get("error")
+        good = np.flatnonzero(errors == "") if errors is not None else np.arange(rows)
+        predicted = np.full(rows, -1, np.int64)
+        confidence = np.full(rows, np.nan)
+        loss = np.full(rows, np.nan)
+        top = np.full((rows, self.top_k), -1, np.int64)
+        top_p = np.full((rows, self.top_k), np.nan)
+        if len(good):
+            pixels = torch.from_numpy(np.ascontiguousarray(images[good])).to(self.device)
+            truth = torch.from_numpy(labels[good]).to(self.device)
+            x, truth = self.normalize(pixels, truth)
+            with (
+                torch.inference_mode(),
+                torch.autocast(
+                    self.device.type, dtype=self.autocast, enabled=self.autocast is not None
+                ),
+            ):
+                logits = self.model(x)
+            with torch.inference_mode():
+                hits = logits.argmax(dim=1)  # the logits as computed, as validation counts
+                logits = logits.float()
+                probabilities = torch.softmax(logits, dim=1)
+                values, indices = probabilities.topk(self.top_k, dim=1)
+                labelled = truth >= 0  # batch prediction has no labels (-1)
+                row_loss = F.cross_entropy(logits, truth.clamp(min=0), reduction="none")
+                row_loss = torch.where(labelled, row_loss, torch.nan)
+                chosen = probabilities.gather(1, hits[:, None])[:, 0]
+            predicted[good] = hits.cpu().numpy()
+            confidence[good] = chosen.double().cpu().numpy()
+            loss[good] = row_loss.double().cpu().numpy()
+            top[good] = indices.cpu().numpy()
+            top_p[good] = values.double().cpu().numpy()
+        return {
+            **batch,
+            "predicted": predicted,
+            "confidence": confidence,
+            "loss": loss,
+            "top_index": top,
+            "top_probability": top_p,
+        }
+
+
+def scored(rows: ray.data.Dataset, export: Verified, options: ScoringOptions) -> ray.data.Dataset:
+    """`rows` ({"image": uint8 HxWxC, "label": int, and any columns passed through}) with each
+    row's scores, from an actor pool sized by `options` within what the cluster holds."""
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    pool = options.actors or default_actors(options)
+    return rows.map_batches(
+        Scorer,
+        fn_constructor_kwargs={
+            # The verified bytes put in the object store once and read there by every actor
+            # (inside a list: Ray passes the reference as it is, resolved in __init__).
+            "export": [ray.put(export)],
+            "top_k": options.top_k,
+            "use_gpu": options.gpus,
+            "threads": max(1, int(options.cpus_per_actor)),
+        },
+        batch_size=options.batch_size,
+        batch_format="numpy",
+        compute=ActorPoolStrategy(min_size=1, max_size=pool),
+        num_cpus=options.cpus_per_actor,
+        num_gpus=1 if options.gpus else 0,
+    )
+
+
+def default_actors(options: ScoringOptions) -> int:
+    """As many actors as the cluster has GPUs (with --gpus) or CPUs for them; the pool starts
+    with one and grows while rows wait. On CPUs, Ray Data fuses the read step (same
+    resources) into the actors, so each decodes the files it scores and none need be left for
+    read tasks; GPU actors take their rows from read tasks on the cluster's CPUs."""
+    import ray
+
+    resources = ray.cluster_resources()
+    if options.gpus:
+        return max(1, int(resources.get("GPU", 0)))
+    return max(1, int(resources.get("CPU", 1) // options.cpus_per_actor))
+
+
+def check_resources(options: ScoringOptions) -> None:
+    """Refuse (exit 2) a pool the cluster can never hold, naming what it has, rather than wait
+    for it forever."""
+    import ray
+
+    resources = ray.cluster_resources()
+    cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+    types = sorted(k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:"))
+    has = f"{cpus:g} CPUs, {gpus:g} GPUs" + (
+        f", accelerator types {', '.join(types)}" if types else ""
+    )
+    if options.gpus and gpus < 1:
+        raise ConfigError(
+            f"--gpus: the Ray cluster has no GPU (it has {has}); leave --gpus out to score on "
+            "CPUs, or join a cluster with GPUs (TRAIN_RAY_ADDRESS or RAY_ADDRESS)"
+        )
+    largest = max(
+        (n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0
+    )
+    if options.cpus_per_actor > largest:
+        raise ConfigError(
+            f"--cpus-per-actor {options.cpus_per_actor:g}: no node of the Ray cluster has that "
+            f"many CPUs (the largest has {largest:g}; the cluster has {has})"
+        )
+
+
+def connect() -> None:
+    """Join the Ray cluster at TRAIN_RAY_ADDRESS (or RAY_ADDRESS), once it answers within
+    TRAIN_RAY_CONNECT_TIMEOUT seconds, or start a local one for this command; a process
+    already connected (a training driver) stays as it is."""
+    import ray
+
+    from app.run.ray_cluster import join_or_start, wait_for_address
+
+    if ray.is_initialized():
+        return
+    address = os.environ.get("TRAIN_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        wait_for_address(address, _connect_timeout())
+    join_or_start(address)
+
+
+def _connect_timeout() -> float:
+    """TRAIN_RAY_CONNECT_TIMEOUT, held to the setting's own bounds."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from app.settings import TrainSettings
+
+    field = TrainSettings.model_fields["ray_connect_timeout"]
+    given = os.environ.get("TRAIN_RAY_CONNECT_TIMEOUT", "").strip()
+    if not given:
+        return float(field.default)
+    try:
+        return float(TypeAdapter(Annotated[float, field]).validate_python(given))
+    except ValidationError as err:
+        message = "; ".join(str(item["msg"]) for item in err.errors())
+        raise ConfigError(f"TRAIN_RAY_CONNECT_TIMEOUT={given!r}: {message}") from None

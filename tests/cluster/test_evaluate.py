@@ -1,0 +1,236 @@
+"""Issue 34 on the real cluster: `trainctl evaluate` and `trainctl predict --out` score the
+shared finished run's export (tests/cluster/conftest.py: digits, cnn, two workers) with Ray
+Data batch inference on the local multi-node cluster: over an image folder this test writes
+(the run's validation rows as PNG files, a corrupt file and a decompression bomb among them),
+locally and in the moto bucket, and over the run's own validation split, where the count of
+hits must be exactly the one training recorded for the exported checkpoint.
+
+No training here. The commands run in this process (app.cli.run), joined to the cluster as a
+driver (`ray_session`), so each costs its actor pool's start and no Python or Ray start.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from tests.folder_support import png_claiming
+from tests.hostile.support import Result, trainctl
+from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.support import FinishedRun
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+PNG = b"\x89PNG\r\n\x1a\n"
+BAD = ("3/corrupt.png", "5/bomb.png")  # relative to the image folder
+
+
+@pytest.fixture(scope="module")
+def images(finished_run: FinishedRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's validation rows as 8x8 grayscale PNG files, one folder per class ("0".."9"),
+    with a file that is not an image and a PNG declaring 1.6 billion pixels among them."""
+    from app.data.images import to_images
+    from app.data.schema import inspect_dataset, parquet_files
+
+    data = finished_run.tmp / "data" / "digits"
+    info = inspect_dataset(data)
+    root = tmp_path_factory.mktemp("eval-images") / "test"
+    for file in parquet_files(data / "valid"):
+        table = pq.read_table(file)
+        pixels = to_images(table.column("image"), info.image_format)
+        for index, (image, label) in enumerate(
+            zip(pixels, table.column("label").to_pylist(), strict=True)
+        ):
+            (root / str(label)).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image[:, :, 0], "L").save(
+                root / str(label) / f"{file.stem}-{index:04d}.png"
+            )
+    (root / BAD[0]).write_bytes(b"not a png at all")
+    (root / BAD[1]).write_bytes(png_claiming(40_000, 40_000))
+    return root
+
+
+@pytest.fixture(scope="module")
+def quiet_driver(ray_session: None) -> Iterator[None]:
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    saved, context.enable_progress_bars = context.enable_progress_bars, False
+    yield
+    context.enable_progress_bars = saved
+
+
+def evaluate(*args: str) -> Result:
+    return trainctl("evaluate", *args)
+
+
+def recorded(finished_run: FinishedRun) -> tuple[float, int]:
+    card = json.loads((finished_run.run_dir / "export" / "model_card.json").read_text())
+    return card["checkpoint"]["metrics"]["val_accuracy"], card["data"]["valid_rows"]
+
+
+def test_split_valid_reproduces_the_recorded_val_accuracy_exactly(
+    finished_run: FinishedRun, quiet_driver: None
+) -> None:
+    result = evaluate(str(finished_run.run_dir), "--split", "valid", "--json")
+    assert result.code == 0, result.text
+    metrics = json.loads(result.out)
+    val_accuracy, valid_rows = recorded(finished_run)
+    assert metrics["rows"] == valid_rows  # every validation row, none dropped
+    assert metrics["accuracy"] == val_accuracy  # the same count over the same rows
+    assert metrics["correct"] == round(val_accuracy * valid_rows)
+    assert metrics["recorded"]["val_accuracy"] == val_accuracy
+    assert metrics["data"]["same_files_as_training"] is True
+    assert metrics["data"]["layout"] == "parquet" and metrics["precision"] == "float32"
+    folder = finished_run.run_dir / "eval" / "valid"
+    assert json.loads((folder / "metrics.json").read_text())["accuracy"] == val_accuracy
+    for row in _mistakes(folder):
+        assert row["file"].endswith(".parquet") and row["row"].isdigit()
+
+
+def test_the_runs_own_pipeline_is_evaluated_as_a_run_end_will(
+    finished_run: FinishedRun, quiet_driver: None
+) -> None:
+    """`evaluate()` on the validation Dataset training itself builds (no file names, no
+    error column): what the end of a run calls for its best checkpoint."""
+    from app.data.pipeline import build_datasets
+    from app.data.schema import inspect_dataset
+    from app.evaluation.evaluate import evaluate as evaluate_rows
+    from app.evaluation.evaluate import run_export
+    from app.settings import TrainSettings
+
+    run_dir = finished_run.run_dir
+    settings = TrainSettings(
+        _env_file=None, dataset="digits", model="cnn", data_path=finished_run.tmp / "data",
+        storage_path=run_dir.parent, run_name=run_dir.name,
+    )  # fmt: skip
+    info = inspect_dataset(settings.dataset_dir)
+    rows = build_datasets(settings, info)["valid"]
+    data = {"location": f"{info.path}/valid", "layout": info.layout, "split": "valid"}
+    report = evaluate_rows(
+        run_export(run_dir), rows, run_dir / "eval" / "run-end", run_dir=run_dir, data=data
+    )
+    val_accuracy, valid_rows = recorded(finished_run)
+    assert (report.metrics["rows"], report.metrics["accuracy"]) == (valid_rows, val_accuracy)
+    assert report.metrics["recorded"]["val_accuracy"] == val_accuracy
+    assert "(same)" in report.line()
+    assert (run_dir / "eval" / "run-end" / "metrics.json").is_file()
+    for row in _mistakes(run_dir / "eval" / "run-end"):  # rows numbered in the stream's order
+        assert row["file"] == "" and row["row"].isdigit()
+
+
+def test_an_image_folder_is_scored_on_the_cluster_skipping_what_cannot_be_read(
+    finished_run: FinishedRun, images: Path, quiet_driver: None
+) -> None:
+    result = evaluate(str(finished_run.run_dir), str(images), "--max-mistakes", "5")
+    assert result.code == 0, result.text
+    folder = finished_run.run_dir / "eval" / "test"
+    assert result.out.startswith("trainctl: evaluated digits-cnn on the data at")
+    assert str(folder) in result.out and "2 skipped" in result.out
+    metrics = json.loads((folder / "metrics.json").read_text())
+    val_accuracy, valid_rows = recorded(finished_run)
+    # The PNG files hold the validation rows' pixels, prepared by the same code: same count.
+    assert (metrics["rows"], metrics["accuracy"]) == (valid_rows, val_accuracy)
+    assert metrics["skipped"]["count"] == 2
+    reasons = sorted(item["reason"] for item in metrics["skipped"]["first"])
+    assert str(images / BAD[0]) in reasons[0] and "not an image format" in reasons[0]
+    assert str(images / BAD[1]) in reasons[1] and "pixels" in reasons[1]
+    assert str(images / BAD[0]) in result.err  # and on stderr
+    assert {row["class"] for row in metrics["per_class"]} == {str(i) for i in range(10)}
+    assert sum(row["support"] for row in metrics["per_class"]) == valid_rows
+    assert "top5_accuracy" in metrics and metrics["top5_accuracy"] >= metrics["accuracy"]
+    assert 0 <= metrics["expected_calibration_error"] <= 1
+
+    confusion = json.loads((folder / "confusion.json").read_text())
+    matrix = np.array(confusion["matrix"])
+    assert matrix.sum() == valid_rows and np.trace(matrix) == metrics["correct"]
+    assert (folder / "confusion.png").read_bytes().startswith(PNG)
+    mistakes = _mistakes(folder)
+    assert 0 < len(mistakes) <= 5
+    confidences = [float(row["confidence"]) for row in mistakes]
+    assert confidences == sorted(confidences, reverse=True)
+    for row in mistakes:
+        assert row["true_class"] != row["predicted_class"]
+        assert (images / row["file"]).is_file() and row["file"].split("/")[0] == row["true_class"]
+
+    strict = evaluate(str(finished_run.run_dir), str(images), "--strict", "--name", "strict")
+    assert strict.code == 2, strict.text
+    assert any(str(images / bad) in strict.err for bad in BAD), strict.text
+    assert not (finished_run.run_dir / "eval" / "strict").exists()
+
+
+def test_gpus_are_refused_where_the_cluster_has_none(
+    finished_run: FinishedRun, images: Path, quiet_driver: None
+) -> None:
+    result = evaluate(str(finished_run.run_dir), str(images), "--gpus", "--name", "gpu")
+    assert result.code == 2, result.text
+    assert "--gpus: the Ray cluster has no GPU (it has 5 CPUs, 0 GPUs" in result.err
+    assert "accelerator types A100" in result.err
+    assert not (finished_run.run_dir / "eval" / "gpu").exists()
+
+
+def test_evaluate_and_predict_in_the_bucket(
+    finished_run: FinishedRun,
+    images: Path,
+    s3_server: S3Server,  # noqa: F811
+    quiet_driver: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The data and the run's export in the bucket: the eval folder is written there. Then
+    `predict` over the local folder and the bucket prefix together, to Parquet in the bucket:
+    one row per file, each as the single-process path answers it."""
+    bucket = s3_server.bucket("trainctl-eval")
+    bucket.upload(images, "data/test")
+    bucket.upload(finished_run.run_dir / "export", "runs/digits-cnn/export")
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", bucket.endpoint)
+    run = bucket.uri("runs/digits-cnn")
+    result = evaluate(run, bucket.uri("data/test"), "--name", "bucket")
+    assert result.code == 0, result.text
+    metrics = json.loads(bucket.read("runs/digits-cnn/eval/bucket/metrics.json"))
+    val_accuracy, valid_rows = recorded(finished_run)
+    assert (metrics["rows"], metrics["accuracy"]) == (valid_rows, val_accuracy)
+    assert metrics["skipped"]["count"] == 2
+    assert bucket.read("runs/digits-cnn/eval/bucket/confusion.png").startswith(PNG)
+    assert set(bucket.keys("runs/digits-cnn/eval/bucket")) == {
+        "metrics.json", "confusion.json", "confusion.png", "mistakes.csv"
+    }  # fmt: skip
+
+    out = bucket.uri("predictions/test.parquet")
+    result = trainctl("predict", run, str(images), bucket.uri("data/test"), "--out", out)
+    assert result.code == 0, result.text
+    assert f"predicted {2 * valid_rows:,} images, 4 skipped" in result.out
+    table = pq.read_table(io.BytesIO(bucket.read("predictions/test.parquet"))).to_pylist()
+    local = sorted(str(p) for p in images.rglob("*.png"))
+    remote = sorted(bucket.uri(f"data/test/{p.relative_to(images)}") for p in images.rglob("*.png"))
+    assert [row["image"] for row in table] == sorted(local + remote)  # one row per file
+    bad = {str(images / b) for b in BAD} | {bucket.uri(f"data/test/{b}") for b in BAD}
+    by_image = {row["image"]: row for row in table}
+    for image, row in by_image.items():
+        if image in bad:
+            assert row["error"] and row["classes"] == [], row
+            continue
+        assert row["error"] is None and len(row["classes"]) == 3
+        assert row["probabilities"] == sorted(row["probabilities"], reverse=True)
+    for name in local[:20]:  # the same file, in the bucket and here: the same answer
+        remote_row = by_image[bucket.uri(f"data/test/{Path(name).relative_to(images)}")]
+        assert by_image[name]["classes"] == remote_row["classes"]
+    sample = [name for name in local if name not in bad][:4]
+    few = trainctl("predict", str(finished_run.run_dir), *sample, "--json")
+    assert few.code == 0, few.text
+    for name, single in zip(sample, json.loads(few.out)["predictions"], strict=True):
+        assert [t["class"] for t in single["top"]] == by_image[name]["classes"]
+        np.testing.assert_allclose(
+            [t["probability"] for t in single["top"]], by_image[name]["probabilities"], atol=1e-5
+        )
+
+
+def _mistakes(folder: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO((folder / "mistakes.csv").read_text())))

@@ -1,0 +1,231 @@
+"""`trainctl evaluate`, `predict` (folders, --out) and `compare` given what they cannot use:
+each refused with exit 2 and a message naming the problem, before Ray starts (no cluster here:
+a test that got further would fail to connect, or start one, which these tests never do).
+
+The run is real: a cnn checkpoint put through the promotion step, which writes the export
+(1-channel 8x8 input, classes "0".."9"), as tests/hostile/test_export_loading.py makes it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from app.data.class_meta import encode
+from app.promotion.step import promote_run
+from tests.hostile.support import assert_refused, files_under, trainctl
+from tests.promotion_support import INFO, make_run, settings_for
+
+CLASSES = [str(i) for i in range(10)]
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    make_run(tmp_path / "runs", "r", 0.9)
+    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
+    return tmp_path / "runs" / "r"
+
+
+def folder(root: Path, classes: list[str], per_class: int = 2) -> Path:
+    for name in classes:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for index in range(per_class):
+            pixels = np.full((8, 8), 20 * index + 3, np.uint8)
+            Image.fromarray(pixels, "L").save(root / name / f"{index}.png")
+    return root
+
+
+def parquet(path: Path, labels: list[int], names: list[str] | None, side: int = 8) -> Path:
+    images = np.zeros((len(labels), side, side), np.uint8)
+    column = pa.FixedShapeTensorArray.from_numpy_ndarray(images)
+    table = pa.table({"image": column, "label": pa.array(labels, pa.int64())})
+    if names is not None:
+        table = table.replace_schema_metadata(encode(tuple(names)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path.parent
+
+
+def no_eval_written(run: Path) -> None:
+    assert files_under(run / "eval") == []
+
+
+def test_a_folder_whose_classes_differ_from_the_runs_is_refused_naming_them(
+    run: Path, tmp_path: Path
+) -> None:
+    data = folder(tmp_path / "test", [*CLASSES[:9], "emu"])
+    result = trainctl("evaluate", str(run), str(data))
+    assert_refused(result, 2, "class folders the run does not have: emu", "missing: 9")
+    no_eval_written(run)
+
+
+def test_a_folder_lacking_some_classes_is_refused_unless_allowed(run: Path, tmp_path: Path) -> None:
+    data = folder(tmp_path / "test", CLASSES[:8])
+    result = trainctl("evaluate", str(run), str(data))
+    assert_refused(result, 2, "no folder for the run's classes 8, 9", "--allow-missing-classes")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda root: root.mkdir(), id="empty"),
+        pytest.param(lambda root: folder(root, ["0"], per_class=0), id="empty-class-folder"),
+        pytest.param(
+            lambda root: (root / "0").mkdir(parents=True) or (root / "0" / "a.txt").write_text("x"),
+            id="no-image-files",
+        ),
+    ],
+)
+def test_a_folder_without_images_is_refused(run: Path, tmp_path: Path, make: object) -> None:
+    make(tmp_path / "test")  # type: ignore[operator]
+    result = trainctl("evaluate", str(run), str(tmp_path / "test"))
+    assert_refused(result, 2, "no images to evaluate")
+    no_eval_written(run)
+
+
+def test_a_missing_data_folder_is_refused(run: Path, tmp_path: Path) -> None:
+    result = trainctl("evaluate", str(run), str(tmp_path / "nowhere"))
+    assert_refused(result, 2, "nowhere: not a folder")
+
+
+def test_a_datasets_root_is_refused_with_the_split_to_give(run: Path, tmp_path: Path) -> None:
+    folder(tmp_path / "pets" / "train", CLASSES)
+    folder(tmp_path / "pets" / "valid", CLASSES)
+    result = trainctl("evaluate", str(run), str(tmp_path / "pets"))
+    assert_refused(result, 2, "a dataset's splits", str(tmp_path / "pets" / "valid"))
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", "", "x" * 65, "a b", "eval\n"])
+def test_a_name_that_is_not_one_safe_folder_name_is_refused(
+    run: Path, tmp_path: Path, name: str
+) -> None:
+    data = folder(tmp_path / "test", CLASSES)
+    result = trainctl("evaluate", str(run), str(data), "--name", name)
+    assert_refused(result, 2, "--name", "letters, digits")
+    no_eval_written(run)
+    assert not (run.parent / "x").exists()
+
+
+def test_a_run_without_an_export_says_what_to_do(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "runs", "unfinished", 0.5)
+    data = folder(tmp_path / "test", CLASSES)
+    result = trainctl("evaluate", str(run), str(data))
+    assert_refused(result, 2, "no export/model_card.json", "`trainctl train` with the same")
+    result = trainctl("evaluate", str(tmp_path / "runs" / "nothing"), str(data))
+    assert_refused(result, 2, "no such run folder")
+
+
+def test_a_run_folder_that_is_a_link_is_refused(run: Path, tmp_path: Path) -> None:
+    (tmp_path / "runs" / "planted").symlink_to(run, target_is_directory=True)
+    data = folder(tmp_path / "test", CLASSES)
+    result = trainctl("evaluate", str(tmp_path / "runs" / "planted"), str(data))
+    assert_refused(result, 2, "planted", "symbolic link")
+    no_eval_written(run)
+
+
+def test_an_altered_export_is_refused_before_anything_is_scored(run: Path, tmp_path: Path) -> None:
+    weights = run / "export" / "weights.pt"
+    weights.write_bytes(weights.read_bytes() + b"\0")
+    result = trainctl("evaluate", str(run), str(folder(tmp_path / "test", CLASSES)))
+    assert_refused(result, 2, "weights.pt: sha256", "does not match")
+
+
+def test_data_and_split_go_one_at_a_time(run: Path, tmp_path: Path) -> None:
+    data = folder(tmp_path / "test", CLASSES)
+    assert_refused(trainctl("evaluate", str(run)), 2, "give DATA or --split valid")
+    both = trainctl("evaluate", str(run), str(data), "--split", "valid")
+    assert_refused(both, 2, "not both")
+    assert_refused(trainctl("evaluate", str(run), "--split", "train"), 2, "'train' is not 'valid'")
+
+
+def test_split_valid_needs_the_data_the_card_records(run: Path) -> None:
+    # This export's data had no location of its own (a DatasetInfo without a path).
+    result = trainctl("evaluate", str(run), "--split", "valid")
+    assert_refused(result, 2, "records no data location")
+
+
+def test_parquet_whose_class_names_differ_is_refused(run: Path, tmp_path: Path) -> None:
+    data = parquet(tmp_path / "pq" / "part-0.parquet", [0, 1], [*CLASSES[:9], "emu"])
+    result = trainctl("evaluate", str(run), str(data))
+    assert_refused(result, 2, "the files' classes differ from the run's", "new: emu", "missing: 9")
+    shuffled = parquet(tmp_path / "pq2" / "part-0.parquet", [0, 1], CLASSES[::-1])
+    result = trainctl("evaluate", str(run), str(shuffled))
+    assert_refused(result, 2, "in another order")
+
+
+def test_parquet_labels_beyond_the_runs_classes_are_refused(run: Path, tmp_path: Path) -> None:
+    data = parquet(tmp_path / "pq" / "part-0.parquet", [0, 12], None)
+    result = trainctl("evaluate", str(run), str(data))
+    assert_refused(result, 2, "labels go up to 12", "the run has 10 classes")
+
+
+def test_parquet_of_another_image_size_is_refused(run: Path, tmp_path: Path) -> None:
+    data = parquet(tmp_path / "pq" / "part-0.parquet", [0, 1], None, side=16)
+    result = trainctl("evaluate", str(run), str(data))
+    assert_refused(result, 2, "images are 16x16x1", "the model takes 8x8x1")
+
+
+def test_a_link_planted_at_the_eval_folder_stops_nothing_but_itself(
+    run: Path, tmp_path: Path
+) -> None:
+    """The link is refused where it is: writing eval/<name> through it would write elsewhere."""
+    from app.evaluation.report import METRICS_FILE, write_folder
+    from app.storage import safe_fs
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / "eval").mkdir()
+    (run / "eval" / "test").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(safe_fs.LinkRefused):
+        write_folder(run / "eval" / "test", {METRICS_FILE: b"{}"}, run)
+    assert list(elsewhere.iterdir()) == []
+    assert [p.name for p in (run / "eval").iterdir()] == ["test"]  # no staging folder left
+
+
+# --- predict on folders ------------------------------------------------------------------------
+@pytest.mark.parametrize("out", ["preds.txt", "preds", "preds.parquet.gz"])
+def test_predict_out_must_be_parquet_or_csv(run: Path, tmp_path: Path, out: str) -> None:
+    data = folder(tmp_path / "imgs", ["a"])
+    result = trainctl("predict", str(run), str(data), "--out", str(tmp_path / out))
+    assert_refused(result, 2, "must end in .parquet or .csv")
+
+
+def test_predict_out_may_not_be_a_folder(run: Path, tmp_path: Path) -> None:
+    (tmp_path / "x.csv").mkdir()
+    data = folder(tmp_path / "imgs", ["a"])
+    result = trainctl("predict", str(run), str(data), "--out", str(tmp_path / "x.csv"))
+    assert_refused(result, 2, "is a folder")
+
+
+def test_predict_on_a_folder_without_images_is_refused(run: Path, tmp_path: Path) -> None:
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "notes.txt").write_text("x")
+    result = trainctl("predict", str(run), str(tmp_path / "imgs"), "--out", str(tmp_path / "p.csv"))
+    assert_refused(result, 2, "no image files in")
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_predict_few_files_stays_on_the_single_process_path(run: Path, tmp_path: Path) -> None:
+    data = folder(tmp_path / "imgs", ["a"], per_class=2)
+    result = trainctl("predict", str(run), str(data / "a" / "0.png"), "--json", "--top-k", "2")
+    assert result.code == 0, result.text
+    found = json.loads(result.out)["predictions"]
+    assert [p["image"] for p in found] == [str(data / "a" / "0.png")]
+    assert len(found[0]["top"]) == 2
+
+
+# --- compare -------------------------------------------------------------------------------
+def test_compare_refuses_folders_that_are_not_runs(run: Path, tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    out = str(tmp_path / "c.png")
+    result = trainctl("compare", str(run), str(tmp_path / "plain"), "--out", out)
+    assert_refused(result, 2, "plain: not a run folder")
+    assert_refused(trainctl("compare", str(run)), 2, "give 2 to 20 runs")
+    result = trainctl("compare", str(run), str(run), "--out", str(tmp_path / "c.jpg"))
+    assert_refused(result, 2, "must end in .png")

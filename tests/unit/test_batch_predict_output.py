@@ -1,0 +1,53 @@
+"""`trainctl predict`'s choice of path, and its output file, Parquet and CSV (no Ray)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from app.evaluation.batch_predict import FEW, encode, takes_batch_path
+from app.export.predict import Prediction
+
+FOUND = [
+    (Prediction("/d/a.png", [("cat", 0, 0.75), ("dog", 1, 0.25)]), ""),
+    (Prediction("/d/b,1.png", []), "/d/b,1.png: not an image format Pillow reads"),
+    (Prediction("/d/c.png", [("dog", 1, 0.5), ("cat", 0, 0.5)]), ""),
+]
+
+
+def test_few_files_stay_in_process_and_the_rest_go_to_ray(tmp_path: Path) -> None:
+    files = [str(tmp_path / f"{i}.png") for i in range(FEW)]
+    assert not takes_batch_path(files, None)
+    assert takes_batch_path([*files, "one-more.png"], None)
+    assert takes_batch_path(files[:1], "out.csv")
+    assert takes_batch_path(files[:1], None, pool=True)  # --gpus or --actors
+    assert takes_batch_path([str(tmp_path)], None)  # a folder
+    assert takes_batch_path(["s3://bucket/images"], None)  # a prefix (or an object)
+
+
+def test_parquet_holds_lists_of_classes_and_probabilities() -> None:
+    table = pq.read_table(io.BytesIO(encode(FOUND, Path("p.parquet"), classes=2)))
+    assert table.column_names == ["image", "classes", "probabilities", "error"]
+    assert table.to_pylist() == [
+        {"image": "/d/a.png", "classes": ["cat", "dog"], "probabilities": [0.75, 0.25],
+         "error": None},
+        {"image": "/d/b,1.png", "classes": [], "probabilities": [],
+         "error": "/d/b,1.png: not an image format Pillow reads"},
+        {"image": "/d/c.png", "classes": ["dog", "cat"], "probabilities": [0.5, 0.5],
+         "error": None},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["p.csv", "P.CSV"])
+def test_csv_holds_one_column_pair_per_rank(name: str) -> None:
+    rows = list(csv.reader(io.StringIO(encode(FOUND, Path(name), classes=2).decode())))
+    assert rows == [
+        ["image", "class_1", "probability_1", "class_2", "probability_2", "error"],
+        ["/d/a.png", "cat", "0.750000", "dog", "0.250000", ""],
+        ["/d/b,1.png", "", "", "", "", "/d/b,1.png: not an image format Pillow reads"],
+        ["/d/c.png", "dog", "0.500000", "cat", "0.500000", ""],
+    ]

@@ -1,0 +1,140 @@
+"""`trainctl compare` on run folders written the way a run and `evaluate` write them (no Ray):
+differing settings, figures, accelerator-hours recorded or derived, the newest evaluation's
+per-class recall, and the curves' PNG."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from app.evaluation.report import METRICS_FILE, report_files, write_folder
+from app.run import folder as run_folder
+from tests.hostile.support import trainctl
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(
+    root: Path,
+    name: str,
+    *,
+    lr: float,
+    accuracies: list[float],
+    duration_s: float,
+    world_size: int = 2,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    for epoch, accuracy in enumerate(accuracies, 1):
+        run_folder.record_epoch(
+            run_dir,
+            {"epoch": epoch, "train_loss": 2.0 / epoch, "val_loss": 1.5 / epoch,
+             "val_accuracy": accuracy},
+        )  # fmt: skip
+    run_folder.start_attempt(
+        run_dir, invocation="i", start_epoch=1, world_size=world_size, restored_from=None
+    )
+    best = max(range(len(accuracies)), key=lambda i: accuracies[i])
+    summary = {
+        "status": "succeeded",
+        "run_name": name,
+        "epochs_completed": len(accuracies),
+        "epochs_target": len(accuracies),
+        "metrics": {"val_accuracy": accuracies[-1], "val_loss": 1.5 / len(accuracies)},
+        "best": {"metric": "val_accuracy", "val_accuracy": accuracies[best], "epoch": best + 1},
+        "duration_s": duration_s,
+        "settings": {"run_name": name, "lr": lr, "model": "cnn", "num_workers": "2",
+                     "use_gpu": False},
+        **(extra or {}),
+    }  # fmt: skip
+    run_folder.write_summary(run_dir, summary)
+    return run_dir
+
+
+def add_eval(run_dir: Path, name: str, recalls: dict[str, float], at: float) -> None:
+    metrics = {
+        "name": name,
+        "time": at,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)),
+        "rows": 10,
+        "accuracy": sum(recalls.values()) / len(recalls),
+        "macro": {"f1": 0.5},
+        "data": {"location": "/data/test"},
+        "per_class": [
+            {"class": c, "index": i, "precision": 1.0, "recall": r, "f1": r, "support": 5}
+            for i, (c, r) in enumerate(recalls.items())
+        ],
+    }
+    confusion = {"classes": list(recalls), "matrix": None, "most_confused": []}
+    write_folder(run_dir / "eval" / name, report_files(metrics, confusion, []), run_dir)
+
+
+def test_compare_shows_what_differs_side_by_side(tmp_path: Path) -> None:
+    a = make_run(tmp_path, "a", lr=0.001, accuracies=[0.5, 0.8, 0.7], duration_s=3600)
+    b = make_run(
+        tmp_path, "b", lr=0.01, accuracies=[0.6, 0.9], duration_s=1800,
+        extra={"accelerator_hours": 0.25},
+    )  # fmt: skip
+    add_eval(a, "old", {"cat": 0.1, "dog": 0.1}, at=1000.0)
+    add_eval(a, "test", {"cat": 0.9, "dog": 0.5}, at=2000.0)
+    add_eval(b, "test", {"cat": 0.95, "dog": 0.9}, at=1500.0)
+    (a / "eval" / "half").mkdir()  # an evaluation whose metrics.json was never written
+    out = tmp_path / "cmp" / "curves.png"
+
+    result = trainctl("compare", str(a), str(b), "--out", str(out), "--json")
+    assert result.code == 0, result.text
+    found = json.loads(result.out)
+    assert found["settings_differing"] == ["lr"]  # run_name names the columns already
+    first, second = found["runs"]
+    assert (first["run"], second["run"]) == ("a", "b")
+    assert first["settings"] == {"lr": 0.001} and second["settings"] == {"lr": 0.01}
+    assert first["final"]["val_accuracy"] == 0.7 and first["best"]["val_accuracy"] == 0.8
+    assert first["best"]["epoch"] == 2
+    # a: derived, 1 h x 2 workers (its last start's world size), on CPUs; b: as recorded.
+    assert first["accelerator_hours"] == {
+        "hours": 2.0, "source": "derived: duration x 2 worker(s)", "kind": "cpu"
+    }  # fmt: skip
+    assert second["accelerator_hours"] == {"hours": 0.25, "source": "recorded"}
+    assert first["evaluation"]["name"] == "test"  # the newest of a's two
+    assert found["per_class_recall"] == {"cat": [0.9, 0.95], "dog": [0.5, 0.9]}
+    assert out.read_bytes().startswith(PNG)
+    assert found["plot"] == str(out)
+
+    table = trainctl("compare", str(a), str(b), "--out", str(out))
+    assert table.code == 0, table.text
+    lines = table.out.splitlines()
+    assert lines[0].split() == ["run", "a", "b"]
+    assert next(line.split() for line in lines if line.startswith("setting lr")) == [
+        "setting",
+        "lr",
+        "0.001",
+        "0.01",
+    ]
+    hours = next(line for line in lines if line.startswith("accelerator-hours"))
+    assert "2.0000 CPU*" in hours and "0.2500" in hours
+    recalls = [line.split()[:2] for line in lines if line.startswith("recall")]
+    assert recalls == [["recall", "dog"], ["recall", "cat"]]  # the largest spread first
+    assert lines[-1].startswith("* derived")
+
+
+def test_compare_writes_compare_png_here_by_default(tmp_path: Path, monkeypatch: Any) -> None:
+    a = make_run(tmp_path, "a", lr=0.1, accuracies=[0.5], duration_s=10)
+    b = make_run(tmp_path, "b", lr=0.1, accuracies=[0.6], duration_s=10)
+    monkeypatch.chdir(tmp_path)
+    result = trainctl("compare", str(a), str(b))
+    assert result.code == 0, result.text
+    assert (tmp_path / "compare.png").read_bytes().startswith(PNG)
+    assert not any(line.startswith("setting") for line in result.out.splitlines())
+
+
+def test_an_eval_folder_needs_its_metrics_to_count(tmp_path: Path) -> None:
+    from app.evaluation.report import latest_metrics
+
+    a = make_run(tmp_path, "a", lr=0.1, accuracies=[0.5], duration_s=10)
+    assert latest_metrics(a) is None
+    add_eval(a, "x", {"cat": 1.0}, at=5.0)
+    (a / "eval" / "x" / METRICS_FILE).write_text("{ damaged")
+    assert latest_metrics(a) is None

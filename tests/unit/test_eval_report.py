@@ -1,0 +1,93 @@
+"""The eval folder's files (app/evaluation/report.py): names, the confusion plot at any class
+count, mistakes.csv, and the folder replaced whole."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.errors import ConfigError
+from app.evaluation.report import (
+    CONFUSION_PNG,
+    METRICS_FILE,
+    MISTAKES_FILE,
+    checked_name,
+    confusion_png,
+    default_name,
+    mistakes_csv,
+    write_folder,
+)
+
+
+@pytest.mark.parametrize("name", ["valid", "test-2026.04", "a_b", "X" * 64])
+def test_safe_names_pass(name: str) -> None:
+    assert checked_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", "-x", "a b", "é", "x" * 65])
+def test_other_names_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="--name"):
+        checked_name(name)
+
+
+@pytest.mark.parametrize(
+    ("folder", "split", "expected"),
+    [
+        (Path("/data/pets/valid"), None, "valid"),
+        (Path("/data/holdout 2026"), None, "holdout-2026"),
+        (Path("/data/.hidden"), None, "hidden"),
+        (Path("/data/ß"), None, "data"),
+        (Path("/data/digits/valid"), "valid", "valid"),
+    ],
+)
+def test_default_names_are_safe(folder: Path, split: str | None, expected: str) -> None:
+    assert default_name(folder, split) == expected
+    assert checked_name(default_name(folder, split))
+
+
+def _image(data: bytes) -> Image.Image:
+    return Image.open(io.BytesIO(data))
+
+
+def test_the_matrix_is_drawn_up_to_fifty_classes_and_pairs_beyond() -> None:
+    names = [f"class-{i}" for i in range(50)]
+    matrix = np.eye(50, dtype=int) * 3
+    matrix[0, 1] = 2
+    small = _image(
+        confusion_png({"classes": names, "matrix": matrix.tolist(), "most_confused": []})
+    )
+    pairs = [
+        {"true": "a", "predicted": "b", "count": 5},
+        {"true": "c", "predicted": "a", "count": 2},
+    ]
+    many = [f"c{i}" for i in range(51)]
+    big = _image(confusion_png({"classes": many, "matrix": None, "most_confused": pairs}))
+    assert small.format == big.format == "PNG"
+    assert small.size[0] > 1500  # 50 names on an axis get room
+    assert big.size[1] < small.size[1]  # a bar per pair, not a 51 x 51 grid
+
+
+def test_mistakes_csv_keeps_odd_names_in_their_cells() -> None:
+    rows = [("a,b/1.png", None, 'say "cat"', "dog\nx", 0.9), ("part-0.parquet", 7, "1", "2", 0.5)]
+    parsed = list(csv.reader(io.StringIO(mistakes_csv(rows).decode())))
+    assert parsed == [
+        ["file", "row", "true_class", "predicted_class", "confidence"],
+        ["a,b/1.png", "", 'say "cat"', "dog\nx", "0.900000"],
+        ["part-0.parquet", "7", "1", "2", "0.500000"],
+    ]
+
+
+def test_an_evaluation_replaces_the_earlier_one_whole(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    folder = run / "eval" / "test"
+    write_folder(folder, {MISTAKES_FILE: b"old", CONFUSION_PNG: b"x", METRICS_FILE: b"{}"}, run)
+    write_folder(folder, {MISTAKES_FILE: b"new", METRICS_FILE: b"{}"}, run)
+    assert sorted(p.name for p in folder.iterdir()) == [METRICS_FILE, MISTAKES_FILE]
+    assert (folder / MISTAKES_FILE).read_bytes() == b"new"
+    assert [p.name for p in (run / "eval").iterdir()] == ["test"]  # no staging folder left
