@@ -13,7 +13,7 @@ from app.storage.buckets import ObjectPath
 # TRAIN_DATASET's values: the built-in datasets (trainctl writes them on first use), then the
 # kinds of data users bring. Each is a dataset kind in app/data/kinds/ (the registry there and
 # this list are held equal by tests/unit/test_dataset_kinds.py; settings import nothing of it).
-BuiltInName = Literal["digits", "mnist", "fashion_mnist", "cifar10"]
+BuiltInName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "cifar10"]
 DatasetName = Literal[BuiltInName, "parquet", "folder"]
 NAMED_DATASETS: tuple[str, ...] = get_args(BuiltInName)
 CacheMode = Literal["auto", "on", "off"]

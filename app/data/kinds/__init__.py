@@ -16,6 +16,7 @@ from app.data.kind import DatasetKind
 from app.data.kinds.digits import Digits
 from app.data.kinds.image_folder import ImageFolder
 from app.data.kinds.parquet import Parquet
+from app.data.kinds.synthetic import Synthetic
 from app.data.kinds.torchvision_download import TorchvisionDownload
 from app.data.prepare import BuiltIn
 from app.errors import ConfigError
@@ -31,6 +32,7 @@ KINDS: dict[str, DatasetKind] = {
     kind.name: kind
     for kind in (
         Digits(),
+        Synthetic(),
         TorchvisionDownload("mnist", "MNIST", augment="crop"),  # a flip changes a digit
         TorchvisionDownload("fashion_mnist", "FashionMNIST"),
         TorchvisionDownload("cifar10", "CIFAR10"),
