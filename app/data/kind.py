@@ -7,7 +7,7 @@ fails on one, and which augmentation TRAIN_AUGMENT=auto means for it. app/data/k
 module per kind and the registry that maps TRAIN_DATASET to it; nothing else asks which kind a
 run has.
 
-`ParquetData` is the interface for data stored as train/ and valid/ folders of Parquet files:
+`ParquetData` implements it for data stored as train/ and valid/ folders of Parquet files:
 TRAIN_DATASET=parquet, and every built-in dataset once trainctl has written it
 (app/data/prepare.py). The modules it calls are imported when used: the registry is imported
 by `trainctl` commands that never read data, and by Ray workers.
@@ -58,7 +58,8 @@ class DatasetKind(ABC):
         and a note for `check`'s dataset line ('' when there is none)."""
 
     def ensure(self, location: RunPath, settings: TrainSettings) -> tuple[DatasetInfo, str]:
-        """`train`'s preflight: the data, written first where to_prepare says so, inspected."""
+        """The data, written first where to_prepare says so, then inspected: preflight's one
+        call (`check` makes it only where there is nothing to write)."""
         if self.to_prepare(location):
             self.prepare(location, settings)
         return self.inspect(location, settings)
