@@ -64,7 +64,7 @@ def prepare_data_cmd(
 
         click.echo(prepare_from_folder_cli(source, out, image_size=image_size, force=force))
         return
-    from app.data.prepare import prepare_dataset
+    from app.data.kinds import prepare_dataset
 
     info = prepare_dataset(dataset, out, force=force, seed=seed)  # type: ignore[arg-type]
     click.echo(info)

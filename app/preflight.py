@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from app.cpus import usable_cpus
+from app.data.kind import DatasetKind
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.promotion.check import promotion_check
@@ -161,35 +162,29 @@ def _tracking(settings: TrainSettings, found: Found) -> str:
 
 
 def _dataset(settings: TrainSettings, found: Found, *, prepare: bool, rows_per_worker: bool) -> str:
-    folder = settings.dataset_dir
+    from app.data.kinds import dataset_kind
+
+    kind = dataset_kind(settings.dataset)
+    folder = kind.location(settings.data_path)
     ensure_reachable(folder, "TRAIN_DATA_PATH", settings.storage_timeout_s)
     with store_errors(folder, "TRAIN_DATA_PATH"):  # a bucket that cannot be read
-        return _dataset_in(folder, settings, found, prepare, rows_per_worker)
+        return _dataset_in(kind, folder, settings, found, prepare, rows_per_worker)
 
 
 def _dataset_in(
+    kind: DatasetKind,
     folder: Path | ObjectPath,
     settings: TrainSettings,
     found: Found,
     prepare: bool,
     rows_per_worker: bool,
 ) -> str:
-    from app.data.prepare import ensure_dataset
-    from app.data.schema import inspect_dataset
     from app.run.class_names import class_names_problem
     from app.training.model import model_problem
 
-    note = ""
-    if settings.dataset == "folder":
-        from app.data.folder import inspect_for
-
-        info, note = inspect_for(settings)
-    elif prepare:
-        info = ensure_dataset(settings)
-    elif settings.dataset != "parquet" and not (folder / "train").exists():
+    if not prepare and kind.to_prepare(folder):  # a built-in dataset not there yet
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
-    else:
-        info = inspect_dataset(folder)
+    info, note = kind.ensure(folder, settings)
     found.info = info
     problem = class_names_problem(settings.run_dir, info)
     problem = problem or model_problem(settings.model, info, settings.vit_patch)

@@ -158,14 +158,15 @@ def app_feed(data_dir: Path, batch: int, device: Any) -> Any:
     """(d)'s batches: the app's own pipeline (cached dataset, epoch_batches) in this process,
     made contiguous NCHW as app/training/loop.py does for the ViT; a function of the epoch."""
     from app.data.cache import cache_datasets
-    from app.data.pipeline import build_datasets, epoch_batches
-    from app.data.prepare import ensure_dataset
+    from app.data.kinds import build_datasets, dataset_kind
+    from app.data.pipeline import epoch_batches
     from app.settings import TrainSettings
 
     settings = TrainSettings(
         dataset="parquet", data_path=data_dir, num_workers="1", global_batch_size=batch
     )
-    info = ensure_dataset(settings)
+    kind = dataset_kind(settings.dataset)
+    info, _ = kind.ensure(kind.location(settings.data_path), settings)
     train = cache_datasets(build_datasets(settings, info), settings, info)[0]["train"]
 
     def batches(epoch: int) -> Any:

@@ -101,20 +101,21 @@ def tutorial(train_dir: Path) -> dict[str, float]:
 # --- (b) the app's pipeline -------------------------------------------------------------------
 def _app_dataset(data_dir: Path, cache: str, dataset: str) -> tuple[Any, Any]:
     """The settings and checked dataset `trainctl train` starts from, built once per variant."""
-    from app.data.prepare import ensure_dataset
+    from app.data.kinds import dataset_kind
     from app.settings import TrainSettings
 
     settings = TrainSettings(
         dataset=dataset, data_path=data_dir, num_workers="1", global_batch_size=BATCH,
         cache_dataset=cache, model="cnn", image_size=IMAGE_SHAPE[0],
     )  # fmt: skip
-    return settings, ensure_dataset(settings)
+    kind = dataset_kind(settings.dataset)
+    return settings, kind.ensure(kind.location(settings.data_path), settings)[0]
 
 
 def app_pipeline(
     data_dir: Path, cache: str = "auto", dataset: str = "parquet"
 ) -> Callable[[], dict[str, float]]:
-    """`trainctl train`'s calls: settings, ensure_dataset, build_datasets, cache_datasets,
+    """`trainctl train`'s calls: settings, the kind's ensure, build_datasets, cache_datasets,
     epoch_batches, for two epochs.
 
     With the cache (the default for data that fits in the object store), the first epoch reads
@@ -125,7 +126,8 @@ def app_pipeline(
     import torch
 
     from app.data.cache import cache_datasets
-    from app.data.pipeline import build_datasets, epoch_batches
+    from app.data.kinds import build_datasets
+    from app.data.pipeline import epoch_batches
 
     settings, info = _app_dataset(data_dir, cache, dataset)
     epoch = iter(range(1, 1_000_000))
@@ -177,7 +179,7 @@ def ceiling(folder: Path) -> dict[str, float]:
 
 def prepare_data_layout(rows: int) -> Path:
     """CIFAR-shaped data as `trainctl prepare-data` writes it (synthetic, so no download)."""
-    from app.data.prepare import prepare_dataset
+    from app.data.kinds import prepare_dataset
 
     out = CACHE / f"prepared-synthetic-{rows}"
     prepare_dataset("synthetic", out, rows=rows)

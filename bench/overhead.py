@@ -164,10 +164,12 @@ def _figures(epoch_times: list[float], rows: int, step_rates: list[float]) -> di
 
 
 def _info(data_dir: Path) -> Any:
-    from app.data.prepare import ensure_dataset
+    from app.data.kinds import dataset_kind
     from app.settings import TrainSettings
 
-    return ensure_dataset(TrainSettings(dataset="parquet", data_path=data_dir, num_workers="1"))
+    settings = TrainSettings(dataset="parquet", data_path=data_dir, num_workers="1")
+    kind = dataset_kind(settings.dataset)
+    return kind.ensure(kind.location(settings.data_path), settings)[0]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

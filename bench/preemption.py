@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from ray.cluster_utils import Cluster
 
-    from app.data.prepare import prepare_dataset
+    from app.data.kinds import prepare_dataset
 
     work = Path(tempfile.mkdtemp(prefix="trainctl-preemptbench-"))
     prepare_dataset("synthetic", work / "data" / "synthetic", rows=args.rows)

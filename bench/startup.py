@@ -121,7 +121,7 @@ def one_start(
 
 def prepare_data(work: Path) -> None:
     """Data preparation is a one-off on first use; it is done here, before the clock runs."""
-    from app.data.prepare import prepare_dataset
+    from app.data.kinds import prepare_dataset
 
     prepare_dataset(SETTINGS["dataset"], work / "data" / SETTINGS["dataset"], force=False, seed=0)
 

@@ -1,9 +1,10 @@
-"""Finding the Parquet file and row (or the image file) behind an image error in a Ray worker.
+"""Finding the Parquet file and row behind an image error in a Ray worker.
 
 A read task only sees a block of rows, so its ImageError says "row 5" of a block, and Ray wraps
 it as RayTaskError(UserCodeException). Naming the file costs nothing while all is well: only
 after a run fails this way does the driver re-read the files itself, in file order, to find the
-first row that does not convert, within a time limit.
+first row that does not convert, within a time limit (an image folder's kind names the file:
+app/data/kinds/image_folder.py).
 """
 
 from __future__ import annotations
@@ -13,23 +14,17 @@ from pathlib import Path
 
 from app.data.images import ImageError, to_images
 from app.data.schema import DatasetInfo, open_parquet, parquet_files
-from app.storage.buckets import locate
 
-SEARCH_LIMIT_S = 60.0
 ROWS_PER_STEP = 1024
 
 
-def locate_bad_image(
-    info: DatasetInfo, limit_s: float = SEARCH_LIMIT_S, endpoint: str | None = None
-) -> str | None:
-    """'<file>: row <n> (of the file): <cause>' for the first bad image, or None; for an image
-    folder '<file>: <cause>'."""
-    deadline = time.monotonic() + limit_s
-    root = locate(info.path, endpoint)
-    if info.layout == "folder":
-        from app.data.folder import first_bad_file
-
-        return first_bad_file(root, info.height, deadline)
+def first_bad_row(info: DatasetInfo, deadline: float) -> str | None:
+    """'<file>: row <n> (of the file): <cause>' for the first bad image of the Parquet data
+    `info` describes, train then valid, or None when none is found before `deadline`
+    (time.monotonic())."""
+    root = info.path
+    if root is None:
+        return None
     for split in ("train", "valid"):
         for path in parquet_files(root / split):
             offset = 0

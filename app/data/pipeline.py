@@ -26,37 +26,31 @@ import torch
 
 from app.data.images import to_uint8_rows
 from app.data.schema import DatasetInfo, parquet_files
-from app.storage.buckets import locate
 from app.storage.reading import reader_source
 
 if TYPE_CHECKING:
     import ray.data
 
-    from app.settings import TrainSettings
-
 CHUNK_ROWS = 4096  # rows per pull from Ray, when they fit in CHUNK_BYTES
 CHUNK_BYTES = 32 << 20
 
 
-def build_datasets(settings: TrainSettings, info: DatasetInfo) -> dict[str, ray.data.Dataset]:
-    """train and valid as Ray Datasets of {"image": uint8 (H, W, C), "label": int64} rows."""
+def parquet_datasets(info: DatasetInfo, seed: int) -> dict[str, ray.data.Dataset]:
+    """train and valid of the Parquet data `info` describes, as Ray Datasets of
+    {"image": uint8 (H, W, C), "label": int64} rows; the train files in an order drawn from seed."""
     import ray.data
     from ray.data import FileShuffleConfig
 
-    if info.layout == "folder":
-        from app.data.folder import build_folder_datasets
-
-        return build_folder_datasets(settings, info)
-    root = locate(info.path, settings.storage_endpoint) if info.path else settings.dataset_dir
+    root = info.path
+    if root is None:
+        raise ValueError("the dataset description names no folder: inspect the data first")
     # In a bucket Ray Data streams the files with trainctl's client (its endpoint, retries).
     datasets = {}
     for split in ("train", "valid"):
         shuffle = (
             # Not reseeded per execution: app/data/exact_split.py splits the train data once per
             # worker-group start, and a restart must get the same shards as the first start.
-            FileShuffleConfig(seed=settings.seed, reseed_after_execution=False)
-            if split == "train"
-            else None
+            FileShuffleConfig(seed=seed, reseed_after_execution=False) if split == "train" else None
         )
         with classic_parquet_reader():
             files = parquet_files(root / split)
@@ -120,10 +114,10 @@ def epoch_batches(
     """(images, labels) for one pass over a shard: float32 NCHW (channels_last), int64.
 
     `shard` is what `ray.train.get_dataset_shard` returns, or any Ray Dataset / DataIterator
-    from `build_datasets`. Every batch has batch_size rows except the last (dropped with
-    drop_last). chunk_rows overrides how many rows are pulled from Ray at a time, which is
-    also the shuffle window. skip_batches: the batches a resumed epoch already trained; their
-    rows are pulled (the generator must advance the same way) but never normalized.
+    a dataset kind builds (app/data/kind.py). Every batch has batch_size rows except the last
+    (dropped with drop_last). chunk_rows overrides how many rows are pulled from Ray at a time,
+    which is also the shuffle window. skip_batches: the batches a resumed epoch already trained;
+    their rows are pulled (the generator must advance the same way) but never normalized.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -1,4 +1,9 @@
-"""Write a named dataset as Parquet, once, safely when many processes ask at the same time.
+"""Built-in datasets: written as raw Parquet, once, safely when many processes ask at once.
+
+`BuiltIn` is the dataset kind of every dataset trainctl makes itself (app/data/kinds/: digits,
+synthetic, the torchvision downloads): each says how to load its images into memory, and this
+module writes them under TRAIN_DATA_PATH/<name>/ on first use, or where `trainctl prepare-data`
+says. Once written it is Parquet data like any other (app/data/kind.py ParquetData).
 
 Every writer takes a file lock beside the output, builds the dataset in a temporary sibling
 folder and renames it into place with a marker file written last, so a reader sees either no
@@ -14,7 +19,10 @@ import os
 import shutil
 import time
 import uuid
+from abc import abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -23,69 +31,107 @@ from filelock import FileLock
 
 from app.data.class_meta import encode as encode_class_names
 from app.data.images import SHAPE_KEY, geometry
-from app.data.schema import DatasetInfo, inspect_dataset
-from app.data.sources import DownloadFailed, Splits, load_source
+from app.data.kind import ParquetData
 from app.errors import ConfigError, RunFailed
-from app.settings import NAMED_DATASETS, SEED_MAX, TrainSettings
 from app.storage.buckets import ObjectPath
-from app.storage.location import expand, written_whole
+from app.storage.location import RunPath, expand, written_whole
+
+if TYPE_CHECKING:
+    from app.settings import TrainSettings
 
 MARKER = "_trainctl_dataset.json"
 LAYOUT = "raw"  # see app/data/images.py: the fastest of the layouts to read back
 TARGET_FILE_BYTES = 8 << 20  # enough files to read in parallel and shuffle by file order
 ROWS_PER_FILE = (1024, 65_536)
+VALID_FRACTION = 0.2  # the valid split of a dataset that comes without one
 
 
-def prepare_dataset(
-    name: str, out: Path, *, force: bool = False, seed: int = 0, rows: int | None = None
-) -> str:
-    """Write out/train/ and out/valid/ for a named dataset; returns a one-line summary."""
-    if name not in NAMED_DATASETS:
-        raise ConfigError(f"dataset {name!r} is not built in; choose one of {NAMED_DATASETS}")
-    if rows is not None and (name != "synthetic" or rows < 1):
-        raise ConfigError(f"rows={rows}: only the synthetic dataset is sized, with rows >= 1")
-    if not 0 <= seed <= SEED_MAX:
-        raise ConfigError(f"seed={seed}: must be 0..{SEED_MAX}")
-    out = expand(out, "--out")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out={out}: exists but is not a folder")
-    if not force and is_present(out):
-        return _already(name, out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"{out.parent}: cannot create the output folder ({err})") from None
-    with FileLock(out.parent / f".{out.name}.lock"):
-        if not force and is_present(out):  # another process finished it while we waited
-            return _already(name, out)
-        _remove_leftovers(out)
-        if out.exists() and not _replaceable(out):
-            raise ConfigError(
-                f"{out} exists and holds more than a dataset (train/, valid/); "
-                "choose an empty or new folder"
-            )
-        splits = _load(name, out, seed=seed, rows=rows)
-        staging = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+class DownloadFailed(Exception):
+    """A download could not fetch or read the files; the message holds the cause."""
+
+
+@dataclass(frozen=True)
+class Splits:
+    train_images: np.ndarray  # (N, H, W) or (N, H, W, C), uint8
+    train_labels: np.ndarray  # (N,), int64
+    valid_images: np.ndarray
+    valid_labels: np.ndarray
+    source: str  # where the data came from, for the dataset's marker file
+
+
+class BuiltIn(ParquetData):
+    """A dataset trainctl writes itself, kept in TRAIN_DATA_PATH/<name>/."""
+
+    # Generated from a seed, to any size: the seed is recorded, and `rows` sizes it.
+    generated = False
+
+    @abstractmethod
+    def load(self, download_dir: Path, *, seed: int, rows: int | None) -> Splits:
+        """Its images and labels in memory; a download goes to (and is kept in) download_dir.
+        DownloadFailed when the files cannot be fetched."""
+
+    def location(self, data_path: RunPath) -> RunPath:
+        return data_path / self.name
+
+    def to_prepare(self, location: RunPath) -> bool:
+        return not is_present(location)
+
+    def prepare(self, location: RunPath, settings: TrainSettings) -> None:
+        if self.to_prepare(location):
+            # In a bucket: written whole on this machine, then copied up.
+            with written_whole(location, "trainctl-data-") as local:
+                self.write(local, seed=settings.seed)
+
+    def write(
+        self, out: Path, *, force: bool = False, seed: int = 0, rows: int | None = None
+    ) -> str:
+        """Write out/train/ and out/valid/; returns a one-line summary."""
+        out = expand(out, "--out")
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out={out}: exists but is not a folder")
+        if not force and is_present(out):
+            return _already(self.name, out)
         try:
-            meta = _write(splits, staging, name=name, seed=seed)
-            _swap_in(staging, out)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return _summary(name, out, meta)
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"{out.parent}: cannot create the output folder ({err})") from None
+        with FileLock(out.parent / f".{out.name}.lock"):
+            if not force and is_present(out):  # another process finished it while we waited
+                return _already(self.name, out)
+            _remove_leftovers(out)
+            if out.exists() and not _replaceable(out):
+                raise ConfigError(
+                    f"{out} exists and holds more than a dataset (train/, valid/); "
+                    "choose an empty or new folder"
+                )
+            splits = self._load(out, seed=seed, rows=rows)
+            staging = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            try:
+                meta = _write(
+                    splits, staging, name=self.name, seed=seed if self.generated else None
+                )
+                _swap_in(staging, out)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        return _summary(self.name, out, meta)
 
-
-def ensure_dataset(settings: TrainSettings) -> DatasetInfo:
-    """The run's dataset, prepared first if it is a named one that is not there yet."""
-    folder = settings.dataset_dir
-    if settings.dataset == "folder":
-        from app.data.folder import inspect_for
-
-        return inspect_for(settings)[0]
-    if settings.dataset != "parquet" and not is_present(folder):
-        # In a bucket: written whole on this machine, then copied up.
-        with written_whole(folder, "trainctl-data-") as local:
-            prepare_dataset(settings.dataset, local, seed=settings.seed)
-    return inspect_dataset(folder)
+    def _load(self, out: Path, *, seed: int, rows: int | None) -> Splits:
+        target = download_dir(out)
+        try:
+            return self.load(target, seed=seed, rows=rows)
+        except DownloadFailed as err:
+            if target.is_dir() and not any(p.is_file() for p in target.rglob("*")):
+                shutil.rmtree(target, ignore_errors=True)  # only the empty folders torchvision made
+            name = self.name
+            raise RunFailed(
+                [
+                    f"could not download {name} into {target}: {err}",
+                    f"fix: give this machine internet access, or seed {out} with train/ and "
+                    f"valid/ from `trainctl prepare-data --dataset {name} --out DIR` run where "
+                    f"there is internet, or put torchvision's own {name} files (its root folder) "
+                    f"in {target}, or train on your own data with TRAIN_DATASET=parquet",
+                ]
+            ) from None
 
 
 def is_present(out: Path | ObjectPath) -> bool:
@@ -101,25 +147,7 @@ def download_dir(out: Path) -> Path:
     return out.parent / f"{out.name}.download"
 
 
-def _load(name: str, out: Path, *, seed: int, rows: int | None) -> Splits:
-    target = download_dir(out)
-    try:
-        return load_source(name, target, seed=seed, rows=rows)
-    except DownloadFailed as err:
-        if target.is_dir() and not any(p.is_file() for p in target.rglob("*")):
-            shutil.rmtree(target, ignore_errors=True)  # only the empty folders torchvision made
-        raise RunFailed(
-            [
-                f"could not download {name} into {target}: {err}",
-                f"fix: give this machine internet access, or seed {out} with train/ and valid/ "
-                f"from `trainctl prepare-data --dataset {name} --out DIR` run where there is "
-                f"internet, or put torchvision's own {name} files (its root folder) in {target}, "
-                "or train on your own data with TRAIN_DATASET=parquet",
-            ]
-        ) from None
-
-
-def _write(splits: Splits, staging: Path, *, name: str, seed: int) -> dict[str, object]:
+def _write(splits: Splits, staging: Path, *, name: str, seed: int | None) -> dict[str, object]:
     staging.mkdir(parents=True)
     files = {}
     for split, images, labels in (
@@ -132,7 +160,7 @@ def _write(splits: Splits, staging: Path, *, name: str, seed: int) -> dict[str, 
     meta: dict[str, object] = {
         "dataset": name,
         "source": splits.source,
-        "seed": seed if name == "synthetic" else None,
+        "seed": seed,
         "train_rows": len(splits.train_labels),
         "valid_rows": len(splits.valid_labels),
         "image_shape": list(shape),

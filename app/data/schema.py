@@ -20,7 +20,7 @@ from app.data.class_meta import decode as decode_class_names
 from app.data.images import ImageError, ImageFormat, describe_type, infer_format, to_images
 from app.errors import ConfigError
 from app.storage.buckets import ObjectPath
-from app.storage.location import absolute_location
+from app.storage.location import RunPath, absolute_location
 from app.storage.reading import random_access, walk_files
 
 SPLITS = ("train", "valid")
@@ -45,7 +45,9 @@ class DatasetInfo:
     mean: tuple[float, ...]  # per channel, in [0, 1] units, from a sample of the train split
     std: tuple[float, ...]
     image_shape: tuple[int, ...] = ()  # one image as stored on disk; () for encoded images
-    path: str = ""  # the folder holding train/ and valid/
+    # The folder holding train/ and valid/, as the kind located it (a Path, or an ObjectPath
+    # carrying its endpoint): used as it is, never parsed again. None where no data was read.
+    path: RunPath | None = None
     class_names: tuple[str, ...] = ()  # label i is class_names[i]; () when only numbered
     # Images of label i in each split (num_classes entries; () where not counted): the
     # majority-class rate a first champion must beat (app/promotion/gate.py), and the
@@ -133,7 +135,7 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
         # A constant channel would divide by zero; leaving it unscaled is harmless.
         std=tuple(round(float(v), 6) if v > 1e-6 else 1.0 for v in std),
         image_shape=fmt.stored_shape,
-        path=str(root),
+        path=root,
         class_names=names,
         train_class_counts=per_class(train.counts, classes),
         valid_class_counts=per_class(valid.counts, classes),

@@ -34,7 +34,7 @@ from app.export.card import (
 from app.redact import redact
 from app.run import checkpoints
 from app.settings import TrainSettings
-from app.storage.location import RunPath, local_path, parse_location, write_atomic
+from app.storage.location import RunPath, local_path, write_atomic
 from app.storage.reading import file_size, walk_files
 
 MAX_BATCH = 65_536  # the exported program's dynamic batch dimension: 1..MAX_BATCH
@@ -143,17 +143,17 @@ def build_card(
                 "std": list(info.std),
             },
             "checkpoint": {"path": str(best.path), "epoch": best.epoch, "metrics": best.metrics},
-            "data": data_fingerprint(info, settings.storage_endpoint),
+            "data": data_fingerprint(info),
             "settings": settings.redacted(),
             "versions": versions(),
         }
     )
 
 
-def data_fingerprint(info: DatasetInfo, endpoint: str | None) -> dict[str, Any]:
+def data_fingerprint(info: DatasetInfo) -> dict[str, Any]:
     """The training and validation files, with sizes, and a sha256 over that list: a rerun on
     changed data gets another fingerprint without anyone reading the data again."""
-    root = parse_location(info.path, endpoint) if info.path else None
+    root = info.path
     listed: list[tuple[str, int]] = []
     for split in ("train", "valid"):
         if root is None:
@@ -163,7 +163,7 @@ def data_fingerprint(info: DatasetInfo, endpoint: str | None) -> dict[str, Any]:
             listed.append((f"{split}/{_relative(path, folder)}", file_size(path)))
     digest = hashlib.sha256("\n".join(f"{p}\t{s}" for p, s in listed).encode()).hexdigest()
     return {
-        "path": info.path,
+        "path": "" if root is None else str(root),
         "train_rows": info.train_rows,
         "valid_rows": info.valid_rows,
         "files_sha256": digest,

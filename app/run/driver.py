@@ -137,9 +137,9 @@ def _train(
                 raise
             cause = decisions.root_cause(err)
             if decisions.is_bad_image(cause, err):
-                from app.data.locate import locate_bad_image
+                from app.data.kinds import dataset_kind
 
-                where = locate_bad_image(info, endpoint=settings.storage_endpoint)
+                where = dataset_kind(settings.dataset).locate_bad_image(info)
                 cause = f"bad image in {where or 'the data'}: {cause}"
             _finish(settings, "failed", started, invocation, resume_from, cause, trackers=trackers)
             logs = run_logs.attempt_dir(run_dir, attempt)
@@ -184,7 +184,7 @@ def _fit(
 
     from app.data.cache import cache_datasets
     from app.data.exact_split import ExactSplit
-    from app.data.pipeline import build_datasets
+    from app.data.kinds import build_datasets
     from app.training.loop import train_loop_per_worker
 
     read_started = time.monotonic()

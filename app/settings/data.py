@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator
 
 from app.data.image_size import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN, IMAGE_SIZE_RULE
 from app.storage.buckets import ObjectPath
 
-NAMED_DATASETS = ("digits", "synthetic", "mnist", "fashion_mnist", "cifar10")
-DatasetName = Literal[
-    "digits", "synthetic", "mnist", "fashion_mnist", "cifar10", "parquet", "folder"
-]
+# TRAIN_DATASET's values: the built-in datasets (trainctl writes them on first use), then the
+# kinds of data users bring. Each is a dataset kind in app/data/kinds/ (the registry there and
+# this list are held equal by tests/unit/test_dataset_kinds.py; settings import nothing of it).
+BuiltInName = Literal["digits", "synthetic", "mnist", "fashion_mnist", "cifar10"]
+DatasetName = Literal[BuiltInName, "parquet", "folder"]
+NAMED_DATASETS: tuple[str, ...] = get_args(BuiltInName)
 CacheMode = Literal["auto", "on", "off"]
 
 
 class DataSettings(BaseModel):
     dataset: DatasetName = Field(
         "digits",
-        description="What to train on: a built-in dataset (digits, synthetic, mnist, "
-        "fashion_mnist, cifar10), `parquet` for your own train/ and valid/ folders of Parquet "
-        "files, or `folder` for train/<class>/* and valid/<class>/* image files.",
+        description=f"What to train on: a built-in dataset ({', '.join(NAMED_DATASETS)}), "
+        "`parquet` for your own train/ and valid/ folders of Parquet files, or `folder` for "
+        "train/<class>/* and valid/<class>/* image files.",
     )
     data_path: Path | ObjectPath = Field(
         Path("data"),

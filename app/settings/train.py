@@ -86,13 +86,6 @@ class TrainSettings(
     def run_dir(self) -> Path | ObjectPath:
         return self.storage_path / self.run_name
 
-    @property
-    def dataset_dir(self) -> Path | ObjectPath:
-        """Folder holding train/ and valid/ for this run's dataset."""
-        if self.dataset in ("parquet", "folder"):
-            return self.data_path
-        return self.data_path / self.dataset
-
     def redacted(self) -> dict[str, Any]:
         """The effective settings as JSON-ready values, with credentials in URLs removed."""
         values = self.model_dump(mode="json")

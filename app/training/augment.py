@@ -20,18 +20,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from app.data.kinds import dataset_kind
+
 SMALL_IMAGE = 64  # up to this side: crop with padding; above: random resized crop
 AREA = (0.25, 1.0)
 ASPECT = (3 / 4, 4 / 3)
-DIGIT_DATASETS = ("digits", "mnist")  # a mirrored digit is another digit, or none
 STREAM = 0xA06  # keeps these draws apart from any other stream seeded from the same values
 
 
 def augment_mode(mode: str, dataset: str) -> str:
-    """What TRAIN_AUGMENT=auto means for a dataset; other values as they are."""
-    if mode != "auto":
-        return mode
-    return "crop" if dataset in DIGIT_DATASETS else "crop_flip"
+    """What TRAIN_AUGMENT=auto means for a dataset (its kind says: app/data/kind.py); other
+    values as they are."""
+    return dataset_kind(dataset).augment if mode == "auto" else mode
 
 
 def augment(

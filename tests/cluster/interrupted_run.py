@@ -64,7 +64,7 @@ def env_for(tmp: Path, cluster: object, storage: str, **overrides: str) -> dict[
 
 
 def prepare_data(tmp: Path, rows: int) -> None:
-    from app.data.prepare import prepare_dataset
+    from app.data.kinds import prepare_dataset
 
     prepare_dataset("synthetic", tmp / "data" / "synthetic", rows=rows)
 

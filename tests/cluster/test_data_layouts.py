@@ -17,7 +17,8 @@ import pytest
 import torch
 from PIL import Image
 
-from app.data.pipeline import build_datasets, epoch_batches
+from app.data.kinds import build_datasets, dataset_kind
+from app.data.pipeline import epoch_batches
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.settings import TrainSettings
 
@@ -130,7 +131,7 @@ def test_an_image_folder_yields_its_pixels_and_labels_through_ray_data(
     """TRAIN_DATASET=folder: PNG files already at TRAIN_IMAGE_SIZE come out of the Ray Data
     read tasks (app/data/folder_images.py) and epoch_batches as the very same pixels, each
     with its class folder's label in code-point order."""
-    from app.data.folder import inspect_folder
+    from app.data.kinds.image_folder import inspect_folder
 
     names = ("cat", "Dog")  # code-point order: Dog (0), cat (1)
     images = RNG.integers(0, 256, (12, 16, 16, 3), dtype=np.uint8)
@@ -152,7 +153,6 @@ def test_an_image_folder_yields_its_pixels_and_labels_through_ray_data(
 
     # A file truncated after the checks: the driver's reading of the failure (app/run/driver.py)
     # knows it for a bad image, and its search names the file.
-    from app.data.locate import locate_bad_image
     from app.run.decisions import is_bad_image, root_cause
 
     broken = tmp_path / "valid" / "cat" / "10.png"
@@ -161,5 +161,5 @@ def test_an_image_folder_yields_its_pixels_and_labels_through_ray_data(
         build_datasets(settings, info)["valid"].take_all()
     assert f"{broken}: not a readable image" in str(failed.value)
     assert is_bad_image(root_cause(failed.value), failed.value)
-    where = locate_bad_image(info)
+    where = dataset_kind("folder").locate_bad_image(info)
     assert where is not None and where.startswith(f"{broken}: not a readable image"), where

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from app.data.pipeline import build_datasets, epoch_batches
-from app.data.prepare import ensure_dataset
+from app.data.kinds import build_datasets, dataset_kind
+from app.data.pipeline import epoch_batches
 from app.data.schema import DatasetInfo
 from app.settings import TrainSettings
 
@@ -24,12 +24,13 @@ ROWS = 3000  # two train files (the second small): file order matters for the sh
 def synthetic(
     ray_session: None, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[TrainSettings, DatasetInfo]:
-    from app.data.prepare import prepare_dataset
+    from app.data.kinds import prepare_dataset
 
     data = tmp_path_factory.mktemp("pipeline-data")
     prepare_dataset("synthetic", data / "synthetic", rows=ROWS)
     settings = TrainSettings(dataset="synthetic", data_path=data, seed=5)
-    return settings, ensure_dataset(settings)
+    kind = dataset_kind(settings.dataset)
+    return settings, kind.ensure(kind.location(settings.data_path), settings)[0]
 
 
 def _epoch(shard: object, info: DatasetInfo, **options: object) -> list[tuple]:
@@ -129,7 +130,8 @@ def test_streaming_split_shards_as_ray_train_hands_them_out(synthetic) -> None:
 
 def test_single_channel_rows_stored_as_hxw(ray_session: None, tmp_path: Path) -> None:
     settings = TrainSettings(dataset="digits", data_path=tmp_path)
-    info = ensure_dataset(settings)
+    kind = dataset_kind(settings.dataset)
+    info, _ = kind.ensure(kind.location(settings.data_path), settings)
     valid = build_datasets(settings, info)["valid"]
     batches = _epoch(valid, info, shuffle=False, batch_size=100)
     assert all(b[0].shape[1:] == (1, 8, 8) for b in batches)

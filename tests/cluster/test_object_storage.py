@@ -22,7 +22,7 @@ import pytest
 import torch
 from torchvision.models import get_model
 
-from app.data.prepare import prepare_dataset
+from app.data.kinds import prepare_dataset
 from tests.folder_support import image_bytes, image_folder
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 from tests.support import (

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from app.data.kinds.synthetic import SYNTHETIC_CLASSES, SYNTHETIC_SHAPE
 from app.data.schema import DatasetInfo, inspect_dataset
-from app.data.sources import SYNTHETIC_CLASSES, SYNTHETIC_SHAPE
 from app.training.model import build_model
 from tests import parquet_support
 from tests.hostile.support import trainctl

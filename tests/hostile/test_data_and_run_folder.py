@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from app import preflight
-from app.data.locate import locate_bad_image
+from app.data.kinds import dataset_kind
 from app.data.schema import MAX_CLASSES, inspect_dataset
 from app.run import checkpoints, resume
 from app.run import driver as run
@@ -169,7 +169,7 @@ def test_corrupt_image_deep_in_a_file_is_named_with_file_and_row(tmp_path: Path)
     images = [_png(i) for i in range(data.ROWS["train"])]
     images[17] = b"\x89PNG\r\n\x1a\n but truncated"
     _write_png_split(tmp_path / "train", images, "part-1.parquet")
-    found = locate_bad_image(info)
+    found = dataset_kind("parquet").locate_bad_image(info)
     assert found is not None
     assert found.startswith(f"{tmp_path / 'train' / 'part-1.parquet'}: row 17: "), found
     assert "PNG" in found

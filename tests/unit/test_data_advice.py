@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.data.class_counts import MIN_TRAIN, MIN_VALID, ClassCounts, class_counts
-from app.data.folder import inspect_folder
+from app.data.kinds.image_folder import inspect_folder
 from app.data.schema import inspect_dataset
 from app.preflight import preflight_for_training
 from app.settings import TrainSettings

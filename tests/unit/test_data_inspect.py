@@ -67,7 +67,7 @@ def test_tutorial_lists_are_inferred_with_statistics(tmp_path: Path) -> None:
         mean=(round(float(pixels.mean()), 6),),
         std=(round(float(pixels.std()), 6),),
         image_shape=(6, 5),
-        path=str(tmp_path),
+        path=tmp_path,
         train_class_counts=(8, 8, 7, 7),  # labels 0..29 % 4
         valid_class_counts=(2, 2, 3, 3),  # labels 30..39 % 4
     )

@@ -1,4 +1,5 @@
-"""prepare_dataset and ensure_dataset on real files: content, idempotence, concurrency, offline."""
+"""Built-in datasets (prepare-data and the kinds' preparation on first use) on real files:
+content, idempotence, concurrency, offline."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from app.data.prepare import MARKER, download_dir, ensure_dataset, prepare_dataset
+from app.data.kinds import dataset_kind, prepare_dataset
+from app.data.prepare import MARKER, download_dir
+from app.data.schema import DatasetInfo
 from app.errors import ConfigError, RunFailed
 from app.settings import TrainSettings
 from tests.support import explain, run_trainctl, trainctl_env
@@ -70,14 +73,14 @@ def test_digits_are_read_as_load_digits_gives_them_without_importing_sklearn() -
     same arrays, in the same order, as load_digits, and sklearn stays unimported."""
     from sklearn.datasets import load_digits
 
-    from app.data.sources import _digits_arrays
+    from app.data.kinds.digits import _digits_arrays
 
     images, target = _digits_arrays()
     bunch = load_digits()
     np.testing.assert_array_equal(images, bunch.images)
     np.testing.assert_array_equal(target, bunch.target)
     probe = (
-        "import sys; from app.data.sources import digits; splits = digits(); "
+        "import sys; from app.data.kinds.digits import digits; splits = digits(); "
         "assert len(splits.train_labels) == 1438, len(splits.train_labels); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))"
     )
@@ -141,7 +144,7 @@ def test_concurrent_prepares_leave_one_complete_dataset_and_no_temporaries(
     # Separate processes, as on a cluster; half force a rewrite so renames race with readers.
     # forkserver: fresh processes (no Ray threads inherited) that import the code only once.
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["app.data.prepare"])
+    context.set_forkserver_preload(["app.data.kinds"])
     with context.Pool(4) as pool:
         results = pool.starmap(_prepare_in_child, [(str(out), i % 2 == 1) for i in range(4)])
     assert all("3000 train + 600 valid rows" in line for line in results)
@@ -192,19 +195,24 @@ def test_bad_requests_are_config_errors(tmp_path: Path, name: str, rows: int, me
     assert not (tmp_path / "x").exists()
 
 
+def _ensure(settings: TrainSettings) -> DatasetInfo:
+    kind = dataset_kind(settings.dataset)
+    return kind.ensure(kind.location(settings.data_path), settings)[0]
+
+
 def test_ensure_prepares_a_missing_named_dataset_once(tmp_path: Path) -> None:
     settings = TrainSettings(dataset="digits", data_path=tmp_path)
-    info = ensure_dataset(settings)
+    info = _ensure(settings)
     assert (info.channels, info.height, info.width, info.num_classes) == (1, 8, 8, 10)
     assert (info.train_rows, info.valid_rows, info.layout) == (1438, 359, "raw")
     before = _files(tmp_path / "digits")
-    assert ensure_dataset(settings) == info
+    assert _ensure(settings) == info
     assert _files(tmp_path / "digits") == before
 
 
 def test_ensure_never_prepares_parquet(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="mine: folder not found"):
-        ensure_dataset(TrainSettings(dataset="parquet", data_path=tmp_path / "mine"))
+        _ensure(TrainSettings(dataset="parquet", data_path=tmp_path / "mine"))
     assert not (tmp_path / "mine").exists()
 
 

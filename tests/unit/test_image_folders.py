@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
-from app.data.folder import inspect_folder
 from app.data.folder_images import decode_image, load_images, to_folder_rows
 from app.data.folder_listing import list_folder
 from app.data.image_size import image_size_for
 from app.data.images import ImageError
-from app.data.locate import locate_bad_image
+from app.data.kinds import dataset_kind
+from app.data.kinds.image_folder import inspect_folder
 from app.data.prepare_folder import prepare_from_folder
 from app.data.schema import inspect_dataset
 from app.run import checkpoints
@@ -105,10 +105,10 @@ def test_inspect_folder_and_the_bad_image_search(tmp_path: Path) -> None:
     assert info.class_names == ("Zebra", "cat", "dog") and info.num_classes == 3
     assert (info.train_rows, info.valid_rows, note) == (36, 12, "")
     assert (info.train_class_counts, info.valid_class_counts) == ((12, 12, 12), (4, 4, 4))
-    assert locate_bad_image(info) is None  # every file decodes
+    assert dataset_kind("folder").locate_bad_image(info) is None  # every file decodes
     broken = tmp_path / "valid" / "dog" / "003.png"
     broken.write_bytes(truncated_jpeg())
-    where = locate_bad_image(info)
+    where = dataset_kind("folder").locate_bad_image(info)
     assert where is not None and where.startswith(f"{broken}: not a readable image (image file")
 
 

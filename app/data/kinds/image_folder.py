@@ -1,5 +1,8 @@
 """TRAIN_DATASET=folder: an image-folder dataset inspected in preflight and read by Ray Data.
 
+The folder is TRAIN_DATA_PATH itself, never written by trainctl; its images are resized to
+TRAIN_IMAGE_SIZE (app/data/image_size.py's rule when 0).
+
 Inspection lists the folder (app/data/folder_listing.py) and decodes a sample of train images
 spread over the classes, for the normalization statistics and to find an unreadable file before
 Ray starts. Training rows are (path, label) pairs that Ray Data's tasks turn into uint8 images
@@ -24,10 +27,11 @@ from app.data.folder_listing import FolderListing, list_folder
 from app.data.image_decode import decode_image
 from app.data.image_size import image_size_for
 from app.data.images import ImageError
+from app.data.kind import SEARCH_LIMIT_S, DatasetKind
 from app.data.schema import DatasetInfo, per_class
 from app.errors import ConfigError
-from app.storage.buckets import ObjectPath, locate
-from app.storage.location import absolute_location
+from app.storage.buckets import ObjectPath
+from app.storage.location import RunPath, absolute_location
 
 if TYPE_CHECKING:
     import ray.data
@@ -68,7 +72,7 @@ def inspect_folder(root: Path | ObjectPath, size: int) -> tuple[DatasetInfo, str
         mean=tuple(round(float(v), 6) for v in pixels.mean(axis=0)),
         # A constant channel would divide by zero; leaving it unscaled is harmless.
         std=tuple(round(float(v), 6) if v > 1e-6 else 1.0 for v in std),
-        path=str(root),
+        path=root,
         class_names=listing.class_names,
         train_class_counts=_counts(listing.train, len(listing.class_names)),
         valid_class_counts=_counts(listing.valid, len(listing.class_names)),
@@ -83,49 +87,59 @@ def _counts(files: tuple[tuple[str, int], ...], classes: int) -> tuple[int, ...]
     return per_class(found, classes)
 
 
-def inspect_for(settings: TrainSettings) -> tuple[DatasetInfo, str]:
-    return inspect_folder(
-        settings.dataset_dir, image_size_for(settings.model, settings.image_size, settings.weights)
-    )
+class ImageFolder(DatasetKind):
+    name = "folder"
 
+    def location(self, data_path: RunPath) -> RunPath:
+        return data_path
 
-def build_folder_datasets(
-    settings: TrainSettings, info: DatasetInfo
-) -> dict[str, ray.data.Dataset]:
-    """train and valid as Ray Datasets of {"image": uint8 (S, S, 3), "label": int64} rows."""
-    import ray.data
+    def inspect(self, location: RunPath, settings: TrainSettings) -> tuple[DatasetInfo, str]:
+        size = image_size_for(settings.model, settings.image_size, settings.weights)
+        return inspect_folder(location, size)
 
-    from app.data.folder_images import to_folder_rows
+    def build_datasets(
+        self, settings: TrainSettings, info: DatasetInfo
+    ) -> dict[str, ray.data.Dataset]:
+        import ray.data
 
-    root = locate(info.path, settings.storage_endpoint)
-    listing = _listed.get(str(root)) or list_folder(root)
-    if listing.class_names != info.class_names:
-        raise ConfigError(
-            f"{root}: the class folders changed since the checks ran; rerun to check them again"
-        )
-    order = np.random.default_rng([settings.seed, 26]).permutation(len(listing.train))
-    rows = {"train": [listing.train[i] for i in order], "valid": list(listing.valid)}
-    datasets = {}
-    for split, pairs in rows.items():
-        items = [{"path": path, "label": label} for path, label in pairs]
-        dataset = ray.data.from_items(
-            items, override_num_blocks=max(1, math.ceil(len(items) / ROWS_PER_BLOCK))
-        )
-        dataset = dataset.map_batches(
-            to_folder_rows,
-            fn_kwargs={"root": root, "size": info.height},
-            batch_format="pyarrow",
-            batch_size=None,  # whole blocks: one read task decodes its block's files
-        )
-        dataset.context.execution_options.preserve_order = True
-        datasets[split] = dataset
-    return datasets
+        from app.data.folder_images import to_folder_rows
+
+        root = info.path
+        if root is None:
+            raise ValueError("the dataset description names no folder: inspect the data first")
+        listing = _listed.get(str(root)) or list_folder(root)
+        if listing.class_names != info.class_names:
+            raise ConfigError(
+                f"{root}: the class folders changed since the checks ran; rerun to check them again"
+            )
+        order = np.random.default_rng([settings.seed, 26]).permutation(len(listing.train))
+        rows = {"train": [listing.train[i] for i in order], "valid": list(listing.valid)}
+        datasets = {}
+        for split, pairs in rows.items():
+            items = [{"path": path, "label": label} for path, label in pairs]
+            dataset = ray.data.from_items(
+                items, override_num_blocks=max(1, math.ceil(len(items) / ROWS_PER_BLOCK))
+            )
+            dataset = dataset.map_batches(
+                to_folder_rows,
+                fn_kwargs={"root": root, "size": info.height},
+                batch_format="pyarrow",
+                batch_size=None,  # whole blocks: one read task decodes its block's files
+            )
+            dataset.context.execution_options.preserve_order = True
+            datasets[split] = dataset
+        return datasets
+
+    def locate_bad_image(self, info: DatasetInfo, limit_s: float = SEARCH_LIMIT_S) -> str | None:
+        if info.path is None:
+            return None
+        return first_bad_file(info.path, info.height, time.monotonic() + limit_s)
 
 
 def first_bad_file(root: Path | ObjectPath, size: int, deadline: float) -> str | None:
     """'<file>: <cause>' for the first file (train, then valid) that does not decode, or None
     when none does before `deadline` (time.monotonic()). Ray's error for a failed read task
-    ends with its own advice, so the driver looks again itself (app/data/locate.py)."""
+    ends with its own advice, so the driver looks again itself."""
     listing = list_folder(root, max(1.0, deadline - time.monotonic()))
     for path, _ in listing.train + listing.valid:
         if time.monotonic() > deadline:
