@@ -38,6 +38,9 @@ class DatasetKind(ABC):
     # What TRAIN_AUGMENT=auto means for it: flips suit most images; a mirrored digit is another
     # digit, or none, so digit datasets only crop.
     augment: Augment = "crop_flip"
+    # Whether its splits are class folders of image files (listed, decoded when read), as
+    # `trainctl evaluate --split` lists them again; otherwise Parquet files.
+    image_files: bool = False
 
     @abstractmethod
     def location(self, data_path: RunPath) -> RunPath:

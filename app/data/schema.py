@@ -169,7 +169,7 @@ def inspect_split(folder: Path | ObjectPath) -> DatasetInfo:
     return DatasetInfo(
         channels=fmt.channels, height=fmt.height, width=fmt.width,
         num_classes=len(names) or split.labels[1] + 1, train_rows=0, valid_rows=split.rows,
-        layout=fmt.layout, mean=(), std=(), image_shape=fmt.stored_shape, path=str(root),
+        layout=fmt.layout, mean=(), std=(), image_shape=fmt.stored_shape, path=root,
         class_names=names,
     )  # fmt: skip
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from app.data.folder_listing import list_class_folder, list_folder, shown
 from app.data.images import ImageFormat
@@ -38,43 +38,76 @@ from app.storage.reading import reader_source
 if TYPE_CHECKING:
     import ray.data
 
+    from app.data.kind import DatasetKind
+
 RUN_SPLITS = ("valid",)
 MAX_LISTED = 8  # class names shown in a message before "..."
 
 
 @dataclass(frozen=True)
 class EvalData:
-    """Rows to score: image files (path relative to `root`, label) or Parquet files."""
+    """Rows to score, read and decoded in Ray Data's tasks: image files (ImageFiles) or
+    Parquet files (ParquetFiles), each knowing how its rows are read."""
 
     location: RunPath  # what is scored, as messages and metrics.json show it
-    layout: str  # "folder" or "parquet"
     rows: int
-    root: RunPath | None = None  # folder: what the items' paths are relative to
-    items: tuple[tuple[str, int], ...] = ()
-    image_format: ImageFormat | None = None  # parquet
     skipped_files: int = 0  # not images by their name, hidden, outside class folders
     split: str | None = None  # the run's own split, for --split
     same_data: bool | None = None  # --split: the files are those the run trained on
+    layout: ClassVar[str]  # metrics.json's name for it
 
     def dataset(self, card: dict[str, Any]) -> ray.data.Dataset:
         """The rows as a Ray Dataset of uint8 images, labels, `path` and `error`
-        (app/evaluation/rows.py), read and decoded in Ray Data's tasks."""
+        (app/evaluation/rows.py)."""
+        raise NotImplementedError
+
+    def row_prefix(self) -> tuple[str, str] | None:
+        """For files holding many rows: what Ray Data's `path` of a row starts with (the
+        folder in its filesystem: a bucket's key has no scheme) and the folder as shown, each
+        with the separator; None where each row is a file of its own."""
+        return None
+
+    def describe(self) -> str:
+        what = f"the run's {self.split} split" if self.split else "the data"
+        return f"{what} at {shown(self.location)}"
+
+
+@dataclass(frozen=True)
+class ImageFiles(EvalData):
+    """Image files, one per row: (path relative to `root`, label)."""
+
+    root: RunPath | None = None
+    items: tuple[tuple[str, int], ...] = ()
+    layout: ClassVar[str] = "folder"
+
+    def dataset(self, card: dict[str, Any]) -> ray.data.Dataset:
+        import ray.data
+
+        spec = card["input"]
+        items = [{"path": path, "label": label} for path, label in self.items]
+        blocks = max(1, math.ceil(len(items) / ROWS_PER_BLOCK))
+        dataset = ray.data.from_items(items, override_num_blocks=blocks)
+        size = (spec["height"], spec["width"])
+        return dataset.map_batches(
+            folder_rows,
+            fn_kwargs={"root": self.root, "size": size, "channels": spec["channels"]},
+            batch_format="pyarrow",
+            batch_size=None,  # whole blocks: one read task decodes its block's files
+        )
+
+
+@dataclass(frozen=True)
+class ParquetFiles(EvalData):
+    """Parquet files with image and label columns, each file's rows numbered in order."""
+
+    image_format: ImageFormat | None = None
+    layout: ClassVar[str] = "parquet"
+
+    def dataset(self, card: dict[str, Any]) -> ray.data.Dataset:
         import ray.data
 
         from app.data.pipeline import classic_parquet_reader
 
-        spec = card["input"]
-        if self.layout == "folder":
-            items = [{"path": path, "label": label} for path, label in self.items]
-            blocks = max(1, math.ceil(len(items) / ROWS_PER_BLOCK))
-            dataset = ray.data.from_items(items, override_num_blocks=blocks)
-            size = (spec["height"], spec["width"])
-            return dataset.map_batches(
-                folder_rows,
-                fn_kwargs={"root": self.root, "size": size, "channels": spec["channels"]},
-                batch_format="pyarrow",
-                batch_size=None,  # whole blocks: one read task decodes its block's files
-            )
         source, filesystem = reader_source(self.location)
         with classic_parquet_reader():  # as training reads it (app/data/pipeline.py)
             dataset = ray.data.read_parquet(
@@ -95,9 +128,9 @@ class EvalData:
         dataset.context.execution_options.preserve_order = True
         return dataset
 
-    def describe(self) -> str:
-        what = f"the run's {self.split} split" if self.split else "the data"
-        return f"{what} at {shown(self.location)}"
+    def row_prefix(self) -> tuple[str, str] | None:
+        source, _ = reader_source(self.location)
+        return source.rstrip("/") + "/", str(self.location).rstrip("/") + "/"
 
 
 def run_split(card: dict[str, Any], split: str, endpoint: str | None) -> EvalData:
@@ -121,20 +154,32 @@ def _run_split(
 ) -> EvalData:
     settings = card.get("settings") if isinstance(card.get("settings"), dict) else {}
     names = list(card["class_names"])
-    if settings.get("dataset") == "folder":
+    if _kind(settings.get("dataset")).image_files:
         listing = list_folder(root)
         if list(listing.class_names) != names:
             raise ConfigError(
                 f"{shown(root)}: the image folder's classes changed since the run trained: "
                 + _difference(listing.class_names, names)
             )
-        found = EvalData(
-            location=root / split, layout="folder", rows=len(listing.valid), root=root,
+        found: EvalData = ImageFiles(
+            location=root / split, rows=len(listing.valid), root=root,
             items=listing.valid, skipped_files=listing.skipped, split=split,
         )  # fmt: skip
     else:
         found = _parquet(root / split, card, split=split)
-    return _with_fingerprint(found, root, data, endpoint)
+    return _with_fingerprint(found, root, data)
+
+
+def _kind(name: Any) -> DatasetKind:
+    """The kind of the run's dataset, as its model card's settings name it."""
+    from app.data.kinds import KINDS
+
+    if not isinstance(name, str) or name not in KINDS:
+        raise ConfigError(
+            f"--split: the model card's settings name no dataset kind trainctl knows "
+            f"({name!r}); give the data to evaluate as DATA instead"
+        )
+    return KINDS[name]
 
 
 def data_folder(
@@ -176,8 +221,8 @@ def _data_folder(location: RunPath, card: dict[str, Any], allow_missing: bool) -
     items = tuple(
         (path, label[name]) for name in sorted(listing.files) for path in listing.files[name]
     )
-    return EvalData(
-        location=location, layout="folder", rows=len(items), root=location, items=items,
+    return ImageFiles(
+        location=location, rows=len(items), root=location, items=items,
         skipped_files=listing.skipped,
     )  # fmt: skip
 
@@ -209,15 +254,13 @@ def _parquet(folder: RunPath, card: dict[str, Any], split: str | None = None) ->
             "as stored: write them at the model's size (`trainctl prepare-data --from-folder "
             "--image-size`), or evaluate the image folder itself"
         )
-    return EvalData(
-        location=folder, layout="parquet", rows=info.valid_rows,
+    return ParquetFiles(
+        location=folder, rows=info.valid_rows,
         image_format=info.image_format, split=split,
     )  # fmt: skip
 
 
-def _with_fingerprint(
-    found: EvalData, root: RunPath, recorded: dict[str, Any], endpoint: str | None
-) -> EvalData:
+def _with_fingerprint(found: EvalData, root: RunPath, recorded: dict[str, Any]) -> EvalData:
     """`found`, saying whether the dataset's file list is the one the model card fingerprinted
     (None where the card has no fingerprint)."""
     from dataclasses import replace
@@ -230,9 +273,9 @@ def _with_fingerprint(
         return found
     info = DatasetInfo(
         channels=0, height=0, width=0, num_classes=0, train_rows=0, valid_rows=0, layout="",
-        mean=(), std=(), path=str(root),
+        mean=(), std=(), path=root,
     )  # fmt: skip
-    return replace(found, same_data=data_fingerprint(info, endpoint)["files_sha256"] == expected)
+    return replace(found, same_data=data_fingerprint(info)["files_sha256"] == expected)
 
 
 def _location(value: str, endpoint: str | None, label: str) -> RunPath:

@@ -49,7 +49,7 @@ from app.evaluation.scoring import ScoringOptions, check_resources, connect, pre
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, verified
 from app.storage import safe_fs
 from app.storage.location import RunPath, local_path, store_errors
-from app.storage.reading import present, reader_source
+from app.storage.reading import present
 
 if TYPE_CHECKING:
     import ray.data
@@ -133,7 +133,7 @@ def evaluate_command(
     check_resources(options)
     return evaluate(
         export, source.dataset(card), out, run_dir=run_dir, data=describe(source),
-        options=options, strict=strict, max_mistakes=max_mistakes,
+        options=options, strict=strict, max_mistakes=max_mistakes, row_prefix=source.row_prefix(),
     )  # fmt: skip
 
 
@@ -178,6 +178,7 @@ def evaluate(
     options: ScoringOptions | None = None,
     strict: bool = False,
     max_mistakes: int = DEFAULT_MISTAKES,
+    row_prefix: tuple[str, str] | None = None,
 ) -> EvalReport:
     """Score `rows` with `export`'s model on an actor pool, and write eval folder `out` in
     `run_dir` (metrics.json, confusion.json, confusion.png, mistakes.csv) whole.
@@ -187,12 +188,13 @@ def evaluate(
     Parquet files' rows are numbered in order) and "error" (why the row could not be read:
     skipped and counted, or with `strict` a ConfigError). Ray must be initialized. `data`
     describes the rows for metrics.json (`describe`); a `split` there makes the figure the
-    checkpoint recorded part of the report."""
+    checkpoint recorded part of the report. `row_prefix`: for rows from files of many rows,
+    their folder in the rows' `path` and as shown (EvalData.row_prefix)."""
     options = options or ScoringOptions()
     started, wall = time.monotonic(), time.time()
     card = export.card
     names = list(card["class_names"])
-    found = _gather(scored(rows, export, options), strict, max_mistakes, _parquet_prefix(data))
+    found = _gather(scored(rows, export, options), strict, max_mistakes, row_prefix)
     if found.outcomes.rows == 0:
         raise ConfigError(
             f"{data.get('shown', 'the data')}: none of its {found.skipped:,} rows could be used"
@@ -340,18 +342,6 @@ def _reason(file: str | None, row: int | None, error: str, parquet: tuple[str, s
     if parquet is not None and file is not None:
         return f"{shown(parquet[1] + file)}: row {row}: {error}"
     return error  # an image file's reason names it already
-
-
-def _parquet_prefix(data: dict[str, Any]) -> tuple[str, str] | None:
-    """For Parquet data: what Ray Data's `path` of a row starts with (the data folder's path
-    in its filesystem: a bucket's key has no scheme) and the folder as shown, each with the
-    separator."""
-    if data.get("layout") != "parquet":
-        return None
-    from app.storage.location import parse_location
-
-    source, _ = reader_source(parse_location(data["location"]))
-    return source.rstrip("/") + "/", str(data["location"]).rstrip("/") + "/"
 
 
 def _warn_skipped(skipped: int, listed: list[dict[str, Any]]) -> None:

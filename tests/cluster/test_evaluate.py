@@ -101,7 +101,7 @@ def test_the_runs_own_pipeline_is_evaluated_as_a_run_end_will(
 ) -> None:
     """`evaluate()` on the validation Dataset training itself builds (no file names, no
     error column): what the end of a run calls for its best checkpoint."""
-    from app.data.pipeline import build_datasets
+    from app.data.kinds import build_datasets, dataset_kind
     from app.data.schema import inspect_dataset
     from app.evaluation.evaluate import evaluate as evaluate_rows
     from app.evaluation.evaluate import run_export
@@ -112,7 +112,7 @@ def test_the_runs_own_pipeline_is_evaluated_as_a_run_end_will(
         _env_file=None, dataset="digits", model="cnn", data_path=finished_run.tmp / "data",
         storage_path=run_dir.parent, run_name=run_dir.name,
     )  # fmt: skip
-    info = inspect_dataset(settings.dataset_dir)
+    info = inspect_dataset(dataset_kind(settings.dataset).location(settings.data_path))
     rows = build_datasets(settings, info)["valid"]
     data = {"location": f"{info.path}/valid", "layout": info.layout, "split": "valid"}
     report = evaluate_rows(
