@@ -120,10 +120,13 @@ def render_cmd(out: Path | None, release: str, namespace: str, **values_args: tu
     trainctl render -f a.yaml -f b.yaml --set train.epochs=5 | kubectl apply -f -
     trainctl render -f values.yaml --out manifests   # a kustomization per pool
     """
+    from app.k8s.deprecated import notes
     from app.k8s.manifests_out import render_stream, write_manifests
     from app.k8s.render import load_values
 
     values = load_values(**values_args)  # -f files and --set* flags, as Helm takes them
+    for note in notes(values):  # what Helm's NOTES.txt says of the same values
+        click.echo(f"trainctl: {note}", err=True)
     if out is None:
         text = render_stream(values, release=release, namespace=namespace)
         if not text:

@@ -25,11 +25,25 @@ LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 LABEL_VALUE_MAX = 63
 # Kubernetes allows 256 KiB for all annotations of an object together.
 ANNOTATION_VALUE_MAX = 262_144
-# Characters Helm's toYaml cannot write (DEL, the C1 controls, the non-characters U+FFFE and
-# U+FFFF: it renders the whole annotations block empty, keep-policy included), or writes raw
-# where a YAML 1.1 reader sees a line break (NEL: the value arrives changed). Literal
-# characters, not escapes, so that Go's and Python's regex engines read the pattern alike.
+# Characters Go's YAML writer (sigs.k8s.io/yaml: Helm's toYaml, and `kubectl get -o yaml` or
+# `kubectl edit` on the applied object) cannot write (DEL, the C1 controls, the non-characters
+# U+FFFE and U+FFFF: toYaml renders the whole value empty) or writes raw where a YAML 1.1
+# reader sees a line break (NEL: the value arrives changed). The chart quotes annotation values
+# itself, but they stay refused there: invisible control characters are a mistake, and the
+# object would not survive those tools. Literal characters, not escapes, so that Go's and
+# Python's regex engines read the pattern alike.
 YAML_SAFE_TEXT = "^[^\u007f-\u009f\ufffe\uffff]*$"
+# Text of a free-form value (rayJob.deletionStrategy, networkPolicy.dashboardFrom, the metrics
+# scraper's matchExpressions, the history collector's env and image) that the chart writes with
+# `toYaml | nindent`: YAML_SAFE_TEXT's characters, and U+2028 and U+2029 too. Go's writer puts
+# those raw inside a block scalar (any string with a newline) as the line break itself, and
+# `nindent` indents only after "\n", so the next line loses its indentation: the manifest no
+# longer parses, or parses to another value. Helm would also render a dashboardFrom entry it
+# cannot write as `from:` with nothing, which a NetworkPolicy reads as every source.
+FREE_FORM_TEXT = "^[^\u007f-\u009f\u2028\u2029\ufffe\uffff]*$"
+FREE_FORM_REFUSED = (
+    "DEL, the C1 controls (U+0080-U+009F, NEL included), U+2028, U+2029, U+FFFE and U+FFFF"
+)
 # `ray start` flag names; KubeRay pastes the values into the head's shell command line, so
 # control characters and shell metacharacters are refused there.
 RAY_START_KEY = r"^[a-z][a-z0-9-]{0,62}$"
@@ -86,10 +100,36 @@ def schema_definitions() -> dict[str, Any]:
             },
         },
         "resourceName": key,
+        "freeForm": free_form(),
         # A label value of its own (a YuniKorn queue such as root.team_a travels as one).
         "labelValue": label_value,
         "tolerations": _tolerations(label_value),
     }
+
+
+FREE_FORM_REF = "#/definitions/freeForm"
+
+
+def free_form() -> dict[str, Any]:
+    """Any YAML value whose text, keys and strings at every depth, is FREE_FORM_TEXT.
+
+    Keywords of one type are ignored by values of another (draft 7), so one schema walks maps,
+    lists and strings alike, and an error names the exact key it is about."""
+    text = {"pattern": FREE_FORM_TEXT}
+    return {
+        "description": f"Passed through as YAML; no text in it may hold {FREE_FORM_REFUSED}.",
+        **text,
+        "propertyNames": text,
+        "additionalProperties": {"$ref": FREE_FORM_REF},
+        "items": {"$ref": FREE_FORM_REF},
+    }
+
+
+def bound_free_form(node: dict[str, Any]) -> dict[str, Any]:
+    """`node` (an object or a list item schema) held to free_form() as well."""
+    out = {k: v for k, v in node.items() if k != "allOf"}
+    out["allOf"] = [{"$ref": FREE_FORM_REF}]
+    return out
 
 
 def _tolerations(label_value: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings"),
     "CronJob": ("batch/v1", "cronjobs"),
     "PodMonitor": ("monitoring.coreos.com/v1", "podmonitors"),
+    "PodGroup": ("scheduling.x-k8s.io/v1alpha1", "podgroups"),  # scheduler-plugins' gang
     "RayJob": ("ray.io/v1", "rayjobs"),
 }
 # Created once and never overwritten: a claim's spec is mostly immutable, and a generated

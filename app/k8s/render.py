@@ -62,6 +62,7 @@ def _env() -> Environment:
     env.filters["str"] = canonical.scalar
     env.filters["q"] = quote
     env.filters["tojson"] = canonical.go_json
+    env.filters["fromjson"] = json.loads  # sprig's fromJson, for helpers that return a map
     env.filters["sha256"] = lambda text: hashlib.sha256(str(text).encode()).hexdigest()  # sprig
     # ASCII only: PyYAML folds U+2028 inside a quoted scalar into a space, and `indent` would
     # split lines there; escaped, every string parses back as it was given.
@@ -141,6 +142,7 @@ def _pool_objects(
     objects = _render(env, "configmap.yaml.j2", c=ctx)
     if base["v"]["networkPolicy"].get("enabled"):
         objects += _render(env, "networkpolicy.yaml.j2", c=ctx)
+    objects += _render(env, "podgroup.yaml.j2", c=ctx)  # nothing but with scheduler-plugins
     objects += _render(env, "rayjob.yaml.j2", c=ctx)
     return objects
 

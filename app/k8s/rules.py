@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from app.k8s import deprecated
 from app.k8s.values import enabled_pools
 
 MAX_RAYJOB_NAME = 47  # KubeRay's MaxRayJobNameLength: the cluster name adds a suffix to it
@@ -43,8 +44,11 @@ def values_problems(values: dict[str, Any]) -> list[str]:
     """The chart's trainctl.checks: cross-field rules on the values."""
     job = values.get("rayJob") or {}
     shutdown = bool(job.get("shutdownAfterJobFinishes"))
-    scheduler = (values.get("scheduler") or {}).get("name", "")
+    scheduler = deprecated.effective_scheduler(values).get("name", "")
     problems = []
+    clash = deprecated.conflict(values)
+    if clash:
+        problems.append(clash)
     if scheduler == "kueue" and not shutdown:
         problems.append(
             "scheduler.name=kueue needs rayJob.shutdownAfterJobFinishes=true: Kueue creates "
@@ -82,8 +86,8 @@ def values_problems(values: dict[str, Any]) -> list[str]:
 FIXED_GANG = {
     "kueue": "Kueue admits a RayJob once, at the size it asks for, and does not support "
     "autoscaling RayJobs",
-    "scheduler-plugins": "KubeRay v1.7 sizes its PodGroup once, from the replicas at creation, "
-    "and does not follow the autoscaler",
+    "scheduler-plugins": "the chart's PodGroup fixes the gang's size (minMember) when the RayJob "
+    "is created, and data nodes the autoscaler adds later would be scheduled outside it",
 }
 
 

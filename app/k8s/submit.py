@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedOut
 from app.formatting import format_duration
+from app.k8s import deprecated
 from app.k8s.cluster import AlreadyExists, Cluster
 from app.k8s.follow import follow, summary_line
 from app.k8s.outcome import promotion_line
@@ -72,6 +73,8 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
         set_string=request.set_string,
         set_file=request.set_file,
     )
+    for note in deprecated.notes(values):
+        echo(note)
     if request.run_tag:
         values["runTag"] = request.run_tag
     # Whatever the cluster or the pods would refuse is refused before the API is reached. The

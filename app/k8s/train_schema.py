@@ -82,6 +82,20 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
         metrics["scraper"]["properties"][selector]["properties"]["matchLabels"] = {
             "$ref": _ref("labels")
         }
+    # Free-form values the chart writes with toYaml: their text may not break the manifest.
+    job = props["rayJob"]["properties"]
+    job["deletionStrategy"] = names.bound_free_form(job["deletionStrategy"])
+    collector = job["historyServerOptions"]["properties"]["collectorOptions"]["properties"]
+    collector["env"]["items"] = names.bound_free_form(collector["env"]["items"])
+    collector["image"]["pattern"] = names.FREE_FORM_TEXT
+    collector["image"]["description"] = (
+        f"Written by toYaml: text holding {names.FREE_FORM_REFUSED} is refused."
+    )
+    dashboard = props["networkPolicy"]["properties"]["dashboardFrom"]
+    dashboard["items"] = names.bound_free_form(dashboard["items"])
+    for selector in ("namespaceSelector", "podSelector"):
+        expressions = metrics["scraper"]["properties"][selector]["properties"]["matchExpressions"]
+        expressions["items"] = names.bound_free_form(expressions["items"])
     # IRSA or GKE Workload Identity annotations on the created ServiceAccount.
     props["serviceAccount"]["properties"]["annotations"] = {"$ref": _ref("annotations")}
     for kind in ("requests", "limits"):

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from app.errors import ConfigError
-from app.k8s import canonical, strvals, values_yaml
+from app.k8s import canonical, names, strvals, values_yaml
 
 PACKAGED_DIR = Path(__file__).resolve().parent / "templates" / "chart"
 # Only present in a source checkout; used by the sync step and the tests.
@@ -265,6 +265,13 @@ def _describe(err: Any) -> str:
     if err.validator == "not" and "pattern" in err.validator_value:
         return f"{where}: {err.instance!r} is not allowed here (refused pattern " + (
             f"{err.validator_value['pattern']})"
+        )
+    if err.validator == "pattern" and err.validator_value == names.FREE_FORM_TEXT:
+        what = "key" if "propertyNames" in err.schema_path else "text"
+        return (
+            f"{where}: the {what} {err.instance!r} holds a character this value may not hold "
+            f"({names.FREE_FORM_REFUSED}): Helm's toYaml would write it so that the manifest "
+            "breaks or the value changes; remove it"
         )
     if err.validator == "pattern" and len(err.validator_value) > 200:
         # A cron pattern is kilobytes of regex: say what the value should be instead.

@@ -6,6 +6,7 @@ the helm-python-sdk wheel otherwise: the same Go template engine either way, no 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -47,6 +48,26 @@ def crds_dir() -> Path:
         return kuberay_crds.resolve()
     except kuberay_crds.CrdsMissing as err:
         pytest.fail(str(err), pytrace=False)
+
+
+PODGROUP_CRD = Path(__file__).resolve().parent / "crds" / "scheduling.x-k8s.io_podgroups.yaml"
+
+
+@cache
+def podgroup_validator() -> tuple[Any, dict[str, Any]]:
+    """scheduler-plugins' PodGroup CRD (vendored, tests/contract/crds/SOURCE.txt, held to the
+    SHA-256 sum there): a validator for its openAPIV3Schema, and the schema."""
+    from jsonschema import Draft7Validator
+
+    data = PODGROUP_CRD.read_bytes()
+    source = (PODGROUP_CRD.parent / "SOURCE.txt").read_text()
+    pinned = re.search(r"^sha256 ([0-9a-f]{64})$", source, re.MULTILINE)
+    assert pinned and hashlib.sha256(data).hexdigest() == pinned[1], f"{PODGROUP_CRD} changed"
+    crd = yaml.safe_load(data)
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    schema = version["schema"]["openAPIV3Schema"]
+    Draft7Validator.check_schema(schema)
+    return Draft7Validator(schema), schema
 
 
 @cache
@@ -111,6 +132,16 @@ def helm_render(
     except HelmError as err:
         raise HelmFailed(str(err)) from err
     return _parse([text for name, text in sorted(out.items()) if name.endswith(".yaml")])
+
+
+def helm_notes(values: dict[str, Any], *, release: str = "demo", namespace: str = "ml") -> str:
+    """NOTES.txt as `helm install` prints it for these values (the SDK: `helm template` does
+    not print notes)."""
+    import helm_python
+
+    with helm_python.Chart.load(CHART) as chart:
+        out = chart.render(values, name=release, namespace=namespace)
+    return out["trainctl/templates/NOTES.txt"]
 
 
 def helm_merge_maps(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 
 from app.k8s import rules
 from app.settings import TrainSettings
+from tests.contract.examples_support import unknown_fields
 from tests.contract.k8s_support import (
     EXAMPLES,
     VALUES_FILES,
@@ -23,6 +24,7 @@ from tests.contract.k8s_support import (
     helm_render,
     load_yaml,
     of_kind,
+    podgroup_validator,
     rayjob_groups,
 )
 
@@ -111,11 +113,27 @@ def _no_unknown_fields(value: object, schema: dict, where: str) -> int:
 
 def test_core_kinds_are_valid_kubernetes_objects(rendered: list[dict]) -> None:
     kinds = {o["kind"] for o in rendered}
-    # PodMonitor (no schema here: Prometheus Operator's CRD) is checked in test_metrics_chart.
-    assert kinds <= {"RayJob", "PodMonitor", *CORE_KINDS}, kinds
+    # PodMonitor (no schema here: Prometheus Operator's CRD) is checked in test_metrics_chart,
+    # PodGroup (scheduler-plugins' CRD) below.
+    assert kinds <= {"RayJob", "PodMonitor", "PodGroup", *CORE_KINDS}, kinds
     for obj in rendered:
         if obj["kind"] in CORE_KINDS:
             kubernetes_validate.validate(obj, "1.31", strict=True)
+
+
+def test_every_podgroup_is_valid_against_its_crd_and_gangs_one_rayjob(rendered: list[dict]) -> None:
+    validator, schema = podgroup_validator()
+    groups = of_kind(rendered, "PodGroup")
+    for group in groups:
+        assert [e.message for e in validator.iter_errors(group)] == []
+        assert unknown_fields(group, schema, "") == []
+    jobs = of_kind(rendered, "RayJob")
+    gangs = {
+        job["metadata"]["name"]
+        for job in jobs
+        if job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"].get("schedulerName")
+    }
+    assert {g["metadata"]["name"] for g in groups} == gangs
 
 
 def test_each_rayjob_targets_only_its_pool(three_pools: list[dict]) -> None:

@@ -229,6 +229,103 @@ def test_line_break_characters_render_alike(brk: str, meant: str, tmp_path: Path
     assert config["data"]["ESCAPED"] == "a\x85\u2028\u2029\r\nb"
 
 
+# A text inside each free-form value, by its path (a number is a list index), as trainctl's
+# messages name it; Helm's name it as a JSON pointer.
+FREE_FORM = [
+    "networkPolicy.dashboardFrom.0.k",
+    "rayJob.deletionStrategy.onFailure.policy",
+    "metrics.scraper.namespaceSelector.matchExpressions.0.values.0",
+    "rayJob.historyServerOptions.collectorOptions.env.0.name",
+]
+
+
+def _at(where: str, text: str) -> dict:
+    value: object = text
+    for part in reversed(where.split(".")):
+        value = [value] if part.isdigit() else {part: value}
+    assert isinstance(value, dict)
+    return value
+
+
+@pytest.mark.parametrize("where", FREE_FORM)
+@pytest.mark.parametrize(
+    "text", ["\u2028'\n\u2028", "a\n\u2029", "\x7f", "\x85b", "\ufffe"], ids=ascii
+)
+def test_free_form_text_toyaml_cannot_write_is_refused_naming_the_key(
+    where: str, text: str, tmp_path: Path
+) -> None:
+    """Helm's toYaml writes U+2028 and U+2029 raw inside a block scalar, as the line break
+    itself, and `nindent` indents only after "\\n": the manifest broke, or read back another
+    value. Both engines refuse such text in every free-form value, naming where it is."""
+    values = _at(where, text)
+    with pytest.raises(HelmFailed) as helm:
+        helm_render(values)
+    assert f"at '/{where.replace('.', '/')}'" in str(helm.value)
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as ours:
+        load_values([path])
+    (problem,) = ours.value.problems
+    assert problem.startswith(f"{where}: the text ") and "U+2028" in problem
+
+
+def test_free_form_keys_are_held_to_the_same_text(tmp_path: Path) -> None:
+    values = {"networkPolicy": {"dashboardFrom": [{"a\u2028\nb": "v"}]}}
+    with pytest.raises(HelmFailed, match="invalid propertyName"):
+        helm_render(values)
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as ours:
+        load_values([path])
+    (problem,) = ours.value.problems
+    assert problem.startswith("networkPolicy.dashboardFrom.0: the key ")
+
+
+# Text free-form values may hold, with everything toYaml quotes or folds: intact in both.
+KEPT_TEXT = 'a\'b\n"c"\t: #{{ x }}\r\n\u00a0\u00e9\U0001f600 \\ end\n'
+
+
+@pytest.mark.parametrize("where", FREE_FORM)
+def test_free_form_text_with_newlines_and_quotes_renders_intact(where: str, tmp_path: Path) -> None:
+    values = {
+        "nodePools": {"cpu": {"gpusPerWorker": 0, "tolerations": []}},
+        **_at(where, KEPT_TEXT),
+    }
+    values["metrics"] = {"enabled": True, **values.get("metrics", {})}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    helm = by_key(helm_template([path], release="train", namespace="ml"))
+    python = python_objects([path], "train", "ml")
+    assert sorted(helm) == sorted(python)
+    for key, obj in helm.items():
+        assert _normalized(obj) == _normalized(python[key]), key
+    assert json.dumps(KEPT_TEXT)[1:-1] in json.dumps(list(helm.values())), where
+
+
+def test_annotations_holding_line_separators_next_to_newlines_render_intact(
+    tmp_path: Path,
+) -> None:
+    """runAnnotations went through toYaml too: "\\u2028'\\n" failed Helm's render ("internal
+    error rendering pool"), and "\\n\\u2028" came back with a newline added. The chart quotes
+    each value now, as trainctl does."""
+    notes = {"x.io/a": "\u2028'\n\u2028", "x.io/b": "\n\u2028", "x.io/c": "a\u2029\nb"}
+    values = {
+        "nodePools": {"cpu": {"gpusPerWorker": 0, "tolerations": []}},
+        "runAnnotations": notes,
+    }
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    helm = by_key(helm_template([path], release="train", namespace="ml"))
+    python = python_objects([path], "train", "ml")
+    assert sorted(helm) == sorted(python)
+    kept = [obj for obj in helm.values() if "x.io/a" in obj["metadata"].get("annotations", {})]
+    assert {obj["kind"] for obj in kept} == {"ConfigMap", "NetworkPolicy", "RayJob"}
+    for obj in kept:
+        assert notes.items() <= obj["metadata"]["annotations"].items(), obj["kind"]
+    for key, obj in helm.items():
+        assert _normalized(obj) == _normalized(python[key]), key
+
+
 def test_each_pool_list_holds_everything_its_rayjob_references() -> None:
     values = load_values([VALUES_FILES[0]])
     pools = render_objects(values, release="train", namespace="ml")
@@ -268,7 +365,8 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"env": {"WANDB_API_KEY": "secret-value"}},
         {"env": {"TRAIN_EPOCHS": "3"}},
         {"rayJob": {"submissionMode": "SidecarMode"}},
-        {"kueue": {"enabled": True}},  # moved to scheduler: refused, saying where
+        {"kueue": {"enabled": True}},  # the deprecated block still needs its queue
+        {"kueue": {"enabled": True, "queueName": "q"}, "scheduler": {"name": "volcano"}},
         {"scheduler": {"name": "kueue"}},  # Kueue needs a LocalQueue
         {"scheduler": {"name": "kai-scheduler", "queue": "q"}},  # K8sJobMode: KAI refuses it
         {"scheduler": {"name": "scheduler-plugins", "queue": "q"}},  # it has no queues
@@ -293,6 +391,13 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         # An annotation that means U+0085 (a values file's "\N"): Helm's toYaml would write it
         # raw, where it reads back as a line break; test_line_break_characters_render_alike.
         {"runAnnotations": {"x.io/note": "a\x85b"}},
+        # Free-form text Helm's toYaml cannot write intact (app/k8s/names.py FREE_FORM_TEXT):
+        # U+2028 next to a newline broke the manifest; a DEL rendered the dashboard rule as
+        # `from:` with nothing, which lets every source in.
+        {"networkPolicy": {"dashboardFrom": [{"k": "\u2028'\n\u2028"}]}},
+        {"networkPolicy": {"dashboardFrom": [{"ipBlock": {"cidr": "10.0.0.0/8\x7f"}}]}},
+        {"rayJob": {"deletionStrategy": {"onSuccess": {"policy": "Delete\n\u2029"}}}},
+        {"metrics": {"scraper": {"podSelector": {"matchExpressions": [{"key\x85": "a"}]}}}},
     ],
     ids=lambda b: json.dumps(b),
 )

@@ -4,8 +4,11 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 */}}
 {{- define "trainctl.checks" -}}
 {{- $job := .Values.rayJob -}}
-{{- $scheduler := .Values.scheduler.name -}}
+{{- $scheduler := (include "trainctl.scheduler" . | fromJson).name -}}
 {{- $data := .Values.dataPool -}}
+{{- if and (.Values.kueue | default dict).enabled .Values.scheduler.name -}}
+{{- fail (printf "kueue.enabled=true and scheduler.name=%s both choose the gang scheduler: the kueue block is deprecated, remove it (%s)" .Values.scheduler.name (include "trainctl.kueueMoved" .)) -}}
+{{- end -}}
 {{- if and (eq $scheduler "kueue") (not $job.shutdownAfterJobFinishes) -}}
 {{- fail "scheduler.name=kueue needs rayJob.shutdownAfterJobFinishes=true: Kueue creates RayJobs suspended, and KubeRay refuses to suspend one that keeps its cluster" -}}
 {{- end -}}
@@ -17,7 +20,7 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- fail "dataPool.autoscaling cannot work with scheduler.name=kueue: Kueue admits a RayJob once, at the size it asks for, and does not support autoscaling RayJobs; give the data pool a fixed size (dataPool.autoscaling: false, dataPool.replicas)" -}}
 {{- end -}}
 {{- if eq $scheduler "scheduler-plugins" -}}
-{{- fail "dataPool.autoscaling cannot work with scheduler.name=scheduler-plugins: KubeRay v1.7 sizes its PodGroup once, from the replicas at creation, and does not follow the autoscaler; give the data pool a fixed size (dataPool.autoscaling: false, dataPool.replicas)" -}}
+{{- fail "dataPool.autoscaling cannot work with scheduler.name=scheduler-plugins: the chart's PodGroup fixes the gang's size (minMember) when the RayJob is created, and data nodes the autoscaler adds later would be scheduled outside it; give the data pool a fixed size (dataPool.autoscaling: false, dataPool.replicas)" -}}
 {{- end -}}
 {{- if gt (int $data.minReplicas) (int $data.maxReplicas) -}}
 {{- fail (printf "dataPool.minReplicas (%d) is above dataPool.maxReplicas (%d)" (int $data.minReplicas) (int $data.maxReplicas)) -}}

@@ -93,19 +93,54 @@ RayJobs then enable KubeRay's in-tree autoscaler. */}}
 {{- if and $d.enabled $d.autoscaling -}}true{{- end -}}
 {{- end -}}
 
+{{/* The gang scheduler in effect, as JSON: .Values.scheduler, except that while scheduler.name
+is empty the deprecated kueue block (kueue.enabled) is read as scheduler.name=kueue for one
+release, so old values files render the same RayJobs ("trainctl.checks" refuses both set).
+Mirrored by app/k8s/deprecated.py and the "scheduler" macro of app/k8s/templates/_macros.j2. */}}
+{{- define "trainctl.scheduler" -}}
+{{- $s := deepCopy .Values.scheduler -}}
+{{- $k := .Values.kueue | default dict -}}
+{{- if and $k.enabled (not $s.name) -}}
+{{- $_ := set $s "name" "kueue" -}}
+{{- $_ := set $s "queue" ($k.queueName | default "") -}}
+{{- $_ := set $s "priorityClass" ($k.priorityClass | default "") -}}
+{{- end -}}
+{{- toJson $s -}}
+{{- end -}}
+
+{{- define "trainctl.kueueMoved" -}}
+kueue.queueName moved to scheduler.name=kueue and scheduler.queue (and kueue.priorityClass to scheduler.priorityClass): see docs/kubernetes.md#gang-scheduling
+{{- end -}}
+
+{{/* DEPRECATION lines for NOTES.txt; app/k8s/deprecated.py notes() prints the same. */}}
+{{- define "trainctl.deprecations" -}}
+{{- if hasKey .Values "kueue" -}}
+DEPRECATION: the kueue block will be refused by a later chart version; {{ if (.Values.kueue | default dict).enabled }}this chart version reads kueue.enabled=true as scheduler.name=kueue{{ else }}this chart version ignores the block (kueue.enabled is not true){{ end }}. {{ include "trainctl.kueueMoved" . }}
+{{- end -}}
+{{- end -}}
+
 {{/* The priorityClassName of every Ray pod and the submitter: set by the chart for the
 schedulers that read the pod's own priority (YuniKorn, scheduler-plugins); Kueue, Volcano and
 KAI take it from a label on the RayJob ("trainctl.schedulerLabels"). */}}
 {{- define "trainctl.podPriorityClass" -}}
-{{- $s := .Values.scheduler -}}
+{{- $s := include "trainctl.scheduler" . | fromJson -}}
 {{- if has $s.name (list "yunikorn" "scheduler-plugins") -}}{{ $s.priorityClass }}{{- end -}}
+{{- end -}}
+
+{{/* The Ray pods' schedulerName (head and workers; the submitter is not in the gang): with
+scheduler-plugins, the scheduler running the coscheduling plugin. Other schedulers set it
+through KubeRay's plugin, or not at all. */}}
+{{- define "trainctl.podSchedulerName" -}}
+{{- $s := include "trainctl.scheduler" . | fromJson -}}
+{{- if eq $s.name "scheduler-plugins" -}}{{ $s.schedulerPlugins.schedulerName }}{{- end -}}
 {{- end -}}
 
 {{/* The RayJob's labels for its gang scheduler, as KubeRay v1.7 documents each: KubeRay copies
 the RayJob's labels to its RayCluster, and the operator's batch-scheduler plugin passes them on
-to the pods. Context: root, name (the RayJob's name). */}}
+to the pods. scheduler-plugins needs none: the chart renders its PodGroup ("trainctl.podgroup")
+and labels the pods itself. Context: root, name (the RayJob's name). */}}
 {{- define "trainctl.schedulerLabels" -}}
-{{- $s := .root.Values.scheduler -}}
+{{- $s := include "trainctl.scheduler" .root | fromJson -}}
 {{- if eq $s.name "kueue" }}
 kueue.x-k8s.io/queue-name: {{ $s.queue | quote }}
 {{- with $s.priorityClass }}
@@ -132,8 +167,6 @@ kai.scheduler/queue: {{ $s.queue | quote }}
 {{- with $s.priorityClass }}
 priorityClassName: {{ . | quote }}
 {{- end }}
-{{- else if eq $s.name "scheduler-plugins" }}
-ray.io/gang-scheduling-enabled: "true"
 {{- end }}
 {{- end -}}
 

@@ -12,6 +12,9 @@ trainctl.io/run: {{ .name | quote }}
 {{- with .root.Values.runTag }}
 trainctl.io/run-tag: {{ . | quote }}
 {{- end }}
+{{- if and (ne .component "ray-submitter") (include "trainctl.podSchedulerName" .root) }}
+scheduling.x-k8s.io/pod-group: {{ .name | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "trainctl.podSecurityContext" -}}
@@ -40,6 +43,9 @@ automountServiceAccountToken: false
 terminationGracePeriodSeconds: {{ int .root.Values.preemption.gracePeriodSeconds }}
 {{- with include "trainctl.podPriorityClass" .root }}
 priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with include "trainctl.podSchedulerName" .root }}
+schedulerName: {{ . | quote }}
 {{- end }}
 securityContext:
   {{- include "trainctl.podSecurityContext" . | nindent 2 }}
@@ -128,11 +134,13 @@ securityContext:
 changed config, and `helm uninstall`, leave these objects in place, so a run in flight keeps its
 settings and network policy (a restarted pod or a backoffLimit retry needs the ConfigMap) and a
 finished run's RayJob stays as its record; its Ray cluster still goes after the job (shutdown
-and TTL). runAnnotations are added, and win on the same key. */}}
+and TTL). runAnnotations are added, and win on the same key. Each value is quoted here rather
+than written by toYaml, which puts U+2028 and U+2029 raw into a block scalar, where `nindent`
+leaves the next line unindented. */}}
 {{- define "trainctl.runAnnotations" -}}
 {{- $ann := dict "helm.sh/resource-policy" "keep" -}}
 {{- range $k, $v := .root.Values.runAnnotations }}{{ $_ := set $ann $k $v }}{{ end -}}
-{{- toYaml $ann -}}
+{{- range $i, $k := keys $ann | sortAlpha }}{{ if $i }}{{ "\n" }}{{ end }}{{ $k | quote }}: {{ get $ann $k | quote }}{{ end -}}
 {{- end -}}
 
 {{- define "trainctl.configmap" -}}
@@ -178,6 +186,43 @@ data:
   {{- end }}
 {{- end -}}
 
+{{/* scheduler-plugins: the RayJob's gang, for the coscheduling plugin, which binds none of
+its pods until it can bind minMember of them. KubeRay's own scheduler-plugins integration takes
+RayClusters only (v1.7 answers a RayJob with "currently only RayCluster is supported" and leaves
+it Initializing), so the chart renders the PodGroup, named as the run, and labels the head and
+worker pod templates with it ("trainctl.podLabels"); the submitter pod is not in the gang. Kept
+like the run's other objects: a pod of the run that is recreated later (a spot reclaim) is only
+scheduled while its PodGroup exists. minResources holds the GPUs alone, the one total the chart
+can add up exactly (CPU and memory are Kubernetes quantities in any unit). */}}
+{{- define "trainctl.podgroup" -}}
+{{- $v := .root.Values -}}
+{{- $s := include "trainctl.scheduler" .root | fromJson -}}
+{{- $gpus := int .p.gpusPerWorker -}}
+{{- $members := add1 (int .p.replicas) -}}
+{{- $d := $v.dataPool -}}
+{{- if and $d.enabled $d.autoscaling }}{{ $members = add $members (int $d.minReplicas) }}
+{{- else if $d.enabled }}{{ $members = add $members (int $d.replicas) }}{{ end -}}
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroup
+metadata:
+  name: {{ .name | quote }}
+  namespace: {{ .root.Release.Namespace | quote }}
+  labels:
+    {{- include "trainctl.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: gang
+    trainctl.io/pool: {{ .pool | quote }}
+  annotations:
+    {{- include "trainctl.runAnnotations" . | nindent 4 }}
+spec:
+  # The head, the pool's workers and the data pool's: all of them, or none.
+  minMember: {{ $members }}
+  {{- if gt $gpus 0 }}
+  minResources:
+    {{ $v.gpuResourceName | quote }}: {{ mul (int .p.replicas) $gpus | quote }}
+  {{- end }}
+  scheduleTimeoutSeconds: {{ int $s.schedulerPlugins.scheduleTimeoutSeconds }}
+{{- end -}}
+
 {{- define "trainctl.rayjob" -}}
 {{- $v := .root.Values -}}
 {{- $p := .p -}}
@@ -219,7 +264,7 @@ spec:
   deletionStrategy:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- if eq $v.scheduler.name "kueue" }}
+  {{- if eq (include "trainctl.scheduler" .root | fromJson).name "kueue" }}
   suspend: true
   {{- end }}
   {{- if eq $job.submissionMode "K8sJobMode" }}
