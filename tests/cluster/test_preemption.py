@@ -50,10 +50,10 @@ def test_driver_stopped_then_killed_mid_epoch_and_the_reruns_end_bit_equal(
     interrupted_run: InterruptedRun,
 ) -> None:
     """The two ways a driver ends early, on one run: stopped by SIGTERM (a pod eviction, a
-    Kueue preemption) inside epoch 2, then its rerun killed outright (SIGKILL) a checkpoint
-    later. The stopped driver writes a just-in-time checkpoint and exits 143; each rerun resumes
-    mid-epoch after the newest verified checkpoint; with 1 CPU worker the run then ends with
-    weights bit-equal to an uninterrupted run of the same seed."""
+    Kueue preemption) inside epoch 2 (or 3, on a fast machine), then its rerun killed outright
+    (SIGKILL) a checkpoint later. The stopped driver writes a just-in-time checkpoint and exits
+    143; each rerun resumes mid-epoch after the newest verified checkpoint; with 1 CPU worker the
+    run then ends with weights bit-equal to an uninterrupted run of the same seed."""
     run = interrupted_run
     log = run.stopped_log
     assert run.stopped_code == 143, log[-5000:]
@@ -63,13 +63,19 @@ def test_driver_stopped_then_killed_mid_epoch_and_the_reruns_end_bit_equal(
     jit = run.jit
     assert jit.get("reason") == "stopped", jit
     newest = run.newest_after_stop
-    assert newest is not None and (newest.epoch, newest.step) == (1, jit["step"]), newest
+    assert newest is not None and newest.step == jit["step"], newest
+    # The signal comes once epoch 2's first step checkpoint is committed, and the workers read
+    # it within 10 steps of the driver's noting it; a fast machine trains on meanwhile, into
+    # epoch 3 at times. The checkpoint's own epoch index (from 0) says which epoch it landed in.
+    assert newest.epoch in (1, 2) and newest.step > 125, newest
+    stopped_epoch = newest.epoch + 1
     assert run.status_after_stop == "interrupted"
 
     # The rerun resumed at the just-in-time step and said why the first stopped.
     log = run.killed_log
-    assert f"resuming run {RUN} at epoch 2, step {jit['step']}" in log, log[-5000:]
-    assert f"stopped at step {jit['step']} (epoch 2)" in log, log[-5000:]
+    resumed = f"resuming run {RUN} at epoch {stopped_epoch}, step {jit['step']}"
+    assert resumed in log, log[-5000:]
+    assert f"stopped at step {jit['step']} (epoch {stopped_epoch})" in log, log[-5000:]
     killed_at = run.killed_at
     assert killed_at is not None and killed_at.epoch < EPOCHS, "no room left to resume"
 

@@ -14,6 +14,7 @@ import pytest
 
 from app.data.folder_listing import list_folder
 from tests.folder_support import image_bytes, image_folder, png_claiming, truncated_jpeg
+from tests.hostile.stalling_store import stalling_store
 from tests.hostile.support import assert_refused, files_under, trainctl
 
 BASE = {
@@ -207,16 +208,17 @@ def test_listing_a_bucket_that_stalls_ends_at_its_deadline() -> None:
     up at its limit, naming the folder and what to do, rather than waiting on the client."""
     from app.errors import ConfigError
     from app.storage.buckets import ObjectPath
-    from tests.hostile.test_storage_deadlines import _stalling_store
 
-    with _stalling_store() as endpoint:
+    with stalling_store() as store:
         started = time.monotonic()
         with pytest.raises(ConfigError) as refused:
-            list_folder(ObjectPath("s3://data/pets", endpoint), limit_s=1.0)
+            list_folder(ObjectPath("s3://data/pets", store.endpoint), limit_s=1.0)
         took = time.monotonic() - started
     assert "s3://data/pets: listing train/ took over 1 s" in str(refused.value)
     assert "prepare-data --from-folder" in str(refused.value)
-    assert took < 4, took
+    # The store never answers: that the wait ended at all is the deadline at work. The bound is
+    # far above the 1 s limit, for a loaded machine, and far below a client left to itself.
+    assert took < 30, took
 
 
 def test_a_checkpoint_that_names_other_classes_is_refused_without_classes_json(

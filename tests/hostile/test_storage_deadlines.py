@@ -9,20 +9,18 @@ then never answers S3's requests, so the wait is inside pyarrow's own client.
 
 from __future__ import annotations
 
-import contextlib
 import select
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.hostile.stalling_store import stalling_store
 from tests.hostile.support import assert_refused, files_under, trainctl
 from tests.support import REPO, trainctl_env
 
@@ -43,68 +41,6 @@ def black_hole() -> Iterator[socket.socket]:
 
 def _endpoint(server: socket.socket) -> str:
     return f"http://127.0.0.1:{server.getsockname()[1]}"
-
-
-@dataclass
-class _Stalls:
-    """What the stalling store saw: for each request it held, when it came and when the
-    client gave up on it (closed its connection), by the monotonic clock."""
-
-    endpoint: str = ""
-    held: list[tuple[float, float | None]] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def _stalling_store() -> Iterator[_Stalls]:
-    """Answers `HEAD /` with 200, then holds every other request open without a word, noting
-    when the client gives up on it."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    stalls = _Stalls(f"http://127.0.0.1:{server.getsockname()[1]}")
-    conns: list[socket.socket] = []
-    stop = threading.Event()
-
-    def hold(conn: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            conn.settimeout(0.2)
-            request = b""
-            while not stop.is_set() and not request:
-                with contextlib.suppress(TimeoutError):
-                    request = conn.recv(4096)
-            if request.startswith(b"HEAD / "):
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-                return
-            index = len(stalls.held)
-            stalls.held.append((time.monotonic(), None))
-            while not stop.is_set():  # never answer; b"" is the client closing
-                try:
-                    if conn.recv(4096) == b"":
-                        stalls.held[index] = (stalls.held[index][0], time.monotonic())
-                        return
-                except TimeoutError:
-                    continue
-
-    def serve() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            conns.append(conn)
-            threading.Thread(target=hold, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield stalls
-    finally:
-        stop.set()
-        thread.join(2)
-        for conn in conns:
-            conn.close()
-        server.close()
 
 
 @pytest.mark.parametrize(
@@ -210,7 +146,7 @@ def test_a_signal_during_a_probe_acts_at_once(
 def test_a_store_that_stalls_inside_the_client_is_left_within_the_deadline(
     tmp_path: Path,
 ) -> None:
-    with _stalling_store() as stalls:
+    with stalling_store() as stalls:
         started = time.monotonic()
         process = _start(tmp_path, stalls.endpoint, "2")
         out, _ = process.communicate(timeout=120)

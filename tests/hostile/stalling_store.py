@@ -1,0 +1,74 @@
+"""A store that answers the first "is anyone there" request and then holds every other one
+open without a word, so a client's wait is inside its own S3 client. It notes when each held
+request came and when the client gave up on it, by the monotonic clock."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stalls:
+    """What the stalling store saw: for each request it held, when it came and when the
+    client gave up on it (closed its connection), by the monotonic clock."""
+
+    endpoint: str = ""
+    held: list[tuple[float, float | None]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def stalling_store() -> Iterator[Stalls]:
+    """Answers `HEAD /` with 200, then holds every other request open without a word, noting
+    when the client gives up on it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stalls = Stalls(f"http://127.0.0.1:{server.getsockname()[1]}")
+    conns: list[socket.socket] = []
+    stop = threading.Event()
+
+    def hold(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.settimeout(0.2)
+            request = b""
+            while not stop.is_set() and not request:
+                with contextlib.suppress(TimeoutError):
+                    request = conn.recv(4096)
+            if request.startswith(b"HEAD / "):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                return
+            index = len(stalls.held)
+            stalls.held.append((time.monotonic(), None))
+            while not stop.is_set():  # never answer; b"" is the client closing
+                try:
+                    if conn.recv(4096) == b"":
+                        stalls.held[index] = (stalls.held[index][0], time.monotonic())
+                        return
+                except TimeoutError:
+                    continue
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conns.append(conn)
+            threading.Thread(target=hold, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield stalls
+    finally:
+        stop.set()
+        thread.join(2)
+        for conn in conns:
+            conn.close()
+        server.close()
