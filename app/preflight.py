@@ -232,7 +232,7 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
     its checksums hold, its task is this run's and (once the data is known) its weights fit
     the model: named here, before Ray starts, not by every worker's load."""
     from app.settings.model import ChampionRef
-    from app.training.warm_start import resolve
+    from app.training.warm_start import FILE_VOUCH, TAKES, resolve
 
     path = settings.warm_start
     if path is None:
@@ -240,13 +240,17 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
     if not isinstance(path, ChampionRef) and not exists_within(
         path, "TRAIN_WARM_START", settings.storage_timeout_s
     ):
-        raise ConfigError(f"TRAIN_WARM_START={redact_uri(str(path))}: no such checkpoint or file")
+        raise ConfigError(
+            f"TRAIN_WARM_START={redact_uri(str(path))}: no such checkpoint or file; {TAKES}"
+        )
     store = settings.storage_path if isinstance(path, ChampionRef) else path
     with store_errors(store, "TRAIN_WARM_START"):  # only a bucket's client raises here
         found.warm_start = warm = resolve(settings, found.info)
     fits = "; fits the model" if found.info else "; fit checked once the data is prepared"
+    # A plain file has no record of its checksum: its hash is what every worker must load.
+    checked = "verified" if warm.vouched_by != FILE_VOUCH else "(a plain file: nothing to verify)"
     return (
-        f"{warm.described}: {redact_uri(str(warm.file))}, sha256 {warm.sha256[:12]} verified{fits}"
+        f"{warm.described}: {redact_uri(str(warm.file))}, sha256 {warm.sha256[:12]} {checked}{fits}"
     )
 
 

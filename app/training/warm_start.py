@@ -52,6 +52,14 @@ from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, parse_location
 from app.storage.reading import is_dir_within, read_bounded
 
+# What vouches for a plain file's sha256: only preflight's own reading of it.
+FILE_VOUCH = "read before the run started"
+# What a refused source is told it could be instead.
+TAKES = (
+    "TRAIN_WARM_START takes champion:<model-name>, an export/ folder, a run folder, a "
+    "checkpoint folder or a state-dict file"
+)
+
 
 @dataclass(frozen=True)
 class WarmStart:
@@ -107,15 +115,26 @@ def _weights(warm: WarmStart) -> dict[str, Any]:
         raise
     except Exception as err:  # not a torch file, or one that needs unpickling code
         raise ConfigError(
-            f"TRAIN_WARM_START={warm.source}: cannot be loaded as weights ({type(err).__name__})"
+            f"TRAIN_WARM_START={warm.source}: cannot be loaded as weights "
+            f"({type(err).__name__}): {_not_weights(warm.file)}"
         ) from None
     if not isinstance(state, dict):
         raise ConfigError(
-            f"TRAIN_WARM_START={warm.source}: holds a {type(state).__name__}, not a state dict"
+            f"TRAIN_WARM_START={warm.source}: holds a {type(state).__name__}, not a state dict; "
+            f"{TAKES}"
         )
     if problem := tensor_problem(state):  # meta, sparse or non-finite: would fail in training
         raise ConfigError(f"TRAIN_WARM_START={warm.source}: {problem}")
     return state
+
+
+def _not_weights(file: RunPath) -> str:
+    """What to give instead of a file torch.load(weights_only=True) refuses: the champion's
+    pointer file is the common slip (`champion:<name>` is how a champion is named)."""
+    if file.name.endswith(".json") and file.parent.name == champion.CHAMPIONS_DIR:
+        name = file.name.removesuffix(".json")
+        return f"{file.name} is a champion's pointer: write TRAIN_WARM_START=champion:{name}"
+    return f"not a plain state-dict file (tensors only, as torch.save writes them); {TAKES}"
 
 
 @dataclass(frozen=True)
@@ -242,7 +261,7 @@ def _checkpoint(folder: RunPath, source: str, described: str) -> tuple[WarmStart
 def _file(path: RunPath, source: str) -> WarmStart:
     """A state-dict file: the digest of its bytes as read now, what every worker must read."""
     digest = hashlib.sha256(_read(path, source)).hexdigest()
-    return WarmStart(source, f"file {source}", path, digest, "read before the run started")
+    return WarmStart(source, f"file {source}", path, digest, FILE_VOUCH)
 
 
 def _read(path: RunPath, source: str) -> bytes:

@@ -127,6 +127,20 @@ def test_warm_start_that_cannot_be_read_is_refused_before_ray(
     assert not (tmp_path / "runs" / "w").exists()
 
 
+@pytest.mark.parametrize(
+    "kind", ["not-torch", "empty", "pickled-code", "folder-without-model", "missing"]
+)
+def test_a_refused_warm_start_says_what_it_takes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_ray: None, kind: str
+) -> None:
+    """Whatever is wrong with the source, the refusal names what TRAIN_WARM_START takes."""
+    data.good(tmp_path / "data")
+    path = _warm_start_file(tmp_path, kind)
+    _settings_env(monkeypatch, tmp_path, TRAIN_WARM_START=str(path), TRAIN_RUN_NAME="w")
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, f"TRAIN_WARM_START={path}", "champion:<model-name>", "state-dict")
+
+
 def test_train_with_more_workers_than_rows_is_refused_before_training(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

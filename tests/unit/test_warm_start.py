@@ -178,3 +178,32 @@ def test_what_cannot_start_a_run_says_what_can(tmp_path: Path, champion_run: Pat
     del card["files"]["weights.pt"]
     card_file.write_text(json.dumps(card))
     _refused(tmp_path, str(champion_run / "export"), "has no weights.pt", "run folder instead")
+
+
+def test_a_champion_pointer_file_is_pointed_to_its_name(tmp_path: Path, champion_run: Path) -> None:
+    """The pointer is JSON, not weights: the refusal says how a champion is named instead of
+    leaving a new user with torch's UnpicklingError."""
+    pointer = tmp_path / "champions" / "digits-cnn.json"
+    _refused(
+        tmp_path, str(pointer), "cannot be loaded as weights",
+        "digits-cnn.json is a champion's pointer: write TRAIN_WARM_START=champion:digits-cnn",
+    )  # fmt: skip
+    other = tmp_path / "notes.json"
+    other.write_text('{"not": "weights"}')
+    _refused(tmp_path, str(other), "not a plain state-dict file", "champion:<model-name>")
+
+
+def test_check_says_a_plain_file_is_hashed_not_verified(tmp_path: Path, champion_run: Path) -> None:
+    """Only a card or a meta.json records a checksum to verify against; a plain file's line
+    must not claim a verification that never happened."""
+    from app.preflight import Found, _warm_start
+
+    model = champion_run / "checkpoint_epoch_0001" / "model.pt"
+    plain = tmp_path / "plain.pt"
+    plain.write_bytes(model.read_bytes())
+    for source, said in ((plain, "(a plain file: nothing to verify)"), (model.parent, "verified")):
+        line = _warm_start(settings_for(tmp_path, "next", warm_start=str(source)), Found(INFO))
+        assert f"{said}; fits the model" in line, line
+    assert "verified" not in _warm_start(
+        settings_for(tmp_path, "next", warm_start=str(plain)), Found(INFO)
+    )
