@@ -10,10 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from app.run.checkpoints import CheckpointRef
 from app.storage.location import RunPath
+
+if TYPE_CHECKING:
+    from app.training.warm_start import WarmStart
 
 Ending = Literal["sigterm", "ctrl_c", "failure"]
 
@@ -39,6 +42,15 @@ class Start:
             at = f"epoch {self.epochs_done + 1}{within}"
             return f"resuming run {run_name} at {at} from {self.checkpoint}"
         return f"starting run {run_name} in {run_dir}"
+
+
+def warm_start_line(start: Start, warm: WarmStart | None) -> str | None:
+    """What a fresh run starts from, said once and kept in driver.log: `champion:<name>` names
+    whichever champion is current, so the run's own record says which one it was. A resumed
+    run continues from its own checkpoint, never the warm start (app/training/loop.py)."""
+    if warm is None or start.kind != "fresh":
+        return None
+    return f"warm start from {warm.described}, sha256 {warm.sha256[:12]} (checked before Ray)"
 
 
 def plan_start(latest: CheckpointRef | None, target_epochs: int) -> Start:

@@ -74,6 +74,8 @@ def _train(
 
     start = decisions.plan_start(resume.usable_checkpoint(settings, info, _say), settings.epochs)
     _say(start.announcement(settings.run_name, run_dir, settings.epochs))
+    if warm_line := decisions.warm_start_line(start, warm_start):
+        _say(warm_line)
     resume_from = start.checkpoint
     if start.kind == "finished":
         # A driver killed after the last checkpoint left its tracker runs open: close them.

@@ -30,6 +30,23 @@ def test_a_checkpoint_short_of_the_target_resumes_from_it() -> None:
     )
 
 
+def test_a_fresh_run_names_the_warm_start_it_resolved_and_a_resume_does_not() -> None:
+    """`champion:<name>` is whichever champion is current: the run says which it started from."""
+    from app.training.warm_start import WarmStart
+
+    warm = WarmStart(
+        "champion:pets", "champion pets v3 (run nightly-0411, epoch 7)",
+        Path("/runs/champions/pets/ab/weights.pt"), "5c1f" * 16, "its model card records",
+    )  # fmt: skip
+    said = decisions.warm_start_line(decisions.plan_start(None, 5), warm)
+    assert said == (
+        "warm start from champion pets v3 (run nightly-0411, epoch 7), sha256 5c1f5c1f5c1f "
+        "(checked before Ray)"
+    )
+    assert decisions.warm_start_line(decisions.plan_start(None, 5), None) is None
+    assert decisions.warm_start_line(decisions.plan_start(_ref(3), 5), warm) is None
+
+
 @pytest.mark.parametrize("epoch", [5, 7])
 def test_a_checkpoint_at_or_past_the_target_leaves_nothing_to_train(epoch: int) -> None:
     start = decisions.plan_start(_ref(epoch), 5)
