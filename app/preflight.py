@@ -8,8 +8,9 @@ runs it once the run folder is settled, while it may still be stopped cleanly (a
 With no cluster to join (no TRAIN_RAY_ADDRESS or RAY_ADDRESS), `check` judges the local cluster
 `train` would start from what Ray resolves for this machine, without starting it.
 `check` also says what the promotion gate is and who the champion is (app/promotion/check.py),
-failing on a pointer the promotion step could not use; `train` leaves the pointer to that step,
-which reads it when the run ends and keeps the champion, with the reason, if it cannot.
+failing on a pointer the promotion step could not use; `train` only warns of it before Ray
+starts and leaves the pointer to that step, which reads it again when the run ends and keeps
+the champion, with the reason, if it cannot.
 Each check returns what it found, in a few words, or raises ConfigError naming the problem
 (Warned for one the settings allow: a tracker with TRAIN_TRACKING_REQUIRED=false).
 """
@@ -122,7 +123,20 @@ def preflight_for_training(settings: TrainSettings) -> Found:
         except Warned:  # said when the run starts (what is switched off)
             pass
     assert found.info is not None  # the dataset check sets it or raises
+    _warn_unpromotable(settings, found)
     return found
+
+
+def _warn_unpromotable(settings: TrainSettings, found: Found) -> None:
+    """A champion this run could never replace (another task, a damaged pointer), said before
+    Ray starts rather than only after training. A warning, not a stop: the promotion step reads
+    the pointer again when the run ends (it may be fixed by then), and a run is worth having
+    unpromoted; `check`, which the chart runs first, fails on it."""
+    try:
+        promotion_check(settings, found)
+    except ConfigError as err:
+        for problem in err.problems:
+            click.echo(f"trainctl: warning: promotion: {problem}", err=True)
 
 
 def _settings(settings: TrainSettings, found: Found) -> str:

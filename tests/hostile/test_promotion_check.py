@@ -101,3 +101,33 @@ def test_check_names_the_warm_start_and_train_refuses_another_task(
             "digits, epoch 1) is another task: classes [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] 1x8x8; "
             "this run [0, 1, 2, 3] 1x8x8",
         )  # fmt: skip
+
+
+def test_train_warns_before_ray_of_a_champion_it_could_never_replace(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`check` fails on a champion of another task; `train` still trains (the step reads the
+    pointer again at the end) but says so before Ray starts, not only after training."""
+    from app.errors import ConfigError
+    from app.promotion.step import promote_run
+    from app.run import driver
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    _setup(monkeypatch, tmp_path)
+    storage = tmp_path / "runs"
+    make_run(storage, "digits", 0.9)  # a 10-class 8x8 champion under this run's model name
+    promote_run(settings_for(storage, "digits", model_name="parquet-cnn"), INFO, {})
+
+    def no_ray(*args: object) -> None:
+        raise ConfigError("stopped where Ray would start")
+
+    monkeypatch.setattr(driver, "cluster_check", no_ray)
+    result = trainctl("train")
+    assert_refused(result, 2, "stopped where Ray would start")
+    warning = (
+        "trainctl: warning: promotion: "
+        f"{storage}/champions/parquet-cnn.json: another task: champion parquet-cnn v1 classes "
+        "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9] 1x8x8; this run [0, 1, 2, 3] 1x8x8"
+    )
+    assert warning in result.err, result.text
+    assert result.err.index(warning) < result.err.index("stopped where Ray would start")
