@@ -47,7 +47,7 @@ def make_export(storage: Path, data: Path, model: str) -> Path:
     info = DatasetInfo(
         channels=3, height=SIDE, width=SIDE, num_classes=len(names), train_rows=0,
         valid_rows=0, layout="folder", mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25),
-        path=str(data), class_names=names,
+        path=data, class_names=names,
     )  # fmt: skip
     settings = TrainSettings(
         _env_file=None, dataset="folder", data_path=data, model=model, image_size=SIDE,
