@@ -315,8 +315,9 @@ def logs_cmd(
         if which or namespace:
             raise click.UsageError("--head/--submitter/-n read pods, not the run folder")
         from app.redact import redact_text
-        from app.run import log_lookup, log_reader
-        from app.run.log_capture import log_root
+        from app.run import log_lookup
+        from app.runfolder import log_reader
+        from app.runfolder.log_capture import log_root
 
         path = log_lookup.log_file(
             log_lookup.resolve_run_dir(name, storage), worker=worker, attempt=attempt

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.redact import redact_text
-from app.run import epoch_record
-from app.run.epoch_record import FIELDS, is_number
+from app.runfolder import epoch_record
+from app.runfolder.epoch_record import FIELDS, is_number
 
 
 def format_duration(seconds: float) -> str:

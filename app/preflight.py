@@ -32,9 +32,9 @@ from app.data.kind import DatasetKind
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.promotion.check import promotion_check
+from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray
 from app.redact import redact_uri
-from app.run.folder import refuse_links
-from app.run.ray_cluster import DATA_CPUS, check_capacity, connect_ray
+from app.runfolder.folder import refuse_links
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import (
@@ -179,7 +179,7 @@ def _dataset_in(
     prepare: bool,
     rows_per_worker: bool,
 ) -> str:
-    from app.run.class_names import class_names_problem
+    from app.runfolder.class_names import class_names_problem
     from app.training.model import model_problem
 
     if not prepare and kind.to_prepare(folder):  # a built-in dataset not there yet
@@ -316,7 +316,7 @@ def local_cluster_check(settings: TrainSettings, found: Found) -> str:
     """`check` without a cluster to join: what the local cluster `train` starts will hold,
     judged as cluster_check judges a running one, without starting it (that alone took 40 s
     of `check`'s 45 on a laptop, to learn what this machine already says)."""
-    from app.run.ray_cluster import capacity_problems, local_resources
+    from app.ray_cluster import capacity_problems, local_resources
 
     resources = local_resources(settings)
     if resources is None:  # this Ray resolves node resources differently: ask a real cluster

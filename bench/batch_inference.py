@@ -39,7 +39,7 @@ def make_export(storage: Path, data: Path, model: str) -> Path:
 
     from app.data.schema import DatasetInfo
     from app.export.build import export_best
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
     from app.settings import TrainSettings
     from app.training.model import build_model
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from app.run.ray_cluster import join_or_start
+    from app.ray_cluster import join_or_start
 
     data = jpeg_folder(images, valid_rows=1)
     folder = data / "train"

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.run.ray_cluster import join_or_start
+from app.ray_cluster import join_or_start
 from bench.common import (
     IMAGE_SHAPE,
     NUM_CLASSES,
@@ -54,7 +54,7 @@ def save_and_report(mode: str, epoch: int, metrics: dict[str, float], state: dic
     """
     import ray.train
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
 
     folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
     checkpoints.write_checkpoint(folder, epoch=epoch, metrics=metrics, **state)

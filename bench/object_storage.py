@@ -1,7 +1,8 @@
 """Checkpoint cost on S3 against a local volume: the storage-dependent steps, side by side.
 
-A checkpoint of the app's model with its AdamW state is written once (app/run/checkpoints.py, as
-rank 0 does each epoch). Then, per repetition and alternating the order, each store takes it
+A checkpoint of the app's model with its AdamW state is written once
+(app/runfolder/checkpoints.py, as rank 0 does each epoch). Then, per repetition and alternating
+the order, each store takes it
 through the three steps whose cost depends on where the run folder lives:
 
   upload_s: Ray Train's own copy of the finished folder to storage (the background part of an
@@ -35,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _checkpoint(model_name: str, folder: Path) -> int:
     import torch
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
     from app.training.model import build_model
     from bench.checkpoint import _cifar_info
 
@@ -100,7 +101,7 @@ def _steps(local: Path, storage: Any) -> Callable[[], dict[str, float]]:
     import pyarrow.fs as pafs
     from ray.train.v2._internal.execution.storage import _upload_to_fs_path
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
     from app.storage.location import remove_tree, storage_options
 
     def once() -> dict[str, float]:

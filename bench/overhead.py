@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.run.ray_cluster import join_or_start
+from app.ray_cluster import join_or_start
 from bench import common
 from bench.ingest import pyarrow_numpy
 

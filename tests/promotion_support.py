@@ -38,7 +38,7 @@ def make_run(
     default 1 - accuracy), for `info`'s data; more epochs are more calls."""
     import torch
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
     from app.training.model import build_model
 
     torch.manual_seed(seed)

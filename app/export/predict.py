@@ -140,7 +140,7 @@ def load_model(export: Verified) -> Any:
 
     import torch
 
-    from app.run.state_dicts import fit_problem, plain_keys, tensor_problem
+    from app.runfolder.state_dicts import fit_problem, plain_keys, tensor_problem
     from app.training.model import build_model, model_problem
 
     card = export.card

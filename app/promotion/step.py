@@ -34,8 +34,8 @@ from app.promotion import champion, champion_export, gate, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.task import Task, another_task
 from app.redact import redact_text
-from app.run import checkpoints
-from app.run.folder import SummaryNotWritten, write_final_summary
+from app.runfolder import checkpoints
+from app.runfolder.folder import SummaryNotWritten, write_final_summary
 from app.settings import TrainSettings
 from app.storage import safe_fs
 from app.storage.location import local_path

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.run.checkpoints import CheckpointRef
+from app.runfolder.checkpoints import CheckpointRef
 from app.storage.location import RunPath
 
 Ending = Literal["sigterm", "ctrl_c", "failure"]

@@ -18,16 +18,17 @@ from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
 from app.preflight import Found, cluster_check, preflight_for_training
 from app.promotion.step import promote_run
-from app.run import checkpoints, decisions, resume
-from app.run import folder as run_folder
-from app.run import log_capture as run_logs
-from app.run.class_names import record as record_class_names
-from app.run.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
-from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
+from app.run import decisions, resume
 from app.run.progress import EpochFollower
-from app.run.retention import in_run_pruner
-from app.run.summary import build_summary, plot_curves
-from app.run.usage import accelerator_hours
+from app.run.signals import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
+from app.runfolder import checkpoints
+from app.runfolder import folder as run_folder
+from app.runfolder import log_capture as run_logs
+from app.runfolder.class_names import record as record_class_names
+from app.runfolder.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
+from app.runfolder.retention import in_run_pruner
+from app.runfolder.summary import build_summary, plot_curves
+from app.runfolder.usage import accelerator_hours
 from app.settings import TrainSettings
 from app.storage.location import RunPath, storage_options
 from app.tracking.trackers import Trackers
@@ -49,7 +50,7 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
         raise
     info: DatasetInfo = found.info  # type: ignore[assignment]
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
-    # to worker-N.log there: they outlive the Ray cluster (app/run/log_capture.py).
+    # to worker-N.log there: they outlive the Ray cluster (app/runfolder/log_capture.py).
     attempt = run_logs.next_attempt(run_dir)
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
@@ -217,7 +218,8 @@ def _fit(
                 max_failures=settings.max_failures,
                 max_preemption_failures=settings.max_preemptions,
             ),
-            # Ray keeps every checkpoint: trainctl's own pruning decides (app/run/retention.py).
+            # Ray keeps every checkpoint: trainctl's own pruning decides
+            # (app/runfolder/retention.py).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
         ),
         datasets=datasets,

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
-from app.run import checkpoints
-from app.run import folder as run_folder
+from app.runfolder import checkpoints
+from app.runfolder import folder as run_folder
 from app.settings import TrainSettings
 
 

@@ -13,7 +13,7 @@ What a team has, each resolved to one weights file and the sha256 its bytes must
 The task must be this run's where the source records it: an export's or a champion's card
 (class names in order, channels, input size, compared as a promotion compares them:
 app/promotion/task.py), a checkpoint's class names (meta.json); in every case the weights'
-names and shapes must fit the model (app/run/state_dicts.py). Anything else is refused with
+names and shapes must fit the model (app/runfolder/state_dicts.py). Anything else is refused with
 exit 2, naming the source and why.
 
 Loading never runs code and loads what was verified: a file is read once into memory (at most
@@ -38,8 +38,8 @@ from app.promotion import champion
 from app.promotion.champion_task import TaskUnknown, verified_card
 from app.promotion.task import Task
 from app.redact import redact_uri
-from app.run import checkpoints
-from app.run.state_dicts import (
+from app.runfolder import checkpoints
+from app.runfolder.state_dicts import (
     MAX_WEIGHTS_BYTES,
     MODEL_FILE,
     fit_problem,

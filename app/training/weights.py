@@ -36,7 +36,7 @@ from torch import nn
 
 from app.errors import ConfigError
 from app.redact import redact_uri
-from app.run.state_dicts import MAX_WEIGHTS_BYTES, fit_problem, plain_keys, tensor_problem
+from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES, fit_problem, plain_keys, tensor_problem
 from app.settings.model_names import (
     DEFAULT_WEIGHTS,
     is_weights_name,

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.run import checkpoints
-from app.run.folder import read_progress
+from app.runfolder import checkpoints
+from app.runfolder.folder import read_progress
 from app.training.sample_log import ENV as SAMPLE_LOG
 from tests.cluster.interrupted_run import EPOCHS, RUN, InterruptedRun, env_for, prepare_data
 from tests.support import (

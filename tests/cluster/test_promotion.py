@@ -38,7 +38,7 @@ sys.exit(code)
 # network that weights.pt is loaded into, and the state-dict and run-folder layout rules.
 MODEL_DEFINITION = {
     "app.training", "app.training.model", "app.training.zoo",
-    "app.run", "app.run.state_dicts", "app.run.folder", "app.run.epoch_record",
+    "app.run", "app.runfolder.state_dicts", "app.runfolder.folder", "app.runfolder.epoch_record",
 }  # fmt: skip
 
 
@@ -72,7 +72,7 @@ def test_predict_in_a_fresh_process_matches_the_training_model(
     from app.data.images import to_images
     from app.data.pipeline import Normalizer
     from app.data.schema import inspect_dataset, parquet_files
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
     from app.training.model import build_model
 
     info = inspect_dataset(finished_run.tmp / "data" / "digits")
@@ -113,7 +113,7 @@ def test_predict_in_a_fresh_process_matches_the_training_model(
 def _runs_of_three_qualities(finished: FinishedRun, storage: Path) -> dict[str, float]:
     """Run folders `first`, `worse`, `better`, each with one real checkpoint of the finished
     run: middle, lowest and highest validation accuracy."""
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
 
     good = checkpoints.scan(finished.run_dir).good
     ranked = checkpoints.ranked(good, "val_accuracy")

@@ -20,7 +20,7 @@ from app.k8s.follow import summary_line
 from app.k8s.plan import pool_objects
 from app.k8s.render import load_values, render_objects
 from app.k8s.submit import _run_dir as submit_run_dir
-from app.run.folder import read_summary
+from app.runfolder.folder import read_summary
 from app.settings import TrainSettings
 from tests.contract.k8s_support import (
     HelmFailed,

@@ -21,7 +21,7 @@ from app.data.folder_listing import list_folder
 from app.data.schema import inspect_dataset
 from app.export.card import CARD_FILE, card_json
 from app.promotion.step import promote_run
-from app.run import checkpoints
+from app.runfolder import checkpoints
 from app.training.model import build_model
 from tests import parquet_support as data
 from tests.folder_support import image_folder

@@ -22,11 +22,12 @@ from PIL import Image
 from app import preflight
 from app.data.kinds import dataset_kind
 from app.data.schema import MAX_CLASSES, inspect_dataset
-from app.run import checkpoints, resume
 from app.run import driver as run
-from app.run import folder as run_folder
-from app.run.folder import read_summary
-from app.run.summary import build_summary, plot_curves
+from app.run import resume
+from app.runfolder import checkpoints
+from app.runfolder import folder as run_folder
+from app.runfolder.folder import read_summary
+from app.runfolder.summary import build_summary, plot_curves
 from app.storage.reading import sha256_of
 from tests import parquet_support as data
 from tests.hostile.support import assert_refused, files_under, trainctl

@@ -227,7 +227,7 @@ def test_a_checkpoint_that_names_other_classes_is_refused_without_classes_json(
     """A run folder that lost classes.json still knows its classes from its checkpoint."""
     import torch
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
 
     image_folder(tmp_path / "data")  # Zebra, cat, dog
     checkpoints.write_checkpoint(

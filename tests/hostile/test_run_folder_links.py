@@ -15,10 +15,10 @@ import torch
 
 from app import preflight
 from app.data.schema import inspect_dataset
-from app.run import checkpoints
-from app.run import folder as run_folder
-from app.run import log_capture as run_logs
-from app.run.summary import build_summary
+from app.runfolder import checkpoints
+from app.runfolder import folder as run_folder
+from app.runfolder import log_capture as run_logs
+from app.runfolder.summary import build_summary
 from app.settings.env import load_settings
 from app.storage import safe_fs
 from app.storage.location import write_atomic

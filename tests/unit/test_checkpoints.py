@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from app.run import checkpoints
-from app.run.summary import build_summary
+from app.runfolder import checkpoints
+from app.runfolder.summary import build_summary
 
 
 def _write(folder: Path, epoch: int, accuracy: float) -> nn.Module:

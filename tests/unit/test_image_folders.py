@@ -20,9 +20,9 @@ from app.data.kinds import dataset_kind
 from app.data.kinds.image_folder import inspect_folder
 from app.data.prepare_folder import prepare_from_folder
 from app.data.schema import inspect_dataset
-from app.run import checkpoints
-from app.run.class_names import describe_difference
 from app.run.decisions import is_bad_image
+from app.runfolder import checkpoints
+from app.runfolder.class_names import describe_difference
 from tests.folder_support import image_bytes, image_folder, png_claiming, truncated_jpeg
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.run import checkpoints
-from app.run import folder as run_folder
+from app.runfolder import checkpoints
+from app.runfolder import folder as run_folder
 from app.storage import reading
 from app.storage.buckets import ObjectPath, check_endpoint, check_uri, locate
 from app.storage.deadline import DeadlineExceeded, call_with_deadline

@@ -1,4 +1,4 @@
-"""Retention: which checkpoints stay is decided once (app/run/retention.py), and the same rule
+"""Retention: which checkpoints stay is decided once (app/runfolder/retention.py), and the same rule
 prunes after each epoch while Ray trains and at the end of the run."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from app.run import checkpoints, retention
-from app.run.checkpoints import CheckpointRef
-from app.run.folder import RAY_SNAPSHOT
-from app.run.retention import in_run_pruner
+from app.runfolder import checkpoints, retention
+from app.runfolder.checkpoints import CheckpointRef
+from app.runfolder.folder import RAY_SNAPSHOT
+from app.runfolder.retention import in_run_pruner
 from app.settings import TrainSettings
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from app.promotion.step import promote_run
-from app.run import checkpoints
 from app.run import driver as run
-from app.run import folder as run_folder
+from app.runfolder import checkpoints
+from app.runfolder import folder as run_folder
 from app.storage import reading
 from tests.promotion_support import INFO, make_run, settings_for
 

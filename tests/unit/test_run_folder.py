@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.formatting import epoch_line, format_duration
-from app.run import folder as run_folder
+from app.runfolder import folder as run_folder
 
 
 def _metrics(epoch: int) -> dict[str, float]:

@@ -12,9 +12,9 @@ import pytest
 
 from app.errors import EXIT_CLUSTER, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from app.k8s.outcome import MAX_INTERRUPTIONS_SHOWN, interruption_lines, shown
-from app.run import folder as run_folder
 from app.run import status as run_status
-from app.run.interruptions import in_words, interruption
+from app.runfolder import folder as run_folder
+from app.runfolder.interruptions import in_words, interruption
 from tests.s3_support import S3Server, s3_server
 from tests.unit.fake_kube_api import FakeKubeApi
 from tests.unit.test_submit_cli import (

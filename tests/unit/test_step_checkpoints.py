@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from app.run import checkpoints
-from app.run.checkpoint_names import dir_name, parse_name
+from app.runfolder import checkpoints
+from app.runfolder.checkpoint_names import dir_name, parse_name
 from app.training.checkpoint_watch import rng_state, set_rng_state
 
 

@@ -18,7 +18,7 @@ import pytest
 from app.cli import main
 from app.errors import EXIT_CLUSTER, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_WAIT_TIMEOUT
 from app.k8s.render import load_values, render_objects
-from app.run import folder as run_folder
+from app.runfolder import folder as run_folder
 from tests.unit.fake_kube_api import FakeKubeApi, serve
 
 VALUES = """\

@@ -18,7 +18,7 @@ import torch
 
 from app.errors import ConfigError
 from app.promotion.step import promote_run
-from app.run import checkpoints
+from app.runfolder import checkpoints
 from app.training.warm_start import WarmStart, resolve
 from tests.promotion_support import CATS_AND_DOGS, INFO, make_run, settings_for
 

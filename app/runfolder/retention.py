@@ -7,11 +7,11 @@ the `keep` best by the checkpoint metric, plus the newest (the one a rerun resum
 
 Only end-of-epoch checkpoints are ranked: folders whose name is `checkpoint_epoch_NNNN`
 (RANKED_NAME), which were validated. A mid-epoch checkpoint (`checkpoint_epoch_NNNN_step_SSSSSSSS`,
-app/run/checkpoint_names.py) has no validation: it is never ranked and never `best`, and it
+app/runfolder/checkpoint_names.py) has no validation: it is never ranked and never `best`, and it
 stays only while it is the newest checkpoint of all (the one a rerun resumes from); a newer one
 of either kind supersedes it. Any other folder (a quarantined `corrupt_...`) is never removed.
 
-The pure decision (`to_remove`) knows nothing of storage; app/run/checkpoints.py `prune`
+The pure decision (`to_remove`) knows nothing of storage; app/runfolder/checkpoints.py `prune`
 applies it to a run folder, and `InRunPruner` applies it after each epoch while Ray trains, so
 checkpoints do not pile up on storage until the end of a long run.
 """
@@ -23,11 +23,11 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from app.run.checkpoints import CheckpointRef
+    from app.runfolder.checkpoints import CheckpointRef
     from app.settings import TrainSettings
     from app.storage.location import RunPath
 
-# The end-of-epoch checkpoint folder name (app/run/checkpoints.py dir_name writes it).
+# The end-of-epoch checkpoint folder name (app/runfolder/checkpoints.py dir_name writes it).
 RANKED_NAME = re.compile(r"checkpoint_epoch_\d{4,}")
 
 
@@ -97,11 +97,11 @@ class InRunPruner:
 
 def in_run_pruner(settings: TrainSettings, warn: Callable[[str], None]) -> InRunPruner:
     """The driver's pruner for `settings`' run folder. It sees only the checkpoints Ray has
-    committed (app/run/folder.py `ray_committed`): one complete on storage but not committed
+    committed (app/runfolder/folder.py `ray_committed`): one complete on storage but not committed
     yet must not count as the newest, since a worker failure restarts from Ray's newest
     committed checkpoint, which must therefore still be there."""
-    from app.run import checkpoints
-    from app.run.folder import ray_committed
+    from app.runfolder import checkpoints
+    from app.runfolder.folder import ray_committed
 
     run_dir, keep = settings.run_dir, settings.checkpoints_to_keep
 

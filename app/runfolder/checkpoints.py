@@ -3,14 +3,15 @@
 A checkpoint folder holds:
 - model.pt: the unwrapped model's state dict (loads with torch.load(weights_only=True) on CPU);
 - train_state.pt: optimizer and grad-scaler state, epoch, step, the position in the epoch, the
-  world size and every rank's RNG states, to resume exactly (app/run/interruptions.py);
+  world size and every rank's RNG states, to resume exactly (app/runfolder/interruptions.py);
 - meta.json: epoch, metrics and a SHA-256 of each file, and `meta_sha256` over those (and, for
   a mid-epoch checkpoint, its `kind: "step"` and global `step`), so an edited epoch, step or
   metric no longer matches. It is written last, so a folder without a readable meta.json, or
   whose files no longer match it, is partial or corrupt and is skipped.
 End-of-epoch checkpoints carry validation metrics and are the only ones ranked by
-TRAIN_CHECKPOINT_METRIC; a mid-epoch one (`kind: "step"`, named by app/run/checkpoint_names.py)
-is kept only while it is the newest. The epoch must agree three ways: the folder name,
+TRAIN_CHECKPOINT_METRIC; a mid-epoch one (`kind: "step"`, named by
+app/runfolder/checkpoint_names.py) is kept only while it is the newest. The epoch must agree
+three ways: the folder name,
 meta.json and (checked before resuming, since it means loading the file) train_state.pt; and
 the weights must fit the model being trained.
 
@@ -32,10 +33,10 @@ from typing import IO, Any
 import torch
 
 # higher_is_better and ranked are re-exported: callers ask checkpoints.ranked for the best.
-from app.run.checkpoint_names import PREFIX, parse_name
-from app.run.checkpoint_names import dir_name as dir_name  # callers name folders through here
-from app.run.retention import higher_is_better, ranked, to_remove  # noqa: F401
-from app.run.state_dicts import MODEL_FILE, fit_problem, plain_keys
+from app.runfolder.checkpoint_names import PREFIX, parse_name
+from app.runfolder.checkpoint_names import dir_name as dir_name  # callers name folders through here
+from app.runfolder.retention import higher_is_better, ranked, to_remove  # noqa: F401
+from app.runfolder.state_dicts import MODEL_FILE, fit_problem, plain_keys
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
 from app.storage.reading import open_below, read_bounded, sha256_of
@@ -250,7 +251,7 @@ def quarantine(folder: RunPath, reason: str = "") -> RunPath:
 def prune(
     run_dir: RunPath, *, keep: int, metric: str, good: list[CheckpointRef] | None = None
 ) -> list[RunPath]:
-    """Delete the checkpoints app/run/retention.py `to_remove` chooses; return their paths.
+    """Delete the checkpoints app/runfolder/retention.py `to_remove` chooses; return their paths.
 
     The one retention pass, run after each epoch while Ray trains (retention.InRunPruner) and
     at the end of the run, where it also covers earlier drivers' checkpoints, which Ray never saw.

@@ -1,7 +1,8 @@
 """The epoch record: one line of <run_dir>/metrics.jsonl, written by rank 0 after each epoch.
 
 Its fields are listed once, here. The writer (app/training/loop.py), the metrics file's reader
-(app/run/folder.py), the summary (app/run/summary.py), the trackers (app/tracking/clients.py),
+(app/runfolder/folder.py), the summary (app/runfolder/summary.py), the trackers
+(app/tracking/clients.py),
 the Ray gauges (app/training/ray_gauges.py) and the epoch line (app/formatting.py) all take
 their field lists from `FIELDS`. Free of storage, torch and Ray, so any of them imports it.
 """

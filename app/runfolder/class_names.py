@@ -15,11 +15,11 @@ from typing import Any
 from app.data.class_meta import names_problem
 from app.data.folder_listing import shown
 from app.data.schema import MAX_CLASSES, DatasetInfo
-from app.run.folder import read_record_file
+from app.runfolder.folder import read_record_file
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, write_json
 
-CLASSES_FILE = "classes.json"  # also one of the run folder's own names (app/run/folder.py)
+CLASSES_FILE = "classes.json"  # also one of the run folder's own names (app/runfolder/folder.py)
 MAX_BYTES = 64 << 20  # MAX_CLASSES names of up to 255 bytes each, JSON-escaped
 
 
@@ -48,7 +48,7 @@ def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
 def _newest_checkpoints(run_dir: RunPath) -> tuple[str, ...] | None:
     """The names in the newest intact checkpoint's meta.json, for a run folder that lost (or
     predates) classes.json; None when it has no checkpoint or its checkpoint names none."""
-    from app.run import checkpoints  # imports torch: only when classes.json is missing
+    from app.runfolder import checkpoints  # imports torch: only when classes.json is missing
 
     latest = checkpoints.scan(run_dir).latest
     if latest is None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from app.run import checkpoints, interruptions
-from app.run import folder as run_folder
-from app.run.epoch_record import CORE_METRICS
-from app.run.folder import CURVES_FILE
+from app.runfolder import checkpoints, interruptions
+from app.runfolder import folder as run_folder
+from app.runfolder.epoch_record import CORE_METRICS
+from app.runfolder.folder import CURVES_FILE
 from app.storage.location import RunPath, write_atomic
 
 
