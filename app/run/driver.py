@@ -21,12 +21,11 @@ from app.promotion.step import promote_run
 from app.run import decisions, resume
 from app.run.progress import EpochFollower
 from app.run.signals import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
-from app.runfolder import checkpoints
+from app.runfolder import checkpoints, retention
 from app.runfolder import folder as run_folder
 from app.runfolder import log_capture as run_logs
 from app.runfolder.class_names import record as record_class_names
 from app.runfolder.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
-from app.runfolder.retention import in_run_pruner
 from app.runfolder.summary import build_summary, plot_curves
 from app.runfolder.usage import accelerator_hours
 from app.settings import TrainSettings
@@ -225,7 +224,10 @@ def _fit(
         datasets=datasets,
         dataset_config=ExactSplit(),  # the same shards at every start: exact mid-epoch resume
     )
-    pruner = in_run_pruner(settings, warn=_say)
+    pruner = checkpoints.in_run_pruner(
+        settings.run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric,
+        warn=_say,
+    )  # fmt: skip
 
     def on_epoch(row: dict[str, Any]) -> None:
         trackers.log_epoch(row)
@@ -286,7 +288,7 @@ def _finish(
         curves = None
     if trackers is not None:
         # The summary's best, as the object it was ranked from (not located again from text).
-        best = next(iter(checkpoints.ranked(kept, settings.checkpoint_metric)), None)
+        best = next(iter(retention.ranked(kept, settings.checkpoint_metric)), None)
         trackers.finish(status, best.path if best else None)
         summary["tracking"] = trackers.ids
         # Per tracker, the epochs it got and did not: no metric is lost without a record.

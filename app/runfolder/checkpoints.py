@@ -25,17 +25,17 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
-# higher_is_better and ranked are re-exported: callers ask checkpoints.ranked for the best.
 from app.runfolder.checkpoint_names import PREFIX, parse_name
 from app.runfolder.checkpoint_names import dir_name as dir_name  # callers name folders through here
-from app.runfolder.retention import higher_is_better, ranked, to_remove  # noqa: F401
+from app.runfolder.folder import ray_committed
+from app.runfolder.retention import InRunPruner, to_remove
 from app.runfolder.state_dicts import MODEL_FILE, fit_problem, plain_keys
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
@@ -262,3 +262,22 @@ def prune(
     for path in removed:
         remove_tree(path)
     return removed
+
+
+def in_run_pruner(
+    run_dir: RunPath, *, keep: int, metric: str, warn: Callable[[str], None]
+) -> InRunPruner:
+    """The driver's pruner for the run folder at `run_dir`. It sees only the checkpoints Ray
+    has committed (app/runfolder/folder.py `ray_committed`): one complete on storage but not
+    committed yet must not count as the newest, since a worker failure restarts from Ray's
+    newest committed checkpoint, which must therefore still be there."""
+
+    def committed_new(known: Collection[RunPath]) -> list[CheckpointRef]:
+        names = ray_committed(run_dir)
+        return [r for r in scan(run_dir, skip=known).good if r.path.name in names]
+
+    return InRunPruner(
+        verify_new=committed_new,
+        prune=lambda good: prune(run_dir, keep=keep, metric=metric, good=good),
+        warn=warn,
+    )

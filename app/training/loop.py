@@ -22,7 +22,7 @@ from torch import nn
 
 from app.data.pipeline import epoch_batches
 from app.data.schema import DatasetInfo
-from app.runfolder import checkpoints, interruptions
+from app.runfolder import checkpoints, interruptions, retention
 from app.runfolder import folder as run_folder
 from app.runfolder.epoch_record import new_record
 from app.settings import TrainSettings
@@ -237,7 +237,7 @@ def _resume_point(driver_choice: RunPath | None, settings: TrainSettings) -> Run
 
 
 def _worst(metric: str) -> float:
-    return float("-inf") if checkpoints.higher_is_better(metric) else float("inf")
+    return float("-inf") if retention.higher_is_better(metric) else float("inf")
 
 
 def _cosine_with_warmup(peak: float, warmup: int, total: int) -> Callable[[int], float]:

@@ -38,7 +38,7 @@ from app.promotion import champion
 from app.promotion.champion_task import TaskUnknown, verified_card
 from app.promotion.task import Task
 from app.redact import redact_uri
-from app.runfolder import checkpoints
+from app.runfolder import checkpoints, retention
 from app.runfolder.state_dicts import (
     MAX_WEIGHTS_BYTES,
     MODEL_FILE,
@@ -176,7 +176,7 @@ def _location(settings: TrainSettings, path: RunPath, source: str) -> tuple[Warm
     if _present(path / checkpoints.META_FILE):
         return _checkpoint(path, source, f"checkpoint {source}")
     good = checkpoints.scan(path).good
-    best = next(iter(checkpoints.ranked(good, settings.checkpoint_metric)), None)
+    best = next(iter(retention.ranked(good, settings.checkpoint_metric)), None)
     if best is None:
         raise ConfigError(
             f"TRAIN_WARM_START={source}: a folder with no model_card.json (an export), no "

@@ -113,10 +113,10 @@ def test_predict_in_a_fresh_process_matches_the_training_model(
 def _runs_of_three_qualities(finished: FinishedRun, storage: Path) -> dict[str, float]:
     """Run folders `first`, `worse`, `better`, each with one real checkpoint of the finished
     run: middle, lowest and highest validation accuracy."""
-    from app.runfolder import checkpoints
+    from app.runfolder import checkpoints, retention
 
     good = checkpoints.scan(finished.run_dir).good
-    ranked = checkpoints.ranked(good, "val_accuracy")
+    ranked = retention.ranked(good, "val_accuracy")
     best, low = ranked[0], ranked[-1]
     middle = [r for r in ranked if low.metrics["val_accuracy"] < r.metrics["val_accuracy"]
               < best.metrics["val_accuracy"]]  # fmt: skip

@@ -14,7 +14,6 @@ from torch import nn
 from app.runfolder import checkpoints, retention
 from app.runfolder.checkpoints import CheckpointRef
 from app.runfolder.folder import RAY_SNAPSHOT
-from app.runfolder.retention import in_run_pruner
 from app.settings import TrainSettings
 
 
@@ -96,7 +95,9 @@ def test_the_in_run_pruner_keeps_storage_bounded_and_hashes_each_checkpoint_once
 ) -> None:
     settings = TrainSettings(storage_path=tmp_path, run_name="r", checkpoints_to_keep=1)
     run_dir = settings.run_dir
-    pruner = in_run_pruner(settings, warn=print)
+    pruner = checkpoints.in_run_pruner(
+        run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, warn=print
+    )
     verified: list[str] = []
     real_verify = checkpoints.verify
 
@@ -140,7 +141,9 @@ def test_the_in_run_pruner_never_removes_what_ray_would_restart_from(tmp_path: P
     # The newer step checkpoint is complete on storage, but Ray has not committed it yet: a
     # worker failure now restarts from the older one, which must stay.
     _commit(run_dir, checkpoints.dir_name(1), older)
-    pruner = in_run_pruner(settings, warn=print)
+    pruner = checkpoints.in_run_pruner(
+        run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, warn=print
+    )
     pruner.after_checkpoint()
     assert (run_dir / older).is_dir() and (run_dir / newer).is_dir()
     # Once Ray commits the newer one, the older is superseded.
