@@ -16,9 +16,9 @@ import click
 
 from app.cli_exit import run_command
 from app.cli_target import DEFAULT_LIMIT, MAX_LIMIT
-from app.data.image_size import IMAGE_SIZE_MAX
 from app.k8s.values_flags import values_options
 from app.settings import NAMED_DATASETS, SEED_MAX
+from app.settings.image_size import IMAGE_SIZE_MAX
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

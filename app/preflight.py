@@ -186,7 +186,7 @@ def _dataset_in(
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
     info, note = kind.ensure(folder, settings)
     found.info = info
-    problem = class_names_problem(settings.run_dir, info)
+    problem = class_names_problem(settings.run_dir, info.class_names, info.path)
     problem = problem or model_problem(settings.model, info, settings.vit_patch)
     if rows_per_worker:
         problem = problem or workers_problem(settings, info)

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.data.folder_listing import shown
 from app.errors import ConfigError
 from app.evaluation.report import latest_metrics
+from app.formatting import shown
 from app.runfolder import folder as run_folder
 from app.storage.location import RunPath, parse_location, write_atomic
 

@@ -21,7 +21,6 @@ from typing import Any
 from app.errors import TrainctlError
 from app.formatting import one_line
 from app.k8s.plan import bucket_run_dir, local_run_dir
-from app.runfolder.interruptions import MAX_SHOWN as MAX_INTERRUPTIONS_SHOWN  # noqa: F401 (its name here)
 from app.runfolder.interruptions import lines_of
 
 FINISHED = ("Complete", "Failed")  # jobDeploymentStatus of a run whose summary is final
@@ -32,11 +31,7 @@ def promotion_line(summary: Mapping[str, Any] | None) -> str | None:
     """summary.json's promotion line (`promoted v7 (...)` / `kept v6: ...`), None before one."""
     promotion = (summary or {}).get("promotion")
     line = promotion.get("line") if isinstance(promotion, Mapping) else None
-    return shown(line) if isinstance(line, str) else None
-
-
-def shown(text: str, limit: int = MAX_LINE_CHARS) -> str:
-    return one_line(text, limit)
+    return one_line(line, MAX_LINE_CHARS) if isinstance(line, str) else None
 
 
 def finished(rayjob: Mapping[str, Any]) -> bool:
@@ -67,7 +62,7 @@ def run_lines(
         final = isinstance((summary or {}).get("interruptions"), list)
         attempts = [] if final else read_jsonl(run_dir / ATTEMPTS_FILE)
     except (TrainctlError, OSError, ValueError, KeyError) as err:
-        return [f"run folder not readable from here ({shown(str(err), 200)})"]
+        return [f"run folder not readable from here ({one_line(str(err), 200)})"]
     lines = interruption_lines(rayjob, summary, attempts)
     outcome = promotion_line(summary)
     return lines + ([outcome] if outcome else [])

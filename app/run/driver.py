@@ -113,7 +113,7 @@ def _train(
             f"{run_dir}/summary.json could not be written ({err.strerror or err}); nothing was "
             "trained: free space on the store and rerun"
         ) from None
-    record_class_names(run_dir, info)  # checked against the data in preflight
+    record_class_names(run_dir, info.class_names)  # checked against the data in preflight
     run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
 
     with sigterm_interrupts():

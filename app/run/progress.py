@@ -14,9 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.formatting import epoch_line
 from app.runfolder import folder as run_folder
-from app.runfolder.epoch_record import eta_s
+from app.runfolder.epoch_record import epoch_line, eta_s
 from app.runfolder.interruptions import in_words
 
 

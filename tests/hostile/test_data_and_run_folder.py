@@ -21,11 +21,12 @@ from PIL import Image
 
 from app import preflight
 from app.data.kinds import dataset_kind
-from app.data.schema import MAX_CLASSES, inspect_dataset
+from app.data.schema import inspect_dataset
 from app.run import driver as run
 from app.run import resume
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
+from app.runfolder.class_names import MAX_CLASSES
 from app.runfolder.folder import read_summary
 from app.runfolder.summary import build_summary, plot_curves
 from app.storage.reading import sha256_of

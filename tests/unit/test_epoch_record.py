@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.formatting import epoch_line
 from app.runfolder import epoch_record
-from app.runfolder.epoch_record import new_record
+from app.runfolder.epoch_record import epoch_line, new_record
 from app.training.ray_gauges import GAUGES, figures
 
 
