@@ -17,7 +17,7 @@ import click
 from app.cli_exit import run_command
 from app.cli_target import DEFAULT_LIMIT, MAX_LIMIT
 from app.k8s.values_flags import values_options
-from app.settings import NAMED_DATASETS, SEED_MAX
+from app.settings import NAMED_DATASETS, SEED_MAX, TrainSettings
 from app.settings.image_size import IMAGE_SIZE_MAX
 
 
@@ -77,10 +77,19 @@ def train_cmd() -> None:
 
     # Settings first: app.run.driver imports torch (seconds), and a bad setting should answer
     # at once.
-    settings = load_settings()
+    train(load_settings())
+
+
+def train(settings: TrainSettings) -> dict[str, Any]:
+    """`trainctl train` once the settings are read: preflight, then the run with what it found
+    (the driver imports torch: seconds, after the settings have answered)."""
+    from app.preflight import preflight_for_training
     from app.run.driver import run_training
 
-    run_training(settings)
+    ready = preflight_for_training(settings)
+    return run_training(
+        settings, ready.info, join_cluster=ready.join_cluster, warm_start=ready.warm_start
+    )
 
 
 @cli.command("check")

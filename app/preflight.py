@@ -34,7 +34,7 @@ from app.errors import ConfigError
 from app.promotion.check import promotion_check
 from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray
 from app.redact import redact_uri
-from app.runfolder.folder import refuse_links
+from app.runfolder.folder import record_invalid, refuse_links
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import (
@@ -51,10 +51,10 @@ PINNED = ("ray", "torch", "torchvision")
 
 @dataclass
 class Found:
-    """What earlier checks learned that later ones use (and `train` hands to the workers)."""
+    """What earlier checks learned that later ones use (`train` hands it on as `Ready`)."""
 
     info: DatasetInfo | None = None
-    warm_start: Any = None  # app/training/warm_start.WarmStart, resolved and verified
+    warm_start: Any = None  # app/training/warm_weights.WarmStart, resolved and verified
 
 
 Check = Callable[[TrainSettings, Found], str]
@@ -92,7 +92,7 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     todo = checks(prepare=False, rows_per_worker=not connect)
     # Per-class counts (reading a Parquet dataset's label columns again): `check` only.
     todo.insert([name for name, _ in todo].index("steps") + 1, ("classes", _classes))
-    todo.append(("promotion", promotion_check))
+    todo.append(("promotion", lambda settings, found: promotion_check(settings, found.info)))
     if connect:
         todo.append(("cluster", cluster_check if joins_cluster(settings) else local_cluster_check))
     problems = []
@@ -110,19 +110,35 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
         raise ConfigError(problems)
 
 
-def preflight_for_training(settings: TrainSettings) -> Found:
-    """`trainctl train`: the same checks but the cluster's, stopping at the first problem;
-    what they found (the dataset, the verified warm start)."""
+@dataclass(frozen=True)
+class Ready:
+    """What `train`'s preflight found, handed to the driver (app/run/driver.py): the dataset,
+    the verified warm start, and the last check, which joins the cluster once the run folder
+    is settled (while the run may still be stopped cleanly)."""
+
+    info: DatasetInfo
+    warm_start: Any  # app/training/warm_weights.WarmStart, or None
+    join_cluster: Callable[[], str]
+
+
+def preflight_for_training(settings: TrainSettings) -> Ready:
+    """`trainctl train`: the same checks but the cluster's, stopping at the first problem (which
+    the run folder records, as an invalid start); what they found."""
     found = Found()
-    for _name, check in checks(prepare=True, rows_per_worker=False):
-        try:
-            check(settings, found)
-        except Advice as advice:  # said once, here; the run goes on
-            click.echo(f"trainctl: warning: {advice}", err=True)
-        except Warned:  # said when the run starts (what is switched off)
-            pass
-    assert found.info is not None  # the dataset check sets it or raises
-    return found
+    try:
+        for _name, check in checks(prepare=True, rows_per_worker=False):
+            try:
+                check(settings, found)
+            except Advice as advice:  # said once, here; the run goes on
+                click.echo(f"trainctl: warning: {advice}", err=True)
+            except Warned:  # said when the run starts (what is switched off)
+                pass
+    except ConfigError as err:
+        record_invalid(settings.run_dir, err)
+        raise
+    info = found.info
+    assert info is not None  # the dataset check sets it or raises
+    return Ready(info, found.warm_start, partial(cluster_check, settings, Found(info)))
 
 
 def _settings(settings: TrainSettings, found: Found) -> str:
@@ -231,8 +247,8 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
     """TRAIN_WARM_START resolves (a run folder, a checkpoint, an export, a champion, a file),
     its checksums hold, its task is this run's and (once the data is known) its weights fit
     the model: named here, before Ray starts, not by every worker's load."""
+    from app.run.warm_start import resolve
     from app.settings.model import ChampionRef
-    from app.training.warm_start import resolve
 
     path = settings.warm_start
     if path is None:

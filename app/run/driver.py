@@ -16,7 +16,6 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
-from app.preflight import Found, cluster_check, preflight_for_training
 from app.promotion.step import promote_run
 from app.run import decisions, resume
 from app.run.progress import EpochFollower
@@ -39,22 +38,25 @@ class Interrupted(TrainctlError):
     exit_code = EXIT_SIGTERM
 
 
-def run_training(settings: TrainSettings) -> dict[str, Any]:
+def run_training(
+    settings: TrainSettings,
+    info: DatasetInfo,
+    *,
+    join_cluster: Callable[[], object],
+    warm_start: Any = None,
+) -> dict[str, Any]:
+    """The run, after preflight (app/preflight.py `preflight_for_training`, which the CLI runs
+    first): `info` is the dataset it inspected, `warm_start` TRAIN_WARM_START as it verified it,
+    and `join_cluster` its last check, run here once the run folder is settled."""
     started = time.monotonic()
     run_dir = settings.run_dir
-    try:
-        found = preflight_for_training(settings)
-    except ConfigError as err:
-        run_folder.record_invalid(run_dir, err)
-        raise
-    info: DatasetInfo = found.info  # type: ignore[assignment]
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
     # to worker-N.log there: they outlive the Ray cluster (app/runfolder/log_capture.py).
     attempt = run_logs.next_attempt(run_dir)
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
     with run_logs.capture(driver_log, settings.log_max_mb, banner, held=True) as log:
-        return _train(settings, info, started, attempt, log.open, found.warm_start)
+        return _train(settings, info, started, attempt, log.open, join_cluster, warm_start)
 
 
 def _train(
@@ -63,6 +65,7 @@ def _train(
     started: float,
     attempt: int,
     open_log: Callable[[], None],
+    join_cluster: Callable[[], object],
     warm_start: Any = None,
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
@@ -93,7 +96,7 @@ def _train(
     # Joining a cluster may take a while: SIGTERM and Ctrl-C end it cleanly too.
     with sigterm_interrupts():
         try:
-            cluster_check(settings, Found(info))  # the last of `trainctl check`'s checks
+            join_cluster()  # the last of `trainctl check`'s checks
         except StopForSigterm:
             raise Interrupted(
                 f"stopped by SIGTERM while joining the Ray cluster; run folder {run_dir} is "

@@ -1,5 +1,5 @@
 """Which checkpoint may resume this run: proven before Ray starts (TRAIN_WARM_START's weights:
-app/training/warm_start.py).
+app/run/warm_start.py).
 
 Checksums prove a checkpoint intact, not that it belongs to this run: a checkpoint of another
 model (or of the same model on another class count) passes them and then fails inside every
