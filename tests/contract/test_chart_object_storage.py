@@ -27,10 +27,10 @@ from tests.contract.k8s_support import (
     by_key,
     containers,
     helm_render,
+    normalized,
     of_kind,
     pod_templates,
 )
-from tests.contract.test_render_parity import _normalized
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 
 POOLS = {"nodePools": {"l4": {"replicas": 2}, "cpu": {"gpusPerWorker": 0}}}
@@ -72,7 +72,7 @@ def _both(values: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
         python.update(by_key(objects))
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(python[key]), key
+        assert normalized(obj) == normalized(python[key]), key
     return list(helm.values())
 
 

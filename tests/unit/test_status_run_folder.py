@@ -19,7 +19,7 @@ from app.runfolder.interruptions import MAX_SHOWN as MAX_INTERRUPTIONS_SHOWN
 from app.runfolder.interruptions import in_words, interruption
 from tests.s3_support import S3Server, s3_server
 from tests.unit.fake_kube_api import FakeKubeApi
-from tests.unit.test_submit_cli import (
+from tests.unit.kube_cli_support import (
     RUNNING,
     SUCCEEDED,
     api,
