@@ -8,8 +8,8 @@ through the three steps whose cost depends on where the run folder lives:
   upload_s: Ray Train's own copy of the finished folder to storage (the background part of an
             ASYNC report; the training loop does not wait for it, the run's end does);
   verify_s: the driver's scan before a run or rerun: list the folder, read and hash every file
-            (app/run/checkpoints.scan);
-  delete_s: pruning it (app/run/checkpoints.prune's delete).
+            (app/runfolder/checkpoints.scan);
+  delete_s: pruning it (app/runfolder/checkpoints.prune's delete).
 
 The S3 store is moto's server on 127.0.0.1 (.venv-moto, as in the tests): it keeps objects in
 memory, so the figures show the protocol's cost on loopback, not a real network's bandwidth.

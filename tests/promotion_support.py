@@ -1,6 +1,6 @@
 """Run folders with real checkpoints for the promotion tests, made without Ray.
 
-A checkpoint here is what the training loop writes (app/run/checkpoints.write_checkpoint): the
+A checkpoint here is what the training loop writes (app/runfolder/checkpoints.write_checkpoint): the
 state dict of the real model for the data, and meta.json with its metrics. The promotion step
 reads nothing else, so these folders stand for finished runs of chosen quality.
 """

@@ -15,7 +15,7 @@ Nothing here loses a record. A promoted export is copied into the champion's imm
 cannot change the champion. A failed export (or a champion copy the store refused) is a
 failure of the run, exit 1 with the cause in summary.json (`status: failed`), not a gate's
 "not promoted"; a rerun exports again. The summary goes through
-app/run/folder.write_final_summary, which never leaves it at "running" or half written.
+app/runfolder/folder.write_final_summary, which never leaves it at "running" or half written.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ METRICS_FILE = "metrics.jsonl"
 ATTEMPTS_FILE = "attempts.jsonl"
 CURVES_FILE = "curves.png"
 # Rank 0's last known step (every few seconds) and its last just-in-time checkpoint: what the
-# next worker-group start needs to count the steps an interruption lost (app/run/interruptions).
+# next worker-group start needs to count the steps an interruption lost
+# (app/runfolder/interruptions).
 PROGRESS_FILE = "progress.json"
 MAX_PROGRESS_BYTES = 64 << 10
 # Ray Train's record of the checkpoints it registered. Resume is decided from verified files
