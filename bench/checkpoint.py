@@ -54,14 +54,14 @@ def save_and_report(mode: str, epoch: int, metrics: dict[str, float], state: dic
     """
     import ray.train
 
-    from app.runfolder import checkpoints
+    from app.runfolder import checkpoint_names, checkpoints
 
     folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
     checkpoints.write_checkpoint(folder, epoch=epoch, metrics=metrics, **state)
     ray.train.report(
         metrics,
         checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
-        checkpoint_dir_name=checkpoints.dir_name(epoch),
+        checkpoint_dir_name=checkpoint_names.dir_name(epoch),
         checkpoint_upload_mode=ray.train.CheckpointUploadMode[mode],
         delete_local_checkpoint_after_upload=True,
     )

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _checkpoint(model_name: str, folder: Path) -> int:
     import torch
 
-    from app.runfolder import checkpoints
+    from app.runfolder import checkpoint_names, checkpoints
     from app.training.model import build_model
     from bench.checkpoint import _cifar_info
 
@@ -45,7 +45,7 @@ def _checkpoint(model_name: str, folder: Path) -> int:
     model(torch.randn(2, 3, 32, 32)).sum().backward()
     optimizer.step()  # AdamW's moments exist only after a step: the checkpoint's real size
     checkpoints.write_checkpoint(
-        folder / checkpoints.dir_name(1),
+        folder / checkpoint_names.dir_name(1),
         model_state=model.state_dict(),
         train_state={"optimizer": optimizer.state_dict(), "epoch": 1, "step": 1},
         epoch=1,
@@ -101,12 +101,12 @@ def _steps(local: Path, storage: Any) -> Callable[[], dict[str, float]]:
     import pyarrow.fs as pafs
     from ray.train.v2._internal.execution.storage import _upload_to_fs_path
 
-    from app.runfolder import checkpoints
+    from app.runfolder import checkpoint_names, checkpoints
     from app.storage.location import remove_tree, storage_options
 
     def once() -> dict[str, float]:
         run_dir = storage / f"run-{time.monotonic_ns()}"
-        name = checkpoints.dir_name(1)
+        name = checkpoint_names.dir_name(1)
         # Where Ray Train itself would upload it: the bucket's client, or the local file system.
         where = storage_options(run_dir / name)
         fs = where.get("storage_filesystem") or pafs.LocalFileSystem()

@@ -33,7 +33,6 @@ from typing import IO, Any
 import torch
 
 from app.runfolder.checkpoint_names import PREFIX, parse_name
-from app.runfolder.checkpoint_names import dir_name as dir_name  # callers name folders through here
 from app.runfolder.folder import ray_committed
 from app.runfolder.retention import InRunPruner, to_remove
 from app.runfolder.state_dicts import MODEL_FILE, fit_problem, plain_keys

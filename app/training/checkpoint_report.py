@@ -15,7 +15,7 @@ import ray.train
 import torch
 from torch import nn
 
-from app.runfolder import checkpoints
+from app.runfolder import checkpoint_names, checkpoints
 from app.training.checkpoint_watch import gathered_rng
 
 
@@ -83,7 +83,7 @@ def report_checkpoint(
     ray.train.report(
         metrics,
         checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
-        checkpoint_dir_name=checkpoints.dir_name(epochs_done, step if mid_epoch else None),
+        checkpoint_dir_name=checkpoint_names.dir_name(epochs_done, step if mid_epoch else None),
         checkpoint_upload_mode=mode.SYNC if just_in_time else mode.ASYNC,
         delete_local_checkpoint_after_upload=True,
     )

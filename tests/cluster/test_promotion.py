@@ -35,10 +35,12 @@ print(json.dumps({"training_modules": loaded}))
 sys.exit(code)
 """
 # What predict may import of the training side: the model's definition, which builds the
-# network that weights.pt is loaded into, and the state-dict and run-folder layout rules.
+# network that weights.pt is loaded into, and the state-dict, class-name and run-folder layout
+# rules (app/runfolder/: records, no torch and no Ray).
 MODEL_DEFINITION = {
     "app.training", "app.training.model", "app.training.zoo",
-    "app.run", "app.runfolder.state_dicts", "app.runfolder.folder", "app.runfolder.epoch_record",
+    "app.run", "app.runfolder", "app.runfolder.state_dicts", "app.runfolder.folder",
+    "app.runfolder.epoch_record", "app.runfolder.class_names",
 }  # fmt: skip
 
 
