@@ -16,9 +16,9 @@ import click
 
 from app.cli_exit import run_command
 from app.cli_target import DEFAULT_LIMIT, MAX_LIMIT
-from app.data.image_size import IMAGE_SIZE_MAX
 from app.k8s.values_flags import values_options
-from app.settings import NAMED_DATASETS, SEED_MAX
+from app.settings import NAMED_DATASETS, SEED_MAX, TrainSettings
+from app.settings.image_size import IMAGE_SIZE_MAX
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,10 +77,19 @@ def train_cmd() -> None:
 
     # Settings first: app.run.driver imports torch (seconds), and a bad setting should answer
     # at once.
-    settings = load_settings()
+    train(load_settings())
+
+
+def train(settings: TrainSettings) -> dict[str, Any]:
+    """`trainctl train` once the settings are read: preflight, then the run with what it found
+    (the driver imports torch: seconds, after the settings have answered)."""
+    from app.preflight import preflight_for_training
     from app.run.driver import run_training
 
-    run_training(settings)
+    ready = preflight_for_training(settings)
+    return run_training(
+        settings, ready.info, join_cluster=ready.join_cluster, warm_start=ready.warm_start
+    )
 
 
 @cli.command("check")
@@ -315,8 +324,9 @@ def logs_cmd(
         if which or namespace:
             raise click.UsageError("--head/--submitter/-n read pods, not the run folder")
         from app.redact import redact_text
-        from app.run import log_lookup, log_reader
-        from app.run.log_capture import log_root
+        from app.run import log_lookup
+        from app.runfolder import log_reader
+        from app.runfolder.log_capture import log_root
 
         path = log_lookup.log_file(
             log_lookup.resolve_run_dir(name, storage), worker=worker, attempt=attempt

@@ -1,17 +1,13 @@
-"""How durations and epochs read, the same on `trainctl train`'s console and in `submit --wait`.
+"""How durations, names and lines from storage read, the same on `trainctl train`'s console,
+in `submit --wait` and in every message.
 
 Torch-free and Kubernetes-free, so that both the training driver and the cluster commands can
-import it cheaply.
+import it cheaply. (The epoch line is the epoch record's own: app/runfolder/epoch_record.py.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from app.redact import redact_text
-from app.run import epoch_record
-from app.run.epoch_record import FIELDS, is_number
+from app.redact import redact_text, redact_uri
 
 
 def format_duration(seconds: float) -> str:
@@ -26,28 +22,6 @@ def format_duration(seconds: float) -> str:
     if hours < 48:
         return f"{hours}h{minutes:02d}m"
     return f"{hours // 24}d"
-
-
-def epoch_line(record: Mapping[str, Any], total: int, eta_s: float | None = None) -> str:
-    """One epoch record of the run folder as one line.
-
-    Fields a record lacks (runs recorded before a field existed, a line edited by hand) are left
-    out rather than failing. The ETA is `eta_s` where the caller has a better estimate (the
-    driver's median epoch), else the remaining epochs at this epoch's pace.
-    """
-    epoch = int(record["epoch"])
-    parts = [f"epoch {epoch:>{len(str(total))}}/{total}"]
-    parts += [
-        field.line.format(value=record[field.name])
-        for field in FIELDS
-        if field.line and is_number(record.get(field.name))
-    ]
-    pace = epoch_record.pace(record)
-    if eta_s is None and pace is not None:
-        eta_s = epoch_record.eta_s(epoch, total, pace)
-    if eta_s is not None:
-        parts.append(f"ETA {format_duration(eta_s)}")
-    return "  ".join(parts)
 
 
 CUT_MARGIN = 64  # what one_line keeps past its limit before redacting: what masks shorten
@@ -75,3 +49,10 @@ def one_path(path: object, limit: int = 300) -> str:
     if len(text) > limit:
         text = f"{text[: limit // 2]}...{text[-(limit // 4) :]}"
     return one_line(text, limit + 8)
+
+
+def shown(text: object) -> str:
+    """A name as messages show it: as is when printable, else escaped like Python's repr;
+    a URI through the project's redaction rule."""
+    value = redact_uri(str(text))
+    return value if value.isprintable() else repr(value)

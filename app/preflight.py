@@ -33,9 +33,9 @@ from app.data.kind import DatasetKind
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.promotion.check import promotion_check
+from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray
 from app.redact import redact_uri
-from app.run.folder import refuse_links
-from app.run.ray_cluster import DATA_CPUS, check_capacity, connect_ray
+from app.runfolder.folder import record_invalid, refuse_links
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import (
@@ -52,10 +52,10 @@ PINNED = ("ray", "torch", "torchvision")
 
 @dataclass
 class Found:
-    """What earlier checks learned that later ones use (and `train` hands to the workers)."""
+    """What earlier checks learned that later ones use (`train` hands it on as `Ready`)."""
 
     info: DatasetInfo | None = None
-    warm_start: Any = None  # app/training/warm_start.WarmStart, resolved and verified
+    warm_start: Any = None  # app/training/warm_weights.WarmStart, resolved and verified
 
 
 Check = Callable[[TrainSettings, Found], str]
@@ -93,7 +93,7 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     todo = checks(prepare=False, rows_per_worker=not connect)
     # Per-class counts (reading a Parquet dataset's label columns again): `check` only.
     todo.insert([name for name, _ in todo].index("steps") + 1, ("classes", _classes))
-    todo.append(("promotion", promotion_check))
+    todo.append(("promotion", lambda settings, found: promotion_check(settings, found.info)))
     if connect:
         todo.append(("cluster", cluster_check if joins_cluster(settings) else local_cluster_check))
     problems = []
@@ -111,29 +111,45 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
         raise ConfigError(problems)
 
 
-def preflight_for_training(settings: TrainSettings) -> Found:
-    """`trainctl train`: the same checks but the cluster's, stopping at the first problem;
-    what they found (the dataset, the verified warm start)."""
+@dataclass(frozen=True)
+class Ready:
+    """What `train`'s preflight found, handed to the driver (app/run/driver.py): the dataset,
+    the verified warm start, and the last check, which joins the cluster once the run folder
+    is settled (while the run may still be stopped cleanly)."""
+
+    info: DatasetInfo
+    warm_start: Any  # app/training/warm_weights.WarmStart, or None
+    join_cluster: Callable[[], str]
+
+
+def preflight_for_training(settings: TrainSettings) -> Ready:
+    """`trainctl train`: the same checks but the cluster's, stopping at the first problem (which
+    the run folder records, as an invalid start); what they found."""
     found = Found()
-    for _name, check in checks(prepare=True, rows_per_worker=False):
-        try:
-            check(settings, found)
-        except Advice as advice:  # said once, here; the run goes on
-            click.echo(f"trainctl: warning: {advice}", err=True)
-        except Warned:  # said when the run starts (what is switched off)
-            pass
-    assert found.info is not None  # the dataset check sets it or raises
-    _warn_unpromotable(settings, found)
-    return found
+    try:
+        for _name, check in checks(prepare=True, rows_per_worker=False):
+            try:
+                check(settings, found)
+            except Advice as advice:  # said once, here; the run goes on
+                click.echo(f"trainctl: warning: {advice}", err=True)
+            except Warned:  # said when the run starts (what is switched off)
+                pass
+    except ConfigError as err:
+        record_invalid(settings.run_dir, err)
+        raise
+    info = found.info
+    assert info is not None  # the dataset check sets it or raises
+    _warn_unpromotable(settings, info)
+    return Ready(info, found.warm_start, partial(cluster_check, settings, Found(info)))
 
 
-def _warn_unpromotable(settings: TrainSettings, found: Found) -> None:
+def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:
     """A champion this run could never replace (another task, a damaged pointer), said before
     Ray starts rather than only after training. A warning, not a stop: the promotion step reads
     the pointer again when the run ends (it may be fixed by then), and a run is worth having
     unpromoted; `check`, which the chart runs first, fails on it."""
     try:
-        promotion_check(settings, found)
+        promotion_check(settings, info)
     except ConfigError as err:
         for problem in err.problems:
             click.echo(f"trainctl: warning: promotion: {problem}", err=True)
@@ -193,14 +209,14 @@ def _dataset_in(
     prepare: bool,
     rows_per_worker: bool,
 ) -> str:
-    from app.run.class_names import class_names_problem
+    from app.runfolder.class_names import class_names_problem
     from app.training.model import model_problem
 
     if not prepare and kind.to_prepare(folder):  # a built-in dataset not there yet
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
     info, note = kind.ensure(folder, settings)
     found.info = info
-    problem = class_names_problem(settings.run_dir, info)
+    problem = class_names_problem(settings.run_dir, info.class_names, info.path)
     problem = problem or model_problem(settings.model, info, settings.vit_patch)
     if rows_per_worker:
         problem = problem or workers_problem(settings, info)
@@ -245,8 +261,8 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
     """TRAIN_WARM_START resolves (a run folder, a checkpoint, an export, a champion, a file),
     its checksums hold, its task is this run's and (once the data is known) its weights fit
     the model: named here, before Ray starts, not by every worker's load."""
+    from app.run.warm_start import FILE_VOUCH, TAKES, resolve
     from app.settings.model import ChampionRef
-    from app.training.warm_start import FILE_VOUCH, TAKES, resolve
 
     path = settings.warm_start
     if path is None:
@@ -334,7 +350,7 @@ def local_cluster_check(settings: TrainSettings, found: Found) -> str:
     """`check` without a cluster to join: what the local cluster `train` starts will hold,
     judged as cluster_check judges a running one, without starting it (that alone took 40 s
     of `check`'s 45 on a laptop, to learn what this machine already says)."""
-    from app.run.ray_cluster import capacity_problems, local_resources
+    from app.ray_cluster import capacity_problems, local_resources
 
     resources = local_resources(settings)
     if resources is None:  # this Ray resolves node resources differently: ask a real cluster

@@ -39,7 +39,7 @@ def make_export(storage: Path, data: Path, model: str) -> Path:
 
     from app.data.schema import DatasetInfo
     from app.export.build import export_best
-    from app.run import checkpoints
+    from app.runfolder import checkpoint_names, checkpoints
     from app.settings import TrainSettings
     from app.training.model import build_model
 
@@ -55,7 +55,7 @@ def make_export(storage: Path, data: Path, model: str) -> Path:
     )  # fmt: skip
     torch.manual_seed(0)
     state = build_model(model, info).state_dict()
-    folder = settings.run_dir / checkpoints.dir_name(1)
+    folder = settings.run_dir / checkpoint_names.dir_name(1)
     checkpoints.write_checkpoint(
         folder, model_state=state, train_state={"epoch": 1}, epoch=1,
         metrics={"epoch": 1.0, "val_accuracy": 0.1}, class_names=names,
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from app.run.ray_cluster import join_or_start
+    from app.ray_cluster import join_or_start
 
     data = jpeg_folder(images, valid_rows=1)
     folder = data / "train"

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.run.ray_cluster import join_or_start
+from app.ray_cluster import join_or_start
 from bench.common import (
     IMAGE_SHAPE,
     NUM_CLASSES,
@@ -54,14 +54,14 @@ def save_and_report(mode: str, epoch: int, metrics: dict[str, float], state: dic
     """
     import ray.train
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoint_names, checkpoints
 
     folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
     checkpoints.write_checkpoint(folder, epoch=epoch, metrics=metrics, **state)
     ray.train.report(
         metrics,
         checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
-        checkpoint_dir_name=checkpoints.dir_name(epoch),
+        checkpoint_dir_name=checkpoint_names.dir_name(epoch),
         checkpoint_upload_mode=ray.train.CheckpointUploadMode[mode],
         delete_local_checkpoint_after_upload=True,
     )

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.run.ray_cluster import join_or_start
+from app.ray_cluster import join_or_start
 from bench import gpu_parts
 from bench.common import (
     cifar_arrays,
@@ -47,7 +47,7 @@ def app_run(
     """(b): one real `trainctl train`; steady figures are the medians of epochs 2 and later.
     rep 1 is a second, fresh run on the same machine: its compilation comes from the cache
     (private to this user on this machine, app/training/accel.py)."""
-    from app.run.folder import read_jsonl
+    from app.runfolder.folder import read_jsonl
     from bench.startup import MARKS, one_start
 
     settings = {

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from app.run.ray_cluster import join_or_start
+from app.ray_cluster import join_or_start
 from bench.common import (
     CACHE,
     IMAGE_SHAPE,

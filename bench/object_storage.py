@@ -1,14 +1,15 @@
 """Checkpoint cost on S3 against a local volume: the storage-dependent steps, side by side.
 
-A checkpoint of the app's model with its AdamW state is written once (app/run/checkpoints.py, as
-rank 0 does each epoch). Then, per repetition and alternating the order, each store takes it
+A checkpoint of the app's model with its AdamW state is written once
+(app/runfolder/checkpoints.py, as rank 0 does each epoch). Then, per repetition and alternating
+the order, each store takes it
 through the three steps whose cost depends on where the run folder lives:
 
   upload_s: Ray Train's own copy of the finished folder to storage (the background part of an
             ASYNC report; the training loop does not wait for it, the run's end does);
   verify_s: the driver's scan before a run or rerun: list the folder, read and hash every file
-            (app/run/checkpoints.scan);
-  delete_s: pruning it (app/run/checkpoints.prune's delete).
+            (app/runfolder/checkpoints.scan);
+  delete_s: pruning it (app/runfolder/checkpoints.prune's delete).
 
 The S3 store is moto's server on 127.0.0.1 (.venv-moto, as in the tests): it keeps objects in
 memory, so the figures show the protocol's cost on loopback, not a real network's bandwidth.
@@ -35,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _checkpoint(model_name: str, folder: Path) -> int:
     import torch
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoint_names, checkpoints
     from app.training.model import build_model
     from bench.checkpoint import _cifar_info
 
@@ -44,7 +45,7 @@ def _checkpoint(model_name: str, folder: Path) -> int:
     model(torch.randn(2, 3, 32, 32)).sum().backward()
     optimizer.step()  # AdamW's moments exist only after a step: the checkpoint's real size
     checkpoints.write_checkpoint(
-        folder / checkpoints.dir_name(1),
+        folder / checkpoint_names.dir_name(1),
         model_state=model.state_dict(),
         train_state={"optimizer": optimizer.state_dict(), "epoch": 1, "step": 1},
         epoch=1,
@@ -100,12 +101,12 @@ def _steps(local: Path, storage: Any) -> Callable[[], dict[str, float]]:
     import pyarrow.fs as pafs
     from ray.train.v2._internal.execution.storage import _upload_to_fs_path
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoint_names, checkpoints
     from app.storage.location import remove_tree, storage_options
 
     def once() -> dict[str, float]:
         run_dir = storage / f"run-{time.monotonic_ns()}"
-        name = checkpoints.dir_name(1)
+        name = checkpoint_names.dir_name(1)
         # Where Ray Train itself would upload it: the bucket's client, or the local file system.
         where = storage_options(run_dir / name)
         fs = where.get("storage_filesystem") or pafs.LocalFileSystem()

@@ -1,6 +1,6 @@
 """Training overhead: the app's epoch under Ray Train against a bare PyTorch loop, same model.
 
-  app:  `trainctl train`'s own driver (`run_training`) with one CPU worker: Ray Train worker,
+  app:  `trainctl train`'s own driver (`app.cli.train`) with one CPU worker: Ray Train worker,
         Ray Data shard, the app's uint8 batches normalized in the loop, AMP off, validation and
         a checkpoint every epoch;
   bare: the same model, batch, optimizer and validation in this process, over tensors already
@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.run.ray_cluster import join_or_start
+from app.ray_cluster import join_or_start
 from bench import common
 from bench.ingest import pyarrow_numpy
 
@@ -129,7 +129,7 @@ def bare(data_dir: Path, epochs: int, augment: str) -> Callable[[], dict[str, fl
 
 
 def app(data_dir: Path, storage: Path, epochs: int, augment: str) -> Callable[[], dict[str, float]]:
-    from app.run.driver import run_training
+    from app.cli import train
     from app.settings import TrainSettings
 
     runs = iter(range(1, 1000))
@@ -141,7 +141,7 @@ def app(data_dir: Path, storage: Path, epochs: int, augment: str) -> Callable[[]
             cpus_per_worker=THREADS, storage_path=storage, run_name=f"overhead-{next(runs)}",
             max_failures=0, amp="off", augment=augment,
         )  # fmt: skip
-        run_training(settings)
+        train(settings)
         run_dir = settings.run_dir
         start = json.loads((run_dir / "attempts.jsonl").read_text().splitlines()[0])["time"]
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]

@@ -70,8 +70,8 @@ def _retrained(samples: Path) -> int:
 
 
 def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int) -> dict:
-    from app.run.checkpoint_names import dir_name
-    from app.run.folder import ray_committed, read_progress
+    from app.runfolder.checkpoint_names import dir_name
+    from app.runfolder.folder import ray_committed, read_progress
 
     # The previous way's workers are gone (a removed node's may linger a moment here).
     _wait(lambda: not _workers(cluster.address), 120, "the previous run's workers to go")

@@ -1,6 +1,6 @@
 """Run folders with real checkpoints for the promotion tests, made without Ray.
 
-A checkpoint here is what the training loop writes (app/run/checkpoints.write_checkpoint): the
+A checkpoint here is what the training loop writes (app/runfolder/checkpoints.write_checkpoint): the
 state dict of the real model for the data, and meta.json with its metrics. The promotion step
 reads nothing else, so these folders stand for finished runs of chosen quality.
 """
@@ -38,14 +38,14 @@ def make_run(
     default 1 - accuracy), for `info`'s data; more epochs are more calls."""
     import torch
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoint_names, checkpoints
     from app.training.model import build_model
 
     torch.manual_seed(seed)
     model = build_model("cnn", info)
     run_dir = storage / name
     checkpoints.write_checkpoint(
-        run_dir / checkpoints.dir_name(epoch),
+        run_dir / checkpoint_names.dir_name(epoch),
         model_state=model.state_dict(),
         train_state={"epoch": epoch},
         epoch=epoch,

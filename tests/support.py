@@ -53,7 +53,7 @@ def run_trainctl(
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
     """The run's summary as the app reads it; a test that expects one fails without it."""
-    from app.run.folder import read_summary as app_read_summary
+    from app.runfolder.folder import read_summary as app_read_summary
 
     summary = app_read_summary(run_dir)
     assert summary is not None, f"no readable summary.json in {run_dir}"
@@ -128,16 +128,16 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> N
 
 def committed(run_dir: Path, pattern: str) -> bool:
     """A checkpoint whose folder name matches `pattern` is committed: in Ray's snapshot, read by
-    the app's own reader (app.run.folder.ray_committed)."""
-    from app.run.folder import ray_committed
+    the app's own reader (app.runfolder.folder.ray_committed)."""
+    from app.runfolder.folder import ray_committed
 
     return any(re.search(pattern, name) for name in ray_committed(run_dir))
 
 
 def committed_steps(run_dir: Path) -> list[int]:
     """The global steps of the mid-epoch checkpoints Ray has committed."""
-    from app.run.checkpoint_names import parse_name
-    from app.run.folder import ray_committed
+    from app.runfolder.checkpoint_names import parse_name
+    from app.runfolder.folder import ray_committed
 
     parsed = (parse_name(name) for name in ray_committed(run_dir))
     return sorted(found[1] for found in parsed if found is not None and found[1] is not None)
@@ -160,8 +160,8 @@ def committed_epochs(run_dir: Path) -> set[int]:
     A checkpoint on disk is not yet committed: Ray counts it only once every worker's report is
     collected. Fault tests inject only after this, so they never race the commit.
     """
-    from app.run.checkpoint_names import parse_name
-    from app.run.folder import ray_committed
+    from app.runfolder.checkpoint_names import parse_name
+    from app.runfolder.folder import ray_committed
 
     parsed = (parse_name(name) for name in ray_committed(run_dir))
     # End-of-epoch checkpoints only: not the mid-epoch ones (checkpoint_epoch_0001_step_...).

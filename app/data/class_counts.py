@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.data.folder_listing import shown
 from app.data.schema import DatasetInfo
+from app.formatting import shown
 
 MIN_TRAIN = 10
 MIN_VALID = 5

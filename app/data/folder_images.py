@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
-from app.data.folder_listing import shown
 from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
+from app.formatting import shown
 from app.storage import safe_fs
 from app.storage.location import RunPath, local_path
 from app.storage.reading import read_bounded

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from app.data.class_meta import names_problem
-from app.data.schema import MAX_CLASSES, SPLITS, Problems
+from app.data.schema import SPLITS, Problems
 from app.errors import ConfigError
-from app.redact import redact_uri
+from app.formatting import shown
+from app.runfolder.class_names import MAX_CLASSES, names_problem
 from app.storage.buckets import ObjectPath
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
 from app.storage.location import RunPath, local_path
@@ -60,13 +60,6 @@ class FolderListing:
             f"{self.skipped} files skipped (not {'/'.join(e[1:] for e in IMAGE_EXTENSIONS)}, "
             "hidden, or not inside a class folder)"
         )
-
-
-def shown(text: object) -> str:
-    """A name as messages show it: as is when printable, else escaped like Python's repr;
-    a URI through the project's redaction rule."""
-    value = redact_uri(str(text))
-    return value if value.isprintable() else repr(value)
 
 
 def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:

@@ -27,6 +27,8 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from app.formatting import shown
+
 MAX_PIXELS = 89_478_485  # PIL.Image.MAX_IMAGE_PIXELS's default: 0.25 GiB as 24-bit RGB
 MAX_FILE_BYTES = 64 << 20
 GRAY_MODES = {"1", "L", "LA"}
@@ -41,14 +43,6 @@ class TooManyPixels(ImageError):
     """An image declaring more than MAX_PIXELS pixels."""
 
 
-def _shown(where: object) -> str:
-    # The one rule for names in messages; imported here since folder_listing imports schema,
-    # which imports images, which imports this module.
-    from app.data.folder_listing import shown
-
-    return shown(where)
-
-
 def open_image(data: bytes, where: object) -> Image.Image:
     """`data` opened (its header read, nothing decoded yet), or ImageError naming `where`
     when it is not an image or declares more than MAX_PIXELS pixels."""
@@ -59,19 +53,19 @@ def open_image(data: bytes, where: object) -> Image.Image:
             image = Image.open(io.BytesIO(data))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise TooManyPixels(
-            f"{_shown(where)}: over the {MAX_PIXELS:,} pixels allowed for one image ({err})"
+            f"{shown(where)}: over the {MAX_PIXELS:,} pixels allowed for one image ({err})"
         ) from None
     except UnidentifiedImageError:
         raise ImageError(
-            f"{_shown(where)}: not an image format Pillow reads (JPEG, PNG, BMP, TIFF, WebP...)"
+            f"{shown(where)}: not an image format Pillow reads (JPEG, PNG, BMP, TIFF, WebP...)"
         ) from None
     except (OSError, ValueError, SyntaxError) as err:
-        raise ImageError(f"{_shown(where)}: not a readable image ({err})") from None
+        raise ImageError(f"{shown(where)}: not a readable image ({err})") from None
     width, height = image.size
     if width * height > MAX_PIXELS:
         image.close()
         raise TooManyPixels(
-            f"{_shown(where)}: {width}x{height} pixels, over the {MAX_PIXELS:,} allowed for one "
+            f"{shown(where)}: {width}x{height} pixels, over the {MAX_PIXELS:,} allowed for one "
             "image (a decompression bomb, or a photograph to downscale first)"
         )
     return image
@@ -99,7 +93,7 @@ def decode_image(
         raise
     except (OSError, ValueError, SyntaxError, Warning) as err:
         # OSError: "image file is truncated"; SyntaxError: Pillow's word for a broken header.
-        raise ImageError(f"{_shown(where)}: not a readable image ({err})") from None
+        raise ImageError(f"{shown(where)}: not a readable image ({err})") from None
     return pixels.reshape(height, width, channels)
 
 
@@ -110,10 +104,10 @@ def _gray(image: Image.Image, where: object) -> bool:
     if image.mode in COLOR_MODES:
         bands = {"P": 3, "PA": 4}.get(image.mode, len(image.getbands()))
         raise ImageError(
-            f"{_shown(where)}: {bands} channel(s) ({image.mode}), but the model takes 1 (L); "
+            f"{shown(where)}: {bands} channel(s) ({image.mode}), but the model takes 1 (L); "
             "give grayscale images"
         )
     raise ImageError(
-        f"{_shown(where)}: Pillow mode {image.mode} is not supported by a 1-channel model; use "
+        f"{shown(where)}: Pillow mode {image.mode} is not supported by a 1-channel model; use "
         "8-bit grayscale (L) images"
     )

@@ -1,21 +1,13 @@
 """The side, in pixels, that image-folder datasets are resized to when TRAIN_IMAGE_SIZE=0.
 
 One function decides it, so that the rule can be refined in one place (for example from a
-pretrained model's own transforms).
+pretrained model's own transforms). The rule's words and bounds are the setting's
+(app/settings/image_size.py); this module applies them, asking torchvision where it must.
 """
 
 from __future__ import annotations
 
-IMAGE_SIZE_MIN = 8  # below this a 3x3-convolution network has nothing left to see
-IMAGE_SIZE_MAX = 1024  # 1024x1024x3 uint8 is 3 MiB a row: larger would not batch on a GPU
-TUTORIAL_MODELS = ("cnn", "resnet18", "vit")
-TUTORIAL_SIZE = 32  # the tutorial's data (CIFAR-10, synthetic) is 32x32
-ZOO_SIZE = 224  # what torchvision's ImageNet classifiers are built and trained for
-IMAGE_SIZE_RULE = (
-    f"{TUTORIAL_SIZE} for the tutorial models ({', '.join(TUTORIAL_MODELS)}), "
-    f"{ZOO_SIZE} for other torchvision models, or the crop size of TRAIN_WEIGHTS' own "
-    "transforms when it names torchvision weights"
-)
+from app.settings.image_size import TUTORIAL_MODELS, TUTORIAL_SIZE, ZOO_SIZE
 
 
 def image_size_for(model_name: str, requested: int = 0, weights: str | None = None) -> int:

@@ -132,7 +132,8 @@ def _write(root: Path | ObjectPath, listing: FolderListing, staging: Path, size:
 def prepare_from_folder_cli(source: str, out: Path, *, image_size: int, force: bool) -> str:
     """The command's defaults from the environment: the size rule for TRAIN_MODEL, and the
     bucket endpoint of TRAIN_STORAGE_ENDPOINT (both read as the settings read them)."""
-    from app.data.image_size import IMAGE_SIZE_MIN, image_size_for
+    from app.data.image_size import image_size_for
+    from app.settings.image_size import IMAGE_SIZE_MIN
 
     if image_size and image_size < IMAGE_SIZE_MIN:
         raise ConfigError(f"--image-size={image_size}: must be 0 or at least {IMAGE_SIZE_MIN}")

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from app.data.class_meta import decode as decode_class_names
 from app.data.images import ImageError, ImageFormat, describe_type, infer_format, to_images
 from app.errors import ConfigError
+from app.runfolder.class_names import MAX_CLASSES
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, absolute_location
 from app.storage.reading import random_access, walk_files
@@ -29,7 +30,6 @@ SAMPLE_FILES = 8
 MAX_PROBLEMS = 12
 # The largest class count trainctl accepts: the output layer holds K units, and a stray label
 # such as 2**31 would otherwise ask for gigabytes of weights after Ray has started.
-MAX_CLASSES = 100_000
 COLUMNS_HELP = "need columns image (uint8 pixels) and label (integer class id 0..K-1)"
 
 

@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.data.folder_listing import list_images, shown
+from app.data.folder_listing import list_images
 from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
 from app.evaluation.scoring import ScoringOptions, check_resources, connect, scored
 from app.export.card import Verified, verified
 from app.export.predict import Prediction, export_folder
+from app.formatting import shown
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, parse_location, store_errors, write_atomic
 

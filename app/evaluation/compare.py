@@ -10,7 +10,7 @@ One PNG overlays the runs' validation accuracy and losses per epoch.
 
 Accelerator-hours are summary.json's `accelerator_hours` where the run recorded them; else
 they are derived, duration x workers (x GPUs per worker: one, with TRAIN_USE_GPU), and say
-so. Every file is read the run folder's way (app/run/folder.py): bounded, no link followed,
+so. Every file is read the run folder's way (app/runfolder/folder.py): bounded, no link followed,
 a damaged record skipped with a warning.
 """
 
@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.data.folder_listing import shown
 from app.errors import ConfigError
 from app.evaluation.report import latest_metrics
-from app.run import folder as run_folder
+from app.formatting import shown
+from app.runfolder import folder as run_folder
 from app.storage.location import RunPath, parse_location, write_atomic
 
 MAX_RUNS = 20

@@ -27,11 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from app.data.folder_listing import list_class_folder, list_folder, shown
+from app.data.folder_listing import list_class_folder, list_folder
 from app.data.images import ImageFormat
 from app.data.schema import SPLITS, inspect_split, parquet_files
 from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows, parquet_rows
+from app.formatting import shown
 from app.storage.location import RunPath, parse_location, store_errors
 from app.storage.reading import reader_source
 

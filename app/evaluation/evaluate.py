@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.data.folder_listing import shown
 from app.errors import ConfigError
 from app.evaluation.data import EvalData, data_folder, run_split
 from app.evaluation.metrics import (
@@ -47,6 +46,7 @@ from app.evaluation.report import (
 )
 from app.evaluation.scoring import ScoringOptions, check_resources, connect, precision_of, scored
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, verified
+from app.formatting import shown
 from app.storage import safe_fs
 from app.storage.location import RunPath, local_path, store_errors
 from app.storage.reading import present

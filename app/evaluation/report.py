@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
-from app.run.folder import EVAL_DIR
+from app.runfolder.folder import EVAL_DIR
 from app.storage import bounded_json, safe_fs
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, local_path, write_atomic

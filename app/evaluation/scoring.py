@@ -198,7 +198,7 @@ def connect() -> None:
     already connected (a training driver) stays as it is."""
     import ray
 
-    from app.run.ray_cluster import join_or_start, wait_for_address
+    from app.ray_cluster import join_or_start, wait_for_address
 
     if ray.is_initialized():
         return

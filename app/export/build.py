@@ -32,7 +32,7 @@ from app.export.card import (
     card_json,
 )
 from app.redact import redact
-from app.run import checkpoints
+from app.runfolder import checkpoints
 from app.settings import TrainSettings
 from app.storage.location import RunPath, local_path, write_atomic
 from app.storage.reading import file_size, walk_files

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.data.class_meta import names_problem
 from app.errors import ConfigError
-from app.run.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
-from app.run.state_dicts import MAX_WEIGHTS_BYTES
+from app.runfolder.class_names import names_problem
+from app.runfolder.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
+from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
 from app.storage import bounded_json
 from app.storage.location import RunPath, local_path
 from app.storage.reading import read_bounded, sha256_of

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.data.folder_listing import shown
 from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
 from app.errors import ConfigError
 from app.export.card import CARD_FILE, EXPORT_DIR, WEIGHTS_FILE, Verified, verified
+from app.formatting import shown
 from app.storage.location import RunPath, local_path
 from app.storage.reading import present, read_bounded
 
@@ -140,7 +140,7 @@ def load_model(export: Verified) -> Any:
 
     import torch
 
-    from app.run.state_dicts import fit_problem, plain_keys, tensor_problem
+    from app.runfolder.state_dicts import fit_problem, plain_keys, tensor_problem
     from app.training.model import build_model, model_problem
 
     card = export.card

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.errors import EXIT_FAILED, EXIT_OK
-from app.formatting import epoch_line
 from app.k8s.diagnose import needs_look
 from app.k8s.status import JobView, Verdict, judge, progress_line
-from app.run import folder as run_folder
-from app.run.interruptions import in_words
+from app.runfolder import folder as run_folder
+from app.runfolder.epoch_record import epoch_line
+from app.runfolder.interruptions import in_words
 
 if TYPE_CHECKING:
     from app.storage.location import RunPath

@@ -5,7 +5,7 @@ The driver's last line (app/promotion/step.py) is what a CronJob's job log ends 
 line is kept in the run folder's summary.json (`promotion.line`), which these commands read: in
 the bucket when the chart keeps runs in object storage, else through a local mount of the
 shared volume (--storage-mount). Interruptions come from summary.json once the run finished,
-from attempts.jsonl while it runs (app/run/interruptions.py).
+from attempts.jsonl while it runs (app/runfolder/interruptions.py).
 
 A run folder is written by many hands: every string read from it is redacted, shown escaped
 when it holds control characters, and cut to a length a terminal line can hold; lists are cut
@@ -21,8 +21,7 @@ from typing import Any
 from app.errors import TrainctlError
 from app.formatting import one_line
 from app.k8s.plan import bucket_run_dir, local_run_dir
-from app.run.interruptions import MAX_SHOWN as MAX_INTERRUPTIONS_SHOWN  # noqa: F401 (its name here)
-from app.run.interruptions import lines_of
+from app.runfolder.interruptions import lines_of
 
 FINISHED = ("Complete", "Failed")  # jobDeploymentStatus of a run whose summary is final
 MAX_LINE_CHARS = 300  # a line read from the run folder, as shown
@@ -32,11 +31,7 @@ def promotion_line(summary: Mapping[str, Any] | None) -> str | None:
     """summary.json's promotion line (`promoted v7 (...)` / `kept v6: ...`), None before one."""
     promotion = (summary or {}).get("promotion")
     line = promotion.get("line") if isinstance(promotion, Mapping) else None
-    return shown(line) if isinstance(line, str) else None
-
-
-def shown(text: str, limit: int = MAX_LINE_CHARS) -> str:
-    return one_line(text, limit)
+    return one_line(line, MAX_LINE_CHARS) if isinstance(line, str) else None
 
 
 def finished(rayjob: Mapping[str, Any]) -> bool:
@@ -47,7 +42,7 @@ def finished(rayjob: Mapping[str, Any]) -> bool:
 def interruption_lines(
     rayjob: Mapping[str, Any], summary: Mapping[str, Any] | None, attempts: Sequence[Any]
 ) -> list[str]:
-    """The run's interruptions in words (app/run/interruptions.py): a finished RayJob's from
+    """The run's interruptions in words (app/runfolder/interruptions.py): a finished RayJob's from
     summary.json, a running one's from attempts.jsonl."""
     return lines_of(summary, attempts, finished=finished(rayjob))
 
@@ -57,7 +52,7 @@ def run_lines(
 ) -> list[str]:
     """What `rayjob`'s run folder says, where it can be read from here: its interruptions,
     then a finished run's promotion line; nothing where the folder cannot be located."""
-    from app.run.folder import ATTEMPTS_FILE, read_jsonl, read_summary
+    from app.runfolder.folder import ATTEMPTS_FILE, read_jsonl, read_summary
 
     try:
         run_dir = _run_dir(rayjob, configmaps, storage_mount)
@@ -67,7 +62,7 @@ def run_lines(
         final = isinstance((summary or {}).get("interruptions"), list)
         attempts = [] if final else read_jsonl(run_dir / ATTEMPTS_FILE)
     except (TrainctlError, OSError, ValueError, KeyError) as err:
-        return [f"run folder not readable from here ({shown(str(err), 200)})"]
+        return [f"run folder not readable from here ({one_line(str(err), 200)})"]
     lines = interruption_lines(rayjob, summary, attempts)
     outcome = promotion_line(summary)
     return lines + ([outcome] if outcome else [])

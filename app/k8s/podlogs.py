@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.errors import ConfigError, RunFailed
-from app.run.folder import METRICS_FILE, SUMMARY_FILE
+from app.runfolder.folder import METRICS_FILE, SUMMARY_FILE
 
 Which = Literal["submitter", "head"]
 SUBMITTER_CONTAINER = "ray-job-submitter"  # KubeRay's name, in the Job and in SidecarMode

@@ -215,12 +215,3 @@ def render_schedule_objects(
         values_json=canonical.go_json(stored),
         pools=[pool for pool in wanted if pool in pools],
     )
-
-
-def write_manifests(
-    values: dict[str, Any], out_dir: Path, *, release: str, namespace: str
-) -> list[Path]:
-    """See app/k8s/manifests_out.py (kept here for the callers that import it from render)."""
-    from app.k8s.manifests_out import write_manifests as write
-
-    return write(values, out_dir, release=release, namespace=namespace)

@@ -29,7 +29,7 @@ from app.k8s.plan import (
     the_rayjob,
 )
 from app.k8s.stuck import why_stuck
-from app.run.folder import read_summary
+from app.runfolder.folder import read_summary
 
 if TYPE_CHECKING:
     from app.storage.location import RunPath

@@ -32,7 +32,7 @@ from app.storage.reading import exists_within, is_dir_within
 MAX_SHOWN_CHARS = 80  # a name or number from the pointer, as printed
 
 
-def promotion_check(settings: TrainSettings, found: object = None) -> str:
+def promotion_check(settings: TrainSettings, info: DatasetInfo | None = None) -> str:
     """`gate ...; champion: run X v3, val_accuracy 0.962` or `...; no champion yet (...)`;
     ConfigError naming the pointer and what is wrong with it."""
     path = champion.pointer_path(settings.storage_path, settings.champion_name)
@@ -49,7 +49,6 @@ def promotion_check(settings: TrainSettings, found: object = None) -> str:
     except champion.PointerDamaged as err:
         raise ConfigError(damaged(str(err))) from None
     line = describe(settings.promote_if, pointer, settings.checkpoint_metric, path)
-    info: DatasetInfo | None = getattr(found, "info", None)  # None: the data is not read yet
     if pointer is None:
         chance = chance_of(info.valid_class_counts) if info else None
         return _first(line, settings.promote_if, chance) + _race(path)

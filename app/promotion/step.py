@@ -15,7 +15,7 @@ Nothing here loses a record. A promoted export is copied into the champion's imm
 cannot change the champion. A failed export (or a champion copy the store refused) is a
 failure of the run, exit 1 with the cause in summary.json (`status: failed`), not a gate's
 "not promoted"; a rerun exports again. The summary goes through
-app/run/folder.write_final_summary, which never leaves it at "running" or half written.
+app/runfolder/folder.write_final_summary, which never leaves it at "running" or half written.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from app.promotion import champion, champion_export, gate, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.task import Task, another_task
 from app.redact import redact_text
-from app.run import checkpoints
-from app.run.folder import SummaryNotWritten, write_final_summary
+from app.runfolder import checkpoints, retention
+from app.runfolder.folder import SummaryNotWritten, write_final_summary
 from app.settings import TrainSettings
 from app.storage import safe_fs
 from app.storage.location import local_path
@@ -73,7 +73,7 @@ def promote_run(
     run_dir = settings.run_dir
     metric = settings.checkpoint_metric
     good = checkpoints.scan(run_dir).good if good is None else good
-    best = next(iter(checkpoints.ranked(good, metric)), None)
+    best = next(iter(retention.ranked(good, metric)), None)
     promotion: dict[str, Any] = {"gate": str(settings.promote_if), "metric": metric}
     if best is not None:
         promotion["checkpoint"] = {"epoch": best.epoch, "metrics": best.metrics}
@@ -323,7 +323,7 @@ def move_champion(
             best.metrics,
             (current or {}).get("metrics"),
             settings.checkpoint_metric,
-            checkpoints.higher_is_better(settings.checkpoint_metric),
+            retention.higher_is_better(settings.checkpoint_metric),
             chance,
         )
         outcome.decision = decision

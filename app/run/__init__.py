@@ -1,9 +1,9 @@
-"""One run of `trainctl train`, from the driver's start to its run folder.
+"""One run of `trainctl train`, from the driver's start to its run folder: the orchestration.
 
-The driver (driver.py) takes the settings, proves the storage and what may resume the run
-(resume.py, checkpoints.py), starts Ray Train, follows the epochs (progress.py) and writes the
-summary (summary.py). Everything a run leaves behind lives in the run folder (folder.py: the
-records; checkpoints.py: the checkpoint folders; log_capture.py: the logs written while it runs;
-log_lookup.py and log_reader.py: reading them back for `trainctl logs`). worker_hooks.py is what
-a Ray Train worker adds around the training loop (app/training/).
+The driver (driver.py) takes the settings and what preflight found, decides what the run
+starts from (resume.py: a checkpoint of this run; warm_start.py: TRAIN_WARM_START's weights),
+starts Ray Train, follows the epochs (progress.py), stops cleanly on SIGTERM (signals.py) and
+writes the summary; decisions.py holds what each step decides. What a run leaves behind, and
+how it is read and written, is app/runfolder/; `trainctl status` and `trainctl logs` read it
+through status.py and log_lookup.py.
 """

@@ -12,11 +12,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from app.run.checkpoints import CheckpointRef
+from app.runfolder.checkpoints import CheckpointRef
 from app.storage.location import RunPath
 
 if TYPE_CHECKING:
-    from app.training.warm_start import WarmStart
+    from app.training.warm_weights import WarmStart
 
 Ending = Literal["sigterm", "ctrl_c", "failure"]
 

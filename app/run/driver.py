@@ -16,18 +16,17 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
-from app.preflight import Found, cluster_check, preflight_for_training
 from app.promotion.step import promote_run
-from app.run import checkpoints, decisions, resume
-from app.run import folder as run_folder
-from app.run import log_capture as run_logs
-from app.run.class_names import record as record_class_names
-from app.run.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
-from app.run.interrupts import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
+from app.run import decisions, resume
 from app.run.progress import EpochFollower
-from app.run.retention import in_run_pruner
-from app.run.summary import build_summary, plot_curves
-from app.run.usage import accelerator_hours
+from app.run.signals import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
+from app.runfolder import checkpoints, retention
+from app.runfolder import folder as run_folder
+from app.runfolder import log_capture as run_logs
+from app.runfolder.class_names import record as record_class_names
+from app.runfolder.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
+from app.runfolder.summary import build_summary, plot_curves
+from app.runfolder.usage import accelerator_hours
 from app.settings import TrainSettings
 from app.storage.location import RunPath, storage_options
 from app.tracking.trackers import Trackers
@@ -39,22 +38,25 @@ class Interrupted(TrainctlError):
     exit_code = EXIT_SIGTERM
 
 
-def run_training(settings: TrainSettings) -> dict[str, Any]:
+def run_training(
+    settings: TrainSettings,
+    info: DatasetInfo,
+    *,
+    join_cluster: Callable[[], object],
+    warm_start: Any = None,
+) -> dict[str, Any]:
+    """The run, after preflight (app/preflight.py `preflight_for_training`, which the CLI runs
+    first): `info` is the dataset it inspected, `warm_start` TRAIN_WARM_START as it verified it,
+    and `join_cluster` its last check, run here once the run folder is settled."""
     started = time.monotonic()
     run_dir = settings.run_dir
-    try:
-        found = preflight_for_training(settings)
-    except ConfigError as err:
-        run_folder.record_invalid(run_dir, err)
-        raise
-    info: DatasetInfo = found.info  # type: ignore[assignment]
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
-    # to worker-N.log there: they outlive the Ray cluster (app/run/log_capture.py).
+    # to worker-N.log there: they outlive the Ray cluster (app/runfolder/log_capture.py).
     attempt = run_logs.next_attempt(run_dir)
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
     with run_logs.capture(driver_log, settings.log_max_mb, banner, held=True) as log:
-        return _train(settings, info, started, attempt, log.open, found.warm_start)
+        return _train(settings, info, started, attempt, log.open, join_cluster, warm_start)
 
 
 def _train(
@@ -63,50 +65,89 @@ def _train(
     started: float,
     attempt: int,
     open_log: Callable[[], None],
+    join_cluster: Callable[[], object],
     warm_start: Any = None,
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
-    # auto values become concrete once, here: the workers and the summary see what ran.
-    settings, choices = resolve(settings, info)
-    info = pretrained_info(settings, info)  # TRAIN_WEIGHTS by name: the weights' mean and std
-    if choices:
-        _say(f"gpu: {', '.join(choices)}")
-
+    settings, info = _resolved(settings, info)
     start = decisions.plan_start(resume.usable_checkpoint(settings, info, _say), settings.epochs)
     _say(start.announcement(settings.run_name, run_dir, settings.epochs))
     if warm_line := decisions.warm_start_line(start, warm_start):
         _say(warm_line)
     resume_from = start.checkpoint
     if start.kind == "finished":
-        # A driver killed after the last checkpoint left its tracker runs open: close them.
-        before = read_summary(run_dir) or {}
-        previous = decisions.trackers_to_close(before)
-        trackers = Trackers.start(settings, previous) if previous else None
-        if trackers is not None:
-            trackers.catch_up(run_folder.epochs(run_dir))
-        # The earlier verdict on the same checkpoint stands (app/promotion/step.py).
-        return _conclude(
-            settings, info, started, "", resume_from, trackers, before.get("promotion")
-        )
+        return _conclude_finished(settings, info, started, resume_from)
 
     invocation = uuid.uuid4().hex
     # A rerun after a driver that never finished (SIGTERM, killed, failed) is an interruption.
     interrupted = start.kind == "resume" and decisions.previous_interrupted(read_summary(run_dir))
-    # Joining a cluster may take a while: SIGTERM and Ctrl-C end it cleanly too.
+    _join(run_dir, join_cluster)
+    open_log()  # training starts: from here on the driver's output is kept in the run folder
+    trackers = _begin(settings, info, resume_from, start.epochs_done)
     with sigterm_interrupts():
         try:
-            cluster_check(settings, Found(info))  # the last of `trainctl check`'s checks
+            _fit(
+                settings, info, invocation, resume_from, attempt, trackers, interrupted,
+                warm_start,
+            )  # fmt: skip
+        except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
+            stopped = _stopped(
+                err, settings, info, started, invocation, resume_from, attempt, trackers
+            )
+            if stopped is None:  # Ctrl-C: the CLI reports it
+                raise
+            raise stopped from None
+    return _conclude(settings, info, started, invocation, resume_from, trackers)
+
+
+def _resolved(settings: TrainSettings, info: DatasetInfo) -> tuple[TrainSettings, DatasetInfo]:
+    """auto values made concrete once, here: the workers and the summary see what ran."""
+    settings, choices = resolve(settings, info)
+    info = pretrained_info(settings, info)  # TRAIN_WEIGHTS by name: the weights' mean and std
+    if choices:
+        _say(f"gpu: {', '.join(choices)}")
+    return settings, info
+
+
+def _conclude_finished(
+    settings: TrainSettings, info: DatasetInfo, started: float, resume_from: RunPath | None
+) -> dict[str, Any]:
+    """A run that already reached TRAIN_EPOCHS: not trained again, its summary and verdict
+    written again (the earlier verdict on the same checkpoint stands: app/promotion/step.py)."""
+    run_dir = settings.run_dir
+    # A driver killed after the last checkpoint left its tracker runs open: close them.
+    before = read_summary(run_dir) or {}
+    previous = decisions.trackers_to_close(before)
+    trackers = Trackers.start(settings, previous) if previous else None
+    if trackers is not None:
+        trackers.catch_up(run_folder.epochs(run_dir))
+    return _conclude(settings, info, started, "", resume_from, trackers, before.get("promotion"))
+
+
+def _join(run_dir: RunPath, join_cluster: Callable[[], object]) -> None:
+    """Preflight's last check, joining the cluster: it may take a while, so SIGTERM and Ctrl-C
+    end it cleanly too; a request the cluster never holds is recorded as bad input."""
+    with sigterm_interrupts():
+        try:
+            join_cluster()
         except StopForSigterm:
             raise Interrupted(
                 f"stopped by SIGTERM while joining the Ray cluster; run folder {run_dir} is "
                 "unchanged"
             ) from None
-        except ConfigError as err:  # a request the cluster never holds is bad input too
+        except ConfigError as err:
             run_folder.record_invalid(run_dir, err)
             raise
-    open_log()  # training starts: from here on the driver's output is kept in the run folder
+
+
+def _begin(
+    settings: TrainSettings, info: DatasetInfo, resume_from: RunPath | None, epochs_done: int
+) -> Trackers:
+    """The trackers started (and caught up with the epochs already trained), and the run
+    folder made ready: the running summary, the class names, Ray's stale snapshot gone."""
+    run_dir = settings.run_dir
     trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
-    trackers.catch_up([r for r in run_folder.epochs(run_dir) if r["epoch"] <= start.epochs_done])
+    trackers.catch_up([r for r in run_folder.epochs(run_dir) if r["epoch"] <= epochs_done])
     running = {**_running_summary(settings, resume_from), "tracking": trackers.ids}
     try:
         write_summary(run_dir, running)
@@ -115,45 +156,58 @@ def _train(
             f"{run_dir}/summary.json could not be written ({err.strerror or err}); nothing was "
             "trained: free space on the store and rerun"
         ) from None
-    record_class_names(run_dir, info)  # checked against the data in preflight
+    record_class_names(run_dir, info.class_names)  # checked against the data in preflight
     run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
+    return trackers
 
-    with sigterm_interrupts():
-        try:
-            _fit(
-                settings, info, invocation, resume_from, attempt, trackers, interrupted,
-                warm_start,
-            )  # fmt: skip
-        except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
-            ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
-            if ending == "sigterm":
-                _say(just_in_time(settings.run_dir, invocation))
-                _finish(
-                    settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM",
-                    trackers=trackers,
-                )  # fmt: skip
-                raise Interrupted(
-                    f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
-                ) from None
-            if ending == "ctrl_c":  # the CLI reports it
-                raise
-            cause = decisions.root_cause(err)
-            if decisions.is_bad_image(cause, err):
-                from app.data.kinds import dataset_kind
 
-                where = dataset_kind(settings.dataset).locate_bad_image(info)
-                cause = f"bad image in {where or 'the data'}: {cause}"
-            _finish(settings, "failed", started, invocation, resume_from, cause, trackers=trackers)
-            logs = run_logs.attempt_dir(run_dir, attempt)
-            raise RunFailed(
-                [
-                    f"training failed: {cause}",
-                    f"checkpoints and summary: {run_dir}",
-                    f"driver and worker logs: {logs}/ (`trainctl logs {run_dir} --worker N`, "
-                    "N = 0 for rank 0; --driver for the driver's)",
-                ]
-            ) from None
-    return _conclude(settings, info, started, invocation, resume_from, trackers)
+def _stopped(
+    err: BaseException,
+    settings: TrainSettings,
+    info: DatasetInfo,
+    started: float,
+    invocation: str,
+    resume_from: RunPath | None,
+    attempt: int,
+    trackers: Trackers,
+) -> TrainctlError | None:
+    """What a run that ended early raises once its summary is written: Interrupted after
+    SIGTERM, RunFailed naming the cause and the logs; None for Ctrl-C (the CLI reports it)."""
+    run_dir = settings.run_dir
+    ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
+    if ending == "ctrl_c":
+        return None
+    if ending == "sigterm":
+        _say(just_in_time(run_dir, invocation))
+        _finish(
+            settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM",
+            trackers=trackers,
+        )  # fmt: skip
+        return Interrupted(
+            f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
+        )
+    cause = _cause(err, settings, info)
+    _finish(settings, "failed", started, invocation, resume_from, cause, trackers=trackers)
+    logs = run_logs.attempt_dir(run_dir, attempt)
+    return RunFailed(
+        [
+            f"training failed: {cause}",
+            f"checkpoints and summary: {run_dir}",
+            f"driver and worker logs: {logs}/ (`trainctl logs {run_dir} --worker N`, "
+            "N = 0 for rank 0; --driver for the driver's)",
+        ]
+    )
+
+
+def _cause(err: BaseException, settings: TrainSettings, info: DatasetInfo) -> str:
+    """The failure in one line; for a bad image, the file (and row) it came from."""
+    cause = decisions.root_cause(err)
+    if decisions.is_bad_image(cause, err):
+        from app.data.kinds import dataset_kind
+
+        where = dataset_kind(settings.dataset).locate_bad_image(info)
+        cause = f"bad image in {where or 'the data'}: {cause}"
+    return cause
 
 
 def _conclude(
@@ -181,31 +235,56 @@ def _fit(
     interrupted: bool,
     warm_start: Any = None,
 ) -> None:
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
+    """Ray Train's run, with the driver following the epochs: each one tracked, and the
+    checkpoints pruned as they come."""
     from app.data.cache import cache_datasets
-    from app.data.exact_split import ExactSplit
     from app.data.kinds import build_datasets
-    from app.training.loop import train_loop_per_worker
 
     read_started = time.monotonic()
     datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
     took = f" ({time.monotonic() - read_started:.1f} s)" if cache.cache else ""
     _say(f"data: {cache.reason}{took}")
+    config = {
+        "settings": settings,
+        "info": info,
+        "invocation": invocation,
+        "resume_from": resume_from,
+        "log_attempt": attempt,
+        "interrupted": interrupted,
+        # TRAIN_WARM_START as preflight verified it: each worker loads these bytes only.
+        "warm_start": warm_start,
+    }
+    trainer = _trainer(settings, config, datasets)
+    pruner = checkpoints.in_run_pruner(
+        settings.run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric,
+        warn=_say,
+    )  # fmt: skip
+
+    def on_epoch(row: dict[str, Any]) -> None:
+        trackers.log_epoch(row)
+        pruner.after_checkpoint()
+
+    follower = EpochFollower(
+        settings.run_dir, settings.epochs, since=time.time(), emit=click.echo, on_epoch=on_epoch,
+        on_checkpoint=pruner.after_checkpoint if settings.checkpoint_every.mid_epoch else None,
+    )  # fmt: skip
+    with follower:
+        trainer.fit()
+
+
+def _trainer(settings: TrainSettings, config: dict[str, Any], datasets: dict[str, Any]) -> Any:
+    """The TorchTrainer: the workers the settings ask for, the run folder on storage, Ray's
+    retries, and the datasets split the same way at every start."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from app.data.exact_split import ExactSplit
+    from app.training.loop import train_loop_per_worker
+
     workers = settings.workers
-    trainer = TorchTrainer(
+    return TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={
-            "settings": settings,
-            "info": info,
-            "invocation": invocation,
-            "resume_from": resume_from,
-            "log_attempt": attempt,
-            "interrupted": interrupted,
-            # TRAIN_WARM_START as preflight verified it: each worker loads these bytes only.
-            "warm_start": warm_start,
-        },
+        train_loop_config=config,
         scaling_config=ScalingConfig(
             num_workers=(workers.min, workers.max) if workers.elastic else workers.max,
             use_gpu=settings.use_gpu,
@@ -219,24 +298,13 @@ def _fit(
                 max_failures=settings.max_failures,
                 max_preemption_failures=settings.max_preemptions,
             ),
-            # Ray keeps every checkpoint: trainctl's own pruning decides (app/run/retention.py).
+            # Ray keeps every checkpoint: trainctl's own pruning decides
+            # (app/runfolder/retention.py).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
         ),
         datasets=datasets,
         dataset_config=ExactSplit(),  # the same shards at every start: exact mid-epoch resume
     )
-    pruner = in_run_pruner(settings, warn=_say)
-
-    def on_epoch(row: dict[str, Any]) -> None:
-        trackers.log_epoch(row)
-        pruner.after_checkpoint()
-
-    follower = EpochFollower(
-        settings.run_dir, settings.epochs, since=time.time(), emit=click.echo, on_epoch=on_epoch,
-        on_checkpoint=pruner.after_checkpoint if settings.checkpoint_every.mid_epoch else None,
-    )  # fmt: skip
-    with follower:
-        trainer.fit()
 
 
 def _finish(
@@ -255,6 +323,40 @@ def _finish(
         run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, good=good
     )
     kept = [ref for ref in good if ref.path not in removed]
+    summary = _summary(settings, status, started, invocation, resumed, error, kept)
+    if decisions.compile_fell_back(settings.compile, run_folder.epochs(run_dir)):
+        _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
+    try:
+        curves = plot_curves(run_dir)
+    except Exception as err:  # a plot must never leave the summary at "running"
+        _say(f"curves not drawn ({type(err).__name__}: {err})")
+        curves = None
+    _close_trackers(settings, status, summary, trackers, kept)
+    try:
+        path = write_final_summary(run_dir, summary)
+    except SummaryNotWritten as err:
+        if status == "succeeded":
+            raise  # the run's record is lost: a failure, exit 1 with the cause
+        _say(f"{'; '.join(err.problems)}")  # the run's own failure is what the caller raises
+        return summary, kept
+    _say(decisions.outcome_line(settings.run_name, status, summary, settings.epochs))
+    _say(f"  summary: {path}")
+    if curves:
+        _say(f"  curves:  {curves}")
+    return summary, kept
+
+
+def _summary(
+    settings: TrainSettings,
+    status: str,
+    started: float,
+    invocation: str,
+    resumed: RunPath | None,
+    error: str | None,
+    kept: list[checkpoints.CheckpointRef],
+) -> dict[str, Any]:
+    """The final summary's figures: the run's own, its restarts, and its accelerator-hours."""
+    run_dir = settings.run_dir
     starts = run_folder.attempts(run_dir, invocation) if invocation else []
     summary = build_summary(
         run_dir,
@@ -277,34 +379,26 @@ def _finish(
         use_gpu=settings.use_gpu,
         cpus_per_worker=settings.cpus_per_worker,
     )
-    if decisions.compile_fell_back(settings.compile, run_folder.epochs(run_dir)):
-        _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
-    try:
-        curves = plot_curves(run_dir)
-    except Exception as err:  # a plot must never leave the summary at "running"
-        _say(f"curves not drawn ({type(err).__name__}: {err})")
-        curves = None
+    return summary
+
+
+def _close_trackers(
+    settings: TrainSettings,
+    status: str,
+    summary: dict[str, Any],
+    trackers: Trackers | None,
+    kept: list[checkpoints.CheckpointRef],
+) -> None:
+    """The trackers' runs ended with the best checkpoint, and what each got in the summary."""
     if trackers is not None:
         # The summary's best, as the object it was ranked from (not located again from text).
-        best = next(iter(checkpoints.ranked(kept, settings.checkpoint_metric)), None)
+        best = next(iter(retention.ranked(kept, settings.checkpoint_metric)), None)
         trackers.finish(status, best.path if best else None)
         summary["tracking"] = trackers.ids
         # Per tracker, the epochs it got and did not: no metric is lost without a record.
         summary["tracking_delivery"] = trackers.delivery()
-    elif (read_summary(run_dir) or {}).get("tracking"):
-        summary["tracking"] = read_summary(run_dir)["tracking"]  # type: ignore[index]
-    try:
-        path = write_final_summary(run_dir, summary)
-    except SummaryNotWritten as err:
-        if status == "succeeded":
-            raise  # the run's record is lost: a failure, exit 1 with the cause
-        _say(f"{'; '.join(err.problems)}")  # the run's own failure is what the caller raises
-        return summary, kept
-    _say(decisions.outcome_line(settings.run_name, status, summary, settings.epochs))
-    _say(f"  summary: {path}")
-    if curves:
-        _say(f"  curves:  {curves}")
-    return summary, kept
+    elif (read_summary(settings.run_dir) or {}).get("tracking"):
+        summary["tracking"] = read_summary(settings.run_dir)["tracking"]  # type: ignore[index]
 
 
 def _running_summary(settings: TrainSettings, resume_from: RunPath | None) -> dict[str, Any]:

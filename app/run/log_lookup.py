@@ -1,6 +1,6 @@
 """Finding a run's log for `trainctl logs`: the run folder from RUN or --storage, then the
-worker's or driver's log of an attempt. Reading it is app/run/log_reader.py; writing it,
-app/run/log_capture.py.
+worker's or driver's log of an attempt. Reading it is app/runfolder/log_reader.py; writing it,
+app/runfolder/log_capture.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 from app.errors import ConfigError
 from app.formatting import one_path
 from app.redact import redact
-from app.run import log_reader
-from app.run.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
+from app.runfolder import log_reader
+from app.runfolder.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
 from app.storage import safe_fs
 from app.storage.location import RunPath, local_path
 from app.storage.reading import is_dir_within
@@ -83,7 +83,7 @@ def _regular_or_absent(path: Path, status: os.stat_result | None) -> bool:
 
 def read_lines(path: RunPath) -> Iterator[str]:
     """The log's lines oldest first: rotated files (.3, .2, .1) before the current one,
-    streamed (app/run/log_reader.py)."""
+    streamed (app/runfolder/log_reader.py)."""
     return log_reader.read_lines(path, log_root(path))
 
 

@@ -1,6 +1,6 @@
 """One readable line per epoch, printed by the driver while Ray trains.
 
-Rank 0 records each finished epoch in the run folder on shared storage (app/run/folder.py);
+Rank 0 records each finished epoch in the run folder on shared storage (app/runfolder/folder.py);
 the driver follows that record. Worker output stays in Ray's log folder and <run_dir>/logs/, so
 the console shows progress, not noise; the same records feed the experiment trackers
 (app/tracking/trackers.py).
@@ -14,10 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.formatting import epoch_line
-from app.run import folder as run_folder
-from app.run.epoch_record import eta_s
-from app.run.interruptions import in_words
+from app.runfolder import folder as run_folder
+from app.runfolder.epoch_record import epoch_line, eta_s
+from app.runfolder.interruptions import in_words
 
 
 class EpochFollower:

@@ -1,5 +1,5 @@
 """Which checkpoint may resume this run: proven before Ray starts (TRAIN_WARM_START's weights:
-app/training/warm_start.py).
+app/run/warm_start.py).
 
 Checksums prove a checkpoint intact, not that it belongs to this run: a checkpoint of another
 model (or of the same model on another class count) passes them and then fails inside every
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
-from app.run import checkpoints
-from app.run import folder as run_folder
+from app.runfolder import checkpoints
+from app.runfolder import folder as run_folder
 from app.settings import TrainSettings
 
 

@@ -4,12 +4,12 @@ volume or in a bucket, without Kubernetes.
 Per run: its status (running, succeeded, failed, stopped, invalid; `running` with how long it
 has been silent when nothing moved for STALE_S, which is what a killed driver leaves), epochs
 done of those asked, the last epoch's figure and the best checkpoint's (each named), the
-promotion verdict, the interruptions, and the accelerator-hours (app/run/usage.py). Final runs
+promotion verdict, the interruptions, and the accelerator-hours (app/runfolder/usage.py). Final runs
 are read from summary.json; a running one's summary is still an earlier driver's, so its
 epochs come from metrics.jsonl, its interruptions from attempts.jsonl and its signs of life
 from progress.json.
 
-Run folders are written by many hands. Every file is read as app/run/folder.py reads it:
+Run folders are written by many hands. Every file is read as app/runfolder/folder.py reads it:
 below the run folder without following a link, regular files only (a FIFO is refused, never
 waited on), bounded in size and nesting; every string shown is redacted, escaped and cut
 (app/formatting.py `one_line`). A file that cannot be read is named, and the command ends
@@ -34,11 +34,11 @@ import pyarrow.fs as pafs
 from app.errors import ConfigError
 from app.formatting import format_duration, one_line, one_path
 from app.redact import redact
-from app.run import folder as run_folder
-from app.run import interruptions, usage
-from app.run.epoch_record import CORE_METRICS, REQUIRED
-from app.run.log_capture import LOGS_DIR
-from app.run.retention import higher_is_better
+from app.runfolder import folder as run_folder
+from app.runfolder import interruptions, usage
+from app.runfolder.epoch_record import CORE_METRICS, REQUIRED
+from app.runfolder.log_capture import LOGS_DIR
+from app.runfolder.retention import higher_is_better
 from app.storage import bounded_json, safe_fs
 from app.storage.buckets import ObjectPath
 from app.storage.deadline import DeadlineExceeded, call_with_deadline

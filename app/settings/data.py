@@ -7,7 +7,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator
 
-from app.data.image_size import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN, IMAGE_SIZE_RULE
+from app.settings.image_size import IMAGE_SIZE_MAX, IMAGE_SIZE_MIN, IMAGE_SIZE_RULE
 from app.storage.buckets import ObjectPath
 
 # TRAIN_DATASET's values: the built-in datasets (trainctl writes them on first use), then the

@@ -6,7 +6,7 @@ Grammar (whitespace-separated, case-sensitive):
     condition := "beats_champion" | METRIC OP NUMBER
     OP        := ">=" | ">" | "<=" | "<"
 
-METRIC is a field of the epoch record (app/run/epoch_record.py), read from the exported
+METRIC is a field of the epoch record (app/runfolder/epoch_record.py), read from the exported
 checkpoint's metrics. `beats_champion` compares TRAIN_CHECKPOINT_METRIC (the metric that ranks
 checkpoints, in its own direction) with the champion's value of it: strictly better, so a tie
 keeps the champion (with no champion yet, it compares with chance: app/promotion/gate.py).
@@ -76,7 +76,7 @@ class Gate:
 def metrics() -> tuple[str, ...]:
     """The epoch record's fields. Imported when a gate is parsed, not with this module: the
     settings (and so `trainctl predict`'s CLI) import the gate's type without the run code."""
-    from app.run.epoch_record import FIELDS
+    from app.runfolder.epoch_record import FIELDS
 
     return tuple(f.name for f in FIELDS)
 

@@ -20,7 +20,7 @@ CHAMPION_PREFIX = "champion:"
 @dataclass(frozen=True)
 class ChampionRef:
     """TRAIN_WARM_START=champion:<model-name>: the champion of that TRAIN_MODEL_NAME under
-    TRAIN_STORAGE_PATH (resolved by app/training/warm_start.py)."""
+    TRAIN_STORAGE_PATH (resolved by app/run/warm_start.py)."""
 
     name: str
     doc_label: ClassVar[str] = "champion:<model-name>"  # its type, as docs/settings.md says

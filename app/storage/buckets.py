@@ -6,8 +6,9 @@ credentials: the standard chain of each cloud (AWS_* variables, ~/.aws, IRSA's w
 GOOGLE_APPLICATION_CREDENTIALS, GKE Workload Identity). S3-compatible stores (MinIO, Ceph)
 are reached through TRAIN_STORAGE_ENDPOINT or AWS_ENDPOINT_URL.
 
-`ObjectPath` offers the part of pathlib's API the run folder uses, so app/run/folder.py,
-app/run/checkpoints.py and app/run/log_capture.py read the same on a volume and in a bucket. What an
+`ObjectPath` offers the part of pathlib's API the run folder uses, so app/runfolder/folder.py,
+app/runfolder/checkpoints.py and app/runfolder/log_capture.py read the same on a volume and in a
+bucket. What an
 object store cannot do the same way (append, rename a folder) lives in app/storage/location.py.
 An ObjectPath pickles as its URI and endpoint only: every process builds its own client from
 its own environment, so no credential travels through Ray's object store.

@@ -4,7 +4,7 @@ deadline.
 
 On a volume the file is opened below its run folder without following a link
 (app/storage/safe_fs.py) and is appended to and rotated by rename; in a bucket it is a pyarrow
-random-access file, and each upload replaces the object whole. Callers (app/run/log_reader.py)
+random-access file, and each upload replaces the object whole. Callers (app/runfolder/log_reader.py)
 ask these questions instead of asking which kind of storage they have.
 """
 

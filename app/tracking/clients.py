@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from app.redact import redact_uri
-from app.run.epoch_record import TRACKED_METRICS
+from app.runfolder.epoch_record import TRACKED_METRICS
 from app.settings import TrainSettings
 from app.storage.location import RunPath, download_tree, local_copy, local_path, upload_tree
 

@@ -15,7 +15,7 @@ import ray.train
 import torch
 from torch import nn
 
-from app.run import checkpoints
+from app.runfolder import checkpoint_names, checkpoints
 from app.training.checkpoint_watch import gathered_rng
 
 
@@ -75,15 +75,15 @@ def report_checkpoint(
     # (ASYNC) while training goes on: nothing writes to this folder again, Ray deletes it once
     # copied, commits the checkpoint only after the copy, keeps reports in order, and waits for
     # the last copy before the run ends. A copy cut short by a crash lacks files or fails its
-    # checksums, and the next run sets it aside (app/run/checkpoints.py). BENCHMARKS.md has the
-    # time this saves. A just-in-time checkpoint (preemption, SIGTERM) is copied before report
+    # checksums, and the next run sets it aside (app/runfolder/checkpoints.py). BENCHMARKS.md has
+    # the time this saves. A just-in-time checkpoint (preemption, SIGTERM) is copied before report
     # returns instead (SYNC): the time it reports is then the time to a committed checkpoint.
     just_in_time = reason in ("preemption", "stopped")
     mode = ray.train.CheckpointUploadMode
     ray.train.report(
         metrics,
         checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
-        checkpoint_dir_name=checkpoints.dir_name(epochs_done, step if mid_epoch else None),
+        checkpoint_dir_name=checkpoint_names.dir_name(epochs_done, step if mid_epoch else None),
         checkpoint_upload_mode=mode.SYNC if just_in_time else mode.ASYNC,
         delete_local_checkpoint_after_upload=True,
     )

@@ -29,8 +29,8 @@ import ray.train
 import torch
 import torch.distributed as dist
 
-from app.run import folder as run_folder
-from app.run import interruptions
+from app.runfolder import folder as run_folder
+from app.runfolder import interruptions
 from app.settings import TrainSettings
 from app.settings.cadence import CheckpointEvery
 from app.storage.location import RunPath

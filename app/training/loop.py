@@ -22,10 +22,9 @@ from torch import nn
 
 from app.data.pipeline import epoch_batches
 from app.data.schema import DatasetInfo
-from app.run import checkpoints, interruptions
-from app.run import folder as run_folder
-from app.run.epoch_record import new_record
-from app.run.worker_hooks import EpochHook, worker_hooks
+from app.runfolder import checkpoints, interruptions, retention
+from app.runfolder import folder as run_folder
+from app.runfolder.epoch_record import new_record
 from app.settings import TrainSettings
 from app.storage.location import RunPath, in_storage
 from app.training import finetune
@@ -43,10 +42,11 @@ from app.training.model import build_model, uses_channels_last
 from app.training.sample_log import log_samples
 from app.training.steps import steps_per_epoch as epoch_steps
 from app.training.weights import apply_weights
+from app.training.worker_hooks import EpochHook, worker_hooks
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    # Logs to the run folder and the epoch gauges live in app/run/worker_hooks.py.
+    # Logs to the run folder and the epoch gauges live in app/training/worker_hooks.py.
     with worker_hooks(config, ray.train.get_context().get_world_rank()) as on_epoch:
         _train_loop(config, on_epoch)
 
@@ -237,7 +237,7 @@ def _resume_point(driver_choice: RunPath | None, settings: TrainSettings) -> Run
 
 
 def _worst(metric: str) -> float:
-    return float("-inf") if checkpoints.higher_is_better(metric) else float("inf")
+    return float("-inf") if retention.higher_is_better(metric) else float("inf")
 
 
 def _cosine_with_warmup(peak: float, warmup: int, total: int) -> Callable[[int], float]:

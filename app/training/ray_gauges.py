@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.run import epoch_record
-from app.run.epoch_record import ETA_GAUGE, FIELDS, eta_s
+from app.runfolder import epoch_record
+from app.runfolder.epoch_record import ETA_GAUGE, FIELDS, eta_s
 
-# metric name -> description: the epoch record's gauges (app/run/epoch_record.py), and the ETA.
+# metric name -> description: the epoch record's gauges (app/runfolder/epoch_record.py), and the
+# ETA.
 GAUGES = dict([*(f.gauge for f in FIELDS if f.gauge), ETA_GAUGE])
 
 

@@ -10,7 +10,7 @@
   `torch.load(weights_only=True)`: nothing in it can run code. On a volume it is opened as a
   regular file without following a link (a link, FIFO or device is refused, exit 2, naming
   it: a FIFO used to hang preflight), and its size bound is read from the open file. Every
-  tensor must hold real, finite data (app/run/state_dicts.tensor_problem): weights saved from
+  tensor must hold real, finite data (app/runfolder/state_dicts.tensor_problem): weights saved from
   the meta device have shapes and no data, and would pass a shape check to fail in training.
 - Weights load into the model built for the data, whose head has the data's class count:
   head keys are taken only where their shapes fit (so a 1000-class ImageNet head is left
@@ -36,7 +36,7 @@ from torch import nn
 
 from app.errors import ConfigError
 from app.redact import redact_uri
-from app.run.state_dicts import MAX_WEIGHTS_BYTES, fit_problem, plain_keys, tensor_problem
+from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES, fit_problem, plain_keys, tensor_problem
 from app.settings.model_names import (
     DEFAULT_WEIGHTS,
     is_weights_name,

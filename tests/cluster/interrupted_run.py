@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.run import checkpoints
-from app.run.checkpoints import CheckpointRef
-from app.run.folder import read_progress
+from app.runfolder import checkpoints
+from app.runfolder.checkpoints import CheckpointRef
+from app.runfolder.folder import read_progress
 from tests.support import (
     committed,
     committed_steps,

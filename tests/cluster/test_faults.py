@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.run import checkpoints
+from app.runfolder import checkpoints
 from tests.support import (
     FINISHED_EPOCHS,
     FinishedRun,

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.run import checkpoints
-from app.run.folder import read_progress
+from app.runfolder import checkpoint_names
+from app.runfolder.folder import read_progress
 from app.training.sample_log import ENV as SAMPLE_LOG
 from tests.cluster.interrupted_run import EPOCHS, RUN, InterruptedRun, env_for, prepare_data
 from tests.support import (
@@ -42,7 +42,9 @@ ROWS = 4000  # the drained run's: 125 steps of 32 per epoch on two workers
 
 def _final_weights(run_dir: Path, epoch: int) -> dict[str, torch.Tensor]:
     return torch.load(
-        run_dir / checkpoints.dir_name(epoch) / "model.pt", map_location="cpu", weights_only=True
+        run_dir / checkpoint_names.dir_name(epoch) / "model.pt",
+        map_location="cpu",
+        weights_only=True,
     )
 
 

@@ -35,10 +35,12 @@ print(json.dumps({"training_modules": loaded}))
 sys.exit(code)
 """
 # What predict may import of the training side: the model's definition, which builds the
-# network that weights.pt is loaded into, and the state-dict and run-folder layout rules.
+# network that weights.pt is loaded into, and the state-dict, class-name and run-folder layout
+# rules (app/runfolder/: records, no torch and no Ray).
 MODEL_DEFINITION = {
     "app.training", "app.training.model", "app.training.zoo",
-    "app.run", "app.run.state_dicts", "app.run.folder", "app.run.epoch_record",
+    "app.run", "app.runfolder", "app.runfolder.state_dicts", "app.runfolder.folder",
+    "app.runfolder.epoch_record", "app.runfolder.class_names",
 }  # fmt: skip
 
 
@@ -72,7 +74,7 @@ def test_predict_in_a_fresh_process_matches_the_training_model(
     from app.data.images import to_images
     from app.data.pipeline import Normalizer
     from app.data.schema import inspect_dataset, parquet_files
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
     from app.training.model import build_model
 
     info = inspect_dataset(finished_run.tmp / "data" / "digits")
@@ -113,10 +115,10 @@ def test_predict_in_a_fresh_process_matches_the_training_model(
 def _runs_of_three_qualities(finished: FinishedRun, storage: Path) -> dict[str, float]:
     """Run folders `first`, `worse`, `better`, each with one real checkpoint of the finished
     run: middle, lowest and highest validation accuracy."""
-    from app.run import checkpoints
+    from app.runfolder import checkpoints, retention
 
     good = checkpoints.scan(finished.run_dir).good
-    ranked = checkpoints.ranked(good, "val_accuracy")
+    ranked = retention.ranked(good, "val_accuracy")
     best, low = ranked[0], ranked[-1]
     middle = [r for r in ranked if low.metrics["val_accuracy"] < r.metrics["val_accuracy"]
               < best.metrics["val_accuracy"]]  # fmt: skip

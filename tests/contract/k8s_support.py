@@ -6,7 +6,9 @@ the helm-python-sdk wheel otherwise: the same Go template engine either way, no 
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -256,3 +258,18 @@ def rayjob_groups(job: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, A
 
 def config_data(objects: list[dict[str, Any]], name: str) -> dict[str, str]:
     return by_key(objects)[("ConfigMap", name)]["data"]
+
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+
+
+def normalized(obj: dict) -> dict:
+    """A rendered object as both engines must agree on it: Helm's managed-by label dropped,
+    the Secret's random token (checked long enough) replaced by a placeholder."""
+    obj = json.loads(json.dumps(obj))  # a deep copy, and ints vs floats compare equal anyway
+    obj["metadata"].get("labels", {}).pop(MANAGED_BY, None)
+    if obj["kind"] == "Secret":
+        token = obj["data"]["auth_token"]
+        assert len(base64.b64decode(token)) >= 32, "auth token too short"
+        obj["data"]["auth_token"] = "<random>"
+    return obj

@@ -20,17 +20,17 @@ from app.k8s.follow import summary_line
 from app.k8s.plan import pool_objects
 from app.k8s.render import load_values, render_objects
 from app.k8s.submit import _run_dir as submit_run_dir
-from app.run.folder import read_summary
+from app.runfolder.folder import read_summary
 from app.settings import TrainSettings
 from tests.contract.k8s_support import (
     HelmFailed,
     by_key,
     containers,
     helm_render,
+    normalized,
     of_kind,
     pod_templates,
 )
-from tests.contract.test_render_parity import _normalized
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
 
 POOLS = {"nodePools": {"l4": {"replicas": 2}, "cpu": {"gpusPerWorker": 0}}}
@@ -72,7 +72,7 @@ def _both(values: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
         python.update(by_key(objects))
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(python[key]), key
+        assert normalized(obj) == normalized(python[key]), key
     return list(helm.values())
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.k8s.render import load_values, write_manifests
+from app.k8s.manifests_out import write_manifests
+from app.k8s.render import load_values
 from tests.contract.k8s_support import EXAMPLES, REPO
 
 MANIFESTS = REPO / "manifests"

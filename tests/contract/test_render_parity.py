@@ -18,28 +18,19 @@ from app.errors import ConfigError
 from app.k8s import canonical, train_values
 from app.k8s.render import load_values, render_objects, render_schedule_objects
 from tests.contract.k8s_support import (
+    MANAGED_BY,
     VALUES_FILES,
     HelmFailed,
     by_key,
     helm_render,
     helm_template,
     load_yaml,
+    normalized,
 )
 from tests.contract.values_strategy import from_schema, schema, values_files
 
 # The two places the engines may differ, on purpose: who manages the object, and the random
 # token of a created auth Secret (a fresh one per offline render, in Helm as in Python).
-MANAGED_BY = "app.kubernetes.io/managed-by"
-
-
-def _normalized(obj: dict) -> dict:
-    obj = json.loads(json.dumps(obj))  # a deep copy, and ints vs floats compare equal anyway
-    obj["metadata"].get("labels", {}).pop(MANAGED_BY, None)
-    if obj["kind"] == "Secret":
-        token = obj["data"]["auth_token"]
-        assert len(base64.b64decode(token)) >= 32, "auth token too short"
-        obj["data"]["auth_token"] = "<random>"
-    return obj
 
 
 def python_objects(paths: list[Path], release: str, namespace: str, **sets: Any) -> dict:
@@ -58,7 +49,7 @@ def test_helm_and_trainctl_render_agree_object_for_object(path: Path) -> None:
     python = python_objects([path], "train", "ml")
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(python[key]), key
+        assert normalized(obj) == normalized(python[key]), key
         assert obj["metadata"]["labels"][MANAGED_BY] == "Helm"
         assert python[key]["metadata"]["labels"][MANAGED_BY] == "trainctl"
 
@@ -107,7 +98,7 @@ def test_generated_values_render_alike_or_are_refused_by_both(tmp_path: Path, us
         event(f"rendered a data pool, autoscaling {bool(data_pool.get('autoscaling'))}")
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(python[key]), key
+        assert normalized(obj) == normalized(python[key]), key
 
 
 # The data pool and the gang scheduler drawn from their schema over one valid file: across the
@@ -149,7 +140,7 @@ def test_generated_data_pools_and_schedulers_render_alike(
     event(f"rendered data pool enabled {data_pool.get('enabled', False)}")
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(python[key]), key
+        assert normalized(obj) == normalized(python[key]), key
 
 
 def _settings_refusals(helm: dict, paths: list[Path]) -> list[str]:
@@ -194,7 +185,7 @@ def test_merged_files_and_sets_render_alike(path: Path, tmp_path: Path) -> None:
         return
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(python[key]), key
+        assert normalized(obj) == normalized(python[key]), key
 
 
 # YAML 1.1's line breaks raw in a values file (as PyYAML's dumper writes NEL) and escaped:
@@ -219,7 +210,7 @@ def test_line_break_characters_render_alike(brk: str, meant: str, tmp_path: Path
     python = python_objects([path], "train", "ml")
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(python[key]), key
+        assert normalized(obj) == normalized(python[key]), key
     (config,) = [o for o in python.values() if o["kind"] == "ConfigMap"]
     assert config["data"]["NOTE"] == f"a{meant}b"
     annotations = config["metadata"]["annotations"]
@@ -298,7 +289,7 @@ def test_free_form_text_with_newlines_and_quotes_renders_intact(where: str, tmp_
     python = python_objects([path], "train", "ml")
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(python[key]), key
+        assert normalized(obj) == normalized(python[key]), key
     assert json.dumps(KEPT_TEXT)[1:-1] in json.dumps(list(helm.values())), where
 
 
@@ -323,7 +314,7 @@ def test_annotations_holding_line_separators_next_to_newlines_render_intact(
     for obj in kept:
         assert notes.items() <= obj["metadata"]["annotations"].items(), obj["kind"]
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(python[key]), key
+        assert normalized(obj) == normalized(python[key]), key
 
 
 def test_each_pool_list_holds_everything_its_rayjob_references() -> None:

@@ -23,8 +23,7 @@ from app.errors import ConfigError
 from app.k8s import strvals, values_yaml
 from app.k8s.render import load_values
 from app.k8s.values import read_set_file
-from tests.contract.k8s_support import EXAMPLES, by_key, helm_template
-from tests.contract.test_render_parity import _normalized
+from tests.contract.k8s_support import EXAMPLES, by_key, helm_template, normalized
 from tests.hostile.support import trainctl
 
 # Scalars where YAML 1.1 (PyYAML), YAML 1.2 and go-yaml v2 (Helm) disagree, and odd documents.
@@ -242,7 +241,7 @@ def test_render_with_files_and_sets_equals_helm_template(tmp_path: Path) -> None
     helm = by_key(helm_template([base, override], release="train", namespace="ml", **sets))
     assert sorted(ours) == sorted(helm)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(ours[key]), key
+        assert normalized(obj) == normalized(ours[key]), key
     (config,) = [o for k, o in ours.items() if k[0] == "ConfigMap" and "a100" in k[1]]
     assert config["data"]["TRAIN_EPOCHS"] == "5" and config["data"]["TRAIN_LR"] == "0.0003"
     assert not any("-l4-" in name for _, name in ours)  # `enabled: off` is false, in both
@@ -272,7 +271,7 @@ def test_merge_follows_helm_maps_deep_lists_whole_null_deletes(tmp_path: Path) -
     helm = by_key(helm_template([first, second], release="train", namespace="ml"))
     assert sorted(ours) == sorted(helm)
     for key, obj in helm.items():
-        assert _normalized(obj) == _normalized(ours[key]), key
+        assert normalized(obj) == normalized(ours[key]), key
     (job,) = [o for k, o in ours.items() if k[0] == "RayJob"]
     worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert worker["tolerations"] == [{"key": "b", "operator": "Exists"}]

@@ -65,3 +65,23 @@ def files_under(path: Path) -> list[str]:
     if not path.exists():
         return []
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+class Payload:
+    """A pickle that writes a file when it is unpickled: the proof that nothing was loaded."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.write_text, (self.marker, "code ran"))
+
+
+def malicious_torch_file(marker: Path) -> bytes:
+    """What torch.save writes for an object whose unpickling writes `marker`: loaded with
+    weights_only=False (torch.export's fallback, or a plain torch.load) it runs."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({"weight": Payload(marker)}, buffer)
+    return buffer.getvalue()

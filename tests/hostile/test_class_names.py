@@ -21,7 +21,7 @@ from app.data.folder_listing import list_folder
 from app.data.schema import inspect_dataset
 from app.export.card import CARD_FILE, card_json
 from app.promotion.step import promote_run
-from app.run import checkpoints
+from app.runfolder import checkpoint_names, checkpoints
 from app.training.model import build_model
 from tests import parquet_support as data
 from tests.folder_support import image_folder
@@ -96,7 +96,7 @@ def test_a_checkpoint_naming_a_class_twice(monkeypatch: pytest.MonkeyPatch, tmp_
     _named_parquet(tmp_path / "data", ["a", "b", "c", "d"])
     run_dir = _env(monkeypatch, tmp_path)
     checkpoints.write_checkpoint(
-        run_dir / checkpoints.dir_name(1),
+        run_dir / checkpoint_names.dir_name(1),
         model_state=build_model("cnn", inspect_dataset(tmp_path / "data")).state_dict(),
         train_state={"epoch": 1}, epoch=1, metrics={"val_accuracy": 0.5, "val_loss": 1.0},
         class_names=("a", "b", "b", "c", "d"),

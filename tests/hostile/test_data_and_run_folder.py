@@ -21,12 +21,14 @@ from PIL import Image
 
 from app import preflight
 from app.data.kinds import dataset_kind
-from app.data.schema import MAX_CLASSES, inspect_dataset
-from app.run import checkpoints, resume
+from app.data.schema import inspect_dataset
 from app.run import driver as run
-from app.run import folder as run_folder
-from app.run.folder import read_summary
-from app.run.summary import build_summary, plot_curves
+from app.run import resume
+from app.runfolder import checkpoint_names, checkpoints
+from app.runfolder import folder as run_folder
+from app.runfolder.class_names import MAX_CLASSES
+from app.runfolder.folder import read_summary
+from app.runfolder.summary import build_summary, plot_curves
 from app.storage.reading import sha256_of
 from tests import parquet_support as data
 from tests.hostile.support import assert_refused, files_under, trainctl
@@ -192,7 +194,7 @@ def test_corrupt_image_deep_in_a_file_is_named_with_file_and_row(tmp_path: Path)
 # --- checkpoints: tampering is caught, with a reason --------------------------------------------
 def _checkpoint(run_dir: Path, epoch: int, model: torch.nn.Module | None = None) -> Path:
     model = model or torch.nn.Linear(4, 3)
-    folder = run_dir / checkpoints.dir_name(epoch)
+    folder = run_dir / checkpoint_names.dir_name(epoch)
     checkpoints.write_checkpoint(
         folder,
         model_state=model.state_dict(),
@@ -264,9 +266,9 @@ def test_tampered_checkpoint_is_refused_with_a_reason(tmp_path: Path, damage, re
 
 def test_folder_renamed_to_a_later_epoch_is_refused(tmp_path: Path) -> None:
     folder = _checkpoint(tmp_path, 1)
-    folder.rename(tmp_path / checkpoints.dir_name(999))
+    folder.rename(tmp_path / checkpoint_names.dir_name(999))
     with pytest.raises(ValueError, match="says epoch 1 but the folder is named for 999"):
-        checkpoints.verify(tmp_path / checkpoints.dir_name(999))
+        checkpoints.verify(tmp_path / checkpoint_names.dir_name(999))
 
 
 def _expected(model: torch.nn.Module) -> dict:

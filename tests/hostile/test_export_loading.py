@@ -28,8 +28,7 @@ from app.export.predict import load_model
 from app.promotion.step import promote_run
 from app.storage import safe_fs
 from app.storage.location import local_copy
-from tests.hostile.support import assert_refused, trainctl
-from tests.hostile.test_promotion_inputs import malicious_torch_file
+from tests.hostile.support import assert_refused, malicious_torch_file, trainctl
 from tests.promotion_support import INFO, make_run, settings_for
 
 

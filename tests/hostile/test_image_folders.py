@@ -227,11 +227,11 @@ def test_a_checkpoint_that_names_other_classes_is_refused_without_classes_json(
     """A run folder that lost classes.json still knows its classes from its checkpoint."""
     import torch
 
-    from app.run import checkpoints
+    from app.runfolder import checkpoint_names, checkpoints
 
     image_folder(tmp_path / "data")  # Zebra, cat, dog
     checkpoints.write_checkpoint(
-        tmp_path / "runs" / "pets" / checkpoints.dir_name(1),
+        tmp_path / "runs" / "pets" / checkpoint_names.dir_name(1),
         model_state={"w": torch.zeros(1)}, train_state={"epoch": 1, "step": 1}, epoch=1,
         metrics={"val_accuracy": 0.5}, class_names=("Zebra", "cat", "cow"),
     )  # fmt: skip

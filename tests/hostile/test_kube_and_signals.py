@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app.run import ray_cluster
+from app import ray_cluster
 from tests import parquet_support as data
 from tests.hostile.support import assert_refused, trainctl
 

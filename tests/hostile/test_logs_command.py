@@ -15,8 +15,8 @@ import tracemalloc
 from pathlib import Path
 
 import app
-from app.run import log_capture as run_logs
-from app.run import log_reader
+from app.runfolder import log_capture as run_logs
+from app.runfolder import log_reader
 from tests.hostile.support import assert_refused, trainctl
 
 REPO = Path(app.__file__).resolve().parents[1]

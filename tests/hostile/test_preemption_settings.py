@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from app.run import checkpoints
-from app.run.checkpoint_names import dir_name
+from app.runfolder import checkpoints
+from app.runfolder.checkpoint_names import dir_name
 from tests.hostile.support import assert_refused, files_under, trainctl
 
 CASES = [

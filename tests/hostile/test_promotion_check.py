@@ -108,9 +108,9 @@ def test_train_warns_before_ray_of_a_champion_it_could_never_replace(
 ) -> None:
     """`check` fails on a champion of another task; `train` still trains (the step reads the
     pointer again at the end) but says so before Ray starts, not only after training."""
+    from app import preflight
     from app.errors import ConfigError
     from app.promotion.step import promote_run
-    from app.run import driver
     from tests.promotion_support import INFO, make_run, settings_for
 
     _setup(monkeypatch, tmp_path)
@@ -121,7 +121,7 @@ def test_train_warns_before_ray_of_a_champion_it_could_never_replace(
     def no_ray(*args: object) -> None:
         raise ConfigError("stopped where Ray would start")
 
-    monkeypatch.setattr(driver, "cluster_check", no_ray)
+    monkeypatch.setattr(preflight, "cluster_check", no_ray)
     result = trainctl("train")
     assert_refused(result, 2, "stopped where Ray would start")
     warning = (

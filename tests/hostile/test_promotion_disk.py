@@ -39,7 +39,7 @@ else:  # every file past 4 KiB gets EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 
 from app.promotion.step import promote_run
-from app.run.folder import write_final_summary
+from app.runfolder.folder import write_final_summary
 from tests.promotion_support import INFO, settings_for
 
 problems = None

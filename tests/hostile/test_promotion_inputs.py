@@ -9,7 +9,6 @@ whose card vouches for a malicious file)."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import struct
 import zlib
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.hostile.support import assert_refused, trainctl
+from tests.hostile.support import assert_refused, malicious_torch_file, trainctl
 
 
 @pytest.mark.parametrize(
@@ -44,26 +43,6 @@ def test_bad_promotion_settings_stop_train_before_anything_starts(
     result = trainctl("train")
     assert_refused(result, 2, variable, *needles)
     assert not (tmp_path / "runs").exists()  # nothing created, nothing trained
-
-
-class Payload:
-    """A pickle that writes a file when it is unpickled: the proof that nothing was loaded."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple:
-        return (Path.write_text, (self.marker, "code ran"))
-
-
-def malicious_torch_file(marker: Path) -> bytes:
-    """What torch.save writes for an object whose unpickling writes `marker`: loaded with
-    weights_only=False (torch.export's fallback, or a plain torch.load) it runs."""
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save({"weight": Payload(marker)}, buffer)
-    return buffer.getvalue()
 
 
 def _export(folder: Path, marker: Path, channels: int = 1) -> Path:

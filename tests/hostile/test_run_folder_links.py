@@ -15,10 +15,10 @@ import torch
 
 from app import preflight
 from app.data.schema import inspect_dataset
-from app.run import checkpoints
-from app.run import folder as run_folder
-from app.run import log_capture as run_logs
-from app.run.summary import build_summary
+from app.runfolder import checkpoint_names, checkpoints
+from app.runfolder import folder as run_folder
+from app.runfolder import log_capture as run_logs
+from app.runfolder.summary import build_summary
 from app.settings.env import load_settings
 from app.storage import safe_fs
 from app.storage.location import write_atomic
@@ -65,7 +65,7 @@ def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **extra: str) -> Path:
 
 
 def _checkpoint(run_dir: Path, epoch: int, model: torch.nn.Module | None = None) -> Path:
-    folder = run_dir / checkpoints.dir_name(epoch)
+    folder = run_dir / checkpoint_names.dir_name(epoch)
     checkpoints.write_checkpoint(
         folder,
         model_state=(model or torch.nn.Linear(4, 3)).state_dict(),

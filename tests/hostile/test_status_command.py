@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.run import folder as run_folder
 from app.run import status as run_status
+from app.runfolder import folder as run_folder
 from tests.hostile.support import assert_refused, trainctl
 
 GOOD = {"status": "succeeded", "epochs_completed": 1, "epochs_target": 1}

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from app.k8s.status import JobView, judge, progress_line
-from app.run import folder as run_folder
+from app.runfolder import folder as run_folder
 from tests.kind import kindenv
 from tests.kind.kindenv import CHART, NAMESPACE, RELEASE, VALUES, kubectl, kubectl_json, trainctl
 

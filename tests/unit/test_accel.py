@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from app.data.schema import DatasetInfo
-from app.run import checkpoints, state_dicts
+from app.run import warm_start
+from app.runfolder import checkpoints, state_dicts
 from app.settings import TrainSettings
-from app.training import warm_start
 from app.training.accel import CompiledModel, make_optimizer, memory_format, resolve
 from app.training.model import build_model
 

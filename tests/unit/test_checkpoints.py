@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from app.run import checkpoints
-from app.run.summary import build_summary
+from app.runfolder import checkpoint_names, checkpoints
+from app.runfolder.summary import build_summary
 
 
 def _write(folder: Path, epoch: int, accuracy: float) -> nn.Module:
@@ -29,7 +29,7 @@ def _write(folder: Path, epoch: int, accuracy: float) -> nn.Module:
 
 
 def test_round_trip_loads_on_cpu_with_weights_only(tmp_path: Path) -> None:
-    model = _write(tmp_path / checkpoints.dir_name(3), 3, 0.5)
+    model = _write(tmp_path / checkpoint_names.dir_name(3), 3, 0.5)
     ref = checkpoints.verify(tmp_path / "checkpoint_epoch_0003")
     assert ref.epoch == 3
     weights = torch.load(ref.path / "model.pt", map_location="cpu", weights_only=True)
@@ -49,7 +49,7 @@ def test_round_trip_loads_on_cpu_with_weights_only(tmp_path: Path) -> None:
     ],
 )
 def test_damaged_checkpoints_are_rejected_with_a_reason(tmp_path: Path, damage, reason) -> None:
-    folder = tmp_path / checkpoints.dir_name(1)
+    folder = tmp_path / checkpoint_names.dir_name(1)
     _write(folder, 1, 0.5)
     damage(folder)
     with pytest.raises(ValueError, match=reason):
@@ -58,7 +58,7 @@ def test_damaged_checkpoints_are_rejected_with_a_reason(tmp_path: Path, damage, 
 
 def test_scan_skips_bad_and_orders_newest_first(tmp_path: Path) -> None:
     for epoch in (1, 2, 3):
-        _write(tmp_path / checkpoints.dir_name(epoch), epoch, 0.1 * epoch)
+        _write(tmp_path / checkpoint_names.dir_name(epoch), epoch, 0.1 * epoch)
     (tmp_path / "checkpoint_epoch_0003" / "model.pt").write_bytes(b"")
     scan = checkpoints.scan(tmp_path)
     assert [ref.epoch for ref in scan.good] == [2, 1]
@@ -71,7 +71,7 @@ def test_scan_skips_bad_and_orders_newest_first(tmp_path: Path) -> None:
 
 def test_prune_keeps_the_best_and_the_newest(tmp_path: Path) -> None:
     for epoch, accuracy in [(1, 0.9), (2, 0.5), (3, 0.7), (4, 0.6)]:
-        _write(tmp_path / checkpoints.dir_name(epoch), epoch, accuracy)
+        _write(tmp_path / checkpoint_names.dir_name(epoch), epoch, accuracy)
     removed = checkpoints.prune(tmp_path, keep=2, metric="val_accuracy")
     left = sorted(ref.epoch for ref in checkpoints.scan(tmp_path).good)
     assert left == [1, 3, 4]  # best two by accuracy (1, 3) plus the newest (4)
@@ -84,8 +84,8 @@ def test_best_and_pruning_follow_the_checkpoint_metric(tmp_path: Path) -> None:
     # Accuracy and loss disagree here on purpose: epoch 2 has the best accuracy, epoch 3 the
     # lowest loss. With TRAIN_CHECKPOINT_METRIC=val_loss the summary's best is epoch 3.
     for epoch, accuracy, loss in [(1, 0.5, 0.9), (2, 0.9, 0.6), (3, 0.8, 0.2), (4, 0.7, 0.8)]:
-        _write(tmp_path / checkpoints.dir_name(epoch), epoch, accuracy)
-        meta_path = tmp_path / checkpoints.dir_name(epoch) / "meta.json"
+        _write(tmp_path / checkpoint_names.dir_name(epoch), epoch, accuracy)
+        meta_path = tmp_path / checkpoint_names.dir_name(epoch) / "meta.json"
         meta = json.loads(meta_path.read_text())
         meta["metrics"]["val_loss"] = loss
         meta["meta_sha256"] = checkpoints._meta_digest(meta)

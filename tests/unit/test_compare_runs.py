@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from app.evaluation.report import METRICS_FILE, report_files, write_folder
-from app.run import folder as run_folder
+from app.runfolder import folder as run_folder
 from tests.hostile.support import trainctl
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.cpus import cgroup_quota, usable_cpus
-from app.run.ray_cluster import DATA_CPUS, local_num_cpus, local_resources
+from app.ray_cluster import DATA_CPUS, local_num_cpus, local_resources
 from app.settings import TrainSettings
 from tests import parquet_support as parquet
 from tests.hostile.support import trainctl_with

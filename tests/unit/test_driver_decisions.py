@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app.run import decisions, usage
-from app.run.checkpoints import CheckpointRef
-from app.run.interrupts import StopForSigterm
+from app.run import decisions
+from app.run.signals import StopForSigterm
+from app.runfolder import usage
+from app.runfolder.checkpoints import CheckpointRef
 
 
 def _ref(epoch: int) -> CheckpointRef:
@@ -32,7 +33,7 @@ def test_a_checkpoint_short_of_the_target_resumes_from_it() -> None:
 
 def test_a_fresh_run_names_the_warm_start_it_resolved_and_a_resume_does_not() -> None:
     """`champion:<name>` is whichever champion is current: the run says which it started from."""
-    from app.training.warm_start import WarmStart
+    from app.training.warm_weights import WarmStart
 
     warm = WarmStart(
         "champion:pets", "champion pets v3 (run nightly-0411, epoch 7)",
@@ -180,7 +181,7 @@ def test_compile_fallback_is_said_only_when_compile_was_required() -> None:
     assert not decisions.compile_fell_back("on", [{"compiled": 1.0}, {}])
 
 
-# --- accelerator-hours (app/run/usage.py) ------------------------------------------------------
+# --- accelerator-hours (app/runfolder/usage.py) -----------------------------------------------
 def test_accelerator_hours_count_each_worker_group_until_the_next_start() -> None:
     # 2 workers for an hour, then (a restart at another size) 4 workers for half an hour.
     starts = [{"time": 1000.0, "world_size": 2}, {"time": 4600.0, "world_size": 4}]

@@ -1,13 +1,12 @@
-"""The one epoch record (app/run/epoch_record.py): its readers take their lists from it, and
+"""The one epoch record (app/runfolder/epoch_record.py): its readers take their lists from it, and
 the writer cannot add a figure the readers do not know."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.formatting import epoch_line
-from app.run import epoch_record
-from app.run.epoch_record import new_record
+from app.runfolder import epoch_record
+from app.runfolder.epoch_record import epoch_line, new_record
 from app.training.ray_gauges import GAUGES, figures
 
 

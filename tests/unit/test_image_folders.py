@@ -20,9 +20,9 @@ from app.data.kinds import dataset_kind
 from app.data.kinds.image_folder import inspect_folder
 from app.data.prepare_folder import prepare_from_folder
 from app.data.schema import inspect_dataset
-from app.run import checkpoints
-from app.run.class_names import describe_difference
 from app.run.decisions import is_bad_image
+from app.runfolder import checkpoint_names, checkpoints
+from app.runfolder.class_names import describe_difference
 from tests.folder_support import image_bytes, image_folder, png_claiming, truncated_jpeg
 
 
@@ -115,7 +115,7 @@ def test_inspect_folder_and_the_bad_image_search(tmp_path: Path) -> None:
 def test_checkpoint_meta_carries_class_names_under_its_checksum(tmp_path: Path) -> None:
     import torch
 
-    folder = tmp_path / checkpoints.dir_name(1)
+    folder = tmp_path / checkpoint_names.dir_name(1)
     checkpoints.write_checkpoint(
         folder,
         model_state={"w": torch.zeros(2)},

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.run import checkpoints
-from app.run import folder as run_folder
+from app.runfolder import checkpoint_names, checkpoints
+from app.runfolder import folder as run_folder
 from app.storage import reading
 from app.storage.buckets import ObjectPath, check_endpoint, check_uri, locate
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
@@ -71,7 +71,7 @@ def test_jsonl_records_append_and_the_summary_is_replaced_in_a_bucket(bucket: Bu
 
 
 def _checkpoint(tmp: Path, epoch: int, accuracy: float) -> Path:
-    folder = tmp / checkpoints.dir_name(epoch)
+    folder = tmp / checkpoint_names.dir_name(epoch)
     checkpoints.write_checkpoint(
         folder,
         model_state={"w": torch.full((2,), float(epoch))},
@@ -85,7 +85,7 @@ def _checkpoint(tmp: Path, epoch: int, accuracy: float) -> Path:
 def test_checkpoints_scan_quarantine_and_prune_in_a_bucket(bucket: Bucket, tmp_path: Path) -> None:
     root = _root(bucket)
     for epoch, accuracy in ((1, 0.9), (2, 0.5), (3, 0.7), (4, 0.6)):
-        upload_tree(_checkpoint(tmp_path, epoch, accuracy), root / checkpoints.dir_name(epoch))
+        upload_tree(_checkpoint(tmp_path, epoch, accuracy), root / checkpoint_names.dir_name(epoch))
     weights = "runs/r1/checkpoint_epoch_0004/model.pt"
     bucket.write(weights, bucket.read(weights)[:50])
 

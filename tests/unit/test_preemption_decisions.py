@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.run import interruptions
 from app.run.decisions import previous_interrupted
+from app.runfolder import interruptions
 from app.settings import TrainSettings
 from app.settings.cadence import CheckpointEvery, parse
 
@@ -148,7 +148,7 @@ def test_a_rerun_after_an_unfinished_driver_is_an_interruption(
 
 
 def _interrupted_run(run_dir: Path) -> dict:
-    from app.run import folder as run_folder
+    from app.runfolder import folder as run_folder
 
     record = interruptions.interruption(
         reason="preemption", epoch=3, last_step=412, resumed_step=412, checkpoint_s=1.8
@@ -164,7 +164,7 @@ def _interrupted_run(run_dir: Path) -> dict:
 
 
 def test_the_summary_lists_the_runs_interruptions(tmp_path: Path) -> None:
-    from app.run.summary import build_summary
+    from app.runfolder.summary import build_summary
 
     record = _interrupted_run(tmp_path)
     summary = build_summary(

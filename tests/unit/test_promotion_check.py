@@ -12,7 +12,6 @@ import pytest
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
-from app.preflight import Found
 from app.promotion import champion
 from app.promotion.check import promotion_check
 from tests.promotion_support import CATS_AND_DOGS, INFO, make_run, settings_for
@@ -40,7 +39,7 @@ def _failure(settings: Any) -> str:
 
 def _failure_with(settings: Any, info: DatasetInfo) -> str:
     with pytest.raises(ConfigError) as caught:
-        promotion_check(settings, Found(info))
+        promotion_check(settings, info)
     return "; ".join(caught.value.problems)
 
 
@@ -53,7 +52,7 @@ def test_the_champion_the_promotion_step_wrote(tmp_path: Path) -> None:
     line = promotion_check(settings_for(tmp_path, "next"))  # the data not read: the pointer's
     assert line == f"{DEFAULT}; champion: run first v1, val_accuracy 0.962, {task}"
     gated = settings_for(tmp_path, "next", promote_if="val_accuracy>=0.95 and beats_champion")
-    assert promotion_check(gated, Found(INFO)) == (
+    assert promotion_check(gated, INFO) == (
         "gate beats_champion and val_accuracy>=0.95; champion: run first v1, val_accuracy "
         f"0.962, {task}; this run: {task}"
     )
@@ -71,18 +70,18 @@ def test_a_champion_of_another_task_fails_the_check_naming_both(tmp_path: Path) 
         "new task; a run would train and then keep the champion, not promoted"
     )
     other = settings_for(tmp_path, "pets", model_name="pets-cnn")  # a new task, a new name
-    assert "; no champion yet (" in promotion_check(other, Found(CATS_AND_DOGS))
+    assert "; no champion yet (" in promotion_check(other, CATS_AND_DOGS)
 
 
 def test_no_champion_yet_says_what_the_first_must_score(tmp_path: Path) -> None:
-    line = promotion_check(settings_for(tmp_path, "r"), Found(INFO))
+    line = promotion_check(settings_for(tmp_path, "r"), INFO)
     assert line == (
         f"{DEFAULT}; no champion yet (the first run whose val_accuracy beats the validation "
         "data's majority-class rate 0.1000 + 0.1342 becomes v1 at "
         f"{_pointer_file(tmp_path)})"
     )
     gated = settings_for(tmp_path, "r", promote_if="val_accuracy>=0.95")  # the bar is given
-    assert "majority-class" not in promotion_check(gated, Found(INFO))
+    assert "majority-class" not in promotion_check(gated, INFO)
 
 
 def test_a_pointer_without_a_task_is_judged_by_the_card_it_vouches_for(tmp_path: Path) -> None:
@@ -95,7 +94,7 @@ def test_a_pointer_without_a_task_is_judged_by_the_card_it_vouches_for(tmp_path:
     pointer = json.loads(_pointer_file(tmp_path).read_text())
     del pointer["task"]
     _pointer_file(tmp_path).write_text(json.dumps(pointer))
-    assert promotion_check(settings_for(tmp_path, "r"), Found(INFO)).endswith(
+    assert promotion_check(settings_for(tmp_path, "r"), INFO).endswith(
         "; this run: classes [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] 1x8x8"
     )
     assert "another task" in _failure_with(settings_for(tmp_path, "r"), CATS_AND_DOGS)

@@ -12,7 +12,7 @@ import pytest
 from app.errors import EXIT_OK
 from app.k8s.outcome import promotion_line
 from tests.unit.fake_kube_api import FakeKubeApi
-from tests.unit.test_submit_cli import (
+from tests.unit.kube_cli_support import (
     RUNNING,
     SUCCEEDED,
     api,

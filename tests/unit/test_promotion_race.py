@@ -17,7 +17,7 @@ import pytest
 
 from app.promotion import champion
 from app.promotion.step import move_champion
-from app.run import checkpoints
+from app.runfolder import checkpoints
 from app.storage.buckets import ObjectPath
 from tests.promotion_support import INFO, make_run, settings_for
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture

@@ -398,7 +398,7 @@ RERUN = """
 import json, sys
 from pathlib import Path
 from app.promotion.step import promote_run
-from app.run.folder import read_summary
+from app.runfolder.folder import read_summary
 from tests.promotion_support import INFO, settings_for
 storage, name = Path(sys.argv[1]), sys.argv[2]
 previous = (read_summary(storage / name) or {}).get("promotion")

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 START = """
 import json, ray
 from app.errors import TrainctlError
-from app.run.ray_cluster import join_or_start
+from app.ray_cluster import join_or_start
 before = ray.is_initialized()
 try:
     join_or_start(None, num_cpus=1)
@@ -68,7 +68,7 @@ def test_rays_auth_notice_is_replaced_by_trainctls_line_and_auth_stays_on(tmp_pa
 
 
 def test_the_auth_line_says_it_is_on_and_why() -> None:
-    from app.run.ray_cluster import auth_line
+    from app.ray_cluster import auth_line
 
     assert auth_line({"RAY_AUTH_MODE": "token"}) == (
         "ray: token authentication is on (the token in ~/.ray/auth_token): only its holders "

@@ -1,4 +1,4 @@
-"""Retention: which checkpoints stay is decided once (app/run/retention.py), and the same rule
+"""Retention: which checkpoints stay is decided once (app/runfolder/retention.py), and the same rule
 prunes after each epoch while Ray trains and at the end of the run."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from app.run import checkpoints, retention
-from app.run.checkpoints import CheckpointRef
-from app.run.folder import RAY_SNAPSHOT
-from app.run.retention import in_run_pruner
+from app.runfolder import checkpoint_names, checkpoints, retention
+from app.runfolder.checkpoints import CheckpointRef
+from app.runfolder.folder import RAY_SNAPSHOT
 from app.settings import TrainSettings
 
 
@@ -24,11 +23,11 @@ def _ref(name: str, epoch: int, accuracy: float) -> CheckpointRef:
 
 
 def _epoch(epoch: int, accuracy: float) -> CheckpointRef:
-    return _ref(checkpoints.dir_name(epoch), epoch, accuracy)
+    return _ref(checkpoint_names.dir_name(epoch), epoch, accuracy)
 
 
 def _write(run_dir: Path, epoch: int, accuracy: float) -> Path:
-    folder = run_dir / checkpoints.dir_name(epoch)
+    folder = run_dir / checkpoint_names.dir_name(epoch)
     checkpoints.write_checkpoint(
         folder,
         model_state=nn.Linear(2, 2).state_dict(),
@@ -96,7 +95,9 @@ def test_the_in_run_pruner_keeps_storage_bounded_and_hashes_each_checkpoint_once
 ) -> None:
     settings = TrainSettings(storage_path=tmp_path, run_name="r", checkpoints_to_keep=1)
     run_dir = settings.run_dir
-    pruner = in_run_pruner(settings, warn=print)
+    pruner = checkpoints.in_run_pruner(
+        run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, warn=print
+    )
     verified: list[str] = []
     real_verify = checkpoints.verify
 
@@ -107,7 +108,7 @@ def test_the_in_run_pruner_keeps_storage_bounded_and_hashes_each_checkpoint_once
     monkeypatch.setattr(checkpoints, "verify", counting_verify)
     for epoch, accuracy in [(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.7)]:
         _write(run_dir, epoch, accuracy)
-        _commit(run_dir, *(checkpoints.dir_name(e) for e in range(1, epoch + 1)))
+        _commit(run_dir, *(checkpoint_names.dir_name(e) for e in range(1, epoch + 1)))
         pruner.after_checkpoint()
     # A checkpoint still being copied (no meta.json yet) is neither kept track of nor removed.
     partial = _write(run_dir, 5, 0.1)
@@ -117,7 +118,7 @@ def test_the_in_run_pruner_keeps_storage_bounded_and_hashes_each_checkpoint_once
     assert left == ["checkpoint_epoch_0002", "checkpoint_epoch_0004", "checkpoint_epoch_0005"]
     # Each complete checkpoint hashed once; the partial one is tried again on each pass.
     complete = [name for name in verified if name != "checkpoint_epoch_0005"]
-    assert sorted(complete) == [checkpoints.dir_name(epoch) for epoch in (1, 2, 3, 4)]
+    assert sorted(complete) == [checkpoint_names.dir_name(epoch) for epoch in (1, 2, 3, 4)]
 
 
 def _commit(run_dir: Path, *names: str) -> None:
@@ -131,7 +132,7 @@ def test_the_in_run_pruner_never_removes_what_ray_would_restart_from(tmp_path: P
     settings = TrainSettings(storage_path=tmp_path, run_name="r", checkpoints_to_keep=1)
     run_dir = settings.run_dir
     _write(run_dir, 1, 0.9)
-    older, newer = (checkpoints.dir_name(1, step) for step in (150, 170))
+    older, newer = (checkpoint_names.dir_name(1, step) for step in (150, 170))
     for name, step in ((older, 150), (newer, 170)):
         checkpoints.write_checkpoint(
             run_dir / name, model_state=nn.Linear(2, 2).state_dict(),
@@ -139,15 +140,17 @@ def test_the_in_run_pruner_never_removes_what_ray_would_restart_from(tmp_path: P
         )  # fmt: skip
     # The newer step checkpoint is complete on storage, but Ray has not committed it yet: a
     # worker failure now restarts from the older one, which must stay.
-    _commit(run_dir, checkpoints.dir_name(1), older)
-    pruner = in_run_pruner(settings, warn=print)
+    _commit(run_dir, checkpoint_names.dir_name(1), older)
+    pruner = checkpoints.in_run_pruner(
+        run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, warn=print
+    )
     pruner.after_checkpoint()
     assert (run_dir / older).is_dir() and (run_dir / newer).is_dir()
     # Once Ray commits the newer one, the older is superseded.
-    _commit(run_dir, checkpoints.dir_name(1), older, newer)
+    _commit(run_dir, checkpoint_names.dir_name(1), older, newer)
     pruner.after_checkpoint()
     assert not (run_dir / older).exists() and (run_dir / newer).is_dir()
-    assert (run_dir / checkpoints.dir_name(1)).is_dir()  # the best end-of-epoch one
+    assert (run_dir / checkpoint_names.dir_name(1)).is_dir()  # the best end-of-epoch one
 
 
 def test_a_failed_pass_is_told_and_does_not_stop_training(tmp_path: Path) -> None:
@@ -163,7 +166,7 @@ def test_a_failed_pass_is_told_and_does_not_stop_training(tmp_path: Path) -> Non
 
 
 def _step(epochs_done: int, step: int) -> CheckpointRef:
-    name = checkpoints.dir_name(epochs_done, step)
+    name = checkpoint_names.dir_name(epochs_done, step)
     return CheckpointRef(Path("/runs/r") / name, epochs_done, {"step": float(step)}, step)
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from app.promotion.step import promote_run
-from app.run import checkpoints
 from app.run import driver as run
-from app.run import folder as run_folder
+from app.runfolder import checkpoint_names, checkpoints
+from app.runfolder import folder as run_folder
 from app.storage import reading
 from tests.promotion_support import INFO, make_run, settings_for
 
@@ -55,8 +55,8 @@ def test_the_end_of_a_run_hashes_every_checkpoint_file_once(
     assert sorted(hashed) == written and set(hashed.values()) == {1}, hashed
     # The handed-over list is the one retention kept (2 by default), and its best is promoted.
     assert sorted(p.name for p in run_dir.glob("checkpoint_*")) == [
-        checkpoints.dir_name(2),
-        checkpoints.dir_name(3),
+        checkpoint_names.dir_name(2),
+        checkpoint_names.dir_name(3),
     ]
     assert summary["promoted"] is True and summary["champion_version"] == 1
     pointer = json.loads((tmp_path / "champions" / "digits-cnn.json").read_text())

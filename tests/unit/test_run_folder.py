@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.formatting import epoch_line, format_duration
-from app.run import folder as run_folder
+from app.formatting import format_duration
+from app.runfolder import folder as run_folder
+from app.runfolder.epoch_record import epoch_line
 
 
 def _metrics(epoch: int) -> dict[str, float]:

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from app.errors import EXIT_INVALID, EXIT_OK, RunFailed
-from app.run import log_capture as run_logs
-from app.run import log_lookup, log_reader
+from app.run import log_lookup
+from app.runfolder import log_capture as run_logs
+from app.runfolder import log_reader
 from app.storage.buckets import ObjectPath
 from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
-from tests.unit.test_submit_cli import trainctl
+from tests.unit.kube_cli_support import trainctl
 
 
 def test_capture_tees_output_and_writes_the_traceback(

@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 
 from app.errors import EXIT_CLUSTER, EXIT_FAILED, EXIT_INVALID, EXIT_OK
-from app.k8s.outcome import MAX_INTERRUPTIONS_SHOWN, interruption_lines, shown
-from app.run import folder as run_folder
+from app.formatting import one_line
+from app.k8s.outcome import MAX_LINE_CHARS, interruption_lines
 from app.run import status as run_status
-from app.run.interruptions import in_words, interruption
+from app.runfolder import folder as run_folder
+from app.runfolder.interruptions import MAX_SHOWN as MAX_INTERRUPTIONS_SHOWN
+from app.runfolder.interruptions import in_words, interruption
 from tests.s3_support import S3Server, s3_server
 from tests.unit.fake_kube_api import FakeKubeApi
-from tests.unit.test_submit_cli import (
+from tests.unit.kube_cli_support import (
     RUNNING,
     SUCCEEDED,
     api,
@@ -115,7 +117,10 @@ def test_in_words_keeps_its_wording_for_good_records() -> None:
     assert in_words(_preempted()) == WORDS
 
 
-def test_shown_redacts_escapes_and_cuts() -> None:
+def test_run_folder_lines_are_redacted_escaped_and_cut() -> None:
+    def shown(text: str) -> str:  # as `trainctl status` shows a line read from a run folder
+        return one_line(text, MAX_LINE_CHARS)
+
     assert shown("kept v1: not promoted (s3://user:pw@host/b unreadable)").count("pw") == 0
     assert shown("a\x1b[2Jb\nc") == "a\\x1b[2Jb\\nc"
     long = shown("a b " * 50_000)

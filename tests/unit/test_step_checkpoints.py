@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from app.run import checkpoints
-from app.run.checkpoint_names import dir_name, parse_name
+from app.runfolder import checkpoints, retention
+from app.runfolder.checkpoint_names import dir_name, parse_name
 from app.training.checkpoint_watch import rng_state, set_rng_state
 
 
@@ -69,7 +69,7 @@ def test_scan_orders_steps_between_epoch_ends_and_ranking_ignores_them(tmp_path:
     _write(tmp_path, 2, 140)
     scan = checkpoints.scan(tmp_path)
     assert [(r.epoch, r.step) for r in scan.good] == [(2, 150), (2, 140), (2, None), (1, None)]
-    assert [r.epoch for r in checkpoints.ranked(scan.good, "val_accuracy")] == [2, 1]
+    assert [r.epoch for r in retention.ranked(scan.good, "val_accuracy")] == [2, 1]
 
 
 def test_corrupt_newest_step_checkpoint_falls_back_to_the_one_before(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from app.errors import EXIT_FAILED, EXIT_OK
 from tests.unit.fake_kube_api import FakeKubeApi
-from tests.unit.test_submit_cli import api, rayjob_name, submit, trainctl, values_file
+from tests.unit.kube_cli_support import api, rayjob_name, submit, trainctl, values_file
 
 __all__ = ["api", "rayjob_name", "values_file"]  # fixtures used by name below
 

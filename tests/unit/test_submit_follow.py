@@ -13,7 +13,7 @@ from typing import Any
 
 from app.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from app.k8s.follow import FollowState, advance, epoch_line, follow, summary_line
-from app.run import folder as run_folder
+from app.runfolder import folder as run_folder
 
 NAME = "demo-a100-1a2b3c4d"
 

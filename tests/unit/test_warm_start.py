@@ -1,4 +1,4 @@
-"""TRAIN_WARM_START from what a team has (app/training/warm_start.py): a run folder, a
+"""TRAIN_WARM_START from what a team has (app/run/warm_start.py): a run folder, a
 checkpoint folder, an export folder, a champion or a state-dict file, each resolved to the
 weights it vouches for and loaded from the bytes that were hashed; altered, linked, non-regular
 and other-task sources refused with the reason. Real checkpoints, a real promotion (export,
@@ -18,8 +18,9 @@ import torch
 
 from app.errors import ConfigError
 from app.promotion.step import promote_run
-from app.run import checkpoints
-from app.training.warm_start import WarmStart, resolve
+from app.run.warm_start import resolve
+from app.runfolder import checkpoints
+from app.training.warm_weights import WarmStart
 from tests.promotion_support import CATS_AND_DOGS, INFO, make_run, settings_for
 
 

@@ -12,7 +12,7 @@ traceback before it propagates, since Ray only ships it to the driver and then r
 On a volume the files are opened below the run folder without following a link
 (app/storage/safe_fs.py): a driver meeting a linked `logs`, attempt folder or log stops with
 exit 2 naming it; a worker says so on its stderr and keeps its output there only. Reading
-back is app/run/log_reader.py.
+back is app/runfolder/log_reader.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TextIO
 
 from app.errors import TrainctlError
-from app.run import log_handlers
+from app.runfolder import log_handlers
 from app.storage import safe_fs
 from app.storage.location import RunPath, local_path
 

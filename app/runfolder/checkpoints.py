@@ -3,14 +3,15 @@
 A checkpoint folder holds:
 - model.pt: the unwrapped model's state dict (loads with torch.load(weights_only=True) on CPU);
 - train_state.pt: optimizer and grad-scaler state, epoch, step, the position in the epoch, the
-  world size and every rank's RNG states, to resume exactly (app/run/interruptions.py);
+  world size and every rank's RNG states, to resume exactly (app/runfolder/interruptions.py);
 - meta.json: epoch, metrics and a SHA-256 of each file, and `meta_sha256` over those (and, for
   a mid-epoch checkpoint, its `kind: "step"` and global `step`), so an edited epoch, step or
   metric no longer matches. It is written last, so a folder without a readable meta.json, or
   whose files no longer match it, is partial or corrupt and is skipped.
 End-of-epoch checkpoints carry validation metrics and are the only ones ranked by
-TRAIN_CHECKPOINT_METRIC; a mid-epoch one (`kind: "step"`, named by app/run/checkpoint_names.py)
-is kept only while it is the newest. The epoch must agree three ways: the folder name,
+TRAIN_CHECKPOINT_METRIC; a mid-epoch one (`kind: "step"`, named by
+app/runfolder/checkpoint_names.py) is kept only while it is the newest. The epoch must agree
+three ways: the folder name,
 meta.json and (checked before resuming, since it means loading the file) train_state.pt; and
 the weights must fit the model being trained.
 
@@ -24,18 +25,17 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
-# higher_is_better and ranked are re-exported: callers ask checkpoints.ranked for the best.
-from app.run.checkpoint_names import PREFIX, parse_name
-from app.run.checkpoint_names import dir_name as dir_name  # callers name folders through here
-from app.run.retention import higher_is_better, ranked, to_remove  # noqa: F401
-from app.run.state_dicts import MODEL_FILE, fit_problem, plain_keys
+from app.runfolder.checkpoint_names import PREFIX, parse_name
+from app.runfolder.folder import ray_committed
+from app.runfolder.retention import InRunPruner, to_remove
+from app.runfolder.state_dicts import MODEL_FILE, fit_problem, plain_keys
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
 from app.storage.reading import open_below, read_bounded, sha256_of
@@ -250,7 +250,7 @@ def quarantine(folder: RunPath, reason: str = "") -> RunPath:
 def prune(
     run_dir: RunPath, *, keep: int, metric: str, good: list[CheckpointRef] | None = None
 ) -> list[RunPath]:
-    """Delete the checkpoints app/run/retention.py `to_remove` chooses; return their paths.
+    """Delete the checkpoints app/runfolder/retention.py `to_remove` chooses; return their paths.
 
     The one retention pass, run after each epoch while Ray trains (retention.InRunPruner) and
     at the end of the run, where it also covers earlier drivers' checkpoints, which Ray never saw.
@@ -261,3 +261,22 @@ def prune(
     for path in removed:
         remove_tree(path)
     return removed
+
+
+def in_run_pruner(
+    run_dir: RunPath, *, keep: int, metric: str, warn: Callable[[str], None]
+) -> InRunPruner:
+    """The driver's pruner for the run folder at `run_dir`. It sees only the checkpoints Ray
+    has committed (app/runfolder/folder.py `ray_committed`): one complete on storage but not
+    committed yet must not count as the newest, since a worker failure restarts from Ray's
+    newest committed checkpoint, which must therefore still be there."""
+
+    def committed_new(known: Collection[RunPath]) -> list[CheckpointRef]:
+        names = ray_committed(run_dir)
+        return [r for r in scan(run_dir, skip=known).good if r.path.name in names]
+
+    return InRunPruner(
+        verify_new=committed_new,
+        prune=lambda good: prune(run_dir, keep=keep, metric=metric, good=good),
+        warn=warn,
+    )

@@ -1,9 +1,10 @@
 """The epoch record: one line of <run_dir>/metrics.jsonl, written by rank 0 after each epoch.
 
 Its fields are listed once, here. The writer (app/training/loop.py), the metrics file's reader
-(app/run/folder.py), the summary (app/run/summary.py), the trackers (app/tracking/clients.py),
-the Ray gauges (app/training/ray_gauges.py) and the epoch line (app/formatting.py) all take
-their field lists from `FIELDS`. Free of storage, torch and Ray, so any of them imports it.
+(app/runfolder/folder.py), the summary (app/runfolder/summary.py), the trackers
+(app/tracking/clients.py), the Ray gauges (app/training/ray_gauges.py), the gate grammar
+(app/settings/gate.py) and the epoch line (`epoch_line`, below) all take their field lists
+from `FIELDS`. Free of storage, torch and Ray, so any of them imports it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from app.formatting import format_duration
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ def eta_s(epoch: int, target_epochs: int, pace_s: float) -> float:
     return max(0, target_epochs - epoch) * pace_s
 
 
+_eta_s = eta_s  # for epoch_line, whose argument of that name the callers pass by keyword
+
+
 def is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -87,3 +93,25 @@ def pace(record: Mapping[str, Any]) -> float | None:
     """The record's own epoch time, where it has one."""
     value = record.get("epoch_time_s")
     return float(value) if is_number(value) else None
+
+
+def epoch_line(record: Mapping[str, Any], total: int, eta_s: float | None = None) -> str:
+    """One epoch record of the run folder as one line.
+
+    Fields a record lacks (runs recorded before a field existed, a line edited by hand) are left
+    out rather than failing. The ETA is `eta_s` where the caller has a better estimate (the
+    driver's median epoch), else the remaining epochs at this epoch's pace.
+    """
+    epoch = int(record["epoch"])
+    parts = [f"epoch {epoch:>{len(str(total))}}/{total}"]
+    parts += [
+        field.line.format(value=record[field.name])
+        for field in FIELDS
+        if field.line and is_number(record.get(field.name))
+    ]
+    own_pace = pace(record)
+    if eta_s is None and own_pace is not None:
+        eta_s = _eta_s(epoch, total, own_pace)
+    if eta_s is not None:
+        parts.append(f"ETA {format_duration(eta_s)}")
+    return "  ".join(parts)

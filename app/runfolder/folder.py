@@ -3,8 +3,8 @@
 - `summary.json`: what a person or a CI script reads after a run; written atomically by the driver.
 - `metrics.jsonl`: one line per finished epoch (what curves.png plots and the epoch lines print).
 - `attempts.jsonl`: one line per worker-group start: from which checkpoint, at which epoch.
-- `checkpoint_epoch_NNNN/`: the checkpoints (app/run/checkpoints.py), `logs/`
-  (app/run/log_capture.py).
+- `checkpoint_epoch_NNNN/`: the checkpoints (app/runfolder/checkpoints.py), `logs/`
+  (app/runfolder/log_capture.py).
 
 Only rank 0 writes the two JSON-lines files, after its checkpoint has been handed to Ray, so a
 line never describes an epoch whose checkpoint was lost. No torch here: `submit --wait`, the
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError, RunFailed
-from app.run.epoch_record import REQUIRED
+from app.runfolder.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, append_line, local_path, write_atomic, write_json
 from app.storage.probe import StoreUnavailable
@@ -39,7 +39,8 @@ METRICS_FILE = "metrics.jsonl"
 ATTEMPTS_FILE = "attempts.jsonl"
 CURVES_FILE = "curves.png"
 # Rank 0's last known step (every few seconds) and its last just-in-time checkpoint: what the
-# next worker-group start needs to count the steps an interruption lost (app/run/interruptions).
+# next worker-group start needs to count the steps an interruption lost
+# (app/runfolder/interruptions).
 PROGRESS_FILE = "progress.json"
 MAX_PROGRESS_BYTES = 64 << 10
 # Ray Train's record of the checkpoints it registered. Resume is decided from verified files
@@ -51,7 +52,7 @@ MAX_LINE_CHARS = 1 << 20
 MAX_SUMMARY_BYTES = 16 << 20
 # The names trainctl reads or writes in a run folder (checkpoint folders by their prefixes):
 # none of them may be a link (`refuse_links`).
-# classes.json: app/run/class_names.py (which imports this module, hence the literal).
+# classes.json: app/runfolder/class_names.py (which imports this module, hence the literal).
 EXPORT_DIR = "export"  # the run's export (app/export/card.py): its files are checked too
 EVAL_DIR = "eval"  # `trainctl evaluate`'s reports, eval/<name>/ (app/evaluation/report.py)
 OWN_NAMES = (

@@ -1,5 +1,6 @@
 """The files a run's logs are written to: a rotating file on a volume, opened without
-following links, or a local file copied up to a bucket (app/run/log_capture.py tees output here).
+following links, or a local file copied up to a bucket (app/runfolder/log_capture.py tees
+output here).
 
 Each rotates at TRAIN_LOG_MAX_MB with BACKUPS older files kept (logging.handlers' naming:
 worker-0.log.1 is the newest older one).
@@ -15,7 +16,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from app.run.log_reader import BACKUPS
+from app.runfolder.log_reader import BACKUPS
 from app.storage import safe_fs
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, local_path

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from app.run import checkpoints, interruptions
-from app.run import folder as run_folder
-from app.run.epoch_record import CORE_METRICS
-from app.run.folder import CURVES_FILE
+from app.runfolder import checkpoints, interruptions, retention
+from app.runfolder import folder as run_folder
+from app.runfolder.epoch_record import CORE_METRICS
+from app.runfolder.folder import CURVES_FILE
 from app.storage.location import RunPath, write_atomic
 
 
@@ -31,7 +31,7 @@ def build_summary(
     good = checkpoints.scan(run_dir).good if good is None else good
     last = epochs[-1] if epochs else {}
     # `best` is ranked the way checkpoints are kept: by TRAIN_CHECKPOINT_METRIC.
-    best_ref = next(iter(checkpoints.ranked(good, metric)), None)
+    best_ref = next(iter(retention.ranked(good, metric)), None)
     summary: dict[str, Any] = {
         "status": status,
         "run_name": run_name,

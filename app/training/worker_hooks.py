@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app.run import log_capture as run_logs
+from app.runfolder import log_capture as run_logs
 from app.settings import TrainSettings
 
 EpochHook = Callable[[dict[str, Any]], None]

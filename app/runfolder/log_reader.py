@@ -25,7 +25,8 @@ from app.errors import ConfigError
 from app.storage.location import RunPath
 from app.storage.reading import MissingFile, ReadableFile, present, sequential_chunks
 
-BACKUPS = 3  # logging.handlers' naming: name.1 is the newest older file (app/run/log_capture.py)
+# logging.handlers' naming: name.1 is the newest older file (app/runfolder/log_capture.py)
+BACKUPS = 3
 CHUNK = 1 << 16
 MAX_LINE = 1 << 16  # bytes; a longer line is printed in pieces
 FOLLOW_POLL_S = 0.5

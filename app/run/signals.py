@@ -50,7 +50,7 @@ JIT_WAIT_S = 60.0
 def just_in_time(run_dir: RunPath, invocation: str, wait_s: float = JIT_WAIT_S) -> str:
     """After SIGTERM: ask this invocation's workers for a just-in-time checkpoint and wait, up
     to `wait_s`, until rank 0 says it is committed. Returns what happened, in words."""
-    from app.run import folder as run_folder
+    from app.runfolder import folder as run_folder
     from app.training.checkpoint_watch import request_stop
 
     if not run_folder.attempts(run_dir, invocation):

@@ -7,27 +7,44 @@ the `keep` best by the checkpoint metric, plus the newest (the one a rerun resum
 
 Only end-of-epoch checkpoints are ranked: folders whose name is `checkpoint_epoch_NNNN`
 (RANKED_NAME), which were validated. A mid-epoch checkpoint (`checkpoint_epoch_NNNN_step_SSSSSSSS`,
-app/run/checkpoint_names.py) has no validation: it is never ranked and never `best`, and it
+app/runfolder/checkpoint_names.py) has no validation: it is never ranked and never `best`, and it
 stays only while it is the newest checkpoint of all (the one a rerun resumes from); a newer one
 of either kind supersedes it. Any other folder (a quarantined `corrupt_...`) is never removed.
 
-The pure decision (`to_remove`) knows nothing of storage; app/run/checkpoints.py `prune`
-applies it to a run folder, and `InRunPruner` applies it after each epoch while Ray trains, so
-checkpoints do not pile up on storage until the end of a long run.
+The pure decision (`to_remove`) knows nothing of storage, nor of the checkpoint record: it ranks
+anything shaped like one (`Ranked`). app/runfolder/checkpoints.py `prune` applies it to a run
+folder, and `InRunPruner` (built by checkpoints.py `in_run_pruner`) applies it after each epoch
+while Ray trains, so checkpoints do not pile up on storage until the end of a long run.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from app.run.checkpoints import CheckpointRef
-    from app.settings import TrainSettings
     from app.storage.location import RunPath
 
-# The end-of-epoch checkpoint folder name (app/run/checkpoints.py dir_name writes it).
+
+class Ranked(Protocol):
+    """What retention reads of a checkpoint (app/runfolder/checkpoints.py `CheckpointRef`)."""
+
+    @property
+    def path(self) -> RunPath: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def metrics(self) -> dict[str, float]: ...
+    @property
+    def step(self) -> int | None: ...
+    @property
+    def order(self) -> tuple[int, int]: ...
+
+
+Ref = TypeVar("Ref", bound=Ranked)  # ranked and to_remove hand back what they were given
+
+# The end-of-epoch checkpoint folder name (app/runfolder/checkpoints.py dir_name writes it).
 RANKED_NAME = re.compile(r"checkpoint_epoch_\d{4,}")
 
 
@@ -41,7 +58,7 @@ def higher_is_better(metric: str) -> bool:
     return metric != "val_loss"
 
 
-def ranked(good: Sequence[CheckpointRef], metric: str) -> list[CheckpointRef]:
+def ranked(good: Sequence[Ref], metric: str) -> list[Ref]:
     """End-of-epoch checkpoints, best first by `metric`; a checkpoint without it ranks last,
     newer before older on ties. Mid-epoch checkpoints have no validation: never ranked."""
     up = higher_is_better(metric)
@@ -51,7 +68,7 @@ def ranked(good: Sequence[CheckpointRef], metric: str) -> list[CheckpointRef]:
     return sorted(by_epoch, key=lambda ref: ref.metrics.get(metric, missing), reverse=up)
 
 
-def to_remove(good: Sequence[CheckpointRef], *, keep: int, metric: str) -> list[CheckpointRef]:
+def to_remove(good: Sequence[Ref], *, keep: int, metric: str) -> list[Ref]:
     """The good checkpoints to delete: every ranked one beyond the `keep` best by `metric`, and
     every mid-epoch one, except the newest checkpoint of all. Other folders are never chosen."""
     candidates = [ref for ref in good if is_ranked(ref.path.name) or ref.step is not None]
@@ -78,12 +95,12 @@ class InRunPruner:
 
     def __init__(
         self,
-        verify_new: Callable[[Collection[RunPath]], list[CheckpointRef]],
-        prune: Callable[[list[CheckpointRef]], list[RunPath]],
+        verify_new: Callable[[Collection[RunPath]], list[Ranked]],
+        prune: Callable[[list[Ranked]], list[RunPath]],
         warn: Callable[[str], None],
     ) -> None:
         self._verify_new, self._prune, self._warn = verify_new, prune, warn
-        self._known: dict[RunPath, CheckpointRef] = {}
+        self._known: dict[RunPath, Ranked] = {}
 
     def after_checkpoint(self) -> None:
         try:
@@ -93,26 +110,3 @@ class InRunPruner:
                 self._known.pop(path, None)
         except Exception as err:  # storage hiccups included: pruning must not end the run
             self._warn(f"checkpoints not pruned yet ({type(err).__name__}: {err})")
-
-
-def in_run_pruner(settings: TrainSettings, warn: Callable[[str], None]) -> InRunPruner:
-    """The driver's pruner for `settings`' run folder. It sees only the checkpoints Ray has
-    committed (app/run/folder.py `ray_committed`): one complete on storage but not committed
-    yet must not count as the newest, since a worker failure restarts from Ray's newest
-    committed checkpoint, which must therefore still be there."""
-    from app.run import checkpoints
-    from app.run.folder import ray_committed
-
-    run_dir, keep = settings.run_dir, settings.checkpoints_to_keep
-
-    def committed_new(known: Collection[RunPath]) -> list[CheckpointRef]:
-        names = ray_committed(run_dir)
-        return [r for r in checkpoints.scan(run_dir, skip=known).good if r.path.name in names]
-
-    return InRunPruner(
-        verify_new=committed_new,
-        prune=lambda good: checkpoints.prune(
-            run_dir, keep=keep, metric=settings.checkpoint_metric, good=good
-        ),
-        warn=warn,
-    )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-MODEL_FILE = "model.pt"  # a checkpoint folder's weights (app/run/checkpoints.py)
+MODEL_FILE = "model.pt"  # a checkpoint folder's weights (app/runfolder/checkpoints.py)
 MAX_WEIGHTS_BYTES = 4 << 30  # ViT-H/14, torchvision's largest classifier, is 2.5 GB
 FINITE_CHUNK = 1 << 24  # elements checked at a time: bounded memory for the largest tensor
 

@@ -13,20 +13,20 @@ What a team has, each resolved to one weights file and the sha256 its bytes must
 The task must be this run's where the source records it: an export's or a champion's card
 (class names in order, channels, input size, compared as a promotion compares them:
 app/promotion/task.py), a checkpoint's class names (meta.json); in every case the weights'
-names and shapes must fit the model (app/run/state_dicts.py). Anything else is refused with
+names and shapes must fit the model (app/runfolder/state_dicts.py). Anything else is refused with
 exit 2, naming the source and why.
 
 Loading never runs code and loads what was verified: a file is read once into memory (at most
 MAX_WEIGHTS_BYTES, a regular file, no link followed), hashed, and those bytes are given to
 torch.load(weights_only=True). The driver resolves TRAIN_WARM_START once, in preflight, and
-hands the WarmStart (file and sha256) to the workers, which load it the same way: a file
-changed since preflight is refused, not loaded, and every worker starts from the same bytes.
+hands the WarmStart (file and sha256: app/training/warm_weights.py) to the workers, which load
+it the same way: a file changed since preflight is refused, not loaded, and every worker starts
+from the same bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -38,12 +38,10 @@ from app.promotion import champion
 from app.promotion.champion_task import TaskUnknown, verified_card
 from app.promotion.task import Task
 from app.redact import redact_uri
-from app.run import checkpoints
-from app.run.state_dicts import (
-    MAX_WEIGHTS_BYTES,
+from app.runfolder import checkpoints, retention
+from app.runfolder.state_dicts import (
     MODEL_FILE,
     fit_problem,
-    plain_keys,
     tensor_problem,
 )
 from app.settings import TrainSettings
@@ -51,6 +49,7 @@ from app.settings.model import ChampionRef
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, local_path, parse_location
 from app.storage.reading import is_dir_within, read_bounded
+from app.training.warm_weights import WarmStart, read_weights
 
 # What vouches for a plain file's sha256: only preflight's own reading of it.
 FILE_VOUCH = "read before the run started"
@@ -59,32 +58,6 @@ TAKES = (
     "TRAIN_WARM_START takes champion:<model-name>, an export/ folder, a run folder, a "
     "checkpoint folder or a state-dict file"
 )
-
-
-@dataclass(frozen=True)
-class WarmStart:
-    """A resolved TRAIN_WARM_START: the weights file, the sha256 its bytes must have, and
-    what it is, in words."""
-
-    source: str  # TRAIN_WARM_START as set
-    described: str  # "champion digits-cnn v3 (run nightly-0411, epoch 7)"
-    file: RunPath
-    sha256: str
-    vouched_by: str  # what recorded sha256: "its model card", "its meta.json", "preflight"
-
-    def load_weights(self) -> dict[str, Any]:
-        """The state dict, from the bytes read now, once they are the bytes verified."""
-        import torch
-
-        data = _read(self.file, self.source)
-        found = hashlib.sha256(data).hexdigest()
-        if found != self.sha256:
-            raise ConfigError(
-                f"TRAIN_WARM_START={self.source}: {self.file} has sha256 {found}, not the "
-                f"{self.sha256} {self.vouched_by}; altered, and not loaded (an altered weights "
-                "file is never trusted)"
-            )
-        return plain_keys(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
 
 
 def resolve(settings: TrainSettings, info: DatasetInfo | None) -> WarmStart:
@@ -195,7 +168,7 @@ def _location(settings: TrainSettings, path: RunPath, source: str) -> tuple[Warm
     if _present(path / checkpoints.META_FILE):
         return _checkpoint(path, source, f"checkpoint {source}")
     good = checkpoints.scan(path).good
-    best = next(iter(checkpoints.ranked(good, settings.checkpoint_metric)), None)
+    best = next(iter(retention.ranked(good, settings.checkpoint_metric)), None)
     if best is None:
         raise ConfigError(
             f"TRAIN_WARM_START={source}: a folder with no model_card.json (an export), no "
@@ -260,22 +233,8 @@ def _checkpoint(folder: RunPath, source: str, described: str) -> tuple[WarmStart
 
 def _file(path: RunPath, source: str) -> WarmStart:
     """A state-dict file: the digest of its bytes as read now, what every worker must read."""
-    digest = hashlib.sha256(_read(path, source)).hexdigest()
+    digest = hashlib.sha256(read_weights(path, source)).hexdigest()
     return WarmStart(source, f"file {source}", path, digest, FILE_VOUCH)
-
-
-def _read(path: RunPath, source: str) -> bytes:
-    """The file's bytes: a regular file (a FIFO would hang), no link followed, bounded."""
-    try:
-        return read_bounded(path, local_path(path.parent), MAX_WEIGHTS_BYTES)
-    except FileNotFoundError:
-        raise ConfigError(f"TRAIN_WARM_START={source}: {path} is not there") from None
-    except safe_fs.LinkRefused as err:  # names where it points: give that file instead
-        raise ConfigError([f"TRAIN_WARM_START={source}: {p}" for p in err.problems]) from None
-    except IsADirectoryError:
-        raise ConfigError(f"TRAIN_WARM_START={source}: {path} is a folder, not a file") from None
-    except (OSError, ValueError) as err:  # not a regular file, over the bound, unreadable
-        raise ConfigError(f"TRAIN_WARM_START={source}: {path} cannot be read ({err})") from None
 
 
 def _model_shapes(settings: TrainSettings, info: DatasetInfo) -> dict[str, Any]:

@@ -5,22 +5,32 @@ that order. A rerun whose data yields other names (a class folder added, removed
 would silently give the old weights' units new meanings, so it is refused (exit 2, before Ray
 starts) with the difference named. Data without names (Parquet with bare label ids) records
 nothing and is checked against nothing, except that a run that recorded names keeps them.
+
+Label i means names[i], so a list naming one class twice has no meaning: which label is
+"cat"? The same holds for two names that are one text written two ways in Unicode (`café` as
+NFC, one code point for é, and as NFD, e plus a combining accent: macOS writes folder names
+the second way, most tools the first). Such a list would give two classes that look the same
+in every message, card and prediction, so it is refused wherever a list comes from (folder
+names, Parquet metadata, classes.json, a checkpoint's or a model card's), naming both spellings
+(`names_problem`, the one rule). Names are kept as written, not normalised: they are also the
+folders' and objects' names. Letter case is not folded: `A` and `a` are two classes of a
+letters dataset.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 from typing import Any
 
-from app.data.class_meta import names_problem
-from app.data.folder_listing import shown
-from app.data.schema import MAX_CLASSES, DatasetInfo
-from app.run.folder import read_record_file
+from app.formatting import shown
+from app.runfolder.folder import read_record_file
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, write_json
 
-CLASSES_FILE = "classes.json"  # also one of the run folder's own names (app/run/folder.py)
+CLASSES_FILE = "classes.json"  # also one of the run folder's own names (app/runfolder/folder.py)
 MAX_BYTES = 64 << 20  # MAX_CLASSES names of up to 255 bytes each, JSON-escaped
+MAX_CLASSES = 100_000  # the model's output layer has one unit per class
 
 
 def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
@@ -48,7 +58,7 @@ def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
 def _newest_checkpoints(run_dir: RunPath) -> tuple[str, ...] | None:
     """The names in the newest intact checkpoint's meta.json, for a run folder that lost (or
     predates) classes.json; None when it has no checkpoint or its checkpoint names none."""
-    from app.run import checkpoints  # imports torch: only when classes.json is missing
+    from app.runfolder import checkpoints  # imports torch: only when classes.json is missing
 
     latest = checkpoints.scan(run_dir).latest
     if latest is None:
@@ -66,19 +76,20 @@ def _newest_checkpoints(run_dir: RunPath) -> tuple[str, ...] | None:
     return tuple(str(n) for n in names)
 
 
-def class_names_problem(run_dir: RunPath, info: DatasetInfo) -> str | None:
-    """Why this data cannot continue the run at run_dir, or None."""
+def class_names_problem(run_dir: RunPath, names: tuple[str, ...], source: object) -> str | None:
+    """Why data with these class `names` (() for bare label ids), read from `source`, cannot
+    continue the run at run_dir, or None."""
     try:
         before = recorded(run_dir)
     except ValueError as err:
         return f"{err}; remove it only if the run's checkpoints should start over"
-    if before is None and info.class_names:  # only then worth verifying the checkpoints
+    if before is None and names:  # only then worth verifying the checkpoints
         before = _newest_checkpoints(run_dir)
-    if before is None or before == info.class_names:
+    if before is None or before == names:
         return None
     return (
-        f"{info.path}: the classes differ from those run {run_dir.name} recorded "
-        f"({describe_difference(before, info.class_names)}); label numbers would "
+        f"{source}: the classes differ from those run {run_dir.name} recorded "
+        f"({describe_difference(before, names)}); label numbers would "
         "change meaning: restore the class folders, or train a new run (TRAIN_RUN_NAME)"
     )
 
@@ -110,7 +121,31 @@ def describe_difference(before: tuple[str, ...], now: tuple[str, ...]) -> str:
     return "; ".join(parts)
 
 
-def record(run_dir: RunPath, info: DatasetInfo) -> None:
+def record(run_dir: RunPath, names: tuple[str, ...]) -> None:
     """Write classes.json when the data has names and the run has none recorded yet."""
-    if info.class_names and recorded(run_dir) is None:
-        write_json(run_dir / CLASSES_FILE, {"class_names": list(info.class_names)})
+    if names and recorded(run_dir) is None:
+        write_json(run_dir / CLASSES_FILE, {"class_names": list(names)})
+
+
+def names_problem(names: Sequence[str]) -> str | None:
+    """Why `names` cannot label classes (a name twice, or one name in two Unicode
+    normalisations), or None. Names are shown with ascii() so that the two spellings differ."""
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        key = unicodedata.normalize("NFC", name)
+        if key not in seen:
+            seen[key] = index
+            continue
+        first = names[seen[key]]
+        if first == name:
+            return (
+                f"class {name!a} is named twice (labels {seen[key]} and {index}); each "
+                "class needs one name"
+            )
+        look = f", both shown as {key}" if key.isprintable() else ""
+        return (
+            f"class names {first!a} (label {seen[key]}) and {name!a} (label {index}) "
+            f"are one name in two Unicode normalisations{look}; they would be two classes that "
+            "look the same: rename one (or merge them)"
+        )
+    return None
