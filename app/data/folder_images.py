@@ -19,7 +19,7 @@ import pyarrow as pa
 from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
 from app.formatting import shown
 from app.storage import safe_fs
-from app.storage.location import RunPath, local_path
+from app.storage.location import RunPath
 from app.storage.reading import read_bounded
 
 READ_THREADS = 8  # files in a bucket are fetched in parallel; decoding releases the GIL too
@@ -29,7 +29,7 @@ def read_file(root: RunPath, relative: str) -> bytes:
     """One file's bytes; on a volume opened below `root` without following a link."""
     path = root / relative
     try:
-        return read_bounded(path, local_path(root), MAX_FILE_BYTES)
+        return read_bounded(path, root, MAX_FILE_BYTES)
     except safe_fs.LinkRefused:  # replaced by a link after the listing
         raise ImageError(f"{shown(path)}: cannot be read (a symbolic link, not followed)") from None
     except (OSError, ValueError, pa.ArrowException) as err:

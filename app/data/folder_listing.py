@@ -21,21 +21,18 @@ file name can never forge a line of a message or a log.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.fs as pafs
-
 from app.data.schema import SPLITS, Problems
 from app.errors import ConfigError
 from app.formatting import shown
 from app.runfolder.class_names import MAX_CLASSES, names_problem
-from app.storage.buckets import ObjectPath
-from app.storage.deadline import DeadlineExceeded, call_with_deadline
-from app.storage.location import RunPath, local_path
+from app.storage.deadline import DeadlineExceeded
+from app.storage.location import RunPath
+from app.storage.tree import walk
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 MAX_FILES = 2_000_000  # every file becomes a row the driver holds in memory; prepare beyond
@@ -65,19 +62,11 @@ class FolderListing:
 def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
     """The dataset's classes and image files, or ConfigError with one line per problem."""
     problems = Problems()
-    deadline = time.monotonic() + limit_s
+    started = time.monotonic()  # one limit for both splits
     found: dict[str, tuple[dict[str, list[str]], int]] = {}
-    local = local_path(root)
     for split in SPLITS:
         try:
-            if local is not None:
-                found[split] = _local_split(local, split, deadline, problems)
-            else:
-                # A client whose requests end within the limit too: none is left talking.
-                client = root.with_budget(limit_s)  # type: ignore[union-attr]
-                found[split] = call_with_deadline(
-                    lambda s=split, c=client: _bucket_split(c, s), limit_s, str(root / split)
-                )
+            found[split] = _split(root, split, limit_s, problems, _add, started)
         except DeadlineExceeded:
             raise ConfigError(
                 f"{root}: listing {split}/ took over {limit_s:g} s; for data this large write "
@@ -213,13 +202,8 @@ def list_images(folder: RunPath, limit_s: float = LIST_LIMIT_S) -> tuple[list[st
 
 def _list_one(folder: RunPath, limit_s: float, add: _Adder) -> tuple[dict[str, list[str]], int]:
     problems = Problems()
-    local = local_path(folder)
     try:
-        if local is not None:
-            found = _local_split(local, "", time.monotonic() + limit_s, problems, add)
-        else:
-            client = folder.with_budget(limit_s)  # type: ignore[union-attr]
-            found = call_with_deadline(lambda: _bucket_split(client, "", add), limit_s, str(folder))
+        found = _split(folder, "", limit_s, problems, add, time.monotonic())
     except DeadlineExceeded:
         raise ConfigError(
             f"{folder}: listing took over {limit_s:g} s; for data this large write the Parquet "
@@ -238,81 +222,29 @@ def _list_one(folder: RunPath, limit_s: float, add: _Adder) -> tuple[dict[str, l
     return found
 
 
-def _bucket_split(
-    root: ObjectPath, split: str, add: _Adder = _add
+def _split(
+    root: RunPath, split: str, limit_s: float, problems: Problems, add: _Adder, started: float
 ) -> tuple[dict[str, list[str]], int]:
-    """`split` below `root` ("": `root` itself), listed with `add`'s rule."""
-    base = f"{root.key}/{split}" if split else root.key
-    selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-    infos = root.fs.get_file_info(selector)
-    if not infos and not (root / split if split else root).is_dir():
-        raise _Missing()
+    """`split` below `root` ("": `root` itself), walked (app/storage/tree.py) and listed with
+    `add`'s rule; paths relative to `root`, inside which every link must lead."""
+    try:
+        found = walk(root, split, limit_s, started)
+    except FileNotFoundError:
+        raise _Missing() from None
+    for link in found.refused:
+        problems.add(_link_problem(link.path, link.target, link.real_root, link.why))
     classes: dict[str, list[str]] = {}
-    skipped = 0
-    for info in infos:
-        parts = tuple(info.path[len(base) + 1 :].split("/"))
-        if info.type == pafs.FileType.Directory:
-            if len(parts) == 1 and not parts[0].startswith("."):
-                classes.setdefault(parts[0], [])
-        elif not add(classes, parts, "/".join((split, *parts) if split else parts)):
+    for parts in found.folders:
+        if len(parts) == 1 and not parts[0].startswith("."):
+            classes.setdefault(parts[0], [])
+    skipped = found.others
+    for parts, relative in found.files:
+        if not add(classes, parts, relative):
             skipped += 1
     return classes, skipped
 
 
-def _local_split(
-    root: Path, split: str, deadline: float, problems: Problems, add: _Adder = _add
-) -> tuple[dict[str, list[str]], int]:
-    """`split` below `root` ("": `root` itself), listed with `add`'s rule; paths relative to
-    `root`, inside which every link must lead."""
-    real_root = Path(os.path.realpath(root))
-    top = real_root / split
-    if top.is_symlink() or not top.is_dir():
-        if top.is_symlink():
-            problems.add(_link_problem(root / split, real_root, "a link to a folder"))
-            return {}, 0
-        raise _Missing()
-    classes: dict[str, list[str]] = {}
-    skipped = 0
-    stack = [top]
-    while stack:
-        folder = stack.pop()
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                if time.monotonic() > deadline:
-                    raise DeadlineExceeded(str(root / split), LIST_LIMIT_S)
-                path = Path(entry.path)
-                parts = path.relative_to(top).parts
-                if entry.is_symlink():
-                    target = _link_target(path, real_root, problems)
-                    if target is not None and not add(classes, parts, target):
-                        skipped += 1
-                elif entry.is_dir(follow_symlinks=False):
-                    if len(parts) == 1 and not parts[0].startswith("."):
-                        classes.setdefault(parts[0], [])
-                    stack.append(path)
-                elif not (
-                    entry.is_file(follow_symlinks=False)
-                    and add(classes, parts, path.relative_to(real_root).as_posix())
-                ):
-                    skipped += 1
-    return classes, skipped
-
-
-def _link_target(path: Path, real_root: Path, problems: Problems) -> str | None:
-    """A link's target relative to the data folder when it is a file inside it, else None
-    (and a problem)."""
-    target = Path(os.path.realpath(path))
-    if not target.is_relative_to(real_root):
-        problems.add(_link_problem(path, real_root, "outside the data folder"))
-        return None
-    if not target.is_file():
-        problems.add(_link_problem(path, real_root, "a link to a folder"))
-        return None
-    return target.relative_to(real_root).as_posix()
-
-
-def _link_problem(path: Path, real_root: Path, what: str) -> str:
-    target = os.path.realpath(path)
+def _link_problem(path: Path, target: str, real_root: Path, what: str) -> str:
     return (
         f"{shown(path)}: is a symbolic link to {shown(target)}, {what}; trainctl follows only "
         f"links to image files inside the data folder {shown(real_root)}: copy the files in"

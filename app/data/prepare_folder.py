@@ -39,8 +39,7 @@ from app.data.prepare import (
 )
 from app.errors import ConfigError
 from app.redact import redact_uri
-from app.storage.buckets import ObjectPath
-from app.storage.location import expand, local_path, parse_location
+from app.storage.location import RunPath, expand, parse_location, resolved
 
 ORDER_SEED = 20_261_126
 
@@ -54,9 +53,7 @@ def prepare_from_folder(
     except ValueError as err:
         raise ConfigError(f"--from-folder={redact_uri(source)}: {err}") from None
     out = expand(out, "--out")
-    local = local_path(root)
-    if local is not None:  # a bucket cannot hold --out, a local folder
-        _refuse_out_in_source(local, out)
+    _refuse_out_in_source(root, out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out={out}: exists but is not a folder")
     if not force and is_present(out):
@@ -79,20 +76,21 @@ def prepare_from_folder(
     return _summary(f"folder {redact_uri(str(root))}", out, meta)
 
 
-def _refuse_out_in_source(root: Path, out: Path) -> None:
+def _refuse_out_in_source(root: RunPath, out: Path) -> None:
     """An --out inside train/ or valid/ would become a class folder of the very data it was
-    made from (without images: the next `train` on the folder stops); refused."""
+    made from (without images: the next `train` on the folder stops); refused. (A bucket
+    never holds --out, a local folder: it compares unequal to every local one.)"""
     target = out.resolve()
     for split in (root, root / "train", root / "valid"):
-        inside = split.resolve()
-        if target == inside or (split != root and target.is_relative_to(inside)):
+        inside = resolved(split)
+        if target == inside or (split != root and inside in target.parents):
             raise ConfigError(
                 f"--out={out}: inside the image folder --from-folder={root}, where it would "
                 "become a class of the data; choose a folder outside its train/ and valid/"
             )
 
 
-def _write(root: Path | ObjectPath, listing: FolderListing, staging: Path, size: int) -> dict:
+def _write(root: RunPath, listing: FolderListing, staging: Path, size: int) -> dict:
     staging.mkdir(parents=True)
     order = np.random.default_rng(ORDER_SEED).permutation(len(listing.train))
     splits = {"train": [listing.train[i] for i in order], "valid": list(listing.valid)}

@@ -33,8 +33,9 @@ from app.evaluation.scoring import ScoringOptions, check_resources, connect, sco
 from app.export.card import Verified, verified
 from app.export.predict import Prediction, export_folder
 from app.formatting import shown
-from app.storage.buckets import ObjectPath
+from app.storage.entries import Kind, kind
 from app.storage.location import RunPath, parse_location, store_errors, write_atomic
+from app.storage.reading import is_dir_within
 
 if TYPE_CHECKING:
     import ray.data
@@ -73,7 +74,7 @@ def output_location(out: str, endpoint: str | None) -> RunPath:
         where = parse_location(out, endpoint)
     except ValueError as err:
         raise ConfigError(f"--out {out!r}: {err}") from None
-    if not isinstance(where, ObjectPath) and where.is_dir():
+    if is_dir_within(where, "--out"):  # a bucket answers within its probe's deadline
         raise ConfigError(
             f"--out {out!r}: is a folder; give a file name ending in .parquet or .csv"
         )
@@ -138,17 +139,12 @@ def _location(image: str, endpoint: str | None) -> RunPath:
 def _listed(where: RunPath) -> tuple[RunPath, list[str]]:
     """(the folder files are read below, their paths relative to it) for one argument: a
     file, or every image file below a folder or prefix."""
-    if isinstance(where, ObjectPath):
-        if where.is_file():
-            return where.parent, [where.name]
-        if not where.is_dir():
-            raise ConfigError(f"{shown(where)}: no such object or prefix")
+    found = kind(where)  # a link is not followed: refused when it is read, and named
+    if found is Kind.DIR:
         return where, list_images(where)[0]
-    if where.is_dir() and not where.is_symlink():
-        return where, list_images(where)[0]
-    if not (where.exists() or where.is_symlink()):
-        raise ConfigError(f"{shown(where)}: no such file")
-    return where.parent, [where.name]  # a link is refused when it is read, and named
+    if found is None:
+        raise ConfigError(f"{shown(where)}: no such file, folder or prefix")
+    return where.parent, [where.name]
 
 
 def rows_dataset(groups: list[tuple[RunPath, list[str]]], card: dict[str, Any]) -> ray.data.Dataset:

@@ -47,8 +47,8 @@ from app.evaluation.report import (
 from app.evaluation.scoring import ScoringOptions, check_resources, connect, precision_of, scored
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, verified
 from app.formatting import shown
-from app.storage import safe_fs
-from app.storage.location import RunPath, local_path, store_errors
+from app.storage.entries import not_a_link
+from app.storage.location import RunPath, store_errors
 from app.storage.reading import present
 
 if TYPE_CHECKING:
@@ -139,9 +139,7 @@ def evaluate_command(
 
 def run_export(run_dir: RunPath) -> Verified:
     """The run's verified export; ConfigError saying what to do where there is none."""
-    local = local_path(run_dir)
-    if local is not None and local.is_symlink():  # runs/<name> planted as a link: its eval/
-        raise safe_fs.LinkRefused([(local, os.readlink(local))])  # would be written through it
+    not_a_link(run_dir)  # runs/<name> planted as a link: its eval/ would be written through it
     folder = run_dir / EXPORT_DIR
     if not present(folder / CARD_FILE):
         if not run_dir.is_dir():
@@ -152,7 +150,7 @@ def run_export(run_dir: RunPath) -> Verified:
             "resumes it), or evaluate another run"
         )
     # Opened below the run folder: neither export/ nor a file in it is read through a link.
-    return verified(folder, local_path(run_dir))
+    return verified(folder, run_dir)
 
 
 def describe(source: EvalData) -> dict[str, Any]:

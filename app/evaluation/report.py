@@ -23,16 +23,13 @@ import csv
 import io
 import json
 import re
-import secrets
-import shutil
-from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
 from app.runfolder.folder import EVAL_DIR
 from app.storage import bounded_json, safe_fs
-from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, local_path, write_atomic
+from app.storage.entries import entries
+from app.storage.location import RunPath, replace_folder
 from app.storage.reading import read_bounded
 
 METRICS_FILE = "metrics.json"
@@ -71,23 +68,10 @@ def eval_folder(run_dir: RunPath, name: str) -> RunPath:
 
 
 def write_folder(folder: RunPath, files: dict[str, bytes], run_dir: RunPath) -> None:
-    """`files` as `folder`'s whole content, replacing what was there (see the module)."""
-    if isinstance(folder, ObjectPath):
-        folder.rmtree()
-        for name, data in files.items():
-            if name != METRICS_FILE:
-                (folder / name).write_bytes(data)
-        (folder / METRICS_FILE).write_bytes(files[METRICS_FILE])
-        return
-    root = local_path(run_dir)
-    assert isinstance(folder, Path) and root is not None
-    staging = folder.with_name(f".{folder.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        for name, data in files.items():
-            write_atomic(staging / name, data, root)
-        safe_fs.rename_dir(staging, folder, root)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)  # gone already when the rename happened
+    """`files` as `folder`'s whole content, replacing what was there (see the module), below
+    the run folder; metrics.json last, the marker a reader trusts the rest by."""
+    others = {name: data for name, data in files.items() if name != METRICS_FILE}
+    replace_folder(folder, {**others, METRICS_FILE: files[METRICS_FILE]}, run_dir)
 
 
 def report_files(
@@ -187,12 +171,8 @@ def latest_metrics(run_dir: RunPath) -> dict[str, Any] | None:
     `name`; None where it has none."""
     root = run_dir / EVAL_DIR
     try:
-        if isinstance(root, ObjectPath):
-            names = sorted({p.relative_to(root).parts[0] for p in root.walk_files()})
-        else:  # a hidden name is an evaluation being written
-            local = local_path(run_dir)
-            assert isinstance(root, Path) and local is not None
-            names = [name for name, _ in safe_fs.entries(root, local) if not name.startswith(".")]
+        # A hidden name is an evaluation being written.
+        names = [e.name for e in entries(root, run_dir) if not e.name.startswith(".")]
     except (OSError, ValueError, safe_fs.LinkRefused):
         return None
     found = []

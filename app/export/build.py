@@ -34,7 +34,7 @@ from app.export.card import (
 from app.redact import redact
 from app.runfolder import checkpoints
 from app.settings import TrainSettings
-from app.storage.location import RunPath, local_path, write_atomic
+from app.storage.location import RunPath, write_atomic
 from app.storage.reading import file_size, walk_files
 
 MAX_BATCH = 65_536  # the exported program's dynamic batch dimension: 1..MAX_BATCH
@@ -78,7 +78,7 @@ def export_best(
     digests = {file: hashlib.sha256(data).hexdigest() for file, data in files.items()}
     card = build_card(settings, info, best, program or WEIGHTS_FILE, digests, fallback)
     folder = settings.run_dir / EXPORT_DIR
-    root = local_path(settings.run_dir)
+    root = settings.run_dir  # neither export/ nor a file in it is written through a link
     for file, data in files.items():
         write_atomic(folder / file, data, root)
     text = card_json(card)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
@@ -40,7 +39,7 @@ from app.runfolder.class_names import names_problem
 from app.runfolder.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
 from app.storage import bounded_json
-from app.storage.location import RunPath, local_path
+from app.storage.location import RunPath
 from app.storage.reading import read_bounded, sha256_of
 
 WEIGHTS_FILE = "weights.pt"  # torch.save(state_dict): what trainctl loads
@@ -70,7 +69,7 @@ def card_json(card: dict[str, Any]) -> bytes:
 
 
 def read_card(
-    folder: RunPath, root: Path | None = None, card_sha256: str | None = None
+    folder: RunPath, root: RunPath | None = None, card_sha256: str | None = None
 ) -> dict[str, Any]:
     """The card in export folder `folder` (on a volume opened below `root`, default the folder
     itself, without following a link), shape-checked; ConfigError naming what is wrong.
@@ -80,11 +79,11 @@ def read_card(
 
 
 def _read_card(
-    folder: RunPath, root: Path | None, card_sha256: str | None = None
+    folder: RunPath, root: RunPath | None, card_sha256: str | None = None
 ) -> tuple[dict[str, Any], bytes]:
     path = folder / CARD_FILE
     try:
-        text = read_bounded(path, root or local_path(folder), MAX_CARD_BYTES)
+        text = read_bounded(path, root or folder, MAX_CARD_BYTES)
         found = hashlib.sha256(text).hexdigest()
         if card_sha256 is not None and found != card_sha256:
             raise ConfigError(
@@ -166,13 +165,15 @@ def card_problem(card: Any) -> str | None:
     return names_problem(names)
 
 
-def verified(folder: RunPath, root: Path | None = None, card_sha256: str | None = None) -> Verified:
+def verified(
+    folder: RunPath, root: RunPath | None = None, card_sha256: str | None = None
+) -> Verified:
     """The card and weights.pt's bytes once every file the card lists matches its sha256 (and
     the card `card_sha256`, where given); ConfigError naming the file (and both checksums)
     otherwise. On a volume every file is opened below `root` (default: the folder itself)
     without following a link, as a regular file of bounded size. Nothing is loaded before
     this passes."""
-    root = root or local_path(folder)
+    root = root or folder
     card, text = _read_card(folder, root, card_sha256)
     weights = b""
     for name, expected in card["files"].items():

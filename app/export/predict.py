@@ -27,7 +27,7 @@ from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
 from app.errors import ConfigError
 from app.export.card import CARD_FILE, EXPORT_DIR, WEIGHTS_FILE, Verified, verified
 from app.formatting import shown
-from app.storage.location import RunPath, local_path
+from app.storage.location import RunPath
 from app.storage.reading import present, read_bounded
 
 MAX_TOP_K = 1000
@@ -76,7 +76,7 @@ def predict(
     return found
 
 
-def export_folder(target: str, endpoint: str | None = None) -> tuple[RunPath, Path | None]:
+def export_folder(target: str, endpoint: str | None = None) -> tuple[RunPath, RunPath]:
     """The export folder `target` names (an export folder, or a run folder holding export/),
     local or in a bucket (through `endpoint`: TRAIN_STORAGE_ENDPOINT), and the folder below
     which its files are opened: `target` itself, so that neither export/ nor a file in it is
@@ -88,7 +88,7 @@ def export_folder(target: str, endpoint: str | None = None) -> tuple[RunPath, Pa
     except ValueError as err:
         raise ConfigError(f"{target}: {err}") from None
     folder = where if present(where / CARD_FILE) else where / EXPORT_DIR
-    return folder, local_path(where)
+    return folder, where
 
 
 def _batch(images: Sequence[str], card: dict[str, Any]) -> Any:

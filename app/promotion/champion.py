@@ -25,19 +25,15 @@ undo each other, and an older or worse model never overwrites a newer champion.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from app.storage import bounded_json, conditional, safe_fs
-from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, local_path, write_atomic
+from app.storage import bounded_json, conditional, locks, safe_fs
+from app.storage.location import RunPath, write_atomic
 from app.storage.reading import read_bounded
 
 CHAMPIONS_DIR = "champions"
@@ -65,10 +61,10 @@ def pointer_path(storage: RunPath, name: str) -> RunPath:
     return storage / CHAMPIONS_DIR / f"{name}.json"
 
 
-def _root(local: Path) -> Path:
+def _root(path: RunPath) -> RunPath:
     """Where the pointer's opens start: the storage folder, so that neither `champions/` nor
     the pointer is read or written through a link planted there (app/storage/safe_fs.py)."""
-    return local.parent.parent
+    return path.parent.parent
 
 
 def champion_export(storage: RunPath, name: str, endpoint: str | None) -> tuple[str, str]:
@@ -86,9 +82,8 @@ def champion_export(storage: RunPath, name: str, endpoint: str | None) -> tuple[
 
 def read_pointer(path: RunPath) -> dict[str, Any] | None:
     """The pointer, None when there is none; PointerDamaged when it is unreadable."""
-    local = local_path(path)
     try:
-        data = read_bounded(path, _root(local) if local else None, MAX_POINTER_BYTES)
+        data = read_bounded(path, _root(path), MAX_POINTER_BYTES)
     except FileNotFoundError:
         return None
     except (ValueError, OSError) as err:  # oversized, a folder
@@ -131,23 +126,22 @@ def replace(path: RunPath, decide: Decide) -> Replaced:
 
     `decide` may raise: nothing is written then. It may be called again (a lost race in a
     bucket), each time with the pointer as it is then."""
-    if isinstance(path, ObjectPath) and conditional.supported(path):
+    if conditional.guard(path) is conditional.Guard.COMPARE_AND_SWAP:
         return _swap(path, decide)
     try:
-        with _exclusive(path):
+        with _exclusive(path) as locked:
             before = read_pointer(path)
             new = decide(before)
             if new is None:
                 return Replaced(before, None, before)
-            local = local_path(path)
-            write_atomic(path, encode(new), _root(local) if local else None)
-            after = new if local is not None else read_pointer(path)  # GCS: read back
+            write_atomic(path, encode(new), _root(path))
+            after = new if locked else read_pointer(path)  # GCS: no lock; read back who won
     except safe_fs.LinkRefused as err:  # a ConfigError: the step keeps the champion instead
         raise PointerDamaged(f"{path}: {'; '.join(err.problems)}") from None
     return Replaced(before, new, after)
 
 
-def _swap(path: ObjectPath, decide: Decide) -> Replaced:
+def _swap(path: RunPath, decide: Decide) -> Replaced:
     """Compare-and-swap in S3: read with the ETag, decide, write If-Match that ETag; a lost
     race is read again and decided again, against the pointer that won it."""
     for attempt in range(SWAP_ATTEMPTS):
@@ -169,37 +163,14 @@ def _swap(path: ObjectPath, decide: Decide) -> Replaced:
 
 
 @contextlib.contextmanager
-def _exclusive(path: RunPath) -> Iterator[None]:
-    """On a volume: an exclusive flock held while deciding and writing; a bucket has none."""
-    local = local_path(path)
-    if local is None:
-        yield
-        return
-    lock = local.parent / f".{local.name.removesuffix('.json')}.lock"
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        with safe_fs.folder_fd(local.parent, _root(local), create=True) as folder:
-            fd = os.open(lock.name, flags, 0o666, dir_fd=folder)
-    except safe_fs.LinkRefused as err:  # `champions/` itself: kept, with the reason
-        raise PointerDamaged("; ".join(err.problems)) from None
-    except OSError as err:  # the lock's name taken by a link (ELOOP) or a folder
-        raise PointerDamaged(f"{lock}: cannot be opened as a lock ({err.strerror})") from None
-    try:
-        _lock(fd, lock)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def _lock(fd: int, lock: os.PathLike[str]) -> None:
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:
+def _exclusive(path: RunPath) -> Iterator[bool]:
+    """The pointer's writers kept out while deciding and writing (True: a flock on a volume);
+    False where the store has no locks (app/storage/locks.py)."""
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise PointerDamaged(
-                    f"{lock}: still locked by another run after {LOCK_WAIT_S:.0f} s"
-                ) from None
-            time.sleep(0.1)
+            locked = held.enter_context(locks.exclusive(path, _root(path), LOCK_WAIT_S))
+        except safe_fs.LinkRefused as err:  # `champions/` itself: kept, with the reason
+            raise PointerDamaged("; ".join(err.problems)) from None
+        except locks.LockUnavailable as err:  # the lock's name taken by a link, or held long
+            raise PointerDamaged(str(err)) from None
+        yield locked

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from app.export.card import CARD_FILE
 from app.promotion.champion import CHAMPIONS_DIR
 from app.storage import conditional, safe_fs
-from app.storage.location import RunPath, local_path
+from app.storage.location import RunPath
 from app.storage.reading import sha256_of
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def keep(export: Export, storage: RunPath, name: str) -> RunPath:
     """The champion's folder for `export`, its files created where they are not yet (OSError
     where the store refuses a write, CopyRefused where a file there differs)."""
     target = folder(storage, name, export.card_sha256)
-    root = local_path(storage)
+    root = storage  # no file is written or read through a link below the storage folder
     for file, data in [*export.files.items(), (CARD_FILE, export.card_bytes)]:
         if conditional.create(target / file, data, root):
             continue

@@ -16,7 +16,7 @@ from typing import Any
 from app.export.card import CARD_FILE, MAX_CARD_BYTES, card_problem
 from app.promotion.task import Task
 from app.storage import bounded_json, safe_fs
-from app.storage.location import local_path, parse_location
+from app.storage.location import parse_location
 from app.storage.reading import read_bounded
 
 
@@ -42,7 +42,7 @@ def verified_card(pointer: dict[str, Any], endpoint: str | None = None) -> dict[
     try:
         folder = parse_location(export, endpoint)
         path = folder / CARD_FILE
-        data = read_bounded(path, local_path(folder), MAX_CARD_BYTES)
+        data = read_bounded(path, folder, MAX_CARD_BYTES)
     except FileNotFoundError:
         raise TaskUnknown(f"{export}/{CARD_FILE} is gone") from None
     except safe_fs.LinkRefused:

@@ -25,9 +25,8 @@ from app.promotion.task import Task, another_task
 from app.settings import TrainSettings
 from app.settings.gate import BEATS, Gate
 from app.storage import conditional
-from app.storage.buckets import ObjectPath
-from app.storage.location import RunPath, local_path, store_errors
-from app.storage.reading import exists_within, is_dir_within
+from app.storage.location import RunPath, store_errors
+from app.storage.reading import is_dir_within, present_within
 
 MAX_SHOWN_CHARS = 80  # a name or number from the pointer, as printed
 
@@ -40,10 +39,10 @@ def promotion_check(settings: TrainSettings, info: DatasetInfo | None = None) ->
     try:
         with store_errors(path, "TRAIN_STORAGE_PATH"):  # a bucket that cannot be read
             # No storage folder yet, or not a folder (the storage check says so): no pointer.
-            # A bucket says whether it is there within the deadline; on a volume the reader
-            # tells, as the step's does (a dangling link is damage, not absence).
+            # A bucket says whether it is there within the deadline; on a volume a link counts
+            # as there, and the reader refuses it, as the step's does (damage, not absence).
             absent = not is_dir_within(settings.storage_path, "TRAIN_STORAGE_PATH", seconds) or (
-                local_path(path) is None and not exists_within(path, "TRAIN_STORAGE_PATH", seconds)
+                not present_within(path, "TRAIN_STORAGE_PATH", seconds)
             )
             pointer = None if absent else champion.read_pointer(path)
     except champion.PointerDamaged as err:
@@ -60,12 +59,12 @@ def _race(path: RunPath) -> str:
     """How two runs finishing at once are kept apart, where it is not the usual way (a lock on
     a volume, a compare-and-swap in S3: app/promotion/champion.py); ConfigError where the S3
     client that sends it is missing (the step could never move the pointer)."""
-    if not isinstance(path, ObjectPath):
-        return ""
-    if conditional.supported(path):
+    guard = conditional.guard(path)
+    if guard is conditional.Guard.COMPARE_AND_SWAP:
         problem = conditional.missing_client()
         if problem:
             raise ConfigError(f"{one_line(str(path), 500)}: {problem}; no run could be promoted")
+    if guard is not conditional.Guard.NONE:
         return ""
     return (
         " (in GCS the pointer is last-writer-wins: two runs finishing at once may both be "

@@ -38,7 +38,6 @@ from app.runfolder import checkpoints, retention
 from app.runfolder.folder import SummaryNotWritten, write_final_summary
 from app.settings import TrainSettings
 from app.storage import safe_fs
-from app.storage.location import local_path
 from app.storage.reading import read_bounded
 
 
@@ -216,7 +215,7 @@ def _judged_before(
     # A verdict recorded before `checkpoint` was: the export it judged, still on storage.
     card = settings.run_dir / EXPORT_DIR / CARD_FILE
     try:
-        text = read_bounded(card, local_path(settings.run_dir), MAX_CARD_BYTES)
+        text = read_bounded(card, settings.run_dir, MAX_CARD_BYTES)
         epoch = json.loads(text).get("checkpoint", {}).get("epoch")
     except (OSError, ValueError, AttributeError):
         return False

@@ -6,17 +6,15 @@ app/runfolder/log_capture.py.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
-from pathlib import Path
 
 from app.errors import ConfigError
 from app.formatting import one_path
 from app.redact import redact
 from app.runfolder import log_reader
 from app.runfolder.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
-from app.storage import safe_fs
-from app.storage.location import RunPath, local_path
+from app.storage.entries import Kind, entries, not_a_link
+from app.storage.location import RunPath
 from app.storage.reading import is_dir_within
 
 
@@ -47,36 +45,27 @@ def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> Ru
 
 
 def _is_log(path: RunPath, run_dir: RunPath) -> bool:
-    local, root = local_path(path), local_path(run_dir)
-    if local is None or root is None:  # a bucket: no links
-        return path.is_file()
-    # `trainctl logs` on a link (the log or a rotated one): exit 2, naming it; on something
-    # that is there but is no file (a FIFO would block a reader forever), exit 2 saying what.
-    for index in range(1, log_reader.BACKUPS + 1):
-        rotated = local.with_name(f"{local.name}.{index}")
-        _regular_or_absent(rotated, safe_fs.refuse_link(rotated, root))
-    status = safe_fs.refuse_link(local, root)
-    return _regular_or_absent(local, status)
+    """Whether the log is there. `trainctl logs` on a link (the log or a rotated one): exit 2,
+    naming it; on something that is there but is no file (a FIFO would block a reader
+    forever), exit 2 saying what. One listing of the attempt folder, below the run folder."""
+    found = {entry.name: entry for entry in entries(path.parent, run_dir)}
+    rotated = [f"{path.name}.{index}" for index in range(1, log_reader.BACKUPS + 1)]
+    for name in [*rotated, path.name]:
+        entry = found.get(name)
+        if entry is not None and entry.kind is Kind.LINK:
+            raise entry.refused()
+        _regular_or_absent(path.with_name(name), entry.kind if entry else None)
+    return path.name in found
 
 
-KINDS = {
-    stat.S_IFIFO: "a FIFO (named pipe)",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFDIR: "a folder",
-}
-
-
-def _regular_or_absent(path: Path, status: os.stat_result | None) -> bool:
+def _regular_or_absent(path: RunPath, kind: Kind | None) -> bool:
     """True for a regular file, False where nothing is; ConfigError for anything else."""
-    if status is None:
+    if kind is None:
         return False
-    if stat.S_ISREG(status.st_mode):
+    if kind is Kind.FILE:
         return True
-    kind = KINDS.get(stat.S_IFMT(status.st_mode), "neither a file nor a folder")
     raise ConfigError(
-        f"{path}: is {kind}, not a log file; trainctl reads only regular files in a run "
+        f"{path}: is {kind.value}, not a log file; trainctl reads only regular files in a run "
         "folder: remove it"
     )
 
@@ -96,12 +85,12 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     endpoint, timeout = storage_access(os.environ)
     as_path = storage_location(run, f"run {redact(run)!r}", endpoint)
     if _is_dir(as_path / LOGS_DIR, "RUN", timeout):
-        return _not_a_link(as_path)
+        return not_a_link(as_path)
     if storage is None:
         storage = storage_path_setting()
     candidate = storage_location(storage, f"--storage {redact(storage)}", endpoint) / run
     if _is_dir(candidate, "--storage", timeout):
-        return _not_a_link(candidate)
+        return not_a_link(candidate)
     raise ConfigError(
         f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
         "give the run folder's path, or --storage where the volume is mounted"
@@ -119,7 +108,4 @@ def _is_dir(path: RunPath, variable: str, timeout: float) -> bool:
 
 def _not_a_link(run_dir: RunPath) -> RunPath:
     """A run folder that is itself a link (planted as runs/<name> -> anywhere) is refused."""
-    local = local_path(run_dir)
-    if local is not None and local.is_symlink():
-        raise safe_fs.LinkRefused([(local, os.readlink(local))])
-    return run_dir
+    return not_a_link(run_dir)

@@ -22,14 +22,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePosixPath
 from typing import Any
-
-import pyarrow.fs as pafs
 
 from app.errors import ConfigError
 from app.formatting import format_duration, one_line, one_path
@@ -40,10 +36,9 @@ from app.runfolder.epoch_record import CORE_METRICS, REQUIRED
 from app.runfolder.log_capture import LOGS_DIR
 from app.runfolder.retention import higher_is_better
 from app.storage import bounded_json, safe_fs
-from app.storage.buckets import ObjectPath
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
-from app.storage.location import RunPath, ensure_reachable, local_path
-from app.storage.reading import is_dir_within
+from app.storage.entries import Kind, entries, kind_within, not_a_link
+from app.storage.location import RunPath, ensure_reachable, within
 
 STALE_S = 15 * 60  # progress.json is written every few seconds while rank 0 trains
 LIST_DEADLINE_S = 30.0  # a whole listing, however many runs and however slow the store
@@ -147,32 +142,13 @@ HEADER = ("RUN", "STATUS", "EPOCHS", "BEST", "LAST", "PROMOTION", "INTERRUPTIONS
 # --- reading one run folder -----------------------------------------------------------------
 def is_run_folder(path: RunPath) -> bool:
     """Whether `path` holds any of a run's records (a link counts: it is then refused)."""
-    local = local_path(path)
-    if local is None:
-        assert isinstance(path, ObjectPath)
-        return bool(set(_bucket_children(path, pafs.FileType.Unknown)) & set(RECORDS))
-    return any(_lexists(local / name) for name in RECORDS)
-
-
-def _bucket_children(folder: ObjectPath, kind: pafs.FileType) -> list[str]:
-    """The names directly under `folder` (of `kind`; Unknown: any), in one listing request."""
-    selector = pafs.FileSelector(folder.key, allow_not_found=True)
-    infos = folder.fs.get_file_info(selector)
-    return [
-        PurePosixPath(info.path).name
-        for info in infos
-        if kind == pafs.FileType.Unknown or info.type == kind
-    ]
-
-
-def _lexists(path: Path) -> bool:
     try:
-        os.lstat(path)
-    except FileNotFoundError:
+        names = {entry.name for entry in entries(path)}  # one listing request in a bucket
+    except NotADirectoryError:
         return False
-    except OSError:
+    except PermissionError:
         return True  # there, but not readable: the read names why
-    return True
+    return bool(names & set(RECORDS))
 
 
 def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:
@@ -403,8 +379,7 @@ def list_runs(
     `limit` of them read, all within `deadline_s`."""
     end = time.monotonic() + deadline_s
     problems: list[str] = []
-    if isinstance(root, ObjectPath):  # every request ends within the listing's time
-        root = root.with_budget(deadline_s)
+    root = within(root, deadline_s)  # every request ends within the listing's time
     try:
         names = call_with_deadline(lambda: _candidates(root, problems), deadline_s, str(root))
     except DeadlineExceeded:
@@ -447,29 +422,25 @@ def _candidates(root: RunPath, problems: list[str]) -> list[str]:
     """Names of the folders under `root` that may be run folders: newest first on a volume
     (a folder's time changes as its records are replaced), by name in a bucket. A link is
     named in `problems` and not followed."""
-    local = local_path(root)
-    if local is None:
-        assert isinstance(root, ObjectPath)
-        return sorted(n for n in _bucket_children(root, pafs.FileType.Directory) if _candidate(n))
-    found: list[tuple[float, str]] = []
-    with os.scandir(local) as entries:
-        for seen, entry in enumerate(entries):
-            if seen >= MAX_ENTRIES:
-                problems.append(f"{_path(local)}: over {MAX_ENTRIES:,} entries; "
-                                "only the first were looked at")  # fmt: skip
-                break
-            if not _candidate(entry.name):
-                continue
-            status = entry.stat(follow_symlinks=False)
-            if stat.S_ISLNK(status.st_mode):
-                problems.append(
-                    f"{_path(local / entry.name)}: is a symbolic link; trainctl "
-                    "never reads a run folder through a link"
-                )
-            elif stat.S_ISDIR(status.st_mode):
-                found.append((status.st_mtime, entry.name))
-    found.sort(key=lambda item: (-item[0], item[1]))
-    return [name for _, name in found]
+    listed = entries(root)
+    if len(listed) > MAX_ENTRIES:
+        problems.append(
+            f"{_path(root)}: over {MAX_ENTRIES:,} entries; only the first were looked at"
+        )
+        listed = listed[:MAX_ENTRIES]
+    found = []
+    for entry in listed:
+        if not _candidate(entry.name):
+            continue
+        if entry.kind is Kind.LINK:
+            problems.append(
+                f"{_path(entry.path)}: is a symbolic link; trainctl never reads a run folder "
+                "through a link"
+            )
+        elif entry.kind is Kind.DIR:
+            found.append(entry)
+    found.sort(key=lambda entry: (-(entry.mtime or 0.0), entry.name))  # a bucket: by name
+    return [entry.name for entry in found]
 
 
 def _candidate(name: str) -> bool:
@@ -516,23 +487,17 @@ def show_status(
 def _folder(path: RunPath, variable: str, timeout: float) -> RunPath:
     """`path` when it is a folder (a bucket prefix with objects); exit 2 otherwise, and for
     a link (a run folder planted as a link is never read through)."""
-    local = local_path(path)
-    if local is None:
-        ensure_reachable(path, variable, timeout)
-        if not is_dir_within(path, variable, timeout):
-            raise ConfigError(f"{path}: nothing there (no run folder, no run folders)")
-        return path
+    ensure_reachable(path, variable, timeout)
     try:
-        status = os.lstat(local)
-    except FileNotFoundError:
-        raise ConfigError(f"{_path(local)}: no such folder") from None
+        found = kind_within(path, variable, timeout)
     except (OSError, ValueError) as err:  # ValueError: a NUL in the name
         why = getattr(err, "strerror", None) or err
-        raise ConfigError(f"{_path(local)}: {_shown(str(why), 200)}") from None
-    if stat.S_ISLNK(status.st_mode):
-        raise safe_fs.LinkRefused([(local, os.readlink(local))])
-    if not stat.S_ISDIR(status.st_mode):
-        raise ConfigError(f"{_path(local)}: not a folder; give a run folder or a folder of them")
+        raise ConfigError(f"{_path(path)}: {_shown(str(why), 200)}") from None
+    if found is None:
+        raise ConfigError(f"{_path(path)}: no such folder (no run folder, no run folders)")
+    if found is not Kind.DIR:
+        not_a_link(path)
+        raise ConfigError(f"{_path(path)}: not a folder; give a run folder or a folder of them")
     return path
 
 

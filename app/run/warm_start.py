@@ -47,8 +47,8 @@ from app.runfolder.state_dicts import (
 from app.settings import TrainSettings
 from app.settings.model import ChampionRef
 from app.storage import bounded_json, safe_fs
-from app.storage.location import RunPath, local_path, parse_location
-from app.storage.reading import is_dir_within, read_bounded
+from app.storage.location import RunPath, parse_location
+from app.storage.reading import is_dir_within, present, read_bounded
 from app.training.warm_weights import WarmStart, read_weights
 
 # What vouches for a plain file's sha256: only preflight's own reading of it.
@@ -162,10 +162,10 @@ def _champion(settings: TrainSettings, ref: ChampionRef, source: str) -> tuple[W
 def _location(settings: TrainSettings, path: RunPath, source: str) -> tuple[WarmStart, _Task]:
     if not is_dir_within(path, "TRAIN_WARM_START", settings.storage_timeout_s):
         return _file(path, source), _Task()
-    if _present(path / CARD_FILE):
+    if present(path / CARD_FILE):
         card = _card(path, source)
         return _from_card(path, card, source, f"export {source}"), _Task(Task.from_card(card))
-    if _present(path / checkpoints.META_FILE):
+    if present(path / checkpoints.META_FILE):
         return _checkpoint(path, source, f"checkpoint {source}")
     good = checkpoints.scan(path).good
     best = next(iter(retention.ranked(good, settings.checkpoint_metric)), None)
@@ -181,15 +181,10 @@ def _location(settings: TrainSettings, path: RunPath, source: str) -> tuple[Warm
     return _checkpoint(best.path, source, described)
 
 
-def _present(path: RunPath) -> bool:
-    local = local_path(path)
-    return (local.exists() or local.is_symlink()) if local else path.is_file()
-
-
 def _card(folder: RunPath, source: str) -> dict[str, Any]:
     """An export folder's own card: bounded, a regular file, no link; shape-checked."""
     try:
-        data = read_bounded(folder / CARD_FILE, local_path(folder), MAX_CARD_BYTES)
+        data = read_bounded(folder / CARD_FILE, folder, MAX_CARD_BYTES)
         card = bounded_json.loads(data.decode("utf-8"), MAX_CARD_BYTES)
     except safe_fs.LinkRefused as err:
         raise ConfigError([f"TRAIN_WARM_START={source}: {p}" for p in err.problems]) from None
@@ -219,9 +214,7 @@ def _checkpoint(folder: RunPath, source: str, described: str) -> tuple[WarmStart
     and class names as its meta.json records them."""
     try:
         checkpoints.verify(folder)
-        data = read_bounded(
-            folder / checkpoints.META_FILE, local_path(folder), checkpoints.MAX_META_BYTES
-        )
+        data = read_bounded(folder / checkpoints.META_FILE, folder, checkpoints.MAX_META_BYTES)
         meta = json.loads(data)
         digest = meta["files"][MODEL_FILE]
         names = tuple(str(n) for n in meta.get("class_names") or ())

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import stat
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,8 @@ from app.runfolder.folder import ray_committed
 from app.runfolder.retention import InRunPruner, to_remove
 from app.runfolder.state_dicts import MODEL_FILE, fit_problem, plain_keys
 from app.storage import bounded_json, safe_fs
-from app.storage.location import RunPath, local_path, remove_tree, rename_dir, write_atomic
+from app.storage.entries import Kind, entries
+from app.storage.location import RunPath, remove_tree, rename_dir, write_atomic
 from app.storage.reading import open_below, read_bounded, sha256_of
 
 STATE_FILE = "train_state.pt"
@@ -128,7 +128,7 @@ def verify(folder: RunPath) -> CheckpointRef:
         raise ValueError(f"{META_FILE} lists {sorted(files)}, not {MODEL_FILE} and {STATE_FILE}")
     for name, digest in files.items():
         try:
-            found = sha256_of(folder / name, local_path(folder.parent))
+            found = sha256_of(folder / name, folder.parent)
         except (FileNotFoundError, IsADirectoryError):
             raise ValueError(f"{name} is missing") from None
         except safe_fs.LinkRefused as err:
@@ -149,7 +149,7 @@ def _meta_step(meta: dict[str, Any]) -> int | None:
 
 def _read_meta(folder: RunPath) -> bytes:
     try:
-        return read_bounded(folder / META_FILE, local_path(folder.parent), MAX_META_BYTES)
+        return read_bounded(folder / META_FILE, folder.parent, MAX_META_BYTES)
     except ValueError:
         raise ValueError(f"{META_FILE} is over {MAX_META_BYTES:,} bytes") from None
 
@@ -219,17 +219,12 @@ def scan(run_dir: RunPath, skip: Collection[RunPath] = ()) -> Scan:
 def _folders(run_dir: RunPath) -> list[RunPath]:
     """The checkpoint folders; on a volume a link of that name is listed too (verify then
     finds it unusable), but a link never gets listed through."""
-    local = local_path(run_dir)
-    if local is None:  # a bucket: no links
-        return sorted(run_dir.glob(f"{PREFIX}*")) if run_dir.is_dir() else []
-    if not local.is_dir():
+    try:
+        listed = entries(run_dir)
+    except NotADirectoryError:
         return []
-    kinds = (stat.S_IFDIR, stat.S_IFLNK)
-    return [
-        local / name
-        for name, status in safe_fs.entries(local, local)
-        if name.startswith(PREFIX) and stat.S_IFMT(status.st_mode) in kinds
-    ]
+    kinds = (Kind.DIR, Kind.LINK)
+    return [e.path for e in listed if e.name.startswith(PREFIX) and e.kind in kinds]
 
 
 def quarantine(folder: RunPath, reason: str = "") -> RunPath:
@@ -241,9 +236,7 @@ def quarantine(folder: RunPath, reason: str = "") -> RunPath:
     target = folder.with_name(CORRUPT_PREFIX + folder.name)
     rename_dir(folder, target)
     if reason:
-        local = local_path(target)
-        root = local.parent if local is not None else None
-        write_atomic(target / REASON_FILE, (reason + "\n").encode(), root)
+        write_atomic(target / REASON_FILE, (reason + "\n").encode(), target.parent)
     return target
 
 

@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import stat
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError, RunFailed
 from app.runfolder.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
-from app.storage.location import RunPath, append_line, local_path, write_atomic, write_json
+from app.storage.entries import links, not_a_link
+from app.storage.location import RunPath, append_line, write_atomic, write_json
 from app.storage.probe import StoreUnavailable
 from app.storage.reading import read_bounded
 
@@ -308,40 +306,19 @@ def refuse_links(run_dir: RunPath) -> None:
     names, its logs' attempt folders and their files, and its export's files. The driver calls
     it in preflight, before Ray starts and before it reads or writes anything there (a link
     found after training would cost the run its export or summary); a bucket has no links."""
-    local = local_path(run_dir)
-    if local is not None and local.is_symlink():  # runs/<name> planted by whoever can write
-        raise safe_fs.LinkRefused([(local, _target(local))])
-    if local is None or not local.is_dir():
-        return
-    run_dir = local
-    found = [run_dir / name for name in _links(run_dir, run_dir) if _own(name)]
-    logs = run_dir / "logs"
-    if logs not in found and logs.is_dir():
-        for name, status in safe_fs.entries(logs, run_dir):
-            if stat.S_ISLNK(status.st_mode):
-                found.append(logs / name)
-            elif stat.S_ISDIR(status.st_mode):
-                found += [logs / name / inner for inner in _links(logs / name, run_dir)]
-    export = run_dir / EXPORT_DIR
-    if export not in found and export.is_dir():
-        found += [export / name for name in _links(export, run_dir)]
+    not_a_link(run_dir)  # runs/<name> planted by whoever can write
+    found = [entry for entry in links(run_dir, run_dir) if _own(entry.name)]
+    named = {entry.name for entry in found}
+    if "logs" not in named:  # its attempt folders, and the logs in them
+        found += links(run_dir / "logs", run_dir, depth=2)
+    if EXPORT_DIR not in named:
+        found += links(run_dir / EXPORT_DIR, run_dir)
     if found:
-        raise safe_fs.LinkRefused([(path, _target(path)) for path in found])
-
-
-def _links(folder: Path, root: Path) -> list[str]:
-    return [name for name, st in safe_fs.entries(folder, root) if stat.S_ISLNK(st.st_mode)]
+        raise safe_fs.LinkRefused([(entry.path, entry.link or "?") for entry in found])
 
 
 def _own(name: str) -> bool:
     return name in OWN_NAMES or name.startswith(OWN_PREFIXES) or name.startswith(".summary")
-
-
-def _target(path: Path) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return "?"
 
 
 def record_invalid(run_dir: RunPath, err: ConfigError) -> None:

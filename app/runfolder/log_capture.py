@@ -23,19 +23,18 @@ import io
 import logging
 import logging.handlers
 import re
-import stat
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TextIO
 
 from app.errors import TrainctlError
 from app.runfolder import log_handlers
 from app.storage import safe_fs
-from app.storage.location import RunPath, local_path
+from app.storage.entries import Kind, entries, refuse_link
+from app.storage.location import RunPath
 
 LOGS_DIR = "logs"
 
@@ -50,34 +49,24 @@ def attempts(run_dir: RunPath) -> list[int]:
     """The attempt numbers in the run folder; on a volume a linked `logs` or attempt folder
     is refused (LinkRefused), never listed through."""
     folder = run_dir / LOGS_DIR
-    local, root = local_path(folder), local_path(run_dir)
-    if local is None or root is None:  # a bucket: no links
-        if not folder.is_dir():
-            return []
-        names = [p.name for p in folder.iterdir() if p.is_dir()]
-    else:
-        status = safe_fs.refuse_link(local, root)
-        if status is None or not stat.S_ISDIR(status.st_mode):
-            return []
-        names = []
-        for name, status in safe_fs.entries(local, root):
-            if ATTEMPT_PATTERN.match(name):
-                safe_fs.refuse_link(local / name, root)
-            if stat.S_ISDIR(status.st_mode):
-                names.append(name)
+    if refuse_link(folder, run_dir) is not Kind.DIR:
+        return []
+    names = []
+    for entry in entries(folder, run_dir):
+        if entry.kind is Kind.LINK and ATTEMPT_PATTERN.match(entry.name):
+            raise entry.refused()
+        if entry.kind is Kind.DIR:
+            names.append(entry.name)
     found = (ATTEMPT_PATTERN.match(name) for name in names)
     return sorted(int(m.group(1)) for m in found if m)
 
 
-def log_root(path: RunPath) -> Path | None:
+def log_root(path: RunPath) -> RunPath:
     """The run folder a log path lies in (<run>/logs/attempt-K/name), else the log's folder:
-    where a local log's opens start (app/storage/safe_fs.py)."""
-    local = local_path(path)
-    if local is None:
-        return None
-    if local.parent.parent.name == LOGS_DIR:
-        return local.parents[2]
-    return local.parent
+    where a log's opens start on a volume (app/storage/safe_fs.py)."""
+    if path.parent.parent.name == LOGS_DIR:
+        return path.parent.parent.parent
+    return path.parent
 
 
 def next_attempt(run_dir: RunPath) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from app.errors import ConfigError
 from app.storage.location import RunPath
@@ -64,7 +63,7 @@ def _files(path: RunPath) -> list[RunPath]:
 
 
 def _stream(
-    path: RunPath, root: Path | None, start: int = 0, stop: int | None = None
+    path: RunPath, root: RunPath | None, start: int = 0, stop: int | None = None
 ) -> Iterator[str]:
     """The lines of one file from byte `start` (to `stop`, or its end), a chunk at a time."""
     lines = _Lines()
@@ -88,7 +87,7 @@ def _want(offset: int, stop: int | None) -> int:
     return CHUNK if stop is None else max(0, min(CHUNK, stop - offset))
 
 
-def read_lines(path: RunPath, root: Path | None = None, end: int | None = None) -> Iterator[str]:
+def read_lines(path: RunPath, root: RunPath | None = None, end: int | None = None) -> Iterator[str]:
     """Every line of the log, oldest first, across its rotated files (the current one up to
     byte `end` when given)."""
     files = _files(path)
@@ -115,7 +114,7 @@ def _start_of_last(file: ReadableFile, end: int, count: int) -> tuple[int, int]:
 
 
 def tail_lines(
-    path: RunPath, count: int, root: Path | None = None, end: int | None = None
+    path: RunPath, count: int, root: RunPath | None = None, end: int | None = None
 ) -> Iterator[str]:
     """The last `count` lines of the log (rotated files reached only as far as needed; the
     current one up to byte `end` when given)."""
@@ -146,7 +145,7 @@ def show(
     *,
     tail: int | None,
     follow: bool,
-    root: Path | None,
+    root: RunPath | None,
 ) -> None:
     """What `trainctl logs --worker/--driver` prints: a header naming the file, then the log,
     its last `tail` lines, or (follow) those and then every new line until interrupted."""
@@ -169,7 +168,7 @@ def follow_log(
     emit: Callable[[str], None],
     *,
     tail: int | None = None,
-    root: Path | None = None,
+    root: RunPath | None = None,
     poll_s: float = FOLLOW_POLL_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
@@ -194,7 +193,7 @@ def follow_log(
 def _read_new(
     file: ReadableFile,
     path: RunPath,
-    root: Path | None,
+    root: RunPath | None,
     offset: int,
     splitter: _Lines,
     emit: Callable[[str], None],

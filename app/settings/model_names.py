@@ -14,7 +14,7 @@ import re
 
 from app.errors import did_you_mean
 from app.settings.torchvision_names import CLASSIFIERS, WEIGHTS
-from app.storage.location import RunPath, local_path, location_setting, parse_location
+from app.storage.location import RunPath, location_setting, parse_location
 
 # The tutorial's models keep their meaning even where torchvision has the same name (resnet18).
 TUTORIAL_MODELS = ("cnn", "resnet18", "vit")
@@ -62,8 +62,9 @@ def check_weights(value: str) -> str:
             raise ValueError(problem)
         return value
     location = weights_location(value)
-    local = local_path(location)
-    if local is not None and not local.exists():
+    # Only a bare name can be a miscased weights name (a URI never is): checked first.
+    looks_named = value.casefold() == DEFAULT_WEIGHTS.casefold() or CASELESS_NAME.match(value)
+    if looks_named and not location.exists():
         _refuse_miscased_name(value)
     return str(location)
 

@@ -29,6 +29,7 @@ the name exists (atomic on local file systems and NFS alike).
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import os
 import secrets
@@ -40,6 +41,7 @@ from urllib.parse import urlsplit
 
 from app.storage import safe_fs
 from app.storage.buckets import RETRIES, TIMEOUT_S, ObjectPath, s3_endpoint
+from app.storage.location import RunPath
 
 
 class ConditionalWriteError(OSError):
@@ -56,15 +58,33 @@ class Read:
     etag: str | None
 
 
-def supported(path: ObjectPath) -> bool:
-    return path.scheme == "s3"
+class Guard(enum.Enum):
+    """What keeps two writers of one file from undoing each other."""
+
+    LOCK = "a lock held while reading and writing (app/storage/locks.py)"
+    COMPARE_AND_SWAP = "a conditional write (If-Match / If-None-Match)"
+    NONE = "nothing: the last writer wins"
 
 
-def read(path: ObjectPath, limit: int) -> Read:
+def guard(path: RunPath) -> Guard:
+    """A volume's writers take a lock; S3's send a compare-and-swap; GCS's cannot (see the
+    module)."""
+    if not isinstance(path, ObjectPath):
+        return Guard.LOCK
+    return Guard.COMPARE_AND_SWAP if supported(path) else Guard.NONE
+
+
+def supported(path: RunPath) -> bool:
+    """Whether conditional writes (read, replace) can be sent to `path`: in S3 only."""
+    return isinstance(path, ObjectPath) and path.scheme == "s3"
+
+
+def read(path: RunPath, limit: int) -> Read:
     """The object and its ETag in one GET (so the bytes are the version the ETag names);
-    ValueError when it is over `limit` bytes, nothing read beyond it."""
+    ValueError when it is over `limit` bytes, nothing read beyond it. Only where `supported`."""
     import obstore
 
+    path = _object(path)
     store, key = _store(path), _key(path)
     try:
         found = obstore.get(store, key)
@@ -83,20 +103,26 @@ def read(path: ObjectPath, limit: int) -> Read:
     return Read(data, found.meta.get("e_tag"))
 
 
-def replace(path: ObjectPath, data: bytes, expected: Read) -> bool:
+def replace(path: RunPath, data: bytes, expected: Read) -> bool:
     """Write `data` only if the object is still what `expected` read (absent: only if there is
     still none). False when another writer changed it first: read again and decide again."""
     mode: Any = {"e_tag": expected.etag} if expected.etag else "create"
-    return _put(path, data, mode)
+    return _put(_object(path), data, mode)
 
 
-def create(path: Path | ObjectPath, data: bytes, root: Path | None = None) -> bool:
+def _object(path: RunPath) -> ObjectPath:
+    if not supported(path):
+        raise ConditionalWriteError(f"{path}: no conditional writes here (S3 only)")
+    return path  # type: ignore[return-value]
+
+
+def create(path: RunPath, data: bytes, root: RunPath | None = None) -> bool:
     """Write `data` only where nothing is; False where something is (nothing is overwritten).
     On a volume below `root` (default: its folder), following no link; in GCS an existence
     check and then one upload, which two writers of the same name can both pass (callers
     write content-addressed names there, where both write the same bytes)."""
-    if isinstance(path, Path):
-        return _create_file(path, root or path.parent, data)
+    if not isinstance(path, ObjectPath):
+        return _create_file(path, safe_fs.below(path, root), data)
     if supported(path):
         return _put(path, data, "create")
     if path.exists():

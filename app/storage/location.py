@@ -8,10 +8,13 @@ replace, rename a folder, delete a tree) are decided here, once.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
+import secrets
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,7 +107,7 @@ def human_bytes(size: float | None) -> str:
 # --- writes that differ between a volume and a bucket --------------------------------------
 # On a volume they go through app/storage/safe_fs.py: `root` is the run folder they must stay inside
 # (default: the file's own folder), and a link on the way is refused, never followed.
-def append_line(path: RunPath, line: str, root: Path | None = None) -> None:
+def append_line(path: RunPath, line: str, root: RunPath | None = None) -> None:
     """Add one line. On a volume an fsync'd append; an object is rewritten whole (only rank 0
     writes these small files, so there is no one to race)."""
     if isinstance(path, ObjectPath):
@@ -114,19 +117,19 @@ def append_line(path: RunPath, line: str, root: Path | None = None) -> None:
             before = b""
         path.write_bytes(before + line.encode() + b"\n")
         return
-    safe_fs.append(path, root or path.parent, line.encode() + b"\n")
+    safe_fs.append(path, safe_fs.below(path, root), line.encode() + b"\n")
 
 
-def write_atomic(path: RunPath, data: bytes, root: Path | None = None) -> None:
+def write_atomic(path: RunPath, data: bytes, root: RunPath | None = None) -> None:
     """Readers see the old content or the new, never half: a rename on a volume (its temporary
     file removed on any error), one PUT in a bucket."""
     if isinstance(path, ObjectPath):
         path.write_bytes(data)
         return
-    safe_fs.write_atomic(path, root or path.parent, data)
+    safe_fs.write_atomic(path, safe_fs.below(path, root), data)
 
 
-def write_json(path: RunPath, value: Any, root: Path | None = None) -> None:
+def write_json(path: RunPath, value: Any, root: RunPath | None = None) -> None:
     write_atomic(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode(), root)
 
 
@@ -140,6 +143,27 @@ def rename_dir(folder: RunPath, target: RunPath) -> None:
         return
     assert isinstance(folder, Path) and isinstance(target, Path)
     safe_fs.rename_dir(folder, target, folder.parent)
+
+
+def replace_folder(folder: RunPath, files: dict[str, bytes], root: RunPath | None = None) -> None:
+    """`files` as `folder`'s whole content, replacing what was there, written in their order
+    (put a reader's marker last). On a volume they are written into a hidden sibling below
+    `root` (default: the folder's parent) that is then renamed into place, a link at either
+    name refused (LinkRefused); in a bucket the old objects are deleted, then each file is one
+    PUT (a reader that finds the marker finds the rest)."""
+    if isinstance(folder, ObjectPath):
+        folder.rmtree()
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+        return
+    below = safe_fs.below(folder, root)
+    staging = folder.with_name(f".{folder.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        for name, data in files.items():
+            safe_fs.write_atomic(staging / name, below, data)
+        safe_fs.rename_dir(staging, folder, below)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already when the rename happened
 
 
 def remove_tree(folder: RunPath) -> None:
@@ -180,6 +204,90 @@ def local_copy(path: RunPath) -> Iterator[Path]:
             yield Path(tmp) / path.name
 
 
+class LocalFolder:
+    """A folder on this machine standing for `target`, for a library that writes only local
+    files (TensorBoard's event writer, logging's rotating file): `target` itself on a volume,
+    its opens starting at `root` (default: `target`); in a bucket, whose objects cannot be
+    appended to, a private folder seeded with `target`'s files that match `pattern` (paths
+    relative to it), which `sync` copies up whole where they changed."""
+
+    def __init__(
+        self,
+        target: RunPath,
+        *,
+        root: RunPath | None = None,
+        pattern: str = "*",
+        prefix: str = "trainctl-local-",
+    ) -> None:
+        self.target, self.pattern = target, pattern
+        self.sent: dict[str, tuple[int, int]] = {}
+        self.stopped = threading.Event()
+        if isinstance(target, ObjectPath):
+            self.path = self.root = Path(tempfile.mkdtemp(prefix=prefix))
+            for file in target.walk_files():
+                relative = file.relative_to(target).as_posix()
+                if fnmatch.fnmatchcase(relative, pattern):
+                    (self.path / relative).parent.mkdir(parents=True, exist_ok=True)
+                    (self.path / relative).write_bytes(file.read_bytes())
+        else:
+            self.path = target
+            self.root = root if isinstance(root, Path) else target
+
+    def sync(self) -> None:
+        """The target brought up to date: new or changed files copied up, top-level ones last
+        (markers there describe the rest). Nothing to do on a volume."""
+        if not isinstance(self.target, ObjectPath):
+            return
+        files = [p for p in self.path.rglob("*") if p.is_file()]
+        for file in sorted(files, key=lambda p: (p.parent == self.path, p.as_posix())):
+            relative = file.relative_to(self.path).as_posix()
+            status = file.stat()
+            stamp = (status.st_mtime_ns, status.st_size)
+            if fnmatch.fnmatchcase(relative, self.pattern) and self.sent.get(relative) != stamp:
+                (self.target / relative).write_bytes(file.read_bytes())
+                self.sent[relative] = stamp
+
+    def sync_every(self, seconds: float) -> None:
+        """Keep syncing every `seconds` in a daemon thread until `stop` (a bucket only: a
+        volume's files are the target's own); a failed copy is retried on the next tick."""
+        if not isinstance(self.target, ObjectPath):
+            return
+
+        def loop() -> None:
+            while not self.stopped.wait(seconds):
+                with contextlib.suppress(OSError):
+                    self.sync()
+
+        threading.Thread(target=loop, name="local-folder-sync", daemon=True).start()
+
+    def stop(self) -> None:
+        """The periodic sync stopped, then one last sync (its errors ignored, as the loop's)."""
+        self.stopped.set()
+        with contextlib.suppress(OSError):
+            self.sync()
+
+
+def local_write_problem(path: RunPath) -> str | None:
+    """Why a library writing local files (LocalFolder) could not write `path`, None where it
+    could; nothing is created: a probe file goes into the nearest folder that exists. In a
+    bucket it writes a private local folder, which it always can (the bucket's own check is
+    ensure_writable's)."""
+    if isinstance(path, ObjectPath):
+        return None
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    probe = folder / f".trainctl-write-test-{uuid.uuid4().hex}"
+    try:
+        if not folder.is_dir():
+            return f"{folder}: exists but is not a folder"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        return f"{folder}: {err.strerror}"
+    return None
+
+
 def storage_options(storage: RunPath) -> dict[str, Any]:
     """Ray Train's RunConfig arguments for this storage: a bucket is given as its filesystem
     (the same client trainctl uses) and the path inside it."""
@@ -195,9 +303,10 @@ def in_storage(storage: RunPath, path_in_fs: str) -> RunPath:
 
 
 def local_path(path: RunPath) -> Path | None:
-    """The path on this machine's file system, or None for a bucket: whether a library that
-    only writes local files (TensorBoard, W&B) can write there directly, and where a volume's
-    link-refusing opens start (app/storage/safe_fs.py)."""
+    """The path on this machine's file system, or None for a bucket. Outside app/storage only
+    for a library that needs a local path (W&B's own folder, the champion pointer's flock),
+    each such site saying so; everything else asks the operations here, which decide
+    (tests/unit/test_storage_interface.py keeps it so)."""
     return path if isinstance(path, Path) else None
 
 
@@ -212,9 +321,21 @@ def location_setting(value: Any) -> Any:
     return value
 
 
+def resolved(location: RunPath) -> RunPath:
+    """A volume's path with its links resolved (to compare where two names really lead); a
+    bucket location as it is (it has no links)."""
+    return location.resolve() if isinstance(location, Path) else location
+
+
 def absolute_location(value: RunPath | None) -> RunPath | None:
     """A local path made absolute with ~ expanded (local_absolute); a bucket as it is."""
     return local_absolute(value) if isinstance(value, Path) else value
+
+
+def within(location: RunPath, seconds: float) -> RunPath:
+    """`location` read through a client whose every request ends within `seconds` (a bucket's:
+    ObjectPath.with_budget); a volume's calls need no such client."""
+    return location.with_budget(seconds) if isinstance(location, ObjectPath) else location
 
 
 def with_endpoint(value: RunPath | None, endpoint: str | None) -> RunPath | None:

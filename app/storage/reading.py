@@ -29,14 +29,14 @@ HASH_CHUNK = 1 << 20  # bounded memory whatever the file's size
 class ReadableFile:
     """One file opened for reading: a local fd below `root`, or an object."""
 
-    def __init__(self, path: RunPath, root: Path | None) -> None:
+    def __init__(self, path: RunPath, root: RunPath | None) -> None:
         self.path, self.root = path, root
         # An object is replaced whole by each upload: polled by size, never renamed away.
         self.replaced_whole = isinstance(path, ObjectPath)
         if isinstance(path, ObjectPath):
             self.handle: Any = path.fs.open_input_file(path.key)
         else:
-            self.handle = safe_fs.open_read(path, root or path.parent)
+            self.handle = safe_fs.open_read(path, safe_fs.below(path, root))
 
     def size(self) -> int:
         if self.replaced_whole:
@@ -64,7 +64,7 @@ class ReadableFile:
         if self.replaced_whole:
             return False
         path: Path = self.path  # type: ignore[assignment]
-        status = safe_fs.refuse_link(path, self.root or path.parent)
+        status = safe_fs.refuse_link(path, safe_fs.below(path, self.root))
         return status is not None and status.st_ino != os.fstat(self.handle.fileno()).st_ino
 
     def close(self) -> None:
@@ -74,7 +74,7 @@ class ReadableFile:
 class MissingFile(ReadableFile):
     """A volume's log between a rotation's rename and its next line: nothing to read yet."""
 
-    def __init__(self, path: RunPath, root: Path | None) -> None:
+    def __init__(self, path: RunPath, root: RunPath | None) -> None:
         self.path, self.root, self.handle, self.replaced_whole = path, root, None, False
 
     def size(self) -> int:
@@ -85,7 +85,7 @@ class MissingFile(ReadableFile):
 
     def renamed_away(self) -> bool:
         path: Path = self.path  # type: ignore[assignment]
-        return safe_fs.refuse_link(path, self.root or path.parent) is not None
+        return safe_fs.refuse_link(path, safe_fs.below(path, self.root)) is not None
 
     def close(self) -> None:
         pass
@@ -119,7 +119,7 @@ def sequential_chunks(path: RunPath, chunk: int) -> Iterator[bytes] | None:
     return chunks()
 
 
-def read_bounded(path: RunPath, root: Path | None, limit: int) -> bytes:
+def read_bounded(path: RunPath, root: RunPath | None, limit: int) -> bytes:
     """A record file's bytes, at most `limit` (ValueError past it, nothing read beyond it);
     on a volume opened below `root` (default: its folder) without following a link
     (LinkRefused); FileNotFoundError where it is not there."""
@@ -128,10 +128,10 @@ def read_bounded(path: RunPath, root: Path | None, limit: int) -> bytes:
         if size > limit:
             raise ValueError(f"{size:,} bytes, over the {limit:,} allowed")
         return path.read_bytes()
-    return safe_fs.read_bytes(path, root or path.parent, limit)
+    return safe_fs.read_bytes(path, safe_fs.below(path, root), limit)
 
 
-def open_below(path: RunPath, root: Path | None = None, limit: int | None = None) -> Any:
+def open_below(path: RunPath, root: RunPath | None = None, limit: int | None = None) -> Any:
     """`path` opened for reading; on a volume below `root` (default: its folder), following
     no link, and only a regular file (NotRegularFile: a FIFO would block the reader); with
     `limit`, ValueError when the file opened is larger."""
@@ -139,10 +139,10 @@ def open_below(path: RunPath, root: Path | None = None, limit: int | None = None
         if limit is not None and (size := path.size()) > limit:
             raise ValueError(f"{path} is {size:,} bytes, over the {limit:,} allowed")
         return path.open("rb")
-    return safe_fs.open_read(path, root or path.parent, limit)
+    return safe_fs.open_read(path, safe_fs.below(path, root), limit)
 
 
-def sha256_of(path: RunPath, root: Path | None = None, limit: int | None = None) -> str:
+def sha256_of(path: RunPath, root: RunPath | None = None, limit: int | None = None) -> str:
     """The file's SHA-256 (hex), read a chunk at a time through open_below: on a volume below
     `root` (default: its folder) without following a link, in a bucket as a stream; ValueError
     when it is larger than `limit`."""
@@ -190,3 +190,11 @@ def exists_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT
     if isinstance(path, ObjectPath):
         return bucket_exists(path, variable, seconds)
     return path.exists()
+
+
+def present_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> bool:
+    """`present` (on a volume a link counts: it is opened, and refused); a bucket answers
+    within `seconds` or the refusal names the store and `variable`."""
+    if isinstance(path, ObjectPath):
+        return bucket_exists(path, variable, seconds)
+    return present(path)

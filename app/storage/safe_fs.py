@@ -67,6 +67,16 @@ def _kind(mode: int) -> str:
     return "not a file"
 
 
+def below(path: Path, root: object | None) -> Path:
+    """Where the opens of local `path` start: `root`, the folder a caller names as it names
+    every location (on a volume a `Path`), or else the file's own folder."""
+    if root is None:
+        return path.parent
+    if not isinstance(root, Path):
+        raise TypeError(f"{path}: its root {root} is not a folder on this machine")
+    return root
+
+
 def _refused(path: Path, target: str) -> LinkRefused:
     return LinkRefused([(path, target)])
 

@@ -12,15 +12,13 @@ app/tracking/probing.py). The MLflow probe is app/tracking/mlflow_check.py.
 
 from __future__ import annotations
 
-import errno
 import os
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from app.errors import ConfigError
 from app.settings import TrainSettings
-from app.storage.location import local_path
+from app.storage.location import local_write_problem
 from app.tracking.mlflow_check import probe_mlflow
 from app.tracking.probing import OPT_OUT, installed
 
@@ -77,25 +75,15 @@ def _tensorboard(settings: TrainSettings, env: Mapping[str, str]) -> str:
             f"(`pip install tensorboard`), set TRAIN_TENSORBOARD=false, {OPT_OUT}"
         )
     target = settings.run_dir / "tensorboard"
-    local = local_path(target)
-    if local is None:
-        return f"event files copied to {target} after every epoch (the storage check covers it)"
-    # Nothing is created here: the probe file goes into the nearest folder that exists.
-    folder = local
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    probe = folder / f".trainctl-write-test-{uuid.uuid4().hex}"
-    try:
-        if not folder.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, "exists but is not a folder")
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as err:
+    # Nothing is created here (app/storage/location.py local_write_problem); in a bucket the
+    # events go to a local folder copied up after every epoch, and the storage check covers it.
+    problem = local_write_problem(target)
+    if problem:
         raise ConfigError(
-            f"TRAIN_TENSORBOARD=true: the log folder {target} cannot be written ({folder}: "
-            f"{err.strerror}); make the run folder under TRAIN_STORAGE_PATH writable, set "
+            f"TRAIN_TENSORBOARD=true: the log folder {target} cannot be written ({problem}); "
+            "make the run folder under TRAIN_STORAGE_PATH writable, set "
             f"TRAIN_TENSORBOARD=false, {OPT_OUT}"
-        ) from None
+        )
     return f"{target} writable"
 
 

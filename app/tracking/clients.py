@@ -12,13 +12,12 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from app.redact import redact_uri
 from app.runfolder.epoch_record import TRACKED_METRICS
 from app.settings import TrainSettings
-from app.storage.location import RunPath, download_tree, local_copy, local_path, upload_tree
+from app.storage.location import LocalFolder, RunPath, local_copy, local_path
 
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 LEDGER = "logged_epochs.txt"
@@ -100,12 +99,11 @@ class _TensorBoard:
     def __init__(self, settings: TrainSettings, previous: Mapping[str, Any]) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        # Event files are appended to, which objects cannot be: in a bucket run they are
-        # written to a local folder that is copied up after every epoch.
+        # The event writer needs a local folder: the run folder's on a volume; in a bucket run
+        # (objects cannot be appended to) a local copy, uploaded after every epoch.
         self.target = settings.run_dir / "tensorboard"
-        local = local_path(self.target)
-        self.mirrored = local is None
-        self.folder = self._mirror(self.target) if local is None else local
+        self.local = LocalFolder(self.target, prefix="trainctl-tb-")
+        self.folder = self.local.path
         # A rerun adds an event file beside the first one; TensorBoard reads them as one run.
         self.writer = SummaryWriter(log_dir=str(self.folder))
         if not previous:
@@ -113,15 +111,8 @@ class _TensorBoard:
             self.writer.add_text("settings", text, 0)
         self.ids = {"log_dir": str(self.target)}
 
-    @staticmethod
-    def _mirror(target: RunPath) -> Path:
-        import tempfile
-
-        return download_tree(target, Path(tempfile.mkdtemp(prefix="trainctl-tb-")))
-
     def _upload(self) -> None:
-        if self.mirrored:
-            upload_tree(self.folder, self.target)
+        self.local.sync()
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
         step, wall = int(record["epoch"]), float(record.get("time", time.time()))
@@ -158,8 +149,9 @@ class _WandB:
             id=previous.get("run_id") or None,
             resume="allow",
             config=settings.redacted(),
-            # W&B's own files are local; in a bucket run they stay on the driver's disk.
-            dir=str(local) if (local := local_path(settings.run_dir)) is not None else None,
+            # W&B's own files need a local folder: the run folder on a volume; in a bucket run
+            # none (W&B's default, on the driver's disk).
+            dir=local_path(settings.run_dir),
         )
         self.ids = {"run_id": self.run.id, "project": self.run.project}
 

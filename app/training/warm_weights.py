@@ -14,7 +14,7 @@ from typing import Any
 from app.errors import ConfigError
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES, plain_keys
 from app.storage import safe_fs
-from app.storage.location import RunPath, local_path
+from app.storage.location import RunPath
 from app.storage.reading import read_bounded
 
 
@@ -47,7 +47,7 @@ class WarmStart:
 def read_weights(path: RunPath, source: str) -> bytes:
     """The file's bytes: a regular file (a FIFO would hang), no link followed, bounded."""
     try:
-        return read_bounded(path, local_path(path.parent), MAX_WEIGHTS_BYTES)
+        return read_bounded(path, path.parent, MAX_WEIGHTS_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"TRAIN_WARM_START={source}: {path} is not there") from None
     except safe_fs.LinkRefused as err:  # names where it points: give that file instead
