@@ -18,7 +18,7 @@ from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
 from app.preflight import Found, cluster_check, preflight_for_training
 from app.promotion.step import promote_run
-from app.run import checkpoints, decisions, resume
+from app.run import checkpoints, decisions, first_met, resume
 from app.run import folder as run_folder
 from app.run import log_capture as run_logs
 from app.run.class_names import record as record_class_names
@@ -32,6 +32,7 @@ from app.settings import TrainSettings
 from app.storage.location import RunPath, storage_options
 from app.tracking.trackers import Trackers
 from app.training.accel import resolve
+from app.training.early_stop import recorded_stop, rule_of
 from app.training.weights import pretrained_info
 
 
@@ -72,7 +73,8 @@ def _train(
     if choices:
         _say(f"gpu: {', '.join(choices)}")
 
-    start = decisions.plan_start(resume.usable_checkpoint(settings, info, _say), settings.epochs)
+    latest = resume.usable_checkpoint(settings, info, _say)
+    start = decisions.plan_start(latest, settings.epochs, rule_of(settings))
     _say(start.announcement(settings.run_name, run_dir, settings.epochs))
     resume_from = start.checkpoint
     if start.kind == "finished":
@@ -186,24 +188,26 @@ def _fit(
     from app.data.exact_split import ExactSplit
     from app.data.kinds import build_datasets
     from app.training.loop import train_loop_per_worker
+    from app.training.plan import WorkerPlan
 
     read_started = time.monotonic()
     datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
     took = f" ({time.monotonic() - read_started:.1f} s)" if cache.cache else ""
     _say(f"data: {cache.reason}{took}")
     workers = settings.workers
+    plan = WorkerPlan(
+        settings=settings,
+        info=info,
+        invocation=invocation,
+        log_attempt=attempt,
+        resume_from=resume_from,
+        interrupted=interrupted,
+        # TRAIN_WARM_START as preflight verified it: each worker loads these bytes only.
+        warm_start=warm_start,
+    )
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={
-            "settings": settings,
-            "info": info,
-            "invocation": invocation,
-            "resume_from": resume_from,
-            "log_attempt": attempt,
-            "interrupted": interrupted,
-            # TRAIN_WARM_START as preflight verified it: each worker loads these bytes only.
-            "warm_start": warm_start,
-        },
+        train_loop_config=plan.config(),
         scaling_config=ScalingConfig(
             num_workers=(workers.min, workers.max) if workers.elastic else workers.max,
             use_gpu=settings.use_gpu,
@@ -275,6 +279,7 @@ def _finish(
         use_gpu=settings.use_gpu,
         cpus_per_worker=settings.cpus_per_worker,
     )
+    summary.update(_stop_and_costs(settings, summary["accelerator_hours"], kept))
     if decisions.compile_fell_back(settings.compile, run_folder.epochs(run_dir)):
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
     try:
@@ -303,6 +308,30 @@ def _finish(
     if curves:
         _say(f"  curves:  {curves}")
     return summary, kept
+
+
+def _stop_and_costs(
+    settings: TrainSettings, hours: dict[str, Any], kept: list[checkpoints.CheckpointRef]
+) -> dict[str, Any]:
+    """The early stop that ended the run (recorded in its newest checkpoint), the cost of its
+    accelerator-hours (in `hours`, in place) and the time and hours to each threshold."""
+    out: dict[str, Any] = {}
+    newest = kept[0] if kept else None
+    stop = recorded_stop(newest.stopped) if newest and newest.step is None else None
+    if stop is not None and stop.epoch < settings.epochs:
+        out["stopped_early"] = stop.record()
+    price = settings.gpu_hour_price
+    if price > 0:
+        hours.update(price_per_hour=price, cost=first_met.cost(hours["hours"], price))
+    wanted = first_met.terms(settings.stop_at, settings.promote_if)
+    if wanted:
+        computed = first_met.first_met(
+            run_folder.epochs(settings.run_dir), wanted, per_worker=hours["per_worker"],
+            price=price,
+        )  # fmt: skip
+        previous = (read_summary(settings.run_dir) or {}).get("time_to_threshold")
+        out["time_to_threshold"] = first_met.keep_first(previous, computed)
+    return out
 
 
 def _running_summary(settings: TrainSettings, resume_from: RunPath | None) -> dict[str, Any]:
