@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.formatting import format_duration
 from app.settings.gate import Gate, Threshold
 
 SOURCES = ("TRAIN_STOP_AT", "TRAIN_PROMOTE_IF")
@@ -99,6 +100,37 @@ def _entry_ok(entry: Any) -> bool:
         return False
     figures = [entry.get(k) for k in ("run_time_s", "accelerator_hours", "cost")]
     return all(v is None or (number(v) and v >= 0) for v in figures)
+
+
+def in_words(entry: Mapping[str, Any], kind: str = "") -> str:
+    """`val_accuracy>=0.95: epoch 3, 41s of training, 0.0342 CPU-hours, cost 0.12`, or
+    `...: not met` (an entry `checked` kept)."""
+    if entry.get("epoch") is None:
+        return f"{entry['threshold']}: not met"
+    parts = [f"epoch {entry['epoch']}"]
+    if entry.get("run_time_s") is not None:
+        parts.append(f"{format_duration(entry['run_time_s'])} of training")
+    if entry.get("accelerator_hours") is not None:
+        unit = f" {kind.upper()}-hours" if kind else " accelerator-hours"
+        parts.append(f"{_hours(entry['accelerator_hours'])}{unit}")
+    if entry.get("cost") is not None:
+        parts.append(f"cost {_hours(entry['cost'])}")
+    return f"{entry['threshold']}: {', '.join(parts)}"
+
+
+def short(entries: Sequence[Mapping[str, Any]]) -> str:
+    """The listing's cell: the first threshold's epoch and training time, `+N` for the rest."""
+    if not entries:
+        return "-"
+    first = entries[0]
+    text = "not met" if first.get("epoch") is None else f"@{first['epoch']}"
+    if first.get("epoch") is not None and first.get("run_time_s") is not None:
+        text += f" {format_duration(first['run_time_s'])}"
+    return text + (f" +{len(entries) - 1}" if len(entries) > 1 else "")
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.2f}" if value >= 0.01 or value == 0 else f"{value:.4f}"
 
 
 def cost(hours: float, price: float) -> float | None:
