@@ -153,7 +153,8 @@ def test_status_shows_nothing_of_hostile_stop_and_threshold_records(tmp_path: Pa
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["stopped_early"] = {"reason": "stop_at", "epoch": -1, "rule": "x"}
     summary["time_to_threshold"] = [
-        {"threshold": "\x1b]0;owned\x07" + "y" * 10_000, "epoch": 2}, {"threshold": None},
+        {"threshold": "\x1b]0;owned\x07" + "y" * 10_000, "epoch": 2},
+        {"threshold": None},
     ]
     (run_dir / "summary.json").write_text(json.dumps(summary))
     status = run_status.read_run(run_dir, now=NOW)
