@@ -33,6 +33,7 @@ from app.storage.location import RunPath, storage_options
 from app.tracking.trackers import Trackers
 from app.training.accel import resolve
 from app.training.early_stop import recorded_stop, rule_of
+from app.training.plan import WorkerPlan
 from app.training.weights import pretrained_info
 
 
@@ -118,12 +119,14 @@ def _train(
     record_class_names(run_dir, info)  # checked against the data in preflight
     run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
 
+    plan = WorkerPlan(
+        settings=settings, info=info, invocation=invocation, log_attempt=attempt,
+        resume_from=resume_from, interrupted=interrupted,
+        warm_start=warm_start,  # TRAIN_WARM_START as preflight verified it: workers load it
+    )  # fmt: skip
     with sigterm_interrupts():
         try:
-            _fit(
-                settings, info, invocation, resume_from, attempt, trackers, interrupted,
-                warm_start,
-            )  # fmt: skip
+            _fit(plan, trackers)
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
             ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
             if ending == "sigterm":
@@ -171,16 +174,7 @@ def _conclude(
     return promote_run(settings, info, summary, previous, good=kept)  # its line is the run's last
 
 
-def _fit(
-    settings: TrainSettings,
-    info: DatasetInfo,
-    invocation: str,
-    resume_from: RunPath | None,
-    attempt: int,
-    trackers: Trackers,
-    interrupted: bool,
-    warm_start: Any = None,
-) -> None:
+def _fit(plan: WorkerPlan, trackers: Trackers) -> None:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -188,23 +182,13 @@ def _fit(
     from app.data.exact_split import ExactSplit
     from app.data.kinds import build_datasets
     from app.training.loop import train_loop_per_worker
-    from app.training.plan import WorkerPlan
 
+    settings, info = plan.settings, plan.info
     read_started = time.monotonic()
     datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
     took = f" ({time.monotonic() - read_started:.1f} s)" if cache.cache else ""
     _say(f"data: {cache.reason}{took}")
     workers = settings.workers
-    plan = WorkerPlan(
-        settings=settings,
-        info=info,
-        invocation=invocation,
-        log_attempt=attempt,
-        resume_from=resume_from,
-        interrupted=interrupted,
-        # TRAIN_WARM_START as preflight verified it: each worker loads these bytes only.
-        warm_start=warm_start,
-    )
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config=plan.config(),
