@@ -47,6 +47,27 @@ def rule_of(settings: TrainSettings) -> StopRule:
     return StopRule(settings.stop_at, settings.patience, metric, higher_is_better(metric))
 
 
+def described(rule: StopRule, epochs: int) -> str:
+    """The rule as it will be judged, for `trainctl check`."""
+    parts = []
+    if rule.stop_at.thresholds:
+        parts.append(f"stop at the first epoch with {rule.stop_at}")
+    if rule.patience:
+        parts.append(f"after {rule.patience} epoch(s) without a better {rule.metric}")
+    return f"{' or '.join(parts) or 'off'} (else at TRAIN_EPOCHS={epochs})"
+
+
+def advice(rule: StopRule, epochs: int) -> str | None:
+    """Settings that can never stop a run early, said before it trains."""
+    if rule.patience and rule.patience >= epochs - 1:
+        fix = f"use at most {epochs - 2}, or 0 for off" if epochs > 2 else "use 0 for off"
+        return (
+            f"TRAIN_PATIENCE={rule.patience} cannot end a run of TRAIN_EPOCHS={epochs} early "
+            f"(the first epoch sets the best); {fix}"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Progress:
     """The checkpoint metric's best so far and the epochs since it improved."""

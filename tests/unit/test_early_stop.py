@@ -167,3 +167,20 @@ def test_the_worker_plan_is_frozen_and_pickles_for_ray() -> None:
         plan.invocation = "other"  # type: ignore[misc]
     with pytest.raises(TypeError, match=PLAN_KEY):
         WorkerPlan.of({"settings": settings})
+
+
+def test_check_says_the_rule_as_judged_and_warns_where_patience_can_never_stop() -> None:
+    from app.preflight import Advice, Found, _stopping
+
+    both = _settings(epochs=10, stop_at="val_accuracy>=0.9", patience=3)
+    assert _stopping(both, Found()) == (
+        "stop at the first epoch with val_accuracy>=0.9 or after 3 epoch(s) without a better "
+        "val_accuracy (else at TRAIN_EPOCHS=10)"
+    )
+    assert _stopping(_settings(epochs=4), Found()) == "off (else at TRAIN_EPOCHS=4)"
+    # Patience 3 can stop a 5-epoch run at epoch 4 at the earliest; 4 never can.
+    assert _stopping(_settings(epochs=5, patience=3), Found()).startswith("after 3 epoch(s)")
+    with pytest.raises(Advice, match="TRAIN_PATIENCE=4 cannot end a run of TRAIN_EPOCHS=5 early"):
+        _stopping(_settings(epochs=5, patience=4), Found())
+    with pytest.raises(Advice, match="use 0 for off"):
+        _stopping(_settings(epochs=2, patience=1), Found())
