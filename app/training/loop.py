@@ -57,11 +57,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
 
 def train(plan: WorkerPlan, on_epoch: EpochHook) -> None:
+    began = time.monotonic()  # the run clock counts this group's start-up too
     worker = Worker.here()
     torch.manual_seed(plan.settings.seed)
     restored = restore(plan)
     parts = build(plan, worker, restored)
-    state = resume(plan, worker, restored)
+    state = resume(plan, worker, restored, began)
     watch = CheckpointWatch(
         plan.settings.checkpoint_every, invocation=plan.invocation, rank=worker.rank,
         world=worker.world, device=worker.device, run_dir=plan.settings.run_dir, step=state.step,
@@ -199,7 +200,7 @@ def initial_weights(model: nn.Module, plan: WorkerPlan, restored: Restored) -> N
         apply_weights(model, plan.settings)
 
 
-def resume(plan: WorkerPlan, worker: Worker, restored: Restored) -> State:
+def resume(plan: WorkerPlan, worker: Worker, restored: Restored, began: float) -> State:
     """Where training continues (epoch, step, each rank's random streams), recorded by rank 0
     as this worker group's start."""
     settings, train_state = plan.settings, restored.train_state
@@ -231,7 +232,7 @@ def resume(plan: WorkerPlan, worker: Worker, restored: Restored) -> State:
         skip_batches=position.skip_batches,
         carried=carried,
         progress=early_stop.Progress.of(train_state.get("early_stop")),
-        clock=RunClock.resumed(train_state.get("clock"), worker.world),
+        clock=RunClock.resumed(train_state.get("clock"), worker.world, since=began),
     )
 
 
