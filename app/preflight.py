@@ -81,6 +81,7 @@ def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
         ("tracking", _tracking),
         ("dataset", partial(_dataset, prepare=prepare, rows_per_worker=rows_per_worker)),
         ("steps", _steps),
+        ("stopping", _stopping),
         ("warm_start", _warm_start),
         ("weights", _weights),
         ("versions", _versions),
@@ -242,6 +243,17 @@ def _steps(settings: TrainSettings, found: Found) -> str:
     steps = steps_per_epoch(rows, batch)
     per_epoch = f"{steps:,} optimizer steps per epoch"
     return f"{rows:,} train rows at TRAIN_GLOBAL_BATCH_SIZE={batch}: {per_epoch}"
+
+
+def _stopping(settings: TrainSettings, found: Found) -> str:
+    """TRAIN_STOP_AT and TRAIN_PATIENCE as they will be judged; Advice where they never can."""
+    from app.training.early_stop import advice, described, rule_of
+
+    rule = rule_of(settings)
+    said = advice(rule, settings.epochs)
+    if said:
+        raise Advice(said)
+    return described(rule, settings.epochs)
 
 
 def _classes(settings: TrainSettings, found: Found) -> str:

@@ -16,7 +16,7 @@ Validation is streamed (its order does not matter) but not cut equal: Ray Train'
 `streaming_split(equal=True)` drops up to world_size - 1 rows to even the shards out, so the
 recorded val_accuracy would not be over the whole valid split, and `trainctl evaluate
 --split valid` could not reproduce it. Shards of unequal length are safe because validation
-runs no collective per batch (app/training/loop.py, `_evaluate`).
+runs no collective per batch (app/training/validation.py, `evaluate`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from app.runfolder.checkpoints import CheckpointRef
 from app.storage.location import RunPath
+from app.training.early_stop import Stop, StopRule, recorded_stop, still_holds
 
 if TYPE_CHECKING:
     from app.training.warm_weights import WarmStart
@@ -30,8 +31,14 @@ class Start:
     checkpoint: RunPath | None
     epochs_done: int
     step: int | None = None  # a mid-epoch checkpoint's global step
+    stopped: Stop | None = None  # finished by an early stop whose rule is still in force
 
     def announcement(self, run_name: str, run_dir: RunPath, target_epochs: int) -> str:
+        if self.kind == "finished" and self.stopped is not None:
+            return (
+                f"run {run_name} {self.stopped} (TRAIN_EPOCHS={target_epochs}); nothing to "
+                f"train. Change {self.stopped.rule.split('=')[0]} to train on."
+            )
         if self.kind == "finished":
             return (
                 f"run {run_name} already finished {self.epochs_done} epochs "
@@ -53,10 +60,16 @@ def warm_start_line(start: Start, warm: WarmStart | None) -> str | None:
     return f"warm start from {warm.described}, sha256 {warm.sha256[:12]} (checked before Ray)"
 
 
-def plan_start(latest: CheckpointRef | None, target_epochs: int) -> Start:
-    """What to resume, given the newest verified checkpoint (app/run/resume.py proved it)."""
+def plan_start(
+    latest: CheckpointRef | None, target_epochs: int, rule: StopRule | None = None
+) -> Start:
+    """What to resume, given the newest verified checkpoint (app/run/resume.py proved it). A
+    run that stopped early is finished while the rule that stopped it is still in force."""
     if latest is None:
         return Start("fresh", None, 0)
+    stop = recorded_stop(latest.stopped)
+    if rule is not None and latest.step is None and still_holds(stop, rule):
+        return Start("finished", latest.path, latest.epoch, stopped=stop)
     kind: Literal["resume", "finished"] = "finished" if latest.epoch >= target_epochs else "resume"
     return Start(kind, latest.path, latest.epoch, latest.step)
 
@@ -171,6 +184,7 @@ def running_summary(
     )
     summary.pop("error", None)
     summary.pop("tracking_delivery", None)
+    summary.pop("stopped_early", None)  # the last driver's; this one's is decided at its end
     for key in ("promoted", "promotion", "champion_version"):  # the last driver's decision
         summary.pop(key, None)
     return summary
@@ -187,6 +201,9 @@ def outcome_line(run_name: str, status: str, summary: Mapping[str, Any], target:
         parts.append(f"last epoch {last}")
     if best:
         parts.append(f"best checkpoint (epoch {best['epoch']}) {_figures(best, metric)}".rstrip())
+    stop = recorded_stop(summary.get("stopped_early"))
+    if stop is not None:
+        parts.append(str(stop))
     return "; ".join(parts) + f"; {summary['failures']} failure(s) recovered"
 
 

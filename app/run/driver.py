@@ -17,7 +17,7 @@ import click
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
 from app.promotion.step import promote_run
-from app.run import decisions, resume
+from app.run import decisions, first_met, resume
 from app.run.progress import EpochFollower
 from app.run.signals import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
 from app.runfolder import checkpoints, retention
@@ -31,6 +31,8 @@ from app.settings import TrainSettings
 from app.storage.location import RunPath, storage_options
 from app.tracking.trackers import Trackers
 from app.training.accel import resolve
+from app.training.early_stop import recorded_stop, rule_of
+from app.training.plan import WorkerPlan
 from app.training.weights import pretrained_info
 
 
@@ -70,7 +72,8 @@ def _train(
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
     settings, info = _resolved(settings, info)
-    start = decisions.plan_start(resume.usable_checkpoint(settings, info, _say), settings.epochs)
+    latest = resume.usable_checkpoint(settings, info, _say)
+    start = decisions.plan_start(latest, settings.epochs, rule_of(settings))
     _say(start.announcement(settings.run_name, run_dir, settings.epochs))
     if warm_line := decisions.warm_start_line(start, warm_start):
         _say(warm_line)
@@ -84,12 +87,14 @@ def _train(
     _join(run_dir, join_cluster)
     open_log()  # training starts: from here on the driver's output is kept in the run folder
     trackers = _begin(settings, info, resume_from, start.epochs_done)
+    plan = WorkerPlan(
+        settings=settings, info=info, invocation=invocation, log_attempt=attempt,
+        resume_from=resume_from, interrupted=interrupted,
+        warm_start=warm_start,  # TRAIN_WARM_START as preflight verified it: workers load it
+    )  # fmt: skip
     with sigterm_interrupts():
         try:
-            _fit(
-                settings, info, invocation, resume_from, attempt, trackers, interrupted,
-                warm_start,
-            )  # fmt: skip
+            _fit(plan, trackers)
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
             stopped = _stopped(
                 err, settings, info, started, invocation, resume_from, attempt, trackers
@@ -225,36 +230,18 @@ def _conclude(
     return promote_run(settings, info, summary, previous, good=kept)  # its line is the run's last
 
 
-def _fit(
-    settings: TrainSettings,
-    info: DatasetInfo,
-    invocation: str,
-    resume_from: RunPath | None,
-    attempt: int,
-    trackers: Trackers,
-    interrupted: bool,
-    warm_start: Any = None,
-) -> None:
+def _fit(plan: WorkerPlan, trackers: Trackers) -> None:
     """Ray Train's run, with the driver following the epochs: each one tracked, and the
     checkpoints pruned as they come."""
     from app.data.cache import cache_datasets
     from app.data.kinds import build_datasets
 
+    settings, info = plan.settings, plan.info
     read_started = time.monotonic()
     datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
     took = f" ({time.monotonic() - read_started:.1f} s)" if cache.cache else ""
     _say(f"data: {cache.reason}{took}")
-    config = {
-        "settings": settings,
-        "info": info,
-        "invocation": invocation,
-        "resume_from": resume_from,
-        "log_attempt": attempt,
-        "interrupted": interrupted,
-        # TRAIN_WARM_START as preflight verified it: each worker loads these bytes only.
-        "warm_start": warm_start,
-    }
-    trainer = _trainer(settings, config, datasets)
+    trainer = _trainer(settings, plan.config(), datasets)
     pruner = checkpoints.in_run_pruner(
         settings.run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric,
         warn=_say,
@@ -379,7 +366,32 @@ def _summary(
         use_gpu=settings.use_gpu,
         cpus_per_worker=settings.cpus_per_worker,
     )
+    summary.update(_stop_and_costs(settings, summary["accelerator_hours"], kept))
     return summary
+
+
+def _stop_and_costs(
+    settings: TrainSettings, hours: dict[str, Any], kept: list[checkpoints.CheckpointRef]
+) -> dict[str, Any]:
+    """The early stop that ended the run (recorded in its newest checkpoint), the cost of its
+    accelerator-hours (in `hours`, in place) and the time and hours to each threshold."""
+    out: dict[str, Any] = {}
+    newest = kept[0] if kept else None
+    stop = recorded_stop(newest.stopped) if newest and newest.step is None else None
+    if stop is not None and stop.epoch < settings.epochs:
+        out["stopped_early"] = stop.record()
+    price = settings.gpu_hour_price
+    if price > 0:
+        hours.update(price_per_hour=price, cost=first_met.cost(hours["hours"], price))
+    wanted = first_met.terms(settings.stop_at, settings.promote_if)
+    if wanted:
+        computed = first_met.first_met(
+            run_folder.epochs(settings.run_dir), wanted, per_worker=hours["per_worker"],
+            price=price,
+        )  # fmt: skip
+        previous = (read_summary(settings.run_dir) or {}).get("time_to_threshold")
+        out["time_to_threshold"] = first_met.keep_first(previous, computed)
+    return out
 
 
 def _close_trackers(

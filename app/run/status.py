@@ -30,6 +30,7 @@ from typing import Any
 from app.errors import ConfigError
 from app.formatting import format_duration, one_line, one_path
 from app.redact import redact
+from app.run import first_met
 from app.runfolder import folder as run_folder
 from app.runfolder import interruptions, usage
 from app.runfolder.epoch_record import CORE_METRICS, REQUIRED
@@ -84,6 +85,8 @@ class RunStatus:
     promotion: dict[str, Any] | None = None  # {promoted, version, line}
     interruptions: dict[str, Any] = field(default_factory=dict)
     accelerator_hours: dict[str, Any] | None = None
+    stopped_early: dict[str, Any] | None = None  # {reason, epoch, rule}
+    time_to_threshold: list[dict[str, Any]] = field(default_factory=list)  # app/run/first_met
     error: str | None = None  # a failed or invalid run's reason
     problems: list[str] = field(default_factory=list)  # files that could not be read
 
@@ -111,6 +114,12 @@ class RunStatus:
         if self.best:
             ranked = "" if self.metric == "val_accuracy" else f", ranked by {self.metric}"
             out.append(f"  best checkpoint: {_figures(self.best, self.metric)}{ranked}")
+        if self.stopped_early:
+            out.append(f"  stopped early:   {_stop_text(self.stopped_early)}")
+        kind = self.accelerator_hours["kind"] if self.accelerator_hours else ""
+        for index, entry in enumerate(self.time_to_threshold):
+            label = "  to threshold:    " if index == 0 else " " * 19
+            out.append(label + first_met.in_words(entry, kind))
         if self.promotion:
             out.append(f"  promotion:       {self.promotion['line'] or _promotion_word(self)}")
         counts = self.interruptions
@@ -126,17 +135,25 @@ class RunStatus:
         hours = self.accelerator_hours
         return (
             self.name,
-            self.status_text(),
+            self._status_cell(),
             _epochs_text(self),
             best,
             last,
             _promotion_word(self),
             _interruptions_short(self.interruptions),
             f"{usage.hours_text(hours['hours'])} {hours['kind']}" if hours else "-",
+            first_met.short(self.time_to_threshold),
         )
 
+    def _status_cell(self) -> str:
+        stop = self.stopped_early
+        return self.status_text() + (f" (early @{stop['epoch']})" if stop else "")
 
-HEADER = ("RUN", "STATUS", "EPOCHS", "BEST", "LAST", "PROMOTION", "INTERRUPTIONS", "ACCEL-H")
+
+HEADER = (
+    "RUN", "STATUS", "EPOCHS", "BEST", "LAST", "PROMOTION", "INTERRUPTIONS", "ACCEL-H",
+    "FIRST-MET",
+)  # fmt: skip
 
 
 # --- reading one run folder -----------------------------------------------------------------
@@ -192,6 +209,12 @@ def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:
     if not final and result.status == "running":
         result.silent_s = _silent_s(progress, epochs, attempts, now)
     result.promotion = _promotion(summary) if final else None
+    if final:
+        result.stopped_early = _stopped(summary.get("stopped_early"))
+        result.time_to_threshold = [
+            {**entry, "threshold": _shown(entry["threshold"], 120)}
+            for entry in first_met.checked(summary.get("time_to_threshold"))
+        ]
     result.interruptions = _interruptions(summary, attempts, final)
     result.accelerator_hours = _hours(summary, attempts, progress, final, now)
     return result
@@ -302,6 +325,22 @@ def _promotion(summary: Mapping[str, Any]) -> dict[str, Any] | None:
         "version": _count(summary.get("champion_version")),
         "line": _shown(line, 300) if isinstance(line, str) else None,
     }
+
+
+def _stopped(record: Any) -> dict[str, Any] | None:
+    """summary.json's `stopped_early`, where it is shaped as a driver writes it."""
+    if not isinstance(record, Mapping) or record.get("reason") not in ("stop_at", "patience"):
+        return None
+    epoch, rule = _count(record.get("epoch")), record.get("rule")
+    if epoch is None or not isinstance(rule, str):
+        return None
+    return {"reason": record["reason"], "epoch": epoch, "rule": _shown(rule, 200)}
+
+
+def _stop_text(stop: Mapping[str, Any]) -> str:
+    if stop["reason"] == "stop_at":
+        return f"at epoch {stop['epoch']}: {stop['rule']} met"
+    return f"at epoch {stop['epoch']}: no improvement for {stop['rule']}"
 
 
 def _interruptions(summary: Mapping[str, Any], attempts: list[Any], final: bool) -> dict[str, Any]:

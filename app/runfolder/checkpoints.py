@@ -54,6 +54,8 @@ class CheckpointRef:
     epoch: int  # epochs completed
     metrics: dict[str, float]
     step: int | None = None  # global step of a mid-epoch checkpoint; None at an epoch's end
+    # Training stopped early after this checkpoint (app/training/early_stop.py reads it).
+    stopped: dict[str, Any] | None = None
 
     @property
     def kind(self) -> str:
@@ -74,10 +76,12 @@ def write_checkpoint(
     metrics: dict[str, float],
     class_names: tuple[str, ...] = (),
     step: int | None = None,
+    stopped: dict[str, Any] | None = None,
 ) -> None:
     """`class_names` (label i is class_names[i]) go into meta.json as plain JSON strings, so
     the weights' output units keep their meaning wherever the checkpoint travels. `step` set:
-    a mid-epoch checkpoint at that global step (`kind: "step"` in meta.json)."""
+    a mid-epoch checkpoint at that global step (`kind: "step"` in meta.json). `stopped`: the
+    early stop that ended training after this checkpoint (app/training/early_stop.py)."""
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(plain_keys(model_state), folder / MODEL_FILE)
     torch.save(train_state, folder / STATE_FILE)
@@ -87,6 +91,8 @@ def write_checkpoint(
         meta["class_names"] = list(class_names)
     if step is not None:
         meta.update(kind="step", step=step)
+    if stopped is not None:
+        meta["stopped"] = stopped
     meta["meta_sha256"] = _meta_digest(meta)
     (folder / META_FILE).write_text(json.dumps(meta, indent=2))
 
@@ -94,9 +100,10 @@ def write_checkpoint(
 def _meta_digest(meta: dict[str, Any]) -> str:
     # Keys only some checkpoints have are covered only where present, so checkpoints written
     # before they existed keep their digest: class_names (image folders), kind and step
-    # (mid-epoch checkpoints).
+    # (mid-epoch checkpoints), stopped (early stops).
     covered = {key: meta.get(key) for key in ("epoch", "metrics", "files")}
-    covered.update({key: meta[key] for key in ("class_names", "kind", "step") if key in meta})
+    optional = ("class_names", "kind", "step", "stopped")
+    covered.update({key: meta[key] for key in optional if key in meta})
     return hashlib.sha256(json.dumps(covered, sort_keys=True).encode()).hexdigest()
 
 
@@ -135,7 +142,9 @@ def verify(folder: RunPath) -> CheckpointRef:
             raise ValueError(_link_reason(err)) from None
         if found != digest:
             raise ValueError(f"{name} does not match its recorded checksum (truncated or altered)")
-    return CheckpointRef(path=folder, epoch=epoch, metrics=metrics, step=step)
+    stopped = meta.get("stopped")
+    stopped = dict(stopped) if isinstance(stopped, dict) else None
+    return CheckpointRef(path=folder, epoch=epoch, metrics=metrics, step=step, stopped=stopped)
 
 
 def _meta_step(meta: dict[str, Any]) -> int | None:

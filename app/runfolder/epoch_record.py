@@ -52,6 +52,10 @@ FIELDS: tuple[Field, ...] = (
     Field("compile_s"),
     Field("compiled"),  # 1.0 when the epoch ran compiled, 0.0 after a fallback to eager
     Field("peak_gpu_gib"),  # on a GPU only
+    # The run's training clock at the epoch's end (app/training/run_clock.py): wall seconds
+    # summed over worker groups, and the same weighted by each group's worker count.
+    Field("run_time_s"),
+    Field("worker_time_s"),
 )  # fmt: skip
 NAMES = tuple(f.name for f in FIELDS)
 CORE_METRICS = tuple(f.name for f in FIELDS if f.core)

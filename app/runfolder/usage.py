@@ -77,8 +77,12 @@ def checked(record: Any) -> dict[str, Any] | None:
         return None
     if workers is not None and not _count(workers):
         return None
-    return {"kind": record["kind"], "hours": float(hours), "workers": workers,
-            "per_worker": float(per_worker)}  # fmt: skip
+    out = {"kind": record["kind"], "hours": float(hours), "workers": workers,
+           "per_worker": float(per_worker)}  # fmt: skip
+    price, cost = record.get("price_per_hour"), record.get("cost")
+    if _number(price) and _number(cost) and price > 0 and 0 <= cost <= MAX_HOURS * price:
+        out.update(price_per_hour=float(price), cost=float(cost))  # TRAIN_GPU_HOUR_PRICE's
+    return out
 
 
 def in_words(record: Mapping[str, Any]) -> str:
@@ -88,7 +92,13 @@ def in_words(record: Mapping[str, Any]) -> str:
     per = f"{record['per_worker']:g} {unit}"
     workers = record.get("workers")
     who = f" ({workers} worker{'' if workers == 1 else 's'} x {per})" if workers else ""
-    return f"{shown} {unit}-hours{who}"
+    cost = f", cost {money(record['cost'])}" if record.get("cost") is not None else ""
+    return f"{shown} {unit}-hours{who}{cost}"
+
+
+def money(amount: float) -> str:
+    """A cost in the price's own (unnamed) currency: 12.34, or 0.0012 below a hundredth."""
+    return f"{amount:,.2f}" if amount >= 0.01 or amount == 0 else f"{amount:.4f}"
 
 
 def hours_text(hours: float) -> str:

@@ -50,6 +50,13 @@ class Threshold:
             "<": found < self.value,
         }[self.op]
 
+    def met_by(self, figure: Any) -> bool:
+        """Whether a figure read from a record meets this threshold; a missing, non-numeric or
+        non-finite figure does not."""
+        if not isinstance(figure, int | float) or isinstance(figure, bool):
+            return False
+        return math.isfinite(figure) and self.holds(float(figure))
+
     def __str__(self) -> str:
         return f"{self.metric}{self.op}{exact(self.value)}"
 

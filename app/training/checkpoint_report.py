@@ -10,6 +10,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import ray.train
 import torch
@@ -34,12 +35,16 @@ def report_checkpoint(
     unranked: dict[str, float] | None = None,
     epoch_sums: list[float] | None = None,
     class_names: tuple[str, ...] = (),
+    carried: dict[str, Any] | None = None,
+    stopped: dict[str, Any] | None = None,
 ) -> float:
     """Report; returns the seconds it took. `reason` is `epoch` for an end-of-epoch checkpoint
     (metrics are the epoch's validated record), else `interval`, `preemption` or `stopped` for
     a mid-epoch one at global `step`, `epoch_step` steps into epoch `epochs_done + 1`, with
     this rank's `epoch_sums` ([loss sum, rows] of the epoch so far: the resumed epoch's record
-    then covers all of it)."""
+    then covers all of it). `carried`: what the next start continues from besides the weights
+    and optimizer (the run clock, early stopping's progress), the same on every rank;
+    `stopped`: the early stop that ends training here, recorded in meta.json."""
     started = time.monotonic()
     extra = {"epoch_sums": epoch_sums} if epoch_sums is not None else None
     rng = gathered_rng(world, extra)  # a collective: before the rank-0-only part
@@ -65,11 +70,13 @@ def report_checkpoint(
             "world_size": world,
             "reason": reason,
             "rng": rng,
+            **(carried or {}),
         },
         epoch=epochs_done,
         metrics={k: float(v) for k, v in metrics.items() if math.isfinite(float(v))},
         step=step if mid_epoch else None,
         class_names=class_names,
+        stopped=stopped,
     )
     # The files are complete here, so the copy to shared storage can run in the background
     # (ASYNC) while training goes on: nothing writes to this folder again, Ray deletes it once

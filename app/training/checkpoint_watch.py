@@ -31,9 +31,9 @@ import torch.distributed as dist
 
 from app.runfolder import folder as run_folder
 from app.runfolder import interruptions
-from app.settings import TrainSettings
 from app.settings.cadence import CheckpointEvery
 from app.storage.location import RunPath
+from app.training.plan import WorkerPlan
 
 STOP_KEY = "trainctl-stop-{invocation}"
 AGREE_EVERY = 10
@@ -162,14 +162,13 @@ def gathered_rng(world: int, extra: dict[str, Any] | None = None) -> list[dict[s
 
 
 def interruption_on_start(
-    config: dict[str, Any], resume: RunPath | None, train_state: dict[str, Any], step: int
+    plan: WorkerPlan, resume: RunPath | None, train_state: dict[str, Any], step: int
 ) -> dict[str, Any] | None:
     """What interrupted the group this one takes over from: a Ray restart inside this driver,
     or a rerun after a driver that did not finish (the driver says which, `interrupted`)."""
-    if resume is None or not (config.get("interrupted") or ray.train.get_checkpoint()):
+    if resume is None or not (plan.interrupted or ray.train.get_checkpoint()):
         return None
-    settings: TrainSettings = config["settings"]
-    progress = run_folder.read_progress(settings.run_dir)
+    progress = run_folder.read_progress(plan.settings.run_dir)
     jit = progress.get("jit") if isinstance(progress.get("jit"), dict) else {}
     matched = jit.get("step") == step  # the checkpoint resumed is that just-in-time one
     reason = train_state.get("reason") or (jit.get("reason") if matched else None)

@@ -10,16 +10,16 @@ from typing import Any
 
 from app.runfolder import log_capture as run_logs
 from app.settings import TrainSettings
+from app.training.plan import WorkerPlan
 
 EpochHook = Callable[[dict[str, Any]], None]
 
 
 @contextlib.contextmanager
-def worker_hooks(config: dict[str, Any], rank: int) -> Iterator[EpochHook]:
+def worker_hooks(plan: WorkerPlan, rank: int) -> Iterator[EpochHook]:
     """Tee this worker's output to <run_dir>/logs/attempt-K/worker-<rank>.log; yield the
     per-epoch hook (Ray metrics on rank 0, nothing elsewhere)."""
-    settings: TrainSettings = config["settings"]
-    attempt = int(config.get("log_attempt") or 1)
+    settings, attempt = plan.settings, plan.log_attempt
     path = run_logs.attempt_dir(settings.run_dir, attempt) / f"worker-{rank}.log"
     with run_logs.capture(path, settings.log_max_mb, f"worker rank {rank}, attempt {attempt}"):
         yield _epoch_hook(settings) if rank == 0 else (lambda metrics: None)

@@ -8,7 +8,7 @@ import inspect
 import pytest
 import torch
 
-from app.training import loop
+from app.training import loop, validation
 from app.training.augment import augment, augment_mode
 
 KEY = {"seed": 5, "epoch": 2, "rank": 1, "step": 17}
@@ -71,5 +71,5 @@ def test_none_returns_the_batch_itself_and_validation_is_not_augmented() -> None
     images = _batch()
     assert augment(images, "none", **KEY) is images
     # Only the training loop calls augment; the validation pass has no such step.
-    assert "augment" not in inspect.getsource(loop._evaluate)
-    assert "augment(" in inspect.getsource(loop._train_loop)
+    assert "augment" not in inspect.getsource(validation)
+    assert "augment(" in inspect.getsource(loop.train_step)
