@@ -147,7 +147,8 @@ def _drop(
     if judged.champion is None:
         check.update({"class": None, "value": None, "passed": False})
         why = judged.champion_problem or "not scored"
-        return check, f"{drop.metric}: the champion could not be scored on the same rows ({why})", None
+        problem = f"{drop.metric}: the champion could not be scored on the same rows ({why})"
+        return check, problem, None
     ours = judged.run.with_rows()
     theirs = judged.champion.per_class
     drops = {
@@ -161,8 +162,10 @@ def _drop(
         return check, None, f"{drop.metric}: no class to compare"
     value = drops[worst]
     ok = drop.holds(value)
-    check.update({"class": worst, "value": value, "passed": ok,
-                  "recall": ours[worst]["recall"], "champion_recall": theirs[worst]["recall"]})  # fmt: skip
+    check.update(
+        {"class": worst, "value": value, "passed": ok, "recall": ours[worst]["recall"],
+         "champion_recall": theirs[worst]["recall"]}
+    )  # fmt: skip
     if ok:
         return check, None, None
     return check, (

@@ -96,12 +96,15 @@ def test_a_floor_on_every_class_names_the_class_below_it() -> None:
     assert failed.record()["judged_on"] == {"split": "valid", "rows": 40,
                                             "note": VALIDATION_NOTE}  # fmt: skip
     passed = judge("min_class_recall>=0.8", scores({"cat": 0.95, "dog": 0.85}))
-    assert passed.promoted and passed.reason.startswith("min_class_recall 0.8500 (class dog) >= 0.8")
+    assert passed.promoted and passed.reason.startswith(
+        "min_class_recall 0.8500 (class dog) >= 0.8"
+    )
 
 
 def test_a_class_without_rows_is_skipped_by_a_floor_and_fails_a_named_term() -> None:
-    run = Scores(0.9, 0.3, {"cat": {"recall": 0.9, "precision": 0.9, "f1": 0.9, "support": 5},
-                            "dog": {"recall": 0.0, "precision": 0.0, "f1": 0.0, "support": 0}})  # fmt: skip
+    figures = ("recall", "precision", "f1")
+    run = Scores(0.9, 0.3, {"cat": {**dict.fromkeys(figures, 0.9), "support": 5},
+                            "dog": {**dict.fromkeys(figures, 0.0), "support": 0}})  # fmt: skip
     floor = judge("min_class_recall>=0.8", run)
     assert floor.promoted and "classes without rows skipped: dog" in floor.reason
     named = judge("recall[dog]>=0.1", run)
@@ -138,8 +141,9 @@ def test_class_drop_without_a_champion_passes_with_a_note() -> None:
 
 
 def test_class_drop_fails_when_the_champion_could_not_be_scored() -> None:
-    kept = judge("class_drop<=0.02", scores({"cat": 0.9}), None,
-                 champion_metrics={"val_accuracy": 0.9}, champion_problem="altered export")  # fmt: skip
+    champion = {"val_accuracy": 0.9}
+    kept = judge("class_drop<=0.02", scores({"cat": 0.9}), None, champion_metrics=champion,
+                 champion_problem="altered export")  # fmt: skip
     assert not kept.promoted
     assert "the champion could not be scored on the same rows (altered export)" in kept.reason
 
@@ -150,8 +154,9 @@ def test_per_class_terms_without_an_evaluation_are_not_promoted() -> None:
     assert kept.reason.startswith(
         "the per-class terms need the run-end evaluation, which failed (Ray died)"
     )
+    failed = Judged("valid", 40, None, problem="Ray died")
     plain = decide(parse_gate("val_accuracy>=0.5"), {"val_accuracy": 0.9}, None,
-                   "val_accuracy", True, None, Judged("valid", 40, None, problem="Ray died"))  # fmt: skip
+                   "val_accuracy", True, None, failed)  # fmt: skip
     assert plain.promoted  # nothing in the gate reads the evaluation on validation data
 
 
@@ -170,9 +175,13 @@ def test_on_a_test_split_every_term_reads_the_test_figures() -> None:
     assert not floor.promoted and floor.reason.startswith("val_accuracy 0.85 is not >= 0.9")
     unscored = judge("beats_champion", run, None, split="test",
                      champion_metrics={"val_accuracy": 0.9}, champion_problem="gone")  # fmt: skip
-    assert not unscored.promoted and "could not be scored on the test data (gone)" in unscored.reason
+    assert (
+        not unscored.promoted and "could not be scored on the test data (gone)" in unscored.reason
+    )
     failed = judge("val_accuracy>=0.5", None, split="test", problem="unreadable")
-    assert not failed.promoted and "test data, whose evaluation failed (unreadable)" in failed.reason
+    assert (
+        not failed.promoted and "test data, whose evaluation failed (unreadable)" in failed.reason
+    )
 
 
 def test_scores_are_read_from_an_evaluations_metrics() -> None:
