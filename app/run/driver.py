@@ -166,7 +166,8 @@ def _conclude(
     """A succeeded run's summary, then its promotion, from one scan of its checkpoints: each
     file is read and hashed once (in a bucket a second pass would download them all again)."""
     summary, kept = _finish(settings, "succeeded", started, invocation, resumed, trackers=trackers)
-    return promote_run(settings, info, summary, previous, good=kept)  # its line is the run's last
+    # Exported, evaluated on valid/ (and test/), gated: its line is the run's last.
+    return promote_run(settings, info, summary, previous, good=kept, evaluate=True)
 
 
 def _fit(
