@@ -101,9 +101,10 @@ def _score_splits(
             f"{run_dir}/export was rewritten by another driver of this run while this one "
             "evaluated it (another card); not scored"
         )
+    # Listed and checked before Ray is joined, as `trainctl evaluate` does.
+    sources = {split: run_split(scored.card, split, settings.storage_endpoint) for split in splits}
     connect()
-    for split in splits:
-        source = run_split(scored.card, split, settings.storage_endpoint)
+    for split, source in sources.items():
         report = evaluate(
             scored, source.dataset(scored.card), eval_folder(run_dir, split), run_dir=run_dir,
             data=describe(source), row_prefix=source.row_prefix(),
