@@ -84,8 +84,9 @@ def _train(
             trackers.catch_up(run_folder.epochs(run_dir))
         # The earlier verdict on the same checkpoint stands (app/promotion/step.py).
         return _conclude(
-            settings, info, started, "", resume_from, trackers, before.get("promotion")
-        )
+            settings, info, started, "", resume_from, trackers, before.get("promotion"),
+            before.get("evaluation"),
+        )  # fmt: skip
 
     invocation = uuid.uuid4().hex
     # A rerun after a driver that never finished (SIGTERM, killed, failed) is an interruption.
@@ -162,10 +163,15 @@ def _conclude(
     resumed: RunPath | None,
     trackers: Trackers | None,
     previous: dict[str, Any] | None = None,
+    evaluated: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A succeeded run's summary, then its promotion, from one scan of its checkpoints: each
-    file is read and hashed once (in a bucket a second pass would download them all again)."""
+    file is read and hashed once (in a bucket a second pass would download them all again).
+    `evaluated`: the run-end evaluation an earlier driver of this finished run recorded, kept
+    where the step does not export and evaluate again (the same checkpoint, the same gate)."""
     summary, kept = _finish(settings, "succeeded", started, invocation, resumed, trackers=trackers)
+    if evaluated is not None:
+        summary["evaluation"] = evaluated
     # Exported, evaluated on valid/ (and test/), gated: its line is the run's last.
     return promote_run(settings, info, summary, previous, good=kept, evaluate=True)
 
