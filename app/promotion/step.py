@@ -120,8 +120,7 @@ def promote_run(
             _say(f"MLflow registry not updated: {promotion['registry']['error']}")
     if ended:
         summary = {**summary, "evaluation": ended[0].record}
-        if run_id and ended[0].reports:
-            ended[0].record["mlflow"] = log_evaluation(run_id, ended[0].reports)
+        _track_evaluation(settings, summary, ended[0], run_id, best)
     summary = {**summary, "promoted": decision.promoted, "promotion": promotion}
     if version is not None:
         summary["champion_version"] = version
@@ -458,17 +457,34 @@ def _say_evaluated(settings: TrainSettings, run_end: RunEnd) -> None:
         _say(f"run-end evaluation failed: {problem}; the run is trained and exported; {then}")
 
 
-def log_evaluation(run_id: str, reports: dict[str, Any]) -> dict[str, Any]:
-    """The run-end evaluation to the run's MLflow run; the record, or the error (the
-    figures are in summary.json and eval/ whatever MLflow says)."""
-    from app.tracking.eval_log import log_to_mlflow
+def _track_evaluation(
+    settings: TrainSettings,
+    summary: dict[str, Any],
+    run_end: RunEnd,
+    run_id: str | None,
+    best: checkpoints.CheckpointRef | None,
+) -> None:
+    """The run-end evaluation to the run's MLflow run and TensorBoard folder, where it has
+    them; each one's record (or error: the figures are in summary.json and eval/ whatever a
+    tracker says) in the evaluation's record. W&B does not get it (yet)."""
+    from app.tracking.eval_log import log_to_mlflow, log_to_tensorboard
 
-    try:
-        return log_to_mlflow(run_id, reports)
-    except Exception as err:
-        problem = registry.describe(err)
-        _say(f"run-end evaluation not logged to MLflow: {problem}")
-        return {"error": problem}
+    if not run_end.reports:
+        return
+    sends = {}
+    if run_id:
+        sends["mlflow"] = lambda: log_to_mlflow(run_id, run_end.reports)
+    if "tensorboard" in (summary.get("tracking") or {}):
+        step = best.epoch if best is not None else 0
+        target = settings.run_dir / "tensorboard"
+        sends["tensorboard"] = lambda: log_to_tensorboard(target, run_end.reports, step)
+    for name, send in sends.items():
+        try:
+            run_end.record[name] = send()
+        except Exception as err:
+            problem = registry.describe(err)
+            _say(f"run-end evaluation not logged to {name}: {problem}")
+            run_end.record[name] = {"error": problem}
 
 
 def _task_problem(current: dict[str, Any], candidate: Task, settings: TrainSettings) -> str | None:

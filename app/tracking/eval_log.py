@@ -1,5 +1,8 @@
-"""The run-end evaluation in MLflow: its figures as metrics of the run's MLflow run and its
-report files (`confusion.png`, `metrics.json`) as artifacts under `eval/<split>/`.
+"""The run-end evaluation in the trackers. MLflow: its figures as metrics of the run's MLflow
+run and its report files (`confusion.png`, `metrics.json`) as artifacts under `eval/<split>/`.
+TensorBoard: the same figures as scalars `eval/<split>/<key>` at the checkpoint's epoch, and
+the confusion matrix as an image, in a new event file of the run's tensorboard/ folder
+(TensorBoard reads the folder's files as one run).
 
 Metric keys: `eval_<split>_accuracy`, `eval_<split>_macro_f1`, `eval_<split>_weighted_f1`,
 `eval_<split>_ece`, and per class `eval_<split>_<recall|precision|f1>_<class>`. MLflow takes
@@ -15,9 +18,10 @@ from __future__ import annotations
 import os
 import re
 import time
+from pathlib import Path
 from typing import Any
 
-from app.storage.location import local_copy
+from app.storage.location import RunPath, local_copy, local_path, upload_tree
 
 ARTIFACT_DIR = "eval"
 LOGGED_FILES = ("confusion.png", "metrics.json")
@@ -78,3 +82,30 @@ def log_to_mlflow(run_id: str, reports: dict[str, Any]) -> dict[str, Any]:
                 client.log_artifact(run_id, str(folder / name), f"{ARTIFACT_DIR}/{split}")
                 artifacts.append(f"{ARTIFACT_DIR}/{split}/{name}")
     return {"run_id": run_id, "metrics": logged, "artifacts": artifacts}
+
+
+def log_to_tensorboard(log_dir: RunPath, reports: dict[str, Any], step: int) -> dict[str, Any]:
+    """Each split's figures and confusion matrix to TensorBoard's folder `log_dir` (in a
+    bucket: written locally, then uploaded); the record for summary.json."""
+    import tempfile
+
+    import numpy as np
+    from PIL import Image
+    from torch.utils.tensorboard import SummaryWriter
+
+    local = local_path(log_dir)
+    with tempfile.TemporaryDirectory(prefix="trainctl-tb-eval-") as tmp:
+        folder = local if local is not None else Path(tmp)
+        writer = SummaryWriter(log_dir=str(folder))
+        scalars = 0
+        for split, report in reports.items():
+            for key, value in evaluation_metrics(split, report.metrics).items():
+                writer.add_scalar(f"eval/{split}/{key.removeprefix(f'eval_{split}_')}", value, step)
+                scalars += 1
+            with local_copy(report.folder) as copy:
+                image = np.asarray(Image.open(copy / LOGGED_FILES[0]).convert("RGB"))
+            writer.add_image(f"eval/{split}/confusion", image, step, dataformats="HWC")
+        writer.close()
+        if local is None:
+            upload_tree(folder, log_dir)  # type: ignore[arg-type]
+    return {"log_dir": str(log_dir), "scalars": scalars, "step": step}

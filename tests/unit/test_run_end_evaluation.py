@@ -77,3 +77,34 @@ def test_an_evaluations_figures_by_key() -> None:
         "eval_test_f1_a_b": 0.6667, "eval_test_recall_c": 0.5, "eval_test_precision_c": 1.0,
         "eval_test_f1_c": 0.6667,
     }  # fmt: skip
+
+
+def test_the_evaluation_reaches_tensorboard_as_scalars_and_the_confusion_image(
+    tmp_path: Path,
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from app.evaluation.evaluate import EvalReport
+    from app.evaluation.report import confusion_png
+    from app.tracking.eval_log import log_to_tensorboard
+
+    folder = tmp_path / "run" / "eval" / "valid"
+    folder.mkdir(parents=True)
+    confusion = {"classes": ["cat", "dog"], "matrix": [[3, 1], [0, 4]], "most_confused": [
+        {"true": "cat", "predicted": "dog", "count": 1, "share_of_true": 0.25}]}  # fmt: skip
+    (folder / "confusion.png").write_bytes(confusion_png(confusion))
+    metrics = {
+        "accuracy": 0.875, "macro": {"f1": 0.87}, "weighted": {"f1": 0.87},
+        "expected_calibration_error": 0.1,
+        "per_class": [{"class": "cat", "recall": 0.75, "precision": 1.0, "f1": 0.857},
+                      {"class": "dog", "recall": 1.0, "precision": 0.8, "f1": 0.889}],
+    }  # fmt: skip
+    log_dir = tmp_path / "run" / "tensorboard"
+    record = log_to_tensorboard(log_dir, {"valid": EvalReport(folder, metrics)}, step=3)
+    assert record == {"log_dir": str(log_dir), "scalars": 10, "step": 3}
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    recall = events.Scalars("eval/valid/recall_cat")
+    assert [(e.step, e.value) for e in recall] == [(3, 0.75)]
+    assert [e.value for e in events.Scalars("eval/valid/accuracy")] == [0.875]
+    assert "eval/valid/confusion" in events.Tags()["images"]
