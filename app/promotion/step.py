@@ -472,10 +472,10 @@ def _track_evaluation(
     if not run_end.reports:
         return
     sends = {}
+    step = best.epoch if best is not None else 0  # the figures are the checkpoint's
     if run_id:
-        sends["mlflow"] = lambda: log_to_mlflow(run_id, run_end.reports)
+        sends["mlflow"] = lambda: log_to_mlflow(run_id, run_end.reports, step)
     if "tensorboard" in (summary.get("tracking") or {}):
-        step = best.epoch if best is not None else 0
         target = settings.run_dir / "tensorboard"
         sends["tensorboard"] = lambda: log_to_tensorboard(target, run_end.reports, step)
     for name, send in sends.items():

@@ -1,8 +1,8 @@
 """The run-end evaluation in the trackers. MLflow: its figures as metrics of the run's MLflow
 run and its report files (`confusion.png`, `metrics.json`) as artifacts under `eval/<split>/`.
 TensorBoard: the same figures as scalars `eval/<split>/<key>` at the checkpoint's epoch, and
-the confusion matrix as an image, in a new event file of the run's tensorboard/ folder
-(TensorBoard reads the folder's files as one run).
+the confusion matrix as an image, in the run's `tensorboard/eval/` folder: TensorBoard shows it
+as a run of its own beside the training curves, whose folder keeps one event file per driver.
 
 Metric keys: `eval_<split>_accuracy`, `eval_<split>_macro_f1`, `eval_<split>_weighted_f1`,
 `eval_<split>_ece`, and per class `eval_<split>_<recall|precision|f1>_<class>`. MLflow takes
@@ -29,6 +29,7 @@ FIGURES = ("recall", "precision", "f1")
 MAX_KEY_CHARS = 250
 MAX_LOGGED_CLASSES = 1000  # per-class metrics sent; beyond, metrics.json (an artifact) has all
 BATCH = 1000  # MLflow's limit of metrics per log_batch
+EVAL_RUN = "eval"  # tensorboard/eval/: the evaluation as a TensorBoard run of its own
 
 
 def metric_keys(split: str, class_names: list[str]) -> dict[str, str]:
@@ -61,8 +62,9 @@ def evaluation_metrics(split: str, metrics: dict[str, Any]) -> dict[str, float]:
     return {key: float(value) for key, value in found.items()}
 
 
-def log_to_mlflow(run_id: str, reports: dict[str, Any]) -> dict[str, Any]:
-    """Each split's figures and files to MLflow run `run_id`; the record for summary.json."""
+def log_to_mlflow(run_id: str, reports: dict[str, Any], step: int = 0) -> dict[str, Any]:
+    """Each split's figures (at `step`, the checkpoint's epoch) and files to MLflow run
+    `run_id`; the record for summary.json."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")  # a deadline on every call
     from mlflow.entities import Metric
@@ -73,7 +75,7 @@ def log_to_mlflow(run_id: str, reports: dict[str, Any]) -> dict[str, Any]:
     logged, artifacts = 0, []
     for split, report in reports.items():
         figures = evaluation_metrics(split, report.metrics)
-        entries = [Metric(key, value, now, 0) for key, value in figures.items()]
+        entries = [Metric(key, value, now, step) for key, value in figures.items()]
         for start in range(0, len(entries), BATCH):
             client.log_batch(run_id, metrics=entries[start : start + BATCH])
         logged += len(entries)
@@ -85,14 +87,15 @@ def log_to_mlflow(run_id: str, reports: dict[str, Any]) -> dict[str, Any]:
 
 
 def log_to_tensorboard(log_dir: RunPath, reports: dict[str, Any], step: int) -> dict[str, Any]:
-    """Each split's figures and confusion matrix to TensorBoard's folder `log_dir` (in a
-    bucket: written locally, then uploaded); the record for summary.json."""
+    """Each split's figures and confusion matrix to `log_dir`/eval (in a bucket: written
+    locally, then uploaded); the record for summary.json."""
     import tempfile
 
     import numpy as np
     from PIL import Image
     from torch.utils.tensorboard import SummaryWriter
 
+    log_dir = log_dir / EVAL_RUN
     local = local_path(log_dir)
     with tempfile.TemporaryDirectory(prefix="trainctl-tb-eval-") as tmp:
         folder = local if local is not None else Path(tmp)

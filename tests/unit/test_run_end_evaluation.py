@@ -101,8 +101,10 @@ def test_the_evaluation_reaches_tensorboard_as_scalars_and_the_confusion_image(
     }  # fmt: skip
     log_dir = tmp_path / "run" / "tensorboard"
     record = log_to_tensorboard(log_dir, {"valid": EvalReport(folder, metrics)}, step=3)
-    assert record == {"log_dir": str(log_dir), "scalars": 10, "step": 3}
-    events = EventAccumulator(str(log_dir))
+    assert record == {"log_dir": str(log_dir / "eval"), "scalars": 10, "step": 3}
+    # A TensorBoard run of its own: the training curves' folder keeps one file per driver.
+    assert not list(log_dir.glob("events.out.tfevents.*"))
+    events = EventAccumulator(str(log_dir / "eval"))
     events.Reload()
     recall = events.Scalars("eval/valid/recall_cat")
     assert [(e.step, e.value) for e in recall] == [(3, 0.75)]
