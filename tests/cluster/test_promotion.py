@@ -162,6 +162,7 @@ def test_the_registry_and_pointer_follow_the_gate(
 
     from app.data.schema import inspect_dataset
     from app.promotion.step import promote_run
+    from app.run import checkpoints
     from app.settings import TrainSettings
 
     storage = tmp_path / "runs"
@@ -173,7 +174,7 @@ def test_the_registry_and_pointer_follow_the_gate(
     experiment = client.create_experiment("trainctl-promotion")
     pointer_file = storage / "champions" / "digits-cnn.json"
 
-    def promote(name: str, gate: str = "beats_champion") -> tuple[dict, str]:
+    def promote(name: str, gate: str = "beats_champion", data: object = None) -> tuple[dict, str]:
         run_id = client.create_run(experiment, run_name=name).info.run_id
         settings = TrainSettings(
             _env_file=None, dataset="digits", model="cnn", storage_path=storage, run_name=name,
@@ -182,8 +183,8 @@ def test_the_registry_and_pointer_follow_the_gate(
         tracking = {"mlflow": {"run_id": run_id}}
         # Evaluated at the end as a run's driver does, where the gate has per-class terms.
         summary = promote_run(
-            settings, info, {"status": "succeeded", "tracking": tracking},
-            evaluate=gate != "beats_champion",
+            settings, data or info, {"status": "succeeded", "tracking": tracking},
+            evaluate=gate != "beats_champion" or data is not None,
         )  # fmt: skip
         artifacts = {Path(a.path).name for a in client.list_artifacts(run_id, "model")}
         # logged whether promoted or not
@@ -214,6 +215,32 @@ def test_the_registry_and_pointer_follow_the_gate(
     version = client.get_model_version_by_alias("digits-cnn", "champion")
     assert (version.version, version.run_id) == ("2", better_id)
     assert json.loads(pointer_file.read_text())["run_name"] == "better"
+
+    # The champion's own checkpoint again, on data with a held-out test/ split: the gate is
+    # judged there, the champion's copy scored on the same test rows: a tie keeps it.
+    held_out = _with_test_split(finished_run.tmp / "data" / "digits", tmp_path / "held-out")
+    champion_checkpoint = checkpoints.scan(storage / "better").good[0].path
+    shutil.copytree(champion_checkpoint, storage / "again" / champion_checkpoint.name)
+    again, _ = promote("again", "beats_champion", inspect_dataset(held_out))
+    evaluation = again["evaluation"]
+    assert evaluation["judged_on"] == "test" and set(evaluation) >= {"valid", "test", "champion"}
+    test = evaluation["test"]
+    assert test["rows"] == evaluation["valid"]["rows"] and test["accuracy"] == accuracy["better"]
+    assert evaluation["champion"]["test"]["accuracy"] == test["accuracy"]  # the same model
+    assert not again["promoted"]
+    assert again["promotion"]["judged_on"] == {"split": "test", "rows": test["rows"]}
+    assert again["promotion"]["reason"] == (
+        f"val_accuracy {test['accuracy']:.4g} is not > the champion's {test['accuracy']:.4g} "
+        f"[on the test data ({test['rows']:,} rows)]"
+    )
+    assert (storage / "again" / "eval" / "test" / "metrics.json").is_file()
+
+
+def _with_test_split(data: Path, target: Path) -> Path:
+    """A copy of the digits dataset whose test/ holds its validation files again."""
+    shutil.copytree(data, target)
+    shutil.copytree(target / "valid", target / "test")
+    return target
 
 
 def _judged_class_by_class(summary: dict, run_dir: Path) -> None:
