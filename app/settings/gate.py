@@ -20,9 +20,9 @@ Only `and` exists: a gate is a list of requirements, all of which must hold; `or
 
 Class terms are judged on the run-end evaluation's per-class figures (app/evaluation), on the
 dataset's held-out test/ split where it has one, else on the validation split; CLASS is a class
-name of the data (any characters but `]`, leading and trailing spaces dropped), checked
-against the dataset's classes before Ray starts (app/promotion/check.py). Their numbers are
-fractions from 0 to 1, like val_accuracy.
+name of the data (any characters but `]`, leading and trailing spaces dropped; a name holding
+" and " cannot be written), checked against the dataset's classes before Ray starts
+(app/promotion/gate_check.py). Their numbers are fractions from 0 to 1, like val_accuracy.
 The decision (the gate against the metrics) is app/promotion/gate.py's. `parse_condition` and
 `Threshold` are the grammar's parts other settings of the same shape reuse.
 """
