@@ -478,7 +478,10 @@ def _champion_export(name: str) -> tuple[str, str]:
 @cli.command("evaluate")
 @click.argument("run_dir", metavar="RUN")
 @click.argument("data", required=False)
-@click.option("--split", type=click.Choice(["valid"]), help="The run's own validation data.")
+@click.option(
+    "--split", type=click.Choice(["valid", "test"]),
+    help="The run's own validation data, or its dataset's held-out test/ split.",
+)  # fmt: skip
 @click.option("--name", help="eval/<NAME>/ in the run folder [default: from DATA or --split].")
 @click.option(
     "--max-mistakes", type=click.IntRange(0, 1_000_000), default=100, show_default=True,

@@ -33,6 +33,7 @@ from app.data.kind import DatasetKind
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.promotion.check import promotion_check
+from app.promotion.gate_check import gate_check
 from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray
 from app.redact import redact_uri
 from app.runfolder.folder import record_invalid, refuse_links
@@ -82,6 +83,7 @@ def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
         ("dataset", partial(_dataset, prepare=prepare, rows_per_worker=rows_per_worker)),
         ("steps", _steps),
         ("stopping", _stopping),
+        ("gate", _gate),
         ("warm_start", _warm_start),
         ("weights", _weights),
         ("versions", _versions),
@@ -224,8 +226,9 @@ def _dataset_in(
     if problem:
         raise ConfigError(problem)
     return (
-        f"{folder}: {info.train_rows} train / {info.valid_rows} valid rows, "
-        f"{info.height}x{info.width}x{info.channels} images ({info.layout}), "
+        f"{folder}: {info.train_rows} train / {info.valid_rows} valid rows"
+        + (f" / {info.test_rows} held-out test rows" if info.test_rows is not None else "")
+        + f", {info.height}x{info.width}x{info.channels} images ({info.layout}), "
         f"{info.num_classes} classes" + (f"; {note}" if note else "")
     )
 
@@ -267,6 +270,11 @@ def _classes(settings: TrainSettings, found: Found) -> str:
     if warning:
         raise Warned(f"{counts.detail()}; {warning}")
     return counts.detail()
+
+
+def _gate(settings: TrainSettings, found: Found) -> str:
+    """TRAIN_PROMOTE_IF as it will be judged; a term naming a class the data lacks: exit 2."""
+    return gate_check(settings, found.info)
 
 
 def _warm_start(settings: TrainSettings, found: Found) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -133,3 +134,20 @@ def bad_image_past_the_sample(root: Path, rows_per_file: int = 16) -> Path:
         write_encoded(root / "train" / f"part-{index}.parquet", rows_per_file, truncate_last=last)
     write_encoded(root / "valid" / "part-0.parquet", rows_per_file)
     return root / "train" / f"part-{files - 1}.parquet"
+
+
+# The tutorial's pandas lists (int64 nested lists), as tests of inspection write them.
+GRAY = np.random.default_rng(7).integers(0, 256, (40, 6, 5), dtype=np.uint8)  # non-square
+LABELS = np.arange(40, dtype=np.int64) % 4
+
+
+def lists(path: Path, images: np.ndarray, labels: np.ndarray | list) -> None:
+    """The tutorial's way: pandas with `array.tolist()` (int64 nested lists)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"image": [x.tolist() for x in images], "label": labels}).to_parquet(path)
+
+
+def good_lists(root: Path) -> Path:
+    lists(root / "train" / "a.parquet", GRAY[:30], LABELS[:30])
+    lists(root / "valid" / "a.parquet", GRAY[30:], LABELS[30:])
+    return root

@@ -1,4 +1,5 @@
-"""What an image-folder dataset holds: train/<class>/* and valid/<class>/*, listed and checked.
+"""What an image-folder dataset holds: train/<class>/* and valid/<class>/* (and, optionally,
+a held-out test/<class>/*), listed and checked.
 
 Listing reads names only (no image is opened), on a volume or in a bucket, within a deadline,
 so that even 100,000 classes are judged in preflight before Ray starts. The rules:
@@ -9,6 +10,9 @@ so that even 100,000 classes are judged in preflight before Ray starts. The rule
   refused, naming both (app/data/class_meta.py);
 - a class folder under train/ without any image is an error, and so is a class in valid/ that
   train/ lacks, a single class, or more than MAX_CLASSES; valid/ may lack classes;
+- test/ is optional (OPTIONAL_SPLITS): where there is one it is listed and judged as valid/ is
+  (classes train/ has, at least one image, the same link rules); it is never trained or
+  selected on, only scored at the run's end and judged by the promotion gate;
 - image files are recognised by extension (torchvision's IMG_EXTENSIONS); other files, names
   starting with "." and files directly in train/ or valid/ are skipped and counted, since
   datasets carry README files, .DS_Store and labels files that are not a problem;
@@ -26,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.data.schema import SPLITS, Problems
+from app.data.schema import OPTIONAL_SPLITS, SPLITS, Problems
 from app.errors import ConfigError
 from app.formatting import shown
 from app.runfolder.class_names import MAX_CLASSES, names_problem
@@ -49,6 +53,8 @@ class FolderListing:
     train: tuple[tuple[str, int], ...]
     valid: tuple[tuple[str, int], ...]
     skipped: int  # files that are not images by their name
+    test: tuple[tuple[str, int], ...] = ()  # the optional held-out split; () where absent
+    has_test: bool = False
 
     def note(self) -> str:
         if not self.skipped:
@@ -64,7 +70,7 @@ def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
     problems = Problems()
     started = time.monotonic()  # one limit for both splits
     found: dict[str, tuple[dict[str, list[str]], int]] = {}
-    for split in SPLITS:
+    for split in SPLITS + OPTIONAL_SPLITS:
         try:
             found[split] = _split(root, split, limit_s, problems, _add, started)
         except DeadlineExceeded:
@@ -74,25 +80,56 @@ def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
                 "with TRAIN_DATASET=parquet"
             ) from None
         except _Missing:
-            problems.add(f"{root / split}: folder not found; {LAYOUT_HELP}")
-    if problems and root.name in SPLITS and len(found) < len(SPLITS):
+            if split not in OPTIONAL_SPLITS:
+                problems.add(f"{root / split}: folder not found; {LAYOUT_HELP}")
+    if problems and root.name in SPLITS and len(set(found) & set(SPLITS)) < len(SPLITS):
         # The likeliest slip: the train/ (or valid/) folder given instead of the one above it.
         problems.add(f"{root} is itself a split folder: did you mean {root.parent}?")
     if problems:
         raise ConfigError(problems)
     train, train_skipped = found["train"]
     valid, valid_skipped = found["valid"]
+    test, test_skipped = found.get("test", ({}, 0))
     names = tuple(sorted(train))
     _judge(root, names, train, valid, problems)
+    if "test" in found:
+        _judge_held_out(root / "test", names, test, problems)
     if problems:
         raise ConfigError(problems)
     label = {name: index for index, name in enumerate(names)}
+
+    def rows(split: dict[str, list[str]]) -> tuple[tuple[str, int], ...]:
+        return tuple((path, label[name]) for name in sorted(split) for path in sorted(split[name]))
+
     return FolderListing(
         class_names=names,
         train=tuple((path, label[name]) for name in names for path in sorted(train[name])),
-        valid=tuple((path, label[name]) for name in sorted(valid) for path in sorted(valid[name])),
-        skipped=train_skipped + valid_skipped,
+        valid=rows(valid),
+        skipped=train_skipped + valid_skipped + test_skipped,
+        test=rows(test),
+        has_test="test" in found,
     )
+
+
+def _judge_held_out(
+    folder: RunPath, names: tuple[str, ...], split: dict[str, list[str]], problems: Problems
+) -> None:
+    """test/ by valid/'s rules: only classes train/ has, and at least one image."""
+    unknown = sorted(set(split) - set(names))
+    if unknown:
+        listed = ", ".join(shown(n) for n in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        problems.add(
+            f"{folder}: {len(unknown)} class(es) not in train/: {listed}; test/ may only hold "
+            "classes that train/ has"
+        )
+    total = sum(map(len, split.values()))
+    if total > MAX_FILES:
+        problems.add(f"{folder}: {total:,} image files, over the {MAX_FILES:,} a split may hold")
+    if not any(split.values()):
+        problems.add(
+            f"{folder}: no image files; the optional test split needs at least one, or remove "
+            "the folder"
+        )
 
 
 def _judge(

@@ -25,6 +25,9 @@ from app.storage.location import RunPath, absolute_location
 from app.storage.reading import random_access, walk_files
 
 SPLITS = ("train", "valid")
+# Held out: never trained or selected on; where a dataset has it, the run's end scores it and
+# the promotion gate is judged on it (app/promotion/evaluation.py). Checked as valid/ is.
+OPTIONAL_SPLITS = ("test",)
 SAMPLE_ROWS = 2048  # images read for format checks and the normalization statistics
 SAMPLE_FILES = 8
 MAX_PROBLEMS = 12
@@ -54,14 +57,18 @@ class DatasetInfo:
     # per-class counts `check` shows.
     train_class_counts: tuple[int, ...] = ()
     valid_class_counts: tuple[int, ...] = ()
+    # The optional held-out test/ split: its rows (None: the dataset has no test/) and counts.
+    test_rows: int | None = None
+    test_class_counts: tuple[int, ...] = ()
 
     def label_names(self) -> tuple[str, ...]:
         """Label i's name: its class name, or its number where the data names none."""
         return self.class_names or tuple(str(i) for i in range(self.num_classes))
 
     def describe(self) -> str:
+        test = f" + {self.test_rows} test" if self.test_rows is not None else ""
         return (
-            f"{self.train_rows} train + {self.valid_rows} valid rows, "
+            f"{self.train_rows} train + {self.valid_rows} valid{test} rows, "
             f"{self.height}x{self.width}x{self.channels} uint8 images ({self.layout}), "
             f"{self.num_classes} classes"
         )
@@ -109,10 +116,14 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
         )
     problems = Problems()
     splits = {name: _scan(_Split(name, root / name), problems) for name in SPLITS}
+    held_out = [_Split(name, root / name) for name in OPTIONAL_SPLITS if (root / name).is_dir()]
+    test = _scan(held_out[0], problems) if held_out else None
     if problems:
         raise ConfigError(problems)
     train, valid = splits["train"], splits["valid"]
     _check_across_splits(train, valid, problems)
+    if test is not None and not problems:
+        _check_across_splits(train, test, problems)
     if problems:
         raise ConfigError(problems)
     assert train.format is not None and train.sample is not None and train.labels is not None
@@ -120,6 +131,11 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
     std = pixels.std(axis=0)
     fmt = train.format
     names = _class_names(train, valid, problems)
+    if test is not None and test.class_names and names and set(test.class_names) != {names}:
+        problems.add(
+            f"{test.folder}: its files name other classes than train/ and valid/ "
+            f"({', '.join(str(p) for p in test.class_names.values())}); write them together"
+        )
     if problems:
         raise ConfigError(problems)
     classes = len(names) or train.labels[1] + 1
@@ -139,6 +155,8 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
         class_names=names,
         train_class_counts=per_class(train.counts, classes),
         valid_class_counts=per_class(valid.counts, classes),
+        test_rows=test.rows if test is not None else None,
+        test_class_counts=per_class(test.counts, classes) if test is not None else (),
     )
 
 
@@ -324,10 +342,10 @@ def _check_across_splits(train: _Split, valid: _Split, problems: Problems) -> No
         listed = ", ".join(f"{shape} in {path}" for shape, path in shapes.items())
         problems.add(f"images have mixed shapes: {listed}; every image needs the same HxWxC")
     sizes = {s.name: (s.format.height, s.format.width, s.format.channels) for s in (train, valid)}
-    if sizes["train"] != sizes["valid"] and len(shapes) <= 1:
+    if sizes["train"] != sizes[valid.name] and len(shapes) <= 1:
         problems.add(
-            f"images have mixed shapes: valid images are {_hwc(sizes['valid'])} but train images "
-            f"are {_hwc(sizes['train'])}; both splits need the same HxWxC"
+            f"images have mixed shapes: {valid.name} images are {_hwc(sizes[valid.name])} but "
+            f"train images are {_hwc(sizes['train'])}; both splits need the same HxWxC"
         )
     if train.format.layout != valid.format.layout:
         problems.add(
@@ -343,7 +361,8 @@ def _check_across_splits(train: _Split, valid: _Split, problems: Problems) -> No
     if valid.labels[1] >= classes:
         problems.add(
             f"{valid.label_file[1]}: label {valid.labels[1]} never occurs in train "
-            f"(train labels are 0..{classes - 1}); valid labels must be classes seen in train"
+            f"(train labels are 0..{classes - 1}); {valid.name} labels must be classes seen in "
+            "train"
         )
 
 

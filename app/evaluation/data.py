@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from app.data.kind import DatasetKind
 
-RUN_SPLITS = ("valid",)
+RUN_SPLITS = ("valid", "test")  # test: the dataset's optional held-out split
 MAX_LISTED = 8  # class names shown in a message before "..."
 
 
@@ -162,13 +162,25 @@ def _run_split(
                 f"{shown(root)}: the image folder's classes changed since the run trained: "
                 + _difference(listing.class_names, names)
             )
+        if split == "test" and not listing.has_test:
+            raise ConfigError(_no_test(root))
+        items = listing.test if split == "test" else listing.valid
         found: EvalData = ImageFiles(
-            location=root / split, rows=len(listing.valid), root=root,
-            items=listing.valid, skipped_files=listing.skipped, split=split,
+            location=root / split, rows=len(items), root=root,
+            items=items, skipped_files=listing.skipped, split=split,
         )  # fmt: skip
     else:
+        if split == "test" and not (root / split).is_dir():
+            raise ConfigError(_no_test(root))
         found = _parquet(root / split, card, split=split)
     return _with_fingerprint(found, root, data)
+
+
+def _no_test(root: RunPath) -> str:
+    return (
+        f"--split test: the run's dataset at {shown(root)} has no test/ split (optional: "
+        "test/<class>/<image> for an image folder, test/*.parquet for Parquet)"
+    )
 
 
 def _kind(name: Any) -> DatasetKind:

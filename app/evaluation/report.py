@@ -166,6 +166,11 @@ def read_metrics(folder: RunPath) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+def _other_model(metrics: dict[str, Any] | None) -> bool:
+    data = (metrics or {}).get("data")
+    return isinstance(data, dict) and bool(data.get("scored_as"))
+
+
 def latest_metrics(run_dir: RunPath) -> dict[str, Any] | None:
     """The run's newest complete evaluation (by its recorded time), with its folder name as
     `name`; None where it has none."""
@@ -178,6 +183,8 @@ def latest_metrics(run_dir: RunPath) -> dict[str, Any] | None:
     found = []
     for name in names:
         metrics = read_metrics(root / name)
+        if _other_model(metrics):
+            continue  # the champion scored on this run's rows for its gate: not this run's
         if metrics is not None and isinstance(metrics.get("time"), int | float):
             found.append({**metrics, "name": name})
     return max(found, key=lambda m: m["time"], default=None)

@@ -49,8 +49,10 @@ def promotion_check(settings: TrainSettings, info: DatasetInfo | None = None) ->
         raise ConfigError(damaged(str(err))) from None
     line = describe(settings.promote_if, pointer, settings.checkpoint_metric, path)
     if pointer is None:
-        chance = chance_of(info.valid_class_counts) if info else None
-        return _first(line, settings.promote_if, chance) + _race(path)
+        held_out = info is not None and info.test_rows is not None
+        counts = (info.test_class_counts if held_out else info.valid_class_counts) if info else ()
+        chance = chance_of(counts) if info else None
+        return _first(line, settings.promote_if, chance, held_out) + _race(path)
     run = Task.of_info(info) if info else None
     return line + _tasks(pointer, run, settings, path) + _race(path)
 
@@ -72,13 +74,15 @@ def _race(path: RunPath) -> str:
     )
 
 
-def _first(line: str, gate: Gate, chance: Chance | None) -> str:
-    """No champion yet: what the first run must score, where the data says."""
+def _first(line: str, gate: Gate, chance: Chance | None, held_out: bool = False) -> str:
+    """No champion yet: what the first run must score, where the data says (on the held-out
+    test data, where the dataset has it: the gate is judged there)."""
     if not gate.beats_champion or chance is None:
         return line
+    data = "held-out test data" if held_out else "validation data"
     return line.replace(
         "(the first run",
-        f"(the first run whose {CHANCE_METRIC} beats the validation data's majority-class "
+        f"(the first run whose {CHANCE_METRIC} beats the {data}'s majority-class "
         f"rate {chance.rate:.4f} + {chance.margin:.4g}",
         1,
     )

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.promotion.class_gate import Judged, judge_classes, passed_text
 from app.settings.gate import Gate, exact
 
 # What the first champion is compared with chance on, whatever TRAIN_CHECKPOINT_METRIC is: the
@@ -68,6 +69,8 @@ class Decision:
     gate: str
     thresholds: list[dict[str, Any]] = field(default_factory=list)
     chance: dict[str, Any] | None = None  # the first champion's comparison with chance
+    classes: list[dict[str, Any]] = field(default_factory=list)  # per-class terms checked
+    judged_on: dict[str, Any] | None = None  # the data the gate was judged on (Judged)
 
     def record(self) -> dict[str, Any]:
         found = {
@@ -80,6 +83,10 @@ class Decision:
         }
         if self.chance is not None:
             found["chance"] = self.chance
+        if self.classes:
+            found["classes"] = self.classes
+        if self.judged_on is not None:
+            found["judged_on"] = self.judged_on
         return found
 
 
@@ -90,14 +97,19 @@ def decide(
     metric: str,
     higher_is_better: bool,
     chance: Chance | None = None,
+    judged: Judged | None = None,
 ) -> Decision:
     """Whether the exported checkpoint (`metrics`) passes `gate` against the champion's.
 
     `metric` is TRAIN_CHECKPOINT_METRIC, what `beats_champion` compares; `chance`, what it
-    compares with when there is no champion (None: the validation data was not counted)."""
+    compares with when there is no champion (None: the validation data was not counted).
+    `judged`: the run-end evaluation the gate is judged on (app/promotion/class_gate.py). On a
+    held-out test split, val_accuracy and val_loss are the test figures, the run's and the
+    champion's on the same rows, for every term; on the validation split they are the
+    recorded ones (the evaluation reproduces them), and only the class terms read it."""
+    metrics, champion_metrics, failed = _on_data(gate, metrics, champion_metrics, judged)
     value = number(metrics.get(metric))
     champion = number((champion_metrics or {}).get(metric))
-    failed: list[str] = []
     checks = []
     for threshold in gate.thresholds:
         found = number(metrics.get(threshold.metric))
@@ -125,16 +137,72 @@ def decide(
                 f"{CHANCE_METRIC} {_show(found, 4)} does not beat the majority-class rate "
                 f"{chance.rate:.4f} + {chance.margin:.4g} (no champion yet)"
             )
+    classes, class_failed, notes = judge_classes(gate, judged, champion_metrics is not None)
+    failed += class_failed
+    reason = _reason(gate, failed, checks, classes, metric, value, champion, higher_is_better)
+    if judged is not None and (judged.held_out or gate.per_class):
+        reason += f" [on {judged.where()}]"
+    if notes:
+        reason += "; " + "; ".join(notes)
+    return Decision(
+        not failed, reason, metric, value, champion, str(gate), checks, against_chance, classes,
+        judged.record() if judged is not None else None,
+    )  # fmt: skip
+
+
+def _on_data(
+    gate: Gate,
+    metrics: Mapping[str, float],
+    champion_metrics: Mapping[str, float] | None,
+    judged: Judged | None,
+) -> tuple[Mapping[str, float], Mapping[str, float] | None, list[str]]:
+    """The figures the gate compares: on a held-out split, the evaluations' (the run's, and
+    the champion's where there is one); a champion that could not be scored there is a
+    failure of a gate that compares with it (nothing else is on the same rows)."""
+    if judged is None or not judged.held_out:
+        return metrics, champion_metrics, []
+    if judged.run is None:
+        return {}, champion_metrics, [
+            f"the gate is judged on the held-out test data, whose evaluation failed "
+            f"({judged.problem})"
+        ]  # fmt: skip
+    on_test = {CHANCE_METRIC: judged.run.accuracy, "val_loss": judged.run.loss}
+    metrics = {**metrics, **on_test}
+    if champion_metrics is None:
+        return metrics, None, []
+    if judged.champion is None:
+        failed = []
+        if gate.beats_champion:
+            failed.append(
+                f"the champion could not be scored on the test data ({judged.champion_problem})"
+            )
+        return metrics, champion_metrics, failed
+    theirs = {CHANCE_METRIC: judged.champion.accuracy, "val_loss": judged.champion.loss}
+    return metrics, {**champion_metrics, **theirs}, []
+
+
+def _reason(
+    gate: Gate,
+    failed: list[str],
+    checks: list[dict[str, Any]],
+    classes: list[dict[str, Any]],
+    metric: str,
+    value: float | None,
+    champion: float | None,
+    higher_is_better: bool,
+) -> str:
     if failed:
-        reason = "; ".join(failed)
-    elif gate.beats_champion and champion is not None:
+        return "; ".join(failed)
+    passed = ", ".join(p for p in (_passed(checks), passed_text(classes)) if p)
+    if gate.beats_champion and champion is not None:
         word = ">" if higher_is_better else "<"
-        reason = f"{metric} {_show(value)} {word} {_show(champion)}"
-    elif gate.beats_champion:
-        reason = "no champion yet" + (f"; {_passed(checks)}" if checks else "")
-    else:
-        reason = _passed(checks) or "no conditions"
-    return Decision(not failed, reason, metric, value, champion, str(gate), checks, against_chance)
+        per_class = passed_text(classes)  # the thresholds as before: the comparison says it
+        return f"{metric} {_show(value)} {word} {_show(champion)}" + (
+            f", {per_class}" if per_class else ""
+        )
+    if gate.beats_champion:
+        return "no champion yet" + (f"; {passed}" if passed else "")
+    return passed or "no conditions"
 
 
 def _passed(checks: list[dict[str, Any]]) -> str:

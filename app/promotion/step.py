@@ -20,9 +20,11 @@ app/runfolder/folder.write_final_summary, which never leaves it at "running" or 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import click
@@ -32,6 +34,8 @@ from app.errors import RunFailed, TrainctlError
 from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES, WEIGHTS_FILE
 from app.promotion import champion, champion_export, gate, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
+from app.promotion.class_gate import Judged
+from app.promotion.evaluation import RunEnd, champion_scorer, evaluate_run_end, not_evaluated
 from app.promotion.task import Task, another_task
 from app.redact import redact_text
 from app.runfolder import checkpoints, retention
@@ -59,8 +63,9 @@ def promote_run(
     summary: dict[str, Any],
     previous: dict[str, Any] | None = None,
     good: list[checkpoints.CheckpointRef] | None = None,
+    evaluate: bool = False,
 ) -> dict[str, Any]:
-    """Export, gate, champion; the summary updated and written again. Raises NotPromoted
+    """Export, evaluate, gate, champion; the summary updated and written again. Raises NotPromoted
     when the gate failed and TRAIN_NOT_PROMOTED_EXIT is not 0, RunFailed when the export (or
     the champion's copy of it) could not be written.
 
@@ -68,7 +73,9 @@ def promote_run(
     (a rerun of a finished run): when it judged the same checkpoint under the same gate, its
     verdict stands and nothing is exported or gated again. `good`: the run folder's verified
     checkpoints where the caller has them (the driver's end-of-run scan, after pruning), so
-    that every checkpoint file is hashed once per run's end; None: scanned here."""
+    that every checkpoint file is hashed once per run's end; None: scanned here.
+    `evaluate`: score the export at the run's end (app/promotion/evaluation.py) before the
+    gate, as a run's driver does; without it (a direct call) per-class terms cannot pass."""
     run_dir = settings.run_dir
     metric = settings.checkpoint_metric
     good = checkpoints.scan(run_dir).good if good is None else good
@@ -79,6 +86,7 @@ def promote_run(
     line: str
     published = None  # the export folder the registry gets
     version = None
+    ended: list[RunEnd] = []  # the run-end evaluation, where the export was made
     try:
         current = _already_champion(settings, best)
         if current is not None:  # a rerun of the champion run: nothing to export or move
@@ -89,7 +97,9 @@ def promote_run(
         elif best is None:
             raise _Kept("no verified checkpoint to export")
         else:
-            line, decision, version, published = _export_and_gate(settings, info, best, promotion)
+            line, decision, version, published = _export_and_gate(
+                settings, info, best, promotion, ended, evaluate
+            )
     except _Kept as kept:
         decision = gate.Decision(False, str(kept), metric, None, None, str(settings.promote_if))
         promotion.update(decision.record())
@@ -107,6 +117,9 @@ def promote_run(
         except Exception as err:  # the pointer already moved: say the registry did not follow
             promotion["registry"] = {"error": registry.describe(err)}
             _say(f"MLflow registry not updated: {promotion['registry']['error']}")
+    if ended:
+        summary = {**summary, "evaluation": ended[0].record}
+        _track_evaluation(settings, summary, ended[0], run_id, best)
     summary = {**summary, "promoted": decision.promoted, "promotion": promotion}
     if version is not None:
         summary["champion_version"] = version
@@ -254,16 +267,23 @@ def _export_and_gate(
     info: DatasetInfo,
     best: checkpoints.CheckpointRef,
     promotion: dict[str, Any],
+    ended: list[RunEnd],
+    evaluate: bool,
 ) -> tuple[str, gate.Decision, int | None, Any]:
-    """(line, decision, version or None, the folder the registry gets)."""
+    """(line, decision, version or None, the folder the registry gets); the run-end
+    evaluation appended to `ended`."""
     from app.export.build import export_best
 
     try:
         export = export_best(settings, info, best)
     except Exception as err:  # a full disk, a store that refuses: the run failed, say why
         raise _Failed(f"export failed: {registry.describe(err)}") from None
+    run_end = evaluate_run_end(settings, info, export) if evaluate else not_evaluated(info)
+    ended.append(run_end)
+    if evaluate:
+        _say_evaluated(settings, run_end)
     try:
-        return move_champion(settings, info, best, export, promotion)
+        return move_champion(settings, info, best, export, promotion, run_end)
     except champion.PointerDamaged as err:  # `check` fails on it, in the same words
         raise _Kept(str(err)) from None
     except OSError as err:  # the store refused the pointer (pyarrow's errors are OSErrors)
@@ -289,10 +309,12 @@ def move_champion(
     best: checkpoints.CheckpointRef,
     export: Any,
     promotion: dict[str, Any],
+    run_end: RunEnd | None = None,
 ) -> tuple[str, gate.Decision, int | None, Any]:
     """Judge `export` of checkpoint `best` against the champion and move the pointer, as one
     compare-and-swap: what two pools (or two runs) finishing at once race on. (line,
-    decision, version or None, the folder the registry gets); `promotion` is filled in."""
+    decision, version or None, the folder the registry gets); `promotion` is filled in.
+    `run_end`: the run-end evaluation the gate is judged on (None: the recorded figures)."""
     path = _pointer(settings)
     promotion["export"] = {
         "folder": str(settings.run_dir / EXPORT_DIR),
@@ -305,8 +327,10 @@ def move_champion(
     promotion["pointer"] = str(path)
     run_dir = redact_text(str(settings.run_dir))  # the pointer is read by many: no secrets
     candidate = Task.from_card(export.card)
-    chance = gate.chance_of(info.valid_class_counts)
+    held_out = run_end is not None and run_end.judged is not None and run_end.judged.held_out
+    chance = gate.chance_of(info.test_class_counts if held_out else info.valid_class_counts)
     outcome = _Outcome()
+    judged_against = _judging(settings, candidate, run_end)
 
     def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
         outcome.reset()
@@ -324,6 +348,7 @@ def move_champion(
             settings.checkpoint_metric,
             retention.higher_is_better(settings.checkpoint_metric),
             chance,
+            judged_against(current),
         )
         outcome.decision = decision
         if not decision.promoted:
@@ -379,6 +404,86 @@ def move_champion(
         promotion["superseded_by"] = other
         line += f"; then superseded by run {other} finishing at the same time"
     return line, decision, version, outcome.folder
+
+
+def _judging(settings: TrainSettings, candidate: Task, run_end: RunEnd | None) -> Any:
+    """A function of the champion pointer: what the gate is judged on against it (the
+    run-end evaluation, with the champion scored on the same rows where the gate compares
+    with it there). The champion of the pointer read now is scored here, before the
+    compare-and-swap, so the lock is not held while it is; a pointer that moved meanwhile is
+    scored when judged (each champion once)."""
+    judged = run_end.judged if run_end is not None else None
+    terms = settings.promote_if
+    if run_end is None or judged is None or judged.run is None:
+        return lambda current: judged
+    if terms.class_drop is None and not (judged.held_out and terms.beats_champion):
+        return lambda current: judged
+    scorer = champion_scorer(settings, run_end)
+
+    def against(current: dict[str, Any] | None) -> Judged:
+        assert judged is not None
+        if current is None or _task_problem(current, candidate, settings):
+            return judged  # no champion, or one the step keeps for its task anyway
+        scores, problem = scorer(current)
+        return replace(judged, champion=scores, champion_problem=problem)
+
+    # A damaged pointer: the swap reads it again and keeps the champion, saying why.
+    with contextlib.suppress(champion.PointerDamaged):
+        against(champion.read_pointer(_pointer(settings)))
+    return against
+
+
+def _say_evaluated(settings: TrainSettings, run_end: RunEnd) -> None:
+    """What the run-end evaluation found, or that it failed and what that means here."""
+    for report in run_end.reports.values():
+        click.echo(report.line())
+    valid = run_end.record.get("valid") or {}
+    if valid.get("reproduced") is False:
+        _say(
+            f"the evaluation's val_accuracy {valid['accuracy']} differs from the recorded "
+            f"{valid['recorded_val_accuracy']}: the validation data changed since training?"
+        )
+    problem = run_end.record.get("error")
+    if problem:
+        judged = run_end.judged
+        needs = settings.promote_if.per_class or (judged is not None and judged.held_out)
+        then = (
+            "the gate needs it: the champion is kept"
+            if needs
+            else "promotion goes on: the gate has no per-class term and is judged on the "
+            "validation figures training recorded"
+        )
+        _say(f"run-end evaluation failed: {problem}; the run is trained and exported; {then}")
+
+
+def _track_evaluation(
+    settings: TrainSettings,
+    summary: dict[str, Any],
+    run_end: RunEnd,
+    run_id: str | None,
+    best: checkpoints.CheckpointRef | None,
+) -> None:
+    """The run-end evaluation to the run's MLflow run and TensorBoard folder, where it has
+    them; each one's record (or error: the figures are in summary.json and eval/ whatever a
+    tracker says) in the evaluation's record. W&B does not get it (yet)."""
+    from app.tracking.eval_log import log_to_mlflow, log_to_tensorboard
+
+    if not run_end.reports:
+        return
+    sends = {}
+    step = best.epoch if best is not None else 0  # the figures are the checkpoint's
+    if run_id:
+        sends["mlflow"] = lambda: log_to_mlflow(run_id, run_end.reports, step)
+    if "tensorboard" in (summary.get("tracking") or {}):
+        target = settings.run_dir / "tensorboard"
+        sends["tensorboard"] = lambda: log_to_tensorboard(target, run_end.reports, step)
+    for name, send in sends.items():
+        try:
+            run_end.record[name] = send()
+        except Exception as err:
+            problem = registry.describe(err)
+            _say(f"run-end evaluation not logged to {name}: {problem}")
+            run_end.record[name] = {"error": problem}
 
 
 def _task_problem(current: dict[str, Any], candidate: Task, settings: TrainSettings) -> str | None:

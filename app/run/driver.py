@@ -126,7 +126,10 @@ def _conclude_finished(
     trackers = Trackers.start(settings, previous) if previous else None
     if trackers is not None:
         trackers.catch_up(run_folder.epochs(run_dir))
-    return _conclude(settings, info, started, "", resume_from, trackers, before.get("promotion"))
+    return _conclude(
+        settings, info, started, "", resume_from, trackers, before.get("promotion"),
+        before.get("evaluation"),
+    )  # fmt: skip
 
 
 def _join(run_dir: RunPath, join_cluster: Callable[[], object]) -> None:
@@ -223,11 +226,17 @@ def _conclude(
     resumed: RunPath | None,
     trackers: Trackers | None,
     previous: dict[str, Any] | None = None,
+    evaluated: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A succeeded run's summary, then its promotion, from one scan of its checkpoints: each
-    file is read and hashed once (in a bucket a second pass would download them all again)."""
+    file is read and hashed once (in a bucket a second pass would download them all again).
+    `evaluated`: the run-end evaluation an earlier driver of this finished run recorded, kept
+    where the step does not export and evaluate again (the same checkpoint, the same gate)."""
     summary, kept = _finish(settings, "succeeded", started, invocation, resumed, trackers=trackers)
-    return promote_run(settings, info, summary, previous, good=kept)  # its line is the run's last
+    if evaluated is not None:
+        summary["evaluation"] = evaluated
+    # Exported, evaluated on valid/ (and test/), gated: its line is the run's last.
+    return promote_run(settings, info, summary, previous, good=kept, evaluate=True)
 
 
 def _fit(plan: WorkerPlan, trackers: Trackers) -> None:

@@ -3,7 +3,12 @@
 Grammar (whitespace-separated, case-sensitive):
 
     gate      := condition ("and" condition)*
-    condition := "beats_champion" | METRIC OP NUMBER
+    condition := "beats_champion" | METRIC OP NUMBER | class_term
+    class_term:= FIGURE "[" CLASS "]" OP FRACTION     (recall[cat]>=0.9: one named class)
+               | "min_class_" FIGURE OP FRACTION     (min_class_recall>=0.8: every class)
+               | "class_drop" ("<=" | "<") FRACTION  (no class's recall more than this below
+                                                      the champion's, on the same rows)
+    FIGURE    := "recall" | "precision" | "f1"
     OP        := ">=" | ">" | "<=" | "<"
 
 METRIC is a field of the epoch record (app/runfolder/epoch_record.py), read from the exported
@@ -12,7 +17,14 @@ checkpoints, in its own direction) with the champion's value of it: strictly bet
 keeps the champion (with no champion yet, it compares with chance: app/promotion/gate.py).
 Only `and` exists: a gate is a list of requirements, all of which must hold; `or` would make
 "why was it kept" ambiguous.
-The decision (the gate against the metrics) is app/promotion/gate.py's.
+
+Class terms are judged on the run-end evaluation's per-class figures (app/evaluation), on the
+dataset's held-out test/ split where it has one, else on the validation split; CLASS is a class
+name of the data (any characters but `]`, leading and trailing spaces dropped; a name holding
+" and " cannot be written), checked against the dataset's classes before Ray starts
+(app/promotion/gate_check.py). Their numbers are fractions from 0 to 1, like val_accuracy.
+The decision (the gate against the metrics) is app/promotion/gate.py's. `parse_condition` and
+`Threshold` are the grammar's parts other settings of the same shape reuse.
 """
 
 from __future__ import annotations
@@ -31,9 +43,13 @@ BEATS = "beats_champion"
 OPS = (">=", "<=", ">", "<")  # two-character operators first: ">=" is not ">" then "="
 MAX_GATE_CHARS = 500
 FRACTIONS = ("val_accuracy",)  # metrics recorded as 0..1
-_CONDITION = re.compile(
-    r"\A([a-z_][a-z0-9_]*)\s*(>=|<=|>|<)\s*([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\Z"
-)
+_NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)"
+_CONDITION = re.compile(r"\A([a-z_][a-z0-9_]*)\s*(>=|<=|>|<)\s*" + _NUMBER + r"\Z")
+_NAMED = re.compile(r"\A([a-z0-9_]+)\[([^\]]*)\]\s*(>=|<=|>|<)\s*" + _NUMBER + r"\Z")
+FIGURES = ("recall", "precision", "f1")  # per-class figures of an evaluation (metrics.json)
+CLASS_FLOOR = "min_class_"  # min_class_recall: the figure's floor on every class
+CLASS_DROP = "class_drop"
+MAX_CLASS_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -71,13 +87,47 @@ def exact(value: float) -> str:
 
 
 @dataclass(frozen=True)
+class ClassThreshold:
+    """A per-class figure's bound: on the class `name`, or on every class (None)."""
+
+    figure: str  # one of FIGURES
+    op: str
+    value: float
+    name: str | None = None
+
+    def holds(self, found: float) -> bool:
+        return Threshold(self.figure, self.op, self.value).holds(found)
+
+    @property
+    def term(self) -> str:
+        """The term's left side as written: `recall[cat]`, `min_class_recall`."""
+        return f"{CLASS_FLOOR}{self.figure}" if self.name is None else f"{self.figure}[{self.name}]"
+
+    def __str__(self) -> str:
+        return f"{self.term}{self.op}{exact(self.value)}"
+
+
+@dataclass(frozen=True)
 class Gate:
     beats_champion: bool = False
     thresholds: tuple[Threshold, ...] = ()
+    classes: tuple[ClassThreshold, ...] = ()
+    class_drop: Threshold | None = None  # metric CLASS_DROP, op <= or <
 
     def __str__(self) -> str:
         parts = ([BEATS] if self.beats_champion else []) + [str(t) for t in self.thresholds]
+        parts += [str(t) for t in self.classes]
+        parts += [str(self.class_drop)] if self.class_drop else []
         return " and ".join(parts)
+
+    @property
+    def per_class(self) -> bool:
+        """Whether the gate needs the run-end evaluation's per-class figures."""
+        return bool(self.classes) or self.class_drop is not None
+
+    def named_classes(self) -> tuple[str, ...]:
+        """The classes the gate names, in order, once each."""
+        return tuple(dict.fromkeys(t.name for t in self.classes if t.name is not None))
 
 
 def metrics() -> tuple[str, ...]:
@@ -89,8 +139,12 @@ def metrics() -> tuple[str, ...]:
 
 
 def allowed() -> str:
+    figures = "|".join(FIGURES)
     return f"conditions are {BEATS} or METRIC OP NUMBER joined by `and`; METRIC is one of " + (
-        ", ".join(metrics()) + f"; OP is one of {', '.join(OPS)}"
+        ", ".join(metrics()) + f"; OP is one of {', '.join(OPS)}; per class: "
+        f"{CLASS_FLOOR}{{{figures}}} OP FRACTION (every class), {{{figures}}}[CLASS] OP "
+        f"FRACTION (one class), {CLASS_DROP}<=FRACTION (no class's recall more than this "
+        "below the champion's)"
     )
 
 
@@ -101,38 +155,102 @@ def parse_gate(text: str) -> Gate:
     parts = re.split(r"\s+and\s+", text.strip())
     if not text.strip():
         raise ValueError(f"is empty; {allowed()}")
-    beats, thresholds = False, []
+    beats, thresholds, classes, drop = False, [], [], None
     for part in parts:
         part = part.strip()
         if part == BEATS:
             beats = True
             continue
-        percent = part.endswith("%")
-        match = _CONDITION.match(part.removesuffix("%"))
-        if not match:
-            raise ValueError(f"cannot read {part!r}; {allowed()}")
-        metric, op, number = match.groups()
-        if metric not in metrics():
-            close = did_you_mean(metric, metrics(), "").removeprefix("; ")
-            hint = f" ({close})" if close else ""
-            raise ValueError(f"unknown metric {metric!r}{hint}; {allowed()}")
-        value = float(number)
-        if not math.isfinite(value):
-            raise ValueError(f"{part!r}: the number must be finite")
-        if metric in FRACTIONS and (percent or not 0 <= value <= 1):
-            # The epoch line shows it as a percentage; a gate of 90 would never pass, silently.
-            # `95%` is refused too, not read as 0.95: the recorded gate is what was written.
-            fraction = exact(value / 100)
+        term = parse_class_term(part)
+        if isinstance(term, ClassThreshold):
+            classes.append(term)
+        elif term is not None:
+            drop = term
+        else:
+            thresholds.append(parse_condition(part, metrics(), FRACTIONS))
+    return Gate(beats, tuple(thresholds), tuple(classes), drop)
+
+
+def parse_condition(part: str, known: tuple[str, ...], fractions: tuple[str, ...]) -> Threshold:
+    """One `METRIC OP NUMBER` whose METRIC is one of `known` (those in `fractions` are 0..1);
+    ValueError naming what is wrong and what is allowed."""
+    percent = part.endswith("%")
+    match = _CONDITION.match(part.removesuffix("%"))
+    if not match:
+        raise ValueError(f"cannot read {part!r}; {allowed()}")
+    metric, op, number = match.groups()
+    if metric not in known:
+        close = did_you_mean(metric, known, "").removeprefix("; ")
+        hint = f" ({close})" if close else ""
+        raise ValueError(f"unknown metric {metric!r}{hint}; {allowed()}")
+    value = _number(part, number)
+    if metric in fractions:
+        _fraction(part, metric, op, value, percent)
+    elif percent:  # a loss has no percentage: `val_loss<5%` must not become `val_loss<5`
+        raise ValueError(
+            f"{part!r}: {metric} is a plain number, not a percentage; write it without `%`"
+        )
+    return Threshold(metric, op, value)
+
+
+def parse_class_term(part: str) -> ClassThreshold | Threshold | None:
+    """`part` as a per-class term (a ClassThreshold, or the class_drop Threshold); None where
+    it is not one (a plain METRIC OP NUMBER); ValueError where it is one, badly written."""
+    percent = part.endswith("%")
+    text = part.removesuffix("%")
+    named = _NAMED.match(text)
+    if named:
+        figure, name, op, number = named.groups()
+        if figure not in FIGURES:
+            raise ValueError(f"{part!r}: per-class figures are {', '.join(FIGURES)}; {allowed()}")
+        name = name.strip()
+        if not name or len(name) > MAX_CLASS_CHARS or not name.isprintable():
             raise ValueError(
-                f"{part!r}: {metric} is a fraction from 0 to 1 (the epoch line's 95.28% is "
-                f"0.9528): write {fraction}; did you mean {metric}{op}{fraction}?"
+                f"{part!r}: a class name in [] is 1 to {MAX_CLASS_CHARS} printable characters"
             )
-        if percent:  # a loss has no percentage: `val_loss<5%` must not become `val_loss<5`
+        value = _fraction(part, f"{figure}[{name}]", op, _number(part, number), percent)
+        return ClassThreshold(figure, op, value, name)
+    if "[" in text or "]" in text:
+        raise ValueError(f"cannot read {part!r}; a named class is FIGURE[CLASS] OP FRACTION, "
+                         f"FIGURE one of {', '.join(FIGURES)}, CLASS without `]`")  # fmt: skip
+    plain = _CONDITION.match(text)
+    if not plain:
+        return None
+    term, op, number = plain.groups()
+    if term == CLASS_DROP:
+        if op not in ("<=", "<"):
             raise ValueError(
-                f"{part!r}: {metric} is a plain number, not a percentage; write it without `%`"
+                f"{part!r}: {CLASS_DROP} is the most a class's recall may fall below the "
+                f"champion's: write {CLASS_DROP}<=MARGIN"
             )
-        thresholds.append(Threshold(metric, op, value))
-    return Gate(beats, tuple(thresholds))
+        return Threshold(CLASS_DROP, op, _fraction(part, term, op, _number(part, number), percent))
+    if term.startswith(CLASS_FLOOR):
+        figure = term.removeprefix(CLASS_FLOOR)
+        if figure not in FIGURES:
+            floors = ", ".join(CLASS_FLOOR + f for f in FIGURES)
+            raise ValueError(f"{part!r}: unknown per-class floor; allowed: {floors}")
+        return ClassThreshold(figure, op, _fraction(part, term, op, _number(part, number), percent))
+    return None
+
+
+def _number(part: str, number: str) -> float:
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"{part!r}: the number must be finite")
+    return value
+
+
+def _fraction(part: str, metric: str, op: str, value: float, percent: bool) -> float:
+    """`value`, a fraction from 0 to 1; ValueError otherwise. The epoch line shows accuracy
+    as a percentage; a gate of 90 would never pass, silently. `95%` is refused too, not read
+    as 0.95: the recorded gate is what was written."""
+    if percent or not 0 <= value <= 1:
+        fraction = exact(value / 100)
+        raise ValueError(
+            f"{part!r}: {metric} is a fraction from 0 to 1 (the epoch line's 95.28% is "
+            f"0.9528): write {fraction}; did you mean {metric}{op}{fraction}?"
+        )
+    return value
 
 
 def _gate_setting(value: Any) -> Gate:

@@ -52,7 +52,12 @@ class TrackingSettings(BaseModel):
         "beats_champion",
         description="Gate a successful run must pass to become the champion: `beats_champion` "
         "(better than the champion on TRAIN_CHECKPOINT_METRIC), a threshold such as "
-        "`val_accuracy>=0.95` (any epoch-record metric; >=, >, <=, <), or both joined by `and`.",
+        "`val_accuracy>=0.95` (any epoch-record metric; >=, >, <=, <), per-class terms "
+        "judged on the run-end evaluation: `min_class_recall>=0.8` (every class; also "
+        "precision, f1), `recall[cat]>=0.9` (one class), `class_drop<=0.02` (no class's "
+        "recall more than this below the champion's on the same rows), joined by `and`. "
+        "Judged on the dataset's held-out test/ split where it has one, else on the "
+        "validation data.",
     )
     model_name: str = Field(
         "",

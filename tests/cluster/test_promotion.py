@@ -1,8 +1,13 @@
 """Issue 27 on a real run: the shared finished run (tests/cluster/conftest.py) ends with its
-export, its promotion and the last line; `trainctl predict` in a fresh process, importing of
-the training code only the model's definition (no Ray, no training loop, no data pipeline),
-matches the training model on validation images; and the MLflow
-Model Registry on a real `mlflow server` follows the gate across three runs.
+export, its run-end evaluation (issue 34: per-class figures in summary.json, the full report
+in eval/valid/, val_accuracy reproduced), its promotion and the last line; `trainctl
+predict` in a fresh process, importing of the training code only the model's definition (no
+Ray, no training loop, no data pipeline), matches the training model on validation images;
+and the MLflow
+Model Registry on a real `mlflow server` follows the gate across three runs, two of them
+evaluated at their end and judged by per-class terms (a floor that fails naming the class,
+`class_drop` against the champion's export scored on the same rows), their per-class metrics
+and confusion.png reaching the server.
 
 No training run of its own: the three runs of the registry test are folders holding one of the
 finished run's real checkpoints each (epochs of different quality: the promotion step is a
@@ -63,6 +68,25 @@ def test_the_run_ends_with_its_export_and_promotion(finished_run: FinishedRun) -
     assert card["checkpoint"]["metrics"]["val_accuracy"] == summary["best"]["val_accuracy"]
     assert card["data"]["file_count"] >= 2 and card["data"]["train_rows"] > 0
     assert card["settings"]["run_name"] == "digits-cnn"
+
+
+def test_the_run_end_evaluation_is_in_the_summary(finished_run: FinishedRun) -> None:
+    summary = read_summary(finished_run.run_dir)
+    evaluation = summary["evaluation"]
+    assert evaluation["judged_on"] == "valid" and "error" not in evaluation, evaluation
+    valid = evaluation["valid"]
+    # The exact-reproduction property, on every run: the recorded figure, to the last digit.
+    assert valid["accuracy"] == summary["best"]["val_accuracy"] == valid["recorded_val_accuracy"]
+    assert valid["reproduced"] is True
+    assert set(valid["per_class"]) == {str(i) for i in range(10)}
+    assert all(0 <= c["recall"] <= 1 and c["support"] > 0 for c in valid["per_class"].values())
+    assert 0 <= valid["expected_calibration_error"] <= 1 and 0 < valid["macro_f1"] <= 1
+    folder = finished_run.run_dir / "eval" / "valid"
+    assert valid["folder"] == str(folder) and (folder / "confusion.png").is_file()
+    assert "trainctl: evaluated digits-cnn on the run's valid split" in finished_run.result.stdout
+    # The gate was judged on it: the validation data, said so.
+    judged_on = summary["promotion"]["judged_on"]
+    assert judged_on["split"] == "valid" and "add a test/ split" in judged_on["note"]
 
 
 def test_predict_in_a_fresh_process_matches_the_training_model(
@@ -132,6 +156,7 @@ def _runs_of_three_qualities(finished: FinishedRun, storage: Path) -> dict[str, 
 def test_the_registry_and_pointer_follow_the_gate(
     finished_run: FinishedRun,
     mlflow_server: Callable[[], str],
+    ray_session: None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -139,6 +164,7 @@ def test_the_registry_and_pointer_follow_the_gate(
 
     from app.data.schema import inspect_dataset
     from app.promotion.step import promote_run
+    from app.run import checkpoints
     from app.settings import TrainSettings
 
     storage = tmp_path / "runs"
@@ -150,14 +176,18 @@ def test_the_registry_and_pointer_follow_the_gate(
     experiment = client.create_experiment("trainctl-promotion")
     pointer_file = storage / "champions" / "digits-cnn.json"
 
-    def promote(name: str) -> tuple[dict, str]:
+    def promote(name: str, gate: str = "beats_champion", data: object = None) -> tuple[dict, str]:
         run_id = client.create_run(experiment, run_name=name).info.run_id
         settings = TrainSettings(
             _env_file=None, dataset="digits", model="cnn", storage_path=storage, run_name=name,
-            data_path=finished_run.tmp / "data",
+            data_path=finished_run.tmp / "data", promote_if=gate,
         )  # fmt: skip
         tracking = {"mlflow": {"run_id": run_id}}
-        summary = promote_run(settings, info, {"status": "succeeded", "tracking": tracking})
+        # Evaluated at the end as a run's driver does, where the gate has per-class terms.
+        summary = promote_run(
+            settings, data or info, {"status": "succeeded", "tracking": tracking},
+            evaluate=gate != "beats_champion" or data is not None,
+        )  # fmt: skip
         artifacts = {Path(a.path).name for a in client.list_artifacts(run_id, "model")}
         # logged whether promoted or not
         assert artifacts == {"model.pt2", "weights.pt", "model_card.json"}
@@ -169,17 +199,80 @@ def test_the_registry_and_pointer_follow_the_gate(
     assert (version.version, version.run_id) == ("1", first_id)
     pointer = json.loads(pointer_file.read_text())
 
-    worse, _ = promote("worse")
+    worse, _ = promote("worse", "beats_champion and min_class_recall>=0.999 and class_drop<=0")
     assert not worse["promoted"], worse["promotion"]
     assert worse["promotion"]["value"] == accuracy["worse"]
     assert worse["promotion"]["champion_value"] == accuracy["first"]
     assert worse["promotion"]["line"].startswith("kept v1: not promoted (val_accuracy ")
+    _judged_class_by_class(worse, storage / "worse")
     assert client.get_model_version_by_alias("digits-cnn", "champion").version == "1"
     assert [v.version for v in client.search_model_versions("name='digits-cnn'")] == ["1"]
     assert json.loads(pointer_file.read_text()) == pointer
 
-    better, better_id = promote("better")
+    better, better_id = promote("better", "beats_champion and class_drop<=1")
     assert better["promoted"] and better["promotion"]["line"].startswith("promoted v2 (")
+    drop = better["promotion"]["classes"][0]
+    assert drop["term"] == "class_drop" and drop["passed"] and "champion_recall" in drop
+    _evaluation_reached_mlflow(client, better_id, better["evaluation"])
     version = client.get_model_version_by_alias("digits-cnn", "champion")
     assert (version.version, version.run_id) == ("2", better_id)
     assert json.loads(pointer_file.read_text())["run_name"] == "better"
+
+    # The champion's own checkpoint again, on data with a held-out test/ split: the gate is
+    # judged there, the champion's copy scored on the same test rows: a tie keeps it.
+    held_out = _with_test_split(finished_run.tmp / "data" / "digits", tmp_path / "held-out")
+    champion_checkpoint = checkpoints.scan(storage / "better").good[0].path
+    shutil.copytree(champion_checkpoint, storage / "again" / champion_checkpoint.name)
+    again, _ = promote("again", "beats_champion", inspect_dataset(held_out))
+    evaluation = again["evaluation"]
+    assert evaluation["judged_on"] == "test" and set(evaluation) >= {"valid", "test", "champion"}
+    test = evaluation["test"]
+    assert test["rows"] == evaluation["valid"]["rows"] and test["accuracy"] == accuracy["better"]
+    assert evaluation["champion"]["test"]["accuracy"] == test["accuracy"]  # the same model
+    assert not again["promoted"]
+    assert again["promotion"]["judged_on"] == {"split": "test", "rows": test["rows"]}
+    assert again["promotion"]["reason"] == (
+        f"val_accuracy {test['accuracy']:.4g} is not > the champion's {test['accuracy']:.4g} "
+        f"[on the test data ({test['rows']:,} rows)]"
+    )
+    assert (storage / "again" / "eval" / "test" / "metrics.json").is_file()
+
+
+def _with_test_split(data: Path, target: Path) -> Path:
+    """A copy of the digits dataset whose test/ holds its validation files again."""
+    shutil.copytree(data, target)
+    shutil.copytree(target / "valid", target / "test")
+    return target
+
+
+def _judged_class_by_class(summary: dict, run_dir: Path) -> None:
+    """A floor that fails names the class below it; class_drop names the class that fell most
+    below the champion's recall on the same rows, the champion scored from its own copy."""
+    per_class = summary["evaluation"]["valid"]["per_class"]
+    lowest = min(per_class, key=lambda name: per_class[name]["recall"])
+    reason = summary["promotion"]["reason"]
+    floor = f"min_class_recall: class {lowest!r} recall {per_class[lowest]['recall']:.4f} is "
+    assert floor + "not >= 0.999" in reason, reason
+    champion = summary["evaluation"]["champion"]["valid"]["per_class"]
+    drops = {n: champion[n]["recall"] - c["recall"] for n, c in per_class.items()}
+    fell = max(drops, key=lambda name: drops[name])
+    # Lower accuracy on the same rows: some class's recall is below the champion's.
+    assert drops[fell] > 0
+    assert f"class_drop: class {fell!r} recall {per_class[fell]['recall']:.4f} is " in reason
+    assert "below the champion's" in reason and "on the same rows (allowed: <= 0)" in reason
+    assert (run_dir / "eval" / "champion-v1-valid" / "metrics.json").is_file()
+    checks = {c["term"]: c for c in summary["promotion"]["classes"]}
+    assert checks["min_class_recall"]["class"] == lowest and not checks["class_drop"]["passed"]
+
+
+def _evaluation_reached_mlflow(client: object, run_id: str, evaluation: dict) -> None:
+    """Per-class metrics under MLflow-safe keys, and confusion.png with metrics.json."""
+    metrics = client.get_run(run_id).data.metrics  # type: ignore[attr-defined]
+    valid = evaluation["valid"]
+    assert metrics["eval_valid_accuracy"] == valid["accuracy"]
+    for name, figures in valid["per_class"].items():
+        assert metrics[f"eval_valid_recall_{name}"] == figures["recall"]
+        assert metrics[f"eval_valid_f1_{name}"] == figures["f1"]
+    files = {a.path for a in client.list_artifacts(run_id, "eval/valid")}  # type: ignore[attr-defined]
+    assert files == {"eval/valid/confusion.png", "eval/valid/metrics.json"}
+    assert evaluation["mlflow"]["metrics"] == 4 + 3 * len(valid["per_class"])

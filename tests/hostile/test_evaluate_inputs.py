@@ -141,7 +141,8 @@ def test_data_and_split_go_one_at_a_time(run: Path, tmp_path: Path) -> None:
     assert_refused(trainctl("evaluate", str(run)), 2, "give DATA or --split valid")
     both = trainctl("evaluate", str(run), str(data), "--split", "valid")
     assert_refused(both, 2, "not both")
-    assert_refused(trainctl("evaluate", str(run), "--split", "train"), 2, "'train' is not 'valid'")
+    train = trainctl("evaluate", str(run), "--split", "train")
+    assert_refused(train, 2, "'train' is not one of 'valid', 'test'")
 
 
 def test_split_valid_needs_the_data_the_card_records(run: Path) -> None:

@@ -16,18 +16,12 @@ from PIL import Image
 from app.data.schema import DatasetInfo, inspect_dataset
 from app.errors import EXIT_INVALID, ConfigError
 from tests.folder_support import png_claiming
+from tests.parquet_support import GRAY, LABELS, lists
+from tests.parquet_support import good_lists as good
 
 RNG = np.random.default_rng(7)
 BOMB = png_claiming(40_000, 40_000)
-GRAY = RNG.integers(0, 256, (40, 6, 5), dtype=np.uint8)  # non-square: catches H/W mix-ups
-LABELS = np.arange(40, dtype=np.int64) % 4
 NULLABLE_LABELS = pd.array([1, None], "Int64")  # pandas writes this as int64 with a null
-
-
-def lists(path: Path, images: np.ndarray, labels: np.ndarray | list) -> None:
-    """The tutorial's way: pandas with `array.tolist()` (int64 nested lists)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"image": [x.tolist() for x in images], "label": labels}).to_parquet(path)
 
 
 def encoded(path: Path, images: list[Image.Image], labels: np.ndarray, fmt: str = "PNG") -> None:
@@ -45,12 +39,6 @@ def tensor(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     column = pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(images))
     pq.write_table(pa.table({"image": column, "label": pa.array(labels)}), path)
-
-
-def good(root: Path) -> Path:
-    lists(root / "train" / "a.parquet", GRAY[:30], LABELS[:30])
-    lists(root / "valid" / "a.parquet", GRAY[30:], LABELS[30:])
-    return root
 
 
 def test_tutorial_lists_are_inferred_with_statistics(tmp_path: Path) -> None:

@@ -76,6 +76,8 @@ def inspect_folder(root: Path | ObjectPath, size: int) -> tuple[DatasetInfo, str
         class_names=listing.class_names,
         train_class_counts=_counts(listing.train, len(listing.class_names)),
         valid_class_counts=_counts(listing.valid, len(listing.class_names)),
+        test_rows=len(listing.test) if listing.has_test else None,
+        test_class_counts=_counts(listing.test, len(listing.class_names)),
     )
     return info, listing.note()
 

@@ -1,0 +1,77 @@
+"""The `gate` check of `trainctl check` and `train` (before Ray starts): TRAIN_PROMOTE_IF as
+it will be judged, term by term, on which data and against what, and a gate that could never
+pass refused (exit 2): a term naming a class the dataset does not have (with the allowed
+names), or one with no rows in the data the gate is judged on.
+
+The class names are the dataset description's (app/data/schema.DatasetInfo: the image
+folder's class folders, the Parquet files' class names, else the label numbers "0".."K-1").
+"""
+
+from __future__ import annotations
+
+from app.data.schema import DatasetInfo
+from app.errors import ConfigError, did_you_mean
+from app.formatting import one_line
+from app.promotion.class_gate import VALIDATION_NOTE
+from app.settings import TrainSettings
+from app.settings.gate import BEATS, Gate
+
+MAX_SHOWN_CLASSES = 20
+
+
+def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
+    """`gate ...: term; term; ... judged on ...`; ConfigError for a gate that cannot pass."""
+    gate = settings.promote_if
+    if info is not None:
+        _check_classes(gate, info)
+    held_out = info is not None and info.test_rows is not None
+    data = (
+        f"the held-out test data ({info.test_rows:,} rows)"  # type: ignore[union-attr]
+        if held_out
+        else "the validation data"
+    )
+    terms = [str(t) for t in gate.thresholds]
+    if gate.beats_champion:
+        terms.insert(0, f"{BEATS} ({settings.checkpoint_metric} against the champion's)")
+    terms += [
+        f"{t} ({'every class' if t.name is None else 'class ' + t.name})" for t in gate.classes
+    ]
+    if gate.class_drop is not None:
+        terms.append(
+            f"{gate.class_drop} (each class's recall against the champion's export scored on "
+            "the same rows; no champion: passes)"
+        )
+    said = f"{gate}: " + "; ".join(terms)
+    if held_out:
+        return f"{said}; every term judged on {data}, the run's and the champion's figures there"
+    if gate.per_class:
+        return f"{said}; per-class terms judged on {data} ({VALIDATION_NOTE})"
+    return f"{said}; judged on the recorded validation figures ({VALIDATION_NOTE})"
+
+
+def _check_classes(gate: Gate, info: DatasetInfo) -> None:
+    names = info.label_names()
+    problems = []
+    for name in gate.named_classes():
+        if name not in names:
+            close = did_you_mean(name, names, "").removeprefix("; ")
+            hint = f" ({close})" if close else ""
+            problems.append(
+                f"TRAIN_PROMOTE_IF names class {one_line(name, 200)!r}{hint}, which the dataset "
+                f"does not have; its classes: {_listed(names)}"
+            )
+            continue
+        counts = info.test_class_counts if info.test_rows is not None else info.valid_class_counts
+        split = "test" if info.test_rows is not None else "valid"
+        if counts and not counts[names.index(name)]:
+            problems.append(
+                f"TRAIN_PROMOTE_IF names class {name!r}, which has no rows in {split}/: the term "
+                f"could never pass; add {split} images of it or remove the term"
+            )
+    if problems:
+        raise ConfigError(problems)
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    shown = ", ".join(one_line(n, 200) for n in names[:MAX_SHOWN_CLASSES])
+    return shown + (f" ... ({len(names)} in all)" if len(names) > MAX_SHOWN_CLASSES else "")

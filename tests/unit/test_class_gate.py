@@ -1,0 +1,194 @@
+"""TRAIN_PROMOTE_IF's per-class terms: their grammar (app/settings/gate.py) and their judging
+(app/promotion/class_gate.py through app/promotion/gate.decide), as pure functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.promotion.class_gate import VALIDATION_NOTE, Judged, Scores
+from app.promotion.gate import decide
+from app.settings.gate import ClassThreshold, Gate, Threshold, parse_gate
+
+
+@pytest.mark.parametrize(
+    ("text", "gate"),
+    [
+        ("min_class_recall>=0.8", Gate(classes=(ClassThreshold("recall", ">=", 0.8),))),
+        ("recall[cat]>=0.9", Gate(classes=(ClassThreshold("recall", ">=", 0.9, "cat"),))),
+        ("f1[ big dog ] > 0.5", Gate(classes=(ClassThreshold("f1", ">", 0.5, "big dog"),))),
+        ("precision[3]>=1", Gate(classes=(ClassThreshold("precision", ">=", 1, "3"),))),
+        ("class_drop<=0.02", Gate(class_drop=Threshold("class_drop", "<=", 0.02))),
+        (
+            "beats_champion and min_class_f1>=0.5 and class_drop<0.1 and val_loss<1",
+            Gate(True, (Threshold("val_loss", "<", 1),), (ClassThreshold("f1", ">=", 0.5),),
+                 Threshold("class_drop", "<", 0.1)),
+        ),
+    ],
+)  # fmt: skip
+def test_per_class_terms_parse_and_read_back(text: str, gate: Gate) -> None:
+    assert parse_gate(text) == gate
+    assert parse_gate(str(gate)) == gate
+    assert gate.per_class
+
+
+def test_the_gate_names_its_classes_once_each() -> None:
+    gate = parse_gate("recall[cat]>=0.9 and f1[dog]>0.5 and precision[cat]>=0.5")
+    assert gate.named_classes() == ("cat", "dog")
+    assert not parse_gate("beats_champion and val_accuracy>=0.5").per_class
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("recall[cat]>=90", "did you mean recall[cat]>=0.9?"),
+        ("min_class_recall>=80%", "write 0.8"),
+        ("class_drop<=2", "a fraction from 0 to 1"),
+        ("class_drop>=0.02", "write class_drop<=MARGIN"),
+        ("min_class_auc>=0.5", "allowed: min_class_recall, min_class_precision, min_class_f1"),
+        ("accuracy[cat]>=0.5", "per-class figures are recall, precision, f1"),
+        ("recall[]>=0.5", "a class name in [] is 1 to 200 printable characters"),
+        ("recall[cat>=0.5", "a named class is FIGURE[CLASS] OP FRACTION"),
+        ("recall[cat]]>=0.5", "a named class is FIGURE[CLASS] OP FRACTION"),
+        ("recall[cat]=0.5", "a named class is FIGURE[CLASS] OP FRACTION"),
+        ("recall[\x1b[31m]>=0.5", "printable"),
+        ("recall[" + "c" * 201 + "]>=0.5", "1 to 200"),
+    ],
+)
+def test_malformed_per_class_terms_say_what_is_allowed(text: str, says: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_gate(text)
+    assert says in str(err.value)
+
+
+def scores(recall: dict[str, float], support: int = 10, accuracy: float = 0.9) -> Scores:
+    per_class = {
+        name: {"recall": r, "precision": r, "f1": r, "support": support}
+        for name, r in recall.items()
+    }
+    return Scores(accuracy, 0.3, per_class)
+
+
+def judge(
+    text: str,
+    run: Scores | None,
+    champion: Scores | None = None,
+    split: str = "valid",
+    champion_metrics: dict[str, Any] | None = None,
+    **more: Any,
+) -> Any:
+    judged = Judged(split, 40, run, champion=champion, **more)
+    return decide(parse_gate(text), {"val_accuracy": 0.95}, champion_metrics, "val_accuracy",
+                  True, None, judged)  # fmt: skip
+
+
+def test_a_floor_on_every_class_names_the_class_below_it() -> None:
+    failed = judge("min_class_recall>=0.8", scores({"cat": 0.95, "dog": 0.6, "eel": 0.7}))
+    assert not failed.promoted
+    assert failed.reason.startswith(
+        "min_class_recall: class 'dog' recall 0.6000 is not >= 0.8 (support 10)"
+    )
+    assert "[on the valid data (40 rows)]" in failed.reason
+    assert failed.classes == [{"term": "min_class_recall", "figure": "recall", "op": ">=",
+                               "threshold": 0.8, "data": "valid", "class": "dog",
+                               "value": 0.6, "passed": False}]  # fmt: skip
+    assert failed.record()["judged_on"] == {"split": "valid", "rows": 40,
+                                            "note": VALIDATION_NOTE}  # fmt: skip
+    passed = judge("min_class_recall>=0.8", scores({"cat": 0.95, "dog": 0.85}))
+    assert passed.promoted and passed.reason.startswith(
+        "min_class_recall 0.8500 (class dog) >= 0.8"
+    )
+
+
+def test_a_class_without_rows_is_skipped_by_a_floor_and_fails_a_named_term() -> None:
+    figures = ("recall", "precision", "f1")
+    run = Scores(0.9, 0.3, {"cat": {**dict.fromkeys(figures, 0.9), "support": 5},
+                            "dog": {**dict.fromkeys(figures, 0.0), "support": 0}})  # fmt: skip
+    floor = judge("min_class_recall>=0.8", run)
+    assert floor.promoted and "classes without rows skipped: dog" in floor.reason
+    named = judge("recall[dog]>=0.1", run)
+    assert not named.promoted and "recall[dog]: class 'dog' has no rows in the valid data" in (
+        named.reason
+    )
+    absent = judge("recall[eel]>=0.1", run)
+    assert not absent.promoted and "class 'eel' has no rows" in absent.reason
+
+
+def test_a_named_class_term_reports_its_figure() -> None:
+    failed = judge("precision[cat]>=0.9 and recall[dog]>=0.5", scores({"cat": 0.8, "dog": 0.7}))
+    assert failed.reason.startswith("precision[cat] 0.8000 is not >= 0.9 [on the valid data")
+    assert [c["passed"] for c in failed.classes] == [False, True]
+
+
+def test_class_drop_compares_each_class_with_the_champion_on_the_same_rows() -> None:
+    champion = scores({"cat": 0.9, "dog": 0.9, "eel": 0.5})
+    run = scores({"cat": 0.95, "dog": 0.85, "eel": 0.99})  # better overall, dog fell 0.05
+    failed = judge("class_drop<=0.02", run, champion, champion_metrics={"val_accuracy": 0.9})
+    assert not failed.promoted
+    assert failed.reason.startswith(
+        "class_drop: class 'dog' recall 0.8500 is 0.0500 below the champion's 0.9000 on the "
+        "same rows (allowed: <= 0.02)"
+    )
+    assert failed.classes[0]["class"] == "dog" and failed.classes[0]["champion_recall"] == 0.9
+    within = judge("class_drop<=0.06", run, champion, champion_metrics={"val_accuracy": 0.9})
+    assert within.promoted
+
+
+def test_class_drop_without_a_champion_passes_with_a_note() -> None:
+    first = judge("class_drop<=0.02", scores({"cat": 0.5, "dog": 0.9}))
+    assert first.promoted and "class_drop: no champion yet, nothing to fall below" in first.reason
+
+
+def test_class_drop_fails_when_the_champion_could_not_be_scored() -> None:
+    champion = {"val_accuracy": 0.9}
+    kept = judge("class_drop<=0.02", scores({"cat": 0.9}), None, champion_metrics=champion,
+                 champion_problem="altered export")  # fmt: skip
+    assert not kept.promoted
+    assert "the champion could not be scored on the same rows (altered export)" in kept.reason
+
+
+def test_per_class_terms_without_an_evaluation_are_not_promoted() -> None:
+    kept = judge("min_class_recall>=0.5", None, problem="Ray died")
+    assert not kept.promoted
+    assert kept.reason.startswith(
+        "the per-class terms need the run-end evaluation, which failed (Ray died)"
+    )
+    failed = Judged("valid", 40, None, problem="Ray died")
+    plain = decide(parse_gate("val_accuracy>=0.5"), {"val_accuracy": 0.9}, None,
+                   "val_accuracy", True, None, failed)  # fmt: skip
+    assert plain.promoted  # nothing in the gate reads the evaluation on validation data
+
+
+def test_on_a_test_split_every_term_reads_the_test_figures() -> None:
+    run = scores({"cat": 0.9, "dog": 0.8}, accuracy=0.85)
+    champion = scores({"cat": 0.9, "dog": 0.8}, accuracy=0.88)
+    # The recorded val_accuracy (0.95) beats the champion's recorded 0.9, but on the test rows
+    # the champion scores 0.88 and the run 0.85: kept.
+    kept = judge("beats_champion", run, champion, split="test",
+                 champion_metrics={"val_accuracy": 0.9})  # fmt: skip
+    assert not kept.promoted
+    assert kept.reason.startswith("val_accuracy 0.85 is not > the champion's 0.88")
+    assert "[on the test data (40 rows)]" in kept.reason
+    assert kept.record()["judged_on"] == {"split": "test", "rows": 40}
+    floor = judge("val_accuracy>=0.9", run, split="test")
+    assert not floor.promoted and floor.reason.startswith("val_accuracy 0.85 is not >= 0.9")
+    unscored = judge("beats_champion", run, None, split="test",
+                     champion_metrics={"val_accuracy": 0.9}, champion_problem="gone")  # fmt: skip
+    assert (
+        not unscored.promoted and "could not be scored on the test data (gone)" in unscored.reason
+    )
+    failed = judge("val_accuracy>=0.5", None, split="test", problem="unreadable")
+    assert (
+        not failed.promoted and "test data, whose evaluation failed (unreadable)" in failed.reason
+    )
+
+
+def test_scores_are_read_from_an_evaluations_metrics() -> None:
+    metrics = {"accuracy": 0.5, "loss": 0.7, "per_class": [
+        {"class": "cat", "index": 0, "precision": 1.0, "recall": 0.5, "f1": 0.6667, "support": 4,
+         "predicted": 2}]}  # fmt: skip
+    found = Scores.of(metrics)
+    assert found.per_class == {"cat": {"recall": 0.5, "precision": 1.0, "f1": 0.6667,
+                                       "support": 4.0}}  # fmt: skip
+    assert (found.accuracy, found.loss) == (0.5, 0.7)
