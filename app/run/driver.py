@@ -185,10 +185,13 @@ def _fit(
     from app.data.cache import cache_datasets
     from app.data.exact_split import ExactSplit
     from app.data.kinds import build_datasets
+    from app.data.pool import placed, training_selector
     from app.training.loop import train_loop_per_worker
 
+    pool = _find_pool(settings)
     read_started = time.monotonic()
-    datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
+    with placed(pool):  # without a pool: Ray's defaults, as before there were pools
+        datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
     took = f" ({time.monotonic() - read_started:.1f} s)" if cache.cache else ""
     _say(f"data: {cache.reason}{took}")
     workers = settings.workers
@@ -209,6 +212,7 @@ def _fit(
             use_gpu=settings.use_gpu,
             resources_per_worker={"CPU": settings.cpus_per_worker},
             accelerator_type=settings.accelerator_type,
+            label_selector=training_selector(pool),  # off the data nodes (None: no pool)
         ),
         run_config=RunConfig(
             name=settings.run_name,
@@ -221,7 +225,8 @@ def _fit(
             checkpoint_config=CheckpointConfig(num_to_keep=None),
         ),
         datasets=datasets,
-        dataset_config=ExactSplit(),  # the same shards at every start: exact mid-epoch resume
+        # The same shards at every start (exact mid-epoch resume), read on the data pool's nodes.
+        dataset_config=ExactSplit(pool=pool),
     )
     pruner = in_run_pruner(settings, warn=_say)
 
@@ -235,6 +240,18 @@ def _fit(
     )  # fmt: skip
     with follower:
         trainer.fit()
+
+
+def _find_pool(settings: TrainSettings) -> Any:
+    """The cluster's data pool (app/data/pool.py), said and recorded in the running summary
+    (`ingest`), which the final summary carries on."""
+    from app.data.pool import find_data_pool, ingest_line, ingest_record
+
+    pool = find_data_pool()
+    _say(f"data: {ingest_line(pool)}")
+    running = read_summary(settings.run_dir) or {}
+    write_summary(settings.run_dir, {**running, "ingest": ingest_record(pool)})
+    return pool
 
 
 def _finish(
@@ -291,6 +308,9 @@ def _finish(
         summary["tracking_delivery"] = trackers.delivery()
     elif (read_summary(run_dir) or {}).get("tracking"):
         summary["tracking"] = read_summary(run_dir)["tracking"]  # type: ignore[index]
+    ingest = (read_summary(run_dir) or {}).get("ingest")
+    if ingest is not None:  # where this attempt's ingest ran (_find_pool)
+        summary["ingest"] = ingest
     try:
         path = write_final_summary(run_dir, summary)
     except SummaryNotWritten as err:
