@@ -9,9 +9,13 @@ a worker group `data` whose Ray nodes carry the node label `trainctl.io/role=dat
   once on the DataContext the datasets are built under (`placed`) and on the execution options
   the train split runs with (app/data/exact_split.py): Ray Data's operators merge it into every
   task's remote arguments (ray.data._internal.execution.util.merge_label_selector);
-- Ray Data's CPU budget is capped at the pool's CPUs (its ceiling when the autoscaler may grow
-  it): by default Ray Data counts every CPU of the cluster that Ray Train left free, the GPU
-  nodes' included, which its tasks can no longer use;
+- where the autoscaler reported the pool's ceiling (maxReplicas x CPUs per node), Ray Data's
+  CPU budget and its own scale-up requests are capped there. Otherwise the budget stays Ray
+  Data's own: the CPUs Ray Train left free, the data nodes' and (a few) the training nodes',
+  so Ray Data starts somewhat more tasks than the data nodes run at once. The extra ones wait
+  for a data node, which is harmless for a fixed pool and, for an autoscaled one, is the
+  demand that makes Ray's autoscaler add data nodes: capping the budget at the CPUs there now
+  would keep an autoscaled pool at its minimum;
 - the training workers get `ScalingConfig(label_selector={"trainctl.io/role": "!data"})`: a
   worker never lands on a data node, and no ingest task lands on a worker's node, so each
   worker keeps the CPUs it reserved (TRAIN_CPUS_PER_WORKER) for its loop.
@@ -45,22 +49,24 @@ TRAINING_SELECTOR = {LABEL_KEY: f"!{LABEL_VALUE}"}
 
 @dataclass(frozen=True)
 class DataPool:
-    """The data nodes alive at run start, and the most the pool may grow to (the autoscaler's
-    maxReplicas for the group; the nodes there now when it is not autoscaled)."""
+    """The data nodes alive at run start and, where the autoscaler reported it, the most the
+    pool may grow to (its maxReplicas for the group, as nodes and CPUs; None when unknown)."""
 
     nodes: int
     cpus: float
-    max_nodes: int
-    max_cpus: float
+    max_nodes: int | None = None
+    max_cpus: float | None = None
 
     @property
     def grows(self) -> bool:
-        return self.max_cpus > self.cpus
+        return self.max_cpus is not None and self.max_cpus > self.cpus
 
     def place(self, options: Any) -> Any:
-        """Ray Data ExecutionOptions scoped to the pool: its selector, a CPU budget of its size."""
+        """Ray Data ExecutionOptions scoped to the pool: its selector and, where known, a CPU
+        budget of the pool's ceiling (module docstring)."""
         options.label_selector = dict(SELECTOR)
-        options.resource_limits = options.resource_limits.copy(cpu=self.max_cpus)
+        if self.max_cpus is not None:
+            options.resource_limits = options.resource_limits.copy(cpu=self.max_cpus)
         return options
 
 
@@ -75,27 +81,30 @@ def pool_from(
         if node.get("Alive") and (node.get("Labels") or {}).get(LABEL_KEY) == LABEL_VALUE
     ]
     count, total = len(cpus), sum(cpus)
-    max_nodes, max_cpus = count, total
-    for name, per_node, most in groups:
-        if name == DATA_GROUP and most > count and per_node > 0:
-            max_nodes, max_cpus = most, most * per_node
-    if max_nodes == 0 or max_cpus <= 0:
-        return None
-    return DataPool(count, total, max_nodes, max_cpus)
+    ceiling = [
+        (most, most * per_node)
+        for name, per_node, most in groups
+        if name == DATA_GROUP and most >= max(1, count) and per_node > 0
+    ]
+    if ceiling:
+        return DataPool(count, total, *ceiling[0])
+    return DataPool(count, total) if count and total > 0 else None
 
 
 def find_data_pool() -> DataPool | None:
-    """The connected cluster's data pool, from its nodes' labels and, where KubeRay's autoscaler
-    runs, the node groups it reported to Ray (so a pool at minReplicas 0 is found too)."""
+    """The connected cluster's data pool, from its nodes' labels and, where an autoscaler
+    reported its node groups to Ray, the group's ceiling (a pool at minReplicas 0 is then found
+    with no node up). Ray 2.60's KubeRay autoscaler does not report them (nothing in Ray's
+    Python calls ReportClusterConfig): there the pool is the labelled nodes up at start."""
     import ray
 
     return pool_from(ray.nodes(), _autoscaler_groups())
 
 
 def _autoscaler_groups() -> list[tuple[str, float, int]]:
-    """The autoscaler's node groups, as it reported them to Ray's GCS (autoscaler v2, which the
-    chart turns on with dataPool.autoscaling); [] where there is no autoscaler. Ray exposes the
-    report only through a private accessor: a Ray without it reads as no autoscaler."""
+    """The node groups an autoscaler reported to Ray's GCS; [] where none did. Read through the
+    private accessor Ray Data itself uses for the same report (ray.data's cluster autoscaler,
+    `is_autoscaling_enabled`): a Ray without it reads as no report."""
     try:
         from ray._private.state import state
 
@@ -144,7 +153,7 @@ def ingest_line(pool: DataPool | None) -> str:
     now = f"{_count(pool.nodes, 'data-pool node')} ({_cpus(pool.cpus)})"
     if pool.nodes == 0:
         now = "data-pool nodes, none up yet"
-    if not pool.grows:
+    if not pool.grows or pool.max_cpus is None:
         return f"decoding on {now}"
     return (
         f"decoding on {now}; the autoscaler adds data nodes while ingest waits, up to "

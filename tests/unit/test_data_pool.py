@@ -39,13 +39,15 @@ def test_no_labelled_node_and_no_data_group_is_no_pool() -> None:
 def test_fixed_pool_counts_the_live_labelled_nodes() -> None:
     nodes = [_node(44), _node(8, DATA), _node(8, DATA), _node(8, DATA), _node(8, DATA, False)]
     pool = pool_from(nodes)
-    assert pool == DataPool(nodes=3, cpus=24.0, max_nodes=3, max_cpus=24.0)
-    assert not pool.grows
+    assert pool == DataPool(nodes=3, cpus=24.0)  # no autoscaler report: no ceiling known
+    assert pool is not None and not pool.grows
     assert ingest_line(pool) == "decoding on 3 data-pool nodes (24 CPUs)"
     assert ingest_record(pool) == {
         "where": "data_pool", "label": f"{KEY}={VALUE}", "nodes": 3, "cpus": 24.0,
-        "max_nodes": 3, "max_cpus": 24.0,
+        "max_nodes": None, "max_cpus": None,
     }  # fmt: skip
+    fixed = pool_from(nodes, [(DATA_GROUP, 8.0, 3)])  # reported, at its size
+    assert fixed == DataPool(3, 24.0, 3, 24.0) and not fixed.grows
     assert training_selector(pool) == {KEY: f"!{VALUE}"}
 
 
@@ -63,14 +65,18 @@ def test_autoscaled_pool_at_min_zero_is_found_from_the_autoscaler_groups() -> No
 
 
 def test_unbounded_or_empty_autoscaler_groups_fall_back_to_the_nodes_there() -> None:
-    assert pool_from([_node(8, DATA)], [(DATA_GROUP, 8.0, -1)]) == DataPool(1, 8.0, 1, 8.0)
+    assert pool_from([_node(8, DATA)], [(DATA_GROUP, 8.0, -1)]) == DataPool(1, 8.0)
     assert pool_from([], [(DATA_GROUP, 8.0, 0)]) is None
     assert pool_from([], [(DATA_GROUP, 0.0, 4)]) is None
 
 
-def test_place_scopes_ray_data_to_the_pool_and_caps_its_cpus_at_the_ceiling() -> None:
+def test_place_scopes_ray_data_to_the_pool_and_caps_its_cpus_at_a_known_ceiling() -> None:
     options = ExecutionOptions(preserve_order=True)
     DataPool(1, 8.0, 4, 32.0).place(options)
     assert options.label_selector == {KEY: VALUE}
     assert options.resource_limits.cpu == 32.0
     assert options.preserve_order  # the rest of the options as they were
+    # No ceiling known: Ray Data's own budget, whose extra tasks are an autoscaler's demand.
+    unknown = DataPool(2, 16.0).place(ExecutionOptions())
+    assert unknown.label_selector == {KEY: VALUE}
+    assert unknown.resource_limits == ExecutionOptions().resource_limits
