@@ -10,7 +10,7 @@ of a JPEG folder through the app's own calls (ImageFolder.build_datasets, epoch_
   (a) training_node: Ray Data's tasks on the training node only (selector `!data`), the
       cluster as it is without a pool;
   (b) data_pool: the app's placement (app/data/pool.py: found from the node labels, Ray Data's
-      tasks on the data node, its CPU budget the node's).
+      tasks on the data node).
 
 CPU mode (the default) measures decoding alone. On a machine with fewer cores than the two
 nodes' CPUs together the nodes share the cores: the ratio then says what Ray's placement and
