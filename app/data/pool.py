@@ -26,7 +26,10 @@ backpressure sees the real budget; tasks that wait for a data node are, to Ray's
 (KubeRay 1.5.1+), demand for the group whose nodes carry the label, which is how an autoscaled
 pool grows while ingest is the bottleneck (up to its maxReplicas); `exclude_resources` is
 deprecated in Ray 2.60 in favour of exactly this selector; and Ray's state API reports each
-task's selector and node, so placement is checked (tests/cluster/test_data_pool.py).
+task's selector and node, so placement is checked (tests/cluster/test_data_pool.py). Why the
+DataContext's selector rather than `label_selector=` on each read/map call: one setting covers
+the tasks Ray Data adds itself (split, materialization, its coordinator actors) and every
+dataset kind, without touching their code.
 
 Without data-pool nodes nothing here changes anything: no selector, no limit, Ray's defaults.
 """
