@@ -25,6 +25,7 @@ BENCHES = (
     "object_storage",
     "preemption",
     "batch_inference",
+    "data_pool",
 )
 REPO = Path(__file__).resolve().parent.parent
 
@@ -106,6 +107,15 @@ def summary(results: dict[str, dict[str, Any]]) -> list[str]:
         lines.append(
             f"batch inf. {r['images']:,} JPEGs, {r['model']}: Ray Data {rates['b_ray_data']:,} vs "
             f"single process {rates['a_single']:,} images/s end to end, b/a {r['b_over_a']}"
+        )
+    if "data_pool" in results:
+        r = results["data_pool"]
+        rates, where = r["rows_per_s"], r["placement"]
+        lines.append(
+            f"data pool  image folder: training node's CPUs {rates['training_node']:,} vs a data "
+            f"node's {rates['data_pool']:,} rows/s, {r['data_pool_over_training_node']} "
+            f"({where['training_node_cpus']} + {where['data_node_cpus']} CPUs on "
+            f"{where['machine_cores']} cores)"
         )
     if "gpu" in results:
         r = results["gpu"]

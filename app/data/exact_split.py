@@ -21,15 +21,25 @@ runs no collective per batch (app/training/validation.py, `evaluate`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.train import DataConfig
 
+if TYPE_CHECKING:
+    from app.data.pool import DataPool
+
 
 class ExactSplit(DataConfig):
-    def __init__(self, exact: tuple[str, ...] = ("train",)) -> None:
+    def __init__(self, exact: tuple[str, ...] = ("train",), pool: DataPool | None = None) -> None:
         super().__init__()
         self._exact = exact
+        # Ray Train builds the options below afresh from the controller's DataContext, which
+        # knows nothing of the driver's data pool (app/data/pool.py): it is carried here.
+        self._pool = pool
+
+    def _resolve_execution_options(self, dataset_name: str) -> Any:
+        options = super()._resolve_execution_options(dataset_name)
+        return options if self._pool is None else self._pool.place(options)
 
     def configure(
         self,

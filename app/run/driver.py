@@ -244,13 +244,16 @@ def _fit(plan: WorkerPlan, trackers: Trackers) -> None:
     checkpoints pruned as they come."""
     from app.data.cache import cache_datasets
     from app.data.kinds import build_datasets
+    from app.data.pool import placed
 
     settings, info = plan.settings, plan.info
+    pool = _find_pool(settings)
     read_started = time.monotonic()
-    datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
+    with placed(pool):  # without a pool: Ray's defaults, as before there were pools
+        datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
     took = f" ({time.monotonic() - read_started:.1f} s)" if cache.cache else ""
     _say(f"data: {cache.reason}{took}")
-    trainer = _trainer(settings, plan.config(), datasets)
+    trainer = _trainer(settings, plan.config(), datasets, pool)
     pruner = checkpoints.in_run_pruner(
         settings.run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric,
         warn=_say,
@@ -268,13 +271,16 @@ def _fit(plan: WorkerPlan, trackers: Trackers) -> None:
         trainer.fit()
 
 
-def _trainer(settings: TrainSettings, config: dict[str, Any], datasets: dict[str, Any]) -> Any:
-    """The TorchTrainer: the workers the settings ask for, the run folder on storage, Ray's
-    retries, and the datasets split the same way at every start."""
+def _trainer(
+    settings: TrainSettings, config: dict[str, Any], datasets: dict[str, Any], pool: Any
+) -> Any:
+    """The TorchTrainer: the workers the settings ask for (off the data pool's nodes), the
+    run folder on storage, Ray's retries, and the datasets split the same way at every start."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from app.data.exact_split import ExactSplit
+    from app.data.pool import training_selector
     from app.training.loop import train_loop_per_worker
 
     workers = settings.workers
@@ -286,6 +292,7 @@ def _trainer(settings: TrainSettings, config: dict[str, Any], datasets: dict[str
             use_gpu=settings.use_gpu,
             resources_per_worker={"CPU": settings.cpus_per_worker},
             accelerator_type=settings.accelerator_type,
+            label_selector=training_selector(pool),  # off the data nodes (None: no pool)
         ),
         run_config=RunConfig(
             name=settings.run_name,
@@ -299,8 +306,21 @@ def _trainer(settings: TrainSettings, config: dict[str, Any], datasets: dict[str
             checkpoint_config=CheckpointConfig(num_to_keep=None),
         ),
         datasets=datasets,
-        dataset_config=ExactSplit(),  # the same shards at every start: exact mid-epoch resume
+        # The same shards at every start (exact mid-epoch resume), read on the data pool's nodes.
+        dataset_config=ExactSplit(pool=pool),
     )
+
+
+def _find_pool(settings: TrainSettings) -> Any:
+    """The cluster's data pool (app/data/pool.py), said and recorded in the running summary
+    (`ingest`), which the final summary carries on."""
+    from app.data.pool import find_data_pool, ingest_line, ingest_record
+
+    pool = find_data_pool()
+    _say(f"data: {ingest_line(pool)}")
+    running = read_summary(settings.run_dir) or {}
+    write_summary(settings.run_dir, {**running, "ingest": ingest_record(pool)})
+    return pool
 
 
 def _finish(
@@ -420,6 +440,9 @@ def _close_trackers(
         summary["tracking_delivery"] = trackers.delivery()
     elif (read_summary(settings.run_dir) or {}).get("tracking"):
         summary["tracking"] = read_summary(settings.run_dir)["tracking"]  # type: ignore[index]
+    ingest = (read_summary(settings.run_dir) or {}).get("ingest")
+    if ingest is not None:  # where this attempt's ingest ran (_find_pool)
+        summary["ingest"] = ingest
 
 
 def _running_summary(settings: TrainSettings, resume_from: RunPath | None) -> dict[str, Any]:

@@ -143,3 +143,12 @@ def test_preemption_interrupts_each_cadence_and_counts_what_it_lost(cache: Path)
     for way in ways.values():
         assert set(way["causes"]) <= {"preemption", "failure", "stopped"}, way
         assert way["notice_to_commit_s"] is None or way["notice_to_commit_s"] > 0, way
+
+
+def test_data_pool_decodes_every_image_on_either_node(cache: Path) -> None:
+    figures = run_bench("data_pool", cache=cache)
+    assert figures["mode"] == "cpu" and figures["rows"] == 256
+    assert set(figures["rows_per_s"]) == {"training_node", "data_pool"}
+    assert all(rate > 0 for rate in figures["rows_per_s"].values())
+    assert figures["data_pool_over_training_node"] > 0
+    assert figures["placement"]["data_node_cpus"] > 0
