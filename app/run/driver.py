@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -39,7 +40,12 @@ class Interrupted(TrainctlError):
     exit_code = EXIT_SIGTERM
 
 
-def run_training(settings: TrainSettings) -> dict[str, Any]:
+def run_training(
+    settings: TrainSettings, *, promote: bool = True, callbacks: Sequence[Any] = ()
+) -> dict[str, Any]:
+    """One run, start to end. `promote=False` and `callbacks` (Ray Train callbacks) are for a
+    sweep's trials (app/sweep/trial.py): a trial reports its epochs to Ray Tune and is never
+    promoted itself; the sweep promotes its best trial once."""
     started = time.monotonic()
     run_dir = settings.run_dir
     try:
@@ -54,7 +60,8 @@ def run_training(settings: TrainSettings) -> dict[str, Any]:
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
     with run_logs.capture(driver_log, settings.log_max_mb, banner, held=True) as log:
-        return _train(settings, info, started, attempt, log.open, found.warm_start)
+        run = _Run(promote, tuple(callbacks))
+        return _train(settings, info, started, attempt, log.open, found.warm_start, run)
 
 
 def _train(
@@ -64,7 +71,9 @@ def _train(
     attempt: int,
     open_log: Callable[[], None],
     warm_start: Any = None,
+    run: _Run | None = None,
 ) -> dict[str, Any]:
+    run = run or _Run()
     run_dir = settings.run_dir
     # auto values become concrete once, here: the workers and the summary see what ran.
     settings, choices = resolve(settings, info)
@@ -84,7 +93,7 @@ def _train(
             trackers.catch_up(run_folder.epochs(run_dir))
         # The earlier verdict on the same checkpoint stands (app/promotion/step.py).
         return _conclude(
-            settings, info, started, "", resume_from, trackers, before.get("promotion")
+            settings, info, started, "", resume_from, trackers, before.get("promotion"), run
         )
 
     invocation = uuid.uuid4().hex
@@ -120,7 +129,7 @@ def _train(
         try:
             _fit(
                 settings, info, invocation, resume_from, attempt, trackers, interrupted,
-                warm_start,
+                warm_start, run.callbacks,
             )  # fmt: skip
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
             ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
@@ -151,7 +160,15 @@ def _train(
                     "N = 0 for rank 0; --driver for the driver's)",
                 ]
             ) from None
-    return _conclude(settings, info, started, invocation, resume_from, trackers)
+    return _conclude(settings, info, started, invocation, resume_from, trackers, None, run)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How this run is driven: alone (promoted at its end), or as a sweep's trial."""
+
+    promote: bool = True
+    callbacks: tuple[Any, ...] = ()
 
 
 def _conclude(
@@ -162,10 +179,13 @@ def _conclude(
     resumed: RunPath | None,
     trackers: Trackers | None,
     previous: dict[str, Any] | None = None,
+    run: _Run | None = None,
 ) -> dict[str, Any]:
     """A succeeded run's summary, then its promotion, from one scan of its checkpoints: each
     file is read and hashed once (in a bucket a second pass would download them all again)."""
     summary, kept = _finish(settings, "succeeded", started, invocation, resumed, trackers=trackers)
+    if run is not None and not run.promote:
+        return summary
     return promote_run(settings, info, summary, previous, good=kept)  # its line is the run's last
 
 
@@ -178,6 +198,7 @@ def _fit(
     trackers: Trackers,
     interrupted: bool,
     warm_start: Any = None,
+    callbacks: tuple[Any, ...] = (),
 ) -> None:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -219,6 +240,7 @@ def _fit(
             ),
             # Ray keeps every checkpoint: trainctl's own pruning decides (app/run/retention.py).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
+            callbacks=list(callbacks),
         ),
         datasets=datasets,
         dataset_config=ExactSplit(),  # the same shards at every start: exact mid-epoch resume

@@ -20,6 +20,7 @@ from app.settings.model import ChampionRef, ModelSettings, champion_ref
 from app.settings.run import RunSettings
 from app.settings.scaling import ScalingSettings
 from app.settings.tracking import TrackingSettings
+from app.settings.tune import TuneSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import absolute_location, location_setting, with_endpoint
 
@@ -27,9 +28,15 @@ ENV_PREFIX = "TRAIN_"
 
 
 # Fields are listed (trainctl env, docs/settings.md, the chart schema) in the reverse order of
-# these bases: data, model, scaling, run folder, tracking.
+# these bases: data, model, scaling, run folder, tracking, sweeps.
 class TrainSettings(
-    TrackingSettings, RunSettings, ScalingSettings, ModelSettings, DataSettings, BaseSettings
+    TuneSettings,
+    TrackingSettings,
+    RunSettings,
+    ScalingSettings,
+    ModelSettings,
+    DataSettings,
+    BaseSettings,
 ):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
