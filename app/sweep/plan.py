@@ -54,7 +54,7 @@ def draw(space: dict[str, Dimension], samples: int, seed: int, scheduler: str) -
             f"{MAX_TRIALS} trials; list fewer values or draw fewer samples"
         )
     trials = []
-    for sample in range(samples):
+    for _sample in range(samples):
         for combo in combos:
             number = len(trials) + 1
             values = {d.key: value for d, value in zip(enumerated, combo, strict=True)}

@@ -30,9 +30,10 @@ from app.preflight import Found, cluster_check, preflight_for_training
 from app.run.folder import read_summary
 from app.settings import TrainSettings
 from app.settings.model import ChampionRef
-from app.storage.location import RunPath, storage_options
+from app.storage import safe_fs
+from app.storage.location import RunPath, local_path, storage_options
 from app.sweep import parent_run, results
-from app.sweep.plan import Trial, draw, trial_settings
+from app.sweep.plan import TRIALS_DIR, Trial, draw, trial_settings
 from app.sweep.results import DONE, HIGHER_IS_BETTER
 from app.sweep.space import SPACE, Dimension, load_space
 
@@ -44,10 +45,11 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     started = time.monotonic()
     sweep_dir = settings.run_dir
     space, trials, per_trial = plan_sweep(settings)
-    found = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
-    info: DatasetInfo = found.info  # type: ignore[assignment]
     before = results.read_sweep(sweep_dir) or {}
     _same_trials(before, trials)
+    _no_planted_links(sweep_dir, trials)
+    found = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
+    info: DatasetInfo = found.info  # type: ignore[assignment]
     stopped: dict[str, dict[str, Any]] = dict(before.get("stopped") or {})
     sweep = _Sweep(settings, space, trials, stopped, before)
     rows = sweep.rows()
@@ -93,6 +95,15 @@ def _same_trials(before: dict[str, Any], trials: list[Trial]) -> None:
                 f"and TRAIN_SEED draw {drawn[row['trial']]}: keep the space and seed to "
                 "continue the sweep, or give a new TRAIN_RUN_NAME"
             )
+
+
+def _no_planted_links(sweep_dir: RunPath, trials: list[Trial]) -> None:
+    """A trial folder planted as a link is refused (exit 2), never trained through."""
+    local = local_path(sweep_dir)
+    if local is None:
+        return  # a bucket has no links
+    for trial in trials:
+        safe_fs.refuse_link(local / TRIALS_DIR / trial.trial_id, local.parent)
 
 
 class _Sweep:
@@ -146,7 +157,11 @@ class _Sweep:
     def trial_ended(self, trial_id: str, last: dict[str, Any] | None, error: bool) -> None:
         last = last or {}
         epoch = int(last.get("epoch") or 0)
-        if not error and epoch < self.settings.epochs:
+        trial = next(t for t in self.trials if t.trial_id == trial_id)
+        ended = results.trial_row(self.settings.run_dir, trial, self.settings.checkpoint_metric, {})
+        # Stopped: it reported epochs (a trial that had trained them all reports none when it
+        # concludes on a rerun) but fewer than TRAIN_EPOCHS, and its driver did not end it.
+        if not error and 0 < epoch < self.settings.epochs and ended["status"] == "running":
             # The scheduler's verdict, kept before anything else: a rerun does not retrain it.
             self.stopped[trial_id] = {"epoch": epoch, "time_s": last.get("time_total_s")}
         self.write("running")
