@@ -90,7 +90,7 @@ def tune_cmd() -> None:
     from app.settings.env import load_settings
 
     settings = load_settings()
-    from app.sweep.space import load_space
+    from app.settings.tune_space import load_space
 
     if settings.tune_space is not None:
         load_space(settings.tune_space, settings)  # a bad space answers before torch loads

@@ -93,6 +93,8 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     # Per-class counts (reading a Parquet dataset's label columns again): `check` only.
     todo.insert([name for name, _ in todo].index("steps") + 1, ("classes", _classes))
     todo.append(("promotion", promotion_check))
+    if settings.tune_space is not None:  # `trainctl tune`: the space and every trial drawn
+        todo.append(("sweep", _sweep))
     if connect:
         todo.append(("cluster", cluster_check if joins_cluster(settings) else local_cluster_check))
     problems = []
@@ -123,6 +125,16 @@ def preflight_for_training(settings: TrainSettings) -> Found:
             pass
     assert found.info is not None  # the dataset check sets it or raises
     return found
+
+
+def _sweep(settings: TrainSettings, found: Found) -> str:
+    from app.sweep.plan import plan_sweep
+
+    space, trials, _ = plan_sweep(settings)
+    return (
+        f"{len(trials)} trials over {', '.join(space)} ({settings.tune_scheduler}), each "
+        "trial's settings valid"
+    )
 
 
 def _settings(settings: TrainSettings, found: Found) -> str:

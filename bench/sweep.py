@@ -52,8 +52,8 @@ def draw_trials(work: Path, trials: int, epochs: int) -> list[dict[str, object]]
     import yaml
 
     from app.settings import TrainSettings
+    from app.settings.tune_space import parse_space
     from app.sweep.plan import draw
-    from app.sweep.space import parse_space
 
     base = TrainSettings.model_validate({**SETTINGS, "epochs": epochs})
     space = parse_space(yaml.safe_load(SPACE), base)

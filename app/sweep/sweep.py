@@ -29,13 +29,12 @@ from app.errors import ConfigError, RunFailed
 from app.preflight import Found, cluster_check, preflight_for_training
 from app.run.folder import read_summary
 from app.settings import TrainSettings
-from app.settings.model import ChampionRef
+from app.settings.tune_space import Dimension
 from app.storage import safe_fs
 from app.storage.location import RunPath, local_path, storage_options
 from app.sweep import parent_run, results
-from app.sweep.plan import TRIALS_DIR, Trial, draw, trial_settings
+from app.sweep.plan import TRIALS_DIR, Trial, plan_sweep
 from app.sweep.results import DONE, HIGHER_IS_BETTER
-from app.sweep.space import SPACE, Dimension, load_space
 
 TUNE_DIR = "tune"
 TRIAL_DRIVER_CPUS = 0.01
@@ -64,23 +63,6 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
         sweep.write("running")
         _tune(settings, sweep, [t for t in todo], per_trial)
     return _conclude(settings, sweep, per_trial, info, started)
-
-
-def plan_sweep(
-    settings: TrainSettings,
-) -> tuple[dict[str, Dimension], list[Trial], dict[str, TrainSettings]]:
-    """The space, the trials and each trial's settings, all checked: ConfigError (exit 2)."""
-    if settings.tune_space is None:
-        raise ConfigError(f"{SPACE} is not set: `trainctl tune` needs a search space file")
-    if isinstance(settings.warm_start, ChampionRef):
-        raise ConfigError(
-            f"TRAIN_WARM_START={settings.warm_start}: a sweep's trials live in the sweep's "
-            "folder, where champion:<name> is not looked up; give the champion's export folder"
-        )
-    space = load_space(settings.tune_space, settings)
-    trials = draw(space, settings.tune_samples, settings.seed, settings.tune_scheduler)
-    per_trial = {t.trial_id: trial_settings(settings, t, settings.run_dir) for t in trials}
-    return space, trials, per_trial
 
 
 def _same_trials(before: dict[str, Any], trials: list[Trial]) -> None:

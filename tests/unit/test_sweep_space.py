@@ -8,9 +8,9 @@ import pytest
 
 from app.errors import ConfigError
 from app.settings import TrainSettings
+from app.settings.tune_space import MAX_SPACE_BYTES, VARIABLE, load_space, parse_space
 from app.sweep.plan import Trial, draw, trial_settings
 from app.sweep.results import best_row, importance, table, trials_csv
-from app.sweep.space import MAX_SPACE_BYTES, VARIABLE, load_space, parse_space
 
 BASE = TrainSettings.model_validate({"num_workers": "2", "storage_path": "/store"})
 

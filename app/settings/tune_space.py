@@ -1,4 +1,6 @@
-"""TRAIN_TUNE_SPACE: the search space, read and checked before Ray starts (pure but the read).
+"""TRAIN_TUNE_SPACE: the search space of `trainctl tune`, read and checked before Ray starts
+(pure but the read; here beside the settings it is held to, so that `trainctl render` checks a
+chart's `tune.space` too).
 
     lr: {loguniform: [1.0e-4, 1.0e-1]}
     weight_decay: {uniform: [0, 0.1]}
