@@ -25,6 +25,7 @@ BENCHES = (
     "object_storage",
     "preemption",
     "batch_inference",
+    "sweep",
 )
 REPO = Path(__file__).resolve().parent.parent
 
@@ -106,6 +107,13 @@ def summary(results: dict[str, dict[str, Any]]) -> list[str]:
         lines.append(
             f"batch inf. {r['images']:,} JPEGs, {r['model']}: Ray Data {rates['b_ray_data']:,} vs "
             f"single process {rates['a_single']:,} images/s end to end, b/a {r['b_over_a']}"
+        )
+    if "sweep" in results:
+        r = results["sweep"]
+        lines.append(
+            f"sweep      {r['trials']} trials x {r['epochs']} epochs: trainctl tune "
+            f"{r['sweep_s']}s ({r['concurrent']} at a time) vs trainctl train one after another "
+            f"{r['sequential_s']}s, sequential/sweep {r['sequential_over_sweep']}"
         )
     if "gpu" in results:
         r = results["gpu"]

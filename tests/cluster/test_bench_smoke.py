@@ -143,3 +143,12 @@ def test_preemption_interrupts_each_cadence_and_counts_what_it_lost(cache: Path)
     for way in ways.values():
         assert set(way["causes"]) <= {"preemption", "failure", "stopped"}, way
         assert way["notice_to_commit_s"] is None or way["notice_to_commit_s"] > 0, way
+
+
+def test_sweep_against_the_same_trials_one_after_another(cache: Path) -> None:
+    figures = run_bench("sweep", cache=cache)
+    assert figures["trials"] == 2 and figures["epochs"] == 1
+    assert figures["sweep_s"] > 0 and figures["sequential_s"] > 0
+    assert figures["sequential_over_sweep"] == round(
+        figures["sequential_s"] / figures["sweep_s"], 3
+    )

@@ -179,7 +179,11 @@ data:
   {{- range $k, $val := .train }}
   {{ printf "TRAIN_%s" (upper $k) | quote }}: {{ include "trainctl.str" $val | quote }}
   {{- end }}
-  TRAIN_NUM_WORKERS: {{ ternary (mul (int $p.replicas) $gpus) (int $p.replicas) (gt $gpus 0) | quote }}
+  {{- $workers := ternary (mul (int $p.replicas) $gpus) (int $p.replicas) (gt $gpus 0) }}
+  {{- if and $v.tune.enabled (gt (int $v.tune.workersPerTrial) 0) }}
+  {{- $workers = int $v.tune.workersPerTrial }}
+  {{- end }}
+  TRAIN_NUM_WORKERS: {{ $workers | quote }}
   TRAIN_USE_GPU: {{ ternary "true" "false" (gt $gpus 0) | quote }}
   {{- with $p.acceleratorType }}
   TRAIN_ACCELERATOR_TYPE: {{ . | quote }}
