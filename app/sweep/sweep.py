@@ -264,9 +264,9 @@ def _conclude(
     try:
         summary = promote_best(settings, per_trial[best["trial"]], info)
     finally:
-        promotion = (read_summary(results.trial_dir(settings.run_dir, _trial(sweep, best)))
-                     or {}).get("promotion")  # fmt: skip
-        sweep.extra["promotion"] = promotion
+        shipped = read_summary(results.trial_dir(settings.run_dir, _trial(sweep, best))) or {}
+        sweep.extra["promoted"] = shipped.get("promoted")
+        sweep.extra["promotion"] = shipped.get("promotion")
         status = "succeeded" if not pending else "incomplete"
         record = sweep.write(status)
         sweep.parent.finish(status, record)

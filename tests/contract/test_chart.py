@@ -208,6 +208,10 @@ def test_storage_is_a_readwritemany_claim_and_never_an_inline_volume(rendered: l
                 if volume["name"] == "autoscaler-token":  # dataPool.autoscaling: the API token
                     assert set(volume) == {"name", "projected"}, volume
                     continue
+                if volume["name"] == "tune-space":  # tune.enabled: the run's own ConfigMap
+                    assert volume["configMap"]["name"] == job["metadata"]["name"], volume
+                    assert group is head, "only the head runs `trainctl tune`"
+                    continue
                 assert set(volume) & {"persistentVolumeClaim", "emptyDir"}, volume
                 assert not set(volume) & {"nfs", "hostPath"}, volume
 
