@@ -27,7 +27,9 @@ import click
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError, RunFailed
 from app.preflight import Found, cluster_check, preflight_for_training
+from app.run.driver import Interrupted
 from app.run.folder import read_summary
+from app.run.interrupts import SIGTERM_SEEN, sigterm_interrupts
 from app.settings import TrainSettings
 from app.settings.tune_space import Dimension
 from app.storage import safe_fs
@@ -61,7 +63,20 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     if todo:
         cluster_check(settings, Found(info))  # joins or starts Ray; one trial must fit
         sweep.write("running")
-        _tune(settings, sweep, [t for t in todo], per_trial)
+        with sigterm_interrupts():
+            try:
+                _tune(settings, sweep, todo, per_trial)
+            except KeyboardInterrupt:
+                if not SIGTERM_SEEN.is_set():
+                    raise  # Ctrl-C: the CLI says so
+                sweep.write("interrupted")
+                sweep.parent.finish("incomplete", None)
+                # The trials' drivers end with this one (their Ray job ends): each resumes
+                # from its last committed checkpoint when the sweep is rerun.
+                raise Interrupted(
+                    f"stopped by SIGTERM; sweep folder {sweep_dir} is consistent: rerun to "
+                    "continue the sweep"
+                ) from None
     return _conclude(settings, sweep, per_trial, info, started)
 
 
