@@ -36,7 +36,8 @@ class ParentRun:
         if not uri:
             return cls()
         try:
-            return cls._start(settings, uri, previous.get("mlflow") or {})
+            before = previous.get("mlflow")
+            return cls._start(settings, uri, before if isinstance(before, dict) else {})
         except Exception as err:
             _warn(f"MLflow parent run not started ({type(err).__name__}: {err}); the trials' "
                   "runs are logged without a parent")  # fmt: skip

@@ -17,7 +17,6 @@ a single run is (app/promotion/step.py): one promotion per sweep, none per trial
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
@@ -51,7 +50,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     _no_planted_links(sweep_dir, trials)
     found = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = found.info  # type: ignore[assignment]
-    stopped: dict[str, dict[str, Any]] = dict(before.get("stopped") or {})
+    stopped = {k: v for k, v in _mapping(before.get("stopped")).items() if isinstance(v, dict)}
     sweep = _Sweep(settings, space, trials, stopped, before)
     rows = sweep.rows()
     todo = [t for t, row in zip(trials, rows, strict=True) if row["status"] not in DONE]
@@ -63,21 +62,28 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     if todo:
         cluster_check(settings, Found(info))  # joins or starts Ray; one trial must fit
         sweep.write("running")
-        with sigterm_interrupts():
-            try:
-                _tune(settings, sweep, todo, per_trial)
-            except KeyboardInterrupt:
-                if not SIGTERM_SEEN.is_set():
-                    raise  # Ctrl-C: the CLI says so
-                sweep.write("interrupted")
-                sweep.parent.finish("incomplete", None)
-                # The trials' drivers end with this one (their Ray job ends): each resumes
-                # from its last committed checkpoint when the sweep is rerun.
-                raise Interrupted(
-                    f"stopped by SIGTERM; sweep folder {sweep_dir} is consistent: rerun to "
-                    "continue the sweep"
-                ) from None
+        _tune_until_sigterm(settings, sweep, todo, per_trial)
     return _conclude(settings, sweep, per_trial, info, started)
+
+
+def _tune_until_sigterm(
+    settings: TrainSettings, sweep: _Sweep, todo: list[Trial], per_trial: dict[str, TrainSettings]
+) -> None:
+    """The trials, trained by Ray Tune; SIGTERM (an evicted head) ends the sweep cleanly."""
+    with sigterm_interrupts():
+        try:
+            _tune(settings, sweep, todo, per_trial)
+        except KeyboardInterrupt:
+            if not SIGTERM_SEEN.is_set():
+                raise  # Ctrl-C: the CLI says so
+            sweep.write("interrupted")
+            sweep.parent.finish("incomplete", None)
+            # The trials' drivers end with this one (their Ray job ends): each resumes from its
+            # last committed checkpoint when the sweep is rerun.
+            raise Interrupted(
+                f"stopped by SIGTERM; sweep folder {settings.run_dir} is consistent: rerun to "
+                "continue the sweep"
+            ) from None
 
 
 def _same_trials(before: dict[str, Any], trials: list[Trial]) -> None:
@@ -115,7 +121,7 @@ class _Sweep:
         before: dict[str, Any],
     ) -> None:
         self.settings, self.space, self.trials, self.stopped = settings, space, trials, stopped
-        self.parent = parent_run.ParentRun.start(settings, (before.get("tracking") or {}))
+        self.parent = parent_run.ParentRun.start(settings, _mapping(before.get("tracking")))
         self.extra: dict[str, Any] = {}
         self.started_at = before.get("started_at") or time.time()
 
@@ -301,12 +307,10 @@ def _plot(settings: TrainSettings, sweep: _Sweep, record: dict[str, Any]) -> Non
     _say(f"plot: {path}")
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
+def _mapping(value: Any) -> dict[str, Any]:
+    """A part of sweep.json that should be a mapping; {} for anything else (a damaged file)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _say(message: str) -> None:
     click.echo(f"trainctl: {message}")
-
-
-__all__ = ["RunPath", "concurrent_trials", "plan_sweep", "run_sweep"]

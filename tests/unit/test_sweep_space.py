@@ -173,3 +173,26 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
                    "best": rows[2]})  # fmt: skip
     lines = shown.splitlines()
     assert "best trial-0003" in lines[0] and lines[2].startswith("trial-0002")
+
+
+def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.run.folder import record_epoch
+    from app.sweep.results import read_sweep, trial_row
+
+    sweep_dir = tmp_path / "sweep"
+    (sweep_dir / "trials" / "trial-0001").mkdir(parents=True)
+    (sweep_dir / "sweep.json").write_bytes(b"\x00{not json")
+    assert read_sweep(sweep_dir) is None
+    assert "damaged" in capsys.readouterr().out
+    trial = Trial(1, {"lr": 0.01})
+    folder = sweep_dir / "trials" / "trial-0001"
+    assert trial_row(sweep_dir, trial, "val_accuracy", {})["status"] == "pending"
+    record_epoch(folder, {"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5})
+    (folder / "summary.json").write_text('{"status": "succ')  # cut short by a full disk
+    row = trial_row(sweep_dir, trial, "val_accuracy", {})
+    # Not finished as far as anyone can tell: trained again, from its own checkpoints.
+    assert row["status"] == "interrupted" and row["epochs"] == 1 and row["best"] == 0.5
+    stopped = trial_row(sweep_dir, trial, "val_accuracy", {"trial-0001": {"epoch": 1}})
+    assert stopped["status"] == "stopped"
