@@ -127,21 +127,57 @@ def table(record: dict[str, Any]) -> str:
 
 
 def importance(rows: list[dict[str, Any]]) -> list[str]:
-    """The keys whose values go with the biggest change in the best metric, most first: the
-    spread of the metric's mean across a key's values (numbers in three bins by rank)."""
+    """The keys whose values go with the biggest change in the best metric, most first: for a
+    numeric key the size of its rank correlation with the metric (Spearman's |rho|), for any
+    other the correlation ratio (eta) of the metric's means across its values; both 0..1."""
     scored = [r for r in rows if r["best"] is not None]
     keys = list(dict.fromkeys(k for r in rows for k in r["values"]))
-    spreads = {}
+    metric = [float(r["best"]) for r in scored]
+    strength = {}
     for key in keys:
-        groups: dict[Any, list[float]] = {}
-        ranked = sorted(scored, key=lambda r: _sortable(r["values"].get(key)))
-        for index, row in enumerate(ranked):
-            value = row["values"].get(key)
-            label = index * 3 // max(len(ranked), 1) if _numeric(value) else str(value)
-            groups.setdefault(label, []).append(row["best"])
-        means = [sum(v) / len(v) for v in groups.values()]
-        spreads[key] = max(means) - min(means) if means else 0.0
-    return sorted(keys, key=lambda k: -spreads[k])
+        values = [r["values"].get(key) for r in scored]
+        if values and all(_finite(v) for v in values):
+            strength[key] = abs(_pearson(_ranks(values), _ranks(metric)))
+        else:
+            strength[key] = _eta([str(v) for v in values], metric)
+    return sorted(keys, key=lambda k: -strength[k])
+
+
+def _ranks(values: list[Any]) -> list[float]:
+    """Average ranks (ties share theirs)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            ranks[order[position]] = (start + end) / 2
+        start = end + 1
+    return ranks
+
+
+def _pearson(xs: list[float], ys: list[float]) -> float:
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
+
+
+def _eta(labels: list[str], ys: list[float]) -> float:
+    if len(ys) < 2:
+        return 0.0
+    mean = sum(ys) / len(ys)
+    total = sum((y - mean) ** 2 for y in ys)
+    groups: dict[str, list[float]] = {}
+    for label, y in zip(labels, ys, strict=True):
+        groups.setdefault(label, []).append(y)
+    between = sum(len(g) * (sum(g) / len(g) - mean) ** 2 for g in groups.values())
+    return math.sqrt(between / total) if total > 0 and len(groups) > 1 else 0.0
 
 
 def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]) -> RunPath:
@@ -157,7 +193,7 @@ def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]
     for ax, key in zip(axes[0], keys, strict=True):
         shown = [r for r in rows if r["best"] is not None]
         xs = [r["values"].get(key, r["trial"]) for r in shown]
-        if xs and not all(_numeric(x) for x in xs):
+        if xs and not all(_finite(x) for x in xs):
             xs = [str(x) for x in xs]
         colors = ["tab:green" if r["status"] == "succeeded" else "tab:gray" for r in shown]
         ax.scatter(xs, [r["best"] for r in shown], c=colors)
@@ -177,14 +213,6 @@ def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _numeric(value: Any) -> bool:
-    return _finite(value)
-
-
-def _sortable(value: Any) -> tuple[int, Any]:
-    return (0, value) if _numeric(value) else (1, str(value))
 
 
 def _cell(value: Any) -> str:

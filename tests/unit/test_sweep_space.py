@@ -163,6 +163,15 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
     assert best_row(rows, "val_loss")["trial"] == "trial-0001"  # type: ignore[index]
     assert best_row(rows[1:2], "val_accuracy") is None
     assert importance(rows)[0] == "lr"  # model never changes
+    # A learning rate that decides everything, beside a weight decay that does not matter
+    # (its every value distinct: grouping by value alone would call it decisive).
+    swept = [
+        {"trial": f"t{n}", "status": "succeeded", "best": best, "values": {"lr": lr, "wd": wd}}
+        for n, (lr, wd, best) in enumerate(
+            [(1e-5, 0.0024, 0.15), (3e-3, 0.0243, 0.89), (1e-5, 0.043, 0.13), (3e-3, 0.0486, 0.89)]
+        )
+    ]  # fmt: skip
+    assert importance(swept) == ["lr", "wd"]
     text = trials_csv(rows, "val_accuracy")
     assert text.splitlines()[0].split(",") == [
         "trial", "status", "lr", "model", "epochs", "final_val_accuracy", "best_val_accuracy",
