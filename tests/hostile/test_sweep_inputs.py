@@ -92,3 +92,16 @@ def test_a_trial_folder_planted_as_a_link_is_refused(
     (sweep_dir / "trials" / "trial-0002").symlink_to(tmp_path / "elsewhere")
     assert_refused(trainctl("tune"), 2, "trial-0002")
     assert files_under(tmp_path / "elsewhere") == []
+
+
+def test_check_holds_the_space_and_every_trial_to_the_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "space.yaml").write_text("global_batch_size: {choice: [64, 1]}\n")
+    monkeypatch.setenv("TRAIN_TUNE_SPACE", str(tmp_path / "space.yaml"))
+    monkeypatch.setenv("TRAIN_NUM_WORKERS", "2")
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  sweep", "global_batch_size", "smaller than the 2 workers")
+    (tmp_path / "space.yaml").write_text("lr: {loguniform: [1e-4, 1e-2]}\n")
+    result = trainctl("check", "--skip-cluster")
+    assert "ok    sweep: 8 trials over lr (asha)" in result.out, result.text
