@@ -111,7 +111,11 @@ def test_each_trial_is_a_normal_run_folder_and_stopped_trials_say_so(sweep: Swee
         epochs = [json.loads(x) for x in (trial_dir / "metrics.jsonl").read_text().splitlines()]
         assert row["epochs"] == len(epochs) >= 1
         if row["status"] == "stopped":
-            assert len(epochs) < 2 and summary["stopped_by"].startswith("asha after epoch")
+            stop = sweep.record["stopped"][row["trial"]]["epoch"]
+            assert 1 <= stop < 2 and summary["stopped_by"] == f"asha after epoch {stop}"
+            # Its workers may finish the epoch they are in before the stop reaches them (Ray
+            # Train's report returns before Tune has judged it): what they wrote is kept.
+            assert len(epochs) >= stop
         else:
             assert len(epochs) == 2 and summary["epochs_completed"] == 2
         assert "promotion" not in summary or row["trial"] == sweep.record["best"]["trial"]
