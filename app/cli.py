@@ -92,6 +92,22 @@ def train(settings: TrainSettings) -> dict[str, Any]:
     )
 
 
+@cli.command("tune", epilog="Settings: run `trainctl env` for every TRAIN_* variable.")
+def tune_cmd() -> None:
+    """Search hyperparameters: trials drawn from TRAIN_TUNE_SPACE, each a normal run in
+    <storage>/<TRAIN_RUN_NAME>/trials/, the best one promoted; resume if the sweep exists."""
+    from app.settings.env import load_settings
+
+    settings = load_settings()
+    from app.settings.tune_space import load_space
+
+    if settings.tune_space is not None:
+        load_space(settings.tune_space, settings)  # a bad space answers before torch loads
+    from app.sweep.sweep import run_sweep
+
+    run_sweep(settings)
+
+
 @cli.command("check")
 @click.option("--skip-cluster", is_flag=True, help="Do not connect to Ray.")
 def check_cmd(skip_cluster: bool) -> None:
@@ -247,7 +263,10 @@ def status_cmd(
                 "-n, --release and --storage-mount are for RayJobs, not run folders"
             )
         from app.run.status import show_status as show_runs
+        from app.sweep.status import show_sweep
 
+        if show_sweep(target, storage, click.echo, as_json=as_json):
+            return
         show_runs(target, storage, click.echo, as_json=as_json, limit=limit or DEFAULT_LIMIT)
         return
     if as_json or limit is not None:

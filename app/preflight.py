@@ -97,6 +97,8 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     # Per-class counts (reading a Parquet dataset's label columns again): `check` only.
     todo.insert([name for name, _ in todo].index("steps") + 1, ("classes", _classes))
     todo.append(("promotion", lambda settings, found: promotion_check(settings, found.info)))
+    if settings.tune_space is not None:  # `trainctl tune`: the space and every trial drawn
+        todo.append(("sweep", _sweep))
     if connect:
         todo.append(("cluster", cluster_check if joins_cluster(settings) else local_cluster_check))
     problems = []
@@ -156,6 +158,16 @@ def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:
     except ConfigError as err:
         for problem in err.problems:
             click.echo(f"trainctl: warning: promotion: {problem}", err=True)
+
+
+def _sweep(settings: TrainSettings, found: Found) -> str:
+    from app.settings.tune_plan import plan_sweep
+
+    space, trials, _ = plan_sweep(settings)
+    return (
+        f"{len(trials)} trials over {', '.join(space)} ({settings.tune_scheduler}), each "
+        "trial's settings valid"
+    )
 
 
 def _settings(settings: TrainSettings, found: Found) -> str:

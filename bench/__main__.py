@@ -26,6 +26,7 @@ BENCHES = (
     "preemption",
     "batch_inference",
     "data_pool",
+    "sweep",
 )
 REPO = Path(__file__).resolve().parent.parent
 
@@ -116,6 +117,13 @@ def summary(results: dict[str, dict[str, Any]]) -> list[str]:
             f"node's {rates['data_pool']:,} rows/s, {r['data_pool_over_training_node']} "
             f"({where['training_node_cpus']} + {where['data_node_cpus']} CPUs on "
             f"{where['machine_cores']} cores)"
+        )
+    if "sweep" in results:
+        r = results["sweep"]
+        lines.append(
+            f"sweep      {r['trials']} trials x {r['epochs']} epochs: trainctl tune "
+            f"{r['sweep_s']}s ({r['concurrent']} at a time) vs trainctl train one after another "
+            f"{r['sequential_s']}s, sequential/sweep {r['sequential_over_sweep']}"
         )
     if "gpu" in results:
         r = results["gpu"]

@@ -27,6 +27,14 @@ DERIVED = (
     "data_path",
     "storage_endpoint",
     "ray_address",
+    # `trainctl tune`'s settings come from the chart's `tune:` section (its space is a file
+    # the chart writes), not from `train:`.
+    "tune_space",
+    "tune_samples",
+    "tune_concurrent",
+    "tune_scheduler",
+    "tune_grace_period",
+    "tune_reduction_factor",
 )
 
 # Keys of pydantic's JSON schema that carry no constraint the chart needs to repeat.

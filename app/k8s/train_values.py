@@ -12,13 +12,16 @@ same message, the pool and the values key named. Pure validation: no torch, no R
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from app.errors import ConfigError
 from app.k8s.values import merged_pool
-from app.settings import ENV_PREFIX
+from app.settings import ENV_PREFIX, TrainSettings
 from app.settings.env import check_env
+from app.settings.tune_space import parse_space
 
 # Where the chart takes each derived variable from (app/k8s/train_schema.py's DERIVED).
 DERIVED_FROM = {
@@ -28,7 +31,14 @@ DERIVED_FROM = {
     "storage_path": "storage (its volume or bucket, and runsSubPath)",
     "data_path": "storage (its volume or bucket, and dataSubPath)",
     "storage_endpoint": "storage.endpoint",
+    "tune_space": "tune.space",
+    "tune_samples": "tune.samples",
+    "tune_concurrent": "tune.concurrent",
+    "tune_scheduler": "tune.scheduler",
+    "tune_grace_period": "tune.gracePeriod",
+    "tune_reduction_factor": "tune.reductionFactor",
 }
+TUNE_SPACE_KEY = "tune_space.yaml"  # the ConfigMap's copy of tune.space (a file on the head)
 _ENV_NAME = re.compile(rf"\b{ENV_PREFIX}[A-Z0-9_]+\b")
 
 
@@ -55,8 +65,12 @@ def problems(configs: Mapping[str, Mapping[str, str]], values: Mapping[str, Any]
     pools: dict[str, list[str]] = {}
     for pool, data in configs.items():
         env = {name: value for name, value in data.items() if name.startswith(ENV_PREFIX)}
-        for name, line in check_env(env)[1]:
+        settings, found = check_env(env)
+        for name, line in found:
             pools.setdefault(_located(name, line, pool, values), []).append(pool)
+        if settings is not None and TUNE_SPACE_KEY in data:
+            for line in _space_problems(data[TUNE_SPACE_KEY], settings):
+                pools.setdefault(line, []).append(pool)
     return [
         f"pool{'s' if len(names) > 1 else ''} {', '.join(names)}: {line}"
         for line, names in pools.items()
@@ -71,6 +85,15 @@ def _located(name: str, line: str, pool: str, values: Mapping[str, Any]) -> str:
     names = dict.fromkeys(_ENV_NAME.findall(line))
     where = ", ".join(f"{n} is {values_key(_setting(n), pool, values)}" for n in names)
     return line + (f" ({where})" if where else "")
+
+
+def _space_problems(text: str, settings: TrainSettings) -> list[str]:
+    """tune.space held to the pool's settings, as the job's `trainctl tune` will hold it."""
+    try:
+        parse_space(json.loads(text), settings, "tune.space")
+    except ConfigError as err:
+        return list(err.problems)
+    return []
 
 
 def _setting(name: str) -> str:

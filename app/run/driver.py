@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -46,10 +47,15 @@ def run_training(
     *,
     join_cluster: Callable[[], object],
     warm_start: Any = None,
+    promote: bool = True,
+    callbacks: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """The run, after preflight (app/preflight.py `preflight_for_training`, which the CLI runs
     first): `info` is the dataset it inspected, `warm_start` TRAIN_WARM_START as it verified it,
-    and `join_cluster` its last check, run here once the run folder is settled."""
+    and `join_cluster` its last check, run here once the run folder is settled. `promote=False`
+    and `callbacks` (Ray Train callbacks) are for a sweep's trials (app/sweep/trial.py): a trial
+    reports its epochs to Ray Tune and is never promoted itself; the sweep promotes its best
+    trial once."""
     started = time.monotonic()
     run_dir = settings.run_dir
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
@@ -58,7 +64,16 @@ def run_training(
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
     with run_logs.capture(driver_log, settings.log_max_mb, banner, held=True) as log:
-        return _train(settings, info, started, attempt, log.open, join_cluster, warm_start)
+        run = _Run(promote, tuple(callbacks))
+        return _train(settings, info, started, attempt, log.open, join_cluster, warm_start, run)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How this run is driven: alone (promoted at its end), or as a sweep's trial."""
+
+    promote: bool = True
+    callbacks: tuple[Any, ...] = ()
 
 
 def _train(
@@ -69,6 +84,7 @@ def _train(
     open_log: Callable[[], None],
     join_cluster: Callable[[], object],
     warm_start: Any = None,
+    run: _Run = _Run(),
 ) -> dict[str, Any]:
     run_dir = settings.run_dir
     settings, info = _resolved(settings, info)
@@ -79,7 +95,7 @@ def _train(
         _say(warm_line)
     resume_from = start.checkpoint
     if start.kind == "finished":
-        return _conclude_finished(settings, info, started, resume_from)
+        return _conclude_finished(settings, info, started, resume_from, run)
 
     invocation = uuid.uuid4().hex
     # A rerun after a driver that never finished (SIGTERM, killed, failed) is an interruption.
@@ -94,7 +110,7 @@ def _train(
     )  # fmt: skip
     with sigterm_interrupts():
         try:
-            _fit(plan, trackers)
+            _fit(plan, trackers, run.callbacks)
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
             stopped = _stopped(
                 err, settings, info, started, invocation, resume_from, attempt, trackers
@@ -102,7 +118,7 @@ def _train(
             if stopped is None:  # Ctrl-C: the CLI reports it
                 raise
             raise stopped from None
-    return _conclude(settings, info, started, invocation, resume_from, trackers)
+    return _conclude(settings, info, started, invocation, resume_from, trackers, run=run)
 
 
 def _resolved(settings: TrainSettings, info: DatasetInfo) -> tuple[TrainSettings, DatasetInfo]:
@@ -115,7 +131,11 @@ def _resolved(settings: TrainSettings, info: DatasetInfo) -> tuple[TrainSettings
 
 
 def _conclude_finished(
-    settings: TrainSettings, info: DatasetInfo, started: float, resume_from: RunPath | None
+    settings: TrainSettings,
+    info: DatasetInfo,
+    started: float,
+    resume_from: RunPath | None,
+    run: _Run,
 ) -> dict[str, Any]:
     """A run that already reached TRAIN_EPOCHS: not trained again, its summary and verdict
     written again (the earlier verdict on the same checkpoint stands: app/promotion/step.py)."""
@@ -128,7 +148,7 @@ def _conclude_finished(
         trackers.catch_up(run_folder.epochs(run_dir))
     return _conclude(
         settings, info, started, "", resume_from, trackers, before.get("promotion"),
-        before.get("evaluation"),
+        before.get("evaluation"), run,
     )  # fmt: skip
 
 
@@ -227,6 +247,7 @@ def _conclude(
     trackers: Trackers | None,
     previous: dict[str, Any] | None = None,
     evaluated: dict[str, Any] | None = None,
+    run: _Run = _Run(),
 ) -> dict[str, Any]:
     """A succeeded run's summary, then its promotion, from one scan of its checkpoints: each
     file is read and hashed once (in a bucket a second pass would download them all again).
@@ -235,11 +256,13 @@ def _conclude(
     summary, kept = _finish(settings, "succeeded", started, invocation, resumed, trackers=trackers)
     if evaluated is not None:
         summary["evaluation"] = evaluated
+    if not run.promote:  # a sweep's trial: the sweep promotes its best trial once
+        return summary
     # Exported, evaluated on valid/ (and test/), gated: its line is the run's last.
     return promote_run(settings, info, summary, previous, good=kept, evaluate=True)
 
 
-def _fit(plan: WorkerPlan, trackers: Trackers) -> None:
+def _fit(plan: WorkerPlan, trackers: Trackers, callbacks: tuple[Any, ...] = ()) -> None:
     """Ray Train's run, with the driver following the epochs: each one tracked, and the
     checkpoints pruned as they come."""
     from app.data.cache import cache_datasets
@@ -253,7 +276,7 @@ def _fit(plan: WorkerPlan, trackers: Trackers) -> None:
         datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
     took = f" ({time.monotonic() - read_started:.1f} s)" if cache.cache else ""
     _say(f"data: {cache.reason}{took}")
-    trainer = _trainer(settings, plan.config(), datasets, pool)
+    trainer = _trainer(settings, plan.config(), datasets, pool, callbacks)
     pruner = checkpoints.in_run_pruner(
         settings.run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric,
         warn=_say,
@@ -272,7 +295,11 @@ def _fit(plan: WorkerPlan, trackers: Trackers) -> None:
 
 
 def _trainer(
-    settings: TrainSettings, config: dict[str, Any], datasets: dict[str, Any], pool: Any
+    settings: TrainSettings,
+    config: dict[str, Any],
+    datasets: dict[str, Any],
+    pool: Any,
+    callbacks: tuple[Any, ...] = (),
 ) -> Any:
     """The TorchTrainer: the workers the settings ask for (off the data pool's nodes), the
     run folder on storage, Ray's retries, and the datasets split the same way at every start."""
@@ -304,6 +331,7 @@ def _trainer(
             # Ray keeps every checkpoint: trainctl's own pruning decides
             # (app/runfolder/retention.py).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
+            callbacks=list(callbacks),  # a sweep's trial: its epochs reported to Ray Tune
         ),
         datasets=datasets,
         # The same shards at every start (exact mid-epoch resume), read on the data pool's nodes.

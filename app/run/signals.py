@@ -28,8 +28,14 @@ class StopForSigterm(KeyboardInterrupt):
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
     """Inside: SIGTERM raises StopForSigterm and sets SIGTERM_SEEN (cleared on entry, so that a
-    flag left by an earlier run in this process does not count); the old handler after."""
+    flag left by an earlier run in this process does not count); the old handler after.
+
+    Off the main thread (a sweep's trial, which Ray Tune runs in a thread of its actor) no
+    handler can be set: Ray Tune owns the trial's ending there, and this does nothing."""
     SIGTERM_SEEN.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         yield

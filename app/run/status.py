@@ -59,8 +59,9 @@ STATUS_WORDS = {
     "failed": "failed",
     "interrupted": "stopped",
     "invalid": "invalid",
+    "stopped": "stopped early",  # a sweep's trial the scheduler stopped (app/sweep/)
 }
-FINAL = ("succeeded", "failed", "interrupted", "invalid")
+FINAL = ("succeeded", "failed", "interrupted", "invalid", "stopped")
 MAX_NAME = 120  # characters of a run name, as shown
 PATH_CHARS = 300
 

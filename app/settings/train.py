@@ -21,6 +21,7 @@ from app.settings.run import RunSettings
 from app.settings.scaling import ScalingSettings
 from app.settings.stopping import StoppingSettings
 from app.settings.tracking import TrackingSettings
+from app.settings.tune import TuneSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import absolute_location, location_setting, with_endpoint
 
@@ -28,8 +29,9 @@ ENV_PREFIX = "TRAIN_"
 
 
 # Fields are listed (trainctl env, docs/settings.md, the chart schema) in the reverse order of
-# these bases: data, model, scaling, run folder, tracking, stopping.
+# these bases: data, model, scaling, run folder, tracking, stopping, sweeps.
 class TrainSettings(
+    TuneSettings,
     StoppingSettings,
     TrackingSettings,
     RunSettings,

@@ -152,3 +152,12 @@ def test_data_pool_decodes_every_image_on_either_node(cache: Path) -> None:
     assert all(rate > 0 for rate in figures["rows_per_s"].values())
     assert figures["data_pool_over_training_node"] > 0
     assert figures["placement"]["data_node_cpus"] > 0
+
+
+def test_sweep_against_the_same_trials_one_after_another(cache: Path) -> None:
+    figures = run_bench("sweep", cache=cache)
+    assert figures["trials"] == 2 and figures["epochs"] == 1
+    assert figures["sweep_s"] > 0 and figures["sequential_s"] > 0
+    assert figures["sequential_over_sweep"] == round(
+        figures["sequential_s"] / figures["sweep_s"], 3
+    )

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from app.k8s.rules import DATA_NODE_LABEL
-from app.run import checkpoints
+from app.runfolder import checkpoints
 from app.training.sample_log import ENV as SAMPLE_LOG
 from tests.conftest import _local_cluster_class
 from tests.folder_support import image_folder

@@ -164,7 +164,7 @@ def test_the_registry_and_pointer_follow_the_gate(
 
     from app.data.schema import inspect_dataset
     from app.promotion.step import promote_run
-    from app.run import checkpoints
+    from app.runfolder import checkpoints
     from app.settings import TrainSettings
 
     storage = tmp_path / "runs"

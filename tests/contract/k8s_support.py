@@ -33,6 +33,7 @@ VALUES_FILES = [
     EXAMPLES / "values-cpu.yaml",
     EXAMPLES / "values-s3.yaml",
     EXAMPLES / "values-data-pool.yaml",
+    EXAMPLES / "values-nightly-sweep.yaml",
     *sorted(VALUES_DIR.glob("*.yaml")),
 ]
 

@@ -208,6 +208,10 @@ def test_storage_is_a_readwritemany_claim_and_never_an_inline_volume(rendered: l
                 if volume["name"] == "autoscaler-token":  # dataPool.autoscaling: the API token
                     assert set(volume) == {"name", "projected"}, volume
                     continue
+                if volume["name"] == "tune-space":  # tune.enabled: the run's own ConfigMap
+                    assert volume["configMap"]["name"] == job["metadata"]["name"], volume
+                    assert group is head, "only the head runs `trainctl tune`"
+                    continue
                 assert set(volume) & {"persistentVolumeClaim", "emptyDir"}, volume
                 assert not set(volume) & {"nfs", "hostPath"}, volume
 
@@ -219,7 +223,9 @@ def test_names_link_rayjob_configmap_and_run_name(rendered: list[dict]) -> None:
         assert rules.DNS_1035.match(name)
         assert config_data(rendered, name)["TRAIN_RUN_NAME"] == name
         # One quoted bash -c argument: KubeRay's submitter pastes it into its own bash line.
-        assert job["spec"]["entrypoint"] == "bash -c 'trainctl check && exec trainctl train'"
+        # A sweep (tune.enabled, examples/values-nightly-sweep.yaml) runs `trainctl tune`.
+        command = "tune" if "TRAIN_TUNE_SPACE" in config_data(rendered, name) else "train"
+        assert job["spec"]["entrypoint"] == f"bash -c 'trainctl check && exec trainctl {command}'"
 
 
 def test_rendered_rayjobs_pass_the_operator_rules(rendered: list[dict]) -> None:

@@ -373,6 +373,13 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"dataPool": {"enabled": True}, "nodePools": {"data": {}}},  # the data group's name
         {"dataPool": {"enabled": True, "replicas": 0}},
         {"rayAuth": {"enabled": "yes"}},
+        {"tune": {"space": {"lr": {"beta": [1, 2]}}}},
+        {"tune": {"space": {"lr": {"uniform": [0, 1], "choice": [1]}}}},
+        {"tune": {"space": {"lr": {"uniform": []}}}},
+        {"tune": {"space": {"LR": {"uniform": [0.1, 1]}}}},
+        {"tune": {"samples": 0}},
+        {"tune": {"scheduler": "pbt"}},
+        {"tune": {"reductionFactor": 1}},
         {"unknownTopLevel": 1},
         # Found by the schema-derived strategy: Helm's toYaml wrote this list as nothing at
         # all (the pool lost its tolerations unsaid), and an unquoted PodMonitor label key

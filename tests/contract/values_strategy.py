@@ -62,6 +62,19 @@ OVERRIDES: dict[str, st.SearchStrategy[Any] | None] = {
         st.just("env_vars"), st.dictionaries(st.just("X"), ODD_TEXT), max_size=1
     ),
 }
+# tune.space: free-form in shape (setting -> {distribution: [values]}); the settings decide what
+# a key and its values may be (app/settings/tune_space.py): spaces users write, numbers whose
+# text Go and Python write differently among them.
+OVERRIDES["tune.space"] = st.dictionaries(
+    st.sampled_from(["lr", "weight_decay", "model", "seed"]),
+    st.one_of(
+        st.builds(lambda lo: {"loguniform": [lo, 0.1]}, st.sampled_from([1e-5, 1e-7, 3e-4])),
+        st.builds(lambda hi: {"uniform": [0, hi]}, st.sampled_from([0.5, 1e-5, 0.1])),
+        st.just({"choice": ["cnn", "resnet18"]}),
+        st.just({"grid": [1, 2, 3]}),
+    ),
+    max_size=3,
+)
 # TRAIN_PROMOTE_IF's grammar is the settings' (app/settings/gate.py), which the schema does not
 # repeat: gates it takes, spelled as users do, so that most files render in both engines (one
 # the settings refuse is refused by `trainctl render` alone; the parity test checks why).

@@ -22,6 +22,8 @@ TESTS = REPO / "tests"
 # Top to bottom. A module is in the layer whose prefix names it (the longest prefix wins).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("command line", ("app.__main__", "app.cli", "app.cli_exit", "app.cli_target", "app.envdoc")),
+    # A sweep runs preflight and the run driver for each of its trials.
+    ("sweeps", ("app.sweep",)),
     ("preflight", ("app.preflight",)),
     ("orchestration", ("app.run",)),
     (

@@ -71,6 +71,15 @@ volumes:
     emptyDir:
       medium: Memory
       sizeLimit: {{ include "trainctl.str" .root.Values.sharedMemorySize | quote }}
+  {{- if and (eq .component "ray-head") .root.Values.tune.enabled }}
+  # The sweep's search space (tune.space), from the run's ConfigMap: `trainctl tune` runs here.
+  - name: tune-space
+    configMap:
+      name: {{ .name | quote }}
+      items:
+        - key: tune_space.yaml
+          path: space.yaml
+  {{- end }}
   {{- if and (eq .component "ray-head") (include "trainctl.autoscaling" .root) }}
   # API credentials for KubeRay's autoscaler container only (autoscalerOptions.volumeMounts):
   # the Ray containers mount no token.
@@ -126,6 +135,13 @@ volumeMounts:
   {{- end }}
   - name: dshm
     mountPath: /dev/shm
+  {{- if and (eq .component "ray-head") .root.Values.tune.enabled }}
+  # One file, not the folder: a ConfigMap folder's files are links, which trainctl never reads.
+  - name: tune-space
+    mountPath: /etc/trainctl/tune-space.yaml
+    subPath: space.yaml
+    readOnly: true
+  {{- end }}
 securityContext:
   {{- include "trainctl.containerSecurityContext" . | nindent 2 }}
 {{- end -}}
@@ -163,7 +179,11 @@ data:
   {{- range $k, $val := .train }}
   {{ printf "TRAIN_%s" (upper $k) | quote }}: {{ include "trainctl.str" $val | quote }}
   {{- end }}
-  TRAIN_NUM_WORKERS: {{ ternary (mul (int $p.replicas) $gpus) (int $p.replicas) (gt $gpus 0) | quote }}
+  {{- $workers := ternary (mul (int $p.replicas) $gpus) (int $p.replicas) (gt $gpus 0) }}
+  {{- if and $v.tune.enabled (gt (int $v.tune.workersPerTrial) 0) }}
+  {{- $workers = int $v.tune.workersPerTrial }}
+  {{- end }}
+  TRAIN_NUM_WORKERS: {{ $workers | quote }}
   TRAIN_USE_GPU: {{ ternary "true" "false" (gt $gpus 0) | quote }}
   {{- with $p.acceleratorType }}
   TRAIN_ACCELERATOR_TYPE: {{ . | quote }}
@@ -171,6 +191,15 @@ data:
   TRAIN_RUN_NAME: {{ .name | quote }}
   TRAIN_STORAGE_PATH: {{ printf "%s/%s" $root $v.storage.runsSubPath | quote }}
   TRAIN_DATA_PATH: {{ printf "%s/%s" $root $v.storage.dataSubPath | quote }}
+  {{- if $v.tune.enabled }}
+  TRAIN_TUNE_SPACE: "/etc/trainctl/tune-space.yaml"
+  TRAIN_TUNE_SAMPLES: {{ int $v.tune.samples | quote }}
+  TRAIN_TUNE_CONCURRENT: {{ int $v.tune.concurrent | quote }}
+  TRAIN_TUNE_SCHEDULER: {{ $v.tune.scheduler | quote }}
+  TRAIN_TUNE_GRACE_PERIOD: {{ int $v.tune.gracePeriod | quote }}
+  TRAIN_TUNE_REDUCTION_FACTOR: {{ int $v.tune.reductionFactor | quote }}
+  tune_space.yaml: {{ toJson $v.tune.space | quote }}
+  {{- end }}
   {{- if eq $v.storage.type "s3" }}
   {{- with $v.storage.endpoint }}
   TRAIN_STORAGE_ENDPOINT: {{ . | quote }}
@@ -244,7 +273,7 @@ metadata:
   annotations:
     {{- include "trainctl.runAnnotations" . | nindent 4 }}
 spec:
-  entrypoint: {{ $job.entrypoint | quote }}
+  entrypoint: {{ ternary $v.tune.entrypoint $job.entrypoint (eq $v.tune.enabled true) | quote }}
   {{- with $job.runtimeEnv }}
   runtimeEnvYAML: {{ toJson . | quote }}
   {{- end }}

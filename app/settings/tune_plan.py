@@ -1,0 +1,120 @@
+"""The sweep's trials, drawn once from the space and TRAIN_SEED (pure).
+
+Trial N's values depend only on the seed, N and the space: a rerun of the sweep draws the
+same trials into the same folders (trial-0001, ...), and a rerun with more TRAIN_TUNE_SAMPLES
+keeps the trials already drawn and adds new ones after them. `grid:` keys (and, with
+TRAIN_TUNE_SCHEDULER=grid, `choice:` keys) are enumerated in every combination, once per
+sample; the other keys are drawn per trial.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.errors import ConfigError
+from app.settings import TrainSettings
+from app.settings.model import ChampionRef
+from app.settings.tune import MAX_TRIALS
+from app.settings.tune_space import SPACE, Dimension, load_space, settings_message
+from app.storage.location import RunPath
+
+TRIALS_DIR = "trials"
+
+
+@dataclass(frozen=True)
+class Trial:
+    number: int  # 1-based
+    values: dict[str, Any]
+
+    @property
+    def trial_id(self) -> str:
+        return trial_id(self.number)
+
+
+def trial_id(number: int) -> str:
+    return f"trial-{number:04d}"
+
+
+def draw(space: dict[str, Dimension], samples: int, seed: int, scheduler: str) -> list[Trial]:
+    """Every trial of the sweep, in order: combinations within a sample, samples after
+    each other (so more samples only add trials at the end)."""
+    enumerated = [d for d in space.values() if _enumerated(d, scheduler)]
+    drawn = [d for d in space.values() if not _enumerated(d, scheduler)]
+    combos = list(itertools.islice(
+        itertools.product(*(d.values for d in enumerated)), MAX_TRIALS + 1
+    ))  # fmt: skip
+    if len(combos) * samples > MAX_TRIALS:
+        raise ConfigError(
+            f"{SPACE}: {len(combos)} grid combinations x TRAIN_TUNE_SAMPLES={samples} is over "
+            f"{MAX_TRIALS} trials; list fewer values or draw fewer samples"
+        )
+    trials = []
+    for _sample in range(samples):
+        for combo in combos:
+            number = len(trials) + 1
+            values = {d.key: value for d, value in zip(enumerated, combo, strict=True)}
+            for dimension in drawn:
+                rng = random.Random(f"{seed}/{number}/{dimension.key}")
+                values[dimension.key] = _draw(dimension, rng)
+            trials.append(Trial(number, {k: values[k] for k in space}))
+    return trials
+
+
+def _enumerated(dimension: Dimension, scheduler: str) -> bool:
+    return dimension.kind == "grid" or (scheduler == "grid" and dimension.kind == "choice")
+
+
+def _draw(dimension: Dimension, rng: random.Random) -> Any:
+    kind, values = dimension.kind, dimension.values
+    if kind == "choice" or kind == "grid":
+        return values[rng.randrange(len(values))]
+    low, high = values
+    if kind == "randint":
+        return rng.randint(low, high)
+    if kind == "loguniform":
+        value = math.exp(rng.uniform(math.log(low), math.log(high)))
+    else:
+        value = rng.uniform(low, high)
+    if dimension.integer:
+        return min(max(round(value), low), high)
+    return min(max(float(f"{value:.6g}"), low), high)  # readable, and still inside the range
+
+
+def trial_settings(base: TrainSettings, trial: Trial, sweep_dir: RunPath) -> TrainSettings:
+    """The settings trial `trial` trains with: the sweep's, with the trial's values and its run
+    folder <sweep_dir>/trials/<trial-id>/ (TRAIN_STORAGE_PATH and TRAIN_RUN_NAME of a normal
+    run); held to every rule of the settings (ConfigError naming the trial and its values)."""
+    values = {
+        **base.model_dump(mode="json"),
+        **trial.values,
+        "storage_path": str(sweep_dir / TRIALS_DIR),
+        "run_name": trial.trial_id,
+    }
+    try:
+        return TrainSettings.model_validate(values)
+    except ValidationError as err:
+        shown = ", ".join(f"{k}={v!r}" for k, v in trial.values.items())
+        raise ConfigError(f"{SPACE}: {trial.trial_id} ({shown}): {settings_message(err)}") from None
+
+
+def plan_sweep(
+    settings: TrainSettings,
+) -> tuple[dict[str, Dimension], list[Trial], dict[str, TrainSettings]]:
+    """The space, the trials and each trial's settings, all checked: ConfigError (exit 2)."""
+    if settings.tune_space is None:
+        raise ConfigError(f"{SPACE} is not set: `trainctl tune` needs a search space file")
+    if isinstance(settings.warm_start, ChampionRef):
+        raise ConfigError(
+            f"TRAIN_WARM_START={settings.warm_start}: a sweep's trials live in the sweep's "
+            "folder, where champion:<name> is not looked up; give the champion's export folder"
+        )
+    space = load_space(settings.tune_space, settings)
+    trials = draw(space, settings.tune_samples, settings.seed, settings.tune_scheduler)
+    per_trial = {t.trial_id: trial_settings(settings, t, settings.run_dir) for t in trials}
+    return space, trials, per_trial

@@ -1,0 +1,207 @@
+"""TRAIN_TUNE_SPACE: the search space of `trainctl tune`, read and checked before Ray starts
+(pure but the read; here beside the settings it is held to, so that `trainctl render` checks a
+chart's `tune.space` too).
+
+    lr: {loguniform: [1.0e-4, 1.0e-1]}
+    weight_decay: {uniform: [0, 0.1]}
+    global_batch_size: {randint: [32, 256]}     # both ends included
+    model: {choice: [cnn, resnet18]}
+    augment: {grid: [crop, none]}                # every value, in every combination
+
+Keys are the lower-case names of the settings a trial may vary (VARIABLE): model and
+optimisation settings, not where the sweep lives or what it runs on, so that every trial is
+the same kind of run on the same resources. Every end of a range and every listed value is
+held to the setting's own rules (app/settings: bounds, names) here, and tune_plan.py holds every
+drawn trial's settings to them again: a value torch cannot take is refused with the setting's
+own message, naming the key, before anything trains.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import ValidationError
+
+from app.errors import ConfigError, did_you_mean
+from app.settings import TrainSettings
+from app.settings.model import ModelSettings
+from app.storage import safe_fs
+
+MAX_SPACE_BYTES = 64 * 1024
+MAX_VALUES = 1000  # values of one choice/grid
+KINDS = ("loguniform", "uniform", "randint", "choice", "grid")
+RANGES = ("loguniform", "uniform", "randint")
+# What a trial may vary: the model and its optimisation. Not TRAIN_EPOCHS (the sweep's budget,
+# ASHA's horizon), not where the weights come from, not the run's place or resources.
+FIXED = frozenset({"epochs", "warm_start", "weights", "torch_home"})
+VARIABLE: tuple[str, ...] = tuple(n for n in ModelSettings.model_fields if n not in FIXED)
+SPACE = "TRAIN_TUNE_SPACE"
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One key of the space: a distribution over the values of one setting."""
+
+    key: str
+    kind: str  # one of KINDS
+    values: tuple[Any, ...]  # [low, high] for a range, the values for choice and grid
+
+    @property
+    def integer(self) -> bool:
+        return _annotation(self.key) is int
+
+    def describe(self) -> str:
+        return f"{self.kind} {list(self.values)}"
+
+
+def load_space(path: Path, base: TrainSettings) -> dict[str, Dimension]:
+    """The space in `path` (a local file, read without following a link, at most 64 KiB)."""
+    where = f"{SPACE}={path}"
+    try:
+        raw = safe_fs.read_bytes(path, path.parent, MAX_SPACE_BYTES)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such file") from None
+    except safe_fs.LinkRefused:
+        raise ConfigError(f"{where}: is a link; give the file itself") from None
+    except ValueError:  # over the limit, nothing read beyond it
+        raise ConfigError(f"{where}: larger than {MAX_SPACE_BYTES // 1024} KiB") from None
+    except OSError as err:
+        raise ConfigError(f"{where}: cannot be read ({err.strerror or err})") from None
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as err:
+        first = " ".join(str(err).split())[:200]
+        raise ConfigError(f"{where}: not YAML ({first})") from None
+    return parse_space(data, base, where)
+
+
+def parse_space(data: Any, base: TrainSettings, where: str = SPACE) -> dict[str, Dimension]:
+    """The space from its YAML value, each value held to the rules of the settings `base`
+    varies: every problem at once, one line each, naming the key."""
+    fixed = base.model_dump(mode="json")
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(
+            f"{where}: must map settings to distributions, e.g. `lr: {{loguniform: [1e-4, 1e-1]}}`"
+        )
+    space, problems = {}, []
+    for key, given in data.items():
+        try:
+            space[str(key)] = _dimension(key, given, fixed)
+        except ValueError as err:
+            problems.append(f"{where}: {key!s}: {err}")
+    if problems:
+        raise ConfigError(problems)
+    return space
+
+
+def _dimension(key: Any, given: Any, base: dict[str, Any]) -> Dimension:
+    if not isinstance(key, str) or key not in TrainSettings.model_fields:
+        known = {n for n in TrainSettings.model_fields}
+        hint = did_you_mean(str(key), known, f"a trial may vary: {', '.join(VARIABLE)}")
+        raise ValueError(f"not a trainctl setting{hint}")
+    if key not in VARIABLE:
+        raise ValueError(
+            f"is not a setting a trial may vary (the sweep fixes it); a trial may vary: "
+            f"{', '.join(VARIABLE)}"
+        )
+    if not isinstance(given, dict) or len(given) != 1:
+        raise ValueError(f"give one distribution: a mapping with one of {', '.join(KINDS)}")
+    ((kind, values),) = given.items()
+    if kind not in KINDS:
+        raise ValueError(f"{kind!r} is not a distribution; use one of {', '.join(KINDS)}")
+    if not isinstance(values, list) or not values:
+        raise ValueError(f"{kind} takes a list: {'[low, high]' if kind in RANGES else '[...]'}")
+    numeric = _annotation(key) in (int, float)
+    if kind in RANGES:
+        if not numeric:
+            raise ValueError(f"{kind} is for numeric settings; use choice or grid for {key}")
+        return Dimension(key, kind, _range(key, kind, values, base))
+    if len(values) > MAX_VALUES:
+        raise ValueError(f"{kind} takes at most {MAX_VALUES} values")
+    if any(isinstance(v, dict | list) or v is None for v in values):
+        raise ValueError(f"{kind} takes plain values (numbers, words, true/false)")
+    unique = tuple(dict.fromkeys(_typed(key, v) for v in values))
+    for value in unique:
+        check_value(base, key, value)
+    return Dimension(key, kind, unique)
+
+
+def _range(key: str, kind: str, values: list[Any], base: dict[str, Any]) -> tuple[Any, ...]:
+    if len(values) != 2:
+        raise ValueError(f"{kind} takes [low, high]")
+    try:
+        low, high = (_number(v) for v in values)
+    except ValueError:
+        raise ValueError(f"{kind} takes two numbers, not {values!r}") from None
+    if kind == "randint" or _annotation(key) is int:
+        if kind == "randint" and not (low.is_integer() and high.is_integer()):
+            raise ValueError(f"randint takes two whole numbers, not {values!r}")
+        low, high = math.ceil(low), math.floor(high)
+    if not low <= high:
+        raise ValueError(f"{kind} needs low <= high, not {values!r}")
+    if kind == "loguniform" and low <= 0:
+        raise ValueError(f"loguniform needs 0 < low, not {values!r}")
+    typed = (int(low), int(high)) if _annotation(key) is int else (float(low), float(high))
+    for end in typed:
+        check_value(base, key, end)
+    return typed
+
+
+def _number(value: Any) -> float:
+    # YAML 1.1 reads 1e-4 (no dot) as a string: numbers written either way are numbers here.
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError
+    return number
+
+
+def _typed(key: str, value: Any) -> Any:
+    kind = _annotation(key)
+    if kind in (int, float) and not isinstance(value, bool):
+        try:
+            number = _number(value)
+        except ValueError:
+            return value  # the setting's own check says what it takes
+        return int(number) if kind is int and number.is_integer() else number
+    return value
+
+
+def check_value(base: dict[str, Any], key: str, value: Any) -> None:
+    """`value` held to setting `key`'s own rules, and to the rules across settings, with the
+    other settings as `base` (TrainSettings.model_dump(mode="json")) has them; ValueError
+    with the settings' own message."""
+    try:
+        TrainSettings.model_validate({**base, key: value})
+    except ValidationError as err:
+        raise ValueError(f"{value!r}: {settings_message(err)}") from None
+
+
+def settings_message(err: ValidationError) -> str:
+    """The settings' refusal, each problem named by its TRAIN_ variable."""
+    lines = []
+    for item in err.errors():
+        message = str(item["msg"]).removeprefix("Value error, ")
+        name = f"TRAIN_{str(item['loc'][0]).upper()} " if item["loc"] else ""
+        lines.append(f"{name}{message}")
+    return "; ".join(lines)
+
+
+def _annotation(key: str) -> Any:
+    """int, float, or `choice` for a setting of listed values (Literal, bool, a model name)."""
+    annotation = TrainSettings.model_fields[key].annotation
+    if annotation in (int, float):
+        return annotation
+    if annotation is bool or get_origin(annotation) is Literal:
+        return "choice"
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 and args[0] in (int, float) else "other"
+    return "choice" if key == "model" else "other"

@@ -1,0 +1,1 @@
+"""`trainctl tune`: hyperparameter sweeps with Ray Tune, each trial a normal run."""

@@ -1,0 +1,233 @@
+"""The sweep's records: sweep.json, trials.csv and sweep.png in <storage>/<sweep>/.
+
+Each trial's row is read from the trial's own run folder (its summary.json and
+metrics.jsonl, as `trainctl status` reads a run): the trials' folders are the truth, and these
+files are a view of them, rewritten whole (atomically) after every trial and at the end.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+from app.runfolder import folder as run_folder
+from app.settings.tune_plan import TRIALS_DIR, Trial
+from app.storage import bounded_json
+from app.storage.location import RunPath, write_atomic, write_json
+from app.storage.reading import read_bounded
+
+SWEEP_FILE = "sweep.json"
+TRIALS_CSV = "trials.csv"
+PLOT_FILE = "sweep.png"
+MAX_SWEEP_BYTES = 16 * 1024 * 1024
+DONE = ("succeeded", "stopped")  # a trial in one of these is not trained again
+HIGHER_IS_BETTER = {"val_accuracy": True, "val_loss": False}
+
+
+def trial_dir(sweep_dir: RunPath, trial: Trial) -> RunPath:
+    return sweep_dir / TRIALS_DIR / trial.trial_id
+
+
+def read_sweep(sweep_dir: RunPath) -> dict[str, Any] | None:
+    """sweep.json as last written; None when there is none. A damaged one is not fatal: every
+    trial's own folder says what it did, and the sweep is rebuilt from them."""
+    path = sweep_dir / SWEEP_FILE
+    try:
+        record = bounded_json.loads(read_bounded(path, None, MAX_SWEEP_BYTES).decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        _say(f"{path} is damaged ({type(err).__name__}); rebuilt from the trials' folders")
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def trial_row(
+    sweep_dir: RunPath, trial: Trial, metric: str, stopped: dict[str, Any]
+) -> dict[str, Any]:
+    """What trial `trial`'s folder says: status, epochs, final and best metric, time."""
+    folder = trial_dir(sweep_dir, trial)
+    summary = run_folder.read_summary(folder) or {}
+    epochs = run_folder.epochs(folder)
+    values = [float(r[metric]) for r in epochs if _finite(r.get(metric))]
+    higher = HIGHER_IS_BETTER[metric]
+    status = summary.get("status") or ("pending" if not epochs else "interrupted")
+    if trial.trial_id in stopped and status not in ("succeeded", "failed"):
+        status = "stopped"
+    return {
+        "trial": trial.trial_id,
+        "status": status,
+        "values": dict(trial.values),
+        "epochs": len(epochs),
+        "final": values[-1] if values else None,
+        "best": (max(values) if higher else min(values)) if values else None,
+        "duration_s": summary.get("duration_s"),
+        "run_dir": str(folder),
+        "tracking": summary.get("tracking") or {},
+    }
+
+
+def best_row(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The trial with the best metric among those that trained to the end (a stopped trial
+    was judged worse by the scheduler; a failed one has no verdict to trust)."""
+    done = [r for r in rows if r["status"] == "succeeded" and r["best"] is not None]
+    if not done:
+        return None
+    sign = 1 if HIGHER_IS_BETTER[metric] else -1
+    return max(done, key=lambda r: (sign * r["best"], -int(r["trial"].split("-")[1])))
+
+
+def write_records(sweep_dir: RunPath, record: dict[str, Any]) -> None:
+    """sweep.json and trials.csv, each written whole."""
+    write_json(sweep_dir / SWEEP_FILE, record)
+    write_atomic(sweep_dir / TRIALS_CSV, trials_csv(record["trials"], record["metric"]).encode())
+
+
+def trials_csv(rows: list[dict[str, Any]], metric: str) -> str:
+    keys = list(dict.fromkeys(k for r in rows for k in r["values"]))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        ["trial", "status", *keys, "epochs", f"final_{metric}", f"best_{metric}", "duration_s"]
+    )
+    for r in rows:
+        writer.writerow(
+            [r["trial"], r["status"], *(r["values"].get(k, "") for k in keys), r["epochs"],
+             _cell(r["final"]), _cell(r["best"]), _cell(r["duration_s"])]
+        )  # fmt: skip
+    return out.getvalue()
+
+
+def table(record: dict[str, Any]) -> str:
+    """The trials as `trainctl status` shows them, best first."""
+    rows, metric = record.get("trials") or [], record.get("metric", "val_accuracy")
+    keys = list(dict.fromkeys(k for r in rows for k in r.get("values", {})))
+    head = ["TRIAL", "STATUS", *(k.upper() for k in keys), "EPOCHS", "FINAL", "BEST", "TIME"]
+    sign = -1 if HIGHER_IS_BETTER.get(metric, True) else 1
+    ordered = sorted(rows, key=lambda r: (r.get("best") is None, sign * (r.get("best") or 0)))
+    body = [
+        [str(r.get("trial")), str(r.get("status")),
+         *(_cell(r.get("values", {}).get(k)) for k in keys), str(r.get("epochs")),
+         _cell(r.get("final")), _cell(r.get("best")), _seconds(r.get("duration_s"))]
+        for r in ordered
+    ]  # fmt: skip
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+             for line in [head, *body]]  # fmt: skip
+    best = record.get("best") or {}
+    status = record.get("status", "?")
+    lines.insert(0, f"sweep {record.get('sweep')}: {status}, metric {metric}, "
+                    f"best {best.get('trial', '-')} ({_cell(best.get('best'))})")  # fmt: skip
+    promotion = (record.get("promotion") or {}).get("line")
+    if promotion:
+        lines.append(f"promotion: {promotion}")
+    return "\n".join(lines)
+
+
+def importance(rows: list[dict[str, Any]]) -> list[str]:
+    """The keys whose values go with the biggest change in the best metric, most first: for a
+    numeric key the size of its rank correlation with the metric (Spearman's |rho|), for any
+    other the correlation ratio (eta) of the metric's means across its values; both 0..1."""
+    scored = [r for r in rows if r["best"] is not None]
+    keys = list(dict.fromkeys(k for r in rows for k in r["values"]))
+    metric = [float(r["best"]) for r in scored]
+    strength = {}
+    for key in keys:
+        values = [r["values"].get(key) for r in scored]
+        if values and all(_finite(v) for v in values):
+            strength[key] = abs(_pearson(_ranks(values), _ranks(metric)))
+        else:
+            strength[key] = _eta([str(v) for v in values], metric)
+    return sorted(keys, key=lambda k: -strength[k])
+
+
+def _ranks(values: list[Any]) -> list[float]:
+    """Average ranks (ties share theirs)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            ranks[order[position]] = (start + end) / 2
+        start = end + 1
+    return ranks
+
+
+def _pearson(xs: list[float], ys: list[float]) -> float:
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
+
+
+def _eta(labels: list[str], ys: list[float]) -> float:
+    if len(ys) < 2:
+        return 0.0
+    mean = sum(ys) / len(ys)
+    total = sum((y - mean) ** 2 for y in ys)
+    groups: dict[str, list[float]] = {}
+    for label, y in zip(labels, ys, strict=True):
+        groups.setdefault(label, []).append(y)
+    between = sum(len(g) * (sum(g) / len(g) - mean) ** 2 for g in groups.values())
+    return math.sqrt(between / total) if total > 0 and len(groups) > 1 else 0.0
+
+
+def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]) -> RunPath:
+    """sweep.png: each trial's best metric against the (up to) three most important keys."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, metric = record["trials"], record["metric"]
+    keys = importance(rows)[:3] or ["trial"]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 4), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        shown = [r for r in rows if r["best"] is not None]
+        xs = [r["values"].get(key, r["trial"]) for r in shown]
+        if xs and not all(_finite(x) for x in xs):
+            xs = [str(x) for x in xs]
+        colors = ["tab:green" if r["status"] == "succeeded" else "tab:gray" for r in shown]
+        ax.scatter(xs, [r["best"] for r in shown], c=colors)
+        if space_kinds.get(key) == "loguniform":
+            ax.set_xscale("log")
+        ax.set(xlabel=key, ylabel=f"best {metric}", title=key)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{record['sweep']}: green trained to the end, grey stopped or failed")
+    fig.tight_layout()
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
+    plt.close(fig)
+    path = sweep_dir / PLOT_FILE
+    write_atomic(path, image.getvalue())
+    return path
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _seconds(value: Any) -> str:
+    return f"{float(value):.0f}s" if _finite(value) else "-"
+
+
+def _say(message: str) -> None:
+    import click
+
+    click.echo(f"trainctl: {message}")

@@ -1,0 +1,85 @@
+"""A sweep's end for its trials: a stopped trial's summary, and the best trial shipped.
+
+The best trial's best checkpoint is exported and judged by TRAIN_PROMOTE_IF by the same
+function that judges a single run (app/promotion/step.promote_run), once per sweep, against
+the champion under the sweep's TRAIN_STORAGE_PATH: the trial's settings, with the trial's run
+folder as the run folder, the sweep's name as the run's name and the sweep's champion name
+(a sweep over TRAIN_MODEL still has one champion).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import PrivateAttr
+
+from app.data.schema import DatasetInfo
+from app.promotion.step import promote_run
+from app.runfolder.folder import SummaryNotWritten, read_summary, write_final_summary
+from app.runfolder.summary import build_summary, plot_curves
+from app.settings import TrainSettings
+from app.storage.location import RunPath
+
+
+class TrialOfSweep(TrainSettings):
+    """A trial's settings where the run folder is the trial's, the rest the sweep's."""
+
+    _trial_dir: Any = PrivateAttr(None)
+
+    @property
+    def run_dir(self) -> RunPath:  # type: ignore[override]
+        return self._trial_dir
+
+
+def promotion_settings(sweep: TrainSettings, trial: TrainSettings) -> TrialOfSweep:
+    values = {
+        **trial.model_dump(mode="json"),
+        "storage_path": str(sweep.storage_path),
+        "run_name": sweep.run_name,
+        "model_name": sweep.champion_name,
+    }
+    settings = TrialOfSweep.model_validate(values)
+    settings._trial_dir = trial.run_dir
+    return settings
+
+
+def promote_best(sweep: TrainSettings, trial: TrainSettings, info: DatasetInfo) -> dict[str, Any]:
+    """The one promotion of the sweep (NotPromoted / RunFailed as for a run)."""
+    from app.training.accel import resolve
+    from app.training.weights import pretrained_info
+
+    resolved, _ = resolve(trial, info)  # what the trial trained with, as its driver saw it
+    info = pretrained_info(resolved, info)
+    settings = promotion_settings(sweep, resolved)
+    summary = read_summary(trial.run_dir) or {}
+    # Exported, evaluated on valid/ (and test/), gated as a run is.
+    return promote_run(settings, info, summary, summary.get("promotion"), evaluate=True)
+
+
+def mark_stopped(trial: TrainSettings, stop: dict[str, Any]) -> None:
+    """The trial's summary says `stopped` (by the scheduler, after which epoch), not failed."""
+    run_dir = trial.run_dir
+    before = read_summary(run_dir) or {}
+    if before.get("status") == "stopped":
+        return
+    summary = build_summary(
+        run_dir,
+        status="stopped",
+        run_name=trial.run_name,
+        target_epochs=trial.epochs,
+        settings={**trial.redacted(), "fused_adamw": trial.use_gpu},
+        duration_s=float(stop.get("time_s") or 0.0),
+        failures=0,
+        restored_from=None,
+        metric=trial.checkpoint_metric,
+    )
+    summary["stopped_by"] = f"{trial.tune_scheduler} after epoch {stop.get('epoch')}"
+    if before.get("tracking"):
+        summary["tracking"] = before["tracking"]
+    try:
+        plot_curves(run_dir)
+        write_final_summary(run_dir, summary)
+    except (SummaryNotWritten, OSError) as err:
+        import click
+
+        click.echo(f"trainctl: warning: {run_dir}: stopped, not recorded ({err})", err=True)

@@ -1,0 +1,313 @@
+"""The `trainctl tune` driver: space -> trials -> Ray Tune -> records -> one promotion.
+
+A sweep is a run folder of run folders, <TRAIN_STORAGE_PATH>/<TRAIN_RUN_NAME>/:
+
+    sweep.json, trials.csv, sweep.png   the sweep's records (app/sweep/results.py)
+    trials/trial-0001/ ...              one normal run folder per trial
+    tune/                               Ray Tune's own experiment files (not read back)
+
+Everything that can be checked before Ray starts is checked (exit 2): the space, every drawn
+trial's settings, the storage, the trackers, the data. A rerun with the same name continues:
+trainctl's records are the truth, not Tune's experiment state. A trial whose folder says it
+succeeded, or that the scheduler stopped (sweep.json's `stopped`), is not trained again; any
+other resumes from its own checkpoints under the run folder's rules (app/run/resume.py). The
+best trial that trained to the end is then exported and judged by TRAIN_PROMOTE_IF exactly as
+a single run is (app/promotion/step.py): one promotion per sweep, none per trial.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import click
+
+from app.data.schema import DatasetInfo
+from app.errors import ConfigError, RunFailed
+from app.preflight import preflight_for_training
+from app.run.driver import Interrupted
+from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
+from app.runfolder.folder import read_summary
+from app.settings import TrainSettings
+from app.settings.tune_plan import TRIALS_DIR, Trial, plan_sweep
+from app.settings.tune_space import Dimension
+from app.storage.entries import refuse_link
+from app.storage.location import RunPath, storage_options
+from app.sweep import parent_run, results
+from app.sweep.results import DONE, HIGHER_IS_BETTER
+
+TUNE_DIR = "tune"
+TRIAL_DRIVER_CPUS = 0.01
+
+
+def run_sweep(settings: TrainSettings) -> dict[str, Any]:
+    started = time.monotonic()
+    sweep_dir = settings.run_dir
+    space, trials, per_trial = plan_sweep(settings)
+    before = results.read_sweep(sweep_dir) or {}
+    _same_trials(before, trials)
+    _no_planted_links(sweep_dir, trials)
+    ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
+    info: DatasetInfo = ready.info
+    stopped = {k: v for k, v in _mapping(before.get("stopped")).items() if isinstance(v, dict)}
+    sweep = _Sweep(settings, space, trials, stopped, before)
+    rows = sweep.rows()
+    todo = [t for t, row in zip(trials, rows, strict=True) if row["status"] not in DONE]
+    _say(
+        f"sweep {settings.run_name}: {len(trials)} trials, {len(trials) - len(todo)} done, "
+        f"{len(todo)} to train ({settings.tune_scheduler}, {settings.checkpoint_metric}) in "
+        f"{sweep_dir}"
+    )
+    if todo:
+        ready.join_cluster()  # joins or starts Ray; one trial must fit
+        sweep.write("running")
+        _tune_until_sigterm(settings, sweep, todo, per_trial)
+    return _conclude(settings, sweep, per_trial, info, started)
+
+
+def _tune_until_sigterm(
+    settings: TrainSettings, sweep: _Sweep, todo: list[Trial], per_trial: dict[str, TrainSettings]
+) -> None:
+    """The trials, trained by Ray Tune; SIGTERM (an evicted head) ends the sweep cleanly."""
+    with sigterm_interrupts():
+        try:
+            _tune(settings, sweep, todo, per_trial)
+        except KeyboardInterrupt:
+            if not SIGTERM_SEEN.is_set():
+                raise  # Ctrl-C: the CLI says so
+            sweep.write("interrupted")
+            sweep.parent.finish("incomplete", None)
+            # The trials' drivers end with this one (their Ray job ends): each resumes from its
+            # last committed checkpoint when the sweep is rerun.
+            raise Interrupted(
+                f"stopped by SIGTERM; sweep folder {settings.run_dir} is consistent: rerun to "
+                "continue the sweep"
+            ) from None
+
+
+def _same_trials(before: dict[str, Any], trials: list[Trial]) -> None:
+    """A rerun must draw the trials the sweep's folders hold: the same space and seed."""
+    drawn = {t.trial_id: t.values for t in trials}
+    for row in before.get("trials") or []:
+        if not isinstance(row, dict) or row.get("trial") not in drawn:
+            continue
+        if row.get("values") != drawn[row["trial"]]:
+            raise ConfigError(
+                f"{row['trial']} of this sweep was drawn with {row.get('values')}, this space "
+                f"and TRAIN_SEED draw {drawn[row['trial']]}: keep the space and seed to "
+                "continue the sweep, or give a new TRAIN_RUN_NAME"
+            )
+
+
+def _no_planted_links(sweep_dir: RunPath, trials: list[Trial]) -> None:
+    """A trial folder planted as a link is refused (exit 2), never trained through."""
+    for trial in trials:  # a bucket has no links
+        refuse_link(sweep_dir / TRIALS_DIR / trial.trial_id, sweep_dir.parent)
+
+
+class _Sweep:
+    """The sweep's records as they stand, rewritten after every trial."""
+
+    def __init__(
+        self,
+        settings: TrainSettings,
+        space: dict[str, Dimension],
+        trials: list[Trial],
+        stopped: dict[str, dict[str, Any]],
+        before: dict[str, Any],
+    ) -> None:
+        self.settings, self.space, self.trials, self.stopped = settings, space, trials, stopped
+        self.parent = parent_run.ParentRun.start(settings, _mapping(before.get("tracking")))
+        self.extra: dict[str, Any] = {}
+        self.started_at = before.get("started_at") or time.time()
+
+    def rows(self) -> list[dict[str, Any]]:
+        metric = self.settings.checkpoint_metric
+        return [
+            results.trial_row(self.settings.run_dir, t, metric, self.stopped) for t in self.trials
+        ]
+
+    def write(self, status: str) -> dict[str, Any]:
+        s = self.settings
+        rows = self.rows()
+        best = results.best_row(rows, s.checkpoint_metric)
+        record = {
+            "sweep": s.run_name,
+            "sweep_dir": str(s.run_dir),
+            "status": status,
+            "metric": s.checkpoint_metric,
+            "mode": "max" if HIGHER_IS_BETTER[s.checkpoint_metric] else "min",
+            "scheduler": s.tune_scheduler,
+            "samples": s.tune_samples,
+            "seed": s.seed,
+            "epochs": s.epochs,
+            "space": {d.key: {d.kind: list(d.values)} for d in self.space.values()},
+            "trials": rows,
+            "best": best,
+            "stopped": self.stopped,
+            "tracking": self.parent.ids,
+            "started_at": self.started_at,
+            **self.extra,
+        }
+        results.write_records(s.run_dir, record)
+        self.parent.adopt(rows)
+        return record
+
+    def trial_ended(self, trial_id: str, last: dict[str, Any] | None, error: bool) -> None:
+        last = last or {}
+        epoch = int(last.get("epoch") or 0)
+        trial = next(t for t in self.trials if t.trial_id == trial_id)
+        ended = results.trial_row(self.settings.run_dir, trial, self.settings.checkpoint_metric, {})
+        # Stopped: it reported epochs (a trial that had trained them all reports none when it
+        # concludes on a rerun) but fewer than TRAIN_EPOCHS, and its driver did not end it.
+        if not error and 0 < epoch < self.settings.epochs and ended["status"] == "running":
+            # The scheduler's verdict, kept before anything else: a rerun does not retrain it.
+            self.stopped[trial_id] = {"epoch": epoch, "time_s": last.get("time_total_s")}
+        self.write("running")
+
+
+def _tune(
+    settings: TrainSettings, sweep: _Sweep, todo: list[Trial], per_trial: dict[str, TrainSettings]
+) -> None:
+    from ray import tune
+
+    from app.sweep.trial import forwarded_env, run_trial
+
+    metric = settings.checkpoint_metric
+    trainable = tune.with_parameters(
+        run_trial, trials={t.trial_id: per_trial[t.trial_id] for t in todo},
+        env=forwarded_env(os.environ),
+    )  # fmt: skip
+    # The trial's function only drives its TorchTrainer (as `trainctl train`'s process does):
+    # the workers hold the CPUs and GPUs, and TRAIN_TUNE_CONCURRENT bounds the trials. (Tune
+    # refuses a request of nothing: a hundredth of a CPU.)
+    trainable = tune.with_resources(trainable, {"CPU": TRIAL_DRIVER_CPUS})
+    concurrent = concurrent_trials(settings, len(todo))
+    _say(f"{concurrent} trial(s) at a time")
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"trial": tune.grid_search([t.trial_id for t in todo])},
+        tune_config=tune.TuneConfig(
+            metric=metric,
+            mode="max" if HIGHER_IS_BETTER[metric] else "min",
+            scheduler=_scheduler(settings),
+            max_concurrent_trials=concurrent,
+            reuse_actors=False,
+        ),
+        run_config=tune.RunConfig(
+            name=TUNE_DIR,
+            **storage_options(settings.run_dir),
+            callbacks=[_recorder(sweep)],
+            failure_config=tune.FailureConfig(max_failures=0),  # a trial retries by its own rules
+            verbose=0,
+        ),
+    )
+    tuner.fit()
+
+
+def _scheduler(settings: TrainSettings) -> Any:
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    if settings.tune_scheduler != "asha":
+        return FIFOScheduler()
+    return ASHAScheduler(
+        time_attr="epoch",
+        max_t=settings.epochs,
+        grace_period=min(settings.tune_grace_period, settings.epochs),
+        reduction_factor=settings.tune_reduction_factor,
+        # A trial that reaches TRAIN_EPOCHS ends by itself: stopped by Tune at its last report,
+        # its driver would be killed before it writes the run's end (summary, pruning).
+        stop_last_trials=False,
+    )
+
+
+def _recorder(sweep: _Sweep) -> Any:
+    from ray import tune
+
+    class Recorder(tune.Callback):
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            sweep.trial_ended(trial.config["trial"], trial.last_result, error=False)
+
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            sweep.trial_ended(trial.config["trial"], trial.last_result, error=True)
+
+    return Recorder()
+
+
+def concurrent_trials(settings: TrainSettings, todo: int) -> int:
+    """TRAIN_TUNE_CONCURRENT, or as many trials as the cluster's CPUs and GPUs hold."""
+    if settings.tune_concurrent:
+        return max(1, min(settings.tune_concurrent, todo))
+    import ray
+
+    from app.ray_cluster import DATA_CPUS
+
+    resources = ray.cluster_resources()
+    workers = settings.workers.max
+    fits = (resources.get("CPU", 0) - DATA_CPUS) // (workers * settings.cpus_per_worker)
+    if settings.use_gpu:
+        fits = min(fits, resources.get("GPU", 0) // workers)
+    return int(max(1, min(fits, todo)))
+
+
+def _conclude(
+    settings: TrainSettings,
+    sweep: _Sweep,
+    per_trial: dict[str, TrainSettings],
+    info: DatasetInfo,
+    started: float,
+) -> dict[str, Any]:
+    from app.sweep.ship import mark_stopped, promote_best
+
+    rows = sweep.rows()
+    for row in rows:
+        if row["status"] == "stopped":
+            mark_stopped(per_trial[row["trial"]], sweep.stopped.get(row["trial"]) or {})
+    sweep.extra["duration_s"] = round(time.monotonic() - started, 2)
+    record = sweep.write("running")
+    pending = [r["trial"] for r in record["trials"] if r["status"] not in DONE]
+    _plot(settings, sweep, record)
+    best = record["best"]
+    if best is None:
+        sweep.write("failed")
+        sweep.parent.finish("failed", None)
+        raise RunFailed(
+            [f"sweep {settings.run_name}: no trial trained to the end; nothing to promote",
+             f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
+        )  # fmt: skip
+    _say(f"best: {best['trial']} ({settings.checkpoint_metric} {best['best']:.4g})")
+    if pending:
+        _say(f"{len(pending)} trial(s) did not finish ({', '.join(pending)}): rerun to resume")
+    try:
+        summary = promote_best(settings, per_trial[best["trial"]], info)
+    finally:
+        shipped = read_summary(results.trial_dir(settings.run_dir, _trial(sweep, best))) or {}
+        sweep.extra["promoted"] = shipped.get("promoted")
+        sweep.extra["promotion"] = shipped.get("promotion")
+        status = "succeeded" if not pending else "incomplete"
+        record = sweep.write(status)
+        sweep.parent.finish(status, record)
+    return summary
+
+
+def _trial(sweep: _Sweep, row: dict[str, Any]) -> Trial:
+    return next(t for t in sweep.trials if t.trial_id == row["trial"])
+
+
+def _plot(settings: TrainSettings, sweep: _Sweep, record: dict[str, Any]) -> None:
+    try:
+        path = results.plot(settings.run_dir, record, {d.key: d.kind for d in sweep.space.values()})
+    except Exception as err:  # a plot must never cost the sweep its promotion
+        _say(f"sweep.png not drawn ({type(err).__name__}: {err})")
+        return
+    _say(f"plot: {path}")
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A part of sweep.json that should be a mapping; {} for anything else (a damaged file)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _say(message: str) -> None:
+    click.echo(f"trainctl: {message}")

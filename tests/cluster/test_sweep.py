@@ -1,0 +1,163 @@
+"""`trainctl tune` on the shared session cluster: ONE sweep, asserted on by every test here.
+
+The sweep: digits, the cnn, four trials of two epochs on one worker each, two at a time, ASHA
+(grace period 1, reduction factor 2), tracked to the real `mlflow server`. Its grid puts a
+learning rate that learns next to one that barely moves, so ASHA has something to stop. The
+driver is killed outright (SIGKILL) once a trial has finished, then the sweep is rerun with the
+same name; the rerun finishes it and promotes its best trial.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import explain, run_trainctl, start_trainctl, trainctl_env, wait_until
+
+SWEEP = "nightly"
+TRIALS = [f"trial-000{n}" for n in range(1, 5)]
+EXPERIMENT = "trainctl-sweep-tests"
+SPACE = "lr: {grid: [0.003, 0.00001]}\nweight_decay: {uniform: [0.0, 0.05]}\n"
+
+
+@dataclass
+class Sweep:
+    tmp: Path
+    sweep_dir: Path
+    mlflow_uri: str
+    finished_before_kill: list[str] = field(default_factory=list)
+    attempts_before_kill: dict[str, int] = field(default_factory=dict)
+    killed_code: int = 0
+    rerun: subprocess.CompletedProcess[str] | None = None
+    attempts_after: dict[str, int] = field(default_factory=dict)
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def _summary(trial_dir: Path) -> dict[str, Any]:
+    from app.runfolder.folder import read_summary
+
+    return read_summary(trial_dir) or {}
+
+
+def _attempts(trial_dir: Path) -> int:
+    """Driver starts of a trial: its logs/attempt-K folders (one per `run_training`)."""
+    logs = trial_dir / "logs"
+    return len(list(logs.glob("attempt-*"))) if logs.is_dir() else 0
+
+
+def _finished(sweep_dir: Path) -> list[str]:
+    return [t for t in TRIALS if _summary(sweep_dir / "trials" / t).get("status") == "succeeded"]
+
+
+@pytest.fixture(scope="module")
+def sweep(
+    ray_cluster: object, mlflow_server: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
+) -> Sweep:
+    tmp = tmp_path_factory.mktemp("sweep")
+    (tmp / "space.yaml").write_text(SPACE)
+    env = trainctl_env(
+        dataset="digits", model="cnn", epochs="2", num_workers="1", global_batch_size="64",
+        data_path=str(tmp / "data"), storage_path=str(tmp / "runs"), run_name=SWEEP,
+        ray_address=ray_cluster.address,  # type: ignore[attr-defined]
+        tune_space=str(tmp / "space.yaml"), tune_samples="2", tune_concurrent="2",
+        tune_reduction_factor="2", max_failures="0",
+    )  # fmt: skip
+    uri = mlflow_server()
+    env.update(MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME=EXPERIMENT)
+    run = Sweep(tmp, tmp / "runs" / SWEEP, uri)
+
+    driver = start_trainctl("tune", env=env, cwd=tmp)
+    try:
+        wait_until(lambda: bool(_finished(run.sweep_dir)), timeout=900, what="a finished trial")
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        run.killed_code = driver.wait(timeout=60)
+    run.finished_before_kill = _finished(run.sweep_dir)
+    run.attempts_before_kill = {t: _attempts(run.sweep_dir / "trials" / t) for t in TRIALS}
+
+    run.rerun = run_trainctl("tune", env=env, cwd=tmp, timeout=900)
+    run.attempts_after = {t: _attempts(run.sweep_dir / "trials" / t) for t in TRIALS}
+    run.record = json.loads((run.sweep_dir / "sweep.json").read_text())
+    return run
+
+
+def test_the_killed_sweep_continues_without_retraining_finished_trials(sweep: Sweep) -> None:
+    assert sweep.killed_code == -signal.SIGKILL
+    assert sweep.rerun is not None and sweep.rerun.returncode == 0, explain(sweep.rerun)
+    assert sweep.finished_before_kill
+    for trial in sweep.finished_before_kill:
+        # Its one driver start: the rerun did not start it again.
+        assert sweep.attempts_after[trial] == sweep.attempts_before_kill[trial] == 1, trial
+    statuses = {row["trial"]: row["status"] for row in sweep.record["trials"]}
+    assert sorted(statuses) == TRIALS
+    assert set(statuses.values()) <= {"succeeded", "stopped"}, statuses
+    assert sweep.record["status"] == "succeeded"
+
+
+def test_each_trial_is_a_normal_run_folder_and_stopped_trials_say_so(sweep: Sweep) -> None:
+    for row in sweep.record["trials"]:
+        trial_dir = sweep.sweep_dir / "trials" / row["trial"]
+        summary = _summary(trial_dir)
+        assert summary["status"] == row["status"], row
+        assert summary["settings"]["lr"] == row["values"]["lr"]
+        assert summary["run_dir"] == str(trial_dir)
+        epochs = [json.loads(x) for x in (trial_dir / "metrics.jsonl").read_text().splitlines()]
+        assert row["epochs"] == len(epochs) >= 1
+        if row["status"] == "stopped":
+            stop = sweep.record["stopped"][row["trial"]]["epoch"]
+            assert 1 <= stop < 2 and summary["stopped_by"] == f"asha after epoch {stop}"
+            # Its workers may finish the epoch they are in before the stop reaches them (Ray
+            # Train's report returns before Tune has judged it): what they wrote is kept.
+            assert len(epochs) >= stop
+        else:
+            assert len(epochs) == 2 and summary["epochs_completed"] == 2
+        assert "promotion" not in summary or row["trial"] == sweep.record["best"]["trial"]
+
+
+def test_sweep_records_table_and_plot(sweep: Sweep) -> None:
+    lines = (sweep.sweep_dir / "trials.csv").read_text().splitlines()
+    assert lines[0].startswith("trial,status,lr,weight_decay,epochs,final_val_accuracy")
+    assert len(lines) == 1 + len(TRIALS)
+    assert (sweep.sweep_dir / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    best = sweep.record["best"]
+    scored = [r["best"] for r in sweep.record["trials"] if r["status"] == "succeeded"]
+    assert best["best"] == max(scored) and best["values"]["lr"] == 0.003
+    shown = run_trainctl("status", str(sweep.sweep_dir), env=trainctl_env(), cwd=sweep.tmp)
+    assert shown.returncode == 0, explain(shown)
+    assert f"best {best['trial']}" in shown.stdout and all(t in shown.stdout for t in TRIALS)
+
+
+def test_the_best_trial_is_promoted_once_for_the_sweep(sweep: Sweep) -> None:
+    best = sweep.record["best"]["trial"]
+    pointer = json.loads((sweep.tmp / "runs" / "champions" / "digits-cnn.json").read_text())
+    assert pointer["run_dir"] == str(sweep.sweep_dir / "trials" / best)
+    assert pointer["run_name"] == SWEEP
+    # The first champion under this storage: the sweep's best beats chance, so it is promoted.
+    assert sweep.record["promoted"] is True
+    assert sweep.record["promotion"]["line"].startswith("promoted v1")
+    promoted = [t for t in TRIALS if "promotion" in _summary(sweep.sweep_dir / "trials" / t)]
+    assert promoted == [best]  # never one per trial
+    assert "promoted v1" in sweep.rerun.stdout  # type: ignore[union-attr]
+
+
+def test_mlflow_has_one_parent_run_with_a_child_per_trial(sweep: Sweep) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=sweep.mlflow_uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("trainctl.kind") == "sweep"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.run_id == sweep.record["tracking"]["mlflow"]["run_id"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.info.run_name for r in children) == TRIALS
+    assert parent.data.tags["trainctl.best_trial"] == sweep.record["best"]["trial"]
+    assert parent.info.status == "FINISHED"

@@ -1,0 +1,101 @@
+"""The chart's `tune:` section: a sweep is a RayJob per pool like a run (Helm rendering; the
+jinja2 engine is held equal to it by test_render_parity.py, examples/values-nightly-sweep.yaml
+among its files)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.errors import ConfigError
+from app.k8s.render import load_values, render_objects
+from app.settings import TrainSettings
+from app.settings.tune_space import parse_space
+from tests.contract.k8s_support import (
+    EXAMPLES,
+    config_data,
+    containers,
+    helm_render,
+    load_yaml,
+    of_kind,
+    rayjob_groups,
+)
+
+SWEEP = load_yaml(EXAMPLES / "values-nightly-sweep.yaml")
+SPACE_FILE = "/etc/trainctl/tune-space.yaml"
+
+
+@pytest.fixture(scope="module")
+def sweep_objects() -> list[dict]:
+    return helm_render(SWEEP, release="train", namespace="ml")
+
+
+def test_the_sweeps_rayjob_runs_trainctl_tune_with_its_space_on_the_head(
+    sweep_objects: list[dict],
+) -> None:
+    (job,) = of_kind(sweep_objects, "RayJob")
+    assert job["spec"]["entrypoint"] == "bash -c 'trainctl check && exec trainctl tune'"
+    data = config_data(sweep_objects, job["metadata"]["name"])
+    assert data["TRAIN_TUNE_SPACE"] == SPACE_FILE
+    assert data["TRAIN_TUNE_SAMPLES"] == "16" and data["TRAIN_TUNE_SCHEDULER"] == "asha"
+    assert data["TRAIN_TUNE_GRACE_PERIOD"] == "2" and data["TRAIN_TUNE_REDUCTION_FACTOR"] == "3"
+    assert data["TRAIN_NUM_WORKERS"] == "1"  # tune.workersPerTrial, not the pool's 4
+    # The file the head reads is the values' space, as YAML (JSON is YAML).
+    assert yaml.safe_load(data["tune_space.yaml"]) == SWEEP["tune"]["space"]
+    head, groups = rayjob_groups(job)
+    (head_container,) = containers(head["template"])
+    mount = next(m for m in head_container["volumeMounts"] if m["name"] == "tune-space")
+    # A subPath mount is the file itself: a ConfigMap folder's files are links, refused.
+    assert mount == {"name": "tune-space", "mountPath": SPACE_FILE, "subPath": "space.yaml",
+                     "readOnly": True}  # fmt: skip
+    for group in groups:
+        for container in containers(group["template"]):
+            assert all(m["name"] != "tune-space" for m in container["volumeMounts"])
+
+
+def test_the_rendered_settings_and_space_are_what_trainctl_tune_accepts(
+    sweep_objects: list[dict], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (job,) = of_kind(sweep_objects, "RayJob")
+    data = config_data(sweep_objects, job["metadata"]["name"])
+    for key in [k for k in __import__("os").environ if k.startswith("TRAIN_")]:
+        monkeypatch.delenv(key)
+    for key, value in data.items():
+        if key.startswith("TRAIN_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    settings = TrainSettings()
+    space = parse_space(yaml.safe_load(data["tune_space.yaml"]), settings)
+    assert space["lr"].values == (1e-4, 3e-2) and space["augment"].kind == "choice"
+
+
+def test_without_tune_a_pool_trains_and_carries_no_sweep_settings() -> None:
+    values = copy.deepcopy(SWEEP)
+    values["tune"]["enabled"] = False
+    objects = helm_render(values, release="train", namespace="ml")
+    (job,) = of_kind(objects, "RayJob")
+    assert job["spec"]["entrypoint"].endswith("exec trainctl train'")
+    data = config_data(objects, job["metadata"]["name"])
+    assert not [k for k in data if "TUNE" in k or k == "tune_space.yaml"]
+    assert data["TRAIN_NUM_WORKERS"] == "4"
+
+
+def test_render_holds_the_space_to_each_pools_settings(tmp_path: Path) -> None:
+    values = copy.deepcopy(SWEEP)
+    values["tune"]["space"] = {
+        "lr": {"uniform": [0, 0.1]},  # TRAIN_LR must be > 0
+        "lrr": {"choice": [1]},
+        "global_batch_size": {"choice": [0, 64]},
+    }
+    path = tmp_path / "values.yaml"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as refused:
+        render_objects(load_values([path]), release="train", namespace="ml")
+    text = "\n".join(refused.value.problems)
+    for needle in ("pool l4: tune.space: lr", "TRAIN_LR", "lrr: not a trainctl setting",
+                   "global_batch_size"):  # fmt: skip
+        assert needle in text, text

@@ -1,0 +1,107 @@
+"""`trainctl tune`, careless or hostile: exit 2 before Ray starts, naming the key or the
+setting and what it allows, no traceback, nothing trained."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.hostile.support import assert_refused, files_under, trainctl
+
+SPACES = [
+    ("lrr: {uniform: [0, 1]}", ["lrr", "not a trainctl setting", "did you mean lr"]),
+    ("lr: {uniform: [0, 0.1]}", ["lr", "TRAIN_LR", "greater than 0"]),
+    ("lr: {loguniform: [1e-6, 100]}", ["lr", "TRAIN_LR", "less than or equal to 10"]),
+    ("global_batch_size: {choice: [64, 0]}", ["global_batch_size", "TRAIN_GLOBAL_BATCH_SIZE"]),
+    ("model: {choice: [cnn, rm -rf]}", ["model", "rm -rf"]),
+    ("storage_path: {choice: [/etc]}", ["storage_path", "a trial may vary"]),
+    ("ray_address: {choice: [auto]}", ["ray_address", "a trial may vary"]),
+    ("lr: 0.1", ["lr", "one distribution"]),
+    ("- lr", ["must map settings"]),
+    ("lr: {uniform: [1, .nan]}", ["lr", "two numbers"]),
+    ("!!python/object/apply:os.system [touch pwned]", ["not YAML"]),
+]
+
+
+@pytest.mark.parametrize(("space", "needles"), SPACES, ids=lambda v: repr(v)[:30])
+def test_a_bad_space_is_refused_before_ray_naming_the_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, space: str, needles: list[str]
+) -> None:
+    (tmp_path / "space.yaml").write_text(space + "\n")
+    monkeypatch.setenv("TRAIN_TUNE_SPACE", str(tmp_path / "space.yaml"))
+    assert_refused(trainctl("tune"), 2, "TRAIN_TUNE_SPACE", *needles)
+    assert files_under(tmp_path) == ["space.yaml"]  # nothing written, nothing run
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("TRAIN_TUNE_SAMPLES", "0"), ("TRAIN_TUNE_SAMPLES", "-1"), ("TRAIN_TUNE_SAMPLES", "1e9"),
+     ("TRAIN_TUNE_SCHEDULER", "pbt"), ("TRAIN_TUNE_REDUCTION_FACTOR", "1"),
+     ("TRAIN_TUNE_GRACE_PERIOD", "0"), ("TRAIN_TUNE_CONCURRENT", "-3")],
+)  # fmt: skip
+def test_bad_sweep_settings_are_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    assert_refused(trainctl("tune"), 2, name)
+    assert files_under(tmp_path) == []
+
+
+def test_no_space_is_refused(tmp_path: Path) -> None:
+    assert_refused(trainctl("tune"), 2, "TRAIN_TUNE_SPACE is not set")
+
+
+def test_a_space_file_planted_as_a_link_is_not_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "real.yaml").write_text("lr: {uniform: [0.001, 0.01]}\n")
+    (tmp_path / "space.yaml").symlink_to(tmp_path / "real.yaml")
+    monkeypatch.setenv("TRAIN_TUNE_SPACE", str(tmp_path / "space.yaml"))
+    assert_refused(trainctl("tune"), 2, "TRAIN_TUNE_SPACE", "link")
+
+
+def _sweep_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    (tmp_path / "space.yaml").write_text("lr: {loguniform: [0.001, 0.01]}\n")
+    monkeypatch.setenv("TRAIN_TUNE_SPACE", str(tmp_path / "space.yaml"))
+    monkeypatch.setenv("TRAIN_TUNE_SAMPLES", "2")
+    monkeypatch.setenv("TRAIN_RUN_NAME", "sweep")
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path / "runs"))
+    sweep_dir = tmp_path / "runs" / "sweep"
+    sweep_dir.mkdir(parents=True)
+    return sweep_dir
+
+
+def test_a_sweep_folder_drawn_from_another_space_is_not_mixed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    record = {"trials": [{"trial": "trial-0001", "values": {"lr": 0.5}}]}
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    assert_refused(trainctl("tune"), 2, "trial-0001", "new TRAIN_RUN_NAME")
+    assert files_under(sweep_dir) == ["sweep.json"]
+
+
+def test_a_trial_folder_planted_as_a_link_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (sweep_dir / "trials").mkdir()
+    (sweep_dir / "trials" / "trial-0002").symlink_to(tmp_path / "elsewhere")
+    assert_refused(trainctl("tune"), 2, "trial-0002")
+    assert files_under(tmp_path / "elsewhere") == []
+
+
+def test_check_holds_the_space_and_every_trial_to_the_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "space.yaml").write_text("global_batch_size: {choice: [64, 1]}\n")
+    monkeypatch.setenv("TRAIN_TUNE_SPACE", str(tmp_path / "space.yaml"))
+    monkeypatch.setenv("TRAIN_NUM_WORKERS", "2")
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  sweep", "global_batch_size", "smaller than the 2 workers")
+    (tmp_path / "space.yaml").write_text("lr: {loguniform: [1e-4, 1e-2]}\n")
+    result = trainctl("check", "--skip-cluster")
+    assert "ok    sweep: 8 trials over lr (asha)" in result.out, result.text

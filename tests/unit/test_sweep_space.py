@@ -1,0 +1,207 @@
+"""The search space and the trials drawn from it: pure, no Ray, no torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.errors import ConfigError
+from app.settings import TrainSettings
+from app.settings.tune_plan import Trial, draw, trial_settings
+from app.settings.tune_space import MAX_SPACE_BYTES, VARIABLE, load_space, parse_space
+from app.sweep.results import best_row, importance, table, trials_csv
+
+BASE = TrainSettings.model_validate({"num_workers": "2", "storage_path": "/store"})
+
+
+def _refused(data: object, *needles: str) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_space(data, BASE)
+    text = "\n".join(caught.value.problems)
+    for needle in needles:
+        assert needle in text, (needle, text)
+    return caught.value.problems
+
+
+def test_every_distribution_parses_with_the_settings_types() -> None:
+    space = parse_space(
+        {
+            "lr": {"loguniform": ["1e-4", 0.1]},  # YAML 1.1 reads 1e-4 as a string
+            "weight_decay": {"uniform": [0, 0.1]},
+            "global_batch_size": {"randint": [32, 64]},
+            "model": {"choice": ["cnn", "resnet18", "cnn"]},
+            "augment": {"grid": ["crop", "none"]},
+            "freeze": {"choice": ["none", "backbone"]},
+        },
+        BASE,
+    )
+    assert space["lr"].values == (1e-4, 0.1)
+    assert space["global_batch_size"].values == (32, 64) and space["global_batch_size"].integer
+    assert space["model"].values == ("cnn", "resnet18")  # duplicates once
+
+
+def test_unknown_key_is_named_with_a_suggestion() -> None:
+    problems = _refused({"lrr": {"uniform": [0, 1]}}, "lrr", "not a trainctl setting", "lr")
+    assert len(problems) == 1
+
+
+def test_a_range_torch_cannot_take_is_refused_with_the_settings_own_message() -> None:
+    _refused({"lr": {"uniform": [0, 0.1]}}, "lr", "TRAIN_LR", "greater than 0")
+    _refused({"weight_decay": {"uniform": [0, 5]}}, "weight_decay", "TRAIN_WEIGHT_DECAY")
+    _refused({"lr": {"loguniform": [0, 0.1]}}, "lr", "0 < low")
+    _refused({"global_batch_size": {"randint": [0, 8]}}, "global_batch_size")
+    # Below the two workers of the base: the rule across settings, with its own message.
+    _refused({"global_batch_size": {"choice": [1, 64]}}, "global_batch_size", "smaller than")
+    _refused({"model": {"choice": ["cnn", "no_such_net"]}}, "model", "no_such_net")
+
+
+def test_keys_a_trial_may_not_vary_and_bad_shapes_are_refused_all_at_once() -> None:
+    problems = _refused(
+        {
+            "storage_path": {"choice": ["/a"]},
+            "epochs": {"randint": [1, 3]},
+            "freeze": {"uniform": [0, 1]},
+            "lr": {"uniform": [0.1, 0.01]},
+            "seed": {"grid": []},
+            "amp": {"pick": ["off"]},
+            "weight_decay": {"uniform": [0, "x"]},
+            "vit_patch": 4,
+        },
+        "storage_path",
+        "a trial may vary",
+        "uniform is for numeric settings",
+        "low <= high",
+        "takes a list",
+        "'pick' is not a distribution",
+        "two numbers",
+        "one distribution",
+    )
+    assert len(problems) == 8
+    _refused([], "must map settings")
+    _refused({"lr": {"uniform": [float("nan"), 1]}}, "two numbers")
+    assert "epochs" not in VARIABLE and "lr" in VARIABLE
+
+
+def test_the_space_file_is_bounded_link_safe_and_yaml(tmp_path: Path) -> None:
+    good = tmp_path / "space.yaml"
+    good.write_text("lr: {loguniform: [1e-4, 1e-1]}\n")
+    assert load_space(good, BASE)["lr"].kind == "loguniform"
+    for text, needle in [
+        ("lr: [unclosed", "not YAML"),
+        ("# " + "x" * MAX_SPACE_BYTES, "larger than"),
+        ("!!python/object:os.system {}", "not YAML"),  # safe_load: nothing that runs code
+    ]:
+        good.write_text(text)
+        with pytest.raises(ConfigError, match=needle):
+            load_space(good, BASE)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(good)
+    with pytest.raises(ConfigError, match="link"):
+        load_space(link, BASE)
+    with pytest.raises(ConfigError, match="no such file"):
+        load_space(tmp_path / "absent.yaml", BASE)
+
+
+def test_trials_are_stable_in_range_and_more_samples_only_add() -> None:
+    space = parse_space(
+        {
+            "lr": {"loguniform": [1e-4, 1e-1]},
+            "global_batch_size": {"randint": [32, 40]},
+            "augment": {"grid": ["crop", "none"]},
+        },
+        BASE,
+    )
+    four = draw(space, 2, seed=7, scheduler="asha")
+    assert [t.trial_id for t in four] == [f"trial-000{n}" for n in range(1, 5)]
+    assert [t.values["augment"] for t in four] == ["crop", "none", "crop", "none"]
+    assert draw(space, 2, seed=7, scheduler="asha") == four  # a rerun draws the same
+    assert draw(space, 3, seed=7, scheduler="asha")[:4] == four  # more samples: appended
+    assert draw(space, 2, seed=8, scheduler="asha") != four
+    for trial in four:
+        assert 1e-4 <= trial.values["lr"] <= 1e-1
+        assert isinstance(trial.values["global_batch_size"], int)
+        assert 32 <= trial.values["global_batch_size"] <= 40
+    assert len({t.values["lr"] for t in four}) == 4
+
+
+def test_grid_scheduler_enumerates_choices_and_bounds_the_total() -> None:
+    space = parse_space(
+        {"freeze": {"choice": ["none", "backbone"]}, "seed": {"grid": [1, 2]}}, BASE
+    )
+    grid = draw(space, 1, seed=0, scheduler="grid")
+    assert sorted((t.values["freeze"], t.values["seed"]) for t in grid) == [
+        ("backbone", 1), ("backbone", 2), ("none", 1), ("none", 2)
+    ]  # fmt: skip
+    wide = parse_space({"seed": {"grid": list(range(1000))}}, BASE)
+    with pytest.raises(ConfigError, match="over"):
+        draw(wide, 11, seed=0, scheduler="asha")
+
+
+def test_a_trial_is_a_normal_run_in_the_sweeps_folder() -> None:
+    trial = Trial(3, {"lr": 0.01})
+    settings = trial_settings(BASE, trial, BASE.run_dir)
+    assert settings.run_dir == Path("/store") / BASE.run_name / "trials" / "trial-0003"
+    assert settings.lr == 0.01 and settings.epochs == BASE.epochs
+    with pytest.raises(ConfigError, match="trial-0003"):
+        trial_settings(BASE, Trial(3, {"global_batch_size": 1}), BASE.run_dir)
+
+
+def _row(trial: str, status: str, best: float | None, lr: float) -> dict[str, object]:
+    return {"trial": trial, "status": status, "values": {"lr": lr, "model": "cnn"},
+            "epochs": 2, "final": best, "best": best, "duration_s": 3.0}  # fmt: skip
+
+
+def test_best_is_the_best_trial_trained_to_the_end() -> None:
+    rows = [
+        _row("trial-0001", "succeeded", 0.8, 0.01),
+        _row("trial-0002", "stopped", 0.95, 0.02),  # stopped early: not shipped
+        _row("trial-0003", "succeeded", 0.9, 0.1),
+        _row("trial-0004", "failed", None, 0.2),
+    ]
+    assert best_row(rows, "val_accuracy")["trial"] == "trial-0003"  # type: ignore[index]
+    assert best_row(rows, "val_loss")["trial"] == "trial-0001"  # type: ignore[index]
+    assert best_row(rows[1:2], "val_accuracy") is None
+    assert importance(rows)[0] == "lr"  # model never changes
+    # A learning rate that decides everything, beside a weight decay that does not matter
+    # (its every value distinct: grouping by value alone would call it decisive).
+    swept = [
+        {"trial": f"t{n}", "status": "succeeded", "best": best, "values": {"lr": lr, "wd": wd}}
+        for n, (lr, wd, best) in enumerate(
+            [(1e-5, 0.0024, 0.15), (3e-3, 0.0243, 0.89), (1e-5, 0.043, 0.13), (3e-3, 0.0486, 0.89)]
+        )
+    ]  # fmt: skip
+    assert importance(swept) == ["lr", "wd"]
+    text = trials_csv(rows, "val_accuracy")
+    assert text.splitlines()[0].split(",") == [
+        "trial", "status", "lr", "model", "epochs", "final_val_accuracy", "best_val_accuracy",
+        "duration_s",
+    ]  # fmt: skip
+    assert len(text.splitlines()) == 5
+    shown = table({"sweep": "s", "status": "succeeded", "metric": "val_accuracy", "trials": rows,
+                   "best": rows[2]})  # fmt: skip
+    lines = shown.splitlines()
+    assert "best trial-0003" in lines[0] and lines[2].startswith("trial-0002")
+
+
+def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.runfolder.folder import record_epoch
+    from app.sweep.results import read_sweep, trial_row
+
+    sweep_dir = tmp_path / "sweep"
+    (sweep_dir / "trials" / "trial-0001").mkdir(parents=True)
+    (sweep_dir / "sweep.json").write_bytes(b"\x00{not json")
+    assert read_sweep(sweep_dir) is None
+    assert "damaged" in capsys.readouterr().out
+    trial = Trial(1, {"lr": 0.01})
+    folder = sweep_dir / "trials" / "trial-0001"
+    assert trial_row(sweep_dir, trial, "val_accuracy", {})["status"] == "pending"
+    record_epoch(folder, {"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5})
+    (folder / "summary.json").write_text('{"status": "succ')  # cut short by a full disk
+    row = trial_row(sweep_dir, trial, "val_accuracy", {})
+    # Not finished as far as anyone can tell: trained again, from its own checkpoints.
+    assert row["status"] == "interrupted" and row["epochs"] == 1 and row["best"] == 0.5
+    stopped = trial_row(sweep_dir, trial, "val_accuracy", {"trial-0001": {"epoch": 1}})
+    assert stopped["status"] == "stopped"
