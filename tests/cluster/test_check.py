@@ -27,8 +27,8 @@ from tests.support import explain, run_trainctl, trainctl_env
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 CHECKS = (
-    "settings", "storage", "tracking", "dataset", "steps", "classes", "stopping", "warm_start",
-    "weights", "versions", "promotion", "cluster",
+    "settings", "storage", "tracking", "dataset", "steps", "classes", "stopping", "gate",
+    "warm_start", "weights", "versions", "promotion", "cluster",
 )  # fmt: skip
 # The test data is tiny (24 train rows, 4 classes): these two say so in every case, as warnings.
 WARNED = ("steps", "classes")

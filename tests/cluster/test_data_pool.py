@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from app.k8s.rules import DATA_NODE_LABEL
-from app.runfolder import checkpoints
+from app.runfolder import checkpoint_names
 from app.training.sample_log import ENV as SAMPLE_LOG
 from tests.conftest import _local_cluster_class
 from tests.folder_support import image_folder
@@ -137,7 +137,7 @@ def pool_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PoolRuns]:
 
 
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    path = run_dir / checkpoints.dir_name(EPOCHS) / "model.pt"
+    path = run_dir / checkpoint_names.dir_name(EPOCHS) / "model.pt"
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
