@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from tests.support import background_server, free_port, server_log_tail, wait_until
+from tests.support import background_server, free_port, open_local, server_log_tail, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,7 +71,7 @@ class S3Server:
     def bucket(self, name: str) -> Bucket:
         """A new, empty bucket (S3's CreateBucket: a PUT on the bucket's path)."""
         request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with open_local(request, timeout=10) as answer:
             assert answer.status == 200
         return Bucket(self.endpoint, name)
 

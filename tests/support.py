@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# The servers the tests start on 127.0.0.1 are reached directly, never through a proxy.
+# urllib's module-level opener keeps the proxies of the environment it was first built in, so a
+# test that points downloads at a dead proxy (to make them fail) would leave every later
+# urlopen in this process refused, the server alive and never asked.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def open_local(url: str | urllib.request.Request, *, timeout: float) -> Any:
+    """urlopen for a server on this machine, whatever proxies this process has seen."""
+    return _DIRECT.open(url, timeout=timeout)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.support import (
     background_server,
     explain,
     free_port,
+    open_local,
     run_trainctl,
     server_log_tail,
     trainctl_env,
@@ -89,7 +89,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
 
         def healthy() -> bool:
             try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as answer:
+                with open_local(f"{uri}/health", timeout=2) as answer:
                     return answer.status == 200
             except OSError:
                 assert server.poll() is None, server_log_tail(home)

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from tests.support import (
     committed,
     committed_steps,
     explain,
+    open_local,
     read_summary,
     run_trainctl,
     start_trainctl,
@@ -88,7 +88,7 @@ class Scraper(threading.Thread):
     def scrape(self) -> None:
         for url in self.urls:
             try:
-                with urllib.request.urlopen(url, timeout=2) as answer:
+                with open_local(url, timeout=2) as answer:
                     text = answer.read().decode()
             except OSError:
                 continue

@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import subprocess
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +44,16 @@ def trainctl_with(
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
+    # urllib's module-level opener keeps the proxies of the environment it was built in: built
+    # again for `env` (a dead proxy that makes a download fail), and again once it is gone.
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
     try:
         result = trainctl(*args)
     finally:
         os.environ.clear()
         os.environ.update(saved)
         os.chdir(here)
+        urllib.request.install_opener(None)  # type: ignore[arg-type]
     return subprocess.CompletedProcess(["trainctl", *args], result.code, result.out, result.err)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,14 @@ import pytest
 from app.settings import TrainSettings
 from app.tracking.check import check_trackers
 from app.tracking.trackers import Trackers, epoch_metrics, flat_params
-from tests.support import REPO, background_server, free_port, server_log_tail, wait_until
+from tests.support import (
+    REPO,
+    background_server,
+    free_port,
+    open_local,
+    server_log_tail,
+    wait_until,
+)
 
 EXPERIMENT = "trainctl-unit"
 
@@ -46,7 +52,7 @@ class MlflowServer:
 
         def healthy() -> bool:
             try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
+                with open_local(f"{self.uri}/health", timeout=2) as answer:
                     return answer.status == 200
             except OSError:
                 assert server.poll() is None, server_log_tail(self.home)
