@@ -111,17 +111,24 @@ def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
     )
 
 
-def _judge_held_out(
+def _only_train_classes(
     folder: RunPath, names: tuple[str, ...], split: dict[str, list[str]], problems: Problems
 ) -> None:
-    """test/ by valid/'s rules: only classes train/ has, and at least one image."""
+    """valid/ and test/ may only hold classes that train/ has."""
     unknown = sorted(set(split) - set(names))
     if unknown:
         listed = ", ".join(shown(n) for n in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
         problems.add(
-            f"{folder}: {len(unknown)} class(es) not in train/: {listed}; test/ may only hold "
-            "classes that train/ has"
+            f"{folder}: {len(unknown)} class(es) not in train/: {listed}; {folder.name}/ may only "
+            "hold classes that train/ has"
         )
+
+
+def _judge_held_out(
+    folder: RunPath, names: tuple[str, ...], split: dict[str, list[str]], problems: Problems
+) -> None:
+    """test/ by valid/'s rules: only classes train/ has, and at least one image."""
+    _only_train_classes(folder, names, split, problems)
     total = sum(map(len, split.values()))
     if total > MAX_FILES:
         problems.add(f"{folder}: {total:,} image files, over the {MAX_FILES:,} a split may hold")
@@ -166,13 +173,7 @@ def _judge(
                 f"{root / 'train' / shown(name)}: no image files; every class folder in train/ "
                 f"needs at least one ({allowed}), or remove the folder"
             )
-    unknown = sorted(set(valid) - set(names))
-    if unknown:
-        listed = ", ".join(shown(n) for n in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
-        problems.add(
-            f"{root / 'valid'}: {len(unknown)} class(es) not in train/: {listed}; valid/ may only "
-            "hold classes that train/ has"
-        )
+    _only_train_classes(root / "valid", names, valid, problems)
     total = sum(map(len, train.values())) + sum(map(len, valid.values()))
     if total > MAX_FILES:
         problems.add(

@@ -415,20 +415,26 @@ def _summary(
         error=error,
         good=kept,
     )
+    before = read_summary(run_dir) or {}  # the running summary: what earlier drivers recorded
     # What this run has held so far: this driver's worker groups on top of earlier drivers'.
     summary["accelerator_hours"] = accelerator_hours(
-        (read_summary(run_dir) or {}).get("accelerator_hours"),
+        before.get("accelerator_hours"),
         starts,
         end=time.time(),
         use_gpu=settings.use_gpu,
         cpus_per_worker=settings.cpus_per_worker,
     )
-    summary.update(_stop_and_costs(settings, summary["accelerator_hours"], kept))
+    summary.update(_stop_and_costs(settings, summary["accelerator_hours"], kept, before))
+    if "ingest" in before:  # where this attempt's ingest ran (_find_pool)
+        summary["ingest"] = before["ingest"]
     return summary
 
 
 def _stop_and_costs(
-    settings: TrainSettings, hours: dict[str, Any], kept: list[checkpoints.CheckpointRef]
+    settings: TrainSettings,
+    hours: dict[str, Any],
+    kept: list[checkpoints.CheckpointRef],
+    before: dict[str, Any],
 ) -> dict[str, Any]:
     """The early stop that ended the run (recorded in its newest checkpoint), the cost of its
     accelerator-hours (in `hours`, in place) and the time and hours to each threshold."""
@@ -446,8 +452,7 @@ def _stop_and_costs(
             run_folder.epochs(settings.run_dir), wanted, per_worker=hours["per_worker"],
             price=price,
         )  # fmt: skip
-        previous = (read_summary(settings.run_dir) or {}).get("time_to_threshold")
-        out["time_to_threshold"] = first_met.keep_first(previous, computed)
+        out["time_to_threshold"] = first_met.keep_first(before.get("time_to_threshold"), computed)
     return out
 
 
@@ -468,9 +473,6 @@ def _close_trackers(
         summary["tracking_delivery"] = trackers.delivery()
     elif (read_summary(settings.run_dir) or {}).get("tracking"):
         summary["tracking"] = read_summary(settings.run_dir)["tracking"]  # type: ignore[index]
-    ingest = (read_summary(settings.run_dir) or {}).get("ingest")
-    if ingest is not None:  # where this attempt's ingest ran (_find_pool)
-        summary["ingest"] = ingest
 
 
 def _running_summary(settings: TrainSettings, resume_from: RunPath | None) -> dict[str, Any]:
