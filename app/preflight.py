@@ -318,12 +318,10 @@ def _warm_start(settings: TrainSettings, found: Found) -> str:
 
 def _weights(settings: TrainSettings, found: Found) -> str:
     """TRAIN_WEIGHTS resolves, is cached or downloads, loads, and fits (app/training/weights)."""
-    from torchvision.models import WeightsEnum
-
-    from app.training.weights import check_weights, weights_source
+    from app.training.weights import by_name, check_weights, weights_source
 
     source = weights_source(settings)
-    if source is None or isinstance(source, WeightsEnum):
+    if source is None or by_name(source):
         return check_weights(settings, found.info)
     if not exists_within(source, "TRAIN_WEIGHTS", settings.storage_timeout_s):
         raise ConfigError(f"TRAIN_WEIGHTS={redact_uri(str(source))}: no such file")

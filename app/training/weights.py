@@ -28,7 +28,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 from urllib.parse import urlparse
 
 import torch
@@ -43,6 +43,7 @@ from app.settings.model_names import (
     weights_location,
     weights_name_problem,
 )
+from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, with_endpoint
 from app.storage.reading import open_below
 
@@ -90,6 +91,13 @@ def weights_source(settings: TrainSettings) -> WeightsEnum | RunPath | None:
     return weights
 
 
+def by_name(source: WeightsEnum | RunPath | None) -> TypeGuard[WeightsEnum]:
+    """`source` names torchvision weights. Decided from the other two kinds, so that the
+    driver and `trainctl check` of a run without them never import torchvision (a second of
+    every start)."""
+    return source is not None and not isinstance(source, Path | ObjectPath)
+
+
 def cache_file(weights: WeightsEnum, torch_home: Path | None) -> Path:
     """Where torchvision keeps (and looks for) the weights' file."""
     hub = torch_home / "hub" if torch_home is not None else Path(torch.hub.get_dir())
@@ -135,9 +143,7 @@ def _name(weights: WeightsEnum) -> str:
 
 def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[str, Any]:
     """The state dict, on CPU, from a bounded file loaded without running code."""
-    from torchvision.models import WeightsEnum
-
-    if isinstance(source, WeightsEnum):
+    if by_name(source):
         file, label = fetch(source, torch_home), f"TRAIN_WEIGHTS={_name(source)} ({source.url})"
     else:
         file, label = source, f"TRAIN_WEIGHTS={redact_uri(str(source))}"
@@ -222,9 +228,7 @@ def check_weights(settings: TrainSettings, info: DatasetInfo | None) -> str:
     if source is None:
         return "none (TRAIN_WEIGHTS is not set)"
     state = load_state(source, settings.torch_home)
-    from torchvision.models import WeightsEnum
-
-    label = _name(source) if isinstance(source, WeightsEnum) else str(source)
+    label = _name(source) if by_name(source) else str(source)
     if info is None:
         return f"{label} loads ({len(state)} tensors); fit checked once the data is prepared"
     expected, head = shapes_and_head(settings, info)
@@ -242,9 +246,7 @@ def pretrained_info(settings: TrainSettings, info: DatasetInfo) -> DatasetInfo:
     """The dataset description the workers normalize with: the weights' mean and std for a
     weights name, the data's measured ones otherwise."""
     source = weights_source(settings)
-    from torchvision.models import WeightsEnum
-
-    if not isinstance(source, WeightsEnum):  # none, or a state-dict file
+    if not by_name(source):  # none, or a state-dict file
         return info
     transforms = source.transforms()
     mean, std = tuple(map(float, transforms.mean)), tuple(map(float, transforms.std))

@@ -4,6 +4,8 @@ impossible (a proxy that refuses connections), and the fit rule for heads. Real 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ from app.training.weights import (
     weights_source,
 )
 from tests.s3_support import S3Server, s3_server  # noqa: F401 - the fixture
+from tests.support import trainctl_env
 
 NAME = "MobileNet_V3_Small_Weights.IMAGENET1K_V1"
 WEIGHTS = MobileNet_V3_Small_Weights.IMAGENET1K_V1
@@ -175,3 +178,25 @@ def test_state_dict_file_in_a_bucket_loads_and_is_bounded(
     monkeypatch.setattr(weights_module, "MAX_WEIGHTS_BYTES", 1000)
     with pytest.raises(ConfigError, match=r"bytes, over the 1,000 allowed"):
         check_weights(settings, _info())
+
+
+@pytest.mark.parametrize(("weights", "imported"), [(None, False), (NAME, True)])
+def test_torchvision_is_imported_only_for_weights_by_name(
+    tmp_path: Path, no_downloads: None, weights: str | None, imported: bool
+) -> None:
+    """`trainctl check` (and every driver start) of a run without TRAIN_WEIGHTS never imports
+    torchvision, a second of each start; a weights name does (the control: the import is seen)."""
+    more = {"weights": weights, "torch_home": str(tmp_path / "hub")} if weights else {}
+    env = trainctl_env(
+        dataset="digits", model="cnn", data_path=str(tmp_path / "data"),
+        storage_path=str(tmp_path / "runs"), **more,
+    )  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "app", "check", "--skip-cluster"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    modules = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
+    assert ("torchvision" in modules) is imported, result.stdout[-2000:]
+    if not imported:
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "ok    weights: none (TRAIN_WEIGHTS is not set)" in result.stdout
