@@ -27,6 +27,7 @@ import dataclasses
 import os
 import socket
 from collections.abc import Iterator
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 from urllib.parse import urlparse
@@ -43,7 +44,6 @@ from app.settings.model_names import (
     weights_location,
     weights_name_problem,
 )
-from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, with_endpoint
 from app.storage.reading import open_below
 
@@ -92,10 +92,10 @@ def weights_source(settings: TrainSettings) -> WeightsEnum | RunPath | None:
 
 
 def by_name(source: WeightsEnum | RunPath | None) -> TypeGuard[WeightsEnum]:
-    """`source` names torchvision weights. Decided from the other two kinds, so that the
-    driver and `trainctl check` of a run without them never import torchvision (a second of
-    every start)."""
-    return source is not None and not isinstance(source, Path | ObjectPath)
+    """`source` names torchvision weights. torchvision's WeightsEnum is an Enum, and neither
+    location kind is one: tested as such, a run without weights never imports torchvision (a
+    second of every driver start and `trainctl check`)."""
+    return isinstance(source, Enum)
 
 
 def cache_file(weights: WeightsEnum, torch_home: Path | None) -> Path:
