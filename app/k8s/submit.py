@@ -54,7 +54,32 @@ class SubmitRequest:
 
 def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
     """Create (or find) the pool's RayJob; with wait, return only if it succeeded."""
-    from app.k8s.render import load_values, render_objects
+    from app.k8s.render import render_objects
+
+    values = _checked_values(request, echo)
+    # Whatever the cluster or the pods would refuse is refused before the API is reached. The
+    # namespace only places the objects: a render in the flag's (or any) namespace checks the
+    # same values, pools and TRAIN_* settings as the one below.
+    pool_objects(
+        render_objects(values, release=request.release, namespace=request.namespace or "default"),
+        request.pool,
+    )
+    cluster = Cluster.connect()
+    namespace = resolve_namespace(request.namespace, cluster.default_namespace)
+    objects = pool_objects(
+        render_objects(values, release=request.release, namespace=namespace), request.pool
+    )
+    name = key(the_rayjob(objects))[1]
+    _create_or_attach(cluster, objects, namespace, name, echo)
+    if not request.wait:
+        echo(f"follow it: trainctl status -n {namespace}  |  trainctl logs {name} -n {namespace}")
+        return
+    _wait(request, cluster, objects, namespace, name, echo)
+
+
+def _checked_values(request: SubmitRequest, echo: Callable[[str], None]) -> dict[str, Any]:
+    """The values the request gives, after the checks of its options."""
+    from app.k8s.render import load_values
 
     if not request.wait and (request.timeout_s is not None or request.storage_mount):
         raise ConfigError("--timeout and --storage-mount only apply together with --wait")
@@ -77,21 +102,17 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
         echo(note)
     if request.run_tag:
         values["runTag"] = request.run_tag
-    # Whatever the cluster or the pods would refuse is refused before the API is reached. The
-    # namespace only places the objects: a render in the flag's (or any) namespace checks the
-    # same values, pools and TRAIN_* settings as the one below.
-    pool_objects(
-        render_objects(values, release=request.release, namespace=request.namespace or "default"),
-        request.pool,
-    )
-    cluster = Cluster.connect()
-    namespace = resolve_namespace(request.namespace, cluster.default_namespace)
-    objects = pool_objects(
-        render_objects(values, release=request.release, namespace=namespace), request.pool
-    )
-    rayjob = the_rayjob(objects)
-    name = key(rayjob)[1]
+    return values
 
+
+def _create_or_attach(
+    cluster: Cluster,
+    objects: list[dict[str, Any]],
+    namespace: str,
+    name: str,
+    echo: Callable[[str], None],
+) -> None:
+    """Each object applied, created or kept as plan_submit says; an existing RayJob attached."""
     exists = cluster.get("RayJob", namespace, name) is not None
     existing = set()
     if not exists:
@@ -109,14 +130,20 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
                 step = replace(step, action="attach" if step.kind == "RayJob" else "keep")
         echo(f"{step.describe()} (namespace {namespace})")
 
-    if not request.wait:
-        echo(f"follow it: trainctl status -n {namespace}  |  trainctl logs {name} -n {namespace}")
-        return
 
+def _wait(
+    request: SubmitRequest,
+    cluster: Cluster,
+    objects: list[dict[str, Any]],
+    namespace: str,
+    name: str,
+    echo: Callable[[str], None],
+) -> None:
+    """Follow the RayJob to its end; return only if it succeeded."""
     run_dir = _run_dir(objects, request.storage_mount)
     if run_dir is not None:
         echo(f"reading epoch lines from {run_dir}")
-    total_epochs = _total_epochs(head_env(objects, rayjob))
+    total_epochs = _total_epochs(head_env(objects, the_rayjob(objects)))
     try:
         outcome = follow(
             lambda: cluster.get("RayJob", namespace, name),

@@ -316,16 +316,8 @@ def move_champion(
     decision, version or None, the folder the registry gets); `promotion` is filled in.
     `run_end`: the run-end evaluation the gate is judged on (None: the recorded figures)."""
     path = _pointer(settings)
-    promotion["export"] = {
-        "folder": str(settings.run_dir / EXPORT_DIR),
-        "format": export.card["format"],
-        "file": export.card["file"],
-        "weights": WEIGHTS_FILE,
-        "fallback_reason": export.card["fallback_reason"],
-        "card_sha256": export.card_sha256,
-    }
+    promotion["export"] = _export_record(settings, export)
     promotion["pointer"] = str(path)
-    run_dir = redact_text(str(settings.run_dir))  # the pointer is read by many: no secrets
     candidate = Task.from_card(export.card)
     held_out = run_end is not None and run_end.judged is not None and run_end.judged.held_out
     chance = gate.chance_of(info.test_class_counts if held_out else info.valid_class_counts)
@@ -360,26 +352,7 @@ def move_champion(
                 f"the champion's copy of the export could not be written: {_describe(err)}"
             ) from None
         outcome.folder = folder
-        before = current or {}
-        return {
-            "model_name": settings.champion_name,
-            "version": int(before.get("version", 0)) + 1,
-            "run_name": settings.run_name,
-            "run_dir": run_dir,
-            "export": redact_text(str(folder)),  # immutable: champion_export.py
-            "run_export": f"{run_dir}/{EXPORT_DIR}",  # the run's latest export, which may move
-            "card_sha256": export.card_sha256,
-            "metric": settings.checkpoint_metric,
-            "value": best.metrics.get(settings.checkpoint_metric),
-            "metrics": best.metrics,
-            "epoch": best.epoch,
-            "task": candidate.record(),
-            "gate": str(settings.promote_if),
-            "previous": {"version": before.get("version"), "run_name": before.get("run_name")}
-            if current
-            else None,
-            "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+        return _pointer_record(settings, export, best, candidate, folder, current)
 
     replaced = champion.replace(path, decide)
     before = replaced.before or {}
@@ -404,6 +377,50 @@ def move_champion(
         promotion["superseded_by"] = other
         line += f"; then superseded by run {other} finishing at the same time"
     return line, decision, version, outcome.folder
+
+
+def _export_record(settings: TrainSettings, export: Any) -> dict[str, Any]:
+    """summary.json's promotion["export"]: the run's export folder and what is in it."""
+    return {
+        "folder": str(settings.run_dir / EXPORT_DIR),
+        "format": export.card["format"],
+        "file": export.card["file"],
+        "weights": WEIGHTS_FILE,
+        "fallback_reason": export.card["fallback_reason"],
+        "card_sha256": export.card_sha256,
+    }
+
+
+def _pointer_record(
+    settings: TrainSettings,
+    export: Any,
+    best: checkpoints.CheckpointRef,
+    candidate: Task,
+    folder: Any,
+    current: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The champion pointer naming `best` (exported to `folder`), the version after `current`."""
+    run_dir = redact_text(str(settings.run_dir))  # the pointer is read by many: no secrets
+    before = current or {}
+    return {
+        "model_name": settings.champion_name,
+        "version": int(before.get("version", 0)) + 1,
+        "run_name": settings.run_name,
+        "run_dir": run_dir,
+        "export": redact_text(str(folder)),  # immutable: champion_export.py
+        "run_export": f"{run_dir}/{EXPORT_DIR}",  # the run's latest export, which may move
+        "card_sha256": export.card_sha256,
+        "metric": settings.checkpoint_metric,
+        "value": best.metrics.get(settings.checkpoint_metric),
+        "metrics": best.metrics,
+        "epoch": best.epoch,
+        "task": candidate.record(),
+        "gate": str(settings.promote_if),
+        "previous": {"version": before.get("version"), "run_name": before.get("run_name")}
+        if current
+        else None,
+        "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def _judging(settings: TrainSettings, candidate: Task, run_end: RunEnd | None) -> Any:
