@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING, Any
@@ -199,20 +200,6 @@ def evaluate(
             + (f" (first: {found.skipped_listed[0]['reason']})" if found.skipped_listed else "")
         )
     figures = summarize(found.outcomes, names)
-    support = np.bincount(found.outcomes.labels, minlength=len(names))
-    pairs = confusion_pairs(found.outcomes.labels, found.outcomes.predicted, len(names))
-    matrix = (
-        confusion_matrix(found.outcomes.labels, found.outcomes.predicted, len(names)).tolist()
-        if len(names) <= MATRIX_MAX_CLASSES
-        else None
-    )
-    confusion = {
-        "classes": names,
-        "rows_are": "true class",
-        "columns_are": "predicted class",
-        "matrix": matrix,
-        "most_confused": most_confused(pairs, support, names),
-    }
     checkpoint = card.get("checkpoint") if isinstance(card.get("checkpoint"), dict) else {}
     metrics = {
         "run_name": card.get("run_name") or run_dir.name,
@@ -236,8 +223,27 @@ def evaluate(
     if data.get("split") == "valid" and isinstance(recorded, int | float):
         metrics["recorded"] = {"val_accuracy": recorded, "epoch": checkpoint.get("epoch")}
     mistakes = [(m[2], m[3], names[m[4]], names[m[5]], m[0]) for m in found.mistakes]
-    write_folder(out, report_files(metrics, confusion, mistakes), run_dir)
+    write_folder(out, report_files(metrics, _confusion(found.outcomes, names), mistakes), run_dir)
     return EvalReport(out, metrics)
+
+
+def _confusion(outcomes: Outcomes, names: list[str]) -> dict[str, Any]:
+    """confusion.json: the matrix (up to MATRIX_MAX_CLASSES classes) and the most confused
+    pairs."""
+    support = np.bincount(outcomes.labels, minlength=len(names))
+    pairs = confusion_pairs(outcomes.labels, outcomes.predicted, len(names))
+    matrix = (
+        confusion_matrix(outcomes.labels, outcomes.predicted, len(names)).tolist()
+        if len(names) <= MATRIX_MAX_CLASSES
+        else None
+    )
+    return {
+        "classes": names,
+        "rows_are": "true class",
+        "columns_are": "predicted class",
+        "matrix": matrix,
+        "most_confused": most_confused(pairs, support, names),
+    }
 
 
 @dataclass
@@ -285,19 +291,8 @@ def _gather(
         good[bad] = False
         for key in parts:
             parts[key].append(np.asarray(batch[key])[good])
-        labels, predicted = np.asarray(batch["label"]), np.asarray(batch["predicted"])
-        wrong = np.flatnonzero(good & (labels != predicted))
-        if max_mistakes and len(wrong):
-            confidence = np.asarray(batch["confidence"])
-            if len(wrong) > max_mistakes:  # only this batch's most confident can enter
-                wrong = wrong[np.argsort(-confidence[wrong], kind="stable")[:max_mistakes]]
-            for index in wrong:
-                entry = (float(confidence[index]), -next(order), files[index], numbers[index],
-                         int(labels[index]), int(predicted[index]))  # fmt: skip
-                if len(heap) < max_mistakes:
-                    heapq.heappush(heap, entry)
-                else:
-                    heapq.heappushpop(heap, entry)
+        if max_mistakes:
+            _keep_mistakes(heap, order, batch, good, files, numbers, max_mistakes)
     joined = {k: np.concatenate(v) if v else np.zeros(0) for k, v in parts.items()}
     rows = len(joined["label"])
     outcomes = Outcomes(
@@ -311,6 +306,32 @@ def _gather(
         _warn_skipped(skipped, listed)
     mistakes = sorted(heap, reverse=True)  # most confident first; ties: the earlier row first
     return _Gathered(outcomes, skipped, listed, mistakes)
+
+
+def _keep_mistakes(
+    heap: list[tuple[float, int, str | None, int | None, int, int]],
+    order: Iterator[int],
+    batch: dict[str, np.ndarray],
+    good: np.ndarray,
+    files: list[str | None],
+    numbers: list[int | None],
+    max_mistakes: int,
+) -> None:
+    """The batch's wrong rows into `heap`, which keeps the `max_mistakes` most confident."""
+    labels, predicted = np.asarray(batch["label"]), np.asarray(batch["predicted"])
+    wrong = np.flatnonzero(good & (labels != predicted))
+    if not len(wrong):
+        return
+    confidence = np.asarray(batch["confidence"])
+    if len(wrong) > max_mistakes:  # only this batch's most confident can enter
+        wrong = wrong[np.argsort(-confidence[wrong], kind="stable")[:max_mistakes]]
+    for index in wrong:
+        entry = (float(confidence[index]), -next(order), files[index], numbers[index],
+                 int(labels[index]), int(predicted[index]))  # fmt: skip
+        if len(heap) < max_mistakes:
+            heapq.heappush(heap, entry)
+        else:
+            heapq.heappushpop(heap, entry)
 
 
 def _where(

@@ -110,13 +110,7 @@ def promote_run(
     promotion["line"] = line
     run_id = registry.enabled(summary.get("tracking"))
     if run_id and published is not None:
-        try:
-            promotion["registry"] = registry.publish(
-                run_id, published, settings.champion_name, decision.promoted
-            )
-        except Exception as err:  # the pointer already moved: say the registry did not follow
-            promotion["registry"] = {"error": registry.describe(err)}
-            _say(f"MLflow registry not updated: {promotion['registry']['error']}")
+        _publish(settings, run_id, published, decision, promotion)
     if ended:
         summary = {**summary, "evaluation": ended[0].record}
         _track_evaluation(settings, summary, ended[0], run_id, best)
@@ -128,6 +122,23 @@ def promote_run(
     if not decision.promoted and settings.not_promoted_exit:
         raise NotPromoted(line, settings.not_promoted_exit)
     return summary
+
+
+def _publish(
+    settings: TrainSettings,
+    run_id: str,
+    published: Any,
+    decision: gate.Decision,
+    promotion: dict[str, Any],
+) -> None:
+    """The export as a version of the MLflow registry's model (the champion alias with it)."""
+    try:
+        promotion["registry"] = registry.publish(
+            run_id, published, settings.champion_name, decision.promoted
+        )
+    except Exception as err:  # the pointer already moved: say the registry did not follow
+        promotion["registry"] = {"error": registry.describe(err)}
+        _say(f"MLflow registry not updated: {promotion['registry']['error']}")
 
 
 class _Kept(Exception):
