@@ -69,12 +69,14 @@ def submit(request: SubmitRequest, echo: Callable[[str], None]) -> None:
     objects = pool_objects(
         render_objects(values, release=request.release, namespace=namespace), request.pool
     )
-    name = key(the_rayjob(objects))[1]
-    _create_or_attach(cluster, objects, namespace, name, echo)
+    job = _Job(cluster, objects, namespace, key(the_rayjob(objects))[1])
+    _create_or_attach(job, echo)
     if not request.wait:
-        echo(f"follow it: trainctl status -n {namespace}  |  trainctl logs {name} -n {namespace}")
+        echo(
+            f"follow it: trainctl status -n {namespace}  |  trainctl logs {job.name} -n {namespace}"
+        )
         return
-    _wait(request, cluster, objects, namespace, name, echo)
+    _wait(request, job, echo)
 
 
 def _checked_values(request: SubmitRequest, echo: Callable[[str], None]) -> dict[str, Any]:
@@ -105,14 +107,19 @@ def _checked_values(request: SubmitRequest, echo: Callable[[str], None]) -> dict
     return values
 
 
-def _create_or_attach(
-    cluster: Cluster,
-    objects: list[dict[str, Any]],
-    namespace: str,
-    name: str,
-    echo: Callable[[str], None],
-) -> None:
+@dataclass(frozen=True)
+class _Job:
+    """The pool's rendered objects, where they go, and its RayJob's name."""
+
+    cluster: Cluster
+    objects: list[dict[str, Any]]
+    namespace: str
+    name: str
+
+
+def _create_or_attach(job: _Job, echo: Callable[[str], None]) -> None:
     """Each object applied, created or kept as plan_submit says; an existing RayJob attached."""
+    cluster, objects, namespace, name = job.cluster, job.objects, job.namespace, job.name
     exists = cluster.get("RayJob", namespace, name) is not None
     existing = set()
     if not exists:
@@ -131,15 +138,9 @@ def _create_or_attach(
         echo(f"{step.describe()} (namespace {namespace})")
 
 
-def _wait(
-    request: SubmitRequest,
-    cluster: Cluster,
-    objects: list[dict[str, Any]],
-    namespace: str,
-    name: str,
-    echo: Callable[[str], None],
-) -> None:
+def _wait(request: SubmitRequest, job: _Job, echo: Callable[[str], None]) -> None:
     """Follow the RayJob to its end; return only if it succeeded."""
+    cluster, objects, namespace, name = job.cluster, job.objects, job.namespace, job.name
     run_dir = _run_dir(objects, request.storage_mount)
     if run_dir is not None:
         echo(f"reading epoch lines from {run_dir}")
