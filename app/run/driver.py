@@ -425,8 +425,12 @@ def _summary(
         cpus_per_worker=settings.cpus_per_worker,
     )
     summary.update(_stop_and_costs(settings, summary["accelerator_hours"], kept, before))
-    if "ingest" in before:  # where this attempt's ingest ran (_find_pool)
+    # Carried over: where this attempt's ingest ran (_find_pool), and the tracker runs an
+    # earlier driver recorded where this one has none (_close_trackers records its own).
+    if before.get("ingest") is not None:
         summary["ingest"] = before["ingest"]
+    if before.get("tracking"):
+        summary["tracking"] = before["tracking"]
     return summary
 
 
@@ -471,8 +475,6 @@ def _close_trackers(
         summary["tracking"] = trackers.ids
         # Per tracker, the epochs it got and did not: no metric is lost without a record.
         summary["tracking_delivery"] = trackers.delivery()
-    elif (read_summary(settings.run_dir) or {}).get("tracking"):
-        summary["tracking"] = read_summary(settings.run_dir)["tracking"]  # type: ignore[index]
 
 
 def _running_summary(settings: TrainSettings, resume_from: RunPath | None) -> dict[str, Any]:

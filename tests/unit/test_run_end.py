@@ -94,7 +94,11 @@ def test_the_end_of_a_run_records_its_accelerator_hours_and_labels_its_figures(
     run_dir = _run_folder(tmp_path)
     # An earlier driver's hour, as the running summary carries it.
     earlier = {"kind": "cpu", "hours": 1.0, "workers": 2, "per_worker": 1.0}
-    run_folder.write_summary(run_dir, {"status": "running", "accelerator_hours": earlier})
+    # ... and its tracker run, which a driver that starts no tracker (a finished run's rerun
+    # with none left open) carries into the final summary.
+    tracking = {"mlflow": {"run_id": "0123abcd"}}
+    running = {"status": "running", "accelerator_hours": earlier, "tracking": tracking}
+    run_folder.write_summary(run_dir, running)
     run_folder.start_attempt(
         run_dir, invocation="this", start_epoch=1, world_size=2, restored_from=None
     )
@@ -114,6 +118,7 @@ def test_the_end_of_a_run_records_its_accelerator_hours_and_labels_its_figures(
     assert (hours["kind"], hours["workers"], hours["per_worker"]) == ("cpu", 2, 1.0)
     assert 3.0 <= hours["hours"] < 3.5, hours
     assert json.loads((run_dir / "summary.json").read_text())["accelerator_hours"] == hours
+    assert summary["tracking"] == tracking
     line = next(x for x in capsys.readouterr().out.splitlines() if " succeeded: " in x)
     assert line == (
         "trainctl: run r succeeded: 3/10 epochs; last epoch val_accuracy 0.8000; "
