@@ -143,7 +143,12 @@ def http_answers(url: str, seconds: float) -> None:
         finally:
             connection.close()
 
-    call_with_deadline(ask, seconds, redact_uri(url))
+    try:
+        call_with_deadline(ask, seconds, redact_uri(url))
+    except DeadlineExceeded:
+        raise
+    except TimeoutError:  # the socket's own timeout, set from the same budget, came first
+        raise DeadlineExceeded(redact_uri(url), seconds) from None
 
 
 def _google_identity(seconds: float) -> None:
