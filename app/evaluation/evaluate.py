@@ -13,7 +13,8 @@ used (skipped and counted, named in metrics.json and on stderr; --strict stops a
 `evaluate` is the part that needs neither a command line nor a data folder: a verified export
 and any Ray Dataset of uint8 `image` and integer `label` rows (what
 app/data/pipeline.build_datasets gives a training run), scored and written to an eval folder.
-A run's end calls it on its best checkpoint's export and validation data.
+A run's end calls it on its best checkpoint's export and validation data (scored in the
+driver where the split is small: app/evaluation/scoring.py).
 """
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ from app.evaluation.report import (
     report_files,
     write_folder,
 )
-from app.evaluation.scoring import ScoringOptions, check_resources, connect, precision_of, scored
+from app.evaluation.scoring import (
+    ScoringOptions,
+    check_resources,
+    connect,
+    precision_of,
+    scored_batches,
+)
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, verified
 from app.formatting import shown
 from app.storage.entries import not_a_link
@@ -179,8 +186,9 @@ def evaluate(
     max_mistakes: int = DEFAULT_MISTAKES,
     row_prefix: tuple[str, str] | None = None,
 ) -> EvalReport:
-    """Score `rows` with `export`'s model on an actor pool, and write eval folder `out` in
-    `run_dir` (metrics.json, confusion.json, confusion.png, mistakes.csv) whole.
+    """Score `rows` with `export`'s model on an actor pool (or in this process:
+    `options.in_process`), and write eval folder `out` in `run_dir` (metrics.json,
+    confusion.json, confusion.png, mistakes.csv) whole.
 
     `rows`: a Ray Dataset of {"image": uint8 (H, W, C) at the card's input size, "label":
     int64 (the card's label numbers)}, optionally "path" (a file, shown in mistakes.csv;
@@ -193,7 +201,7 @@ def evaluate(
     started, wall = time.monotonic(), time.time()
     card = export.card
     names = list(card["class_names"])
-    found = _gather(scored(rows, export, options), strict, max_mistakes, row_prefix)
+    found = _gather(scored_batches(rows, export, options), strict, max_mistakes, row_prefix)
     if found.outcomes.rows == 0:
         raise ConfigError(
             f"{data.get('shown', 'the data')}: none of its {found.skipped:,} rows could be used"
@@ -213,6 +221,7 @@ def evaluate(
         },
         "precision": {"off": "float32"}.get(p := precision_of(card, options.gpus), p),
         "device": "gpu" if options.gpus else "cpu",
+        "scored_in": "this process" if options.in_process else "an actor pool",
         **figures,
         "skipped": {"count": found.skipped, "first": found.skipped_listed},
         "time": wall,
@@ -256,7 +265,7 @@ class _Gathered:
 
 
 def _gather(
-    dataset: ray.data.Dataset,
+    batches: Iterator[dict[str, np.ndarray]],
     strict: bool,
     max_mistakes: int,
     parquet: tuple[str, str] | None,
@@ -271,7 +280,7 @@ def _gather(
     order = count()
     per_file: dict[str, int] = {}
     position = 0
-    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+    for batch in batches:
         size = len(batch["label"])
         files, numbers = _where(batch, size, parquet, per_file, position)
         position += size

@@ -1,5 +1,9 @@
 """Batch inference on Ray Data: a pool of actors, each loading the export's model once, scores
-batches of uint8 rows (app/evaluation/rows.py) where the cluster has room.
+batches of uint8 rows (app/evaluation/rows.py) where the cluster has room. A run's end scores
+its own small splits (up to IN_PROCESS_ROWS rows) with one Scorer in the driver instead: the
+driver already holds torch and the model code, and an actor would cost a process start and a
+second model load, seconds on every run, to score a few hundred rows. The rows are read and
+decoded by the same Ray Data tasks either way, and scored by the same Scorer.
 
 Each actor builds the card's model with trainctl's own code and loads weights.pt's verified
 bytes into it (app/export/predict.py, `load_model`): the bytes travel to the actors in Ray's
@@ -15,6 +19,7 @@ the very hits training counted.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +33,7 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 65_536
 MAX_ACTORS = 10_000
+IN_PROCESS_ROWS = 4096  # a run's end scores a split of up to this many rows in its driver
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class ScoringOptions:
     gpus: bool = False  # one GPU per actor
     cpus_per_actor: float = 1.0
     top_k: int = 5  # classes kept per row, with their probabilities
+    in_process: bool = False  # one Scorer in this process, on its CPUs, instead of a pool
 
 
 def precision_of(card: dict[str, Any], use_gpu: bool) -> str:
@@ -151,6 +158,23 @@ def scored(rows: ray.data.Dataset, export: Verified, options: ScoringOptions) ->
         num_cpus=options.cpus_per_actor,
         num_gpus=1 if options.gpus else 0,
     )
+
+
+def scored_batches(
+    rows: ray.data.Dataset, export: Verified, options: ScoringOptions
+) -> Iterator[dict[str, np.ndarray]]:
+    """Each batch of `rows` with its scores (as `scored` adds them): from the actor pool, or
+    with `options.in_process` from one Scorer in this process, on its CPUs, batch by batch as
+    Ray Data's tasks read and decode the rows."""
+    if not options.in_process:
+        yield from scored(rows, export, options).iter_batches(batch_size=None, batch_format="numpy")
+        return
+    import torch
+
+    # The caller's thread count is left as it was (the driver goes on exporting, plotting).
+    scorer = Scorer(export, options.top_k, use_gpu=False, threads=torch.get_num_threads())
+    for batch in rows.iter_batches(batch_size=options.batch_size, batch_format="numpy"):
+        yield scorer(batch)
 
 
 def default_actors(options: ScoringOptions) -> int:

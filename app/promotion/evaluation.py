@@ -2,6 +2,8 @@
 split (and on its dataset's held-out test/ split, where there is one) by the code of
 `trainctl evaluate --split valid` (app/evaluation/evaluate.py), before the gate is judged.
 
+- A split of up to IN_PROCESS_ROWS rows (app/evaluation/scoring.py) is scored by one Scorer in
+  this driver, larger ones by the actor pool; the rows and the Scorer are the same either way.
 - The export scored is the one on storage, verified (every file against the card's sha256)
   and required to be the card this step wrote: a concurrent rerun that rewrote export/ is an
   evaluation failure, not another model's figures.
@@ -32,6 +34,7 @@ from app.redact import redact_text
 if TYPE_CHECKING:
     from app.evaluation.data import EvalData
     from app.evaluation.evaluate import EvalReport
+    from app.evaluation.scoring import ScoringOptions
     from app.export.build import Export
     from app.settings import TrainSettings
 
@@ -107,12 +110,20 @@ def _score_splits(
     for split, source in sources.items():
         report = evaluate(
             scored, source.dataset(scored.card), eval_folder(run_dir, split), run_dir=run_dir,
-            data=describe(source), row_prefix=source.row_prefix(),
+            data=describe(source), row_prefix=source.row_prefix(), options=_options(source),
         )  # fmt: skip
         found.reports[split] = report
         found.record[split] = compact(report)
         if split == judged_split_of(found):
             found.source = source
+
+
+def _options(source: EvalData) -> ScoringOptions:
+    """A split small enough is scored in this driver, which holds torch and the model code
+    already; a larger one by `trainctl evaluate`'s actor pool across the cluster."""
+    from app.evaluation.scoring import IN_PROCESS_ROWS, ScoringOptions
+
+    return ScoringOptions(in_process=source.rows <= IN_PROCESS_ROWS)
 
 
 def judged_split_of(found: RunEnd) -> str:
@@ -187,6 +198,7 @@ def _score_champion(settings: TrainSettings, found: RunEnd, pointer: dict[str, A
     report = evaluate(
         champion, source.dataset(champion.card), eval_folder(settings.run_dir, name),
         run_dir=settings.run_dir, data=data, row_prefix=source.row_prefix(),
+        options=_options(source),
     )  # fmt: skip
     found.record.setdefault("champion", {})[split] = compact(report)
     return Scores.of(report.metrics)

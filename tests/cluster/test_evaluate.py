@@ -80,6 +80,11 @@ def recorded(finished_run: FinishedRun) -> tuple[float, int]:
 def test_split_valid_reproduces_the_recorded_val_accuracy_exactly(
     finished_run: FinishedRun, quiet_driver: None
 ) -> None:
+    folder = finished_run.run_dir / "eval" / "valid"
+    # What the run's end wrote there, scored in its driver (a split this small), before the
+    # actor pool of `trainctl evaluate` rewrites the folder.
+    run_end = json.loads((folder / "metrics.json").read_text())
+    run_end_confusion = json.loads((folder / "confusion.json").read_text())
     result = evaluate(str(finished_run.run_dir), "--split", "valid", "--json")
     assert result.code == 0, result.text
     metrics = json.loads(result.out)
@@ -90,21 +95,30 @@ def test_split_valid_reproduces_the_recorded_val_accuracy_exactly(
     assert metrics["recorded"]["val_accuracy"] == val_accuracy
     assert metrics["data"]["same_files_as_training"] is True
     assert metrics["data"]["layout"] == "parquet" and metrics["precision"] == "float32"
-    folder = finished_run.run_dir / "eval" / "valid"
     assert json.loads((folder / "metrics.json").read_text())["accuracy"] == val_accuracy
     for row in _mistakes(folder):
         assert row["file"].endswith(".parquet") and row["row"].isdigit()
+    # The run's end and the actor pool: the same rows through the same Scorer, the same figures.
+    assert (run_end["scored_in"], metrics["scored_in"]) == ("this process", "an actor pool")
+    for key in ("rows", "correct", "accuracy", "top5_accuracy", "per_class", "macro", "weighted"):
+        assert run_end[key] == metrics[key], key
+    assert run_end["expected_calibration_error"] == pytest.approx(
+        metrics["expected_calibration_error"], abs=1e-9
+    )
+    assert json.loads((folder / "confusion.json").read_text()) == run_end_confusion
 
 
 def test_the_runs_own_pipeline_is_evaluated_as_a_run_end_will(
     finished_run: FinishedRun, quiet_driver: None
 ) -> None:
     """`evaluate()` on the validation Dataset training itself builds (no file names, no
-    error column): what the end of a run calls for its best checkpoint."""
+    error column), scored in this process: what the end of a run calls for its best
+    checkpoint on a split this small."""
     from app.data.kinds import build_datasets, dataset_kind
     from app.data.schema import inspect_dataset
     from app.evaluation.evaluate import evaluate as evaluate_rows
     from app.evaluation.evaluate import run_export
+    from app.evaluation.scoring import ScoringOptions
     from app.settings import TrainSettings
 
     run_dir = finished_run.run_dir
@@ -116,8 +130,9 @@ def test_the_runs_own_pipeline_is_evaluated_as_a_run_end_will(
     rows = build_datasets(settings, info)["valid"]
     data = {"location": f"{info.path}/valid", "layout": info.layout, "split": "valid"}
     report = evaluate_rows(
-        run_export(run_dir), rows, run_dir / "eval" / "run-end", run_dir=run_dir, data=data
-    )
+        run_export(run_dir), rows, run_dir / "eval" / "run-end", run_dir=run_dir, data=data,
+        options=ScoringOptions(in_process=True),
+    )  # fmt: skip
     val_accuracy, valid_rows = recorded(finished_run)
     assert (report.metrics["rows"], report.metrics["accuracy"]) == (valid_rows, val_accuracy)
     assert report.metrics["recorded"]["val_accuracy"] == val_accuracy
