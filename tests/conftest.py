@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+# One moto S3 server per session (per pytest-xdist worker), for every module that uses it: a
+# fixture imported into each test module would be a fixture of that module, one server each.
+from tests.s3_support import s3_server  # noqa: F401 - the fixture
 from tests.support import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,12 +72,22 @@ def ray_cluster() -> Iterator[object]:
 
     Each worker node carries a fake accelerator label so pool targeting can be tested on CPU.
     The head runs the dashboard and its job API, so jobs can be submitted over HTTP.
+
+    Two of Ray's background duties that no test uses are turned down, each costing the 2 cores
+    tens of seconds over a suite: the log monitor, which streams workers' output to drivers
+    that ask for it (none here does: trainctl's and the tests' drivers join with log_to_driver
+    off) and rescans the session's log folder, which every run grows; and each node agent's
+    resource report (CPU, memory and disk of every Ray process, every 5 s by default), which
+    the dashboard's pages show and nothing here reads. Metrics that Ray processes export (the
+    app's, scraped by tests/cluster/test_observability.py) are not part of that report.
     """
+    os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")  # read by each node's agent
     cluster = _local_cluster_class()(
         initialize_head=True,
         head_node_args={
             "num_cpus": 1,
             "include_dashboard": True,
+            "include_log_monitor": False,
             "dashboard_host": "127.0.0.1",
             "dashboard_port": free_port(),
             # A node killed without notice (the fault tests) is declared dead after this many
