@@ -1,8 +1,10 @@
 """A real S3 server for the object-storage tests, and a client that is not trainctl's.
 
 The server is moto's standalone server (`moto_server`, from .venv-moto: botocore pins
-python-dateutil<3, the app's venv has 4), started on 127.0.0.1 once per session. moto accepts
-any credentials; tests/conftest.py sets fake ones so that no test can reach a real account.
+python-dateutil<3, the app's venv has 4), started on 127.0.0.1 once per session (the fixture
+is registered by tests/conftest.py; each test module makes buckets of its own names). moto
+accepts any credentials; tests/conftest.py sets fake ones so that no test can reach a real
+account.
 
 Tests assert what is in the bucket through `Bucket`, which talks to the server with pyarrow's
 S3 client configured here, never through app/storage/buckets.py.

@@ -24,7 +24,7 @@ from PIL import Image
 
 from tests.folder_support import png_claiming
 from tests.hostile.support import Result, trainctl
-from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import S3Server
 from tests.support import FinishedRun
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -195,7 +195,7 @@ def test_gpus_are_refused_where_the_cluster_has_none(
 def test_evaluate_and_predict_in_the_bucket(
     finished_run: FinishedRun,
     images: Path,
-    s3_server: S3Server,  # noqa: F811
+    s3_server: S3Server,
     quiet_driver: None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -24,7 +24,7 @@ from torchvision.models import get_model
 
 from app.data.kinds import prepare_dataset
 from tests.folder_support import image_bytes, image_folder
-from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import Bucket, S3Server
 from tests.support import (
     explain,
     run_trainctl,
@@ -41,7 +41,7 @@ SECRET = "testing"  # the fake AWS secret every process has (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def bucket(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Bucket:  # noqa: F811
+def bucket(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Bucket:
     """The bucket, holding a Parquet dataset at data/ (train/ and valid/) put there by hand."""
     bucket = s3_server.bucket("trainctl-runs")
     local = tmp_path_factory.mktemp("s3data") / "synthetic"

@@ -31,7 +31,7 @@ from tests.contract.k8s_support import (
     of_kind,
     pod_templates,
 )
-from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import Bucket, S3Server
 
 POOLS = {"nodePools": {"l4": {"replicas": 2}, "cpu": {"gpusPerWorker": 0}}}
 S3 = {
@@ -255,7 +255,7 @@ def _refused_by_both(values: dict[str, Any], where: str, tmp_path: Path) -> None
 
 # --- submit --wait ------------------------------------------------------------------------
 @pytest.fixture
-def bucket(s3_server: S3Server) -> Bucket:  # noqa: F811
+def bucket(s3_server: S3Server) -> Bucket:
     return s3_server.bucket("contract-submit-wait")
 
 

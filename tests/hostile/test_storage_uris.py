@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.hostile.support import assert_refused, files_under, trainctl
-from tests.s3_support import S3Server, moto_server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import S3Server, moto_server
 from tests.support import free_port
 
 SECRET_IN_URI = "hunter2secret"
@@ -57,7 +57,7 @@ def test_credentials_in_a_uri_are_refused_without_being_printed(
 def test_a_missing_bucket_stops_train_before_ray_starts(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
-    s3_server: S3Server,  # noqa: F811
+    s3_server: S3Server,
 ) -> None:
     monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://no-such-bucket/runs")
     monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", s3_server.endpoint)
@@ -70,7 +70,7 @@ def test_a_missing_bucket_stops_train_before_ray_starts(
 def test_a_missing_data_bucket_is_named_by_check(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
-    s3_server: S3Server,  # noqa: F811
+    s3_server: S3Server,
 ) -> None:
     s3_server.bucket("runs-for-check")
     monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://runs-for-check/runs")

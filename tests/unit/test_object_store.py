@@ -17,11 +17,11 @@ from app.storage import reading
 from app.storage.buckets import ObjectPath, check_endpoint, check_uri, locate
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
 from app.storage.location import append_line, describe_store_error, rename_dir, upload_tree
-from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import Bucket, S3Server
 
 
 @pytest.fixture
-def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Bucket:  # noqa: F811
+def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Bucket:
     name = "unit-" + request.node.name.replace("_", "-")[:40].rstrip("-").lower()
     return s3_server.bucket(name)
 

@@ -20,7 +20,7 @@ from app.promotion.step import move_champion
 from app.runfolder import checkpoints
 from app.storage.buckets import ObjectPath
 from tests.promotion_support import INFO, make_run, settings_for
-from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import Bucket, S3Server
 
 ACCURACIES = (0.61, 0.74, 0.68, 0.83)  # four pools finishing together, in no particular order
 
@@ -107,7 +107,7 @@ def test_racing_promotions_on_a_volume_lose_no_update(
 
 
 @pytest.fixture
-def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Bucket:  # noqa: F811
+def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Bucket:
     return s3_server.bucket("race-" + request.node.name.replace("_", "-")[:30].rstrip("-"))
 
 

@@ -17,11 +17,11 @@ from app.promotion.step import promote_run
 from app.storage.buckets import ObjectPath
 from tests.hostile.support import trainctl
 from tests.promotion_support import INFO, make_run, settings_for
-from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import Bucket, S3Server
 
 
 @pytest.fixture
-def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Bucket:  # noqa: F811
+def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Bucket:
     return s3_server.bucket("promo-" + request.node.name.replace("_", "-")[:30].rstrip("-"))
 
 

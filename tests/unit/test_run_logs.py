@@ -12,7 +12,7 @@ from app.run import log_lookup
 from app.runfolder import log_capture as run_logs
 from app.runfolder import log_reader
 from app.storage.buckets import ObjectPath
-from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import Bucket, S3Server
 from tests.unit.kube_cli_support import trainctl
 
 
@@ -161,7 +161,7 @@ def test_a_logged_line_that_a_handler_prints_is_written_once(tmp_path: Path) -> 
 # --- reading a log back from a bucket: streamed, tailed, followed --------------------------------
 @pytest.fixture
 def bucket_log(
-    s3_server: S3Server,  # noqa: F811 - the fixture
+    s3_server: S3Server,
     request: pytest.FixtureRequest,
 ) -> tuple[Bucket, ObjectPath]:
     bucket = s3_server.bucket("logs-" + request.node.name.replace("_", "-")[:30].strip("-"))
@@ -206,7 +206,7 @@ def test_following_a_log_in_a_bucket_reads_each_upload_and_a_rotation(
 
 
 def test_a_log_in_a_bucket_is_uploaded_and_continued_by_a_restart(
-    s3_server: S3Server,  # noqa: F811
+    s3_server: S3Server,
 ) -> None:
     bucket = s3_server.bucket("logs-uploaded-and-continued")
     root = ObjectPath(bucket.uri("runs/r1"), bucket.endpoint)

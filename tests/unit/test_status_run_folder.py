@@ -17,7 +17,7 @@ from app.run import status as run_status
 from app.runfolder import folder as run_folder
 from app.runfolder.interruptions import MAX_SHOWN as MAX_INTERRUPTIONS_SHOWN
 from app.runfolder.interruptions import in_words, interruption
-from tests.s3_support import S3Server, s3_server
+from tests.s3_support import S3Server
 from tests.unit.fake_kube_api import FakeKubeApi
 from tests.unit.kube_cli_support import (
     RUNNING,
@@ -29,7 +29,7 @@ from tests.unit.kube_cli_support import (
     values_file,
 )
 
-__all__ = ["api", "rayjob_name", "s3_server", "values_file"]  # fixtures used by name below
+__all__ = ["api", "rayjob_name", "values_file"]  # fixtures used by name below
 
 WORDS = "preempted at step 412 (epoch 3), checkpoint in 1.8 s, resumed, 0 steps lost"
 RUNNING_JOB = {"metadata": {"name": "r"}, "status": RUNNING}

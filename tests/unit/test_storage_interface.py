@@ -35,13 +35,13 @@ from app.storage.reading import (
     walk_files,
 )
 from app.storage.tree import walk
-from tests.s3_support import Bucket, S3Server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import Bucket, S3Server
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Bucket:  # noqa: F811
+def bucket(s3_server: S3Server, request: pytest.FixtureRequest) -> Bucket:
     name = "iface-" + request.node.name.replace("_", "-")[:40].rstrip("-").lower()
     return s3_server.bucket(name)
 

@@ -28,7 +28,7 @@ from app.training.weights import (
     pretrained_info,
     weights_source,
 )
-from tests.s3_support import S3Server, s3_server  # noqa: F401 - the fixture
+from tests.s3_support import S3Server
 from tests.support import trainctl_env
 
 NAME = "MobileNet_V3_Small_Weights.IMAGENET1K_V1"
@@ -155,7 +155,7 @@ def test_fit_rule_skips_a_mismatched_head_and_names_other_keys() -> None:
 
 
 def test_state_dict_file_in_a_bucket_loads_and_is_bounded(
-    s3_server: S3Server,  # noqa: F811
+    s3_server: S3Server,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
