@@ -17,6 +17,7 @@ import json
 import re
 import secrets
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ def load_values(values_files: Sequence[Path] = (), **sets: Sequence[str]) -> dic
     return values
 
 
+@cache  # one per process: jinja2 compiles each template once per Environment
 def _env() -> Environment:
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
@@ -100,9 +102,14 @@ def _base_context(values: dict[str, Any], release: str, namespace: str) -> dict[
     }
 
 
+# libyaml's parser where PyYAML has it (its wheels do), with the same safe constructors and
+# resolvers: the rendered text is trainctl's own, and parsing it was most of a render's time.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _parse(text: str, template: str) -> list[dict[str, Any]]:
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc]
+        return [doc for doc in yaml.load_all(text, Loader=_LOADER) if doc]
     except yaml.YAMLError as err:  # a template bug, not bad input: say where
         raise RuntimeError(f"{template} rendered invalid YAML: {err}\n{text}") from err
 

@@ -51,7 +51,12 @@ def _schema() -> dict[str, Any]:
 
 
 def default_values() -> dict[str, Any]:
-    return chart_file("values.yaml")  # a fresh copy each call: callers change it
+    return copy.deepcopy(_default_values())  # a fresh copy each call: callers change it
+
+
+@cache
+def _default_values() -> dict[str, Any]:
+    return chart_file("values.yaml")
 
 
 def coalesce(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

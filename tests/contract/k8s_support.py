@@ -95,7 +95,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
-class _KubeLoader(yaml.SafeLoader):
+class _KubeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: Helm's output is long
     """Reads manifests as Kubernetes does: a plain `=` is the string "=" (YAML 1.2 and Go's
     yaml), not YAML 1.1's value tag, which PyYAML cannot even construct; and `1e+21` or
     `1e-07` (how Go's toYaml writes such floats) are numbers, as in Go's yaml, where YAML 1.1
