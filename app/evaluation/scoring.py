@@ -1,9 +1,9 @@
 """Batch inference on Ray Data: a pool of actors, each loading the export's model once, scores
 batches of uint8 rows (app/evaluation/rows.py) where the cluster has room. A run's end scores
-its own small splits (up to IN_PROCESS_ROWS rows) with one Scorer in the driver instead: the
-driver already holds torch and the model code, and an actor would cost a process start and a
-second model load, seconds on every run, to score a few hundred rows. The rows are read and
-decoded by the same Ray Data tasks either way, and scored by the same Scorer.
+its own small splits (`fits_in_process`) with one Scorer in the driver instead: the driver
+already holds torch and the model code, and an actor would cost a process start and a second
+model load, seconds on every run, to score a few hundred rows. The rows are read and decoded by
+the same Ray Data tasks either way, and scored by the same Scorer.
 
 Each actor builds the card's model with trainctl's own code and loads weights.pt's verified
 bytes into it (app/export/predict.py, `load_model`): the bytes travel to the actors in Ray's
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 65_536
 MAX_ACTORS = 10_000
-IN_PROCESS_ROWS = 4096  # a run's end scores a split of up to this many rows in its driver
+# What a run's end scores in its driver, in pixels (rows x height x width): 4,096 images of
+# 64x64, about 330 of 224x224, seconds on the driver's CPUs; more goes to the actor pool.
+IN_PROCESS_PIXELS = 4096 * 64 * 64
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,13 @@ def scored(rows: ray.data.Dataset, export: Verified, options: ScoringOptions) ->
         num_cpus=options.cpus_per_actor,
         num_gpus=1 if options.gpus else 0,
     )
+
+
+def fits_in_process(rows: int, card: dict[str, Any]) -> bool:
+    """Whether `rows` images at the card's input size are few enough to score in this
+    process (IN_PROCESS_PIXELS)."""
+    size = card["input"]
+    return rows * int(size["height"]) * int(size["width"]) <= IN_PROCESS_PIXELS
 
 
 def scored_batches(

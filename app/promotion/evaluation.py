@@ -2,8 +2,9 @@
 split (and on its dataset's held-out test/ split, where there is one) by the code of
 `trainctl evaluate --split valid` (app/evaluation/evaluate.py), before the gate is judged.
 
-- A split of up to IN_PROCESS_ROWS rows (app/evaluation/scoring.py) is scored by one Scorer in
-  this driver, larger ones by the actor pool; the rows and the Scorer are the same either way.
+- A small split (app/evaluation/scoring.py, `fits_in_process`: up to 4,096 images of 64x64 or
+  as many pixels) is scored by one Scorer in this driver, larger ones by the actor pool; the
+  rows and the Scorer are the same either way.
 - The export scored is the one on storage, verified (every file against the card's sha256)
   and required to be the card this step wrote: a concurrent rerun that rewrote export/ is an
   evaluation failure, not another model's figures.
@@ -110,7 +111,8 @@ def _score_splits(
     for split, source in sources.items():
         report = evaluate(
             scored, source.dataset(scored.card), eval_folder(run_dir, split), run_dir=run_dir,
-            data=describe(source), row_prefix=source.row_prefix(), options=_options(source),
+            data=describe(source), row_prefix=source.row_prefix(),
+            options=_options(source, scored.card),
         )  # fmt: skip
         found.reports[split] = report
         found.record[split] = compact(report)
@@ -118,12 +120,12 @@ def _score_splits(
             found.source = source
 
 
-def _options(source: EvalData) -> ScoringOptions:
+def _options(source: EvalData, card: dict[str, Any]) -> ScoringOptions:
     """A split small enough is scored in this driver, which holds torch and the model code
     already; a larger one by `trainctl evaluate`'s actor pool across the cluster."""
-    from app.evaluation.scoring import IN_PROCESS_ROWS, ScoringOptions
+    from app.evaluation.scoring import ScoringOptions, fits_in_process
 
-    return ScoringOptions(in_process=source.rows <= IN_PROCESS_ROWS)
+    return ScoringOptions(in_process=fits_in_process(source.rows, card))
 
 
 def judged_split_of(found: RunEnd) -> str:
@@ -198,7 +200,7 @@ def _score_champion(settings: TrainSettings, found: RunEnd, pointer: dict[str, A
     report = evaluate(
         champion, source.dataset(champion.card), eval_folder(settings.run_dir, name),
         run_dir=settings.run_dir, data=data, row_prefix=source.row_prefix(),
-        options=_options(source),
+        options=_options(source, champion.card),
     )  # fmt: skip
     found.record.setdefault("champion", {})[split] = compact(report)
     return Scores.of(report.metrics)

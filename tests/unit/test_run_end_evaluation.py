@@ -112,3 +112,23 @@ def test_the_evaluation_reaches_tensorboard_as_scalars_and_the_confusion_image(
     assert [(e.step, e.value) for e in recall] == [(3, 0.75)]
     assert [e.value for e in events.Scalars("eval/valid/accuracy")] == [0.875]
     assert "eval/valid/confusion" in events.Tags()["images"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "side", "in_driver"),
+    [
+        (359, 8, True),  # digits' valid split: what the cluster tests' runs score
+        (4096, 64, True),
+        (4097, 64, False),
+        (334, 224, True),  # 334 x 224 x 224 = 16,758,784 pixels, just within
+        (335, 224, False),
+        (1, 4097, False),  # one huge image is not "small" either
+    ],
+)
+def test_a_run_end_scores_only_small_splits_in_its_driver(
+    rows: int, side: int, in_driver: bool
+) -> None:
+    from app.evaluation.scoring import fits_in_process
+
+    card = {"input": {"channels": 3, "height": side, "width": side}}
+    assert fits_in_process(rows, card) is in_driver
