@@ -141,7 +141,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests first and the other next (`--loadscope-reorder`, its default), so the two groups start
     on different workers and the remaining tests fill in behind whichever finishes first. The
     fault group holds fewer tests but about as much training: both groups take about 8 of the
-    suite's 10 to 11 minutes side by side, the other tests the last 2 to 3.
+    suite's 10 to 12 minutes side by side, the other tests the last 2 to 3.
     """
     for item in items:
         if "ray_cluster" not in getattr(item, "fixturenames", ()):
