@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ import numpy as np
 from app.data.folder_listing import list_images
 from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
-from app.evaluation.scoring import ScoringOptions, check_resources, connect, scored
+from app.evaluation.scoring import ScoringOptions, check_resources, connect, scored_batches
 from app.export.card import Verified, verified
 from app.export.predict import Prediction, export_folder
 from app.formatting import shown
@@ -112,7 +112,7 @@ def batch_predict(
     connect()
     check_resources(options)
     dataset = rows_dataset(groups, export.card)
-    found = _gather(scored(dataset, export, _with_top_k(options, top_k)), export, strict)
+    found = _gather(scored_batches(dataset, export, _with_top_k(options, top_k)), export, strict)
     if destination is not None:
         with store_errors(destination, "--out"):
             write_atomic(destination, encode(found, destination, len(export.card["class_names"])))
@@ -181,11 +181,11 @@ def _named(batch: dict[str, np.ndarray], root: str) -> dict[str, np.ndarray]:
 
 
 def _gather(
-    dataset: ray.data.Dataset, export: Verified, strict: bool
+    batches: Iterator[dict[str, np.ndarray]], export: Verified, strict: bool
 ) -> list[tuple[Prediction, str]]:
     names = export.card["class_names"]
     found: list[tuple[Prediction, str]] = []
-    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+    for batch in batches:
         for path, error, top, probabilities in zip(
             batch["path"], batch["error"], batch["top_index"], batch["top_probability"],
             strict=True,
