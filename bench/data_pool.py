@@ -23,9 +23,16 @@ on the GPU as fast as the batches come; images/s and GPU utilization (torch.cuda
 else nvidia-smi) per variant. Self-contained: generated JPEGs, no download. Writes the result
 JSON to --out (a folder or a .json path) as well as the last line.
 
+--stages: where a training worker's input time goes, on the training node's placement alone:
+the consumer pulls the same epoch (raw) as numpy batches from Ray Data and nothing else, (raw
+unordered) the same without the order training keeps, (raw small blocks) with read tasks of
+64 files instead of ROWS_PER_BLOCK, (to device) through epoch_batches onto the device,
+normalized, with no model, and (model) with the model step, as the comparison above.
+
 Usage:
     python -m bench.data_pool [--rows 4096] [--reps 3] [--smoke]
-    python -m bench.data_pool --gpu --out "$OUT"     # about 3 minutes on one H100 machine
+    python -m bench.data_pool --gpu --out "$OUT"     # about 90 s on a 16-core H200 machine
+    python -m bench.data_pool --gpu --stages --reps 2 --out "$OUT"
 """
 
 from __future__ import annotations
@@ -64,15 +71,24 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--data-cpus", type=int, default=None, help="the data node's CPUs")
     parser.add_argument("--worker-cpus", type=int, default=None, help="the consumer's CPUs")
     parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument(
+        "--object-store-gib", type=float, default=None, help="each node's object store"
+    )
     parser.add_argument("--gpu", action="store_true", help="resnet18 on the GPU (see above)")
+    parser.add_argument("--stages", action="store_true", help="the input's stages (see above)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 rep: it runs")
     parser.add_argument("--out", type=Path, default=None, help="folder or .json for the result")
     args = parser.parse_args()
     cores = os.cpu_count() or 2
     if args.gpu:
         defaults = {"rows": 8192, "train_cpus": 8, "data_cpus": 8, "worker_cpus": 2, "batch": 256}
+        # A GPU node's object store holds GiBs. Ray's test clusters give each node 150 MiB,
+        # 3 blocks of 256 decoded 224-pixel images: Ray Data then runs ~2 read tasks at a time
+        # whatever the CPUs (measured: ~1,000 rows/s on 6 or 8 CPUs alike).
+        defaults["object_store_gib"] = 8
     else:
         defaults = {"rows": 4096, "train_cpus": 2, "data_cpus": 2, "worker_cpus": 1, "batch": 256}
+        defaults["object_store_gib"] = 0.5
     if args.smoke:
         defaults.update(rows=256, batch=64)
         args.reps = 1
@@ -107,9 +123,11 @@ def start_cluster(args: argparse.Namespace) -> Any:
     """The head (training node) and one data node labelled as the chart labels a data pool's."""
     from ray.cluster_utils import Cluster
 
+    store = int(args.object_store_gib * (1 << 30))
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
+            "object_store_memory": store,
             "num_cpus": args.train_cpus,
             "num_gpus": 1 if args.gpu else 0,
             "include_dashboard": False,
@@ -119,6 +137,7 @@ def start_cluster(args: argparse.Namespace) -> Any:
     cluster.add_node(
         num_cpus=args.data_cpus,
         num_gpus=0,
+        object_store_memory=store,
         labels={LABEL_KEY: LABEL_VALUE},
         dashboard_agent_listen_port=_free_port(),
     )
@@ -148,6 +167,8 @@ def variant(name: str, root: Path, args: argparse.Namespace, consumer: Any) -> d
     import ray.data
 
     side = GPU_SIDE if args.gpu else 32
+    if name in STAGES:
+        return stage(name, root, side, args, consumer)
     if name == "data_pool":
         pool = find_data_pool()  # the app's own discovery, from the node labels
         assert pool is not None, "the data node is not labelled as a data pool"
@@ -162,6 +183,33 @@ def variant(name: str, root: Path, args: argparse.Namespace, consumer: Any) -> d
         finally:
             context.execution_options.label_selector = saved
     return ray.get(consumer.epoch.remote(dataset, info, args.batch), timeout=900)
+
+
+STAGES = ("raw", "raw_unordered", "raw_small_blocks", "to_device", "model")
+
+
+def stage(name: str, root: Path, side: int, args: argparse.Namespace, consumer: Any) -> Any:
+    """One epoch of `name`'s stage (--stages), decoded on the training node."""
+    import ray
+    import ray.data
+
+    from app.data.kinds import image_folder
+
+    context = ray.data.DataContext.get_current()
+    saved = context.execution_options.label_selector
+    blocks = image_folder.ROWS_PER_BLOCK
+    context.execution_options.label_selector = dict(TRAINING_SELECTOR)
+    if name == "raw_small_blocks":
+        image_folder.ROWS_PER_BLOCK = 64
+    try:
+        dataset, info = train_split(root, side)
+    finally:
+        context.execution_options.label_selector = saved
+        image_folder.ROWS_PER_BLOCK = blocks
+    if name == "raw_unordered":
+        dataset.context.execution_options.preserve_order = False
+    mode = "raw" if name.startswith("raw") else name
+    return ray.get(consumer.epoch.remote(dataset, info, args.batch, mode), timeout=900)
 
 
 def make_consumer(args: argparse.Namespace) -> Any:
@@ -192,19 +240,27 @@ class Consumer:
             self.model = model
             self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    def epoch(self, dataset: Any, info: Any, batch: int) -> dict[str, float]:
+    def epoch(self, dataset: Any, info: Any, batch: int, mode: str = "model") -> dict[str, float]:
+        """mode: "model" (batches onto the device and a training step on each), "to_device"
+        (the batches alone) or "raw" (Ray Data's numpy batches, nothing after)."""
         from app.data.pipeline import epoch_batches
 
         sampler = GpuSampler() if self.gpu else None
         rows, started, first = 0, time.perf_counter(), None
-        batches = epoch_batches(
-            dataset.iterator(), batch_size=batch, info=info, device=self.device, epoch=0,
-            seed=0, shuffle=False,
-        )  # fmt: skip
+        if mode == "raw":
+            batches = (
+                (b["image"], b["label"])
+                for b in dataset.iterator().iter_batches(batch_size=batch, batch_format="numpy")
+            )
+        else:
+            batches = epoch_batches(
+                dataset.iterator(), batch_size=batch, info=info, device=self.device, epoch=0,
+                seed=0, shuffle=False,
+            )  # fmt: skip
         for images, labels in batches:
             if first is None:
                 first = time.perf_counter()
-            if self.model is not None:
+            if self.model is not None and mode == "model":
                 self._step(images, labels)
             rows += len(labels)
         if self.gpu:
@@ -289,18 +345,20 @@ def main() -> None:
         ray.init(address=cluster.address, log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         consumer = make_consumer(args)
+        names = STAGES if args.stages else NAMES
         if not args.smoke:  # Ray's worker processes, cuDNN's first steps: not the steady state
-            for name in NAMES:
+            for name in names:
                 variant(name, root, args, consumer)
-        runs = {name: (lambda name=name: variant(name, root, args, consumer)) for name in NAMES}
+        runs = {name: (lambda name=name: variant(name, root, args, consumer)) for name in names}
         figures = medians(interleave(runs, args.reps, say=say))
     finally:
         ray.shutdown()
         cluster.shutdown()
-    result = summarize(figures, args)
+    result = summarize_stages(figures, args) if args.stages else summarize(figures, args)
     line = result_line("data_pool", result)
     if args.out is not None:
-        path = args.out / "data_pool.json" if args.out.suffix != ".json" else args.out
+        name = "data_pool_stages.json" if args.stages else "data_pool.json"
+        path = args.out / name if args.out.suffix != ".json" else args.out
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(line + "\n")
     print(line, flush=True)
@@ -322,6 +380,7 @@ def summarize(figures: dict[str, dict[str, float]], args: argparse.Namespace) ->
             "consumer_cpus": args.worker_cpus,
             "data_node_cpus": args.data_cpus,
             "machine_cores": args.cores,
+            "object_store_gib_per_node": args.object_store_gib,
         },
     }
     if args.gpu:
@@ -332,6 +391,29 @@ def summarize(figures: dict[str, dict[str, float]], args: argparse.Namespace) ->
         f"rows/s: training node {rates['training_node']:,.0f} | data pool "
         f"{rates['data_pool']:,.0f}: data_pool/training_node {over}"
     )
+    return result
+
+
+def summarize_stages(
+    figures: dict[str, dict[str, float]], args: argparse.Namespace
+) -> dict[str, Any]:
+    rates = {name: figures[name]["rows_per_s"] for name in STAGES}
+    result: dict[str, Any] = {
+        "mode": ("gpu" if args.gpu else "cpu") + " stages",
+        "rows": int(figures["raw"]["rows"]),
+        "rows_per_s": rates,
+        "over_raw": {name: ratio(rates[name], rates["raw"]) for name in STAGES},
+        "first_batch_s": {name: figures[name]["first_batch_s"] for name in STAGES},
+        "placement": {
+            "training_node_cpus": args.train_cpus,
+            "consumer_cpus": args.worker_cpus,
+            "machine_cores": args.cores,
+            "object_store_gib_per_node": args.object_store_gib,
+        },
+    }
+    if args.gpu:
+        result["gpu_util_pct"] = {name: figures[name]["gpu_util_pct"] for name in STAGES}
+    say("rows/s: " + " | ".join(f"{name} {rate:,.0f}" for name, rate in rates.items()))
     return result
 
 
