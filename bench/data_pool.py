@@ -354,7 +354,7 @@ def main() -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
-    result = summarize_stages(figures, args) if args.stages else summarize(figures, args)
+    result = summarize(figures, args)
     line = result_line("data_pool", result)
     if args.out is not None:
         name = "data_pool_stages.json" if args.stages else "data_pool.json"
@@ -368,13 +368,13 @@ NAMES = ("training_node", "data_pool")
 
 
 def summarize(figures: dict[str, dict[str, float]], args: argparse.Namespace) -> dict[str, Any]:
-    rates = {name: figures[name]["rows_per_s"] for name in NAMES}
+    names = STAGES if args.stages else NAMES
+    rates = {name: figures[name]["rows_per_s"] for name in names}
     result: dict[str, Any] = {
-        "mode": "gpu" if args.gpu else "cpu",
-        "rows": int(figures["data_pool"]["rows"]),
+        "mode": ("gpu" if args.gpu else "cpu") + (" stages" if args.stages else ""),
+        "rows": int(figures[names[0]]["rows"]),
         "rows_per_s": rates,
-        "data_pool_over_training_node": ratio(rates["data_pool"], rates["training_node"]),
-        "first_batch_s": {name: figures[name]["first_batch_s"] for name in NAMES},
+        "first_batch_s": {name: figures[name]["first_batch_s"] for name in names},
         "placement": {
             "training_node_cpus": args.train_cpus,
             "consumer_cpus": args.worker_cpus,
@@ -384,36 +384,19 @@ def summarize(figures: dict[str, dict[str, float]], args: argparse.Namespace) ->
         },
     }
     if args.gpu:
-        result["gpu_util_pct"] = {name: figures[name]["gpu_util_pct"] for name in NAMES}
+        result["gpu_util_pct"] = {name: figures[name]["gpu_util_pct"] for name in names}
         result["model"] = f"resnet18, {GPU_SIDE} px from {GPU_IMAGE} px JPEGs, batch {args.batch}"
-    over = result["data_pool_over_training_node"]
+    if args.stages:
+        result["over_raw"] = {name: ratio(rates[name], rates["raw"]) for name in names}
+        say("rows/s: " + " | ".join(f"{name} {rate:,.0f}" for name, rate in rates.items()))
+        return result
+    over = result["data_pool_over_training_node"] = ratio(
+        rates["data_pool"], rates["training_node"]
+    )
     say(
         f"rows/s: training node {rates['training_node']:,.0f} | data pool "
         f"{rates['data_pool']:,.0f}: data_pool/training_node {over}"
     )
-    return result
-
-
-def summarize_stages(
-    figures: dict[str, dict[str, float]], args: argparse.Namespace
-) -> dict[str, Any]:
-    rates = {name: figures[name]["rows_per_s"] for name in STAGES}
-    result: dict[str, Any] = {
-        "mode": ("gpu" if args.gpu else "cpu") + " stages",
-        "rows": int(figures["raw"]["rows"]),
-        "rows_per_s": rates,
-        "over_raw": {name: ratio(rates[name], rates["raw"]) for name in STAGES},
-        "first_batch_s": {name: figures[name]["first_batch_s"] for name in STAGES},
-        "placement": {
-            "training_node_cpus": args.train_cpus,
-            "consumer_cpus": args.worker_cpus,
-            "machine_cores": args.cores,
-            "object_store_gib_per_node": args.object_store_gib,
-        },
-    }
-    if args.gpu:
-        result["gpu_util_pct"] = {name: figures[name]["gpu_util_pct"] for name in STAGES}
-    say("rows/s: " + " | ".join(f"{name} {rate:,.0f}" for name, rate in rates.items()))
     return result
 
 

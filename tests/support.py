@@ -167,6 +167,24 @@ def train_workers(cluster: object) -> list[Any]:
     )
 
 
+def placement_group_cleaners(cluster: object) -> int:
+    """How many of Ray Train's placement-group cleaner actors the cluster has started, alive or
+    not (app/run/job_trainer.py)."""
+    from ray.train.v2._internal.execution.controller.placement_group_cleaner import (
+        PlacementGroupCleaner,
+    )
+    from ray.util.state import list_actors
+
+    return len(
+        list_actors(
+            address=cluster.address,  # type: ignore[attr-defined]
+            filters=[("class_name", "=", PlacementGroupCleaner.__name__)],
+            limit=10_000,
+            raise_on_missing_output=False,
+        )
+    )
+
+
 def committed_epochs(run_dir: Path) -> set[int]:
     """Epochs whose checkpoint Ray's controller has registered (written to its snapshot).
 
@@ -189,6 +207,7 @@ class FinishedRun:
     tmp: Path
     env: dict[str, str]
     result: subprocess.CompletedProcess[str]
+    cleaners_started: int = 0  # Ray Train's placement-group cleaners the run started
 
     @property
     def run_dir(self) -> Path:

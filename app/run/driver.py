@@ -75,6 +75,10 @@ class _Run:
     promote: bool = True
     callbacks: tuple[Any, ...] = ()
 
+    @property
+    def trial(self) -> bool:
+        return not self.promote
+
 
 def _train(
     settings: TrainSettings,
@@ -110,7 +114,7 @@ def _train(
     )  # fmt: skip
     with sigterm_interrupts():
         try:
-            _fit(plan, trackers, run.callbacks)
+            _fit(plan, trackers, run)
         except (Exception, KeyboardInterrupt) as err:  # any training failure: a clear exit 1
             stopped = _stopped(
                 err, settings, info, started, invocation, resume_from, attempt, trackers
@@ -256,13 +260,13 @@ def _conclude(
     summary, kept = _finish(settings, "succeeded", started, invocation, resumed, trackers=trackers)
     if evaluated is not None:
         summary["evaluation"] = evaluated
-    if not run.promote:  # a sweep's trial: the sweep promotes its best trial once
+    if run.trial:  # the sweep promotes its best trial once
         return summary
     # Exported, evaluated on valid/ (and test/), gated: its line is the run's last.
     return promote_run(settings, info, summary, previous, good=kept, evaluate=True)
 
 
-def _fit(plan: WorkerPlan, trackers: Trackers, callbacks: tuple[Any, ...] = ()) -> None:
+def _fit(plan: WorkerPlan, trackers: Trackers, run: _Run) -> None:
     """Ray Train's run, with the driver following the epochs: each one tracked, and the
     checkpoints pruned as they come."""
     from app.data.cache import cache_datasets
@@ -276,7 +280,7 @@ def _fit(plan: WorkerPlan, trackers: Trackers, callbacks: tuple[Any, ...] = ()) 
         datasets, cache = cache_datasets(build_datasets(settings, info), settings, info)
     took = f" ({time.monotonic() - read_started:.1f} s)" if cache.cache else ""
     _say(f"data: {cache.reason}{took}")
-    trainer = _trainer(settings, plan.config(), datasets, pool, callbacks)
+    trainer = _trainer(settings, plan.config(), datasets, pool, run)
     pruner = checkpoints.in_run_pruner(
         settings.run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric,
         warn=_say,
@@ -299,19 +303,21 @@ def _trainer(
     config: dict[str, Any],
     datasets: dict[str, Any],
     pool: Any,
-    callbacks: tuple[Any, ...] = (),
+    run: _Run,
 ) -> Any:
     """The TorchTrainer: the workers the settings ask for (off the data pool's nodes), the
     run folder on storage, Ray's retries, and the datasets split the same way at every start."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     from app.data.exact_split import ExactSplit
     from app.data.pool import training_selector
+    from app.run.job_trainer import trainer_class
     from app.training.loop import train_loop_per_worker
 
     workers = settings.workers
-    return TorchTrainer(
+    # A sweep's trial ends long before its job does: it keeps Ray's placement-group cleaner.
+    trainer = trainer_class(own_job=not run.trial)
+    return trainer(
         train_loop_per_worker,
         train_loop_config=config,
         scaling_config=ScalingConfig(
@@ -331,7 +337,7 @@ def _trainer(
             # Ray keeps every checkpoint: trainctl's own pruning decides
             # (app/runfolder/retention.py).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
-            callbacks=list(callbacks),  # a sweep's trial: its epochs reported to Ray Tune
+            callbacks=list(run.callbacks),  # a sweep's trial: its epochs reported to Ray Tune
         ),
         datasets=datasets,
         # The same shards at every start (exact mid-epoch resume), read on the data pool's nodes.

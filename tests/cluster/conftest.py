@@ -27,6 +27,7 @@ from tests.support import (
     explain,
     free_port,
     open_local,
+    placement_group_cleaners,
     run_trainctl,
     server_log_tail,
     trainctl_env,
@@ -62,9 +63,10 @@ def finished_run(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) 
     # `ray job submit` hands a job its runtime environment.
     worker_env = {"TRAINCTL_COMPILE_BACKEND": "aot_eager"}
     env["RAY_JOB_CONFIG_JSON_ENV_VAR"] = json.dumps({"runtime_env": {"env_vars": worker_env}})
+    cleaners = placement_group_cleaners(ray_cluster)
     result = run_trainctl("train", env=env, cwd=tmp)
     assert result.returncode == 0, explain(result)
-    return FinishedRun(tmp, env, result)
+    return FinishedRun(tmp, env, result, placement_group_cleaners(ray_cluster) - cleaners)
 
 
 @pytest.fixture(scope="session")

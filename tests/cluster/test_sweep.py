@@ -20,7 +20,14 @@ from typing import Any
 
 import pytest
 
-from tests.support import explain, run_trainctl, start_trainctl, trainctl_env, wait_until
+from tests.support import (
+    explain,
+    placement_group_cleaners,
+    run_trainctl,
+    start_trainctl,
+    trainctl_env,
+    wait_until,
+)
 
 SWEEP = "nightly"
 TRIALS = [f"trial-000{n}" for n in range(1, 3)]
@@ -39,6 +46,7 @@ class Sweep:
     rerun: subprocess.CompletedProcess[str] | None = None
     attempts_after: dict[str, int] = field(default_factory=dict)
     record: dict[str, Any] = field(default_factory=dict)
+    cleaners_started: int = 0  # Ray Train's placement-group cleaners the rerun's trials started
 
 
 def _summary(trial_dir: Path) -> dict[str, Any]:
@@ -83,7 +91,9 @@ def sweep(
     run.finished_before_kill = _finished(run.sweep_dir)
     run.attempts_before_kill = {t: _attempts(run.sweep_dir / "trials" / t) for t in TRIALS}
 
+    cleaners = placement_group_cleaners(ray_cluster)
     run.rerun = run_trainctl("tune", env=env, cwd=tmp, timeout=900)
+    run.cleaners_started = placement_group_cleaners(ray_cluster) - cleaners
     run.attempts_after = {t: _attempts(run.sweep_dir / "trials" / t) for t in TRIALS}
     run.record = json.loads((run.sweep_dir / "sweep.json").read_text())
     return run
@@ -100,6 +110,13 @@ def test_the_killed_sweep_continues_without_retraining_finished_trials(sweep: Sw
     assert sorted(statuses) == TRIALS
     assert set(statuses.values()) <= {"succeeded", "stopped"}, statuses
     assert sweep.record["status"] == "succeeded"
+
+
+def test_each_trial_keeps_rays_placement_group_cleaner(sweep: Sweep) -> None:
+    # A trial's training ends long before the sweep's job: Ray's cleaner frees its group
+    # (app/run/job_trainer.py). A run alone goes without (tests/cluster/test_train.py).
+    unfinished = len(TRIALS) - len(sweep.finished_before_kill)
+    assert sweep.cleaners_started >= unfinished >= 1
 
 
 def test_each_trial_is_a_normal_run_folder_and_stopped_trials_say_so(sweep: Sweep) -> None:

@@ -83,6 +83,12 @@ def test_two_workers_train_and_leave_a_complete_run_folder(finished_run: Finishe
     assert " img/s " in lines[0], explain(result)
 
 
+def test_a_run_alone_starts_no_placement_group_cleaner(finished_run: FinishedRun) -> None:
+    # Its job ends with it, and Ray removes a job's placement groups then (app/run/job_trainer.py);
+    # a sweep's trials keep the cleaner (tests/cluster/test_sweep.py).
+    assert finished_run.cleaners_started == 0
+
+
 def test_each_worker_leaves_its_own_log_each_line_once(finished_run: FinishedRun) -> None:
     attempt = finished_run.run_dir / "logs" / "attempt-1"
     names = sorted(p.name for p in attempt.iterdir())
