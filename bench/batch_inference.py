@@ -118,16 +118,15 @@ def ray_data(
     scored batch and to the last."""
     from app.data.folder_listing import list_images
     from app.evaluation.batch_predict import rows_dataset
-    from app.evaluation.scoring import ScoringOptions, scored
+    from app.evaluation.scoring import ScoringOptions, scored_batches
     from app.export.card import verified
 
     started = time.perf_counter()
     export = verified(run_dir / "export", run_dir)
     dataset = rows_dataset([(folder, list_images(folder)[0])], export.card)
     rows, first, first_rows = 0, 0.0, 0
-    for batch in scored(
-        dataset, export, ScoringOptions(actors=actors, gpus=gpus, top_k=TOP_K)
-    ).iter_batches(batch_size=None, batch_format="numpy"):
+    options = ScoringOptions(actors=actors, gpus=gpus, top_k=TOP_K)
+    for batch in scored_batches(dataset, export, options):
         rows += len(batch["predicted"])
         assert not any(batch["error"])
         if not first:

@@ -38,12 +38,14 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,10 +163,24 @@ def train_split(root: Path, side: int) -> tuple[Any, Any]:
     return ImageFolder().build_datasets(settings, info)["train"], info
 
 
+@contextlib.contextmanager
+def on_training_node() -> Iterator[None]:
+    """Datasets created inside run their tasks on the training node only (selector `!data`):
+    the cluster as it is without a pool."""
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    saved = context.execution_options.label_selector
+    context.execution_options.label_selector = dict(TRAINING_SELECTOR)
+    try:
+        yield
+    finally:
+        context.execution_options.label_selector = saved
+
+
 def variant(name: str, root: Path, args: argparse.Namespace, consumer: Any) -> dict[str, float]:
     """One epoch of the train split through the consumer, decoded where `name` says."""
     import ray
-    import ray.data
 
     side = GPU_SIDE if args.gpu else 32
     if name in STAGES:
@@ -175,13 +191,8 @@ def variant(name: str, root: Path, args: argparse.Namespace, consumer: Any) -> d
         with placed(pool):
             dataset, info = train_split(root, side)
     else:
-        context = ray.data.DataContext.get_current()
-        saved = context.execution_options.label_selector
-        context.execution_options.label_selector = dict(TRAINING_SELECTOR)
-        try:
+        with on_training_node():
             dataset, info = train_split(root, side)
-        finally:
-            context.execution_options.label_selector = saved
     return ray.get(consumer.epoch.remote(dataset, info, args.batch), timeout=900)
 
 
@@ -191,20 +202,16 @@ STAGES = ("raw", "raw_unordered", "raw_small_blocks", "to_device", "model")
 def stage(name: str, root: Path, side: int, args: argparse.Namespace, consumer: Any) -> Any:
     """One epoch of `name`'s stage (--stages), decoded on the training node."""
     import ray
-    import ray.data
 
     from app.data.kinds import image_folder
 
-    context = ray.data.DataContext.get_current()
-    saved = context.execution_options.label_selector
     blocks = image_folder.ROWS_PER_BLOCK
-    context.execution_options.label_selector = dict(TRAINING_SELECTOR)
     if name == "raw_small_blocks":
         image_folder.ROWS_PER_BLOCK = 64
     try:
-        dataset, info = train_split(root, side)
+        with on_training_node():
+            dataset, info = train_split(root, side)
     finally:
-        context.execution_options.label_selector = saved
         image_folder.ROWS_PER_BLOCK = blocks
     if name == "raw_unordered":
         dataset.context.execution_options.preserve_order = False
