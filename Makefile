@@ -57,7 +57,7 @@ run: $(VENV)/.installed  ## train the default job (digits, 2 CPU workers, local 
 	$(VENV)/bin/trainctl train
 
 test:  ## find the KubeRay CRDs, lint, then the test suite (all but the bench smokes)
-	@crds="$$($(CRDS))" && $(MAKE) --no-print-directory setup && \
+	@crds="$$($(CRDS))" && $(MAKE) --no-print-directory --jobs=4 setup && \
 	  $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
 	  KUBERAY_CRDS_DIR="$$crds" CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov \
 	  MLFLOW_BIN=$(abspath $(MLFLOW_VENV))/bin/mlflow MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server \
