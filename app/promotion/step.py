@@ -365,7 +365,17 @@ def move_champion(
         outcome.folder = folder
         return _pointer_record(settings, export, best, candidate, folder, current)
 
-    replaced = champion.replace(path, decide)
+    return _what_the_swap_did(settings, champion.replace(path, decide), outcome, promotion)
+
+
+def _what_the_swap_did(
+    settings: TrainSettings,
+    replaced: champion.Replaced,
+    outcome: _Outcome,
+    promotion: dict[str, Any],
+) -> tuple[str, gate.Decision, int | None, Any]:
+    """move_champion's answer from what its last `decide` found and what the swap wrote;
+    `promotion` gets the decision, the version and the champion it replaced."""
     before = replaced.before or {}
     if outcome.already is not None:
         decision, version = _still_champion(settings, outcome.already, promotion)
