@@ -13,6 +13,7 @@ its own cluster with the chart's token settings.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,12 @@ REPO = Path(__file__).resolve().parent.parent
 # Quiet, deterministic Ray: no usage stats prompt, no log-to-driver spam in test output.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# A suite started in the background by a shell without job control (`make test > log &` in a
+# script) inherits Ctrl-C ignored, and so does every trainctl it starts: the tests that press
+# Ctrl-C would wait out their deadlines instead. Python's own Ctrl-C is put back (a handled
+# signal is reset to the default in the processes this one starts).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # Fake AWS credentials, for every process including the cluster's: the object-storage tests talk
 # to a local S3 server (tests/s3_support.py), and no test may reach a real account with a
 # developer's own keys. No metadata-service lookups either (they wait for a timeout off EC2).
