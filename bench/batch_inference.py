@@ -88,7 +88,7 @@ def single_process_gpu(run_dir: Path, files: list[str]) -> dict[str, float]:
     import torch
 
     from app.export.card import verified
-    from app.export.predict import _batch, load_model
+    from app.export.predict import input_batch, load_model
     from app.training.model import uses_channels_last
 
     started = time.perf_counter()
@@ -101,7 +101,7 @@ def single_process_gpu(run_dir: Path, files: list[str]) -> dict[str, float]:
     rows = 0
     for start in range(0, len(files), GPU_BATCH):
         chunk = files[start : start + GPU_BATCH]
-        x = _batch(chunk, card).to(device, non_blocking=True)
+        x = input_batch(chunk, card).to(device, non_blocking=True)
         with torch.inference_mode():
             values, _ = torch.softmax(model(x).float(), dim=1).topk(TOP_K, dim=1)
         rows += len(values.cpu())

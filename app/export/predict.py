@@ -68,11 +68,11 @@ def predict(
     folder, root = export_folder(target, storage_access(os.environ)[0])
     export = verified(folder, root, card_sha256)
     card = export.card
-    first = _batch(chunks[0], card)  # a bad first image is named before anything loads
+    first = input_batch(chunks[0], card)  # a bad first image is named before anything loads
     module = load_model(export)
     found = _classify(module, first, chunks[0], card["class_names"], top_k)
     for chunk in chunks[1:]:
-        found += _classify(module, _batch(chunk, card), chunk, card["class_names"], top_k)
+        found += _classify(module, input_batch(chunk, card), chunk, card["class_names"], top_k)
     return found
 
 
@@ -91,7 +91,9 @@ def export_folder(target: str, endpoint: str | None = None) -> tuple[RunPath, Ru
     return folder, where
 
 
-def _batch(images: Sequence[str], card: dict[str, Any]) -> Any:
+def input_batch(images: Sequence[str], card: dict[str, Any]) -> Any:
+    """The image files as the card's model takes them: float32 NCHW at its size, normalized
+    with its mean and std; ConfigError naming the first file that is not a readable image."""
     import numpy as np
     import torch
 
