@@ -1,19 +1,27 @@
-"""The champion's task, as the pointer records it or, for a pointer written before it did, as
-the model card it vouches for says.
+"""The champion, as the model card its pointer vouches for says: its task, and the figures the
+gate compares with.
 
 The card is read the way everything another writer could change is read: bounded
 (MAX_CARD_BYTES), as a regular file below its export folder without following a link
 (app/storage/reading.read_bounded), and used only once its sha256 is the pointer's
 `card_sha256`; its shape is app/export/card.py's to judge. Read once, checked, parsed: the
 bytes hashed are the bytes read.
+
+The pointer also records the champion's task, metrics and value, for people and for
+`check`. Those are believed only where they are the card's: a pointer edited by hand (or by a
+faulty writer) to say a worse figure or another class list would otherwise let a worse model,
+or a model of another task, take the champion's place. One small file more is read per
+promotion for it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from app.export.card import CARD_FILE, MAX_CARD_BYTES, card_problem
+from app.formatting import one_line
 from app.promotion.task import Task
 from app.storage import bounded_json, safe_fs
 from app.storage.location import parse_location
@@ -21,17 +29,53 @@ from app.storage.reading import read_bounded
 
 
 class TaskUnknown(Exception):
-    """Neither the pointer nor a card it vouches for says what the champion's task is."""
+    """No card the pointer vouches for says what the champion is, or the pointer says
+    otherwise than that card: nothing proves what the champion's task and figures are."""
 
 
 def champion_task(pointer: dict[str, Any], endpoint: str | None = None) -> Task:
-    """The task of the champion `pointer` names; TaskUnknown saying why it cannot be told."""
+    """The task of the champion `pointer` names, from its verified card, once what the pointer
+    says of the champion (task, metrics, value) is what the card says; TaskUnknown otherwise."""
+    card = verified_card(pointer, endpoint)
+    task = Task.from_card(card)
+    problem = _contradiction(pointer, card, task)
+    if problem:
+        raise TaskUnknown(
+            f"the pointer says otherwise than the model card it names ({problem}): altered "
+            "since it was written"
+        )
+    return task
+
+
+def _contradiction(pointer: dict[str, Any], card: dict[str, Any], task: Task) -> str | None:
+    """What the pointer says of its champion that its card does not, or None."""
     if "task" in pointer:
         try:
-            return Task.from_record(pointer["task"])
+            recorded = Task.from_record(pointer["task"])
         except ValueError as err:
-            raise TaskUnknown(f"the pointer's {err}") from None
-    return Task.from_card(verified_card(pointer, endpoint))
+            return f"its {err}"
+        if not recorded.same(task) or recorded.class_names != task.class_names:
+            return f"its task is {recorded.describe()}, the card's {task.describe()}"
+    checkpoint = card.get("checkpoint")
+    figures = checkpoint.get("metrics") if isinstance(checkpoint, dict) else None
+    if not isinstance(figures, dict):
+        return "the card records no checkpoint metrics"
+    if "metrics" in pointer and _canonical(pointer["metrics"]) != _canonical(figures):
+        return f"its metrics are {_shown(pointer['metrics'])}, the card's {_shown(figures)}"
+    metric = pointer.get("metric")
+    stated = figures.get(metric) if isinstance(metric, str) else None
+    if "value" in pointer and _canonical(pointer["value"]) != _canonical(stated):
+        return f"its value is {_shown(pointer['value'])}, the card's {metric} {_shown(stated)}"
+    return None
+
+
+def _canonical(value: Any) -> str:
+    """A figure or set of figures as JSON writes it: NaN equals NaN, key order is moot."""
+    return json.dumps(value, sort_keys=True)
+
+
+def _shown(value: Any) -> str:
+    return one_line(_canonical(value), 200)
 
 
 def verified_card(pointer: dict[str, Any], endpoint: str | None = None) -> dict[str, Any]:

@@ -92,7 +92,8 @@ def _tasks(
     pointer: dict[str, Any], run: Task | None, settings: TrainSettings, path: RunPath
 ) -> str:
     """`, classes [...] 3x32x32; this run: classes [...] 3x32x32`; ConfigError when they
-    differ, or when the champion's task cannot be told (the step would keep the champion)."""
+    differ, or when the champion cannot be checked against its model card (the step would keep
+    the champion)."""
     if run is None:  # nothing to compare with: show what the pointer records, if anything
         try:
             return f", {Task.from_record(pointer['task']).describe()}" if "task" in pointer else ""
@@ -103,9 +104,9 @@ def _tasks(
         found = champion_task(pointer, settings.storage_endpoint)
     except TaskUnknown as err:
         raise ConfigError(
-            f"{where}: the champion's task cannot be told ({one_line(str(err), 500)}); a run "
-            "would train and then keep the champion, not promoted: remove the pointer or use "
-            "another TRAIN_MODEL_NAME"
+            f"{where}: the champion cannot be checked against its model card "
+            f"({one_line(str(err), 500)}); a run would train and then keep the champion, not "
+            "promoted: remove the pointer or use another TRAIN_MODEL_NAME"
         ) from None
     problem = another_task(found, run, settings.champion_name, pointer.get("version"))
     if problem:

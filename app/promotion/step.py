@@ -526,13 +526,13 @@ def _track_evaluation(
 
 def _task_problem(current: dict[str, Any], candidate: Task, settings: TrainSettings) -> str | None:
     """Why `candidate` may not replace the champion `current` names: another task, or a
-    champion whose task cannot be told (nothing proves it is this one)."""
+    champion that cannot be checked against its card (nothing proves what it is)."""
     try:
         found = champion_task(current, settings.storage_endpoint)
     except TaskUnknown as err:
         return (
-            f"the champion's task cannot be told ({err}); remove the pointer or use another "
-            "TRAIN_MODEL_NAME"
+            f"the champion cannot be checked against its model card ({err}); remove the pointer "
+            "or use another TRAIN_MODEL_NAME"
         )
     return another_task(found, candidate, settings.champion_name, current.get("version"))
 

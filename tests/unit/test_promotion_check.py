@@ -14,6 +14,7 @@ from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.promotion import champion
 from app.promotion.check import promotion_check
+from app.promotion.task import Task
 from tests.promotion_support import CATS_AND_DOGS, INFO, make_run, settings_for
 
 DEFAULT = (
@@ -101,11 +102,50 @@ def test_a_pointer_without_a_task_is_judged_by_the_card_it_vouches_for(tmp_path:
     card = Path(pointer["export"]) / "model_card.json"
     card.write_bytes(card.read_bytes().replace(b'"0"', b'"zero"'))  # altered after promotion
     said = _failure_with(settings_for(tmp_path, "r"), INFO)
-    assert "the champion's task cannot be told" in said and "not the pointer's" in said
+    assert (
+        "the champion cannot be checked against its model card" in said
+        and "not the pointer's" in said
+    )
     card.unlink()
     card.symlink_to(tmp_path / "first" / "export" / "model_card.json")  # the same bytes, linked
     said = _failure_with(settings_for(tmp_path, "r"), INFO)
     assert "a symbolic link, not followed" in said
+
+
+# A pointer edited by hand after promotion, its card untouched: the champion's figure lowered
+# (value alone, or metrics and value), its task replaced by another whole task (names and
+# digest agreeing), or one class renamed with the digest left as it was.
+POINTER_EDITS = {
+    "value": lambda p: p.update(value=0.1),
+    "metrics": lambda p: (p["metrics"].update(val_accuracy=0.1), p.update(value=0.1)),
+    "task": lambda p: p.update(task=Task.of_info(CATS_AND_DOGS).record()),
+    "a name": lambda p: p["task"]["class_names"].__setitem__(0, "zero"),
+}
+
+
+@pytest.mark.parametrize("edit", list(POINTER_EDITS))
+def test_a_pointer_saying_otherwise_than_its_card_keeps_the_champion(
+    tmp_path: Path, edit: str
+) -> None:
+    """The gate believes the card the pointer vouches for (by sha256), not what the pointer
+    says beside it: a worse model, or a model of another task, is not promoted on an edited
+    pointer, and `check` fails on it in the step's words."""
+    from app.promotion.step import promote_run
+
+    make_run(tmp_path, "first", 0.962)
+    promote_run(settings_for(tmp_path, "first"), INFO, {"status": "succeeded"})
+    pointer = json.loads(_pointer_file(tmp_path).read_text())
+    POINTER_EDITS[edit](pointer)
+    _pointer_file(tmp_path).write_text(json.dumps(pointer))
+    info = CATS_AND_DOGS if edit == "task" else INFO  # the task the edited pointer claims
+    said = _failure_with(settings_for(tmp_path, "r"), info)
+    assert "the pointer says otherwise than the model card it names" in said, said
+    assert "another task" not in said, said  # the pointer is at fault, not the run
+    make_run(tmp_path, "worse", 0.5, info=info)
+    summary = promote_run(settings_for(tmp_path, "worse"), info, {"status": "succeeded"})
+    assert summary["promoted"] is False, summary["promotion"]
+    assert "the pointer says otherwise than the model card" in summary["promotion"]["reason"]
+    assert json.loads(_pointer_file(tmp_path).read_text()) == pointer  # not moved
 
 
 def test_no_champion_yet_and_nothing_written(tmp_path: Path) -> None:
