@@ -7,8 +7,9 @@ What a team has, each resolved to one weights file and the sha256 its bytes must
 - an export folder (`<run>/export`, or a champion's folder `champions/<name>/<sha>/`): its card
   and weights.pt, as the card's `files` says;
 - a run folder: its best verified checkpoint by TRAIN_CHECKPOINT_METRIC;
-- a checkpoint folder (its meta.json's checksum of model.pt), or a state-dict file, which
-  nothing vouches for but the bytes preflight read.
+- a checkpoint folder (its meta.json's checksum of model.pt);
+- a state-dict file, which nothing vouches for but the bytes preflight read; an export's
+  weights.pt or a checkpoint's model.pt named directly is checked as its folder is.
 
 The task must be this run's where the source records it: an export's or a champion's card
 (class names in order, channels, input size, compared as a promotion compares them:
@@ -161,7 +162,7 @@ def _champion(settings: TrainSettings, ref: ChampionRef, source: str) -> tuple[W
 
 def _location(settings: TrainSettings, path: RunPath, source: str) -> tuple[WarmStart, _Task]:
     if not is_dir_within(path, "TRAIN_WARM_START", settings.storage_timeout_s):
-        return _file(path, source), _Task()
+        return _file_or_its_folder(path, source)
     if present(path / CARD_FILE):
         card = _card(path, source)
         return _from_card(path, card, source, f"export {source}"), _Task(Task.from_card(card))
@@ -222,6 +223,20 @@ def _checkpoint(folder: RunPath, source: str, described: str) -> tuple[WarmStart
         raise ConfigError(f"TRAIN_WARM_START={source}: an unusable checkpoint ({err})") from None
     vouch = f"its {checkpoints.META_FILE} records"
     return WarmStart(source, described, folder / MODEL_FILE, str(digest), vouch), _Task(None, names)
+
+
+def _file_or_its_folder(path: RunPath, source: str) -> tuple[WarmStart, _Task]:
+    """A file; an export's weights.pt or a checkpoint's model.pt is its folder's, checked as its
+    folder is (checksum and task): named directly, it would otherwise load unverified."""
+    folder = path.parent
+    where = redact_uri(str(folder))
+    if path.name == WEIGHTS_FILE and present(folder / CARD_FILE):
+        card = _card(folder, source)
+        described = f"export {where} (named by its {WEIGHTS_FILE})"
+        return _from_card(folder, card, source, described), _Task(Task.from_card(card))
+    if path.name == MODEL_FILE and present(folder / checkpoints.META_FILE):
+        return _checkpoint(folder, source, f"checkpoint {where} (named by its {MODEL_FILE})")
+    return _file(path, source), _Task()
 
 
 def _file(path: RunPath, source: str) -> WarmStart:

@@ -59,7 +59,14 @@ def test_every_source_resolves_to_the_weights_it_vouches_for(
             "val_accuracy 0.9)",
         ),
         str(checkpoint): (checkpoint / "model.pt", f"checkpoint {checkpoint}"),
-        str(checkpoint / "model.pt"): (checkpoint / "model.pt", f"file {checkpoint}/model.pt"),
+        str(checkpoint / "model.pt"): (
+            checkpoint / "model.pt",
+            f"checkpoint {checkpoint} (named by its model.pt)",
+        ),
+        str(champion_run / "export" / "weights.pt"): (
+            champion_run / "export" / "weights.pt",
+            f"export {champion_run}/export (named by its weights.pt)",
+        ),
         str(champion_run / "export"): (
             champion_run / "export" / "weights.pt",
             f"export {champion_run}/export",
@@ -84,6 +91,10 @@ def test_a_champion_of_another_task_is_refused_naming_both(
         info=CATS_AND_DOGS,
     )  # fmt: skip
     _refused(tmp_path, str(champion_run / "export"), "is another task", info=CATS_AND_DOGS)
+    weights = champion_run / "export" / "weights.pt"
+    _refused(
+        tmp_path, str(weights), "(named by its weights.pt) is another task", info=CATS_AND_DOGS
+    )
     # A checkpoint records its class names: the same names in another order are refused too.
     pets = make_run(tmp_path, "pets", 0.9, info=CATS_AND_DOGS)
     swapped = dataclasses.replace(CATS_AND_DOGS, class_names=("dog", "cat"))
@@ -101,6 +112,8 @@ def test_altered_sources_are_refused_before_anything_loads(
     state[next(iter(state))] += 1  # other weights, a valid state dict
     torch.save(state, weights)
     _refused(tmp_path, str(export), f"{weights} has sha256 ", "its model card records")
+    # Named by the file itself, not its folder: checked against the same card.
+    _refused(tmp_path, str(weights), f"{weights} has sha256 ", "its model card records")
     weights.write_bytes(good)
     # The champion's card altered after promotion: the pointer's card_sha256 no longer holds.
     pointer = json.loads((tmp_path / "champions" / "digits-cnn.json").read_text())
@@ -111,6 +124,7 @@ def test_altered_sources_are_refused_before_anything_loads(
     model = champion_run / "checkpoint_epoch_0001" / "model.pt"
     model.write_bytes(model.read_bytes() + b"\0")
     _refused(tmp_path, str(model.parent), "an unusable checkpoint", "model.pt does not match")
+    _refused(tmp_path, str(model), "an unusable checkpoint", "model.pt does not match")
 
 
 def test_a_file_changed_after_preflight_is_not_loaded(tmp_path: Path) -> None:
