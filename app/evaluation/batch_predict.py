@@ -34,7 +34,13 @@ from app.export.card import Verified, verified
 from app.export.predict import Prediction, export_folder
 from app.formatting import shown
 from app.storage.entries import Kind, kind
-from app.storage.location import RunPath, parse_location, store_errors, write_atomic
+from app.storage.location import (
+    RunPath,
+    ensure_writable,
+    parse_location,
+    store_errors,
+    write_atomic,
+)
 from app.storage.reading import is_dir_within
 
 if TYPE_CHECKING:
@@ -54,7 +60,9 @@ class BatchResult:
     def line(self) -> str:
         where = f" -> {shown(self.out)}" if self.out is not None else ""
         skipped = f", {len(self.skipped):,} skipped" if self.skipped else ""
-        return f"trainctl: predicted {len(self.predictions):,} images{skipped}{where}"
+        count = len(self.predictions)
+        images = "image" if count == 1 else "images"
+        return f"trainctl: predicted {count:,} {images}{skipped}{where}"
 
 
 def takes_batch_path(images: Sequence[str], out: str | None, pool: bool = False) -> bool:
@@ -74,10 +82,14 @@ def output_location(out: str, endpoint: str | None) -> RunPath:
         where = parse_location(out, endpoint)
     except ValueError as err:
         raise ConfigError(f"--out {out!r}: {err}") from None
+    if where.name.lower() in FORMATS:
+        raise ConfigError(f"--out {out!r}: no file name before {where.name}")
     if is_dir_within(where, "--out"):  # a bucket answers within its probe's deadline
         raise ConfigError(
             f"--out {out!r}: is a folder; give a file name ending in .parquet or .csv"
         )
+    # Its folder created and proved writable now, not found unwritable after the scoring.
+    ensure_writable(where.parent, "--out's folder")
     return where
 
 
@@ -114,8 +126,13 @@ def batch_predict(
     dataset = rows_dataset(groups, export.card)
     found = _gather(scored_batches(dataset, export, _with_top_k(options, top_k)), export, strict)
     if destination is not None:
-        with store_errors(destination, "--out"):
-            write_atomic(destination, encode(found, destination, len(export.card["class_names"])))
+        data = encode(found, destination, len(export.card["class_names"]))
+        try:
+            with store_errors(destination, "--out"):
+                write_atomic(destination, data)
+        except OSError as err:  # a volume's, since the probe: full, gone, read-only now
+            why = err.strerror or str(err)
+            raise ConfigError(f"--out {shown(destination)}: cannot be written ({why})") from None
     return BatchResult(
         [p for p, error in found if not error],
         [(p.image, error) for p, error in found if error],

@@ -204,6 +204,29 @@ def test_predict_out_may_not_be_a_folder(run: Path, tmp_path: Path) -> None:
     assert_refused(result, 2, "is a folder")
 
 
+@pytest.mark.parametrize(
+    ("out", "says"),
+    [
+        ("a-file.csv/p.csv", "exists but is not a folder"),  # its folder is a file
+        ("/proc/p.csv", "not writable"),  # a folder no file can be created in, even by root
+        (".csv", "no file name before .csv"),  # would write a hidden ./.csv
+    ],
+)
+def test_predict_out_that_cannot_be_written_is_refused_before_scoring(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out: str, says: str
+) -> None:
+    """Found after the scoring, it ended in an internal error and the scores were lost."""
+    import ray
+
+    (tmp_path / "a-file.csv").write_text("x")
+    data = folder(tmp_path / "imgs", ["a"])
+    monkeypatch.chdir(tmp_path)
+    result = trainctl("predict", str(run), str(data), "--out", out)
+    assert_refused(result, 2, "--out", says)
+    assert not ray.is_initialized()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file.csv", "imgs", "runs"]
+
+
 def test_predict_on_a_folder_without_images_is_refused(run: Path, tmp_path: Path) -> None:
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "notes.txt").write_text("x")
