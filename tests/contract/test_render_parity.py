@@ -351,6 +351,11 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"nodePools": {"A100": {}}},
         {"nodePools": {"a": {"gpusPerWorker": -1}}},
         {"nodePools": {"a": {"memoryPerWorker": "lots"}}},
+        # A worker with no CPU runs no training step, and a data pool none of Ray Data's tasks.
+        {"nodePools": {"a": {"cpusPerWorker": 0}}},
+        {"nodePools": {"a": {"cpusPerWorker": "0m"}}},
+        {"dataPool": {"enabled": True, "cpusPerWorker": "0"}},
+        {"dataPool": {"enabled": True, "cpusPerWorker": "0.0"}},
         {"storage": {"mountPath": "relative/path"}},
         {"storage": {"runsSubPath": "../escape"}},
         {"env": {"WANDB_API_KEY": "secret-value"}},
