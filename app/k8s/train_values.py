@@ -51,6 +51,9 @@ def values_key(setting: str, pool: str, values: Mapping[str, Any]) -> str:
     if setting in pool_train:
         return f"{source}.train.{setting}"
     if setting == "num_workers":
+        tune = values.get("tune") or {}
+        if tune.get("enabled") and int(tune.get("workersPerTrial") or 0) > 0:
+            return "tune.workersPerTrial"  # a sweep's trials, as the ConfigMap sets them
         gpus = merged_pool(dict(values), own).get("gpusPerWorker") or 0
         return f"nodePools.{pool}.replicas" + (" x gpusPerWorker" if gpus else "")
     if setting in DERIVED_FROM:
