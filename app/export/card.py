@@ -22,7 +22,10 @@ without following a link (app/storage/safe_fs.py), and hashes what it read; weig
 read into memory and those same bytes are what is loaded: there is no second read for another
 writer to change. A mismatch is refused (exit 2) and nothing is loaded. The card itself is
 the trust root: whoever may rewrite the card may rewrite the weights too, which is why the
-weights are loaded in a way that cannot run code whatever they hold.
+weights are loaded in a way that cannot run code whatever they hold. What can be checked is:
+a champion's card against its pointer's sha256, and a run's export/ card against the class
+names its run recorded (classes.json), so that an edit of the card alone cannot relabel what
+the model answers.
 
 No torch import here: `trainctl predict` checks before it loads.
 """
@@ -35,7 +38,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import ConfigError
-from app.runfolder.class_names import names_problem
+from app.formatting import one_line
+from app.redact import redact
+from app.runfolder.class_names import CLASSES_FILE, names_problem, recorded
 from app.runfolder.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
 from app.storage import bounded_json
@@ -102,6 +107,33 @@ def _read_card(
     if problem:
         raise ConfigError(f"{path}: {problem}")
     return card, text
+
+
+def _same_classes_as_its_run(folder: RunPath, card: dict[str, Any]) -> None:
+    """A run's export/ answers in the classes its run recorded when it first trained
+    (classes.json): a card edited to other names or another order would relabel every
+    prediction and evaluation. ConfigError naming both lists."""
+    if folder.name != EXPORT_DIR:
+        return
+    run_dir = folder.parent
+    try:
+        names = recorded(run_dir)
+    except ValueError as err:
+        raise ConfigError(
+            f"{folder / CARD_FILE}: its run's classes cannot be told ({err})"
+        ) from None
+    if names is None or redact(list(names)) == card["class_names"]:
+        return
+    raise ConfigError(
+        f"{folder / CARD_FILE}: class names {_listed(card['class_names'])} are not its run's "
+        f"({run_dir / CLASSES_FILE}: {_listed(names)}); the card was altered and is not loaded"
+    )
+
+
+def _listed(names: Any) -> str:
+    shown = [one_line(str(name), 40) for name in list(names)[:10]]
+    more = f", ... {len(names)} in all" if len(names) > len(shown) else ""
+    return f"[{', '.join(shown)}{more}]"
 
 
 def _why(err: OSError | ValueError) -> str:
@@ -175,6 +207,8 @@ def verified(
     this passes."""
     root = root or folder
     card, text = _read_card(folder, root, card_sha256)
+    if card_sha256 is None:  # a champion's copy is vouched for by its pointer's sha256
+        _same_classes_as_its_run(folder, card)
     weights = b""
     for name, expected in card["files"].items():
         path = folder / name

@@ -55,6 +55,29 @@ def _vouch(export: Path, name: str) -> None:
     (export / CARD_FILE).write_bytes(card_json(card))
 
 
+# --- the card's classes ------------------------------------------------------------------------
+@pytest.mark.parametrize("change", ["renamed", "reordered"])
+def test_a_card_relabelled_against_its_run_is_refused(run: Path, image: str, change: str) -> None:
+    """The card names what each output means: edited (other names, or the same in another
+    order) it would relabel every prediction and evaluation while every checksum held. A run's
+    export answers in the classes its run recorded (classes.json)."""
+    from app.runfolder.class_names import record
+
+    names = tuple(str(n) for n in range(10))
+    record(run, names)
+    assert trainctl("predict", str(run), image).code == 0  # the names recorded: it loads
+    card = json.loads((run / "export" / CARD_FILE).read_text())
+    edited = ["zero", *names[1:]] if change == "renamed" else [names[1], names[0], *names[2:]]
+    card["class_names"] = edited
+    (run / "export" / CARD_FILE).write_bytes(card_json(card))
+    for target in (run, run / "export"):  # the run folder, or its export/ named directly
+        result = trainctl("predict", str(target), image)
+        assert_refused(result, 2, "are not its run's", "classes.json", "the card was altered")
+    result = trainctl("evaluate", str(run), "--split", "valid")
+    assert_refused(result, 2, "are not its run's")
+    assert not (run / "eval").exists()  # nothing written over the run's own evaluation
+
+
 # --- code execution ----------------------------------------------------------------------------
 def test_weights_that_would_run_code_are_refused_not_unpickled(
     run: Path, image: str, tmp_path: Path
