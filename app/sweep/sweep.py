@@ -154,6 +154,14 @@ class _Sweep:
         self.parent.adopt(rows)
         return record
 
+    def trial_reported(self, trial_id: str, result: dict[str, Any]) -> None:
+        """The sweep's progress, one line per epoch a trial reports (the trials' own epoch
+        lines stay in their logs)."""
+        metric = self.settings.checkpoint_metric
+        value = result.get(metric)
+        figure = f"{metric} {value:.4f}" if isinstance(value, int | float) else f"no {metric}"
+        _say(f"{trial_id}: epoch {result.get('epoch')}/{self.settings.epochs}, {figure}")
+
     def trial_ended(self, trial_id: str, last: dict[str, Any] | None, error: bool) -> None:
         last = last or {}
         epoch = int(last.get("epoch") or 0)
@@ -164,6 +172,9 @@ class _Sweep:
         if not error and 0 < epoch < self.settings.epochs and ended["status"] == "running":
             # The scheduler's verdict, kept before anything else: a rerun does not retrain it.
             self.stopped[trial_id] = {"epoch": epoch, "time_s": last.get("time_total_s")}
+            _say(f"{trial_id}: stopped by the scheduler after epoch {epoch}")
+        else:
+            _say(f"{trial_id}: {'failed' if error else ended['status']}")
         self.write("running")
 
 
@@ -226,6 +237,11 @@ def _recorder(sweep: _Sweep) -> Any:
     from ray import tune
 
     class Recorder(tune.Callback):
+        def on_trial_result(
+            self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+        ) -> None:
+            sweep.trial_reported(trial.config["trial"], result)
+
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             sweep.trial_ended(trial.config["trial"], trial.last_result, error=False)
 

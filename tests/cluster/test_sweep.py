@@ -110,6 +110,12 @@ def test_the_killed_sweep_continues_without_retraining_finished_trials(sweep: Sw
     assert sorted(statuses) == TRIALS
     assert set(statuses.values()) <= {"succeeded", "stopped"}, statuses
     assert sweep.record["status"] == "succeeded"
+    # Progress, trial by trial: each epoch the rerun's trial reported, and how it ended.
+    rerun = [t for t in TRIALS if t not in sweep.finished_before_kill]
+    for trial in rerun:
+        assert f"trainctl: {trial}: epoch 1/2, val_accuracy " in sweep.rerun.stdout, trial
+        ended = "stopped by the scheduler" if statuses[trial] == "stopped" else "succeeded"
+        assert f"trainctl: {trial}: {ended}" in sweep.rerun.stdout, explain(sweep.rerun)
 
 
 def test_each_trial_keeps_rays_placement_group_cleaner(sweep: Sweep) -> None:
