@@ -53,7 +53,7 @@ from app.evaluation.scoring import (
     precision_of,
     scored_batches,
 )
-from app.export.card import CARD_FILE, EXPORT_DIR, Verified, verified
+from app.export.card import CARD_FILE, EXPORT_DIR, Verified, sweep_problem, verified
 from app.formatting import shown
 from app.storage.entries import not_a_link
 from app.storage.location import RunPath, store_errors
@@ -153,7 +153,8 @@ def run_export(run_dir: RunPath) -> Verified:
         if not run_dir.is_dir():
             raise ConfigError(f"{shown(run_dir)}: no such run folder; give a run folder (or URI)")
         raise ConfigError(
-            f"{shown(run_dir)}: no {EXPORT_DIR}/{CARD_FILE}; a run exports its best checkpoint "
+            sweep_problem(run_dir)
+            or f"{shown(run_dir)}: no {EXPORT_DIR}/{CARD_FILE}; a run exports its best checkpoint "
             "when it succeeds: finish it (`trainctl train` with the same TRAIN_RUN_NAME "
             "resumes it), or evaluate another run"
         )

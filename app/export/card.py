@@ -42,10 +42,11 @@ from app.formatting import one_line
 from app.redact import redact
 from app.runfolder.class_names import CLASSES_FILE, names_problem, recorded
 from app.runfolder.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
+from app.runfolder.folder import SWEEP_FILE
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
 from app.storage import bounded_json
 from app.storage.location import RunPath
-from app.storage.reading import read_bounded, sha256_of
+from app.storage.reading import present, read_bounded, sha256_of
 
 WEIGHTS_FILE = "weights.pt"  # torch.save(state_dict): what trainctl loads
 EXPORTED_PROGRAM = "model.pt2"  # torch.export.save: for model servers, never loaded here
@@ -98,7 +99,8 @@ def _read_card(
         card = bounded_json.loads(text.decode("utf-8"), MAX_CARD_BYTES)
     except FileNotFoundError:
         raise ConfigError(
-            f"{folder}: no {CARD_FILE}; give a run folder (with {EXPORT_DIR}/) or its "
+            sweep_problem(folder)
+            or f"{folder}: no {CARD_FILE}; give a run folder (with {EXPORT_DIR}/) or its "
             f"{EXPORT_DIR} folder, written by a successful `trainctl train`"
         ) from None
     except (OSError, ValueError) as err:  # a FIFO, over the bound; UnicodeDecodeError
@@ -107,6 +109,19 @@ def _read_card(
     if problem:
         raise ConfigError(f"{path}: {problem}")
     return card, text
+
+
+def sweep_problem(folder: RunPath) -> str | None:
+    """Where `folder` (a folder given for its export, or that export/) is a sweep's: what to
+    give instead (a sweep has no export of its own; its trials have)."""
+    sweep = folder.parent if folder.name == EXPORT_DIR else folder
+    if not present(sweep / SWEEP_FILE):
+        return None
+    return (
+        f"{sweep}: a sweep's folder (`trainctl tune`), which has no export of its own; give "
+        f"one of its trials, {sweep}/trials/<trial> (`trainctl status {sweep}` names the "
+        "best), or champion:<model-name> where the sweep promoted it"
+    )
 
 
 def _same_classes_as_its_run(folder: RunPath, card: dict[str, Any]) -> None:

@@ -13,12 +13,12 @@ import math
 from typing import Any
 
 from app.runfolder import folder as run_folder
+from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
 from app.settings.tune_plan import TRIALS_DIR, Trial
 from app.storage import bounded_json
 from app.storage.location import RunPath, write_atomic, write_json
 from app.storage.reading import read_bounded
 
-SWEEP_FILE = "sweep.json"
 TRIALS_CSV = "trials.csv"
 PLOT_FILE = "sweep.png"
 MAX_SWEEP_BYTES = 16 * 1024 * 1024

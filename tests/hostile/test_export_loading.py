@@ -78,6 +78,16 @@ def test_a_card_relabelled_against_its_run_is_refused(run: Path, image: str, cha
     assert not (run / "eval").exists()  # nothing written over the run's own evaluation
 
 
+def test_a_sweeps_folder_is_pointed_to_its_trials(tmp_path: Path, image: str) -> None:
+    """A sweep has no export of its own: its trials do (and the champion it promoted)."""
+    sweep = tmp_path / "runs" / "nightly"
+    (sweep / "trials").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    for command in (("predict", str(sweep), image), ("evaluate", str(sweep), "--split", "valid")):
+        result = trainctl(*command)
+        assert_refused(result, 2, "a sweep's folder", f"{sweep}/trials/<trial>", "champion:")
+
+
 # --- code execution ----------------------------------------------------------------------------
 def test_weights_that_would_run_code_are_refused_not_unpickled(
     run: Path, image: str, tmp_path: Path
