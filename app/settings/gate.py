@@ -245,11 +245,11 @@ def _fraction(part: str, metric: str, op: str, value: float, percent: bool) -> f
     as a percentage; a gate of 90 would never pass, silently. `95%` is refused too, not read
     as 0.95: the recorded gate is what was written."""
     if percent or not 0 <= value <= 1:
+        said = f"{part!r}: {metric} is a fraction from 0 to 1 (the epoch line's 95.28% is 0.9528)"
+        if not 0 < value <= 100:  # no percentage either: nothing to suggest
+            raise ValueError(said)
         fraction = exact(value / 100)
-        raise ValueError(
-            f"{part!r}: {metric} is a fraction from 0 to 1 (the epoch line's 95.28% is "
-            f"0.9528): write {fraction}; did you mean {metric}{op}{fraction}?"
-        )
+        raise ValueError(f"{said}: write {fraction}; did you mean {metric}{op}{fraction}?")
     return value
 
 

@@ -59,6 +59,16 @@ def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> No
         assert "val_accuracy" in str(err.value) and ">=" in str(err.value)  # the allowed list
 
 
+@pytest.mark.parametrize(
+    "text", ["val_accuracy>-0.1", "min_class_recall>=-1", "class_drop<=-0.1", "recall[3]>=250"]
+)
+def test_a_bar_that_is_no_percentage_either_gets_no_suggestion(text: str) -> None:
+    """-1 or 250 is not a percentage: `did you mean ...>=-0.01?` would be nonsense."""
+    with pytest.raises(ValueError) as err:
+        parse_gate(text)
+    assert "is a fraction from 0 to 1" in str(err.value) and "did you mean" not in str(err.value)
+
+
 def _decide(gate: str, value: float, champion: float | None, metric: str = "val_accuracy"):
     champ = None if champion is None else {metric: champion}
     return decide(parse_gate(gate), {metric: value}, champ, metric, metric != "val_loss")
