@@ -155,7 +155,12 @@ def render_cmd(out: Path | None, release: str, namespace: str, **values_args: tu
     if out is None:
         text = render_stream(values, release=release, namespace=namespace)
         if not text:
-            click.echo("trainctl: no node pool is enabled: nothing to render", err=True)
+            click.echo(
+                "trainctl: no node pool is enabled: nothing to render (the train: values are "
+                "held to the settings per pool, as each pool's pods read them: enable one to "
+                "check them)",
+                err=True,
+            )
         click.echo(text, nl=False)
         return
     paths = write_manifests(values, out, release=release, namespace=namespace)

@@ -290,3 +290,13 @@ def test_a_number_or_boolean_where_text_is_wanted_points_to_set_string(tmp_path:
         with pytest.raises(HelmFailed):
             helm_template([path], set_values=(expression,))
         assert trainctl("render", "-f", str(path), "--set-string", expression).code == 0
+
+
+def test_no_pool_enabled_renders_nothing_and_says_its_values_wait_for_one() -> None:
+    """As Helm renders no object: no pod would read the values, so nothing is refused yet,
+    and the line says so (exit 0 is not a verdict on them)."""
+    result = trainctl("render", "--set-json", 'train.promote_if="val_acc>=0.9"')
+    assert result.code == 0, result.text
+    assert result.out == ""
+    assert "no node pool is enabled: nothing to render" in result.err
+    assert "enable one to check them" in result.err
