@@ -196,6 +196,10 @@ def _tune(
     trainable = tune.with_resources(trainable, {"CPU": TRIAL_DRIVER_CPUS})
     concurrent = concurrent_trials(settings, len(todo))
     _say(f"{concurrent} trial(s) at a time")
+    # Tune's default output engine prints a banner whatever `verbose` says (a configuration
+    # table, a TensorBoard command into Ray's temporary session folder); the classic engine at
+    # verbose 0 prints nothing, and the sweep's own lines give the progress (trial_reported).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     tuner = tune.Tuner(
         trainable,
         param_space={"trial": tune.grid_search([t.trial_id for t in todo])},

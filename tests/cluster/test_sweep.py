@@ -116,6 +116,8 @@ def test_the_killed_sweep_continues_without_retraining_finished_trials(sweep: Sw
         assert f"trainctl: {trial}: epoch 1/2, val_accuracy " in sweep.rerun.stdout, trial
         ended = "stopped by the scheduler" if statuses[trial] == "stopped" else "succeeded"
         assert f"trainctl: {trial}: {ended}" in sweep.rerun.stdout, explain(sweep.rerun)
+    assert "Configuration for experiment" not in sweep.rerun.stdout  # Tune's banner
+    assert "tensorboard --logdir" not in sweep.rerun.stdout  # into Ray's temporary folder
 
 
 def test_each_trial_keeps_rays_placement_group_cleaner(sweep: Sweep) -> None:
