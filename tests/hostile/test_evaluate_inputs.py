@@ -216,14 +216,17 @@ def test_predict_out_that_cannot_be_written_is_refused_before_scoring(
     run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out: str, says: str
 ) -> None:
     """Found after the scoring, it ended in an internal error and the scores were lost."""
-    import ray
+    from app.evaluation import batch_predict
 
+    def never(*args: object) -> None:
+        raise AssertionError("Ray was joined before --out was checked")
+
+    monkeypatch.setattr(batch_predict, "connect", never)  # a tripwire: the refusal comes first
     (tmp_path / "a-file.csv").write_text("x")
     data = folder(tmp_path / "imgs", ["a"])
     monkeypatch.chdir(tmp_path)
     result = trainctl("predict", str(run), str(data), "--out", out)
     assert_refused(result, 2, "--out", says)
-    assert not ray.is_initialized()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file.csv", "imgs", "runs"]
 
 
