@@ -38,9 +38,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import ConfigError
-from app.formatting import one_line
 from app.redact import redact
-from app.runfolder.class_names import CLASSES_FILE, names_problem, recorded
+from app.runfolder.class_names import (
+    CLASSES_FILE,
+    describe_difference,
+    names_problem,
+    recorded,
+)
 from app.runfolder.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
 from app.runfolder.folder import SWEEP_FILE
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
@@ -137,18 +141,15 @@ def _same_classes_as_its_run(folder: RunPath, card: dict[str, Any]) -> None:
         raise ConfigError(
             f"{folder / CARD_FILE}: its run's classes cannot be told ({err})"
         ) from None
-    if names is None or redact(list(names)) == card["class_names"]:
+    if names is None:
+        return
+    run_names, card_names = tuple(redact(list(names))), tuple(card["class_names"])
+    if run_names == card_names:
         return
     raise ConfigError(
-        f"{folder / CARD_FILE}: class names {_listed(card['class_names'])} are not its run's "
-        f"({run_dir / CLASSES_FILE}: {_listed(names)}); the card was altered and is not loaded"
+        f"{folder / CARD_FILE}: its class names are not its run's ({run_dir / CLASSES_FILE}: "
+        f"{describe_difference(run_names, card_names)}); the card was altered and is not loaded"
     )
-
-
-def _listed(names: Any) -> str:
-    shown = [one_line(str(name), 40) for name in list(names)[:10]]
-    more = f", ... {len(names)} in all" if len(names) > len(shown) else ""
-    return f"[{', '.join(shown)}{more}]"
 
 
 def _why(err: OSError | ValueError) -> str:

@@ -54,7 +54,7 @@ def _contradiction(pointer: dict[str, Any], card: dict[str, Any], task: Task) ->
             recorded = Task.from_record(pointer["task"])
         except ValueError as err:
             return f"its {err}"
-        if not recorded.same(task) or recorded.class_names != task.class_names:
+        if recorded != task:  # every field: the listed names as well as their digest
             return f"its task is {recorded.describe()}, the card's {task.describe()}"
     checkpoint = card.get("checkpoint")
     figures = checkpoint.get("metrics") if isinstance(checkpoint, dict) else None
