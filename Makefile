@@ -68,7 +68,7 @@ test:  ## find the KubeRay CRDs, lint, then the test suite (all but the bench sm
 	  $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 bench-smoke: $(VENV)/.installed $(MOTO_VENV)/.installed  ## every bench/ script at a tiny size: they still run and report (CI runs this too)
-	MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server $(VENV)/bin/pytest -n 2 -p no:cacheprovider -m bench_smoke tests/cluster/test_bench_smoke.py
+	MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server $(VENV)/bin/pytest -n 2 -p no:cacheprovider --durations=0 -m bench_smoke tests/cluster/test_bench_smoke.py
 
 PARITY_EXAMPLES ?= 5000
 parity: $(VENV)/.installed  ## Helm and `trainctl render` on many generated values files (make test runs 200)

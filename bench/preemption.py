@@ -98,6 +98,7 @@ def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int)
     )
     _wait(lambda: len(_epochs(run_dir)) >= 1, 900, "epoch 1")
     first = _epochs(run_dir)[0]
+    say(f"  {way}: epoch 1 took {first['epoch_time_s']:.1f} s; the node goes half-way through 2")
     time.sleep(first["epoch_time_s"] / 2)  # half-way through epoch 2
     node_id = _workers(cluster.address)[0].node_id
     noticed_to_commit = None
@@ -133,6 +134,7 @@ def _one(way: str, every: str, cluster: Any, data: Path, work: Path, batch: int)
     cluster.add_node(num_cpus=2, resources=POOL)
     code = driver.wait(timeout=900)
     log.close()
+    say(f"  {way}: trainctl train exited {code}")
     if code != 0:
         raise RuntimeError(f"{way}: trainctl exited {code}; see {work / f'{way}.log'}")
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -168,6 +170,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             way: _one(way, every, cluster, work / "data", work, args.batch)
             for way, every in ways.items()
         }
+    except BaseException:
+        say(f"preemption: stopped; each way's trainctl log is kept in {work}")
+        raise
     finally:
         cluster.shutdown()
     shutil.rmtree(work, ignore_errors=True)
