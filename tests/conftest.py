@@ -147,9 +147,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (one finished run, one MLflow server) are built once. xdist hands out the group with more
     tests first and the other next (`--loadscope-reorder`, its default), so the two groups start
     on different workers and the remaining tests fill in behind whichever finishes first. The
-    fault group holds fewer tests but about as much training: both groups take about 8 of the
-    suite's 10 to 12 minutes side by side, the other tests the last 2 to 3 (on a two-core
-    machine where a digits run costs 31 CPU-seconds; 20 minutes where it costs 47). The suite
+    fault group holds fewer tests but about as much training: the suite takes 14 to 15 minutes
+    on a two-core machine where a digits run costs 45 CPU-seconds (10 to 12 where it cost 31,
+    20 where it cost 47). The suite
     keeps both cores busy, so a third worker gains nothing: tried, 18 minutes against 19.5 on the
     slower machine, and the token-auth test's own head node missed Ray's fixed 30 s start window.
     """
