@@ -1,11 +1,11 @@
 """`trainctl tune` on the shared session cluster: ONE sweep, asserted on by every test here.
 
-The sweep: digits, the cnn, two trials of two epochs on one worker each, one at a time, ASHA
-(grace period 1, reduction factor 2), tracked to the real `mlflow server`. Its grid puts a
-learning rate that learns next to one that barely moves, so ASHA has something to stop. The
-driver is killed outright (SIGKILL) once the first trial has finished, then the sweep is rerun
-with the same name; the rerun trains the second trial (which ASHA may stop), not the first, and
-promotes the best.
+The sweep: digits, the cnn, four trials of two epochs on one worker each, two at a time, ASHA
+(grace period 1, reduction factor 2), tracked to the real `mlflow server`. Its grid, drawn twice,
+puts a learning rate that learns next to one that barely moves, so ASHA has something to stop.
+The driver is killed outright (SIGKILL) once a trial has ended, then the sweep is rerun with the
+same name; the rerun trains the trials that had not ended (resuming any that had checkpointed),
+not the ended ones, and promotes the best.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tests.support import (
 )
 
 SWEEP = "nightly"
-TRIALS = [f"trial-000{n}" for n in range(1, 3)]
+TRIALS = [f"trial-000{n}" for n in range(1, 5)]
 EXPERIMENT = "trainctl-sweep-tests"
 SPACE = "lr: {grid: [0.003, 0.00001]}\nweight_decay: {uniform: [0.0, 0.05]}\n"
 
@@ -62,7 +62,9 @@ def _attempts(trial_dir: Path) -> int:
 
 
 def _finished(sweep_dir: Path) -> list[str]:
-    return [t for t in TRIALS if _summary(sweep_dir / "trials" / t).get("status") == "succeeded"]
+    """The trials that have ended: trained to the end, or stopped by ASHA."""
+    ended = ("succeeded", "stopped")
+    return [t for t in TRIALS if _summary(sweep_dir / "trials" / t).get("status") in ended]
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +77,7 @@ def sweep(
         dataset="digits", model="cnn", epochs="2", num_workers="1", global_batch_size="64",
         data_path=str(tmp / "data"), storage_path=str(tmp / "runs"), run_name=SWEEP,
         ray_address=ray_cluster.address,  # type: ignore[attr-defined]
-        tune_space=str(tmp / "space.yaml"), tune_samples="1", tune_concurrent="1",
+        tune_space=str(tmp / "space.yaml"), tune_samples="2", tune_concurrent="2",
         tune_reduction_factor="2", max_failures="0",
     )  # fmt: skip
     uri = mlflow_server()
@@ -84,7 +86,7 @@ def sweep(
 
     driver = start_trainctl("tune", env=env, cwd=tmp)
     try:
-        wait_until(lambda: bool(_finished(run.sweep_dir)), timeout=900, what="a finished trial")
+        wait_until(lambda: bool(_finished(run.sweep_dir)), timeout=900, what="an ended trial")
     finally:
         driver.send_signal(signal.SIGKILL)
         run.killed_code = driver.wait(timeout=60)
@@ -99,21 +101,30 @@ def sweep(
     return run
 
 
+def _restarted(sweep: Sweep) -> list[str]:
+    """The trials the rerun started a driver for: those the killed sweep left unended."""
+    return [t for t in TRIALS if sweep.attempts_after[t] > sweep.attempts_before_kill[t]]
+
+
 def test_the_killed_sweep_continues_without_retraining_finished_trials(sweep: Sweep) -> None:
     assert sweep.killed_code == -signal.SIGKILL
     assert sweep.rerun is not None and sweep.rerun.returncode == 0, explain(sweep.rerun)
     assert sweep.finished_before_kill
+    restarted = _restarted(sweep)
+    assert restarted, sweep.attempts_after  # the kill left work for the rerun
     for trial in sweep.finished_before_kill:
         # Its one driver start: the rerun did not start it again.
         assert sweep.attempts_after[trial] == sweep.attempts_before_kill[trial] == 1, trial
+    for trial in set(TRIALS) - set(restarted):
+        assert sweep.attempts_after[trial] <= 1, trial  # never trained twice
     statuses = {row["trial"]: row["status"] for row in sweep.record["trials"]}
     assert sorted(statuses) == TRIALS
     assert set(statuses.values()) <= {"succeeded", "stopped"}, statuses
     assert sweep.record["status"] == "succeeded"
-    # Progress, trial by trial: each epoch the rerun's trial reported, and how it ended.
-    rerun = [t for t in TRIALS if t not in sweep.finished_before_kill]
-    for trial in rerun:
-        assert f"trainctl: {trial}: epoch 1/2, val_accuracy " in sweep.rerun.stdout, trial
+    # Progress, trial by trial: each epoch the rerun's trials reported, and how each ended.
+    for trial in restarted:
+        # Epoch 1, or only 2 where the killed sweep had checkpointed the trial's first epoch.
+        assert f"trainctl: {trial}: epoch " in sweep.rerun.stdout, explain(sweep.rerun)
         ended = "stopped by the scheduler" if statuses[trial] == "stopped" else "succeeded"
         assert f"trainctl: {trial}: {ended}" in sweep.rerun.stdout, explain(sweep.rerun)
     assert "Configuration for experiment" not in sweep.rerun.stdout  # Tune's banner
@@ -123,8 +134,7 @@ def test_the_killed_sweep_continues_without_retraining_finished_trials(sweep: Sw
 def test_each_trial_keeps_rays_placement_group_cleaner(sweep: Sweep) -> None:
     # A trial's training ends long before the sweep's job: Ray's cleaner frees its group
     # (app/run/job_trainer.py). A run alone goes without (tests/cluster/test_train.py).
-    unfinished = len(TRIALS) - len(sweep.finished_before_kill)
-    assert sweep.cleaners_started >= unfinished >= 1
+    assert sweep.cleaners_started >= len(_restarted(sweep)) >= 1
 
 
 def test_each_trial_is_a_normal_run_folder_and_stopped_trials_say_so(sweep: Sweep) -> None:
