@@ -375,9 +375,9 @@ def logs_cmd(
 
 def _run_folders_hint(command: str, name: str | None) -> str:
     """Where the same command finds local runs, for an error that only speaks of Kubernetes."""
-    from app.settings.env import storage_path_setting
+    from app.settings.env import settings_environ, storage_path_setting
 
-    storage = storage_path_setting()
+    storage = storage_path_setting(settings_environ())
     if name is None:
         return (
             f"runs in a folder need no Kubernetes: `trainctl {command} --storage {storage}`, "
@@ -480,19 +480,23 @@ def predict_cmd(
 def _champion_export(name: str) -> tuple[str, str]:
     """The champion's export folder and card sha256, from its pointer under TRAIN_STORAGE_PATH
     (TRAIN_STORAGE_ENDPOINT for an S3-compatible store), as `train` reads them."""
-    import os
-
     from app.errors import ConfigError
     from app.promotion.champion import PointerDamaged, champion_export
-    from app.settings.env import storage_access, storage_location, storage_path_setting
+    from app.settings.env import (
+        settings_environ,
+        storage_access,
+        storage_location,
+        storage_path_setting,
+    )
     from app.settings.model import champion_ref
 
     try:
         name = champion_ref(f"champion:{name}").name  # a TRAIN_MODEL_NAME, nothing else
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    endpoint, _ = storage_access(os.environ)
-    storage = storage_location(storage_path_setting(), "TRAIN_STORAGE_PATH", endpoint)
+    env = settings_environ()
+    endpoint, _ = storage_access(env)
+    storage = storage_location(storage_path_setting(env), "TRAIN_STORAGE_PATH", endpoint)
     try:
         return champion_export(storage, name, endpoint)
     except PointerDamaged as err:

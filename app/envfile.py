@@ -9,6 +9,9 @@ same parser and refuses what it would skip, naming the file and the line.
 from __future__ import annotations
 
 import io
+import os
+import stat
+import unicodedata
 from pathlib import Path
 
 from dotenv.parser import parse_stream
@@ -16,6 +19,42 @@ from dotenv.parser import parse_stream
 from app.errors import did_you_mean
 
 PREFIX = "TRAIN_"
+MAX_ENV_FILE_BYTES = 1 << 20  # far above any real .env; a link to /dev/zero never ends
+
+
+def _read(path: Path) -> bytes:
+    """The file's bytes: a regular file (a FIFO would block `check` forever) of at most
+    MAX_ENV_FILE_BYTES. It may be a link: .env is the operator's own file, often linked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(handle.fileno()).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(mode):
+            raise OSError("it is a FIFO, socket or device, not a regular file")
+        data = handle.read(MAX_ENV_FILE_BYTES + 1)
+    if len(data) > MAX_ENV_FILE_BYTES:
+        raise OSError(f"larger than {MAX_ENV_FILE_BYTES // 1024} KiB")
+    return data
+
+
+def _bare(key: str) -> str:
+    """The key without the quotes, spaces and invisible characters (zero-width spaces, byte
+    order marks) that python-dotenv keeps in it: the name a reader of the file sees."""
+    visible = "".join(c for c in key if unicodedata.category(c) != "Cf")
+    return visible.strip().strip("\"'").strip()
+
+
+def _spelling_problem(key: str, known: set[str]) -> str | None:
+    """Why a key that reads as a TRAIN_ setting would not be read as the one it shows."""
+    bare = _bare(key)
+    if bare != key:
+        return f"{key!r} has quotes or invisible characters around the name; write {bare}=VALUE"
+    if key != key.upper() and key.upper() in known:
+        # The settings are read without regard to case: a lowercase twin of a setting would
+        # decide its value by its place in the file or the environment.
+        return f"{key} must be written in capitals: {key.upper()}"
+    return None
 
 
 def check_env_file(path: Path, known: set[str]) -> list[str]:
@@ -23,15 +62,17 @@ def check_env_file(path: Path, known: set[str]) -> list[str]:
     if not path.exists():
         return []
     try:
-        text = path.read_bytes().decode("utf-8")
+        data = _read(path)
+        text = data.decode("utf-8")
     except IsADirectoryError:
         return [f"{path}: is a folder, not a KEY=VALUE file"]
     except OSError as err:
         return [f"{path}: cannot be read ({err.strerror or err})"]
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        line = data[: err.start].count(b"\n") + 1
         return [f"{path}:{line}: not UTF-8 text (byte {err.start}); save the file as UTF-8"]
     problems = []
+    seen: dict[str, int] = {}
     for binding in parse_stream(io.StringIO(text)):
         original = binding.original.string
         # The parser counts from the first of any blank lines it folds into a binding.
@@ -43,11 +84,18 @@ def check_env_file(path: Path, known: set[str]) -> list[str]:
             problems.append(f"{path}:{line}: cannot parse {shown!r}; lines must be KEY=VALUE")
             continue
         key = binding.key
-        if key is None or not key.upper().startswith(PREFIX):
+        if key is None or not _bare(key).upper().startswith(PREFIX):
             continue  # comments, blank lines, and variables meant for other tools
-        if binding.value is None:
+        if spelling := _spelling_problem(key, known):
+            problems.append(f"{path}:{line}: {spelling}")
+        elif key in seen:
+            problems.append(
+                f"{path}:{line}: {key} is set again (first on line {seen[key]}); keep one"
+            )
+        elif binding.value is None:
             problems.append(f"{path}:{line}: {key} has no value; write {key}=VALUE")
         elif key.upper() not in known:
             hint = did_you_mean(key.upper(), known, "run `trainctl env` for the list")
             problems.append(f"{path}:{line}: {key} is not a trainctl setting{hint}")
+        seen.setdefault(key, line)
     return problems

@@ -104,9 +104,9 @@ def batch_predict(
     card_sha256: str | None = None,
 ) -> BatchResult:
     """`card_sha256`: what the export's card must hash to (a champion pointer's)."""
-    from app.settings.env import storage_access
+    from app.settings.env import settings_environ, storage_access
 
-    endpoint, _ = storage_access(os.environ)
+    endpoint, _ = storage_access(settings_environ())
     destination = output_location(out, endpoint) if out is not None else None
     folder, root = export_folder(target, endpoint)
     with store_errors(folder, "RUN_OR_EXPORT"):

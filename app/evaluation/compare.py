@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,11 +144,11 @@ class Comparison:
 def compare(runs: Sequence[str], out: str | None) -> Comparison:
     """Every run folder read, the table's figures worked out, and the curves drawn to `out`
     (default compare.png here); ConfigError naming a folder that is not a run's."""
-    from app.settings.env import storage_access, storage_location
+    from app.settings.env import settings_environ, storage_access, storage_location
 
     if not 2 <= len(runs) <= MAX_RUNS:
         raise ConfigError(f"give 2 to {MAX_RUNS} runs to compare ({len(runs)} given)")
-    endpoint, _ = storage_access(os.environ)
+    endpoint, _ = storage_access(settings_environ())
     destination = _plot_location(out or "compare.png", endpoint)
     found = [_read(storage_location(run, f"RUN {run!r}", endpoint)) for run in runs]
     keys = sorted({k for r in found for k in r.settings} - set(IGNORED_SETTINGS))

@@ -20,7 +20,6 @@ driver where the split is small: app/evaluation/scoring.py).
 from __future__ import annotations
 
 import heapq
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -116,7 +115,7 @@ def evaluate_command(
     allow_missing: bool,
 ) -> EvalReport:
     """Everything `trainctl evaluate` does: the checks, then `evaluate`."""
-    from app.settings.env import storage_access, storage_location
+    from app.settings.env import settings_environ, storage_access, storage_location
 
     if (data is None) == (split is None):
         raise ConfigError("give DATA or --split valid (the run's own validation data), not both")
@@ -124,7 +123,7 @@ def evaluate_command(
         checked_name(name)
     if not 0 <= max_mistakes <= MAX_MISTAKES:
         raise ConfigError(f"--max-mistakes {max_mistakes}: must be 0..{MAX_MISTAKES:,}")
-    endpoint, _ = storage_access(os.environ)
+    endpoint, _ = storage_access(settings_environ())
     run_dir = storage_location(run, f"RUN {run!r}", endpoint)
     with store_errors(run_dir, "RUN"):
         export = run_export(run_dir)

@@ -17,7 +17,6 @@ mean and std, per channel.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,9 +62,9 @@ def predict(
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
-    from app.settings.env import storage_access
+    from app.settings.env import settings_environ, storage_access
 
-    folder, root = export_folder(target, storage_access(os.environ)[0])
+    folder, root = export_folder(target, storage_access(settings_environ())[0])
     export = verified(folder, root, card_sha256)
     card = export.card
     first = input_batch(chunks[0], card)  # a bad first image is named before anything loads

@@ -32,11 +32,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from app.settings.run import CHAMPIONS_DIR
 from app.storage import bounded_json, conditional, locks, safe_fs
 from app.storage.location import RunPath, write_atomic
 from app.storage.reading import read_bounded
 
-CHAMPIONS_DIR = "champions"
 MAX_POINTER_BYTES = 1 << 20
 LOCK_WAIT_S = 300.0  # another driver holds it for one read, a copy of its export, one write
 SWAP_ATTEMPTS = 30  # lost races in a row before giving up (each one: another run promoted)

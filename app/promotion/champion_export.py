@@ -17,7 +17,7 @@ import hashlib
 from typing import TYPE_CHECKING
 
 from app.export.card import CARD_FILE
-from app.promotion.champion import CHAMPIONS_DIR
+from app.settings.run import CHAMPIONS_DIR
 from app.storage import conditional, safe_fs
 from app.storage.location import RunPath
 from app.storage.reading import sha256_of

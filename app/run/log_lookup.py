@@ -5,7 +5,6 @@ app/runfolder/log_capture.py.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 from app.errors import ConfigError
@@ -80,14 +79,20 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     """RUN as a run folder path or URI, or a run name under --storage (default
     TRAIN_STORAGE_PATH; TRAIN_STORAGE_ENDPOINT reaches an S3-compatible store), each parsed
     as `train` parses TRAIN_STORAGE_PATH (app/settings/env.py)."""
-    from app.settings.env import storage_access, storage_location, storage_path_setting
+    from app.settings.env import (
+        settings_environ,
+        storage_access,
+        storage_location,
+        storage_path_setting,
+    )
 
-    endpoint, timeout = storage_access(os.environ)
+    env = settings_environ()
+    endpoint, timeout = storage_access(env)
     as_path = storage_location(run, f"run {redact(run)!r}", endpoint)
     if _is_dir(as_path / LOGS_DIR, "RUN", timeout):
         return not_a_link(as_path)
     if storage is None:
-        storage = storage_path_setting()
+        storage = storage_path_setting(env)
     candidate = storage_location(storage, f"--storage {redact(storage)}", endpoint) / run
     if _is_dir(candidate, "--storage", timeout):
         return not_a_link(candidate)

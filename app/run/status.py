@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,6 +35,7 @@ from app.runfolder import interruptions, usage
 from app.runfolder.epoch_record import CORE_METRICS, REQUIRED
 from app.runfolder.log_capture import LOGS_DIR
 from app.runfolder.retention import higher_is_better
+from app.settings.run import RESERVED_RUN_NAMES
 from app.storage import bounded_json, safe_fs
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
 from app.storage.entries import Kind, entries, kind_within, not_a_link
@@ -51,7 +51,7 @@ RECORDS = (
     run_folder.PROGRESS_FILE,
     LOGS_DIR,
 )
-NOT_RUNS = ("champions",)  # the champion pointers live beside the run folders
+NOT_RUNS = RESERVED_RUN_NAMES  # the champion pointers live beside the run folders
 # summary.json's status -> what `status` says
 STATUS_WORDS = {
     "running": "running",
@@ -499,9 +499,9 @@ def show_status(
     """`trainctl status RUN_DIR`, `status NAME --storage DIR` or `status --storage DIR`: one
     run folder in labelled lines, or a folder of them as a table (exit 2 after showing what
     could be read, when a file could not be)."""
-    from app.settings.env import storage_access, storage_location
+    from app.settings.env import settings_environ, storage_access, storage_location
 
-    endpoint, timeout = storage_access(os.environ)
+    endpoint, timeout = storage_access(settings_environ())
     if target is None:
         assert storage is not None
         where = storage_location(storage, f"--storage {redact(storage)}", endpoint)

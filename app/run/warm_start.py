@@ -47,6 +47,7 @@ from app.runfolder.state_dicts import (
 )
 from app.settings import TrainSettings
 from app.settings.model import ChampionRef
+from app.settings.run import CHAMPIONS_DIR
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, parse_location
 from app.storage.reading import is_dir_within, present, read_bounded
@@ -105,7 +106,7 @@ def _weights(warm: WarmStart) -> dict[str, Any]:
 def _not_weights(file: RunPath) -> str:
     """What to give instead of a file torch.load(weights_only=True) refuses: the champion's
     pointer file is the common slip (`champion:<name>` is how a champion is named)."""
-    if file.name.endswith(".json") and file.parent.name == champion.CHAMPIONS_DIR:
+    if file.name.endswith(".json") and file.parent.name == CHAMPIONS_DIR:
         name = file.name.removesuffix(".json")
         return f"{file.name} is a champion's pointer: write TRAIN_WARM_START=champion:{name}"
     return f"not a plain state-dict file (tensors only, as torch.save writes them); {TAKES}"

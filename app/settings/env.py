@@ -22,6 +22,8 @@ from app.settings import ENV_PREFIX, TrainSettings, env_name
 from app.storage.location import RunPath, parse_location
 from app.storage.uris import check_endpoint
 
+MAX_SHOWN = 200  # characters of a refused value quoted back
+
 
 def load_settings() -> TrainSettings:
     """Read settings from the environment, raising ConfigError with one line per problem.
@@ -109,7 +111,12 @@ def _unknown(env: Mapping[str, str]) -> list[tuple[str, str]]:
     known = {env_name(name) for name in TrainSettings.model_fields}
     problems = []
     for key in sorted(k for k in env if k.upper().startswith(ENV_PREFIX)):
-        if key.upper() in known:
+        if key != key.upper() and key.upper() in known:
+            # Read without regard to case, a lowercase twin would decide the setting's value
+            # by its place in the environment.
+            problems.append((key, f"{key} must be written in capitals: {key.upper()}"))
+            continue
+        if key in known:
             continue
         hint = did_you_mean(key.upper(), known, "run `trainctl env` for the list")
         problems.append((key, f"{key} is not a trainctl setting{hint}"))
@@ -126,7 +133,10 @@ def _described(err: ValidationError, env: Mapping[str, str]) -> list[tuple[str, 
             continue
         name = env_name(str(item["loc"][0]))
         given = env.get(name, env.get(name.lower(), item.get("input")))
-        lines.append((name, f"{name}={redact(given)!r}: {message}"))
+        shown = redact(given)
+        if isinstance(shown, str) and len(shown) > MAX_SHOWN:
+            shown = f"{shown[:MAX_SHOWN]}... ({len(shown):,} characters)"
+        lines.append((name, f"{name}={shown!r}: {message}"))
     return lines
 
 
@@ -139,7 +149,25 @@ def storage_location(value: str, label: str, endpoint: str | None) -> RunPath:
         raise ConfigError(f"{label}: {err}") from None
 
 
-def storage_path_setting() -> str:
-    """TRAIN_STORAGE_PATH as given, or its default."""
-    given = os.environ.get(env_name("storage_path"))
+def settings_environ() -> dict[str, str]:
+    """The TRAIN_* variables as `train` reads them: ./.env's, then the environment's over them
+    (pydantic-settings' order), for the commands that need a few settings without the others
+    (`logs`, `predict`, `status`, `compare`). A .env `train` would refuse is refused here too."""
+    from dotenv import dotenv_values
+
+    from app.envfile import check_env_file
+
+    env_file = Path(".env")
+    problems = check_env_file(env_file, {env_name(name) for name in TrainSettings.model_fields})
+    if problems:
+        raise ConfigError(problems)
+    from_file = dotenv_values(env_file) if env_file.is_file() else {}
+    given = {k: v for k, v in from_file.items() if k.startswith(ENV_PREFIX) and v is not None}
+    return {**given, **os.environ}
+
+
+def storage_path_setting(env: Mapping[str, str]) -> str:
+    """TRAIN_STORAGE_PATH as given in `env` (settings_environ's), or its default when unset
+    or empty (as `train` reads it)."""
+    given = env.get(env_name("storage_path"), "").strip()
     return given or str(TrainSettings.model_fields["storage_path"].default)

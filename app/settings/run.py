@@ -16,6 +16,11 @@ from app.storage.buckets import ObjectPath
 from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.uris import check_endpoint
 
+# Folders beside the run folders under storage_path that are not runs: a run of such a name
+# would write its records into the champion store.
+CHAMPIONS_DIR = "champions"
+RESERVED_RUN_NAMES = (CHAMPIONS_DIR,)
+
 # Run names become folder names and, on Kubernetes, RayJob names: keep them to DNS-1123 labels.
 # \A and \Z: `$` would also accept a trailing newline, which would end up in a folder name.
 RUN_NAME_PATTERN = re.compile(rf"\A{DNS_LABEL}\Z")
@@ -50,6 +55,11 @@ class RunSettings(BaseModel):
     @field_validator("run_name")
     @classmethod
     def _run_name_is_dns_label(cls, value: str) -> str:
+        if value in RESERVED_RUN_NAMES:
+            raise ValueError(
+                f"{value!r} is the folder of the champion pointers beside the runs; "
+                "choose another name"
+            )
         return name_or_empty(
             value, RUN_NAME_PATTERN, "must be 1-63 lowercase letters, digits or '-', starting "
             "and ending with a letter or digit",

@@ -47,6 +47,8 @@ class TrainSettings(
         extra="ignore",
         protected_namespaces=(),
         validate_default=True,
+        # NaN passes no bound with a clear message ("less than or equal to 10"): refused as such.
+        allow_inf_nan=False,
     )
 
     # --- checks across sections -------------------------------------------------------------
@@ -60,6 +62,10 @@ class TrainSettings(
     @field_validator("storage_path", "data_path", "warm_start", mode="before")
     @classmethod
     def _uri_stays_a_uri(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name != "warm_start" and isinstance(value, str) and not value.strip():
+            # Empty is the default folder, as `logs` and `predict` read it; never the current
+            # folder, which in a pod is the container's own disk, gone with the pod.
+            return cls.model_fields[info.field_name].default
         if info.field_name == "warm_start":
             value = champion_ref(value)  # champion:<model-name> is neither a path nor a URI
             if isinstance(value, ChampionRef):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 
 from app.redact import redact
@@ -16,11 +15,11 @@ def show_sweep(
 ) -> bool:
     """Show the sweep `target` names (a folder, or a name under --storage) and return True;
     False when it is not a sweep's folder (`status` then reads it as run folders)."""
-    from app.settings.env import storage_access, storage_location
+    from app.settings.env import settings_environ, storage_access, storage_location
 
     if target is None or target in ("", ".", ".."):
         return False
-    endpoint, _ = storage_access(os.environ)
+    endpoint, _ = storage_access(settings_environ())
     if storage is not None and "/" not in target and "://" not in target:
         path = storage_location(storage, f"--storage {redact(storage)}", endpoint) / target
     else:

@@ -360,6 +360,10 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"storage": {"runsSubPath": "../escape"}},
         {"env": {"WANDB_API_KEY": "secret-value"}},
         {"env": {"TRAIN_EPOCHS": "3"}},
+        # The app reads TRAIN_* without regard to case: lowercase would slip past the train: checks.
+        {"env": {"train_epochs": "3"}},
+        {"secretEnv": [{"name": "train_epochs", "secretName": "s", "key": "k"}]},
+        {"secretEnv": [{"name": "Train_Lr", "secretName": "s", "key": "k"}]},
         {"rayJob": {"submissionMode": "SidecarMode"}},
         {"kueue": {"enabled": True}},  # the deprecated block still needs its queue
         {"kueue": {"enabled": True, "queueName": "q"}, "scheduler": {"name": "volcano"}},

@@ -59,6 +59,11 @@ def test_dotenv_file_is_read(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
         ({"TRAIN_AMP": "fp16"}, "TRAIN_USE_GPU=true"),
         ({"TRAIN_GLOBAL_BATCH_SIZE": "2", "TRAIN_NUM_WORKERS": "4"}, "smaller than the 4 workers"),
         ({"TRAIN_EPOCH": "3"}, "did you mean TRAIN_EPOCHS"),
+        ({"TRAIN_LR": "nan"}, "TRAIN_LR='nan': Input should be a finite number"),
+        ({"TRAIN_WEIGHT_DECAY": "inf"}, "TRAIN_WEIGHT_DECAY='inf': Input should be a finite"),
+        ({"TRAIN_RUN_NAME": "champions"}, "the folder of the champion pointers"),
+        # Read without regard to case, a lowercase twin would win or lose by its place.
+        ({"TRAIN_EPOCHS": "5", "train_epochs": "7"}, "train_epochs must be written in capitals"),
     ],
 )
 def test_bad_values_name_the_variable_and_what_is_allowed(
@@ -70,6 +75,23 @@ def test_bad_values_name_the_variable_and_what_is_allowed(
         load_settings()
     assert caught.value.exit_code == 2
     assert expected in str(caught.value)
+
+
+def test_a_long_bad_value_is_quoted_shortened(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAIN_RUN_NAME", "X" * 100_000)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert len(str(caught.value)) < 1_000
+    assert "(100,000 characters)" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["storage_path", "data_path"])
+def test_an_empty_folder_setting_is_its_default_not_the_current_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, name: str
+) -> None:
+    monkeypatch.setenv(f"TRAIN_{name.upper()}", " ")
+    default = TrainSettings.model_fields[name].default
+    assert getattr(load_settings(), name) == (tmp_path / default)
 
 
 def test_every_problem_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,3 +112,51 @@ def test_credentials_in_urls_are_redacted(monkeypatch: pytest.MonkeyPatch) -> No
 def test_every_field_is_documented() -> None:
     for name, field in TrainSettings.model_fields.items():
         assert field.description, f"{name} has no description"
+
+
+def test_env_file_keys_that_would_be_misread_are_refused(tmp_path) -> None:
+    (tmp_path / ".env").write_bytes(
+        b'"TRAIN_EPOCHS"=3\n'  # python-dotenv keeps the quotes in the key: it was skipped
+        b"\xe2\x80\x8bTRAIN_LR=0.1\n"  # a zero-width space before the name: skipped too
+        b"train_seed=3\n"  # read as TRAIN_SEED, beside any TRAIN_SEED
+        b"TRAIN_EPOCHS=4\nTRAIN_EPOCHS=5\n"  # the last one won
+        b"OTHER_TOOL=1\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert caught.value.problems == [
+        ".env:1: '\"TRAIN_EPOCHS\"' has quotes or invisible characters around the name; "
+        "write TRAIN_EPOCHS=VALUE",
+        ".env:2: '\\u200bTRAIN_LR' has quotes or invisible characters around the name; "
+        "write TRAIN_LR=VALUE",
+        ".env:3: train_seed must be written in capitals: TRAIN_SEED",
+        ".env:5: TRAIN_EPOCHS is set again (first on line 4); keep one",
+    ]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "endless"])
+def test_env_file_that_is_not_a_bounded_file_is_refused_at_once(tmp_path, kind: str) -> None:
+    import os
+
+    if kind == "fifo":
+        os.mkfifo(tmp_path / ".env")  # opening it to read would wait for a writer forever
+    else:
+        (tmp_path / ".env").symlink_to("/dev/zero")  # reading it would never end
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert caught.value.problems == [
+        ".env: cannot be read (it is a FIFO, socket or device, not a regular file)"
+    ]
+
+
+def test_commands_that_read_a_few_settings_read_the_env_file_too(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.settings.env import settings_environ, storage_path_setting
+
+    (tmp_path / ".env").write_text("TRAIN_STORAGE_PATH=/from/env-file\n")
+    assert storage_path_setting(settings_environ()) == "/from/env-file"
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "/from/environment")  # over .env, as for `train`
+    assert storage_path_setting(settings_environ()) == "/from/environment"
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "")
+    assert storage_path_setting(settings_environ()) == "runs"
