@@ -7,7 +7,35 @@ import it cheaply. (The epoch line is the epoch record's own: app/runfolder/epoc
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from app.redact import redact_text, redact_uri
+
+
+def finite(value: Any) -> float | None:
+    """A number read from a record another hand wrote, as a float; None for anything else:
+    text, a bool, NaN, an infinity, or an integer too large for a float (math.isfinite
+    raises on one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every number that strict JSON cannot hold (NaN, infinities, integers past
+    a float) replaced by None, for `--json` output that any parser reads."""
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    if isinstance(value, float | int) and not isinstance(value, bool) and finite(value) is None:
+        return None
+    return value
 
 
 def format_duration(seconds: float) -> str:

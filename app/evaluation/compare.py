@@ -20,12 +20,14 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
 from app.evaluation.report import latest_metrics
-from app.formatting import shown
+from app.formatting import finite, json_safe, shown
 from app.runfolder import folder as run_folder
+from app.storage.entries import not_a_link
 from app.storage.location import RunPath, parse_location, write_atomic
 
 MAX_RUNS = 20
@@ -61,7 +63,7 @@ class RunFigures:
             "epochs_completed": self.summary.get("epochs_completed"),
             "epochs_target": self.summary.get("epochs_target"),
             "settings": {key: self.settings.get(key) for key in differing},
-            "final": self.summary.get("metrics") or {},
+            "final": _mapping(self.summary.get("metrics")),
             "best": best,
             "duration_s": self.summary.get("duration_s"),
             "accelerator_hours": self.hours,
@@ -70,10 +72,10 @@ class RunFigures:
             else {
                 "name": evaluation.get("name"),
                 "created": evaluation.get("created"),
-                "data": (evaluation.get("data") or {}).get("location"),
+                "data": _mapping(evaluation.get("data")).get("location"),
                 "rows": evaluation.get("rows"),
                 "accuracy": evaluation.get("accuracy"),
-                "macro_f1": (evaluation.get("macro") or {}).get("f1"),
+                "macro_f1": _mapping(evaluation.get("macro")).get("f1"),
                 "per_class": _per_class(evaluation),
             },
         }
@@ -86,12 +88,15 @@ class Comparison:
     plot: RunPath | None
 
     def record(self) -> dict[str, Any]:
-        return {
-            "runs": [run.record(self.differing) for run in self.runs],
-            "settings_differing": self.differing,
-            "per_class_recall": _recalls(self.runs),
-            "plot": str(self.plot) if self.plot is not None else None,
-        }
+        """Everything, as strict JSON holds it (a record's NaN or infinity is null)."""
+        return json_safe(
+            {
+                "runs": [run.record(self.differing) for run in self.runs],
+                "settings_differing": self.differing,
+                "per_class_recall": _recalls(self.runs),
+                "plot": str(self.plot) if self.plot is not None else None,
+            }
+        )
 
     def table(self) -> list[str]:
         """The comparison as lines of a fixed-width table, one column per run."""
@@ -100,12 +105,12 @@ class Comparison:
         rows.append(("epochs", [_epochs(r.summary) for r in self.runs]))
         for key in self.differing:
             rows.append((f"setting {key}", [_value(r.settings.get(key)) for r in self.runs]))
-        metrics = sorted({k for r in self.runs for k in (r.summary.get("metrics") or {})})
+        metrics = sorted({k for r in self.runs for k in _mapping(r.summary.get("metrics"))})
         for key in metrics:
             rows.append(
                 (
                     f"final {key}",
-                    [_number((r.summary.get("metrics") or {}).get(key)) for r in self.runs],
+                    [_number(_mapping(r.summary.get("metrics")).get(key)) for r in self.runs],
                 )
             )
         rows.append(("best", [_best(r.summary) for r in self.runs]))
@@ -123,7 +128,7 @@ class Comparison:
                 (
                     "eval macro F1",
                     [
-                        _number(((r.evaluation or {}).get("macro") or {}).get("f1"))
+                        _number(_mapping(_mapping(r.evaluation).get("macro")).get("f1"))
                         for r in self.runs
                     ],
                 )
@@ -150,7 +155,11 @@ def compare(runs: Sequence[str], out: str | None) -> Comparison:
         raise ConfigError(f"give 2 to {MAX_RUNS} runs to compare ({len(runs)} given)")
     endpoint, _ = storage_access(settings_environ())
     destination = _plot_location(out or "compare.png", endpoint)
-    found = [_read(storage_location(run, f"RUN {run!r}", endpoint)) for run in runs]
+    locations = [storage_location(run, f"RUN {run!r}", endpoint) for run in runs]
+    twice = sorted({str(where) for where in locations if locations.count(where) > 1})
+    if twice:
+        raise ConfigError(f"{', '.join(twice)}: given more than once; give each run once")
+    found = [_read(not_a_link(where)) for where in locations]
     keys = sorted({k for r in found for k in r.settings} - set(IGNORED_SETTINGS))
     differing = [k for k in keys if len({_value(r.settings.get(k)) for r in found}) > 1]
     write_atomic(destination, _curves(found))
@@ -161,9 +170,18 @@ def _plot_location(out: str, endpoint: str | None) -> RunPath:
     if not out.lower().endswith(".png"):
         raise ConfigError(f"--out {out!r}: must end in .png")
     try:
-        return parse_location(out, endpoint)
+        where = parse_location(out, endpoint)
     except ValueError as err:
         raise ConfigError(f"--out {out!r}: {err}") from None
+    # Refused before any run is read, not after: a folder at the name, or a file where a folder
+    # to hold it would be made.
+    if isinstance(where, Path):
+        if where.is_dir():
+            raise ConfigError(f"--out {out!r}: is a folder; name the PNG file to write")
+        made_below = next(folder for folder in where.parents if folder.exists())
+        if not made_below.is_dir():
+            raise ConfigError(f"--out {out!r}: {made_below} is a file, not a folder")
+    return where
 
 
 def _read(run_dir: RunPath) -> RunFigures:
@@ -196,12 +214,12 @@ def accelerator_hours(summary: dict[str, Any], workers: int | None) -> dict[str,
     recorded = summary.get("accelerator_hours")
     if isinstance(recorded, dict):
         recorded = recorded.get("hours", recorded.get("value"))
-    if isinstance(recorded, int | float) and not isinstance(recorded, bool):
-        return {"hours": float(recorded), "source": "recorded"}
-    settings = summary.get("settings") if isinstance(summary.get("settings"), dict) else {}
-    duration = summary.get("duration_s")
+    if (hours := finite(recorded)) is not None:
+        return {"hours": hours, "source": "recorded"}
+    settings = _mapping(summary.get("settings"))
+    duration = finite(summary.get("duration_s"))
     count = workers or _workers_setting(settings.get("num_workers"))
-    if not isinstance(duration, int | float) or count is None:
+    if duration is None or count is None:
         return {}
     kind = "gpu" if settings.get("use_gpu") else "cpu"
     return {
@@ -240,7 +258,7 @@ def _recalls(runs: list[RunFigures]) -> dict[str, list[float | None]]:
 
 
 def _spread(values: list[float | None]) -> float:
-    known = [v for v in values if isinstance(v, int | float)]
+    known = [number for v in values if (number := finite(v)) is not None]
     return max(known) - min(known) if len(known) > 1 else 0.0
 
 
@@ -280,8 +298,13 @@ def _value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """A record's object, or {} where a damaged record holds something else."""
+    return value if isinstance(value, dict) else {}
+
+
 def _number(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if finite(value) is None:
         return "-"
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
@@ -300,7 +323,7 @@ def _best(summary: dict[str, Any]) -> str:
 
 
 def _duration(seconds: Any) -> str:
-    if not isinstance(seconds, int | float):
+    if (seconds := finite(seconds)) is None:
         return "-"
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)

@@ -20,14 +20,13 @@ first where the store says which, and stops at LIST_DEADLINE_S whatever the stor
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.errors import ConfigError
-from app.formatting import format_duration, one_line, one_path
+from app.formatting import finite, format_duration, one_line, one_path
 from app.redact import redact
 from app.run import first_met
 from app.runfolder import folder as run_folder
@@ -645,4 +644,4 @@ def _count(value: Any, *, zero: bool = False) -> int | None:
 
 
 def _finite(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    return finite(value) is not None

@@ -11,9 +11,10 @@ Ray: the driver and `trainctl status` both import them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
+
+from app.formatting import finite
 
 Kind = Literal["gpu", "cpu"]
 MAX_HOURS = 1e9  # past any real run: a bigger figure in a run folder is damage, not shown
@@ -107,7 +108,7 @@ def hours_text(hours: float) -> str:
 
 
 def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    return finite(value) is not None
 
 
 def _count(value: Any) -> bool:

@@ -138,3 +138,56 @@ def test_an_eval_folder_needs_its_metrics_to_count(tmp_path: Path) -> None:
     add_eval(a, "x", {"cat": 1.0}, at=5.0)
     (a / "eval" / "x" / METRICS_FILE).write_text("{ damaged")
     assert latest_metrics(a) is None
+
+
+DAMAGED_SUMMARIES = {
+    "duration infinite": {"duration_s": float("inf")},
+    "duration NaN": {"duration_s": float("nan")},
+    "hours past a float": {"accelerator_hours": {"hours": 10**400}},
+    "hours NaN": {"accelerator_hours": float("nan")},
+    "metrics not an object": {"metrics": "x"},
+    "settings not an object": {"settings": ["lr"]},
+}
+
+
+def _strict(constant: str) -> None:
+    raise AssertionError(f"--json wrote {constant}, which strict JSON parsers refuse")
+
+
+def test_damaged_records_are_shown_as_unknown_and_json_stays_strict(tmp_path: Path) -> None:
+    good = make_run(tmp_path, "good", lr=0.1, accuracies=[0.5, 0.7], duration_s=60)
+    add_eval(good, "valid", {"cat": 0.8, "dog": 0.6}, at=5.0)
+    for index, (case, damage) in enumerate(DAMAGED_SUMMARIES.items()):
+        bad = make_run(tmp_path, f"bad{index}", lr=0.2, accuracies=[0.4], duration_s=30)
+        summary = json.loads((bad / "summary.json").read_text())
+        # json.dumps writes NaN and Infinity as Python's json reads them back; 10**400 as digits.
+        (bad / "summary.json").write_text(json.dumps({**summary, **damage}))
+        add_eval(bad, "valid", {"cat": float("nan"), "dog": 0.5}, at=6.0)
+        metrics = json.loads((bad / "eval" / "valid" / METRICS_FILE).read_text())
+        metrics["macro"] = "x"
+        (bad / "eval" / "valid" / METRICS_FILE).write_text(json.dumps(metrics))
+        out = str(tmp_path / f"{index}.png")
+        table = trainctl("compare", str(good), str(bad), "--out", out)
+        assert table.code == 0 and "internal error" not in table.text, (case, table.text)
+        as_json = trainctl("compare", str(good), str(bad), "--out", out, "--json")
+        assert as_json.code == 0, (case, as_json.text)
+
+        json.loads(as_json.out, parse_constant=_strict)
+
+
+def test_where_the_runs_or_the_plot_cannot_be_is_refused_before_reading(tmp_path: Path) -> None:
+    a = make_run(tmp_path, "a", lr=0.1, accuracies=[0.5], duration_s=10)
+    b = make_run(tmp_path, "b", lr=0.2, accuracies=[0.6], duration_s=10)
+    (tmp_path / "d.png").mkdir()
+    (tmp_path / "link").symlink_to(b)
+    cases = {
+        ("--out", str(tmp_path / "d.png")): "is a folder; name the PNG file to write",
+        ("--out", str(a / "summary.json" / "c.png")): "summary.json is a file, not a folder",
+        (str(a),): "given more than once",
+        (str(tmp_path / "link"),): "is a symbolic link",
+    }
+    for extra, message in cases.items():
+        runs = [str(a), *extra] if not extra[0].startswith("--") else [str(a), str(b), *extra]
+        result = trainctl("compare", *runs)
+        assert result.code == 2 and message in result.text, (extra, result.text)
+        assert "Traceback" not in result.text
