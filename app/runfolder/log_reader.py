@@ -157,6 +157,8 @@ def show(
         lines = tail_lines(path, tail, root) if tail is not None else read_lines(path, root)
         for line in lines:
             emit(line)
+    except BrokenPipeError:
+        raise  # the reader of our output left (`| head`): click ends quietly, nothing to blame
     except OSError as err:  # unreadable, or gone with the store: named, not a traceback
         named = str(err.filename or "")  # the rotated file it was, where the error says
         where = named if named.startswith(("/", f"{path}")) else path

@@ -168,3 +168,19 @@ def test_a_fifo_or_folder_at_a_logs_name_is_named_for_what_it_is(tmp_path: Path)
     log.with_name("worker-1.log").mkdir()
     result = trainctl("logs", str(tmp_path / "r"), "--worker", "1")
     assert_refused(result, 2, "worker-1.log: is a folder, not a log file")
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`trainctl logs RUN | head -1`: the closed pipe is the reader's choice, not a log that
+    "cannot be read" (it was named so, exit 2)."""
+    _big(_log(tmp_path, b"first\n"), 2)
+    command = [sys.executable, "-m", "app", "logs", str(tmp_path / "r"), "--worker", "0"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` does
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1  # click's end for a closed output: no message
+    assert "cannot be read" not in error and "Traceback" not in error, error
