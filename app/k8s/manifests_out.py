@@ -115,12 +115,30 @@ def _keep_existing_token(obj: dict[str, Any], path: Path) -> None:
             obj["data"]["auth_token"] = token
 
 
+def _not_rendered(folder: Path) -> list[str]:
+    """The entries of an earlier render's pool folder that it did not write: all but its
+    kustomization.yaml and the resources that lists (every file render writes is listed)."""
+    listing = folder / "kustomization.yaml"
+    written: set[str] = {listing.name}
+    if listing.is_file() and not listing.is_symlink():
+        try:
+            old = values_yaml.load(listing.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+            old = None
+        resources = old.get("resources") if isinstance(old, dict) else None
+        if isinstance(resources, list):
+            written.update(name for name in resources if isinstance(name, str))
+    return sorted(entry.name for entry in folder.iterdir() if entry.name not in written)
+
+
 def write_manifests(
     values: dict[str, Any], out_dir: Path, *, release: str, namespace: str
 ) -> list[Path]:
     """Write <out_dir>/<pool>/*.yaml and a kustomization.yaml per pool; return the paths.
 
-    Each pool folder is replaced whole; other entries of out_dir are left alone.
+    Each pool folder is replaced whole, and so may hold only what an earlier render wrote
+    there (ConfigError naming anything else, before anything is written); other entries of
+    out_dir are left alone.
     """
     pools = _pool_files(values, release=release, namespace=namespace)
     out_dir = expand(out_dir, "--out")
@@ -134,6 +152,16 @@ def write_manifests(
             raise ConfigError(f"--out: {folder} exists but is not a folder; remove it")
         for name, obj in files.items():
             _keep_existing_token(obj, folder / name)
+        if folder.is_dir() and (foreign := _not_rendered(folder)):
+            raise ConfigError(
+                [
+                    f"--out: {folder / name} was not written by `trainctl render` (the folder's "
+                    "kustomization.yaml does not list it), and render replaces each pool's "
+                    "folder whole: move it out (a kustomize overlay beside the folder), or "
+                    "remove it"
+                    for name in foreign
+                ]
+            )
     parent = out_dir.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)

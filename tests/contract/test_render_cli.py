@@ -300,3 +300,19 @@ def test_no_pool_enabled_renders_nothing_and_says_its_values_wait_for_one() -> N
     assert result.out == ""
     assert "no node pool is enabled: nothing to render" in result.err
     assert "enable one to check them" in result.err
+
+
+def test_rerender_replaces_its_own_files_and_refuses_to_delete_anyone_elses(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    args = ("render", "-f", str(_pools_file(tmp_path)), "--out", str(out))
+    assert trainctl(*args).code == 0
+    assert trainctl(*args).code == 0  # its own files, listed by its kustomization.yaml
+    patch = out / "big" / "custom.yaml"  # a kustomize patch placed in the pool's folder
+    patch.write_text("mine\n")
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    result = trainctl(*args, "--set", "train.epochs=3")
+    assert result.code == 2, result.text
+    assert f"--out: {patch} was not written by `trainctl render`" in result.err, result.err
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
