@@ -29,6 +29,7 @@ import yaml
 from pydantic import ValidationError
 
 from app.errors import ConfigError, did_you_mean
+from app.formatting import shown
 from app.settings import TrainSettings
 from app.settings.model import ModelSettings
 from app.storage import safe_fs
@@ -62,7 +63,9 @@ class Dimension:
 
 def load_space(path: Path, base: TrainSettings) -> dict[str, Dimension]:
     """The space in `path` (a local file, read without following a link, at most 64 KiB)."""
-    where = f"{SPACE}={path}"
+    where = f"{SPACE}={shown(path)}"  # escaped: a newline in the path could forge a line
+    if "\x00" in str(path):
+        raise ConfigError(f"{where}: a path cannot hold a NUL byte; give the space's YAML file")
     try:
         raw = safe_fs.read_bytes(path, path.parent, MAX_SPACE_BYTES)
     except FileNotFoundError:

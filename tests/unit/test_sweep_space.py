@@ -101,6 +101,11 @@ def test_the_space_file_is_bounded_link_safe_and_yaml(tmp_path: Path) -> None:
         load_space(link, BASE)
     with pytest.raises(ConfigError, match="no such file"):
         load_space(tmp_path / "absent.yaml", BASE)
+    with pytest.raises(ConfigError, match="cannot hold a NUL byte"):  # it read "larger than"
+        load_space(Path("a\x00b.yaml"), BASE)
+    with pytest.raises(ConfigError) as forged:  # a newline in the path printed a second line
+        load_space(tmp_path / "x\nFAKE ok line", BASE)
+    assert "\n" not in str(forged.value) and "x\\nFAKE" in str(forged.value)
 
 
 def test_trials_are_stable_in_range_and_more_samples_only_add() -> None:
