@@ -86,6 +86,11 @@ def export_folder(target: str, endpoint: str | None = None) -> tuple[RunPath, Ru
         where = parse_location(target, endpoint)
     except ValueError as err:
         raise ConfigError(f"{target}: {err}") from None
+    if isinstance(where, Path) and where.is_file():  # it read <file>/export/model_card.json
+        raise ConfigError(
+            f"{target}: is a file; give the run folder or its {EXPORT_DIR}/ folder, whose "
+            f"{CARD_FILE} says which files to load"
+        )
     folder = where if present(where / CARD_FILE) else where / EXPORT_DIR
     return folder, where
 

@@ -129,6 +129,16 @@ def test_a_run_folder_that_is_a_link_is_refused(run: Path, tmp_path: Path) -> No
     no_eval_written(run)
 
 
+def test_a_file_of_the_export_named_as_the_model_says_what_to_give(
+    run: Path, tmp_path: Path
+) -> None:
+    image = tmp_path / "one.png"
+    image.write_bytes(b"not read")
+    result = trainctl("predict", str(run / "export" / "weights.pt"), str(image))
+    # It read <weights.pt>/export/model_card.json and said "Not a directory".
+    assert_refused(result, 2, "weights.pt: is a file; give the run folder or its export/")
+
+
 def test_an_altered_export_is_refused_before_anything_is_scored(run: Path, tmp_path: Path) -> None:
     weights = run / "export" / "weights.pt"
     weights.write_bytes(weights.read_bytes() + b"\0")
