@@ -160,3 +160,22 @@ def test_commands_that_read_a_few_settings_read_the_env_file_too(
     assert storage_path_setting(settings_environ()) == "/from/environment"
     monkeypatch.setenv("TRAIN_STORAGE_PATH", "")
     assert storage_path_setting(settings_environ()) == "runs"
+
+
+@pytest.mark.parametrize(
+    ("given", "hint"),
+    [
+        ("TRAIN_EPOCH", "did you mean TRAIN_EPOCHS?"),
+        ("TRAIN_MODLE", "did you mean TRAIN_MODEL?"),
+        # Alike only in the TRAIN_ every setting shares: it suggested TRAIN_EPOCHS.
+        ("TRAIN_BOGUS", "run `trainctl env` for the list"),
+        ("TRAIN_FOO", "run `trainctl env` for the list"),
+    ],
+)
+def test_a_suggestion_is_alike_beyond_the_shared_prefix(
+    monkeypatch: pytest.MonkeyPatch, given: str, hint: str
+) -> None:
+    monkeypatch.setenv(given, "1")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert caught.value.problems == [f"{given} is not a trainctl setting; {hint}"]
