@@ -577,7 +577,8 @@ def listing_notes(listing: Listing, limit: int) -> list[str]:
             f"({listing.not_read} more folders not read: --limit {limit} reached; newest first)"
         )
     if listing.not_runs:
-        notes.append(f"({listing.not_runs} folders without run records skipped)")
+        folders = "folder" if listing.not_runs == 1 else "folders"
+        notes.append(f"({listing.not_runs} {folders} without run records skipped)")
     return notes
 
 

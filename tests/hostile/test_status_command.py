@@ -203,6 +203,6 @@ def test_deep_trees_in_a_run_folder_are_not_walked(tmp_path: Path) -> None:
             os.close(fd)
     assert trainctl("status", str(run_dir)).code == 0
     result = trainctl("status", "--storage", str(storage))
-    assert result.code == 0 and "(1 folders without run records skipped)" in result.out
+    assert result.code == 0 and "(1 folder without run records skipped)" in result.out
     result = trainctl("logs", str(run_dir))
     assert result.code == 0 and result.out.splitlines()[1:] == ["driver line"], result.text

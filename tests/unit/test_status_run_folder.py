@@ -341,7 +341,7 @@ def test_status_of_a_run_folder_and_of_a_storage_folder(
         rows = out.splitlines()
         assert rows[0].split() == list(run_status.HEADER)
         assert {rows[1].split()[0], rows[2].split()[0]} == {"done", "live"}
-        assert "(1 folders without run records skipped)" in out and "champions" not in out
+        assert "(1 folder without run records skipped)" in out and "champions" not in out
     code, out, err = trainctl(capsys, "status", "live", "--storage", str(storage), "--json")
     assert code == EXIT_OK and json.loads(out)["status"] == "running", err
     code, out, err = trainctl(capsys, "status", "--storage", str(storage), "--json", "--limit", "1")
