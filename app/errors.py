@@ -55,12 +55,13 @@ def did_you_mean(name: str, known: Iterable[str], otherwise: str) -> str:
     known name shares (TRAIN_) is left out of the likeness: counted, it made TRAIN_BOGUS look
     like TRAIN_EPOCHS."""
     names = list(known)
-    shared = os.path.commonprefix(names) if len(names) > 1 else ""
+    shared = os.path.commonprefix(names) if len(names) > 1 else ""  # noqa: RUF071 - names
     if not name.startswith(shared):
         shared = ""
     given, rest = name[len(shared) :], sorted(known_name[len(shared) :] for known_name in names)
     # Or a name cut short (val_acc for val_accuracy), which looks less alike than a typo.
-    close = difflib.get_close_matches(given, rest, n=1) or [
-        candidate for candidate in rest if len(given) >= 3 and candidate.startswith(given)
-    ][:1]
+    close = (
+        difflib.get_close_matches(given, rest, n=1)
+        or [candidate for candidate in rest if len(given) >= 3 and candidate.startswith(given)][:1]
+    )
     return f"; did you mean {shared}{close[0]}?" if close else f"; {otherwise}"

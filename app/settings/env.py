@@ -61,6 +61,13 @@ def check_env(env: Mapping[str, str]) -> tuple[TrainSettings | None, list[tuple[
     """settings_from_env's settings (None when they fail) and its problems, each with the
     variable it is about ("" for a rule across settings, whose message names them)."""
     problems = _unknown(env)
+    # A rendered ConfigMap's values become the pod's environment, where a NUL cannot be: the
+    # container would never start.
+    problems += [
+        (key, f"{key} holds a NUL character, which no environment variable can hold")
+        for key, value in sorted(env.items())
+        if key.startswith(ENV_PREFIX) and "\x00" in value
+    ]
     try:
         settings = TrainSettings.model_validate(_GivenEnv(env)())
     except ValidationError as err:

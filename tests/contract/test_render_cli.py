@@ -316,3 +316,14 @@ def test_rerender_replaces_its_own_files_and_refuses_to_delete_anyone_elses(
     assert result.code == 2, result.text
     assert f"--out: {patch} was not written by `trainctl render`" in result.err, result.err
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+
+
+def test_a_train_value_holding_a_nul_is_refused_before_a_pod_that_cannot_start(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    args = ("render", "-f", str(_pools_file(tmp_path)), "--out", str(out))
+    result = trainctl(*args, "--set-json", 'train.torch_home="/a\\u0000b"')
+    assert result.code == 2, result.text
+    assert "TRAIN_TORCH_HOME holds a NUL character" in result.err, result.err
+    assert not out.exists()

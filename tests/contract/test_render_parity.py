@@ -362,6 +362,7 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"env": {"TRAIN_EPOCHS": "3"}},
         # The app reads TRAIN_* without regard to case: lowercase would slip past the train: checks.
         {"env": {"train_epochs": "3"}},
+        {"env": {"X": "a\u0000b"}},  # no environment variable can hold a NUL: the pod never starts
         {"secretEnv": [{"name": "train_epochs", "secretName": "s", "key": "k"}]},
         {"secretEnv": [{"name": "Train_Lr", "secretName": "s", "key": "k"}]},
         {"rayJob": {"submissionMode": "SidecarMode"}},
