@@ -20,15 +20,14 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
 from app.evaluation.report import latest_metrics
 from app.formatting import finite, json_safe, shown
 from app.runfolder import folder as run_folder
-from app.storage.entries import not_a_link
-from app.storage.location import RunPath, parse_location, write_atomic
+from app.storage.entries import Kind, kind, not_a_link
+from app.storage.location import RunPath, local_write_problem, parse_location, write_atomic
 
 MAX_RUNS = 20
 SHOWN_CLASSES = 10  # classes in the table (by spread of recall); --json has them all
@@ -175,12 +174,10 @@ def _plot_location(out: str, endpoint: str | None) -> RunPath:
         raise ConfigError(f"--out {out!r}: {err}") from None
     # Refused before any run is read, not after: a folder at the name, or a file where a folder
     # to hold it would be made.
-    if isinstance(where, Path):
-        if where.is_dir():
-            raise ConfigError(f"--out {out!r}: is a folder; name the PNG file to write")
-        made_below = next(folder for folder in where.parents if folder.exists())
-        if not made_below.is_dir():
-            raise ConfigError(f"--out {out!r}: {made_below} is a file, not a folder")
+    if problem := local_write_problem(where.parent):
+        raise ConfigError(f"--out {out!r}: {problem}")
+    if kind(where) is Kind.DIR:
+        raise ConfigError(f"--out {out!r}: is a folder; name the PNG file to write")
     return where
 
 

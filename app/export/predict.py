@@ -26,6 +26,7 @@ from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
 from app.errors import ConfigError
 from app.export.card import CARD_FILE, EXPORT_DIR, WEIGHTS_FILE, Verified, verified
 from app.formatting import shown
+from app.storage.entries import Kind, kind
 from app.storage.location import RunPath
 from app.storage.reading import present, read_bounded
 
@@ -86,7 +87,11 @@ def export_folder(target: str, endpoint: str | None = None) -> tuple[RunPath, Ru
         where = parse_location(target, endpoint)
     except ValueError as err:
         raise ConfigError(f"{target}: {err}") from None
-    if isinstance(where, Path) and where.is_file():  # it read <file>/export/model_card.json
+    try:
+        found = kind(where)
+    except NotADirectoryError:  # a file on the way: named as the card not found below
+        found = None
+    if found is Kind.FILE:  # it read <file>/export/model_card.json
         raise ConfigError(
             f"{target}: is a file; give the run folder or its {EXPORT_DIR}/ folder, whose "
             f"{CARD_FILE} says which files to load"

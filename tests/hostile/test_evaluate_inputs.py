@@ -137,6 +137,8 @@ def test_a_file_of_the_export_named_as_the_model_says_what_to_give(
     result = trainctl("predict", str(run / "export" / "weights.pt"), str(image))
     # It read <weights.pt>/export/model_card.json and said "Not a directory".
     assert_refused(result, 2, "weights.pt: is a file; give the run folder or its export/")
+    result = trainctl("predict", str(run / "export" / "weights.pt" / "x"), str(image))
+    assert_refused(result, 2, "weights.pt/x/export/model_card.json", "Not a directory")
 
 
 def test_an_altered_export_is_refused_before_anything_is_scored(run: Path, tmp_path: Path) -> None:

@@ -182,7 +182,7 @@ def test_where_the_runs_or_the_plot_cannot_be_is_refused_before_reading(tmp_path
     (tmp_path / "link").symlink_to(b)
     cases = {
         ("--out", str(tmp_path / "d.png")): "is a folder; name the PNG file to write",
-        ("--out", str(a / "summary.json" / "c.png")): "summary.json is a file, not a folder",
+        ("--out", str(a / "summary.json" / "c.png")): "summary.json: exists but is not a folder",
         (str(a),): "given more than once",
         (str(tmp_path / "link"),): "is a symbolic link",
     }
