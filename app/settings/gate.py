@@ -168,7 +168,39 @@ def parse_gate(text: str) -> Gate:
             drop = term
         else:
             thresholds.append(parse_condition(part, metrics(), FRACTIONS))
+    terms = [(t.metric, t.op, t.value) for t in thresholds]
+    terms += [(t.term, t.op, t.value) for t in classes] + (
+        [(CLASS_DROP, drop.op, drop.value)] if drop else []
+    )
+    if never := _never_met(terms):
+        raise ValueError(never)
     return Gate(beats, tuple(thresholds), tuple(classes), drop)
+
+
+def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
+    """Why no figure could meet these bounds together, None where one could. A gate that can
+    never pass keeps every champion forever, and a stop that can never be met trains on, both
+    silently: `val_accuracy>=0.9 and val_accuracy<=0.1`, `train_loss<=-1`, `val_accuracy>1`."""
+    by_term: dict[str, list[tuple[str, float]]] = {}
+    for term, op, value in terms:
+        by_term.setdefault(term, []).append((op, value))
+    for term, bounds in by_term.items():
+        # class_drop may be below 0 (every class better than the champion's): no range of its own.
+        fraction = term in FRACTIONS or "[" in term or term.startswith(CLASS_FLOOR)
+        # The lowest and highest value the figure may take, each with whether it is excluded.
+        low = (0.0, False) if fraction or term.endswith("loss") else (-math.inf, False)
+        high = (1.0, False) if fraction else (math.inf, False)
+        for op, value in bounds:
+            if op in (">=", ">") and (value, op == ">") > low:
+                low = (value, op == ">")
+            if op in ("<=", "<") and (value, op != "<") < (high[0], not high[1]):
+                high = (value, op == "<")
+        if low[0] > high[0] or (low[0] == high[0] and (low[1] or high[1])):
+            written = " and ".join(f"{term}{op}{exact(value)}" for op, value in bounds)
+            kind = "is a fraction from 0 to 1" if fraction else "is never below 0"
+            why = "" if len(bounds) > 1 else f" ({term} {kind})"
+            return f"{written!r} can never hold{why}"
+    return None
 
 
 def parse_condition(part: str, known: tuple[str, ...], fractions: tuple[str, ...]) -> Threshold:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from app.promotion.gate import chance_of, decide, outcome_line
@@ -49,6 +49,12 @@ def test_gates_parse_into_their_conditions(text: str, gate: Gate) -> None:
         ("val_accuracy>=95%", "write 0.95"),
         ("val_accuracy>=0.95%", "write 0.0095"),
         ("val_loss<5%", "val_loss is a plain number, not a percentage; write it without `%`"),
+        # Bounds no figure meets: the champion would be kept forever, silently.
+        ("val_accuracy>=0.9 and val_accuracy<=0.1", "'val_accuracy>=0.9 and val_accuracy<=0.1'"),
+        ("val_accuracy>0.5 and val_accuracy<=0.5", "can never hold"),
+        ("val_accuracy>1", "can never hold (val_accuracy is a fraction from 0 to 1)"),
+        ("val_loss<0", "can never hold (val_loss is never below 0)"),
+        ("recall[cat]>=0.9 and recall[cat]<0.5", "can never hold"),
     ],
 )
 def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> None:
@@ -136,9 +142,19 @@ def test_the_recorded_gate_keeps_every_digit(text: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.floats(min_value=0, max_value=1, allow_nan=False), st.sampled_from([">=", "<"]))
 def test_any_threshold_reads_back_as_the_same_number(value: float, op: str) -> None:
+    assume(not (op == "<" and value == 0))  # below 0 it can never hold: refused
     gate = parse_gate(f"val_accuracy{op}{value!r}")
     assert gate.thresholds[0].value == value
     assert parse_gate(str(gate)) == gate
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["val_accuracy>=0.5 and val_accuracy<=0.5", "val_loss<=0", "val_accuracy>=1", "class_drop<0",
+     "recall[cat]>=0.5 and recall[dog]<0.5"],
+)  # fmt: skip
+def test_bounds_a_figure_can_meet_are_kept(text: str) -> None:
+    assert str(parse_gate(text)).split(" and ") == sorted(text.split(" and "), key=text.index)
 
 
 def test_the_first_champion_is_compared_with_chance() -> None:
