@@ -25,6 +25,7 @@ def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> Ru
             f"no logs in {run_dir / LOGS_DIR}: not a run folder of trainctl, or its driver "
             "never started there"
         )
+    newest = attempt is None
     if attempt is None:
         attempt = found[-1]
     elif attempt not in found:
@@ -36,9 +37,13 @@ def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> Ru
     path = folder / name
     if not _is_log(path, run_dir):
         there = sorted(p.name for p in folder.glob("*.log"))
+        # A rerun's folder appears before its driver writes: the attempt before still has logs.
+        before = found[-2] if newest and len(found) > 1 else None
+        earlier = f"; --attempt {before} shows the one before" if before else ""
         raise ConfigError(
             f"no {name} in {folder}; there: {', '.join(there) or 'nothing'}"
             + (" (worker numbers are world ranks, from 0)" if worker is not None else "")
+            + (f" (attempt {attempt} is starting, or wrote nothing){earlier}" if not there else "")
         )
     return path
 

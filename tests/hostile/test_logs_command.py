@@ -184,3 +184,14 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> N
     error = process.stderr.read().decode()
     assert process.wait(timeout=120) == 1  # click's end for a closed output: no message
     assert "cannot be read" not in error and "Traceback" not in error, error
+
+
+def test_a_new_attempt_without_its_log_yet_points_to_the_one_before(tmp_path: Path) -> None:
+    _log(tmp_path, b"first attempt\n").rename(
+        run_logs.attempt_dir(tmp_path / "r", 1) / "driver.log"
+    )
+    run_logs.attempt_dir(tmp_path / "r", 2).mkdir(parents=True)  # a rerun's, before it writes
+    result = trainctl("logs", str(tmp_path / "r"))
+    assert_refused(result, 2, "attempt 2 is starting, or wrote nothing", "--attempt 1 shows")
+    shown = trainctl("logs", str(tmp_path / "r"), "--attempt", "1")
+    assert shown.code == 0 and "first attempt" in shown.out, shown.text
