@@ -23,7 +23,7 @@ import pytest
 # One moto S3 server per session (per pytest-xdist worker), for every module that uses it: a
 # fixture imported into each test module would be a fixture of that module, one server each.
 from tests.s3_support import s3_server  # noqa: F401 - the fixture
-from tests.support import free_port
+from tests.support import free_port, node_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,16 +58,17 @@ def _local_cluster_class() -> type:
     from ray.cluster_utils import Cluster
 
     class LocalCluster(Cluster):
-        """Every node's dashboard agent listens on its own free port.
+        """Every node's dashboard agent and metrics exporter listen on ports of their own.
 
         Ray's default agent port (52365) is one per machine: the second node on it (or another
         test session's) fails to bind, and without the head's agent the job API answers
         "No available agent to submit job". Nodes added later (a replacement after a node is
-        killed) get a free port too.
+        killed) get their own ports too, from this worker's band (tests/support.py node_port).
         """
 
         def add_node(self, wait: bool = True, **node_args: object) -> object:
-            node_args.setdefault("dashboard_agent_listen_port", free_port())
+            node_args.setdefault("dashboard_agent_listen_port", node_port())
+            node_args.setdefault("metrics_export_port", node_port())
             return super().add_node(wait, **node_args)
 
     return LocalCluster

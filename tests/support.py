@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -91,6 +92,34 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+NODE_PORTS_BASE = 20000  # below the kernel's ephemeral range (32768-60999 by default)
+NODE_PORTS_PER_WORKER = 2000
+_node_ports = itertools.count()
+
+
+def node_port() -> int:
+    """A port for one of a test Ray node's own listeners (its metrics exporter, its dashboard
+    agent), from a band of this pytest-xdist worker's own.
+
+    A port from `free_port` is free when asked and taken when the node binds it, seconds later.
+    With two session clusters starting nodes side by side, the other one's node (or anything
+    binding port 0) could take it first: this node then exported no metrics, and a scrape of
+    "its" port read the other cluster's (tests/cluster/interrupted_run.py). Ports below the
+    ephemeral range, in a band per worker, are taken by no one else.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = NODE_PORTS_BASE + NODE_PORTS_PER_WORKER * (int(worker or 0) % 6)
+    for _ in range(NODE_PORTS_PER_WORKER):
+        port = base + next(_node_ports) % NODE_PORTS_PER_WORKER
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue  # held by an earlier node of this session, or another program
+        return port
+    raise RuntimeError(f"no free port in {base}-{base + NODE_PORTS_PER_WORKER - 1}")
 
 
 # The servers the tests start on 127.0.0.1 are reached directly, never through a proxy.
