@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 EPOCHS = 8
 STOP_AT = "val_accuracy>=0.6"
-PROMOTE_IF = "val_accuracy>=0.6 and val_loss<0"  # the second term is never met
+PROMOTE_IF = "val_accuracy>=0.6 and val_loss<0.0001"  # the second term is not met here
 PRICE = 2.0
 
 
@@ -94,7 +94,7 @@ def test_summary_records_time_hours_and_cost_to_each_threshold(stopped: StoppedR
         {"threshold": STOP_AT, "settings": ["TRAIN_STOP_AT", "TRAIN_PROMOTE_IF"],
          "epoch": stopped.stop_epoch, "run_time_s": record["run_time_s"],
          "accelerator_hours": to_hours, "cost": round(to_hours * PRICE, 6)},
-        {"threshold": "val_loss<0", "settings": ["TRAIN_PROMOTE_IF"], "epoch": None,
+        {"threshold": "val_loss<0.0001", "settings": ["TRAIN_PROMOTE_IF"], "epoch": None,
          "run_time_s": None, "accelerator_hours": None},
     ]  # fmt: skip
     # The clock runs forward epoch by epoch, one worker: worker time equals run time.
@@ -126,5 +126,5 @@ def test_status_shows_the_stop_and_the_time_to_each_threshold(stopped: StoppedRu
     first = next(line for line in lines if line.startswith("  to threshold:    "))
     assert first.startswith(f"  to threshold:    {STOP_AT}: epoch {epoch}, ")
     assert "of training" in first and "CPU-hours, cost" in first
-    assert " " * 19 + "val_loss<0: not met" in lines
+    assert " " * 19 + "val_loss<0.0001: not met" in lines
     assert any(line.startswith("  usage:") and ", cost " in line for line in lines)
