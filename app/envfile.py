@@ -45,7 +45,7 @@ def _bare(key: str) -> str:
     return visible.strip().strip("\"'").strip()
 
 
-def _spelling_problem(key: str, known: set[str]) -> str | None:
+def spelling_problem(key: str, known: set[str]) -> str | None:
     """Why a key that reads as a TRAIN_ setting would not be read as the one it shows."""
     bare = _bare(key)
     if bare != key:
@@ -86,7 +86,7 @@ def check_env_file(path: Path, known: set[str]) -> list[str]:
         key = binding.key
         if key is None or not _bare(key).upper().startswith(PREFIX):
             continue  # comments, blank lines, and variables meant for other tools
-        if spelling := _spelling_problem(key, known):
+        if spelling := spelling_problem(key, known):
             problems.append(f"{path}:{line}: {spelling}")
         elif key in seen:
             problems.append(

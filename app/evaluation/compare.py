@@ -49,8 +49,7 @@ class RunFigures:
 
     @property
     def settings(self) -> dict[str, Any]:
-        found = self.summary.get("settings")
-        return found if isinstance(found, dict) else {}
+        return _mapping(self.summary.get("settings"))
 
     def record(self, differing: Sequence[str]) -> dict[str, Any]:
         best = self.summary.get("best") if isinstance(self.summary.get("best"), dict) else None

@@ -23,6 +23,7 @@ from app.storage.location import RunPath, parse_location
 from app.storage.uris import check_endpoint
 
 MAX_SHOWN = 200  # characters of a refused value quoted back
+ENV_FILE = Path(str(TrainSettings.model_config["env_file"]))  # the file pydantic-settings reads
 
 
 def load_settings() -> TrainSettings:
@@ -31,11 +32,7 @@ def load_settings() -> TrainSettings:
     ./.env is held to the same rules as the environment: an unknown TRAIN_ key or a line that
     is not KEY=VALUE is refused with its line number, never skipped with a warning.
     """
-    from app.envfile import check_env_file
-
-    problems = check_env_file(Path(".env"), {env_name(name) for name in TrainSettings.model_fields})
-    if problems:
-        raise ConfigError(problems)
+    _refuse_bad_env_file()
     problems = [line for _, line in _unknown(os.environ)]
     try:
         settings = TrainSettings()
@@ -114,14 +111,28 @@ def storage_access(env: Mapping[str, str]) -> tuple[str | None, float]:
     return endpoint, timeout
 
 
+def _refuse_bad_env_file() -> None:
+    """ConfigError with one line per bad line of ./.env (app/envfile.py); none when it is fine
+    or absent."""
+    from app.envfile import check_env_file
+
+    problems = check_env_file(ENV_FILE, _known())
+    if problems:
+        raise ConfigError(problems)
+
+
+def _known() -> set[str]:
+    return {env_name(name) for name in TrainSettings.model_fields}
+
+
 def _unknown(env: Mapping[str, str]) -> list[tuple[str, str]]:
-    known = {env_name(name) for name in TrainSettings.model_fields}
+    from app.envfile import spelling_problem
+
+    known = _known()
     problems = []
     for key in sorted(k for k in env if k.upper().startswith(ENV_PREFIX)):
-        if key != key.upper() and key.upper() in known:
-            # Read without regard to case, a lowercase twin would decide the setting's value
-            # by its place in the environment.
-            problems.append((key, f"{key} must be written in capitals: {key.upper()}"))
+        if spelling := spelling_problem(key, known):  # .env's rule, the same for the environment
+            problems.append((key, spelling))
             continue
         if key in known:
             continue
@@ -162,13 +173,8 @@ def settings_environ() -> dict[str, str]:
     (`logs`, `predict`, `status`, `compare`). A .env `train` would refuse is refused here too."""
     from dotenv import dotenv_values
 
-    from app.envfile import check_env_file
-
-    env_file = Path(".env")
-    problems = check_env_file(env_file, {env_name(name) for name in TrainSettings.model_fields})
-    if problems:
-        raise ConfigError(problems)
-    from_file = dotenv_values(env_file) if env_file.is_file() else {}
+    _refuse_bad_env_file()
+    from_file = dotenv_values(ENV_FILE) if ENV_FILE.is_file() else {}
     given = {k: v for k, v in from_file.items() if k.startswith(ENV_PREFIX) and v is not None}
     return {**given, **os.environ}
 
