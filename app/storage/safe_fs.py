@@ -118,8 +118,11 @@ def folder_fd(folder: Path, root: Path, *, create: bool = False) -> Iterator[int
                 if err.errno in (errno.ELOOP, errno.ENOTDIR):
                     _check_link(fd, name, here)
                 raise
-            os.close(fd)
-            fd = inner
+            # The fd the finally closes is replaced before the old one is closed: a signal
+            # (SIGTERM is raised as an exception) between the two would otherwise close the old
+            # one twice, and the EBADF would hide the signal.
+            fd, outer = inner, fd
+            os.close(outer)
         yield fd
     finally:
         os.close(fd)

@@ -14,9 +14,12 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 import app
 from app.runfolder import log_capture as run_logs
 from app.runfolder import log_reader
+from app.storage import safe_fs
 from tests.hostile.support import assert_refused, trainctl
 
 REPO = Path(app.__file__).resolve().parents[1]
@@ -195,3 +198,30 @@ def test_a_new_attempt_without_its_log_yet_points_to_the_one_before(tmp_path: Pa
     assert_refused(result, 2, "attempt 2 is starting, or wrote nothing", "--attempt 1 shows")
     shown = trainctl("logs", str(tmp_path / "r"), "--attempt", "1")
     assert shown.code == 0 and "first attempt" in shown.out, shown.text
+
+
+def test_a_signal_between_a_folder_walks_closes_stays_the_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`logs -f` looks the log up every half second, walking its folders by fd; SIGTERM is
+    raised as an exception at whatever line runs. Landing just after an fd was closed, it used
+    to make the walk's cleanup close that fd again: the EBADF replaced the signal, and `logs -f`
+    ended "cannot be read" (exit 2) instead of "stopped by SIGTERM" (143). Each close on the
+    walk is tried as the one the signal follows."""
+    log = _log(tmp_path, "line\n")
+    real_close = os.close
+    for landing in range(1, 4):  # the run folder, logs/, attempt-1/: three closes on the walk
+        calls = 0
+
+        def close_then_signal(fd: int) -> None:
+            nonlocal calls
+            real_close(fd)
+            calls += 1
+            if calls == landing:
+                raise KeyboardInterrupt("SIGTERM")
+
+        monkeypatch.setattr(os, "close", close_then_signal)
+        with pytest.raises(KeyboardInterrupt):
+            safe_fs.lstat(log, tmp_path)
+        monkeypatch.setattr(os, "close", real_close)
+        assert calls >= landing
