@@ -213,7 +213,7 @@ def test_a_signal_between_a_folder_walks_closes_stays_the_signal(
     for landing in range(1, 4):  # the run folder, logs/, attempt-1/: three closes on the walk
         calls = 0
 
-        def close_then_signal(fd: int) -> None:
+        def close_then_signal(fd: int, landing: int = landing) -> None:
             nonlocal calls
             real_close(fd)
             calls += 1
