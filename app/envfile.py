@@ -12,9 +12,10 @@ import io
 import os
 import stat
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
-from dotenv.parser import parse_stream
+from dotenv.parser import Binding, parse_stream
 
 from app.errors import did_you_mean
 
@@ -73,12 +74,8 @@ def check_env_file(path: Path, known: set[str]) -> list[str]:
         return [f"{path}:{line}: not UTF-8 text (byte {err.start}); save the file as UTF-8"]
     problems = []
     seen: dict[str, int] = {}
-    for binding in parse_stream(io.StringIO(text)):
+    for line, binding in _bindings(text):
         original = binding.original.string
-        # The parser counts from the first of any blank lines it folds into a binding.
-        line = binding.original.line + original[: len(original) - len(original.lstrip())].count(
-            "\n"
-        )
         if binding.error:
             shown = original.strip().splitlines()[0][:60] if original.strip() else ""
             problems.append(f"{path}:{line}: cannot parse {shown!r}; lines must be KEY=VALUE")
@@ -99,3 +96,24 @@ def check_env_file(path: Path, known: set[str]) -> list[str]:
             problems.append(f"{path}:{line}: {key} is not a trainctl setting{hint}")
         seen.setdefault(key, line)
     return problems
+
+
+def setting_lines(path: Path) -> dict[str, int]:
+    """The line of each TRAIN_ key in `path`, a file check_env_file passed: what a refusal of
+    a value that came from the file points at (none when there is no file)."""
+    if not path.exists():
+        return {}
+    lines: dict[str, int] = {}
+    for line, binding in _bindings(_read(path).decode("utf-8")):
+        if binding.key is not None and binding.key.startswith(PREFIX):
+            lines.setdefault(binding.key, line)
+    return lines
+
+
+def _bindings(text: str) -> Iterator[tuple[int, Binding]]:
+    """python-dotenv's bindings of `text`, each with the line its key is on."""
+    for binding in parse_stream(io.StringIO(text)):
+        original = binding.original.string
+        # The parser counts from the first of any blank lines it folds into a binding.
+        blank = original[: len(original) - len(original.lstrip())].count("\n")
+        yield binding.original.line + blank, binding

@@ -37,7 +37,12 @@ def load_settings() -> TrainSettings:
     try:
         settings = TrainSettings()
     except ValidationError as err:
-        problems.extend(line for _, line in _described(err, os.environ))
+        from app.envfile import setting_lines
+
+        # A value the environment does not set came from ./.env: say where, as for its lines.
+        in_file = {k: v for k, v in setting_lines(ENV_FILE).items() if k not in os.environ}
+        for name, line in _described(err, os.environ):
+            problems.append(f"{ENV_FILE}:{in_file[name]}: {line}" if name in in_file else line)
         raise ConfigError(problems) from None
     if problems:
         raise ConfigError(problems)

@@ -92,9 +92,10 @@ DOTENV_CASES = [
     ("TRAIN_MODEL\n", ".env:1: TRAIN_MODEL has no value"),
     ("=cnn\n", ".env:1: cannot parse"),
     ("TRAIN MODEL=cnn\n", ".env:1: cannot parse"),
-    ("TRAIN_EPOCHS=ten\n", "TRAIN_EPOCHS='ten'"),
-    ("TRAIN_RUN_NAME='run\n'\n", "TRAIN_RUN_NAME"),
-    ("TRAIN_SEED=18446744073709551616\n", "TRAIN_SEED"),
+    # A value refused by its setting's rule: the file and line it came from, then the rule.
+    ("TRAIN_EPOCHS=ten\n", ".env:1: TRAIN_EPOCHS='ten'"),
+    ("# comment\n\nTRAIN_RUN_NAME='run\n'\n", ".env:3: TRAIN_RUN_NAME"),
+    ("TRAIN_MODEL=cnn\nTRAIN_SEED=18446744073709551616\n", ".env:2: TRAIN_SEED"),
     (b"TRAIN_MODEL=\xff\xfe\n", ".env:1: not UTF-8"),
     (b"TRAIN_MODEL=cnn\nTRAIN_EPOCHS=\xe9\n", ".env:2: not UTF-8"),
     (b"\xff\xfeT\x00R\x00", ".env:1: not UTF-8"),
@@ -110,6 +111,18 @@ def test_bad_dotenv_is_refused_with_file_and_line(
     result = trainctl("check", "--skip-cluster")
     assert_refused(result, 2, needle)
     assert files_under(tmp_path) == [".env"]
+
+
+def test_a_bad_value_the_environment_overrides_in_dotenv_is_named_as_the_environments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pydantic-settings reads the environment over ./.env: the value refused is the
+    # environment's, so the message must not send the reader to the file.
+    (tmp_path / ".env").write_text("TRAIN_EPOCHS=3\n")
+    monkeypatch.setenv("TRAIN_EPOCHS", "ten")
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "TRAIN_EPOCHS='ten'")
+    assert ".env" not in result.text, result.text
 
 
 def test_dotenv_that_is_a_folder_is_refused(tmp_path: Path) -> None:
