@@ -9,6 +9,7 @@ the documented exit code, never a traceback.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -448,10 +449,13 @@ def predict_cmd(
     import json
 
     from app.evaluation.batch_predict import batch_predict, takes_batch_path
+    from app.settings.env import settings_environ, storage_access
 
+    env = settings_environ()  # read once: the champion is looked up where its export is read
+    endpoint, _ = storage_access(env)
     card_sha256 = None
     if target.startswith("champion:"):
-        target, card_sha256 = _champion_export(target.removeprefix("champion:"))
+        target, card_sha256 = _champion_export(target.removeprefix("champion:"), env, endpoint)
     if takes_batch_path(images, out, pool=gpus or actors is not None):
         from app.evaluation.scoring import ScoringOptions
 
@@ -460,7 +464,7 @@ def predict_cmd(
         )
         result = batch_predict(
             target, images, top_k, out=out, options=options, strict=strict,
-            card_sha256=card_sha256,
+            endpoint=endpoint, card_sha256=card_sha256,
         )  # fmt: skip
         found = result.predictions
         if out is not None:
@@ -469,7 +473,7 @@ def predict_cmd(
     else:
         from app.export.predict import predict
 
-        found = predict(target, images, top_k, card_sha256)
+        found = predict(target, images, top_k, endpoint, card_sha256)
     if as_json:
         click.echo(json.dumps({"predictions": [p.record() for p in found]}, indent=2))
     else:
@@ -477,25 +481,19 @@ def predict_cmd(
             click.echo(prediction.line())
 
 
-def _champion_export(name: str) -> tuple[str, str]:
+def _champion_export(name: str, env: Mapping[str, str], endpoint: str | None) -> tuple[str, str]:
     """The champion's export folder and card sha256, from its pointer under TRAIN_STORAGE_PATH
-    (TRAIN_STORAGE_ENDPOINT for an S3-compatible store), as `train` reads them."""
+    (through `endpoint`, TRAIN_STORAGE_ENDPOINT, for an S3-compatible store) as `env`
+    (settings_environ's) gives it."""
     from app.errors import ConfigError
     from app.promotion.champion import PointerDamaged, champion_export
-    from app.settings.env import (
-        settings_environ,
-        storage_access,
-        storage_location,
-        storage_path_setting,
-    )
+    from app.settings.env import storage_location, storage_path_setting
     from app.settings.model import champion_ref
 
     try:
         name = champion_ref(f"champion:{name}").name  # a TRAIN_MODEL_NAME, nothing else
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    env = settings_environ()
-    endpoint, _ = storage_access(env)
     storage = storage_location(storage_path_setting(env), "TRAIN_STORAGE_PATH", endpoint)
     try:
         return champion_export(storage, name, endpoint)

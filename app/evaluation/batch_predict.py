@@ -101,12 +101,11 @@ def batch_predict(
     out: str | None,
     options: ScoringOptions,
     strict: bool,
+    endpoint: str | None = None,
     card_sha256: str | None = None,
 ) -> BatchResult:
-    """`card_sha256`: what the export's card must hash to (a champion pointer's)."""
-    from app.settings.env import settings_environ, storage_access
-
-    endpoint, _ = storage_access(settings_environ())
+    """`endpoint`: TRAIN_STORAGE_ENDPOINT, for a target, images or `out` in an S3-compatible
+    store; `card_sha256`: what the export's card must hash to (a champion pointer's)."""
     destination = output_location(out, endpoint) if out is not None else None
     folder, root = export_folder(target, endpoint)
     with store_errors(folder, "RUN_OR_EXPORT"):

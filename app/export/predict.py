@@ -56,16 +56,19 @@ def _shown(text: str) -> str:
 
 
 def predict(
-    target: str, images: Sequence[str], top_k: int, card_sha256: str | None = None
+    target: str,
+    images: Sequence[str],
+    top_k: int,
+    endpoint: str | None = None,
+    card_sha256: str | None = None,
 ) -> list[Prediction]:
-    """`card_sha256`: what the export's card must hash to (a champion pointer's)."""
+    """`endpoint`: TRAIN_STORAGE_ENDPOINT, for a target in an S3-compatible store;
+    `card_sha256`: what the export's card must hash to (a champion pointer's)."""
     if not 1 <= top_k <= MAX_TOP_K:
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
-    from app.settings.env import settings_environ, storage_access
-
-    folder, root = export_folder(target, storage_access(settings_environ())[0])
+    folder, root = export_folder(target, endpoint)
     export = verified(folder, root, card_sha256)
     card = export.card
     first = input_batch(chunks[0], card)  # a bad first image is named before anything loads
