@@ -11,6 +11,8 @@ app/data/images.py this module needs no torch, so Ray's short-lived read tasks d
 
 from __future__ import annotations
 
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -22,7 +24,24 @@ from app.storage import safe_fs
 from app.storage.location import RunPath
 from app.storage.reading import read_bounded
 
-READ_THREADS = 8  # files in a bucket are fetched in parallel; decoding releases the GIL too
+READ_THREADS = 8  # files fetched at once: a bucket's latency is hidden behind the others'
+
+
+def decode_slots() -> int:
+    """How many files one call decodes at once. Decoding releases the GIL, so each file being
+    decoded holds a CPU: in a Ray task or actor, as many as Ray gave it (a read task: 1) and
+    never the CPUs Ray counts as another's (training's, on a training node); elsewhere, the
+    CPUs this process may use."""
+    ray = sys.modules.get("ray")  # a Ray worker has it; in-process callers may not
+    if ray is not None and ray.is_initialized():
+        try:
+            cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+            return max(1, int(cpus))
+        except AssertionError:  # a driver: it has no assigned resources
+            pass
+    from app.cpus import usable_cpus
+
+    return usable_cpus().usable
 
 
 def read_file(root: RunPath, relative: str) -> bytes:
@@ -49,12 +68,14 @@ def load_images(
     left zero and its message put at its index (`trainctl evaluate` skips and counts them)."""
     height, width = (size, size) if isinstance(size, int) else size
     out = np.zeros((len(paths), height, width, channels), np.uint8)
+    decoding = threading.BoundedSemaphore(decode_slots())
 
     def one(index: int) -> None:
         relative = paths[index]
         try:
             data = read_file(root, relative)
-            out[index] = decode_image(data, (height, width), root / relative, channels)
+            with decoding:
+                out[index] = decode_image(data, (height, width), root / relative, channels)
         except ImageError as err:
             if errors is None:
                 raise

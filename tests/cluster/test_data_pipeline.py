@@ -202,3 +202,16 @@ def test_exact_split_replays_each_ranks_epoch_and_a_resume_skips_what_was_traine
     # The two ranks' shards are disjoint and hold every row (3,000 split evenly in two).
     images, _ = _file_rows(Path(info.path) / "train")
     assert sorted(rows) == sorted(map(bytes, images))
+
+
+def test_a_ray_task_decodes_as_many_files_at_once_as_it_has_cpus(ray_session: None) -> None:
+    """Image-folder read tasks run app/data/folder_images.py on Ray workers: each decodes on
+    the CPUs Ray gave it, not on every CPU of the node."""
+    import ray
+
+    from app.data.folder_images import decode_slots
+
+    slots = ray.remote(decode_slots)
+    assert ray.get(slots.options(num_cpus=1).remote(), timeout=120) == 1
+    assert ray.get(slots.options(num_cpus=2).remote(), timeout=120) == 2
+    assert ray.get(slots.options(num_cpus=0.5).remote(), timeout=120) == 1

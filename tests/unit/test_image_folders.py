@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
+from app.data import folder_images
 from app.data.folder_images import decode_image, load_images, to_folder_rows
 from app.data.folder_listing import list_folder
 from app.data.image_size import image_size_for
@@ -59,6 +62,42 @@ def test_decoding_gives_rgb_of_the_asked_size(tmp_path: Path) -> None:
     Image.fromarray(pixels).save(tmp_path / "exact.png")
     same = decode_image((tmp_path / "exact.png").read_bytes(), 16, "exact.png")
     assert np.array_equal(same, pixels)  # already the size: untouched
+
+
+def test_files_are_fetched_eight_at_a_time_and_decoded_as_many_as_the_cpus_allow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding releases the GIL: more files decoding at once than the CPUs a Ray task was
+    given would take CPUs Ray counts as training's."""
+    files = image_folder(tmp_path)
+    paths = sorted(files)
+    now, most, lock = 0, 0, threading.Lock()
+    real_decode = folder_images.decode_image
+
+    def counted(*args: object) -> np.ndarray:
+        nonlocal now, most
+        with lock:
+            now += 1
+            most = max(most, now)
+        time.sleep(0.02)  # long enough for the other threads to arrive
+        try:
+            return real_decode(*args)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                now -= 1
+
+    monkeypatch.setattr(folder_images, "decode_image", counted)
+    monkeypatch.setattr(folder_images, "decode_slots", lambda: 2)
+    images = load_images(tmp_path, paths, 16)
+    assert 1 <= most <= 2, most
+    monkeypatch.setattr(folder_images, "decode_image", real_decode)
+    assert np.array_equal(images, load_images(tmp_path, paths, 16))  # same pixels, any order
+
+
+def test_outside_ray_the_decode_slots_are_the_usable_cpus() -> None:
+    from app.cpus import usable_cpus
+
+    assert folder_images.decode_slots() == usable_cpus().usable
 
 
 @pytest.mark.parametrize(
