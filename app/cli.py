@@ -147,7 +147,7 @@ def render_cmd(out: Path | None, release: str, namespace: str, **values_args: tu
     trainctl render -f values.yaml --out manifests   # a kustomization per pool
     """
     from app.k8s.deprecated import notes
-    from app.k8s.manifests_out import render_stream, write_manifests
+    from app.k8s.manifests_out import earlier_pools, render_stream, write_manifests
     from app.k8s.render import load_values
 
     values = load_values(**values_args)  # -f files and --set* flags, as Helm takes them
@@ -169,6 +169,13 @@ def render_cmd(out: Path | None, release: str, namespace: str, **values_args: tu
     click.echo(f"wrote {len(paths)} files for pool(s) {', '.join(pools) or '(none enabled)'}")
     for pool in pools:
         click.echo(f"  kubectl apply -k {out / pool}")
+    for folder in earlier_pools(out, pools):
+        click.echo(
+            f"trainctl: {folder}: a pool folder of an earlier render, whose pool these values "
+            "do not enable; left as it is, and still applied by whatever applies the folders "
+            f"(kubectl apply -k, a GitOps app): remove it (rm -r {folder}) to retire the pool",
+            err=True,
+        )
 
 
 SUBMIT_EPILOG = """\b

@@ -181,6 +181,24 @@ def write_manifests(
     return [out_dir / pool / name for pool, files in pools.items() for name in files]
 
 
+def earlier_pools(out_dir: Path, pools: list[str]) -> list[Path]:
+    """Pool folders of an earlier render into `out_dir` whose pool these values no longer
+    render (disabled or removed). They are left as they are, never deleted: whatever applies
+    the folders (`kubectl apply -k`, an Argo CD ApplicationSet over out_dir/*) would still
+    start their RayJobs, so the caller names them."""
+    out_dir = expand(out_dir, "--out")
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        return []
+    return sorted(
+        folder
+        for folder in out_dir.iterdir()
+        if folder.name not in pools
+        and folder.is_dir()
+        and not folder.is_symlink()
+        and all((folder / name).is_file() for name in ("kustomization.yaml", "rayjob.yaml"))
+    )
+
+
 def _move_into_place(staging: Path, out_dir: Path, pools: list[str]) -> None:
     if not out_dir.exists():
         staging.rename(out_dir)  # one rename: the whole folder appears at once

@@ -318,6 +318,23 @@ def test_rerender_replaces_its_own_files_and_refuses_to_delete_anyone_elses(
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
 
 
+def test_a_pool_folder_left_from_an_earlier_render_is_named_and_kept(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ("render", "-f", str(_pools_file(tmp_path)), "--out", str(out))
+    assert trainctl(*args).code == 0
+    (out / "notes").mkdir()  # the user's own folder beside the pools: not a pool's
+    (out / "notes" / "kustomization.yaml").write_text("resources: []\n")
+    kept = {path: path.read_bytes() for path in (out / "small").iterdir()}
+    result = trainctl(*args, "--set", "nodePools.small.enabled=false")
+    assert result.code == 0, result.text
+    assert f"trainctl: {out / 'small'}: a pool folder of an earlier render" in result.err
+    assert f"rm -r {out / 'small'}" in result.err
+    assert "notes" not in result.err and "big" not in result.err, result.err
+    assert {path: path.read_bytes() for path in (out / "small").iterdir()} == kept
+    again = trainctl(*args)  # the pool enabled again: its folder is rendered, nothing named
+    assert again.code == 0 and "earlier render" not in again.err, again.text
+
+
 def test_a_train_value_holding_a_nul_is_refused_before_a_pod_that_cannot_start(
     tmp_path: Path,
 ) -> None:
