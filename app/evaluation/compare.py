@@ -102,7 +102,12 @@ class Comparison:
         rows.append(("status", [str(r.summary.get("status", "-")) for r in self.runs]))
         rows.append(("epochs", [_epochs(r.summary) for r in self.runs]))
         for key in self.differing:
-            rows.append((f"setting {key}", [_value(r.settings.get(key)) for r in self.runs]))
+            rows.append(
+                (
+                    f"setting {key}",
+                    [_value(r.settings.get(key)) if r.settings else "unknown" for r in self.runs],
+                )
+            )
         metrics = sorted({k for r in self.runs for k in _mapping(r.summary.get("metrics"))})
         for key in metrics:
             rows.append(
@@ -159,7 +164,10 @@ def compare(runs: Sequence[str], out: str | None) -> Comparison:
         raise ConfigError(f"{', '.join(twice)}: given more than once; give each run once")
     found = [_read(not_a_link(where)) for where in locations]
     keys = sorted({k for r in found for k in r.settings} - set(IGNORED_SETTINGS))
-    differing = [k for k in keys if len({_value(r.settings.get(k)) for r in found}) > 1]
+    # A run whose settings record is missing or damaged differs in nothing it can show: it
+    # would list every setting as differing. It shows "unknown" where the others differ.
+    known = [r for r in found if r.settings]
+    differing = [k for k in keys if len({_value(r.settings.get(k)) for r in known}) > 1]
     write_atomic(destination, _curves(found))
     return Comparison(found, differing, destination)
 

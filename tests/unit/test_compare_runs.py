@@ -175,6 +175,26 @@ def test_damaged_records_are_shown_as_unknown_and_json_stays_strict(tmp_path: Pa
         json.loads(as_json.out, parse_constant=_strict)
 
 
+def test_a_run_without_its_settings_record_differs_only_where_the_others_do(
+    tmp_path: Path,
+) -> None:
+    a = make_run(tmp_path, "a", lr=0.1, accuracies=[0.5], duration_s=10)
+    b = make_run(tmp_path, "b", lr=0.2, accuracies=[0.6], duration_s=10)
+    c = make_run(tmp_path, "c", lr=0.3, accuracies=[0.7], duration_s=10)
+    d = make_run(tmp_path, "d", lr=0.4, accuracies=[0.8], duration_s=10)
+    for damage, run in (({"settings": "x"}, c), ({}, d)):
+        summary = json.loads((run / "summary.json").read_text())
+        summary.pop("settings")
+        (run / "summary.json").write_text(json.dumps({**summary, **damage}))
+    runs = [str(run) for run in (a, b, c, d)]
+    result = trainctl("compare", *runs, "--out", str(tmp_path / "p.png"))
+    assert result.code == 0, result.text
+    settings = [line.split() for line in result.out.splitlines() if line.startswith("setting ")]
+    assert settings == [["setting", "lr", "0.1", "0.2", "unknown", "unknown"]], result.out
+    both = trainctl("compare", str(c), str(d), "--out", str(tmp_path / "q.png"), "--json")
+    assert json.loads(both.out)["settings_differing"] == [], both.out
+
+
 def test_where_the_runs_or_the_plot_cannot_be_is_refused_before_reading(tmp_path: Path) -> None:
     a = make_run(tmp_path, "a", lr=0.1, accuracies=[0.5], duration_s=10)
     b = make_run(tmp_path, "b", lr=0.2, accuracies=[0.6], duration_s=10)
