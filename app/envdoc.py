@@ -6,6 +6,8 @@ the committed file equal to it.
 
 from __future__ import annotations
 
+import shutil
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -65,21 +67,38 @@ def _default_label(default: Any) -> str:
     return str(default)
 
 
-def render_env(fmt: str = "table") -> str:
+def render_env(fmt: str = "table", columns: int | None = None) -> str:
+    """The listing in `fmt`; the table's and dotenv's descriptions wrapped to `columns` (the
+    terminal's width, or 100 where there is none), as click wraps help. Markdown is not
+    wrapped: a table row is one line."""
     rows = env_vars()
     if fmt == "markdown":
         return _markdown(rows)
+    columns = columns or shutil.get_terminal_size((100, 24)).columns
     if fmt == "dotenv":
         return "\n".join(
-            f"# {row.description}\n# {row.name}={'' if row.default == '(unset)' else row.default}"
+            _wrapped(row.description, "# ", columns)
+            + f"\n# {row.name}={'' if row.default == '(unset)' else row.default}"
             for row in rows
         )
     width = max(len(row.name) for row in rows)
     lines = []
     for row in rows:
-        lines.append(f"{row.name:<{width}}  {row.type}  [default: {row.default}]")
-        lines.append(f"{'':<{width}}  {row.description}")
+        indent = " " * (width + 2)
+        header = _wrapped(f"{row.type}  [default: {row.default}]", indent, columns)
+        lines.append(f"{row.name:<{width}}  {header[len(indent) :]}")
+        lines.append(_wrapped(row.description, indent, columns))
     return "\n".join(lines)
+
+
+def _wrapped(text: str, indent: str, columns: int) -> str:
+    """`text` in lines of at most `columns` (a longer word keeps its own line), each after
+    `indent`; at least 40 characters of text a line, however narrow the terminal."""
+    width = max(columns, len(indent) + 40)
+    return textwrap.fill(
+        text, width, initial_indent=indent, subsequent_indent=indent, break_long_words=False,
+        break_on_hyphens=False,
+    )  # fmt: skip
 
 
 def _markdown(rows: list[EnvVar]) -> str:

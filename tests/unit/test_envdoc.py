@@ -43,3 +43,14 @@ def test_rows_show_type_default_and_meaning() -> None:
 def test_committed_settings_doc_is_current() -> None:
     committed = (REPO / "docs" / "settings.md").read_text()
     assert committed == render_env("markdown") + "\n", "run `make docs` to regenerate"
+
+
+@pytest.mark.parametrize("fmt", ["table", "dotenv"])
+def test_descriptions_are_wrapped_to_the_width_given(fmt: str) -> None:
+    for columns in (80, 120):
+        text = render_env(fmt, columns)
+        long = [line for line in text.splitlines() if len(line) > columns]
+        # Only a single word longer than the line (a URL, a path) may stand out.
+        assert all(" " not in line.strip() for line in long), long
+        words = [word for word in text.split() if word != "#"]
+        assert [w for w in render_env(fmt, 10_000).split() if w != "#"] == words  # rewrapped
