@@ -436,12 +436,14 @@ def scoring_options(command: Any) -> Any:
 @click.option(
     "--out",
     help="Write every image's top-k to this .parquet or .csv file (local or s3:// / gs://), "
-    "with Ray Data batch inference.",
+    "with Ray Data batch inference; a file already there is refused without --overwrite.",
 )
+@click.option("--overwrite", is_flag=True, help="--out: replace the file if it is there.")
 @scoring_options
 def predict_cmd(
     target: str, images: tuple[str, ...], top_k: int, as_json: bool, out: str | None,
-    batch_size: int, actors: int | None, gpus: bool, cpus_per_actor: float, strict: bool,
+    overwrite: bool, batch_size: int, actors: int | None, gpus: bool, cpus_per_actor: float,
+    strict: bool,
 ) -> None:  # fmt: skip
     """Classify images with a run's export (the run folder, its export/ folder, or an
     s3:// or gs:// URI of either), or the champion's (champion:<model-name>, under
@@ -471,7 +473,7 @@ def predict_cmd(
         )
         result = batch_predict(
             target, images, top_k, out=out, options=options, strict=strict,
-            endpoint=endpoint, card_sha256=card_sha256,
+            endpoint=endpoint, card_sha256=card_sha256, overwrite=overwrite,
         )  # fmt: skip
         found = result.predictions
         if out is not None:

@@ -33,7 +33,7 @@ from app.evaluation.scoring import ScoringOptions, check_resources, connect, sco
 from app.export.card import Verified, verified
 from app.export.predict import Prediction, export_folder
 from app.formatting import shown
-from app.storage.entries import Kind, kind
+from app.storage.entries import Kind, kind, kind_within
 from app.storage.location import (
     RunPath,
     ensure_writable,
@@ -41,7 +41,6 @@ from app.storage.location import (
     store_errors,
     write_atomic,
 )
-from app.storage.reading import is_dir_within
 
 if TYPE_CHECKING:
     import ray.data
@@ -74,8 +73,9 @@ def takes_batch_path(images: Sequence[str], out: str | None, pool: bool = False)
     return any("://" in image or os.path.isdir(image) for image in images)
 
 
-def output_location(out: str, endpoint: str | None) -> RunPath:
-    """--out checked before any work: a .parquet or .csv file, local or in a bucket."""
+def output_location(out: str, endpoint: str | None, overwrite: bool = False) -> RunPath:
+    """--out checked before any work: a .parquet or .csv file, local or in a bucket, that is
+    not there yet unless `overwrite` (a mistyped --out would replace a dataset's file)."""
     if not out.lower().endswith(FORMATS):
         raise ConfigError(f"--out {out!r}: must end in .parquet or .csv")
     try:
@@ -84,9 +84,17 @@ def output_location(out: str, endpoint: str | None) -> RunPath:
         raise ConfigError(f"--out {out!r}: {err}") from None
     if where.name.lower() in FORMATS:
         raise ConfigError(f"--out {out!r}: no file name before {where.name}")
-    if is_dir_within(where, "--out"):  # a bucket answers within its probe's deadline
+    try:
+        found = kind_within(where, "--out")  # a bucket answers within its probe's deadline
+    except NotADirectoryError:  # a file on the way: named as such by ensure_writable below
+        found = None
+    if found is Kind.DIR:
         raise ConfigError(
             f"--out {out!r}: is a folder; give a file name ending in .parquet or .csv"
+        )
+    if found is not None and not overwrite:
+        raise ConfigError(
+            f"--out {out!r}: already exists; give a new file name, or --overwrite to replace it"
         )
     # Its folder created and proved writable now, not found unwritable after the scoring.
     ensure_writable(where.parent, "--out's folder")
@@ -103,10 +111,11 @@ def batch_predict(
     strict: bool,
     endpoint: str | None = None,
     card_sha256: str | None = None,
+    overwrite: bool = False,
 ) -> BatchResult:
     """`endpoint`: TRAIN_STORAGE_ENDPOINT, for a target, images or `out` in an S3-compatible
     store; `card_sha256`: what the export's card must hash to (a champion pointer's)."""
-    destination = output_location(out, endpoint) if out is not None else None
+    destination = output_location(out, endpoint, overwrite) if out is not None else None
     folder, root = export_folder(target, endpoint)
     with store_errors(folder, "RUN_OR_EXPORT"):
         export = verified(folder, root, card_sha256)

@@ -222,6 +222,8 @@ def test_predict_out_may_not_be_a_folder(run: Path, tmp_path: Path) -> None:
         ("a-file.csv/p.csv", "exists but is not a folder"),  # its folder is a file
         ("/proc/p.csv", "not writable"),  # a folder no file can be created in, even by root
         (".csv", "no file name before .csv"),  # would write a hidden ./.csv
+        # A dataset's file, say, named by mistake: replaced, it was lost.
+        ("a-file.csv", "already exists; give a new file name, or --overwrite to replace it"),
     ],
 )
 def test_predict_out_that_cannot_be_written_is_refused_before_scoring(
@@ -240,6 +242,18 @@ def test_predict_out_that_cannot_be_written_is_refused_before_scoring(
     result = trainctl("predict", str(run), str(data), "--out", out)
     assert_refused(result, 2, "--out", says)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file.csv", "imgs", "runs"]
+
+
+def test_predict_out_over_a_file_only_with_overwrite(run: Path, tmp_path: Path) -> None:
+    data = folder(tmp_path / "imgs", ["a"])
+    out = tmp_path / "p.csv"
+    out.write_text("yesterday's\n")
+    refused = trainctl("predict", str(run), str(data), "--out", str(out))
+    assert_refused(refused, 2, "already exists")
+    assert out.read_text() == "yesterday's\n"
+    replaced = trainctl("predict", str(run), str(data), "--out", str(out), "--overwrite")
+    assert replaced.code == 0, replaced.text
+    assert out.read_text().startswith("image,"), out.read_text()[:200]
 
 
 def test_predict_on_a_folder_without_images_is_refused(run: Path, tmp_path: Path) -> None:
