@@ -111,8 +111,9 @@ def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
             "trained: rerun when the machine is less loaded (and RAY_TMPDIR, or /tmp, is "
             "writable), or set TRAIN_RAY_ADDRESS to a running cluster"
         ) from None
-    said = auth_line(os.environ)
-    click.echo(f"trainctl: {said}", err=said.startswith("warning"))
+    # On stderr, as a diagnostic: stdout is the command's (`evaluate --json` prints one
+    # JSON document there).
+    click.echo(f"trainctl: {auth_line(os.environ)}", err=True)
 
 
 # Ray announces the token authentication it turns on for a new local cluster with a warning

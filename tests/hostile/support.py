@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,13 +25,27 @@ class Result:
 
 
 def trainctl(*args: str) -> Result:
-    """The real CLI entry point (app.cli.run, what `main` exits with), output captured."""
+    """The real CLI entry point (app.cli.run, what `main` exits with), output captured.
+
+    A Ray connection the command made (a local cluster it started, a cluster it joined) ends
+    with it, as it does when the command's process exits: left running, a local cluster
+    would spend this test process's CPU for the rest of the session."""
     from app.cli import run
 
+    connected = _ray_connected()
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run(list(args))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run(list(args))
+    finally:
+        if not connected and _ray_connected():
+            sys.modules["ray"].shutdown()
     return Result(code, out.getvalue(), err.getvalue())
+
+
+def _ray_connected() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def trainctl_with(

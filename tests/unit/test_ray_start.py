@@ -67,6 +67,23 @@ def test_rays_auth_notice_is_replaced_by_trainctls_line_and_auth_stays_on(tmp_pa
     assert "opt out" not in result.stderr and "RAY_AUTH_MODE=disabled" not in result.stderr
 
 
+def test_a_started_local_cluster_says_its_auth_on_stderr_leaving_stdout_to_the_command(
+    tmp_path: Path,
+) -> None:
+    """`evaluate --json` and `predict --json` print one JSON document on stdout; the line on
+    the local cluster's auth goes to stderr with the other diagnostics."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
+    result = subprocess.run(
+        [sys.executable, "-c", START], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == {"raised": False, "before": False, "after": True}
+    assert "trainctl: ray: token authentication is on" in result.stderr, result.stderr[-3000:]
+
+
 def test_the_auth_line_says_it_is_on_and_why() -> None:
     from app.ray_cluster import auth_line
 
