@@ -60,6 +60,12 @@ class TuneSettings(BaseModel):
     @field_validator("tune_space", mode="before")
     @classmethod
     def _space_empty_means_unset(cls, value: Any) -> Any:
+        if isinstance(value, str) and "://" in value:
+            # As a path it would read ./s3:/bucket/...: say what is read instead.
+            raise ValueError(
+                "must be a local YAML file (the sweep's driver reads it before Ray starts), "
+                "not a URI: copy it next to the command, or give the chart's tune.space"
+            )
         return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("tune_space")

@@ -77,11 +77,35 @@ def load_space(path: Path, base: TrainSettings) -> dict[str, Dimension]:
     except OSError as err:
         raise ConfigError(f"{where}: cannot be read ({err.strerror or err})") from None
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = yaml.load(raw.decode("utf-8"), Loader=_SpaceLoader)  # a SafeLoader
+    except _KeyTwice as err:
+        raise ConfigError(f"{where}: {err}") from None
     except (UnicodeDecodeError, yaml.YAMLError) as err:
         first = " ".join(str(err).split())[:200]
         raise ConfigError(f"{where}: not YAML ({first})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply to be a space") from None
     return parse_space(data, base, where)
+
+
+class _KeyTwice(yaml.YAMLError):
+    pass
+
+
+class _SpaceLoader(yaml.SafeLoader):
+    """SafeLoader, refusing a key given twice: YAML keeps the last silently, and a space
+    whose `lr` was edited in two places would draw from the one nobody reads last."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                line = key_node.start_mark.line + 1
+                raise _KeyTwice(f"line {line}: {key} is given twice (first on line {seen[key]})")
+            if isinstance(key, str):
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_space(data: Any, base: TrainSettings, where: str = SPACE) -> dict[str, Dimension]:

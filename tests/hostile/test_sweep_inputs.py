@@ -22,6 +22,9 @@ SPACES = [
     ("- lr", ["must map settings"]),
     ("lr: {uniform: [1, .nan]}", ["lr", "two numbers"]),
     ("!!python/object/apply:os.system [touch pwned]", ["not YAML"]),
+    # YAML keeps a key's last value silently: the `lr` edited first would never be drawn.
+    ("lr: {uniform: [0.001, 0.01]}\nlr: {uniform: [0.1, 1]}", ["line 2: lr is given twice"]),
+    ("lr: " + "[" * 20_000 + "]" * 20_000, ["nested too deeply"]),  # a RecursionError inside
 ]
 
 
@@ -47,6 +50,12 @@ def test_bad_sweep_settings_are_refused(
     monkeypatch.setenv(name, value)
     assert_refused(trainctl("tune"), 2, name)
     assert files_under(tmp_path) == []
+
+
+def test_a_space_in_a_bucket_is_refused_as_what_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As a path it was ./s3:/bucket/space.yaml, "no such file".
+    monkeypatch.setenv("TRAIN_TUNE_SPACE", "s3://bucket/space.yaml")
+    assert_refused(trainctl("tune"), 2, "TRAIN_TUNE_SPACE", "must be a local YAML file")
 
 
 def test_no_space_is_refused(tmp_path: Path) -> None:
