@@ -227,7 +227,7 @@ def _data_folder(location: RunPath, card: dict[str, Any], allow_missing: bool) -
             f"{shown(location)}: no images to evaluate{note}; give a folder of class folders "
             "(DATA/<class>/<image>) or of Parquet files (image and label columns)"
         )
-    problem = _class_problem(sorted(listing.files), names, allow_missing)
+    problem = _class_problem(sorted(listing.files), sorted(found), names, allow_missing)
     if problem:
         raise ConfigError(f"{shown(location)}: {problem}")
     label = {name: index for index, name in enumerate(names)}
@@ -298,9 +298,13 @@ def _location(value: str, endpoint: str | None, label: str) -> RunPath:
         raise ConfigError(f"{label}: {err}") from None
 
 
-def _class_problem(found: Sequence[str], names: Sequence[str], allow_missing: bool) -> str | None:
-    extra = sorted(set(found) - set(names))
-    missing = sorted(set(names) - set(found))
+def _class_problem(
+    folders: Sequence[str], with_images: Sequence[str], names: Sequence[str], allow_missing: bool
+) -> str | None:
+    """Why the class folders cannot be scored as the run's classes; a class whose folder
+    holds no image is missing too (it would vanish from the per-class figures unsaid)."""
+    extra = sorted(set(folders) - set(names))
+    missing = sorted(set(names) - set(with_images))
     if not extra and (allow_missing or not missing):
         return None
     if extra:
@@ -309,9 +313,11 @@ def _class_problem(found: Sequence[str], names: Sequence[str], allow_missing: bo
             f"{_listed(names)}); the model can only score classes it was trained on"
             + (f"; missing: {_listed(missing)}" if missing else "")
         )
+    empty = sorted(set(missing) & set(folders))
     return (
-        f"no folder for the run's classes {_listed(missing)}; pass --allow-missing-classes to "
-        "evaluate on the classes the folder has"
+        f"no folder for the run's classes {_listed(missing)}"
+        + (f" (the folders of {_listed(empty)} hold no image)" if empty else "")
+        + "; pass --allow-missing-classes to evaluate on the classes the folder has"
     )
 
 

@@ -71,6 +71,19 @@ def test_a_folder_lacking_some_classes_is_refused_unless_allowed(run: Path, tmp_
     assert_refused(result, 2, "no folder for the run's classes 8, 9", "--allow-missing-classes")
 
 
+def test_a_class_folder_without_images_is_a_missing_class(run: Path, tmp_path: Path) -> None:
+    """It passed as present, and its class vanished from the per-class figures unsaid."""
+    data = folder(tmp_path / "test", CLASSES)
+    for image in (data / CLASSES[9]).iterdir():
+        image.unlink()
+    result = trainctl("evaluate", str(run), str(data))
+    assert_refused(
+        result, 2, "no folder for the run's classes 9 (the folders of 9 hold no image)",
+        "--allow-missing-classes",
+    )  # fmt: skip
+    no_eval_written(run)
+
+
 @pytest.mark.parametrize(
     "make",
     [
