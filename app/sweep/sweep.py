@@ -46,7 +46,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     sweep_dir = settings.run_dir
     space, trials, per_trial = plan_sweep(settings)
     before = results.read_sweep(sweep_dir) or {}
-    _same_trials(before, trials)
+    _same_trials(settings, before, trials)
     _no_planted_links(sweep_dir, trials)
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
@@ -86,8 +86,18 @@ def _tune_until_sigterm(
             ) from None
 
 
-def _same_trials(before: dict[str, Any], trials: list[Trial]) -> None:
-    """A rerun must draw the trials the sweep's folders hold: the same space and seed."""
+def _same_trials(settings: TrainSettings, before: dict[str, Any], trials: list[Trial]) -> None:
+    """A rerun must draw the trials the sweep's folders hold (the same space and seed) and
+    train them alike (the same epochs and scheduler): its trials are compared with each other."""
+    for name, given in (("epochs", settings.epochs), ("scheduler", settings.tune_scheduler)):
+        kept = before.get(name)
+        if kept is not None and kept != given:
+            variable = "TRAIN_EPOCHS" if name == "epochs" else "TRAIN_TUNE_SCHEDULER"
+            raise ConfigError(
+                f"{variable}={given}: this sweep's trials were trained with {variable}={kept}, "
+                f"and trials trained alike are what a sweep compares: keep {variable}={kept} "
+                "to continue the sweep, or give a new TRAIN_RUN_NAME"
+            )
     drawn = {t.trial_id: t.values for t in trials}
     for row in before.get("trials") or []:
         if not isinstance(row, dict) or row.get("trial") not in drawn:
@@ -222,11 +232,24 @@ def _tune(
 
 
 def _scheduler(settings: TrainSettings) -> Any:
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
     if settings.tune_scheduler != "asha":
         return FIFOScheduler()
-    return ASHAScheduler(
+
+    class LastEpochEndsItself(ASHAScheduler):  # type: ignore[misc]
+        """ASHA, except at TRAIN_EPOCHS: a rung there (grace period x reduction factor^k equal
+        to it) saves no training, and its stop killed the trial's driver before it wrote the
+        run's end: the trial stayed "running" and the sweep incomplete. Its result still
+        counts toward the rung's cutoff."""
+
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+            action = super().on_trial_result(tune_controller, trial, result)
+            if result.get("epoch", 0) >= settings.epochs:
+                return TrialScheduler.CONTINUE
+            return str(action)
+
+    return LastEpochEndsItself(
         time_attr="epoch",
         max_t=settings.epochs,
         grace_period=min(settings.tune_grace_period, settings.epochs),

@@ -92,6 +92,26 @@ def test_a_sweep_folder_drawn_from_another_space_is_not_mixed(
     assert files_under(sweep_dir) == ["sweep.json"]
 
 
+@pytest.mark.parametrize(
+    ("kept", "variable", "given"),
+    [
+        ({"epochs": 2}, "TRAIN_EPOCHS", "3"),
+        ({"scheduler": "asha"}, "TRAIN_TUNE_SCHEDULER", "random"),
+    ],
+)
+def test_a_sweep_rerun_that_would_train_its_trials_otherwise_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kept: dict, variable: str, given: str
+) -> None:
+    """A rerun with more epochs said "0 to train" and recorded the new epochs over trials
+    trained to the old."""
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    (sweep_dir / "sweep.json").write_text(json.dumps({**kept, "trials": []}))
+    monkeypatch.setenv(variable, given)
+    value = next(iter(kept.values()))
+    assert_refused(trainctl("tune"), 2, f"{variable}={given}", f"keep {variable}={value}")
+    assert files_under(sweep_dir) == ["sweep.json"]
+
+
 def test_a_trial_folder_planted_as_a_link_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -210,3 +210,28 @@ def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
     assert row["status"] == "interrupted" and row["epochs"] == 1 and row["best"] == 0.5
     stopped = trial_row(sweep_dir, trial, "val_accuracy", {"trial-0001": {"epoch": 1}})
     assert stopped["status"] == "stopped"
+
+
+def test_asha_stops_behind_a_rung_but_never_at_the_last_epoch() -> None:
+    """A rung at TRAIN_EPOCHS saves no training; its stop killed the trial's driver before it
+    wrote the run's end, leaving the trial "running" and the sweep incomplete."""
+    from types import SimpleNamespace
+
+    from ray.tune.schedulers import TrialScheduler
+
+    from app.sweep.sweep import _scheduler
+
+    def decisions(epochs: int) -> list[str]:
+        settings = TrainSettings(epochs=epochs, tune_grace_period=1, tune_reduction_factor=2)
+        scheduler = _scheduler(settings)
+        scheduler.set_search_properties("val_accuracy", "max")
+        ahead, behind = SimpleNamespace(trial_id="a"), SimpleNamespace(trial_id="b")
+        for trial in (ahead, behind):
+            scheduler.on_trial_add(None, trial)
+        first = scheduler.on_trial_result(None, ahead, {"epoch": 1, "val_accuracy": 0.9})
+        second = scheduler.on_trial_result(None, behind, {"epoch": 1, "val_accuracy": 0.1})
+        return [first, second]
+
+    continue_, stop = TrialScheduler.CONTINUE, TrialScheduler.STOP
+    assert decisions(epochs=4) == [continue_, stop]  # epoch 1 is a rung before the last
+    assert decisions(epochs=1) == [continue_, continue_]  # epoch 1 is the last: it ends itself
