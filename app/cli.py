@@ -86,7 +86,9 @@ def train(settings: TrainSettings) -> dict[str, Any]:
     (the driver imports torch: seconds, after the settings have answered)."""
     from app.preflight import preflight_for_training
     from app.run.driver import run_training
+    from app.runfolder.folder import refuse_the_other_kind
 
+    refuse_the_other_kind(settings.run_dir, sweep=False)
     ready = preflight_for_training(settings)
     return run_training(
         settings, ready.info, join_cluster=ready.join_cluster, warm_start=ready.warm_start

@@ -30,7 +30,7 @@ from app.storage import bounded_json, safe_fs
 from app.storage.entries import links, not_a_link
 from app.storage.location import RunPath, append_line, write_atomic, write_json
 from app.storage.probe import StoreUnavailable
-from app.storage.reading import read_bounded
+from app.storage.reading import present, read_bounded
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
@@ -302,6 +302,23 @@ def ray_committed(run_dir: RunPath) -> set[str]:
 
 def forget_ray_snapshot(run_dir: RunPath) -> None:
     (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)  # unlink removes a link, not its target
+
+
+def refuse_the_other_kind(run_dir: RunPath, *, sweep: bool) -> None:
+    """A run's folder is not a sweep's, nor the other way round (`sweep`: a sweep is to use
+    `run_dir`). A sweep run into a run's folder hid the run from `status` and judged its trials
+    against it; a run trained into a sweep's folder mixed into its records. ConfigError (exit
+    2) before anything is written."""
+    if sweep and (present(run_dir / ATTEMPTS_FILE) or present(run_dir / METRICS_FILE)):
+        raise ConfigError(
+            f"{run_dir}: a training run's folder (it holds {ATTEMPTS_FILE}), not a sweep's: "
+            "give the sweep another TRAIN_RUN_NAME"
+        )
+    if not sweep and present(run_dir / SWEEP_FILE):
+        raise ConfigError(
+            f"{run_dir}: a sweep's folder (it holds {SWEEP_FILE}), not a run's: give the run "
+            "another TRAIN_RUN_NAME, or continue the sweep with `trainctl tune`"
+        )
 
 
 def refuse_links(run_dir: RunPath) -> None:

@@ -28,7 +28,7 @@ from app.errors import ConfigError, RunFailed
 from app.preflight import preflight_for_training
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
-from app.runfolder.folder import read_summary
+from app.runfolder.folder import read_summary, refuse_the_other_kind
 from app.settings import TrainSettings
 from app.settings.tune_plan import TRIALS_DIR, Trial, plan_sweep
 from app.settings.tune_space import Dimension
@@ -44,6 +44,7 @@ TRIAL_DRIVER_CPUS = 0.01
 def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     started = time.monotonic()
     sweep_dir = settings.run_dir
+    refuse_the_other_kind(sweep_dir, sweep=True)
     space, trials, per_trial = plan_sweep(settings)
     before = results.read_sweep(sweep_dir) or {}
     _same_trials(settings, before, trials)

@@ -112,6 +112,25 @@ def test_a_sweep_rerun_that_would_train_its_trials_otherwise_is_refused(
     assert files_under(sweep_dir) == ["sweep.json"]
 
 
+def test_a_sweep_into_a_runs_folder_and_a_run_into_a_sweeps_are_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A sweep run into a run's folder hid the run from `status`; a run trained into a
+    sweep's mixed into its records."""
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    (sweep_dir / "attempts.jsonl").write_text('{"attempt": 1}\n')  # a run trained here
+    result = trainctl("tune")
+    assert_refused(result, 2, "a training run's folder", "give the sweep another TRAIN_RUN_NAME")
+    assert files_under(sweep_dir) == ["attempts.jsonl"]
+
+    (sweep_dir / "attempts.jsonl").unlink()
+    (sweep_dir / "sweep.json").write_text(json.dumps({"trials": []}))
+    monkeypatch.setenv("TRAIN_DATASET", "synthetic")
+    result = trainctl("train")
+    assert_refused(result, 2, "a sweep's folder", "continue the sweep with `trainctl tune`")
+    assert files_under(sweep_dir) == ["sweep.json"]
+
+
 def test_a_trial_folder_planted_as_a_link_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
