@@ -131,6 +131,20 @@ def test_a_sweep_into_a_runs_folder_and_a_run_into_a_sweeps_are_refused(
     assert files_under(sweep_dir) == ["sweep.json"]
 
 
+def test_a_trial_whose_model_cannot_take_the_data_is_refused_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Found inside the trial, it was a traceback in Tune's log and a trial that never ran."""
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    (tmp_path / "space.yaml").write_text("model: {choice: [vit]}\nvit_patch: {choice: [3]}\n")
+    monkeypatch.setenv("TRAIN_TUNE_SAMPLES", "1")
+    monkeypatch.setenv("TRAIN_DATASET", "digits")  # 8px images: a 3px patch does not divide
+    monkeypatch.setenv("TRAIN_DATA_PATH", str(tmp_path / "data"))
+    result = trainctl("tune")
+    assert_refused(result, 2, "trial-0001: TRAIN_VIT_PATCH=3 does not divide the 8px images")
+    assert not (sweep_dir / "trials").exists() and not (sweep_dir / "tune").exists()
+
+
 def test_a_trial_folder_planted_as_a_link_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
