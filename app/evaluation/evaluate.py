@@ -117,8 +117,13 @@ def evaluate_command(
     """Everything `trainctl evaluate` does: the checks, then `evaluate`."""
     from app.settings.env import settings_environ, storage_access, storage_location
 
-    if (data is None) == (split is None):
-        raise ConfigError("give DATA or --split valid (the run's own validation data), not both")
+    if data is not None and split is not None:
+        raise ConfigError("give DATA or --split, not both")
+    if data is None and split is None:
+        raise ConfigError(
+            "nothing to evaluate on: give DATA (a folder of class folders, or of Parquet files) "
+            "or --split valid (the run's own validation data) or --split test"
+        )
     if name is not None:
         checked_name(name)
     if not 0 <= max_mistakes <= MAX_MISTAKES:

@@ -57,7 +57,8 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     rows = sweep.rows()
     todo = [t for t, row in zip(trials, rows, strict=True) if row["status"] not in DONE]
     _say(
-        f"sweep {settings.run_name}: {len(trials)} trials, {len(trials) - len(todo)} done, "
+        f"sweep {settings.run_name}: {len(trials)} trial{'' if len(trials) == 1 else 's'}, "
+        f"{len(trials) - len(todo)} done, "
         f"{len(todo)} to train ({settings.tune_scheduler}, {settings.checkpoint_metric}) in "
         f"{sweep_dir}"
     )

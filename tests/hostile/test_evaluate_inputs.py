@@ -163,9 +163,11 @@ def test_an_altered_export_is_refused_before_anything_is_scored(run: Path, tmp_p
 
 def test_data_and_split_go_one_at_a_time(run: Path, tmp_path: Path) -> None:
     data = folder(tmp_path / "test", CLASSES)
-    assert_refused(trainctl("evaluate", str(run)), 2, "give DATA or --split valid")
+    neither = trainctl("evaluate", str(run))
+    assert_refused(neither, 2, "nothing to evaluate on: give DATA", "or --split valid")
+    assert "not both" not in neither.text  # it said "not both" to a user who gave neither
     both = trainctl("evaluate", str(run), str(data), "--split", "valid")
-    assert_refused(both, 2, "not both")
+    assert_refused(both, 2, "give DATA or --split, not both")
     train = trainctl("evaluate", str(run), "--split", "train")
     assert_refused(train, 2, "'train' is not one of 'valid', 'test'")
 
