@@ -232,6 +232,28 @@ def test_a_model_name_is_refused_by_the_schema_in_both_engines_with_a_suggestion
         helm_template([path], set_values=("train.model=resnet1800",))
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "trainctl.io/run",
+        "trainctl.io/role",
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/managed-by",
+    ],
+)
+def test_a_label_the_chart_sets_itself_is_refused_in_both_engines(tmp_path: Path, key: str) -> None:
+    """`labels: {trainctl.io/run: x}` renamed the RayJob's run label, not its pods';
+    `trainctl.io/role: data` put the data nodes' role on the GPU workers too."""
+    path = _pools_file(tmp_path)
+    result = trainctl("render", "-f", str(path), "--set-json", f'labels={{"{key}": "x"}}')
+    assert result.code == 2, result.text
+    assert f"labels: '{key}' is not allowed: a label the chart sets itself" in result.err
+    with pytest.raises(HelmFailed, match="labels"):
+        helm_template([path], set_json=(f'labels={{"{key}": "x"}}',))
+    mine = trainctl("render", "-f", str(path), "--set", "labels.team=ml,labels.trainctl\\.io=x")
+    assert mine.code == 0 and "team: ml" in mine.out, mine.text  # a key of its own stays yours
+
+
 # -- checkpoint_every: a step count as a number, and every refusal naming the accepted forms -----
 
 
