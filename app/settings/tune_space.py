@@ -208,7 +208,10 @@ def check_value(base: dict[str, Any], key: str, value: Any) -> None:
     try:
         TrainSettings.model_validate({**base, key: value})
     except ValidationError as err:
-        raise ValueError(f"{value!r}: {settings_message(err)}") from None
+        hint = ""
+        if isinstance(value, bool) and TrainSettings.model_fields[key].annotation is not bool:
+            hint = " (YAML reads on, off, yes and no unquoted as true and false: quote the word)"
+        raise ValueError(f"{value!r}: {settings_message(err)}{hint}") from None
 
 
 def settings_message(err: ValidationError) -> str:

@@ -25,6 +25,7 @@ SPACES = [
     # YAML keeps a key's last value silently: the `lr` edited first would never be drawn.
     ("lr: {uniform: [0.001, 0.01]}\nlr: {uniform: [0.1, 1]}", ["line 2: lr is given twice"]),
     ("lr: " + "[" * 20_000 + "]" * 20_000, ["nested too deeply"]),  # a RecursionError inside
+    ("compile: {grid: [on, auto]}", ["compile", "True", "quote the word"]),  # YAML 1.1's `on`
 ]
 
 
