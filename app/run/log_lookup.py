@@ -12,6 +12,7 @@ from app.formatting import one_path
 from app.redact import redact
 from app.runfolder import log_reader
 from app.runfolder.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
+from app.settings.tune_plan import TRIALS_DIR
 from app.storage.entries import Kind, entries, not_a_link
 from app.storage.location import RunPath
 from app.storage.reading import is_dir_within
@@ -99,6 +100,13 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     if storage is None:
         storage = storage_path_setting(env)
     candidate = storage_location(storage, f"--storage {redact(storage)}", endpoint) / run
+    for folder in (as_path, candidate):
+        if _is_dir(folder / TRIALS_DIR, "RUN", timeout):  # a sweep: its trials have the logs
+            raise ConfigError(
+                f"run {redact(run)!r}: {folder} is a sweep's folder; each trial is a run with "
+                f"its own logs: trainctl logs {folder / TRIALS_DIR}/<trial> (`trainctl status "
+                f"{folder}` lists them)"
+            )
     if _is_dir(candidate, "--storage", timeout):
         return not_a_link(candidate)
     raise ConfigError(

@@ -225,3 +225,12 @@ def test_a_signal_between_a_folder_walks_closes_stays_the_signal(
             safe_fs.lstat(log, tmp_path)
         monkeypatch.setattr(os, "close", real_close)
         assert calls >= landing
+
+
+def test_logs_of_a_sweep_point_to_its_trials(tmp_path: Path) -> None:
+    (tmp_path / "sweep" / "trials" / "trial-0001").mkdir(parents=True)
+    (tmp_path / "sweep" / "sweep.json").write_text("{}")
+    result = trainctl("logs", str(tmp_path / "sweep"))
+    assert_refused(
+        result, 2, "is a sweep's folder", f"trainctl logs {tmp_path / 'sweep' / 'trials'}/<trial>"
+    )
