@@ -39,6 +39,7 @@ from app.training.weights import pretrained_info
 
 class Interrupted(TrainctlError):
     exit_code = EXIT_SIGTERM
+    label = "interrupted"  # by SIGTERM, with what was saved: not a failure
 
 
 def run_training(
