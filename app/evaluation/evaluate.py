@@ -156,11 +156,19 @@ def run_export(run_dir: RunPath) -> Verified:
     if not present(folder / CARD_FILE):
         if not run_dir.is_dir():
             raise ConfigError(f"{shown(run_dir)}: no such run folder; give a run folder (or URI)")
+        from app.runfolder.folder import read_summary
+
+        missing = f"{shown(run_dir)}: no {EXPORT_DIR}/{CARD_FILE}"
+        if (read_summary(run_dir) or {}).get("status") == "succeeded":
+            # A sweep's trials export only the best one: training it again would change nothing.
+            raise ConfigError(
+                f"{missing}; the run succeeded without one (a sweep's trial other than its best "
+                "is not exported): evaluate the sweep's best trial, or a run that has one"
+            )
         raise ConfigError(
             sweep_problem(run_dir)
-            or f"{shown(run_dir)}: no {EXPORT_DIR}/{CARD_FILE}; a run exports its best checkpoint "
-            "when it succeeds: finish it (`trainctl train` with the same TRAIN_RUN_NAME "
-            "resumes it), or evaluate another run"
+            or f"{missing}; a run exports its best checkpoint when it succeeds: finish it "
+            "(`trainctl train` with the same TRAIN_RUN_NAME resumes it), or evaluate another run"
         )
     # Opened below the run folder: neither export/ nor a file in it is read through a link.
     return verified(folder, run_dir)

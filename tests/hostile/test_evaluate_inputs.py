@@ -297,3 +297,14 @@ def test_compare_refuses_folders_that_are_not_runs(run: Path, tmp_path: Path) ->
     assert_refused(trainctl("compare", str(run)), 2, "give 2 to 20 runs")
     result = trainctl("compare", str(run), str(run), "--out", str(tmp_path / "c.jpg"))
     assert_refused(result, 2, "must end in .png")
+
+
+def test_a_succeeded_run_without_an_export_is_not_sent_to_train_again(tmp_path: Path) -> None:
+    """A sweep's trial other than its best succeeds unexported; "`trainctl train` resumes it"
+    sent the user to train a finished run again."""
+    trial = tmp_path / "sweep" / "trials" / "trial-0002"
+    trial.mkdir(parents=True)
+    (trial / "summary.json").write_text(json.dumps({"status": "succeeded", "run_name": "t"}))
+    result = trainctl("evaluate", str(trial), "--split", "valid")
+    assert_refused(result, 2, "the run succeeded without one", "the sweep's best trial")
+    assert "resumes it" not in result.text
