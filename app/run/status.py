@@ -159,13 +159,21 @@ HEADER = (
 # --- reading one run folder -----------------------------------------------------------------
 def is_run_folder(path: RunPath) -> bool:
     """Whether `path` holds any of a run's records (a link counts: it is then refused)."""
+    return _folder_kind(path) == "run"
+
+
+def _folder_kind(path: RunPath) -> str | None:
+    """ "run" where `path` holds any of a run's records (a link counts: it is then refused),
+    "sweep" where it holds a sweep's record, else None: from one listing request."""
     try:
         names = {entry.name for entry in entries(path)}  # one listing request in a bucket
     except NotADirectoryError:
-        return False
+        return None
     except PermissionError:
-        return True  # there, but not readable: the read names why
-    return bool(names & set(RECORDS))
+        return "run"  # there, but not readable: the read names why
+    if names & set(RECORDS):
+        return "run"
+    return "sweep" if run_folder.SWEEP_FILE in names else None
 
 
 def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:
@@ -389,11 +397,12 @@ class Listing:
     root: str
     runs: list[RunStatus]
     folders: int  # candidate folders found
-    not_runs: int  # of those read, how many held no run records
+    not_runs: int  # of those read, how many held no run records (sweeps apart)
     not_read: int  # folders left unread: past `limit`, or past the deadline
     timed_out: bool
     problems: list[str]
     deadline_s: float = LIST_DEADLINE_S
+    sweeps: list[str] = field(default_factory=list)  # sweep folders: each a folder of runs
 
     def record(self) -> dict[str, Any]:
         return {
@@ -401,6 +410,7 @@ class Listing:
             "runs": [run.record() for run in self.runs],
             "folders": self.folders,
             "not_run_folders": self.not_runs,
+            "sweeps": self.sweeps,
             "not_read": self.not_read,
             "timed_out": self.timed_out,
             "problems": self.problems,
@@ -425,6 +435,7 @@ def list_runs(
         problems.append(f"{_path(root)}: listing took over {deadline_s:g} s")
         return Listing(_path(root), [], 0, 0, 0, True, problems, deadline_s)
     runs: list[RunStatus] = []
+    sweeps: list[str] = []
     read = not_runs = 0
     timed_out = False
     for name in names:
@@ -444,17 +455,23 @@ def list_runs(
             problems.append(_unreadable(run_dir, err))
             found = None
         read += 1
-        if found is None:
+        if isinstance(found, RunStatus):
+            runs.append(found)
+            problems += found.problems
+        elif found == "sweep":
+            sweeps.append(name)
+        else:
             not_runs += 1
-            continue
-        runs.append(found)
-        problems += found.problems
     unread = len(names) - read
-    return Listing(_path(root), runs, len(names), not_runs, unread, timed_out, problems, deadline_s)
+    return Listing(
+        _path(root), runs, len(names), not_runs, unread, timed_out, problems, deadline_s, sweeps
+    )
 
 
-def _read_if_run(run_dir: RunPath, now: float | None) -> RunStatus | None:
-    return read_run(run_dir, now) if is_run_folder(run_dir) else None
+def _read_if_run(run_dir: RunPath, now: float | None) -> RunStatus | str | None:
+    """The run's status; "sweep" for a sweep's folder; None for any other folder."""
+    kind = _folder_kind(run_dir)
+    return read_run(run_dir, now) if kind == "run" else kind
 
 
 def _candidates(root: RunPath, problems: list[str]) -> list[str]:
@@ -517,9 +534,9 @@ def show_status(
         one = call_with_deadline(lambda: _read_if_run(path, None), LIST_DEADLINE_S, str(path))
     except DeadlineExceeded:
         raise ConfigError(f"{_path(path)}: no answer within {LIST_DEADLINE_S:g} s") from None
-    if one is not None:
+    if isinstance(one, RunStatus):
         show_run(one, echo, as_json)
-    else:  # a folder of run folders (the storage root), listed
+    else:  # a folder of run folders (the storage root), listed (a sweep's: app/sweep/status)
         show_listing(list_runs(path, limit=limit), echo, as_json, limit)
 
 
@@ -575,6 +592,11 @@ def listing_notes(listing: Listing, limit: int) -> list[str]:
     elif listing.not_read:
         notes.append(
             f"({listing.not_read} more folders not read: --limit {limit} reached; newest first)"
+        )
+    if listing.sweeps:
+        notes.append(
+            f"(sweeps, each a folder of trial runs: {', '.join(listing.sweeps)}; "
+            f"`trainctl status {listing.root}/<sweep>` shows one)"
         )
     if listing.not_runs:
         folders = "folder" if listing.not_runs == 1 else "folders"

@@ -349,6 +349,22 @@ def test_status_of_a_run_folder_and_of_a_storage_folder(
     assert len(listing["runs"]) == 1 and listing["folders"] == 3 and listing["not_read"] >= 1
 
 
+def test_a_storage_folder_names_the_sweeps_it_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sweeps were skipped as folders without run records: `status runs` said "No run
+    folders" over a storage folder holding only sweeps."""
+    storage = tmp_path / "runs"
+    (storage / "nightly" / "trials").mkdir(parents=True)
+    (storage / "nightly" / "sweep.json").write_text("{}")
+    code, out, err = trainctl(capsys, "status", "--storage", str(storage))
+    assert code == EXIT_OK, err
+    assert "(sweeps, each a folder of trial runs: nightly;" in out, out
+    assert "without run records" not in out, out
+    code, out, err = trainctl(capsys, "status", "--storage", str(storage), "--json")
+    assert json.loads(out)["sweeps"] == ["nightly"] and json.loads(out)["not_run_folders"] == 0
+
+
 def test_status_refuses_what_is_no_run_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
