@@ -22,6 +22,7 @@ No torch here: Ray's short-lived read tasks import this module.
 from __future__ import annotations
 
 import io
+import re
 import warnings
 
 import numpy as np
@@ -52,8 +53,12 @@ def open_image(data: bytes, where: object) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        # Pillow's own text quotes its limit (twice ours, for the error): only its count here.
+        counted = re.search(r"\((\d+) pixels\)", str(err))
+        size = f"{int(counted.group(1)):,} pixels: " if counted else ""
         raise TooManyPixels(
-            f"{shown(where)}: over the {MAX_PIXELS:,} pixels allowed for one image ({err})"
+            f"{shown(where)}: {size}over the {MAX_PIXELS:,} pixels allowed for one image (a "
+            "decompression bomb, or a photograph to downscale first)"
         ) from None
     except UnidentifiedImageError:
         raise ImageError(
