@@ -480,6 +480,16 @@ def predict_cmd(
         found = result.predictions
         if out is not None:
             click.echo(result.line())
+        if not found and result.skipped:  # nothing scored: a failed batch, not an empty one
+            from app.errors import RunFailed
+
+            image, reason = result.skipped[0]
+            listed = f"; each reason is in {out}" if out is not None else ""
+            raise RunFailed(
+                f"no image could be scored: all {len(result.skipped):,} were skipped (the first, "
+                f"{image}: {reason}){listed}"
+            )
+        if out is not None:
             return
     else:
         from app.export.predict import predict

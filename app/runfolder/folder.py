@@ -308,13 +308,19 @@ def refuse_the_other_kind(run_dir: RunPath, *, sweep: bool) -> None:
     """A run's folder is not a sweep's, nor the other way round (`sweep`: a sweep is to use
     `run_dir`). A sweep run into a run's folder hid the run from `status` and judged its trials
     against it; a run trained into a sweep's folder mixed into its records. ConfigError (exit
-    2) before anything is written."""
-    if sweep and (present(run_dir / ATTEMPTS_FILE) or present(run_dir / METRICS_FILE)):
+    2) before anything is written. A store that cannot answer is left to the preflight's
+    storage check, which names it within its deadline."""
+    try:
+        run = present(run_dir / ATTEMPTS_FILE) or present(run_dir / METRICS_FILE)
+        sweep_there = present(run_dir / SWEEP_FILE)
+    except (OSError, ValueError):  # unreachable, refused, misconfigured: said by the preflight
+        return
+    if sweep and run:
         raise ConfigError(
             f"{run_dir}: a training run's folder (it holds {ATTEMPTS_FILE}), not a sweep's: "
             "give the sweep another TRAIN_RUN_NAME"
         )
-    if not sweep and present(run_dir / SWEEP_FILE):
+    if not sweep and sweep_there:
         raise ConfigError(
             f"{run_dir}: a sweep's folder (it holds {SWEEP_FILE}), not a run's: give the run "
             "another TRAIN_RUN_NAME, or continue the sweep with `trainctl tune`"

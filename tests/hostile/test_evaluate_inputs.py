@@ -269,6 +269,13 @@ def test_predict_out_over_a_file_only_with_overwrite(run: Path, tmp_path: Path) 
     replaced = trainctl("predict", str(run), str(data), "--out", str(out), "--overwrite")
     assert replaced.code == 0, replaced.text
     assert out.read_text().startswith("image,"), out.read_text()[:200]
+    # Nothing scored is a failed batch, not an empty success.
+    for image in data.rglob("*.png"):
+        image.write_bytes(b"not an image")
+    failed = trainctl("predict", str(run), str(data), "--out", str(out), "--overwrite")
+    assert failed.code == 1, failed.text
+    assert "no image could be scored: all 2 were skipped" in failed.err, failed.text
+    assert "not an image format Pillow reads" in out.read_text()  # each reason, in the file
 
 
 def test_predict_on_a_folder_without_images_is_refused(run: Path, tmp_path: Path) -> None:
