@@ -88,7 +88,7 @@ def train(settings: TrainSettings) -> dict[str, Any]:
     from app.run.driver import run_training
     from app.runfolder.folder import refuse_the_other_kind
 
-    refuse_the_other_kind(settings.run_dir, sweep=False)
+    refuse_the_other_kind(settings.run_dir, sweep=False, timeout_s=settings.storage_timeout_s)
     ready = preflight_for_training(settings)
     return run_training(
         settings, ready.info, join_cluster=ready.join_cluster, warm_start=ready.warm_start

@@ -27,10 +27,10 @@ from typing import Any
 from app.errors import ConfigError, RunFailed
 from app.runfolder.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
-from app.storage.entries import links, not_a_link
+from app.storage.entries import kind_within, links, not_a_link
 from app.storage.location import RunPath, append_line, write_atomic, write_json
 from app.storage.probe import StoreUnavailable
-from app.storage.reading import present, read_bounded
+from app.storage.reading import read_bounded
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
@@ -304,16 +304,22 @@ def forget_ray_snapshot(run_dir: RunPath) -> None:
     (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)  # unlink removes a link, not its target
 
 
-def refuse_the_other_kind(run_dir: RunPath, *, sweep: bool) -> None:
+def refuse_the_other_kind(run_dir: RunPath, *, sweep: bool, timeout_s: float) -> None:
     """A run's folder is not a sweep's, nor the other way round (`sweep`: a sweep is to use
     `run_dir`). A sweep run into a run's folder hid the run from `status` and judged its trials
     against it; a run trained into a sweep's folder mixed into its records. ConfigError (exit
-    2) before anything is written. A store that cannot answer is left to the preflight's
-    storage check, which names it within its deadline."""
+    2) before anything is written. A bucket answers within `timeout_s` (TRAIN_STORAGE_TIMEOUT_S)
+    or is refused as silent (StoreUnavailable, naming it)."""
+
+    def there(name: str) -> bool:
+        return kind_within(run_dir / name, "TRAIN_STORAGE_PATH", timeout_s) is not None
+
     try:
-        run = present(run_dir / ATTEMPTS_FILE) or present(run_dir / METRICS_FILE)
-        sweep_there = present(run_dir / SWEEP_FILE)
-    except (OSError, ValueError):  # unreachable, refused, misconfigured: said by the preflight
+        run = there(ATTEMPTS_FILE) or there(METRICS_FILE)
+        sweep_there = there(SWEEP_FILE)
+    except StoreUnavailable:
+        raise
+    except (OSError, ValueError):  # a store refused or misconfigured: the preflight names it
         return
     if sweep and run:
         raise ConfigError(

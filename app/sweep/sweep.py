@@ -44,7 +44,7 @@ TRIAL_DRIVER_CPUS = 0.01
 def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     started = time.monotonic()
     sweep_dir = settings.run_dir
-    refuse_the_other_kind(sweep_dir, sweep=True)
+    refuse_the_other_kind(sweep_dir, sweep=True, timeout_s=settings.storage_timeout_s)
     space, trials, per_trial = plan_sweep(settings)
     before = results.read_sweep(sweep_dir) or {}
     _same_trials(settings, before, trials)
