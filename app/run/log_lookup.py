@@ -5,17 +5,18 @@ app/runfolder/log_capture.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from app.errors import ConfigError
 from app.formatting import one_path
 from app.redact import redact
 from app.runfolder import log_reader
+from app.runfolder.folder import SWEEP_FILE
 from app.runfolder.log_capture import LOGS_DIR, attempt_dir, attempts, log_root
 from app.settings.tune_plan import TRIALS_DIR
 from app.storage.entries import Kind, entries, not_a_link
 from app.storage.location import RunPath
-from app.storage.reading import is_dir_within
+from app.storage.reading import is_dir_within, present_within
 
 
 def log_file(run_dir: RunPath, *, worker: int | None, attempt: int | None) -> RunPath:
@@ -95,19 +96,19 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     env = settings_environ()
     endpoint, timeout = storage_access(env)
     as_path = storage_location(run, f"run {redact(run)!r}", endpoint)
-    if _is_dir(as_path / LOGS_DIR, "RUN", timeout):
+    if _asked(is_dir_within, as_path / LOGS_DIR, "RUN", timeout):
         return not_a_link(as_path)
     if storage is None:
         storage = storage_path_setting(env)
     candidate = storage_location(storage, f"--storage {redact(storage)}", endpoint) / run
     for folder in (as_path, candidate):
-        if _is_dir(folder / TRIALS_DIR, "RUN", timeout):  # a sweep: its trials have the logs
+        if _asked(present_within, folder / SWEEP_FILE, "RUN", timeout):  # its trials have logs
             raise ConfigError(
                 f"run {redact(run)!r}: {folder} is a sweep's folder; each trial is a run with "
                 f"its own logs: trainctl logs {folder / TRIALS_DIR}/<trial> (`trainctl status "
                 f"{folder}` lists them)"
             )
-    if _is_dir(candidate, "--storage", timeout):
+    if _asked(is_dir_within, candidate, "--storage", timeout):
         return not_a_link(candidate)
     raise ConfigError(
         f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
@@ -115,10 +116,13 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     )
 
 
-def _is_dir(path: RunPath, variable: str, timeout: float) -> bool:
-    """is_dir_within, with a name the system refuses (too long, a NUL) said as bad input."""
+def _asked(
+    check: Callable[[RunPath, str, float], bool], path: RunPath, variable: str, timeout: float
+) -> bool:
+    """`check` (is_dir_within, present_within) of `path`, with a name the system refuses (too
+    long, a NUL) said as bad input."""
     try:
-        return is_dir_within(path, variable, timeout)
+        return check(path, variable, timeout)
     except (OSError, ValueError) as err:
         why = getattr(err, "strerror", None) or err
         raise ConfigError(f"{variable}: {one_path(path)}: {why}") from None

@@ -27,10 +27,10 @@ from typing import Any
 from app.errors import ConfigError, RunFailed
 from app.runfolder.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
-from app.storage.entries import kind_within, links, not_a_link
+from app.storage.entries import links, not_a_link
 from app.storage.location import RunPath, append_line, write_atomic, write_json
 from app.storage.probe import StoreUnavailable
-from app.storage.reading import read_bounded
+from app.storage.reading import present_within, read_bounded
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
@@ -312,13 +312,11 @@ def refuse_the_other_kind(run_dir: RunPath, *, sweep: bool, timeout_s: float) ->
     or is refused as silent (StoreUnavailable, naming it)."""
 
     def there(name: str) -> bool:
-        return kind_within(run_dir / name, "TRAIN_STORAGE_PATH", timeout_s) is not None
+        return present_within(run_dir / name, "TRAIN_STORAGE_PATH", timeout_s)
 
     try:
         run = there(ATTEMPTS_FILE) or there(METRICS_FILE)
         sweep_there = there(SWEEP_FILE)
-    except StoreUnavailable:
-        raise
     except (OSError, ValueError):  # a store refused or misconfigured: the preflight names it
         return
     if sweep and run:
