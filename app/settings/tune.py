@@ -59,7 +59,7 @@ class TuneSettings(BaseModel):
 
     @field_validator("tune_space", mode="before")
     @classmethod
-    def _space_empty_means_unset(cls, value: Any) -> Any:
+    def _space_a_local_file_or_unset(cls, value: Any) -> Any:
         if isinstance(value, str) and "://" in value:
             # As a path it would read ./s3:/bucket/...: say what is read instead.
             raise ValueError(

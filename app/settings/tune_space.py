@@ -97,14 +97,14 @@ class _SpaceLoader(yaml.SafeLoader):
     whose `lr` was edited in two places would draw from the one nobody reads last."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
+        seen: dict[str, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
-                line = key_node.start_mark.line + 1
+            key, line = self.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
+            if not isinstance(key, str):
+                continue  # parse_space names a key that is not a setting's name
+            if key in seen:
                 raise _KeyTwice(f"line {line}: {key} is given twice (first on line {seen[key]})")
-            if isinstance(key, str):
-                seen[key] = key_node.start_mark.line + 1
+            seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
 

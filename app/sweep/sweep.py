@@ -29,7 +29,7 @@ from app.preflight import preflight_for_training
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
 from app.runfolder.folder import read_summary, refuse_the_other_kind
-from app.settings import TrainSettings
+from app.settings import TrainSettings, env_name
 from app.settings.tune_plan import TRIALS_DIR, Trial, plan_sweep
 from app.settings.tune_space import Dimension
 from app.storage.entries import refuse_link
@@ -92,10 +92,10 @@ def _tune_until_sigterm(
 def _same_trials(settings: TrainSettings, before: dict[str, Any], trials: list[Trial]) -> None:
     """A rerun must draw the trials the sweep's folders hold (the same space and seed) and
     train them alike (the same epochs and scheduler): its trials are compared with each other."""
-    for name, given in (("epochs", settings.epochs), ("scheduler", settings.tune_scheduler)):
-        kept = before.get(name)
+    for recorded, field in (("epochs", "epochs"), ("scheduler", "tune_scheduler")):
+        kept, given = before.get(recorded), getattr(settings, field)
         if kept is not None and kept != given:
-            variable = "TRAIN_EPOCHS" if name == "epochs" else "TRAIN_TUNE_SCHEDULER"
+            variable = env_name(field)
             raise ConfigError(
                 f"{variable}={given}: this sweep's trials were trained with {variable}={kept}, "
                 f"and trials trained alike are what a sweep compares: keep {variable}={kept} "
