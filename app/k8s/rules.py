@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.k8s import deprecated
+from app.k8s import capacity, deprecated
 from app.k8s.values import enabled_pools
 
 MAX_RAYJOB_NAME = 47  # KubeRay's MaxRayJobNameLength: the cluster name adds a suffix to it
@@ -79,7 +79,7 @@ def values_problems(values: dict[str, Any]) -> list[str]:
                 f'schedule.pools names "{pool}", which is not in nodePools '
                 f"({', '.join(sorted(pools))})"
             )
-    return problems
+    return problems + capacity.problems(values)
 
 
 # Why each scheduler cannot let a running gang grow (dataPool.autoscaling).

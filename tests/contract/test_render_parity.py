@@ -450,6 +450,7 @@ def test_number_formats_match_go(number: float) -> None:
     values = {
         "rayJob": {"runtimeEnv": {"x": number, "s": "<&>"}},
         "nodePools": {"p": {"cpusPerWorker": number}},
+        "head": {"rayStartParams": {"num-cpus": "1"}},  # Ray Data's CPU, beside a tiny pod
     }
     values["train"] = {"lr": number} if 0 < number <= 10 else {}
     (job,) = [o for o in helm_render(values) if o["kind"] == "RayJob"]

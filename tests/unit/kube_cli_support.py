@@ -19,7 +19,7 @@ VALUES = """\
 nodePools:
   cpu-a:
     gpusPerWorker: 0
-    cpusPerWorker: "1"
+    cpusPerWorker: "2"  # one for the training worker, one for Ray Data's tasks
     memoryPerWorker: 2Gi
     replicas: 2
 train:

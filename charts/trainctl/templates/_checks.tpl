@@ -40,4 +40,65 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- fail (printf "schedule.pools names %q, which is not in nodePools (%s)" . (keys $.Values.nodePools | sortAlpha | join ", ")) -}}
 {{- end -}}
 {{- end -}}
+{{- include "trainctl.memoryCheck" (dict "key" "head.memory" "q" .Values.head.memory) -}}
+{{- if $data.enabled -}}
+{{- include "trainctl.memoryCheck" (dict "key" "dataPool.memoryPerWorker" "q" $data.memoryPerWorker) -}}
+{{- end -}}
+{{- range $pool, $p := include "trainctl.enabledPools" . | fromJson -}}
+{{- $train := deepCopy ($.Values.train | default dict) -}}
+{{- range $k, $val := ($p.train | default dict) }}{{ $_ := set $train $k $val }}{{ end -}}
+{{- include "trainctl.capacityChecks" (dict "root" $ "pool" $pool "p" $p "train" $train) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether a pool's pods hold what its run asks of them (app/k8s/capacity.py holds the same
+rules, messages and arithmetic). KubeRay gives each pod's Ray node its CPU limit rounded up;
+each pod holds one training worker per GPU (one on a CPU pool), each reserving
+train.cpus_per_worker; Ray Data's tasks need a CPU left somewhere (a data pool, the head, or the
+pool's own pods); a sweep's trial must fit in the pool. Otherwise the run waits forever. */}}
+{{- define "trainctl.capacityChecks" -}}
+{{- $v := .root.Values -}}
+{{- $gpus := int .p.gpusPerWorker -}}
+{{- $perPod := max 1 $gpus -}}
+{{- $cpw := 1.0 -}}{{- with .train.cpus_per_worker }}{{ $cpw = float64 . }}{{ end -}}
+{{- $cpus := include "trainctl.str" .p.cpusPerWorker -}}
+{{- $node := ceil (include "trainctl.amount" $cpus) -}}
+{{- $need := mulf $perPod $cpw -}}
+{{- $fit := printf "%d training worker(s) per pod at train.cpus_per_worker %s" $perPod (include "trainctl.str" $cpw) -}}
+{{- if gt $need $node -}}
+{{- fail (printf "nodePools.%s: %s do not fit in cpusPerWorker %s (a Ray node of %s CPUs: KubeRay rounds the limit up), so the workers would wait forever; lower train.cpus_per_worker or raise cpusPerWorker" .pool $fit $cpus (include "trainctl.str" $node)) -}}
+{{- end -}}
+{{- $head := $v.head.rayStartParams | default dict -}}
+{{- $headCpus := ceil (include "trainctl.amount" $v.head.cpu) -}}
+{{- if hasKey $head "num-cpus" }}{{ $headCpus = float64 (include "trainctl.amount" (get $head "num-cpus")) }}{{ end -}}
+{{- if and (not $v.dataPool.enabled) (lt (subf $node $need) 1.0) (lt $headCpus 1.0) -}}
+{{- fail (printf "nodePools.%s: %s take every CPU of its pods (cpusPerWorker %s), and the head has none for Ray, so Ray Data's tasks would wait forever; leave one: lower train.cpus_per_worker, raise cpusPerWorker, give the head Ray CPUs (head.rayStartParams num-cpus) or enable dataPool" .pool $fit $cpus) -}}
+{{- end -}}
+{{- $trial := int $v.tune.workersPerTrial -}}
+{{- if and $v.tune.enabled (gt $trial 0) -}}
+{{- if and (gt $gpus 0) (gt $trial (mul (int .p.replicas) $gpus)) -}}
+{{- fail (printf "tune.workersPerTrial (%d) is more training workers than pool %s has (%d pod(s) x %d GPU(s)), so no trial could start; lower tune.workersPerTrial or raise nodePools.%s.replicas" $trial .pool (int .p.replicas) $gpus .pool) -}}
+{{- end -}}
+{{- if and (eq $gpus 0) (gt (mulf $trial $cpw) (mulf (int .p.replicas) $node)) -}}
+{{- fail (printf "tune.workersPerTrial (%d) at train.cpus_per_worker %s needs more CPUs than pool %s has (%d pod(s) of %s), so no trial could start; lower tune.workersPerTrial or raise nodePools.%s.replicas" $trial (include "trainctl.str" $cpw) .pool (int .p.replicas) (include "trainctl.str" $node) .pool) -}}
+{{- end -}}
+{{- end -}}
+{{- include "trainctl.memoryCheck" (dict "key" (printf "nodePools.%s.memoryPerWorker" .pool) "q" .p.memoryPerWorker) -}}
+{{- end -}}
+
+{{/* A Ray pod's memory: at least 512Mi, the least a Ray node running torch starts in (a value
+below it is nearly always a missing unit: 512 is bytes). Context: key, q. */}}
+{{- define "trainctl.memoryCheck" -}}
+{{- if lt (float64 (include "trainctl.amount" .q)) 536870912.0 -}}
+{{- fail (printf "%s is %s, below 512Mi: a Ray pod running torch needs at least that (a number without a unit is bytes); give it as 16Gi, 512Mi..." .key (include "trainctl.str" .q)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A Kubernetes quantity as a plain number (cores, bytes), by sprig's arithmetic: the number
+(Go's ParseFloat; 0 where out of range) times its suffix's factor. */}}
+{{- define "trainctl.amount" -}}
+{{- $text := include "trainctl.str" . -}}
+{{- $number := regexFind "^[+]?([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]+)?" $text -}}
+{{- $factors := dict "" 1.0 "m" 0.001 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 "P" 1000000000000000.0 "E" 1000000000000000000.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- mulf (float64 $number) (get $factors (trimPrefix $number $text) | default 0.0) -}}
 {{- end -}}
