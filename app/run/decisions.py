@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.runfolder.checkpoints import CheckpointRef
+from app.runfolder.folder import REFUSED_KEY
 from app.storage.location import RunPath
 from app.training.early_stop import Stop, StopRule, recorded_stop, still_holds
 
@@ -183,6 +184,7 @@ def running_summary(
         settings=dict(settings),
     )
     summary.pop("error", None)
+    summary.pop(REFUSED_KEY, None)  # this start got through
     summary.pop("tracking_delivery", None)
     summary.pop("stopped_early", None)  # the last driver's; this one's is decided at its end
     for key in ("promoted", "promotion", "champion_version"):  # the last driver's decision

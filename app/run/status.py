@@ -88,6 +88,7 @@ class RunStatus:
     stopped_early: dict[str, Any] | None = None  # {reason, epoch, rule}
     time_to_threshold: list[dict[str, Any]] = field(default_factory=list)  # app/run/first_met
     error: str | None = None  # a failed or invalid run's reason
+    refused: str | None = None  # why the last start was refused, beside an earlier run's record
     problems: list[str] = field(default_factory=list)  # files that could not be read
 
     def record(self) -> dict[str, Any]:
@@ -108,6 +109,8 @@ class RunStatus:
             )
         if self.error:
             out.append(f"  error:           {self.error}")
+        if self.refused:
+            out.append(f"  last start:      refused, the run's record unchanged: {self.refused}")
         out.append(f"  epochs:          {_epochs_text(self)}")
         if self.last_epoch:
             out.append(f"  last epoch:      {_figures(self.last_epoch, self.metric)}")
@@ -200,6 +203,9 @@ def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:
     result.epochs_completed = _count(summary.get("epochs_completed"), zero=True)
     if final and isinstance(summary.get("error"), str) and said != "succeeded":
         result.error = _shown(summary["error"], 300)
+    refused = summary.get(run_folder.REFUSED_KEY)
+    if isinstance(refused, dict) and isinstance(refused.get("error"), str):
+        result.refused = _shown(refused["error"], 300)
     epochs: list[dict[str, Any]] = []
     attempts: list[Any] = []
     progress: dict[str, Any] = {}

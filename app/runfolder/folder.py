@@ -33,6 +33,9 @@ from app.storage.probe import StoreUnavailable
 from app.storage.reading import present_within, read_bounded
 
 SUMMARY_FILE = "summary.json"
+# summary.json: the last start refused before it began, beside an earlier run's record
+# (record_invalid); {"error", "time"}.
+REFUSED_KEY = "refused_start"
 METRICS_FILE = "metrics.jsonl"
 ATTEMPTS_FILE = "attempts.jsonl"
 CURVES_FILE = "curves.png"
@@ -352,7 +355,13 @@ def _own(name: str) -> bool:
 
 
 def record_invalid(run_dir: RunPath, err: ConfigError) -> None:
-    """Where the run folder already exists, leave the reason there; never create it for this."""
+    """Where the run folder already exists, leave the reason there; never create it for this.
+
+    A folder without a run's record (or with an invalid start's) is marked invalid. A run that
+    already has a record keeps it, status and error included: a rerun refused before it started
+    changed nothing, and a succeeded run marked invalid would lose its standing with everything
+    that reads it (`status`, `evaluate`, a sweep's results). The refusal is noted beside it
+    (REFUSED_KEY), for `status` to show, until a start gets through."""
     if isinstance(err, StoreUnavailable) and err.variable == "TRAIN_STORAGE_PATH":
         return  # the run folder's store did not answer its probe: do not wait on it again
     if isinstance(err, safe_fs.LinkRefused):
@@ -364,7 +373,11 @@ def record_invalid(run_dir: RunPath, err: ConfigError) -> None:
     except OSError:  # an unreachable store is itself the error being reported
         return
     summary = read_summary(run_dir) or {"run_name": run_dir.name}
-    summary.update(status="invalid", error="; ".join(err.problems))
+    error = "; ".join(err.problems)
+    if summary.get("status") in (None, "invalid"):
+        summary.update(status="invalid", error=error)
+    else:
+        summary[REFUSED_KEY] = {"error": error, "time": time.time()}
     # An unwritable run folder is itself the error being reported.
     with contextlib.suppress(OSError):
         write_summary(run_dir, summary)
