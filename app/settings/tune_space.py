@@ -18,6 +18,7 @@ own message, naming the key, before anything trains.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import types
 import typing
@@ -167,7 +168,7 @@ def _range(key: str, kind: str, values: list[Any], base: dict[str, Any]) -> tupl
     except ValueError:
         raise ValueError(f"{kind} takes two numbers, not {values!r}") from None
     if kind == "randint" or _annotation(key) is int:
-        if kind == "randint" and not (low.is_integer() and high.is_integer()):
+        if kind == "randint" and not (_whole(low) and _whole(high)):
             raise ValueError(f"randint takes two whole numbers, not {values!r}")
         low, high = math.ceil(low), math.floor(high)
     if not low <= high:
@@ -180,14 +181,25 @@ def _range(key: str, kind: str, values: list[Any], base: dict[str, Any]) -> tupl
     return typed
 
 
-def _number(value: Any) -> float:
-    # YAML 1.1 reads 1e-4 (no dot) as a string: numbers written either way are numbers here.
+def _number(value: Any) -> int | float:
+    """Whole numbers stay exact ints (TRAIN_SEED goes up to 2^64 - 1, past what a float holds
+    exactly), the rest are floats. YAML 1.1 reads 1e-4 (no dot) as a string: numbers written
+    either way are numbers here."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value)
     number = float(value)
     if not math.isfinite(number):
         raise ValueError
     return number
+
+
+def _whole(number: int | float) -> bool:
+    return isinstance(number, int) or number.is_integer()
 
 
 def _typed(key: str, value: Any) -> Any:
@@ -197,7 +209,7 @@ def _typed(key: str, value: Any) -> Any:
             number = _number(value)
         except ValueError:
             return value  # the setting's own check says what it takes
-        return int(number) if kind is int and number.is_integer() else number
+        return int(number) if kind is int and _whole(number) else number
     return value
 
 

@@ -130,6 +130,17 @@ def test_trials_are_stable_in_range_and_more_samples_only_add() -> None:
     assert len({t.values["lr"] for t in four}) == 4
 
 
+def test_whole_numbers_past_a_floats_precision_stay_exact() -> None:
+    """TRAIN_SEED goes up to 2^64 - 1: its values and range ends are drawn as written."""
+    top = 2**64 - 1
+    space = parse_space({"seed": {"randint": [2**60, f"{2**60 + 3}"]}}, BASE)
+    assert space["seed"].values == (2**60, 2**60 + 3)
+    seeds = {t.values["seed"] for t in draw(space, 40, seed=1, scheduler="asha")}
+    assert seeds == set(range(2**60, 2**60 + 4))  # all four, none rounded onto another
+    assert parse_space({"seed": {"choice": [top, top - 1]}}, BASE)["seed"].values == (top, top - 1)
+    _refused({"seed": {"choice": [top + 1]}}, "seed", "TRAIN_SEED")
+
+
 def test_grid_scheduler_enumerates_choices_and_bounds_the_total() -> None:
     space = parse_space(
         {"freeze": {"choice": ["none", "backbone"]}, "seed": {"grid": [1, 2]}}, BASE
