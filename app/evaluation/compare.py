@@ -140,10 +140,10 @@ class Comparison:
             spread = sorted(recalls, key=lambda c: (-_spread(recalls[c]), c))[:SHOWN_CLASSES]
             for name in spread:
                 rows.append((f"recall {shown(name)}", [_number(v) for v in recalls[name]]))
-        if self.plot is not None:
-            rows.append(("curves", [shown(self.plot)] + [""] * (len(self.runs) - 1)))
         width = max(len(label) for label, _ in rows) + 2
         lines = [label.ljust(width) + "".join(_cell(v) for v in values) for label, values in rows]
+        if self.plot is not None:  # whole, not cut to a cell: it is a path to open
+            lines.append("curves".ljust(width) + shown(self.plot))
         if any(r.hours and r.hours.get("source") != "recorded" for r in self.runs):
             lines.append("* derived: duration x workers (the run recorded no accelerator_hours)")
         return [line.rstrip() for line in lines]

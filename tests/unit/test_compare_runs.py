@@ -117,6 +117,7 @@ def test_compare_shows_what_differs_side_by_side(tmp_path: Path) -> None:
     assert "2.0000 CPU*" in hours and "0.2500" in hours
     recalls = [line.split()[:2] for line in lines if line.startswith("recall")]
     assert recalls == [["recall", "dog"], ["recall", "cat"]]  # the largest spread first
+    assert lines[-2].split() == ["curves", str(out)]  # whole, however long the path
     assert lines[-1].startswith("* derived")
 
 
