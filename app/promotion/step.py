@@ -293,6 +293,7 @@ def _export_and_gate(
     ended.append(run_end)
     if evaluate:
         _say_evaluated(settings, run_end)
+        _refuse_unreproduced(run_end)
     try:
         return move_champion(settings, info, best, export, promotion, run_end)
     except champion.PointerDamaged as err:  # `check` fails on it, in the same words
@@ -341,7 +342,9 @@ def move_champion(
             outcome.already = current
             return None
         if current is not None:
-            outcome.kept = _task_problem(current, candidate, settings)
+            outcome.kept = _task_problem(current, candidate, settings) or _nothing_to_beat(
+                current, settings
+            )
             if outcome.kept:
                 return None
         decision = gate.decide(
@@ -471,16 +474,33 @@ def _judging(settings: TrainSettings, candidate: Task, run_end: RunEnd | None) -
     return against
 
 
+def _refuse_unreproduced(run_end: RunEnd) -> None:
+    """Keep the champion when scoring the export's verified weights does not give the
+    val_accuracy its checkpoint records, by more than one row (a GPU's nondeterministic kernels
+    may flip a near tie): the record is what the gate reads, and a record edited in the run
+    folder (its checksum is not a secret) or validation data changed since training must not
+    promote a model on figures it does not have."""
+    valid = run_end.record.get("valid") or {}
+    if valid.get("reproduced") is not False:
+        return
+    measured, recorded = float(valid["accuracy"]), float(valid["recorded_val_accuracy"])
+    if abs(measured - recorded) * max(1, int(valid.get("rows") or 1)) <= 1 + 1e-9:
+        _say(
+            f"the evaluation's val_accuracy {measured:.4g} differs from the recorded "
+            f"{recorded:.4g} by one row (a near tie): the gate reads the recorded figure"
+        )
+        return
+    raise _Kept(
+        f"the exported checkpoint scores val_accuracy {measured:.4g} on the validation split, "
+        f"not the {recorded:.4g} its record says: the checkpoint's record or the validation "
+        "data changed since training, and no gate is judged on figures that do not reproduce"
+    )
+
+
 def _say_evaluated(settings: TrainSettings, run_end: RunEnd) -> None:
     """What the run-end evaluation found, or that it failed and what that means here."""
     for report in run_end.reports.values():
         click.echo(report.line())
-    valid = run_end.record.get("valid") or {}
-    if valid.get("reproduced") is False:
-        _say(
-            f"the evaluation's val_accuracy {valid['accuracy']} differs from the recorded "
-            f"{valid['recorded_val_accuracy']}: the validation data changed since training?"
-        )
     problem = run_end.record.get("error")
     if problem:
         judged = run_end.judged
@@ -535,6 +555,21 @@ def _task_problem(current: dict[str, Any], candidate: Task, settings: TrainSetti
             "or use another TRAIN_MODEL_NAME"
         )
     return another_task(found, candidate, settings.champion_name, current.get("version"))
+
+
+def _nothing_to_beat(current: dict[str, Any], settings: TrainSettings) -> str | None:
+    """Why a champion whose pointer has lost the figure `beats_champion` compares with is kept:
+    judged as if there were none, any run above chance would replace it."""
+    metric = settings.checkpoint_metric
+    if not settings.promote_if.beats_champion:
+        return None
+    if gate.number((current.get("metrics") or {}).get(metric)) is not None:
+        return None
+    return (
+        f"the champion's pointer {_pointer(settings)} has no {metric} "
+        "(TRAIN_CHECKPOINT_METRIC) to beat, so no run can be judged better: fix the pointer, "
+        "or set TRAIN_CHECKPOINT_METRIC to the metric it was promoted on"
+    )
 
 
 def _describe(err: BaseException) -> str:

@@ -98,6 +98,25 @@ def test_a_damaged_pointer_keeps_the_champion_and_says_why(tmp_path: Path) -> No
     assert (tmp_path / "champions" / "digits-cnn.json").read_text() == '{"version": 3, "metr'
 
 
+@pytest.mark.parametrize("lost", ["metrics", "value-and-metrics"])
+def test_a_pointer_that_lost_its_figure_keeps_the_champion(tmp_path: Path, lost: str) -> None:
+    """A pointer edited to drop the figure beats_champion compares with: judged as if there
+    were no champion, any run above chance would replace it."""
+    _promote(tmp_path, "champ", 0.90)
+    path = tmp_path / "champions" / "digits-cnn.json"
+    pointer = json.loads(path.read_text())
+    pointer.pop("metrics")
+    if lost == "value-and-metrics":
+        pointer.pop("value", None)
+    path.write_text(json.dumps(pointer))
+    worse = _promote(tmp_path, "worse", 0.50)
+    assert worse["promoted"] is False, worse["promotion"]
+    assert "has no val_accuracy (TRAIN_CHECKPOINT_METRIC) to beat" in worse["promotion"]["reason"]
+    assert json.loads(path.read_text()) == pointer  # untouched
+    # A gate of thresholds alone compares with no champion's figure: it still decides.
+    assert _promote(tmp_path, "good", 0.95, promote_if="val_accuracy>=0.9")["promoted"] is True
+
+
 def test_concurrent_writers_on_a_volume_are_serialized(tmp_path: Path) -> None:
     """Each writer decides against the pointer the previous one left: versions 1..N, no gap,
     no repeat, and a reader never sees anything but a whole pointer."""
@@ -455,3 +474,31 @@ def test_a_link_planted_at_champions_is_refused_not_written_through(tmp_path: Pa
     assert summary["promoted"] is False
     assert "is a symbolic link" in summary["promotion"]["reason"], summary["promotion"]
     assert list(elsewhere.iterdir()) == []  # no lock, copy or pointer written through it
+
+
+@pytest.mark.parametrize(
+    ("measured", "recorded", "rows", "kept"),
+    [
+        (0.0919, 0.99, 359, True),  # a checkpoint record edited in the run folder
+        (0.5, 0.5 + 2 / 400, 400, True),  # two rows: more than a near tie
+        (0.5, 0.5 + 1 / 400, 400, False),  # one row: a GPU kernel's near tie
+        (0.7354, 0.7354, 359, False),  # reproduced
+    ],
+)
+def test_figures_the_export_does_not_reproduce_keep_the_champion(
+    measured: float, recorded: float, rows: int, kept: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from app.promotion import step
+
+    valid = {"accuracy": measured, "recorded_val_accuracy": recorded, "rows": rows}
+    valid["reproduced"] = measured == recorded
+    run_end = SimpleNamespace(record={"valid": valid})
+    if not kept:
+        step._refuse_unreproduced(run_end)  # type: ignore[arg-type]
+        return
+    with pytest.raises(step._Kept) as err:
+        step._refuse_unreproduced(run_end)  # type: ignore[arg-type]
+    assert f"scores val_accuracy {measured:.4g}" in str(err.value)
+    assert f"not the {recorded:.4g} its record says" in str(err.value)
