@@ -30,18 +30,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.data.image_decode import MAX_FILE_BYTES
 from app.data.schema import OPTIONAL_SPLITS, SPLITS, Problems
 from app.errors import ConfigError
 from app.formatting import shown
 from app.runfolder.class_names import MAX_CLASSES, names_problem
 from app.storage.deadline import DeadlineExceeded
 from app.storage.location import RunPath
+from app.storage.reading import sha256_of
 from app.storage.tree import walk
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 MAX_FILES = 2_000_000  # every file becomes a row the driver holds in memory; prepare beyond
 LIST_LIMIT_S = 300.0  # listing a bucket of MAX_FILES objects takes about two minutes
 MAX_PROBLEMS = 12
+COMPARED = 200  # test/ files compared with a train/ or valid/ file of the same name
 LAYOUT_HELP = "a folder dataset holds train/<class>/<image> and valid/<class>/<image>"
 
 
@@ -94,6 +97,8 @@ def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
     _judge(root, names, train, valid, problems)
     if "test" in found:
         _judge_held_out(root / "test", names, test, problems)
+        if not problems:
+            _not_a_copy(root, test, {"train": train, "valid": valid}, problems, started, limit_s)
     if problems:
         raise ConfigError(problems)
     label = {name: index for index, name in enumerate(names)}
@@ -137,6 +142,51 @@ def _judge_held_out(
             f"{folder}: no image files; the optional test split needs at least one, or remove "
             "the folder"
         )
+
+
+def _not_a_copy(
+    root: RunPath,
+    test: dict[str, list[str]],
+    others: dict[str, dict[str, list[str]]],
+    problems: Problems,
+    started: float,
+    limit_s: float,
+) -> None:
+    """test/ is judged on as data the model never trained or was selected on: a problem where
+    its files are byte for byte train/'s or valid/'s (`cp -r valid test`). Files that share a
+    class and file name with one there are compared, the first COMPARED of them (in name
+    order) within what is left of the listing's time; a split whose copies were renamed is not
+    told apart, and distinct files that share a name (0001.png in every split) pass."""
+    below = {split: _by_name(files) for split, files in others.items()}
+    pairs = [
+        (path, split, below[split][name])
+        for name, path in sorted(_by_name(test).items())
+        for split in ("valid", "train")
+        if name in below[split]
+    ][:COMPARED]
+    same: dict[str, list[str]] = {}
+    for path, split, twin in pairs:
+        if time.monotonic() - started > limit_s:
+            break
+        try:
+            if sha256_of(root / path, root, MAX_FILE_BYTES) == sha256_of(
+                root / twin, root, MAX_FILE_BYTES
+            ):
+                same.setdefault(split, []).append(path.split("/", 1)[-1])
+        except (OSError, ValueError):  # unreadable here: decoding it says why, later
+            continue
+    for split, names in same.items():
+        listed = ", ".join(shown(n) for n in names[:3]) + (" ..." if len(names) > 3 else "")
+        problems.add(
+            f"{root / 'test'}: {len(names)} of its files are byte for byte {split}/'s ({listed}); "
+            "a held-out split must hold data the model was neither trained nor selected on: "
+            "remove them, or the test/ folder"
+        )
+
+
+def _by_name(classes: dict[str, list[str]]) -> dict[str, str]:
+    """<class>/<file> below the split -> the file's path relative to the data folder."""
+    return {path.split("/", 1)[-1]: path for paths in classes.values() for path in paths}
 
 
 def _judge(

@@ -22,7 +22,7 @@ from app.errors import ConfigError
 from app.runfolder.class_names import MAX_CLASSES
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, absolute_location
-from app.storage.reading import random_access, walk_files
+from app.storage.reading import file_size, random_access, sha256_of, walk_files
 
 SPLITS = ("train", "valid")
 # Held out: never trained or selected on; where a dataset has it, the run's end scores it and
@@ -78,6 +78,9 @@ class DatasetInfo:
         return ImageFormat(self.layout, self.image_shape, self.height, self.width, self.channels)
 
 
+COMPARED = 20  # test/ files compared with a train/ or valid/ file of the same size
+
+
 @dataclass
 class _Split:
     name: str
@@ -124,6 +127,7 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
     _check_across_splits(train, valid, problems)
     if test is not None and not problems:
         _check_across_splits(train, test, problems)
+        _not_a_copy(test, (train, valid), problems)
     if problems:
         raise ConfigError(problems)
     assert train.format is not None and train.sample is not None and train.labels is not None
@@ -158,6 +162,29 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
         test_rows=test.rows if test is not None else None,
         test_class_counts=per_class(test.counts, classes) if test is not None else (),
     )
+
+
+def _not_a_copy(test: _Split, others: tuple[_Split, ...], problems: Problems) -> None:
+    """test/ is judged on as data the model never trained or was selected on: a problem where
+    one of its files is byte for byte a train/ or valid/ file (copied over). Files of the same
+    size are compared, the first COMPARED pairs; rewritten or re-split data is not told apart."""
+    sizes: dict[int, list[tuple[str, Path]]] = {}
+    for split in others:
+        for path in split.files:
+            sizes.setdefault(file_size(path), []).append((split.name, path))
+    pairs = [
+        (path, name, twin) for path in test.files for name, twin in sizes.get(file_size(path), [])
+    ][:COMPARED]
+    for path, name, twin in pairs:
+        try:
+            same = sha256_of(path) == sha256_of(twin)
+        except OSError:  # read a moment ago: a store that fails now fails the run, saying so
+            continue
+        if same:
+            problems.add(
+                f"{path}: byte for byte {twin} of {name}/; a held-out split must hold data the "
+                "model was neither trained nor selected on: remove it, or the test/ folder"
+            )
 
 
 def per_class(counts: dict[int, int], classes: int) -> tuple[int, ...]:

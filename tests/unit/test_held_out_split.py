@@ -33,6 +33,17 @@ def test_a_parquet_test_split_is_counted_per_class(tmp_path: Path) -> None:
     assert "+ 12 test rows" in info.describe()
 
 
+def test_a_parquet_test_split_copied_from_valid_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    good(tmp_path)
+    shutil.copytree(tmp_path / "valid", tmp_path / "test")
+    with pytest.raises(ConfigError) as err:
+        inspect_dataset(tmp_path)
+    assert "byte for byte" in str(err.value) and "of valid/" in str(err.value)
+    assert "neither trained nor selected on" in str(err.value)
+
+
 @pytest.mark.parametrize(
     ("write", "says"),
     [
@@ -100,3 +111,28 @@ def test_evaluate_split_test_needs_a_test_split(tmp_path: Path) -> None:
     lists(tmp_path / "test" / "a.parquet", GRAY[:8], LABELS[:8])
     found = run_split(card, "test", None)
     assert (found.split, found.rows, found.location) == ("test", 8, tmp_path / "test")
+
+
+@pytest.mark.parametrize("source", ["valid", "train"])
+def test_a_test_split_copied_from_another_is_refused(tmp_path: Path, source: str) -> None:
+    """`cp -r valid test`: the gate would be judged on the rows the best checkpoint was
+    selected on (or trained on), and called held-out."""
+    import shutil
+
+    image_folder(tmp_path, per_class=(6, 4), classes=("cat", "dog"))
+    shutil.copytree(tmp_path / source, tmp_path / "test")
+    with pytest.raises(ConfigError) as err:
+        list_folder(tmp_path)
+    # (The helper writes valid/'s images with train/'s first ones' bytes: both are told.)
+    count = 12 if source == "train" else 8
+    (problem,) = [p for p in err.value.problems if f"byte for byte {source}/'s" in p]
+    assert problem.startswith(f"{tmp_path / 'test'}: {count} of its files are byte for byte ")
+    assert "held-out split must hold data the model was neither trained nor selected on" in problem
+
+
+def test_test_files_that_only_share_a_name_are_held_out(tmp_path: Path) -> None:
+    image_folder(tmp_path, per_class=(2, 2), classes=("cat", "dog"))
+    for label, name in enumerate(("cat", "dog")):  # 000.jpg as in valid/, other pixels
+        (tmp_path / "test" / name).mkdir(parents=True)
+        (tmp_path / "test" / name / "000.jpg").write_bytes(image_bytes(1000 + label, label, "JPEG"))
+    assert list_folder(tmp_path).test == (("test/cat/000.jpg", 0), ("test/dog/000.jpg", 1))
