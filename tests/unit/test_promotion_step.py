@@ -389,6 +389,23 @@ def test_the_champions_files_outlive_a_later_export_of_its_run(
     altered = trainctl("predict", "champion:digits-cnn", str(tmp_path / "x.png"))
     assert altered.code == 2 and "is not the " in altered.err and "champion pointer" in altered.err
     assert trainctl("predict", "champion:../x", str(tmp_path / "x.png")).code == 2
+    # A pointer naming another folder, or no sha256: the champion's own copy is what is read,
+    # and the message names the pointer.
+    path = tmp_path / "champions" / "digits-cnn.json"
+    for edit, says in [
+        (
+            {"export": "/etc", "card_sha256": "ab" * 32},
+            f"the champion's copy it names, {copy.parent}",
+        ),
+        ({"card_sha256": "../../x"}, "is not a sha256"),
+    ]:
+        path.write_text(json.dumps({**pointer, **edit}))
+        moved = trainctl("predict", "champion:digits-cnn", str(tmp_path / "x.png"))
+        assert moved.code == 2 and str(path) in moved.err and says in moved.err, moved.text
+    # The storage mounted elsewhere than where the pointer was written: found below it.
+    path.write_text(json.dumps({**pointer, "export": "/mnt/elsewhere/champions/x"}))
+    (copy / CARD_FILE).write_bytes((copy / CARD_FILE).read_bytes()[:-1])
+    assert trainctl("predict", "champion:digits-cnn", str(tmp_path / "x.png")).code == 0
 
 
 def test_a_failed_export_is_a_failure_of_the_run_not_a_verdict(
