@@ -14,6 +14,9 @@ from PIL import Image
 CLASSES = ("cat", "dog", "Zebra")  # code-point order: Zebra, cat, dog
 
 
+VALID_SEEDS = 3000  # a multiple of 3: every 3rd image stays grayscale (image_bytes)
+
+
 def image_bytes(seed: int, label: int, fmt: str, size: tuple[int, int] = (24, 20)) -> bytes:
     """A learnable image: a class's base brightness under noise; every 3rd one grayscale."""
     rng = np.random.default_rng(seed)
@@ -29,15 +32,17 @@ def image_bytes(seed: int, label: int, fmt: str, size: tuple[int, int] = (24, 20
 def image_folder(
     root: Path, per_class: tuple[int, int] = (12, 4), classes: tuple[str, ...] = CLASSES
 ) -> dict[str, bytes]:
-    """train/ and valid/ with per_class images of each class, PNG and JPEG alternating.
+    """train/ and valid/ with per_class images of each class, PNG and JPEG alternating; valid/'s
+    drawn from other seeds than train/'s (a copy of a train/ image is refused there).
     Returns every file's bytes by its path relative to root (what a bucket upload needs)."""
     files = {}
     for split, count in zip(("train", "valid"), per_class, strict=True):
+        apart = VALID_SEEDS if split == "valid" else 0
         for label, name in enumerate(classes):
             for index in range(count):
                 fmt = "PNG" if index % 2 else "JPEG"
                 relative = f"{split}/{name}/{index:03d}.{'png' if fmt == 'PNG' else 'jpg'}"
-                files[relative] = image_bytes(index * 7 + label, label % 3, fmt)
+                files[relative] = image_bytes(apart + index * 7 + label, label % 3, fmt)
     for relative, data in files.items():
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_bytes(data)

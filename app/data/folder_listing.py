@@ -13,6 +13,9 @@ so that even 100,000 classes are judged in preflight before Ray starts. The rule
 - test/ is optional (OPTIONAL_SPLITS): where there is one it is listed and judged as valid/ is
   (classes train/ has, at least one image, the same link rules); it is never trained or
   selected on, only scored at the run's end and judged by the promotion gate;
+- valid/ and test/ files that are byte for byte files of the same class and name in a split
+  before them (train/, then valid/) are refused: copied over, they would judge the model on
+  what it trained or was selected on;
 - image files are recognised by extension (torchvision's IMG_EXTENSIONS); other files, names
   starting with "." and files directly in train/ or valid/ are skipped and counted, since
   datasets carry README files, .DS_Store and labels files that are not a problem;
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.data.image_decode import MAX_FILE_BYTES
-from app.data.schema import OPTIONAL_SPLITS, SPLITS, Problems
+from app.data.schema import KEPT_APART, OPTIONAL_SPLITS, SPLITS, Problems
 from app.errors import ConfigError
 from app.formatting import shown
 from app.runfolder.class_names import MAX_CLASSES, names_problem
@@ -44,7 +47,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".t
 MAX_FILES = 2_000_000  # every file becomes a row the driver holds in memory; prepare beyond
 LIST_LIMIT_S = 300.0  # listing a bucket of MAX_FILES objects takes about two minutes
 MAX_PROBLEMS = 12
-COMPARED = 200  # test/ files compared with a train/ or valid/ file of the same name
+COMPARED = 200  # valid/ or test/ files compared with a file of the same name before them
 LAYOUT_HELP = "a folder dataset holds train/<class>/<image> and valid/<class>/<image>"
 
 
@@ -95,10 +98,13 @@ def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
     test, test_skipped = found.get("test", ({}, 0))
     names = tuple(sorted(train))
     _judge(root, names, train, valid, problems)
+    if not problems:
+        _not_a_copy(root, "valid", valid, {"train": train}, problems, started, limit_s)
     if "test" in found:
         _judge_held_out(root / "test", names, test, problems)
         if not problems:
-            _not_a_copy(root, test, {"train": train, "valid": valid}, problems, started, limit_s)
+            others = {"train": train, "valid": valid}
+            _not_a_copy(root, "test", test, others, problems, started, limit_s)
     if problems:
         raise ConfigError(problems)
     label = {name: index for index, name in enumerate(names)}
@@ -146,41 +152,44 @@ def _judge_held_out(
 
 def _not_a_copy(
     root: RunPath,
-    test: dict[str, list[str]],
+    name: str,
+    split: dict[str, list[str]],
     others: dict[str, dict[str, list[str]]],
     problems: Problems,
     started: float,
     limit_s: float,
 ) -> None:
-    """test/ is judged on as data the model never trained or was selected on: a problem where
-    its files are byte for byte train/'s or valid/'s (`cp -r valid test`). Files that share a
-    class and file name with one there are compared, the first COMPARED of them (in name
-    order) within what is left of the listing's time; a split whose copies were renamed is not
-    told apart, and distinct files that share a name (0001.png in every split) pass."""
-    below = {split: _by_name(files) for split, files in others.items()}
+    """valid/ is judged on as data the model did not train on, test/ as data it neither
+    trained nor was selected on: a problem where their files are byte for byte those of a
+    split before them (`cp -r valid test`). Files that share a class and file name with one
+    there are compared, the first COMPARED of them (in name order) within what is left of the
+    listing's time; a split whose copies were renamed is not told apart, and distinct files
+    that share a name (0001.png in every split) pass."""
+    below = {other: _by_name(files) for other, files in others.items()}
     pairs = [
-        (path, split, below[split][name])
-        for name, path in sorted(_by_name(test).items())
-        for split in ("valid", "train")
-        if name in below[split]
+        (path, other, below[other][file])
+        for file, path in sorted(_by_name(split).items())
+        for other in ("valid", "train")
+        if other in below and file in below[other]
     ][:COMPARED]
     same: dict[str, list[str]] = {}
-    for path, split, twin in pairs:
+    for path, other, twin in pairs:
         if time.monotonic() - started > limit_s:
             break
         try:
             if sha256_of(root / path, root, MAX_FILE_BYTES) == sha256_of(
                 root / twin, root, MAX_FILE_BYTES
             ):
-                same.setdefault(split, []).append(path.split("/", 1)[-1])
+                same.setdefault(other, []).append(path.split("/", 1)[-1])
         except (OSError, ValueError):  # unreadable here: decoding it says why, later
             continue
-    for split, names in same.items():
-        listed = ", ".join(shown(n) for n in names[:3]) + (" ..." if len(names) > 3 else "")
+    remedy = "the test/ folder" if name == "test" else "put other images in valid/"
+    for other, files in same.items():
+        listed = ", ".join(shown(n) for n in files[:3]) + (" ..." if len(files) > 3 else "")
         problems.add(
-            f"{root / 'test'}: {len(names)} of its files are byte for byte {split}/'s ({listed}); "
-            "a held-out split must hold data the model was neither trained nor selected on: "
-            "remove them, or the test/ folder"
+            f"{root / name}: {len(files)} of its files {'is' if len(files) == 1 else 'are'} "
+            f"byte for byte {other}/'s ({listed}); "
+            f"{KEPT_APART[name]}: remove them, or {remedy}"
         )
 
 

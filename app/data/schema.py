@@ -28,6 +28,13 @@ SPLITS = ("train", "valid")
 # Held out: never trained or selected on; where a dataset has it, the run's end scores it and
 # the promotion gate is judged on it (app/promotion/evaluation.py). Checked as valid/ is.
 OPTIONAL_SPLITS = ("test",)
+# Why a split may not be a copy of the splits before it: what the model is trained on, then
+# selected on, must not be what it is judged on.
+KEPT_APART = {
+    "valid": "valid/ must hold data the model is not trained on (it picks the best checkpoint and, "
+    "without a test/ split, is what the promotion gate judges)",
+    "test": "a held-out split must hold data the model was neither trained nor selected on",
+}
 SAMPLE_ROWS = 2048  # images read for format checks and the normalization statistics
 SAMPLE_FILES = 8
 MAX_PROBLEMS = 12
@@ -78,7 +85,7 @@ class DatasetInfo:
         return ImageFormat(self.layout, self.image_shape, self.height, self.width, self.channels)
 
 
-COMPARED = 20  # test/ files compared with a train/ or valid/ file of the same size
+COMPARED = 20  # valid/ or test/ files compared with a file of the same size before them
 
 
 @dataclass
@@ -127,6 +134,9 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
     _check_across_splits(train, valid, problems)
     if test is not None and not problems:
         _check_across_splits(train, test, problems)
+    if not problems:
+        _not_a_copy(valid, (train,), problems)
+    if test is not None and not problems:
         _not_a_copy(test, (train, valid), problems)
     if problems:
         raise ConfigError(problems)
@@ -164,16 +174,17 @@ def inspect_dataset(dataset_dir: Path | ObjectPath) -> DatasetInfo:
     )
 
 
-def _not_a_copy(test: _Split, others: tuple[_Split, ...], problems: Problems) -> None:
-    """test/ is judged on as data the model never trained or was selected on: a problem where
-    one of its files is byte for byte a train/ or valid/ file (copied over). Files of the same
-    size are compared, the first COMPARED pairs; rewritten or re-split data is not told apart."""
+def _not_a_copy(split: _Split, others: tuple[_Split, ...], problems: Problems) -> None:
+    """valid/ and test/ are judged on as data the model did not train on (test/: nor was
+    selected on): a problem where one of their files is byte for byte a file of a split before
+    it (copied over). Files of the same size are compared, the first COMPARED pairs; rewritten
+    or re-split data is not told apart."""
     sizes: dict[int, list[tuple[str, Path]]] = {}
-    for split in others:
-        for path in split.files:
-            sizes.setdefault(file_size(path), []).append((split.name, path))
+    for other in others:
+        for path in other.files:
+            sizes.setdefault(file_size(path), []).append((other.name, path))
     pairs = [
-        (path, name, twin) for path in test.files for name, twin in sizes.get(file_size(path), [])
+        (path, name, twin) for path in split.files for name, twin in sizes.get(file_size(path), [])
     ][:COMPARED]
     for path, name, twin in pairs:
         try:
@@ -181,9 +192,10 @@ def _not_a_copy(test: _Split, others: tuple[_Split, ...], problems: Problems) ->
         except OSError:  # read a moment ago: a store that fails now fails the run, saying so
             continue
         if same:
+            remedy = "the test/ folder" if split.name == "test" else "write valid/ from other rows"
             problems.add(
-                f"{path}: byte for byte {twin} of {name}/; a held-out split must hold data the "
-                "model was neither trained nor selected on: remove it, or the test/ folder"
+                f"{path}: byte for byte {twin} of {name}/; {KEPT_APART[split.name]}: "
+                f"remove it, or {remedy}"
             )
 
 

@@ -153,7 +153,7 @@ def test_ten_thousand_classes_are_judged_in_seconds(
         folder.mkdir(parents=True)
         (folder / "1.png").write_bytes(png)
     (root / "valid" / "c00007").mkdir(parents=True)
-    (root / "valid" / "c00007" / "1.png").write_bytes(png)
+    (root / "valid" / "c00007" / "1.png").write_bytes(image_bytes(2, 0, "PNG", (8, 8)))
     _env(monkeypatch, tmp_path, TRAIN_NUM_WORKERS="1")
     started = time.monotonic()
     result = trainctl("check", "--skip-cluster")

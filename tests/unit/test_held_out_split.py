@@ -123,7 +123,6 @@ def test_a_test_split_copied_from_another_is_refused(tmp_path: Path, source: str
     shutil.copytree(tmp_path / source, tmp_path / "test")
     with pytest.raises(ConfigError) as err:
         list_folder(tmp_path)
-    # (The helper writes valid/'s images with train/'s first ones' bytes: both are told.)
     count = 12 if source == "train" else 8
     (problem,) = [p for p in err.value.problems if f"byte for byte {source}/'s" in p]
     assert problem.startswith(f"{tmp_path / 'test'}: {count} of its files are byte for byte ")
@@ -136,3 +135,37 @@ def test_test_files_that_only_share_a_name_are_held_out(tmp_path: Path) -> None:
         (tmp_path / "test" / name).mkdir(parents=True)
         (tmp_path / "test" / name / "000.jpg").write_bytes(image_bytes(1000 + label, label, "JPEG"))
     assert list_folder(tmp_path).test == (("test/cat/000.jpg", 0), ("test/dog/000.jpg", 1))
+
+
+def test_a_parquet_valid_split_copied_from_train_is_refused(tmp_path: Path) -> None:
+    """valid/ picks the best checkpoint and, without test/, is what the gate judges: a copy of
+    a train/ file there would crown the model on the rows it learned."""
+    import shutil
+
+    good(tmp_path)
+    shutil.copy(tmp_path / "train" / "a.parquet", tmp_path / "valid" / "copied.parquet")
+    with pytest.raises(ConfigError) as err:
+        inspect_dataset(tmp_path)
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{tmp_path / 'valid' / 'copied.parquet'}: byte for byte ")
+    assert "of train/; valid/ must hold data the model is not trained on" in problem
+    assert problem.endswith("remove it, or write valid/ from other rows")
+
+
+def test_an_image_folder_valid_split_copied_from_train_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    image_folder(tmp_path, per_class=(6, 4), classes=("cat", "dog"))
+    shutil.copy(tmp_path / "train" / "dog" / "005.png", tmp_path / "valid" / "dog" / "005.png")
+    with pytest.raises(ConfigError) as err:
+        list_folder(tmp_path)
+    (problem,) = err.value.problems
+    assert problem == (
+        f"{tmp_path / 'valid'}: 1 of its files is byte for byte train/'s (dog/005.png); valid/ "
+        "must hold data the model is not trained on (it picks the best checkpoint and, without "
+        "a test/ split, is what the promotion gate judges): remove them, or put other images "
+        "in valid/"
+    )
+    # The helper's own valid/ images are drawn apart from train/'s: accepted as they are.
+    (tmp_path / "valid" / "dog" / "005.png").unlink()
+    assert len(list_folder(tmp_path).valid) == 8
