@@ -27,14 +27,13 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from app.export.card import CARD_FILE
-from app.promotion.champion_export import folder as champion_folder
+from app.promotion.champion_export import named_by
 from app.settings.run import CHAMPIONS_DIR
 from app.storage import bounded_json, conditional, locks, safe_fs
 from app.storage.location import RunPath, write_atomic
@@ -77,20 +76,16 @@ def champion_export(storage: RunPath, name: str, endpoint: str | None) -> tuple[
     pointer = read_pointer(path)
     if pointer is None:
         raise PointerDamaged(f"{path}: no champion {name} (no pointer there)")
-    export, digest = pointer.get("export"), pointer.get("card_sha256")
-    if not isinstance(export, str) or not isinstance(digest, str):
-        raise PointerDamaged(f"{path}: not a champion pointer (no `export` or `card_sha256`)")
-    if not re.fullmatch(r"[0-9a-f]{64}", digest):
-        raise PointerDamaged(f"{path}: card_sha256 {digest[:80]!r} is not a sha256")
-    # The champion's own copy, named by its card's sha256 below this storage: where the
-    # pointer's `export` names it too, wherever the storage was mounted when it was written.
-    copy = champion_folder(storage, name, digest)
+    try:
+        copy = named_by(pointer, storage, name)
+    except ValueError as err:
+        raise PointerDamaged(f"{path}: not a champion pointer: {err}") from None
     if not present(copy / CARD_FILE):
         raise PointerDamaged(
             f"{path}: the champion's copy it names, {copy}, holds no {CARD_FILE}; fix or "
             "remove the pointer"
         )
-    return str(copy), digest
+    return str(copy), str(pointer["card_sha256"])
 
 
 def read_pointer(path: RunPath) -> dict[str, Any] | None:

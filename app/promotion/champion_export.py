@@ -14,7 +14,8 @@ promotion is refused (nothing is overwritten, nothing is pointed at it).
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
 
 from app.export.card import CARD_FILE
 from app.settings.run import CHAMPIONS_DIR
@@ -30,8 +31,22 @@ class CopyRefused(Exception):
     """A file of the champion's folder exists with other content, or is not a plain file."""
 
 
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
 def folder(storage: RunPath, name: str, card_sha256: str) -> RunPath:
     return storage / CHAMPIONS_DIR / name / card_sha256
+
+
+def named_by(pointer: dict[str, Any], storage: RunPath, name: str) -> RunPath:
+    """The champion's copy a pointer of this storage names by its card's sha256: found below
+    the storage folder the pointer was read from, not at the absolute `export` it records,
+    which names a folder only where the storage was mounted when it was written (and which a
+    hand could point anywhere). ValueError where the pointer's card_sha256 is no sha256."""
+    digest = pointer.get("card_sha256")
+    if not isinstance(digest, str) or not SHA256.fullmatch(digest):
+        raise ValueError(f"its card_sha256 {str(digest)[:80]!r} is not a sha256")
+    return folder(storage, name, digest)
 
 
 def keep(export: Export, storage: RunPath, name: str) -> RunPath:

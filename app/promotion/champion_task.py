@@ -22,9 +22,10 @@ from typing import Any
 
 from app.export.card import CARD_FILE, MAX_CARD_BYTES, card_problem
 from app.formatting import one_line
+from app.promotion import champion_export
 from app.promotion.task import Task
 from app.storage import bounded_json, safe_fs
-from app.storage.location import parse_location
+from app.storage.location import RunPath
 from app.storage.reading import read_bounded
 
 
@@ -33,10 +34,11 @@ class TaskUnknown(Exception):
     otherwise than that card: nothing proves what the champion's task and figures are."""
 
 
-def champion_task(pointer: dict[str, Any], endpoint: str | None = None) -> Task:
-    """The task of the champion `pointer` names, from its verified card, once what the pointer
-    says of the champion (task, metrics, value) is what the card says; TaskUnknown otherwise."""
-    card = verified_card(pointer, endpoint)
+def champion_task(pointer: dict[str, Any], storage: RunPath, name: str) -> Task:
+    """The task of champion `name`, whose pointer under `storage` is `pointer`, from its
+    verified card, once what the pointer says of the champion (task, metrics, value) is what
+    the card says; TaskUnknown otherwise."""
+    card = verified_card(pointer, champion_copy(pointer, storage, name))
     task = Task.from_card(card)
     problem = _contradiction(pointer, card, task)
     if problem:
@@ -78,15 +80,22 @@ def _shown(value: Any) -> str:
     return one_line(_canonical(value), 200)
 
 
-def verified_card(pointer: dict[str, Any], endpoint: str | None = None) -> dict[str, Any]:
-    """The model card the pointer names, once its sha256 is the pointer's `card_sha256`."""
-    export, expected = pointer.get("export"), pointer.get("card_sha256")
-    if not isinstance(export, str) or not isinstance(expected, str):
-        raise TaskUnknown("the pointer names no export or no card_sha256")
+def champion_copy(pointer: dict[str, Any], storage: RunPath, name: str) -> RunPath:
+    """The champion's copy the pointer names (app/promotion/champion_export.py), or
+    TaskUnknown where it names none."""
     try:
-        folder = parse_location(export, endpoint)
-        path = folder / CARD_FILE
-        data = read_bounded(path, folder, MAX_CARD_BYTES)
+        return champion_export.named_by(pointer, storage, name)
+    except ValueError as err:
+        raise TaskUnknown(f"the pointer names no copy of the champion: {err}") from None
+
+
+def verified_card(pointer: dict[str, Any], folder: RunPath) -> dict[str, Any]:
+    """The model card in the champion's copy `folder`, once its sha256 is the pointer's
+    `card_sha256`."""
+    expected = pointer.get("card_sha256")
+    export = str(folder)
+    try:
+        data = read_bounded(folder / CARD_FILE, folder, MAX_CARD_BYTES)
     except FileNotFoundError:
         raise TaskUnknown(f"{export}/{CARD_FILE} is gone") from None
     except safe_fs.LinkRefused:

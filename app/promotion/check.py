@@ -101,7 +101,7 @@ def _tasks(
             return ""
     where = one_line(str(path), 500)
     try:
-        found = champion_task(pointer, settings.storage_endpoint)
+        found = champion_task(pointer, settings.storage_path, settings.champion_name)
     except TaskUnknown as err:
         raise ConfigError(
             f"{where}: the champion cannot be checked against its model card "

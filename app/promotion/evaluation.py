@@ -184,16 +184,16 @@ def _score_champion(settings: TrainSettings, found: RunEnd, pointer: dict[str, A
     from app.evaluation.evaluate import describe, evaluate
     from app.evaluation.report import eval_folder
     from app.export.card import verified
-    from app.export.predict import export_folder
+    from app.promotion.champion_task import TaskUnknown, champion_copy
 
     source = found.source
     if source is None:
         raise ConfigError("this run's own evaluation failed, so there are no rows to score on")
-    export, digest = pointer.get("export"), pointer.get("card_sha256")
-    if not isinstance(export, str) or not isinstance(digest, str):
-        raise ConfigError("the champion pointer names no export copy (`export`, `card_sha256`)")
-    folder, root = export_folder(export, settings.storage_endpoint)
-    champion = verified(folder, root, digest)  # the bytes promoted, or refused
+    try:
+        folder = champion_copy(pointer, settings.storage_path, settings.champion_name)
+    except TaskUnknown as err:
+        raise ConfigError(str(err)) from None
+    champion = verified(folder, card_sha256=str(pointer["card_sha256"]))  # promoted, or refused
     split = judged_split_of(found)
     name = f"champion-v{int(pointer.get('version') or 0)}-{split}"
     data = {**describe(source), "split": None, "scored_as": f"the champion, on this run's {split}"}

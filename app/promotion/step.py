@@ -548,7 +548,7 @@ def _task_problem(current: dict[str, Any], candidate: Task, settings: TrainSetti
     """Why `candidate` may not replace the champion `current` names: another task, or a
     champion that cannot be checked against its card (nothing proves what it is)."""
     try:
-        found = champion_task(current, settings.storage_endpoint)
+        found = champion_task(current, settings.storage_path, settings.champion_name)
     except TaskUnknown as err:
         return (
             f"the champion cannot be checked against its model card ({err}); remove the pointer "

@@ -36,7 +36,7 @@ from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.export.card import CARD_FILE, MAX_CARD_BYTES, WEIGHTS_FILE, card_problem
 from app.promotion import champion
-from app.promotion.champion_task import TaskUnknown, verified_card
+from app.promotion.champion_task import TaskUnknown, champion_copy, verified_card
 from app.promotion.task import Task
 from app.redact import redact_uri
 from app.runfolder import checkpoints, retention
@@ -49,7 +49,7 @@ from app.settings import TrainSettings
 from app.settings.model import ChampionRef
 from app.settings.run import CHAMPIONS_DIR
 from app.storage import bounded_json, safe_fs
-from app.storage.location import RunPath, parse_location
+from app.storage.location import RunPath
 from app.storage.reading import is_dir_within, present, read_bounded
 from app.training.warm_weights import WarmStart, read_weights
 
@@ -150,10 +150,10 @@ def _champion(settings: TrainSettings, ref: ChampionRef, source: str) -> tuple[W
             f"({redact_uri(str(path))} is not there)"
         )
     try:
-        card = verified_card(pointer, settings.storage_endpoint)
+        folder = champion_copy(pointer, settings.storage_path, ref.name)
+        card = verified_card(pointer, folder)
     except TaskUnknown as err:
         raise ConfigError(f"TRAIN_WARM_START={source}: the champion's card: {err}") from None
-    folder = parse_location(str(pointer["export"]), settings.storage_endpoint)
     run = pointer.get("run_name", "?")
     described = f"champion {ref.name} v{pointer.get('version')} (run {run}, epoch " + (
         f"{pointer.get('epoch')})"

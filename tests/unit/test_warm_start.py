@@ -222,3 +222,31 @@ def test_check_says_a_plain_file_is_hashed_not_verified(tmp_path: Path, champion
     assert "verified" not in _warm_start(
         settings_for(tmp_path, "next", warm_start=str(plain)), Found(INFO)
     )
+
+
+def test_a_storage_moved_after_promotion_still_finds_its_champion(tmp_path: Path) -> None:
+    """The pointer's `export` names the copy where the storage was mounted when it was
+    written; a storage mounted elsewhere (another pod's path, a folder moved) finds the
+    champion's copy below itself, by the card's sha256: warm start, and the next promotion's
+    task check, read it there."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    make_run(old, "r", 0.5)
+    assert promote_run(settings_for(old, "r"), INFO, {})["champion_version"] == 1
+    old.rename(new)
+    pointer = json.loads((new / "champions" / "digits-cnn.json").read_text())
+    assert pointer["export"].startswith(str(old))  # names a folder that is gone
+    copy = new / "champions" / "digits-cnn" / pointer["card_sha256"]
+    warm = _resolve(new, "champion:digits-cnn")
+    assert (warm.file, warm.described) == (
+        copy / "weights.pt",
+        "champion digits-cnn v1 (run r, epoch 1)",
+    )
+    assert warm.load_weights()  # the bytes its card records
+    make_run(new, "s", 0.9)
+    summary = promote_run(settings_for(new, "s"), INFO, {})
+    assert summary["promoted"] and summary["champion_version"] == 2, summary["promotion"]
+    # A pointer whose card_sha256 is not a sha256 names no copy: refused, never a path.
+    pointer = json.loads((new / "champions" / "digits-cnn.json").read_text())
+    pointer["card_sha256"] = "../../r/export"
+    (new / "champions" / "digits-cnn.json").write_text(json.dumps(pointer))
+    _refused(new, "champion:digits-cnn", "names no copy of the champion", "is not a sha256")
