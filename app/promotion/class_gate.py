@@ -55,6 +55,7 @@ class Judged:
     champion: Scores | None = None
     champion_problem: str | None = None  # why `champion` is None, where there is a champion
     notes: list[str] = field(default_factory=list)
+    unread: str | None = None  # too many of the split's images unreadable to judge on what is left
 
     @property
     def held_out(self) -> bool:
@@ -67,7 +68,7 @@ class Judged:
         found: dict[str, Any] = {"split": self.split, "rows": self.rows}
         if not self.held_out:
             found["note"] = VALIDATION_NOTE
-        for key in ("problem", "champion_problem"):
+        for key in ("problem", "champion_problem", "unread"):
             if getattr(self, key):
                 found[key] = getattr(self, key)
         return found

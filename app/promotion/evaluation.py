@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 MAX_SUMMARY_CLASSES = 1000  # per-class figures in summary.json; the eval folder has them all
 MAX_PROBLEM_CHARS = 2000
+MAX_SKIPPED_SHARE = 0.01  # unreadable images of the judged split the gate tolerates
 FAILED_NOTE = (
     "the run is trained and exported; evaluate it again with `trainctl evaluate RUN --split valid`"
 )
@@ -83,10 +84,30 @@ def evaluate_run_end(settings: TrainSettings, info: DatasetInfo, export: Export)
     report = found.reports.get(split)
     rows = report.metrics["rows"] if report else (info.test_rows or info.valid_rows)
     scores = Scores.of(report.metrics) if report else None
+    unread = _too_many_skipped(report.metrics, split) if report else None
+    if unread:  # the rows left are not the split the gate was set on
+        problem, scores = unread, None
     found.judged = Judged(
-        split, int(rows or 0), scores, problem=problem if scores is None else None
+        split, int(rows or 0), scores, problem=problem if scores is None else None, unread=unread
     )
     return found
+
+
+def _too_many_skipped(metrics: dict[str, Any], split: str) -> str | None:
+    """Why the judged split's scores may not be judged on: more than MAX_SKIPPED_SHARE of its
+    images could not be read. Both models are scored on the rows left, but 3 readable images
+    of 903 judge nothing: a split mostly broken (or broken on purpose) would otherwise crown
+    whichever model gets those few right."""
+    skipped = int(metrics["skipped"]["count"])
+    total = skipped + int(metrics["rows"])
+    if skipped <= MAX_SKIPPED_SHARE * total:
+        return None
+    return (
+        f"{skipped:,} of the {total:,} images of the {split} split could not be read (skipped; "
+        f"over the {MAX_SKIPPED_SHARE:.0%} allowed), so the gate is not judged on the "
+        f"{int(metrics['rows']):,} left: fix or remove them "
+        f"(eval/{split}/metrics.json names the first)"
+    )
 
 
 def _score_splits(

@@ -158,7 +158,10 @@ def _on_data(
 ) -> tuple[Mapping[str, float], Mapping[str, float] | None, list[str]]:
     """The figures the gate compares: on a held-out split, the evaluations' (the run's, and
     the champion's where there is one); a champion that could not be scored there is a
-    failure of a gate that compares with it (nothing else is on the same rows)."""
+    failure of a gate that compares with it (nothing else is on the same rows). A judged
+    split whose images were mostly unreadable fails every gate, on either split."""
+    if judged is not None and judged.unread:  # on either split: what is left is not it
+        return {}, champion_metrics, [judged.unread]
     if judged is None or not judged.held_out:
         return metrics, champion_metrics, []
     if judged.run is None:

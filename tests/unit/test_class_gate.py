@@ -192,3 +192,25 @@ def test_scores_are_read_from_an_evaluations_metrics() -> None:
     assert found.per_class == {"cat": {"recall": 0.5, "precision": 1.0, "f1": 0.6667,
                                        "support": 4.0}}  # fmt: skip
     assert (found.accuracy, found.loss) == (0.5, 0.7)
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_a_judged_split_mostly_unreadable_fails_every_gate(split: str) -> None:
+    """3 readable images of 903 judge nothing: whichever model gets those few right would be
+    crowned. Over 1% of the judged split skipped, every gate fails, on either split, saying
+    why (a plain gate on valid/ included, which otherwise reads the recorded figures)."""
+    from app.promotion.evaluation import _too_many_skipped
+
+    metrics = {"rows": 3, "skipped": {"count": 900}}
+    unread = _too_many_skipped(metrics, split)
+    assert unread == (
+        f"900 of the 903 images of the {split} split could not be read (skipped; over the 1% "
+        f"allowed), so the gate is not judged on the 3 left: fix or remove them "
+        f"(eval/{split}/metrics.json names the first)"
+    )
+    assert _too_many_skipped({"rows": 990, "skipped": {"count": 10}}, split) is None  # 1%
+    assert _too_many_skipped({"rows": 989, "skipped": {"count": 11}}, split) is not None
+    for gate in ("beats_champion", "val_accuracy>=0.5", "beats_champion and min_class_recall>=0"):
+        kept = judge(gate, None, split=split, problem=unread, unread=unread)
+        assert not kept.promoted and kept.reason.startswith(unread), (gate, kept.reason)
+        assert kept.record()["judged_on"]["unread"] == unread
