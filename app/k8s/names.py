@@ -46,6 +46,9 @@ FREE_FORM_REFUSED = (
 )
 # `ray start` flag names; KubeRay pastes the values into the head's shell command line, so
 # control characters and shell metacharacters are refused there.
+# Labels the chart sets itself: one given in `labels:` would replace it on some objects and
+# not others (a RayJob's run label apart from its pods').
+CHART_LABELS = r"^(trainctl\.io/|app\.kubernetes\.io/(name|instance|version|part-of|managed-by)$)"
 RAY_START_KEY = r"^[a-z][a-z0-9-]{0,62}$"
 RAY_START_VALUE = "^[^\\x00-\\x1f\\x7f;&|$`<>\\\\]*$"
 RAY_START_VALUE_MAX = 1024

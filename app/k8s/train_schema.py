@@ -81,6 +81,8 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
         props[name] = {"description": props[name].get("description", ""), "$ref": _ref(ref)}
         if not props[name]["description"]:
             del props[name]["description"]
+    own = {"not": {"pattern": names.CHART_LABELS, "description": "a label the chart sets itself"}}
+    props["labels"]["allOf"] = [{"$ref": props["labels"].pop("$ref")}, {"propertyNames": own}]
     props["head"]["properties"]["rayStartParams"] = {"$ref": _ref("rayStartParams")}
     # The PodMonitor's labels and the scraper's selectors are Kubernetes labels too: a key
     # the API server refuses (or one YAML cannot hold unquoted) fails at render.
@@ -93,6 +95,15 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
     # Free-form values the chart writes with toYaml: their text may not break the manifest.
     job = props["rayJob"]["properties"]
     job["deletionStrategy"] = names.bound_free_form(job["deletionStrategy"])
+    # The job's runtime_env env_vars reach the entrypoint and every worker as env: does, so
+    # they are held to env:'s rules: a TRAIN_* there would override the settings both engines
+    # checked, and a credential would sit in the RayJob's text (secretEnv: keeps it in a Secret).
+    job["runtimeEnv"] = {
+        "type": "object",
+        "description": "Extra Ray runtime environment for the job; its env_vars follow env's "
+        "rules (TRAIN_* settings go in train:, credentials in secretEnv:).",
+        "properties": {"env_vars": {k: v for k, v in props["env"].items() if k != "description"}},
+    }
     collector = job["historyServerOptions"]["properties"]["collectorOptions"]["properties"]
     collector["env"]["items"] = names.bound_free_form(collector["env"]["items"])
     collector["image"]["pattern"] = names.FREE_FORM_TEXT

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -15,7 +16,7 @@ import yaml
 from app.errors import ConfigError
 from app.k8s import values as chart_values
 from app.k8s.render import load_values, render_objects
-from app.k8s.train_schema import DERIVED, train_schema
+from app.k8s.train_schema import DERIVED, bound_maps, train_schema
 from app.k8s.train_values import values_key
 from app.settings import TrainSettings, cadence
 from app.settings.env import load_settings
@@ -124,6 +125,10 @@ def test_packaged_chart_files_equal_the_chart() -> None:
 def test_train_schema_is_generated_from_the_settings_model() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["definitions"]["train"] == train_schema()
+    # The generator's own rules are in the committed file, and regenerating keeps every rule
+    # written there by hand (it once dropped the chart's own labels' refusal).
+    regenerated = bound_maps(copy.deepcopy(schema))
+    assert regenerated == schema, "run `make manifests`"
     keys = set(schema["definitions"]["train"]["properties"])
     assert keys <= set(TrainSettings.model_fields)
     assert keys | set(DERIVED) == set(TrainSettings.model_fields)  # a new setting shows up here
@@ -252,6 +257,28 @@ def test_a_label_the_chart_sets_itself_is_refused_in_both_engines(tmp_path: Path
         helm_template([path], set_json=(f'labels={{"{key}": "x"}}',))
     mine = trainctl("render", "-f", str(path), "--set", "labels.team=ml,labels.trainctl\\.io=x")
     assert mine.code == 0 and "team: ml" in mine.out, mine.text  # a key of its own stays yours
+
+
+@pytest.mark.parametrize(
+    "key", ["TRAIN_PROMOTE_IF", "train_num_workers", "AWS_SECRET_ACCESS_KEY", "RAY_AUTH_TOKEN"]
+)
+def test_runtime_env_vars_follow_envs_rules_in_both_engines(tmp_path: Path, key: str) -> None:
+    """The job's runtime_env env_vars reach its entrypoint: a TRAIN_* there overrode the
+    settings both engines had checked (a gate that always passes, workers the pods cannot
+    hold), and a credential sat in the RayJob's text. Refused as in env:, saying where each
+    goes; other variables and runtime_env fields pass through."""
+    path = _pools_file(tmp_path)
+    value = f'rayJob.runtimeEnv={{"env_vars": {{"{key}": "x"}}}}'
+    result = trainctl("render", "-f", str(path), "--set-json", value)
+    assert result.code == 2, result.text
+    assert f"rayJob.runtimeEnv.env_vars: '{key}' is not allowed: TRAIN_* settings go in train:" in (
+        result.err
+    )
+    with pytest.raises(HelmFailed, match=f"invalid propertyName .{key}."):
+        helm_template([path], set_json=(value,))
+    plain = 'rayJob.runtimeEnv={"env_vars": {"OMP_NUM_THREADS": "2"}, "pip": ["rich"]}'
+    mine = trainctl("render", "-f", str(path), "--set-json", plain)
+    assert mine.code == 0 and '"env_vars":{"OMP_NUM_THREADS":"2"}' in mine.out, mine.text
 
 
 # -- checkpoint_every: a step count as a number, and every refusal naming the accepted forms -----

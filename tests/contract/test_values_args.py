@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from app.errors import ConfigError
 from app.k8s import strvals, values_yaml
 from app.k8s.render import load_values
-from app.k8s.values import read_set_file
+from app.k8s.values import read_set_file, user_values
 from tests.contract.k8s_support import EXAMPLES, by_key, helm_template, normalized
 from tests.hostile.support import trainctl
 
@@ -253,8 +253,12 @@ def test_set_json_replaces_the_map_it_lands_on(tmp_path: Path) -> None:
     path.write_text("rayJob:\n  runtimeEnv: {env_vars: {A: '1', B: '2'}}\n")
     values = load_values([path], set_json=('rayJob.runtimeEnv={"env_vars":{"C":"3"}}',))
     assert values["rayJob"]["runtimeEnv"] == {"env_vars": {"C": "3"}}
-    values = load_values([path], set_values=("rayJob.runtimeEnv.env_vars.C=3",))
+    # --set merges into it (and reads 3 as a number, which env_vars refuses: user_values is
+    # the merge alone, before the schema).
+    values = user_values([path], set_values=("rayJob.runtimeEnv.env_vars.C=3",))
     assert values["rayJob"]["runtimeEnv"] == {"env_vars": {"A": "1", "B": "2", "C": 3}}
+    values = load_values([path], set_string=("rayJob.runtimeEnv.env_vars.C=3",))
+    assert values["rayJob"]["runtimeEnv"] == {"env_vars": {"A": "1", "B": "2", "C": "3"}}
 
 
 def test_merge_follows_helm_maps_deep_lists_whole_null_deletes(tmp_path: Path) -> None:
