@@ -108,6 +108,7 @@ def decide(
     champion's on the same rows, for every term; on the validation split they are the
     recorded ones (the evaluation reproduces them), and only the class terms read it."""
     metrics, champion_metrics, failed = _on_data(gate, metrics, champion_metrics, judged)
+    no_figures = not metrics and bool(failed)  # already said why: not each figure "missing"
     value = number(metrics.get(metric))
     champion = number((champion_metrics or {}).get(metric))
     checks = []
@@ -116,14 +117,14 @@ def decide(
         ok = found is not None and threshold.holds(found)
         checks.append({"metric": threshold.metric, "op": threshold.op, "threshold": threshold.value,
                        "value": found, "passed": ok})  # fmt: skip
-        if not ok:
+        if not ok and not (found is None and no_figures):
             shown = "missing" if found is None else f"{found:.4g}"
             failed.append(
                 f"{threshold.metric} {shown} is not {threshold.op} {exact(threshold.value)}"
             )
     if gate.beats_champion and champion is not None:
         better = value is not None and (value > champion if higher_is_better else value < champion)
-        if not better:
+        if not better and not (value is None and no_figures):
             shown = "missing" if value is None else f"{value:.4g}"
             word = ">" if higher_is_better else "<"
             failed.append(f"{metric} {shown} is not {word} the champion's {champion:.4g}")
@@ -132,7 +133,7 @@ def decide(
         found = number(metrics.get(CHANCE_METRIC))
         ok = found is not None and found > chance.bar
         against_chance = {**chance.record(), "value": found, "passed": ok}
-        if not ok:
+        if not ok and not (found is None and no_figures):
             failed.append(
                 f"{CHANCE_METRIC} {_show(found, 4)} does not beat the majority-class rate "
                 f"{chance.rate:.4f} + {chance.margin:.4g} (no champion yet)"
