@@ -37,6 +37,7 @@ def report_checkpoint(
     class_names: tuple[str, ...] = (),
     carried: dict[str, Any] | None = None,
     stopped: dict[str, Any] | None = None,
+    final: bool = False,
 ) -> float:
     """Report; returns the seconds it took. `reason` is `epoch` for an end-of-epoch checkpoint
     (metrics are the epoch's validated record), else `interval`, `preemption` or `stopped` for
@@ -44,7 +45,8 @@ def report_checkpoint(
     this rank's `epoch_sums` ([loss sum, rows] of the epoch so far: the resumed epoch's record
     then covers all of it). `carried`: what the next start continues from besides the weights
     and optimizer (the run clock, early stopping's progress), the same on every rank;
-    `stopped`: the early stop that ends training here, recorded in meta.json."""
+    `stopped`: the early stop that ends training here, recorded in meta.json; `final`: the
+    run's last report."""
     started = time.monotonic()
     extra = {"epoch_sums": epoch_sums} if epoch_sums is not None else None
     rng = gathered_rng(world, extra)  # a collective: before the rank-0-only part
@@ -85,13 +87,16 @@ def report_checkpoint(
     # checksums, and the next run sets it aside (app/runfolder/checkpoints.py). BENCHMARKS.md has
     # the time this saves. A just-in-time checkpoint (preemption, SIGTERM) is copied before report
     # returns instead (SYNC): the time it reports is then the time to a committed checkpoint.
+    # So is the run's last: Ray would wait for its copy only after the training function
+    # returned, when this worker's log in the run folder is closed, and the lines Ray logs as
+    # each report is committed (in order: the earlier copies' too) would miss the log.
     just_in_time = reason in ("preemption", "stopped")
     mode = ray.train.CheckpointUploadMode
     ray.train.report(
         metrics,
         checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
         checkpoint_dir_name=checkpoint_names.dir_name(epochs_done, step if mid_epoch else None),
-        checkpoint_upload_mode=mode.SYNC if just_in_time else mode.ASYNC,
+        checkpoint_upload_mode=mode.SYNC if just_in_time or final else mode.ASYNC,
         delete_local_checkpoint_after_upload=True,
     )
     return time.monotonic() - started

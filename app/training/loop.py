@@ -433,6 +433,7 @@ def end_epoch(
         optimizer=parts.optimizer, scaler=parts.scaler, epochs_done=epoch, step=state.step,
         class_names=plan.info.class_names, carried=state.saved(clock),
         stopped=stop.record() if stop else None,
+        final=stop is not None or epoch == plan.settings.epochs,
     )  # fmt: skip
     watch.saved(state.step)
     if worker.rank == 0:
