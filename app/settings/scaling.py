@@ -31,7 +31,11 @@ class ScalingSettings(BaseModel):
         "elastic training that grows and shrinks with the cluster.",
     )
     use_gpu: bool = Field(False, description="Give each worker one GPU and train with NCCL.")
-    cpus_per_worker: float = Field(1.0, gt=0, le=512, description="CPUs reserved per worker.")
+    # Ray counts fractional resources in steps of 0.0001: a smaller request is refused only
+    # once the workers are being placed, after Ray started.
+    cpus_per_worker: float = Field(
+        1.0, ge=0.0001, le=512, description="CPUs reserved per worker (at least 0.0001)."
+    )
     accelerator_type: str | None = Field(
         None,
         description="Ray accelerator type to pin workers to, e.g. A100 or L4 "

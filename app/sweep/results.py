@@ -12,6 +12,7 @@ import io
 import math
 from typing import Any
 
+from app.formatting import one_line
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
 from app.settings.tune_plan import TRIALS_DIR, Trial
@@ -30,18 +31,24 @@ def trial_dir(sweep_dir: RunPath, trial: Trial) -> RunPath:
     return sweep_dir / TRIALS_DIR / trial.trial_id
 
 
-def read_sweep(sweep_dir: RunPath) -> dict[str, Any] | None:
+def read_sweep(
+    sweep_dir: RunPath, damaged: str = "rebuilt from the trials' folders"
+) -> dict[str, Any] | None:
     """sweep.json as last written; None when there is none. A damaged one is not fatal: every
-    trial's own folder says what it did, and the sweep is rebuilt from them."""
+    trial's own folder says what it did, and the sweep is rebuilt from them (`damaged`: what
+    the caller does instead, said after the problem)."""
     path = sweep_dir / SWEEP_FILE
     try:
         record = bounded_json.loads(read_bounded(path, None, MAX_SWEEP_BYTES).decode("utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as err:
-        _say(f"{path} is damaged ({type(err).__name__}); rebuilt from the trials' folders")
+        _say(f"{path} is damaged ({type(err).__name__}); {damaged}")
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        _say(f"{path} is damaged (not a JSON object); {damaged}")
+        return None
+    return record
 
 
 def trial_row(
@@ -101,29 +108,61 @@ def trials_csv(rows: list[dict[str, Any]], metric: str) -> str:
 
 
 def table(record: dict[str, Any]) -> str:
-    """The trials as `trainctl status` shows them, best first."""
-    rows, metric = record.get("trials") or [], record.get("metric", "val_accuracy")
-    keys = list(dict.fromkeys(k for r in rows for k in r.get("values", {})))
+    """The trials as `trainctl status` shows them, best first. sweep.json lies in a folder
+    many hands write: a field of another type than trainctl writes is shown as missing, and
+    every text is escaped (one_line), so it can neither crash the table nor drive a terminal."""
+    rows = [_shown_row(r) for r in _listed(record.get("trials")) if isinstance(r, dict)]
+    metric = record.get("metric") if record.get("metric") in HIGHER_IS_BETTER else "val_accuracy"
+    keys = list(dict.fromkeys(k for r in rows for k in r["values"]))
     head = ["TRIAL", "STATUS", *(k.upper() for k in keys), "EPOCHS", "FINAL", "BEST", "TIME"]
-    sign = -1 if HIGHER_IS_BETTER.get(metric, True) else 1
-    ordered = sorted(rows, key=lambda r: (r.get("best") is None, sign * (r.get("best") or 0)))
+    sign = -1 if HIGHER_IS_BETTER[metric] else 1
+    ordered = sorted(rows, key=lambda r: (r["best"] is None, sign * (r["best"] or 0)))
     body = [
-        [str(r.get("trial")), str(r.get("status")),
-         *(_cell(r.get("values", {}).get(k)) for k in keys), str(r.get("epochs")),
-         _cell(r.get("final")), _cell(r.get("best")), _seconds(r.get("duration_s"))]
+        [r["trial"], r["status"], *(r["values"].get(k, "") for k in keys), r["epochs"],
+         _cell(r["final"]), _cell(r["best"]), _seconds(r["duration_s"])]
         for r in ordered
     ]  # fmt: skip
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
              for line in [head, *body]]  # fmt: skip
-    best = record.get("best") or {}
-    status = record.get("status", "?")
-    lines.insert(0, f"sweep {record.get('sweep')}: {status}, metric {metric}, "
-                    f"best {best.get('trial', '-')} ({_cell(best.get('best'))})")  # fmt: skip
-    promotion = (record.get("promotion") or {}).get("line")
+    best = _mapping(record.get("best"))
+    lines.insert(0, f"sweep {_text(record.get('sweep'))}: {_text(record.get('status', '?'))}, "
+                    f"metric {metric}, best {_text(best.get('trial', '-'))} "
+                    f"({_cell(_number(best.get('best')))})")  # fmt: skip
+    promotion = _mapping(record.get("promotion")).get("line")
     if promotion:
-        lines.append(f"promotion: {promotion}")
+        lines.append(f"promotion: {_text(promotion)}")
     return "\n".join(lines)
+
+
+def _shown_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A sweep.json trial row as the table shows it: texts escaped, figures numbers or None."""
+    values = _mapping(row.get("values"))
+    return {
+        "trial": _text(row.get("trial")),
+        "status": _text(row.get("status")),
+        "values": {_text(k): _text(_cell(v)) for k, v in values.items()},
+        "epochs": _text(row.get("epochs")),
+        "final": _number(row.get("final")),
+        "best": _number(row.get("best")),
+        "duration_s": _number(row.get("duration_s")),
+    }
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if _finite(value) else None
+
+
+def _text(value: Any) -> str:
+    return one_line(str(value), 200)
 
 
 def importance(rows: list[dict[str, Any]]) -> list[str]:

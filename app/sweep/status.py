@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from app.formatting import shown
 from app.redact import redact
+from app.settings.tune_plan import TRIALS_DIR
 from app.storage.reading import present
 from app.sweep.results import SWEEP_FILE, read_sweep, table
 
@@ -29,8 +31,9 @@ def show_sweep(
             return False
     except (OSError, ValueError):
         return False
-    record = read_sweep(path)
+    trials = path / TRIALS_DIR
+    record = read_sweep(path, f"each trial's own folder: trainctl status {shown(str(trials))}")
     if record is None:
-        return False
+        return True  # a sweep's folder all the same: its run folders are the trials'
     echo(json.dumps(record, indent=2) if as_json else table(record))
     return True

@@ -17,6 +17,7 @@ a single run is (app/promotion/step.py): one promotion per sweep, none per trial
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -38,6 +39,16 @@ from app.sweep import parent_run, results
 from app.sweep.results import DONE, HIGHER_IS_BETTER
 
 TUNE_DIR = "tune"
+# What every trial of a sweep trains and is judged alike by: a rerun that changed one would mix
+# trials that cannot be compared (another dataset, metric, length, trial count...). Settings
+# of where and how it runs (paths, addresses, concurrency, deadlines, trackers, the gate) may
+# change between reruns.
+KEPT_ALIKE = (
+    "amp", "augment", "backbone_lr_scale", "checkpoint_metric", "dataset", "epochs", "freeze",
+    "global_batch_size", "image_size", "lr", "model", "patience", "seed", "stop_at",
+    "tune_grace_period", "tune_reduction_factor", "tune_samples", "tune_scheduler", "vit_patch",
+    "warm_start", "weight_decay", "weights",
+)  # fmt: skip
 TRIAL_DRIVER_CPUS = 0.01
 
 
@@ -47,7 +58,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     refuse_the_other_kind(sweep_dir, sweep=True, timeout_s=settings.storage_timeout_s)
     space, trials, per_trial = plan_sweep(settings)
     before = results.read_sweep(sweep_dir) or {}
-    _same_trials(settings, before, trials)
+    _same_trials(settings, before, trials, space)
     _no_planted_links(sweep_dir, trials)
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
@@ -77,10 +88,10 @@ def _tune_until_sigterm(
         try:
             _tune(settings, sweep, todo, per_trial)
         except KeyboardInterrupt:
-            if not SIGTERM_SEEN.is_set():
-                raise  # Ctrl-C: the CLI says so
             sweep.write("interrupted")
             sweep.parent.finish("incomplete", None)
+            if not SIGTERM_SEEN.is_set():
+                raise  # Ctrl-C: the CLI says so (exit 130), nothing promoted
             # The trials' drivers end with this one (their Ray job ends): each resumes from its
             # last committed checkpoint when the sweep is rerun.
             raise Interrupted(
@@ -89,17 +100,34 @@ def _tune_until_sigterm(
             ) from None
 
 
-def _same_trials(settings: TrainSettings, before: dict[str, Any], trials: list[Trial]) -> None:
+def kept_alike(settings: TrainSettings, space: dict[str, Dimension]) -> dict[str, Any]:
+    """The settings every trial of the sweep shares (those the space does not vary), as JSON
+    writes them: sweep.json's `kept`, which a rerun must match."""
+    found = settings.model_dump(mode="json", include=set(KEPT_ALIKE) - set(space))
+    return {field: found[field] for field in sorted(found)}
+
+
+def _same_trials(
+    settings: TrainSettings,
+    before: dict[str, Any],
+    trials: list[Trial],
+    space: dict[str, Dimension],
+) -> None:
     """A rerun must draw the trials the sweep's folders hold (the same space and seed) and
-    train them alike (the same epochs and scheduler): its trials are compared with each other."""
-    for recorded, field in (("epochs", "epochs"), ("scheduler", "tune_scheduler")):
-        kept, given = before.get(recorded), getattr(settings, field)
-        if kept is not None and kept != given:
-            variable = env_name(field)
+    train and judge them alike (KEPT_ALIKE): its trials are compared with each other."""
+    recorded = _mapping(before.get("kept")) or {
+        # Written before `kept` was: what those records held.
+        **({"epochs": before["epochs"]} if "epochs" in before else {}),
+        **({"tune_scheduler": before["scheduler"]} if "scheduler" in before else {}),
+    }
+    given = kept_alike(settings, space)
+    for field in sorted(set(recorded) & set(given)):
+        if recorded[field] != given[field]:
+            variable, kept = env_name(field), _shown(recorded[field])
             raise ConfigError(
-                f"{variable}={given}: this sweep's trials were trained with {variable}={kept}, "
-                f"and trials trained alike are what a sweep compares: keep {variable}={kept} "
-                "to continue the sweep, or give a new TRAIN_RUN_NAME"
+                f"{variable}={_shown(given[field])}: this sweep's trials were trained with "
+                f"{variable}={kept}, and trials trained alike are what a sweep compares: keep "
+                f"{variable}={kept} to continue the sweep, or give a new TRAIN_RUN_NAME"
             )
     drawn = {t.trial_id: t.values for t in trials}
     for row in before.get("trials") or []:
@@ -170,6 +198,7 @@ class _Sweep:
             "samples": s.tune_samples,
             "seed": s.seed,
             "epochs": s.epochs,
+            "kept": kept_alike(s, self.space),
             "space": {d.key: {d.kind: list(d.values)} for d in self.space.values()},
             "trials": rows,
             "best": best,
@@ -228,6 +257,9 @@ def _tune(
     # table, a TensorBoard command into Ray's temporary session folder); the classic engine at
     # verbose 0 prints nothing, and the sweep's own lines give the progress (trial_reported).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Tune's own Ctrl-C handler ends fit() as if the sweep had finished, and the best trial so
+    # far would be promoted with exit 0: Ctrl-C stops the sweep here instead, as in `train`.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     tuner = tune.Tuner(
         trainable,
         param_space={"trial": tune.grid_search([t.trial_id for t in todo])},
@@ -363,6 +395,13 @@ def _plot(settings: TrainSettings, sweep: _Sweep, record: dict[str, Any]) -> Non
         _say(f"sweep.png not drawn ({type(err).__name__}: {err})")
         return
     _say(f"plot: {path}")
+
+
+def _shown(value: Any) -> str:
+    """A recorded setting as its TRAIN_* variable is written."""
+    if value is None:
+        return "(unset)"
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _mapping(value: Any) -> dict[str, Any]:

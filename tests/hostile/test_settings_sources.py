@@ -42,6 +42,8 @@ ENV_CASES = [
     ("TRAIN_LR", "-inf", "TRAIN_LR"),
     ("TRAIN_WEIGHT_DECAY", "nan", "TRAIN_WEIGHT_DECAY"),
     ("TRAIN_CPUS_PER_WORKER", "inf", "TRAIN_CPUS_PER_WORKER"),
+    # Below Ray's resource precision: refused only once the workers were placed, after Ray.
+    ("TRAIN_CPUS_PER_WORKER", "1e-9", "greater than or equal to 0.0001"),
     ("TRAIN_NUM_WORKERS", "2-", "TRAIN_NUM_WORKERS"),
     ("TRAIN_NUM_WORKERS", "1-2-3", "TRAIN_NUM_WORKERS"),
     ("TRAIN_NUM_WORKERS", "٣", "TRAIN_NUM_WORKERS"),

@@ -98,6 +98,12 @@ def test_a_sweep_folder_drawn_from_another_space_is_not_mixed(
     [
         ({"epochs": 2}, "TRAIN_EPOCHS", "3"),
         ({"scheduler": "asha"}, "TRAIN_TUNE_SCHEDULER", "random"),
+        # Recorded as sweep.json's `kept`: a rerun into another dataset, metric, batch size or
+        # trial count mixed trials that cannot be compared, and promoted the best of them.
+        ({"kept": {"dataset": "digits"}}, "TRAIN_DATASET", "synthetic"),
+        ({"kept": {"checkpoint_metric": "val_accuracy"}}, "TRAIN_CHECKPOINT_METRIC", "val_loss"),
+        ({"kept": {"global_batch_size": 128}}, "TRAIN_GLOBAL_BATCH_SIZE", "64"),
+        ({"kept": {"tune_samples": 2}}, "TRAIN_TUNE_SAMPLES", "1"),
     ],
 )
 def test_a_sweep_rerun_that_would_train_its_trials_otherwise_is_refused(
@@ -108,7 +114,7 @@ def test_a_sweep_rerun_that_would_train_its_trials_otherwise_is_refused(
     sweep_dir = _sweep_env(monkeypatch, tmp_path)
     (sweep_dir / "sweep.json").write_text(json.dumps({**kept, "trials": []}))
     monkeypatch.setenv(variable, given)
-    value = next(iter(kept.values()))
+    value = next(iter(kept.get("kept", kept).values()))
     assert_refused(trainctl("tune"), 2, f"{variable}={given}", f"keep {variable}={value}")
     assert files_under(sweep_dir) == ["sweep.json"]
 
@@ -168,3 +174,31 @@ def test_check_holds_the_space_and_every_trial_to_the_settings(
     (tmp_path / "space.yaml").write_text("lr: {loguniform: [1e-4, 1e-2]}\n")
     result = trainctl("check", "--skip-cluster")
     assert "ok    sweep: 8 trials over lr (asha)" in result.out, result.text
+
+
+@pytest.mark.parametrize(
+    ("record", "says"),
+    [
+        ({"trials": [{"trial": "x", "values": 5}]}, "x"),
+        ({"trials": "x", "best": [1], "status": {"a": 1}}, "sweep None: {'a': 1}"),
+        ({"sweep": "s\x1b]52;c;cm0gLXJm\x07", "trials": [{"trial": "t\x1b[31m", "best": "hi"}]},
+         "s\\x1b]52;c;cm0gLXJm\\x07"),
+        ("[1, 2]", "is damaged (not a JSON object); each trial's own folder: trainctl status "),
+        ('{"trials": [', "is damaged (JSONDecodeError); each trial's own folder: trainctl status "),
+    ],
+)  # fmt: skip
+def test_status_shows_a_damaged_or_hostile_sweep_record_safely(
+    tmp_path: Path, record: object, says: str
+) -> None:
+    """sweep.json lies where many hands write: fields of another type were a TypeError or
+    an AttributeError (exit 1), a truncated file said 'rebuilt' and then 'No run folders',
+    and its texts reached the terminal raw (an OSC 52 clipboard write)."""
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    text = record if isinstance(record, str) else json.dumps(record)
+    (sweep_dir / "sweep.json").write_text(text)
+    result = trainctl("status", str(sweep_dir))
+    assert result.code == 0 and "internal error" not in result.text, result.text
+    assert says in result.text, result.text
+    assert "\x1b" not in result.text and "\x07" not in result.text
+    assert "No run folders" not in result.text
