@@ -357,6 +357,7 @@ def logs_cmd(
             raise click.UsageError("give --worker N or --driver, not both")
         if which or namespace:
             raise click.UsageError("--head/--submitter/-n read pods, not the run folder")
+        from app.formatting import log_line
         from app.redact import redact_text
         from app.run import log_lookup
         from app.runfolder import log_reader
@@ -365,7 +366,7 @@ def logs_cmd(
         path = log_lookup.log_file(
             log_lookup.resolve_run_dir(name, storage), worker=worker, attempt=attempt
         )
-        emit = lambda line: click.echo(redact_text(line))  # noqa: E731
+        emit = lambda line: click.echo(log_line(redact_text(line)))  # noqa: E731
         log_reader.show(path, emit, tail=tail, follow=follow, root=log_root(path))
         return
     if attempt is not None or tail is not None:
@@ -377,7 +378,10 @@ def logs_cmd(
     from app.k8s.inspect import show_logs
 
     try:
-        show_logs(rayjob_name(name, "logs"), namespace, which, follow, click.echo)  # type: ignore[arg-type]
+        from app.formatting import log_line
+
+        pod_line = lambda line: click.echo(log_line(line))  # noqa: E731
+        show_logs(rayjob_name(name, "logs"), namespace, which, follow, pod_line)
     except ClusterError as err:
         err.problems.append(_run_folders_hint("logs", name))
         raise

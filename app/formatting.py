@@ -84,3 +84,12 @@ def shown(text: object) -> str:
     a URI through the project's redaction rule."""
     value = redact_uri(str(text))
     return value if value.isprintable() else repr(value)
+
+
+def log_line(text: str) -> str:
+    """A log line as `trainctl logs` prints it: control characters (an escape sequence that
+    recolours the terminal, retitles it, writes the clipboard or plants a link) shown escaped,
+    tabs kept. Logs lie in folders other jobs can write, and pods print what they like."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)

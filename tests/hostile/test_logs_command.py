@@ -56,6 +56,20 @@ def test_printed_lines_are_redacted(tmp_path: Path) -> None:
     assert "wJalr" not in result.text and "AKIAEXAMPLE" not in result.text
 
 
+def test_printed_lines_show_control_characters_escaped(tmp_path: Path) -> None:
+    """A log lies where other jobs write: an OSC 52 clipboard write, an OSC 8 link and colour
+    codes in it reached the terminal as they were. Tabs and other scripts stay as they are."""
+    hostile = "\x1b]52;c;cm0gLXJmIH4K\x07\x1b[31mred\x1b]8;;http://evil\x1b\\link\r"
+    _log(tmp_path, f"{hostile}\nkeep\tthis ✔ é\n")
+    result = trainctl("logs", str(tmp_path / "r"), "--worker", "0")
+    assert result.code == 0, result.text
+    assert "\x1b" not in result.out and "\x07" not in result.out and "\r" not in result.out
+    assert result.out.splitlines()[1:] == [
+        "\\x1b]52;c;cm0gLXJmIH4K\\x07\\x1b[31mred\\x1b]8;;http://evil\\x1b\\link",
+        "keep\tthis ✔ é",
+    ]
+
+
 def test_a_big_log_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
     """The whole log used to be read at once (100 MB held 386 MB); a line with no end is
     printed in pieces rather than gathered."""
