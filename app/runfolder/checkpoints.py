@@ -22,6 +22,7 @@ never writes through a link (a link at either name stops the run with exit 2, na
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Collection
@@ -109,6 +110,33 @@ def _meta_digest(meta: dict[str, Any]) -> str:
 
 def verify(folder: RunPath) -> CheckpointRef:
     """Return the checkpoint's reference, or raise ValueError saying why it is unusable."""
+    ref, files = _recorded(folder)
+    for name, digest in files.items():
+        try:
+            found = sha256_of(folder / name, folder.parent)
+        except (FileNotFoundError, IsADirectoryError):
+            raise ValueError(f"{name} is missing") from None
+        except safe_fs.LinkRefused as err:
+            raise ValueError(_link_reason(err)) from None
+        if found != digest:
+            raise ValueError(f"{name} does not match its recorded checksum (truncated or altered)")
+    return ref
+
+
+def recorded(run_dir: RunPath) -> list[CheckpointRef]:
+    """The run's checkpoints as their meta.json records them (read and held to its own
+    checksum; the weights not hashed), newest first: for listing and ranking what a run holds
+    (a sweep's best trial) at the cost of one small file each. What is loaded goes through
+    `verify`."""
+    found = []
+    for folder in _folders(run_dir):
+        with contextlib.suppress(ValueError):
+            found.append(_recorded(folder)[0])
+    return sorted(found, key=lambda ref: ref.order, reverse=True)
+
+
+def _recorded(folder: RunPath) -> tuple[CheckpointRef, dict[str, str]]:
+    """The checkpoint's reference and the files' recorded sha256s, from its meta.json."""
     try:
         text = _read_meta(folder)
     except (FileNotFoundError, IsADirectoryError):
@@ -133,18 +161,10 @@ def verify(folder: RunPath) -> CheckpointRef:
         raise ValueError(f"{META_FILE} says step {step} but the folder is named for {named[1]}")
     if set(files) != {MODEL_FILE, STATE_FILE}:
         raise ValueError(f"{META_FILE} lists {sorted(files)}, not {MODEL_FILE} and {STATE_FILE}")
-    for name, digest in files.items():
-        try:
-            found = sha256_of(folder / name, folder.parent)
-        except (FileNotFoundError, IsADirectoryError):
-            raise ValueError(f"{name} is missing") from None
-        except safe_fs.LinkRefused as err:
-            raise ValueError(_link_reason(err)) from None
-        if found != digest:
-            raise ValueError(f"{name} does not match its recorded checksum (truncated or altered)")
     stopped = meta.get("stopped")
     stopped = dict(stopped) if isinstance(stopped, dict) else None
-    return CheckpointRef(path=folder, epoch=epoch, metrics=metrics, step=step, stopped=stopped)
+    ref = CheckpointRef(path=folder, epoch=epoch, metrics=metrics, step=step, stopped=stopped)
+    return ref, {str(name): str(digest) for name, digest in files.items()}
 
 
 def _meta_step(meta: dict[str, Any]) -> int | None:

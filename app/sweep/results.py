@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from app.formatting import one_line
+from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
 from app.settings.tune_plan import TRIALS_DIR, Trial
@@ -54,11 +55,15 @@ def read_sweep(
 def trial_row(
     sweep_dir: RunPath, trial: Trial, metric: str, stopped: dict[str, Any]
 ) -> dict[str, Any]:
-    """What trial `trial`'s folder says: status, epochs, final and best metric, time."""
+    """What trial `trial`'s folder says: status, epochs, final and best metric, time. The best
+    is its checkpoints' (their meta.json's, which promotion reads too), not metrics.jsonl's: the
+    sweep's best trial is the one whose checkpoint is exported and judged."""
     folder = trial_dir(sweep_dir, trial)
     summary = run_folder.read_summary(folder) or {}
     epochs = run_folder.epochs(folder)
     values = [float(r[metric]) for r in epochs if _finite(r.get(metric))]
+    kept = [ref.metrics.get(metric) for ref in checkpoints.recorded(folder) if ref.step is None]
+    best = [float(v) for v in kept if _finite(v)]
     higher = HIGHER_IS_BETTER[metric]
     status = summary.get("status") or ("pending" if not epochs else "interrupted")
     if trial.trial_id in stopped and status not in ("succeeded", "failed"):
@@ -69,7 +74,7 @@ def trial_row(
         "values": dict(trial.values),
         "epochs": len(epochs),
         "final": values[-1] if values else None,
-        "best": (max(values) if higher else min(values)) if values else None,
+        "best": (max(best) if higher else min(best)) if best else None,
         "duration_s": summary.get("duration_s"),
         "run_dir": str(folder),
         "tracking": summary.get("tracking") or {},

@@ -205,6 +205,7 @@ def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
 ) -> None:
     from app.runfolder.folder import record_epoch
     from app.sweep.results import read_sweep, trial_row
+    from tests.promotion_support import make_run
 
     sweep_dir = tmp_path / "sweep"
     (sweep_dir / "trials" / "trial-0001").mkdir(parents=True)
@@ -214,11 +215,17 @@ def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
     trial = Trial(1, {"lr": 0.01})
     folder = sweep_dir / "trials" / "trial-0001"
     assert trial_row(sweep_dir, trial, "val_accuracy", {})["status"] == "pending"
+    make_run(sweep_dir / "trials", "trial-0001", 0.5)  # its epoch-1 checkpoint
     record_epoch(folder, {"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5})
     (folder / "summary.json").write_text('{"status": "succ')  # cut short by a full disk
     row = trial_row(sweep_dir, trial, "val_accuracy", {})
     # Not finished as far as anyone can tell: trained again, from its own checkpoints.
     assert row["status"] == "interrupted" and row["epochs"] == 1 and row["best"] == 0.5
+    # The best is the checkpoints' (what promotion exports and reads), not metrics.jsonl's: an
+    # edited line made a worse trial the sweep's best, exported and judged instead.
+    record_epoch(folder, {"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.999})
+    row = trial_row(sweep_dir, trial, "val_accuracy", {})
+    assert (row["final"], row["best"]) == (0.999, 0.5)
     stopped = trial_row(sweep_dir, trial, "val_accuracy", {"trial-0001": {"epoch": 1}})
     assert stopped["status"] == "stopped"
 
