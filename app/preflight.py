@@ -163,11 +163,30 @@ def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:
 def _sweep(settings: TrainSettings, found: Found) -> str:
     from app.settings.tune_plan import plan_sweep
 
-    space, trials, _ = plan_sweep(settings)
+    space, trials, per_trial = plan_sweep(settings)
+    fits = ""
+    if found.info is not None:  # the data inspected: each trial's model held to it, as tune does
+        trials_fit_the_data(per_trial, found.info)
+        fits = ", each trial's model fits the data"
     return (
         f"{len(trials)} trials over {', '.join(space)} ({settings.tune_scheduler}), each "
-        "trial's settings valid"
+        f"trial's settings valid{fits}"
     )
+
+
+def trials_fit_the_data(per_trial: dict[str, TrainSettings], info: DatasetInfo) -> None:
+    """Each trial's model checked against the data as `train` checks a run's, before Ray
+    starts: found inside a trial, the problem was a traceback in Tune's log and a trial
+    that never trained."""
+    from app.training.model import model_problem
+
+    problems = [
+        f"{trial_id}: {problem}"
+        for trial_id, trial in per_trial.items()
+        if (problem := model_problem(trial.model, info, trial.vit_patch))
+    ]
+    if problems:
+        raise ConfigError(problems)
 
 
 def _settings(settings: TrainSettings, found: Found) -> str:

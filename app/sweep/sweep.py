@@ -26,7 +26,7 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError, RunFailed
-from app.preflight import preflight_for_training
+from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
 from app.runfolder.folder import read_summary, refuse_the_other_kind
@@ -62,7 +62,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     _no_planted_links(sweep_dir, trials)
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
-    _trials_fit_the_data(per_trial, info)
+    trials_fit_the_data(per_trial, info)
     stopped = {k: v for k, v in _mapping(before.get("stopped")).items() if isinstance(v, dict)}
     sweep = _Sweep(settings, space, trials, stopped, before)
     rows = sweep.rows()
@@ -139,21 +139,6 @@ def _same_trials(
                 f"and TRAIN_SEED draw {drawn[row['trial']]}: keep the space and seed to "
                 "continue the sweep, or give a new TRAIN_RUN_NAME"
             )
-
-
-def _trials_fit_the_data(per_trial: dict[str, TrainSettings], info: DatasetInfo) -> None:
-    """Each trial's model checked against the data as `train` checks a run's, before Ray
-    starts: found inside a trial, the problem was a traceback in Tune's log and a trial
-    that never trained."""
-    from app.training.model import model_problem
-
-    problems = [
-        f"{trial_id}: {problem}"
-        for trial_id, trial in per_trial.items()
-        if (problem := model_problem(trial.model, info, trial.vit_patch))
-    ]
-    if problems:
-        raise ConfigError(problems)
 
 
 def _no_planted_links(sweep_dir: RunPath, trials: list[Trial]) -> None:

@@ -150,6 +150,9 @@ def test_a_trial_whose_model_cannot_take_the_data_is_refused_before_ray(
     result = trainctl("tune")
     assert_refused(result, 2, "trial-0001: TRAIN_VIT_PATCH=3 does not divide the 8px images")
     assert not (sweep_dir / "trials").exists() and not (sweep_dir / "tune").exists()
+    # With the data there (tune prepared it), `check` (the RayJob's first step) says so too.
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  sweep", "trial-0001: TRAIN_VIT_PATCH=3 does not divide")
 
 
 def test_a_trial_folder_planted_as_a_link_is_refused(
