@@ -351,13 +351,13 @@ def logs_cmd(
     the Ray cluster, streamed with every line's credentials redacted; or a RayJob's (its
     submitter or Ray head pod)."""
     from app.cli_target import names_path, rayjob_name
+    from app.formatting import log_line
 
     if worker is not None or driver or storage is not None or names_path(name):
         if worker is not None and driver:
             raise click.UsageError("give --worker N or --driver, not both")
         if which or namespace:
             raise click.UsageError("--head/--submitter/-n read pods, not the run folder")
-        from app.formatting import log_line
         from app.redact import redact_text
         from app.run import log_lookup
         from app.runfolder import log_reader
@@ -378,8 +378,6 @@ def logs_cmd(
     from app.k8s.inspect import show_logs
 
     try:
-        from app.formatting import log_line
-
         pod_line = lambda line: click.echo(log_line(line))  # noqa: E731
         show_logs(rayjob_name(name, "logs"), namespace, which, follow, pod_line)
     except ClusterError as err:

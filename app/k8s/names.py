@@ -44,11 +44,11 @@ FREE_FORM_TEXT = "^[^\u007f-\u009f\u2028\u2029\ufffe\uffff]*$"
 FREE_FORM_REFUSED = (
     "DEL, the C1 controls (U+0080-U+009F, NEL included), U+2028, U+2029, U+FFFE and U+FFFF"
 )
-# `ray start` flag names; KubeRay pastes the values into the head's shell command line, so
-# control characters and shell metacharacters are refused there.
 # Labels the chart sets itself: one given in `labels:` would replace it on some objects and
 # not others (a RayJob's run label apart from its pods').
 CHART_LABELS = r"^(trainctl\.io/|app\.kubernetes\.io/(name|instance|version|part-of|managed-by)$)"
+# `ray start` flag names; KubeRay pastes the values into the head's shell command line, so
+# control characters and shell metacharacters are refused there.
 RAY_START_KEY = r"^[a-z][a-z0-9-]{0,62}$"
 RAY_START_VALUE = "^[^\\x00-\\x1f\\x7f;&|$`<>\\\\]*$"
 RAY_START_VALUE_MAX = 1024

@@ -12,7 +12,7 @@ import io
 import math
 from typing import Any
 
-from app.formatting import one_line
+from app.formatting import finite, one_line
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
@@ -130,11 +130,11 @@ def table(record: dict[str, Any]) -> str:
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
              for line in [head, *body]]  # fmt: skip
-    best = _mapping(record.get("best"))
+    best = mapping(record.get("best"))
     lines.insert(0, f"sweep {_text(record.get('sweep'))}: {_text(record.get('status', '?'))}, "
                     f"metric {metric}, best {_text(best.get('trial', '-'))} "
-                    f"({_cell(_number(best.get('best')))})")  # fmt: skip
-    promotion = _mapping(record.get("promotion")).get("line")
+                    f"({_cell(finite(best.get('best')))})")  # fmt: skip
+    promotion = mapping(record.get("promotion")).get("line")
     if promotion:
         lines.append(f"promotion: {_text(promotion)}")
     return "\n".join(lines)
@@ -142,15 +142,15 @@ def table(record: dict[str, Any]) -> str:
 
 def _shown_row(row: dict[str, Any]) -> dict[str, Any]:
     """A sweep.json trial row as the table shows it: texts escaped, figures numbers or None."""
-    values = _mapping(row.get("values"))
+    values = mapping(row.get("values"))
     return {
         "trial": _text(row.get("trial")),
         "status": _text(row.get("status")),
         "values": {_text(k): _text(_cell(v)) for k, v in values.items()},
         "epochs": _text(row.get("epochs")),
-        "final": _number(row.get("final")),
-        "best": _number(row.get("best")),
-        "duration_s": _number(row.get("duration_s")),
+        "final": finite(row.get("final")),
+        "best": finite(row.get("best")),
+        "duration_s": finite(row.get("duration_s")),
     }
 
 
@@ -158,12 +158,9 @@ def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _mapping(value: Any) -> dict[str, Any]:
+def mapping(value: Any) -> dict[str, Any]:
+    """A part of sweep.json that should be a mapping; {} for anything else (a damaged file)."""
     return value if isinstance(value, dict) else {}
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if _finite(value) else None
 
 
 def _text(value: Any) -> str:

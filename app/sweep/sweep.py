@@ -36,7 +36,7 @@ from app.settings.tune_space import Dimension
 from app.storage.entries import refuse_link
 from app.storage.location import RunPath, storage_options
 from app.sweep import parent_run, results
-from app.sweep.results import DONE, HIGHER_IS_BETTER
+from app.sweep.results import DONE, HIGHER_IS_BETTER, mapping
 
 TUNE_DIR = "tune"
 # What every trial of a sweep trains and is judged alike by: a rerun that changed one would mix
@@ -63,7 +63,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
     trials_fit_the_data(per_trial, info)
-    stopped = {k: v for k, v in _mapping(before.get("stopped")).items() if isinstance(v, dict)}
+    stopped = {k: v for k, v in mapping(before.get("stopped")).items() if isinstance(v, dict)}
     sweep = _Sweep(settings, space, trials, stopped, before)
     rows = sweep.rows()
     todo = [t for t, row in zip(trials, rows, strict=True) if row["status"] not in DONE]
@@ -115,7 +115,7 @@ def _same_trials(
 ) -> None:
     """A rerun must draw the trials the sweep's folders hold (the same space and seed) and
     train and judge them alike (KEPT_ALIKE): its trials are compared with each other."""
-    recorded = _mapping(before.get("kept")) or {
+    recorded = mapping(before.get("kept")) or {
         # Written before `kept` was: what those records held.
         **({"epochs": before["epochs"]} if "epochs" in before else {}),
         **({"tune_scheduler": before["scheduler"]} if "scheduler" in before else {}),
@@ -159,7 +159,7 @@ class _Sweep:
         before: dict[str, Any],
     ) -> None:
         self.settings, self.space, self.trials, self.stopped = settings, space, trials, stopped
-        self.parent = parent_run.ParentRun.start(settings, _mapping(before.get("tracking")))
+        self.parent = parent_run.ParentRun.start(settings, mapping(before.get("tracking")))
         self.extra: dict[str, Any] = {}
         self.started_at = before.get("started_at") or time.time()
 
@@ -387,11 +387,6 @@ def _shown(value: Any) -> str:
     if value is None:
         return "(unset)"
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    """A part of sweep.json that should be a mapping; {} for anything else (a damaged file)."""
-    return value if isinstance(value, dict) else {}
 
 
 def _say(message: str) -> None:
