@@ -13,6 +13,7 @@ from typing import Any
 
 from app.k8s import capacity, deprecated
 from app.k8s.values import enabled_pools
+from app.settings.tune_plan import listed, too_many_trials
 
 MAX_RAYJOB_NAME = 47  # KubeRay's MaxRayJobNameLength: the cluster name adds a suffix to it
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -79,7 +80,25 @@ def values_problems(values: dict[str, Any]) -> list[str]:
                 f'schedule.pools names "{pool}", which is not in nodePools '
                 f"({', '.join(sorted(pools))})"
             )
+    too_many = _sweep_too_large(values.get("tune") or {})
+    if too_many:
+        problems.append(too_many)
     return problems + capacity.problems(values)
+
+
+def _sweep_too_large(tune: dict[str, Any]) -> str | None:
+    """A sweep over MAX_TRIALS trials would pass render and fail in the job's `trainctl check`."""
+    if not tune.get("enabled"):
+        return None
+    scheduler = str(tune.get("scheduler") or "")
+    lengths = [
+        len(values) if isinstance(values, list) else 1
+        for dimension in (tune.get("space") or {}).values()
+        if isinstance(dimension, dict)
+        for kind, values in dimension.items()
+        if listed(kind, scheduler)
+    ]
+    return too_many_trials(lengths, int(tune.get("samples") or 1), ("tune.space", "tune.samples"))
 
 
 # Why each scheduler cannot let a running gang grow (dataPool.autoscaling).

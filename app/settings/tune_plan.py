@@ -44,16 +44,14 @@ def trial_id(number: int) -> str:
 def draw(space: dict[str, Dimension], samples: int, seed: int, scheduler: str) -> list[Trial]:
     """Every trial of the sweep, in order: combinations within a sample, samples after
     each other (so more samples only add trials at the end)."""
-    enumerated = [d for d in space.values() if _enumerated(d, scheduler)]
-    drawn = [d for d in space.values() if not _enumerated(d, scheduler)]
-    combos = list(itertools.islice(
-        itertools.product(*(d.values for d in enumerated)), MAX_TRIALS + 1
-    ))  # fmt: skip
-    if len(combos) * samples > MAX_TRIALS:
-        raise ConfigError(
-            f"{SPACE}: {len(combos)} grid combinations x TRAIN_TUNE_SAMPLES={samples} is over "
-            f"{MAX_TRIALS} trials; list fewer values or draw fewer samples"
-        )
+    enumerated = [d for d in space.values() if listed(d.kind, scheduler)]
+    drawn = [d for d in space.values() if not listed(d.kind, scheduler)]
+    too_many = too_many_trials(
+        [len(d.values) for d in enumerated], samples, (SPACE, "TRAIN_TUNE_SAMPLES")
+    )
+    if too_many:
+        raise ConfigError(too_many)
+    combos = list(itertools.product(*(d.values for d in enumerated)))
     trials = []
     for _sample in range(samples):
         for combo in combos:
@@ -66,8 +64,28 @@ def draw(space: dict[str, Dimension], samples: int, seed: int, scheduler: str) -
     return trials
 
 
-def _enumerated(dimension: Dimension, scheduler: str) -> bool:
-    return dimension.kind == "grid" or (scheduler == "grid" and dimension.kind == "choice")
+def listed(kind: str, scheduler: str) -> bool:
+    """Whether a key of this distribution is listed in every combination, not drawn."""
+    return kind == "grid" or (scheduler == "grid" and kind == "choice")
+
+
+def too_many_trials(lengths: list[int], samples: int, names: tuple[str, str]) -> str | None:
+    """Why a sweep whose enumerated keys list `lengths` values each, times `samples`, is over
+    MAX_TRIALS trials (None when it is not). `names` are how the space and the sample count
+    are called where they were given (TRAIN_TUNE_SPACE and TRAIN_TUNE_SAMPLES, or the chart's
+    tune.space and tune.samples). The product is counted no further than MAX_TRIALS: 50 keys
+    of 1000 values each would make a number nobody needs to see."""
+    combos = 1
+    for length in lengths:
+        combos = min(combos * length, MAX_TRIALS + 1)
+    if combos * samples <= MAX_TRIALS:
+        return None
+    counted = f"more than {MAX_TRIALS}" if combos > MAX_TRIALS else str(combos)
+    space, samples_name = names
+    return (
+        f"{space}: {counted} grid combinations x {samples_name}={samples} is over "
+        f"{MAX_TRIALS} trials; list fewer values or draw fewer samples"
+    )
 
 
 def _draw(dimension: Dimension, rng: random.Random) -> Any:

@@ -17,6 +17,7 @@ from app.settings import TrainSettings
 from app.settings.tune_space import parse_space
 from tests.contract.k8s_support import (
     EXAMPLES,
+    HelmFailed,
     config_data,
     containers,
     helm_render,
@@ -99,3 +100,41 @@ def test_render_holds_the_space_to_each_pools_settings(tmp_path: Path) -> None:
     for needle in ("pool l4: tune.space: lr", "TRAIN_LR", "lrr: not a trainctl setting",
                    "global_batch_size"):  # fmt: skip
         assert needle in text, text
+
+
+@pytest.mark.parametrize(
+    ("space", "scheduler", "samples", "counted"),
+    [
+        # 100 x 11 grid combinations, 10 samples each: 11,000 trials.
+        ({"seed": {"grid": list(range(100))}, "lr": {"grid": [0.001 * i for i in range(1, 12)]}},
+         "asha", 10, "1100"),
+        # With the grid scheduler a choice is listed too; 1000^3 is not counted to the end.
+        ({key: {"choice": [round(0.001 * i, 3) for i in range(1, 1001)]}
+          for key in ("lr", "weight_decay", "backbone_lr_scale")},
+         "grid", 1, "more than 10000"),
+    ],
+)  # fmt: skip
+def test_both_engines_refuse_a_sweep_over_the_trial_limit_as_tune_will(
+    space: dict, scheduler: str, samples: int, counted: str, tmp_path: Path
+) -> None:
+    values = copy.deepcopy(SWEEP)
+    values["tune"].update(space=space, scheduler=scheduler, samples=samples)
+    message = (
+        f"tune.space: {counted} grid combinations x tune.samples={samples} is over 10000 "
+        "trials; list fewer values or draw fewer samples"
+    )
+    with pytest.raises(HelmFailed) as helm:
+        helm_render(values, release="train", namespace="ml")
+    assert message in str(helm.value)
+    path = tmp_path / "values.yaml"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as python:
+        render_objects(load_values([path]), release="train", namespace="ml")
+    assert message in python.value.problems
+    # One sample fewer (or choices drawn, not listed) is within the limit: both render.
+    values["tune"].update(samples=max(1, samples - 1), scheduler="random")
+    if scheduler == "grid":
+        values["tune"]["space"] = {"seed": {"choice": list(range(1000))}}
+    assert of_kind(helm_render(values, release="train", namespace="ml"), "RayJob")
+    path.write_text(json.dumps(values))
+    assert render_objects(load_values([path]), release="train", namespace="ml")

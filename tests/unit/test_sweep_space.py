@@ -150,8 +150,22 @@ def test_grid_scheduler_enumerates_choices_and_bounds_the_total() -> None:
         ("backbone", 1), ("backbone", 2), ("none", 1), ("none", 2)
     ]  # fmt: skip
     wide = parse_space({"seed": {"grid": list(range(1000))}}, BASE)
-    with pytest.raises(ConfigError, match="over"):
+    with pytest.raises(ConfigError) as refused:
         draw(wide, 11, seed=0, scheduler="asha")
+    assert str(refused.value) == (
+        "TRAIN_TUNE_SPACE: 1000 grid combinations x TRAIN_TUNE_SAMPLES=11 is over 10000 "
+        "trials; list fewer values or draw fewer samples"
+    )
+    # A billion combinations are refused without being listed.
+    thousand = [round(0.001 * i, 3) for i in range(1, 1001)]
+    huge = parse_space(
+        {"seed": {"grid": list(range(1000))}, "lr": {"grid": thousand},
+         "weight_decay": {"grid": thousand}},
+        BASE,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="more than 10000 grid combinations x"):
+        draw(huge, 1, seed=0, scheduler="asha")
+    assert len(draw(wide, 10, seed=0, scheduler="asha")) == 10_000  # the limit itself is allowed
 
 
 def test_a_trial_is_a_normal_run_in_the_sweeps_folder() -> None:

@@ -40,6 +40,19 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- fail (printf "schedule.pools names %q, which is not in nodePools (%s)" . (keys $.Values.nodePools | sortAlpha | join ", ")) -}}
 {{- end -}}
 {{- end -}}
+{{- if .Values.tune.enabled -}}
+{{- $combos := 1 -}}
+{{- range $key, $dimension := .Values.tune.space -}}
+{{- range $kind, $list := $dimension -}}
+{{- if or (eq $kind "grid") (and (eq $kind "choice") (eq $.Values.tune.scheduler "grid")) -}}
+{{- $combos = min 10001 (mul $combos (len $list)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (mul $combos (int .Values.tune.samples)) 10000 -}}
+{{- fail (printf "tune.space: %s grid combinations x tune.samples=%d is over 10000 trials; list fewer values or draw fewer samples" (ternary "more than 10000" (toString $combos) (gt $combos 10000)) (int .Values.tune.samples)) -}}
+{{- end -}}
+{{- end -}}
 {{- include "trainctl.memoryCheck" (dict "key" "head.memory" "q" .Values.head.memory) -}}
 {{- if $data.enabled -}}
 {{- include "trainctl.memoryCheck" (dict "key" "dataPool.memoryPerWorker" "q" $data.memoryPerWorker) -}}
