@@ -26,7 +26,8 @@ class TuneSettings(BaseModel):
         ge=1,
         le=MAX_TRIALS,
         description="`trainctl tune`: trials drawn from the space (with `grid:` keys, per "
-        "combination of their values).",
+        f"combination of their values); at most {MAX_TRIALS} trials in all, which `check`, `tune` "
+        "and `render` hold the combinations times the samples to.",
     )
     tune_concurrent: int = Field(
         0,
