@@ -22,6 +22,9 @@ so that even 100,000 classes are judged in preflight before Ray starts. The rule
 - on a volume a symbolic link leading out of the data folder is refused, and so is any link
   to a folder (it could loop or count images twice); a link to a file inside the folder is
   read as its target, which the workers open without following links (app/storage/safe_fs.py).
+- an image file whose name is not UTF-8 (a volume's bytes from a Latin-1 or Windows tool) is
+  refused, naming it: the run's records, Parquet and CSV hold names as UTF-8 text, and the
+  write would fail after the work was done; a split that is a file, not a folder, is refused.
 Names are shown escaped (repr) when they hold newlines or other unprintable characters, so a
 file name can never forge a line of a message or a log.
 """
@@ -49,6 +52,7 @@ LIST_LIMIT_S = 300.0  # listing a bucket of MAX_FILES objects takes about two mi
 MAX_PROBLEMS = 12
 COMPARED = 200  # valid/ or test/ files compared with a file of the same name before them
 LAYOUT_HELP = "a folder dataset holds train/<class>/<image> and valid/<class>/<image>"
+NOT_UTF8 = "trainctl records file names as UTF-8 text (Parquet, JSON, logs): rename them"
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,10 @@ def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
                 "the Parquet layout once with `trainctl prepare-data --from-folder` and train "
                 "with TRAIN_DATASET=parquet"
             ) from None
-        except _Missing:
-            if split not in OPTIONAL_SPLITS:
+        except _Missing as missing:
+            if missing.is_file:
+                problems.add(f"{root / split}: is a file, not a folder; {LAYOUT_HELP}")
+            elif split not in OPTIONAL_SPLITS:
                 problems.add(f"{root / split}: folder not found; {LAYOUT_HELP}")
     if problems and root.name in SPLITS and len(set(found) & set(SPLITS)) < len(SPLITS):
         # The likeliest slip: the train/ (or valid/) folder given instead of the one above it.
@@ -244,7 +250,21 @@ def _judge(
 
 
 class _Missing(Exception):
-    """The split's folder is not there."""
+    """The split's folder is not there (`is_file`: a file is there instead)."""
+
+    def __init__(self, is_file: bool = False) -> None:
+        super().__init__()
+        self.is_file = is_file
+
+
+def is_utf8(name: str) -> bool:
+    """False for a volume's file name whose bytes are not UTF-8 (Python holds the bad bytes
+    as lone surrogates, which no UTF-8 writer accepts); a bucket's keys are always UTF-8."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_image(name: str) -> bool:
@@ -306,8 +326,9 @@ def _list_one(folder: RunPath, limit_s: float, add: _Adder) -> tuple[dict[str, l
             f"{folder}: listing took over {limit_s:g} s; for data this large write the Parquet "
             "layout once with `trainctl prepare-data --from-folder`"
         ) from None
-    except _Missing:
-        raise ConfigError(f"{folder}: folder not found") from None
+    except _Missing as missing:
+        what = "is a file, not a folder" if missing.is_file else "folder not found"
+        raise ConfigError(f"{folder}: {what}") from None
     if problems:
         raise ConfigError(problems)
     total = sum(map(len, found[0].values()))
@@ -327,17 +348,25 @@ def _split(
     try:
         found = walk(root, split, limit_s, started)
     except FileNotFoundError:
-        raise _Missing() from None
+        raise _Missing(is_file=(root / split if split else root).is_file()) from None
     for link in found.refused:
         problems.add(_link_problem(link.path, link.target, link.real_root, link.why))
     classes: dict[str, list[str]] = {}
     for parts in found.folders:
         if len(parts) == 1 and not parts[0].startswith("."):
             classes.setdefault(parts[0], [])
-    skipped = found.others
+    skipped, not_utf8 = found.others, []
     for parts, relative in found.files:
         if not add(classes, parts, relative):
             skipped += 1
+        elif not is_utf8(relative):
+            not_utf8.append(relative)
+    if not_utf8:
+        listed = ", ".join(shown(n) for n in not_utf8[:3]) + (" ..." if len(not_utf8) > 3 else "")
+        problems.add(
+            f"{root / split if split else root}: {len(not_utf8)} image file name(s) are not "
+            f"UTF-8 ({listed}, shown escaped); {NOT_UTF8}"
+        )
     return classes, skipped
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.data.folder_listing import list_images
+from app.data.folder_listing import NOT_UTF8, is_utf8, list_images
 from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
 from app.evaluation.scoring import ScoringOptions, check_resources, connect, scored_batches
@@ -55,13 +55,20 @@ class BatchResult:
     predictions: list[Prediction]  # sorted by image; those that could not be read excluded
     skipped: list[tuple[str, str]]  # (image, reason)
     out: RunPath | None
+    not_images: int = 0  # files the listing passed over: not images by name, hidden, FIFOs
 
     def line(self) -> str:
         where = f" -> {shown(self.out)}" if self.out is not None else ""
         skipped = f", {len(self.skipped):,} skipped" if self.skipped else ""
         count = len(self.predictions)
         images = "image" if count == 1 else "images"
-        return f"trainctl: predicted {count:,} {images}{skipped}{where}"
+        passed = (
+            f" ({self.not_images:,} other file(s) not read: not images by name, hidden, or not "
+            "regular files)"
+            if self.not_images
+            else ""
+        )
+        return f"trainctl: predicted {count:,} {images}{skipped}{where}{passed}"
 
 
 def takes_batch_path(images: Sequence[str], out: str | None, pool: bool = False) -> bool:
@@ -119,10 +126,12 @@ def batch_predict(
     folder, root = export_folder(target, endpoint)
     with store_errors(folder, "RUN_OR_EXPORT"):
         export = verified(folder, root, card_sha256)
-    groups = []
+    groups, not_images = [], 0
     for image in images:
         with store_errors(_location(image, endpoint), "IMAGE_OR_FOLDER"):
-            groups.append(_listed(_location(image, endpoint)))
+            where, paths, passed = _listed(_location(image, endpoint))
+        groups.append((where, paths))
+        not_images += passed
     total = sum(len(paths) for _, paths in groups)
     if total == 0:
         raise ConfigError(
@@ -145,6 +154,7 @@ def batch_predict(
         [p for p, error in found if not error],
         [(p.image, error) for p, error in found if error],
         destination,
+        not_images,
     )
 
 
@@ -161,15 +171,17 @@ def _location(image: str, endpoint: str | None) -> RunPath:
         raise ConfigError(f"{shown(image)}: {err}") from None
 
 
-def _listed(where: RunPath) -> tuple[RunPath, list[str]]:
-    """(the folder files are read below, their paths relative to it) for one argument: a
-    file, or every image file below a folder or prefix."""
+def _listed(where: RunPath) -> tuple[RunPath, list[str], int]:
+    """(the folder files are read below, their paths relative to it, the files passed over)
+    for one argument: a file, or every image file below a folder or prefix."""
     found = kind(where)  # a link is not followed: refused when it is read, and named
     if found is Kind.DIR:
-        return where, list_images(where)[0]
+        return where, *list_images(where)
     if found is None:
         raise ConfigError(f"{shown(where)}: no such file, folder or prefix")
-    return where.parent, [where.name]
+    if not is_utf8(where.name):
+        raise ConfigError(f"{shown(where)}: its name is not UTF-8; {NOT_UTF8}")
+    return where.parent, [where.name], 0
 
 
 def rows_dataset(groups: list[tuple[RunPath, list[str]]], card: dict[str, Any]) -> ray.data.Dataset:

@@ -9,6 +9,7 @@ The run is real: a cnn checkpoint put through the promotion step, which writes t
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -284,6 +285,39 @@ def test_predict_on_a_folder_without_images_is_refused(run: Path, tmp_path: Path
     result = trainctl("predict", str(run), str(tmp_path / "imgs"), "--out", str(tmp_path / "p.csv"))
     assert_refused(result, 2, "no image files in")
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_file_names_that_are_not_utf8_are_refused_before_scoring(run: Path, tmp_path: Path) -> None:
+    """Scored, such a name failed the Parquet or CSV write (or evaluate's record) after every
+    image was scored, as an internal error: it is named up front instead, nothing written."""
+    data = folder(tmp_path / "imgs", CLASSES)
+    bad = data / "3" / os.fsdecode(b"scan-\xff.png")
+    bad.write_bytes((data / "3" / "0.png").read_bytes())
+    out = tmp_path / "p.parquet"
+    for command in (
+        ("predict", str(run), str(data), "--out", str(out)),
+        ("predict", str(run), str(bad), "--out", str(out)),
+        ("evaluate", str(run), str(data), "--name", "odd"),
+    ):
+        result = trainctl(*command)
+        assert_refused(result, 2, "not UTF-8", "scan-\\udcff.png", "rename them")
+    assert not out.exists()
+    no_eval_written(run)
+
+
+def test_predict_says_how_many_files_it_passed_over(tmp_path: Path) -> None:
+    """A FIFO named like an image is never opened (a read would wait forever) and, like any
+    file passed over, counted in predict's last line. Listing only: no Ray here."""
+    from app.evaluation.batch_predict import BatchResult, _listed
+    from app.storage.location import parse_location
+
+    data = folder(tmp_path / "imgs", ["a"], per_class=2)
+    (data / "notes.txt").write_text("x")
+    os.mkfifo(data / "a" / "stream.png")
+    _, paths, passed = _listed(parse_location(str(data), None))
+    assert (paths, passed) == (["a/0.png", "a/1.png"], 2)
+    line = BatchResult([], [], None, passed).line()
+    assert "(2 other file(s) not read: not images by name, hidden, or not regular files)" in line
 
 
 def test_predict_few_files_stays_on_the_single_process_path(run: Path, tmp_path: Path) -> None:

@@ -92,6 +92,18 @@ def _unicode_twins(root: Path) -> None:
     (twin / "1.png").write_bytes(image_bytes(1, 0, "PNG"))
 
 
+def _not_utf8_name(root: Path) -> None:
+    """A name a Windows or Latin-1 tool wrote: its bytes are not UTF-8 (0xFF never is)."""
+    image_folder(root)
+    name = os.fsdecode(b"caf\xe9-\xff.png")
+    (root / "train" / "cat" / name).write_bytes(image_bytes(1, 0, "PNG"))
+
+
+def _test_is_a_file(root: Path) -> None:
+    image_folder(root)
+    (root / "test").write_text("the held-out images are elsewhere")
+
+
 def _no_valid(root: Path) -> None:
     image_folder(root)
     for path in (root / "valid").rglob("*.*"):
@@ -110,6 +122,14 @@ CASES: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
     ("newline-in-class-name", _newline_class, ("'cat\\nok' has unprintable characters",)),
     ("unicode-twins", _unicode_twins, ("'caf\\xe9'", "'cafe\\u0301'", "two Unicode norm")),
     ("no-valid-images", _no_valid, ("valid: no image files",)),
+    # check passed it, and the run failed after its last epoch, writing its records.
+    (
+        "file-name-not-utf8",
+        _not_utf8_name,
+        ("train: 1 image file name(s) are not UTF-8", "caf\\udce9-\\udcff.png", "rename them"),
+    ),
+    # It was taken for no test split: the gate then judged on valid/, what picked the model.
+    ("test-is-a-file", _test_is_a_file, ("test: is a file, not a folder",)),
     ("no-folder", lambda root: None, ("train: folder not found", "train/<class>/<image>")),
 ]
 
