@@ -5,8 +5,9 @@ rows.
 
 What the gate is judged on (`Judged`): the dataset's held-out test/ split where it has one,
 else the validation split the best checkpoint was selected on. A class with no rows in that
-data has no recall: a floor skips it (it says which it skipped), a named class without rows
-fails (nothing shows the model knows it), and `class_drop` compares the classes with rows.
+data has no recall, so nothing shows the model knows it: a term that judges it (a named class,
+a floor on every class, `class_drop`) fails, naming the classes. A floor that skipped them
+would promote a model never judged on them (`trainctl check` refuses such a gate before Ray).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Judged:
     champion_problem: str | None = None  # why `champion` is None, where there is a champion
     notes: list[str] = field(default_factory=list)
     unread: str | None = None  # too many of the split's images unreadable to judge on what is left
+    classes: tuple[str, ...] = ()  # the model's classes: each one a floor or class_drop judges
 
     @property
     def held_out(self) -> bool:
@@ -116,6 +118,10 @@ def _term(
             return check, None, None
         return check, f"{term.term} {value:.4f} is not {term.op} {exact(term.value)}", None
     classes = run.with_rows()
+    unjudged = without_rows(judged)
+    if unjudged:
+        check.update({"class": unjudged[0], "value": None, "passed": False})
+        return check, f"{term.term}: {_unjudged_text(unjudged, judged)}", None
     # The class furthest on the wrong side of the bound: the one a floor is about.
     low = term.op in (">=", ">")
     worst = (min if low else max)(classes, key=lambda n: classes[n][term.figure], default=None)
@@ -125,14 +131,28 @@ def _term(
     value = classes[worst][term.figure]
     ok = term.holds(value)
     check.update({"class": worst, "value": value, "passed": ok})
-    skipped = sorted(set(run.per_class) - set(classes))
-    note = f"{term.term}: classes without rows skipped: {', '.join(skipped)}" if skipped else None
     if ok:
-        return check, None, note
+        return check, None, None
     return check, (
         f"{term.term}: class {worst!r} {term.figure} {value:.4f} is not {term.op} "
         f"{exact(term.value)} (support {int(classes[worst]['support'])})"
-    ), note  # fmt: skip
+    ), None  # fmt: skip
+
+
+def without_rows(judged: Judged) -> list[str]:
+    """The model's classes that have no rows in the judged data (in class order)."""
+    assert judged.run is not None
+    scored = judged.run.with_rows()
+    every = judged.classes or tuple(judged.run.per_class)
+    return [name for name in every if name not in scored]
+
+
+def _unjudged_text(unjudged: list[str], judged: Judged) -> str:
+    listed = ", ".join(repr(n) for n in unjudged[:5]) + (" ..." if len(unjudged) > 5 else "")
+    return (
+        f"{len(unjudged)} class(es) have no rows in {judged.where()} ({listed}), so nothing "
+        f"judges them: add {judged.split}/ images of them"
+    )
 
 
 def _drop(
@@ -150,6 +170,10 @@ def _drop(
         why = judged.champion_problem or "not scored"
         problem = f"{drop.metric}: the champion could not be scored on the same rows ({why})"
         return check, problem, None
+    unjudged = without_rows(judged)
+    if unjudged:
+        check.update({"class": unjudged[0], "value": None, "passed": False})
+        return check, f"{drop.metric}: {_unjudged_text(unjudged, judged)}", None
     ours = judged.run.with_rows()
     theirs = judged.champion.per_class
     drops = {

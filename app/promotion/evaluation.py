@@ -88,8 +88,9 @@ def evaluate_run_end(settings: TrainSettings, info: DatasetInfo, export: Export)
     if unread:  # the rows left are not the split the gate was set on
         problem, scores = unread, None
     found.judged = Judged(
-        split, int(rows or 0), scores, problem=problem if scores is None else None, unread=unread
-    )
+        split, int(rows or 0), scores, problem=problem if scores is None else None,
+        unread=unread, classes=info.label_names(),
+    )  # fmt: skip
     return found
 
 

@@ -1,7 +1,8 @@
 """The `gate` check of `trainctl check` and `train` (before Ray starts): TRAIN_PROMOTE_IF as
 it will be judged, term by term, on which data and against what, and a gate that could never
 pass refused (exit 2): a term naming a class the dataset does not have (with the allowed
-names), or one with no rows in the data the gate is judged on.
+names), or one that judges a class with no rows in the data the gate is judged on (a named
+class, or any class for a floor on every class and for `class_drop`).
 
 The class names are the dataset description's (app/data/schema.DatasetInfo: the image
 folder's class folders, the Parquet files' class names, else the label numbers "0".."K-1").
@@ -39,7 +40,7 @@ def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
     if gate.class_drop is not None:
         terms.append(
             f"{gate.class_drop} (each class's recall against the champion's export scored on "
-            "the same rows; no champion: passes)"
+            "the same rows; while there is no champion it passes)"
         )
     said = f"{gate}: " + "; ".join(terms)
     if held_out:
@@ -51,6 +52,8 @@ def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
 
 def _check_classes(gate: Gate, info: DatasetInfo) -> None:
     names = info.label_names()
+    counts = info.test_class_counts if info.test_rows is not None else info.valid_class_counts
+    split = "test" if info.test_rows is not None else "valid"
     problems = []
     for name in gate.named_classes():
         if name not in names:
@@ -61,13 +64,21 @@ def _check_classes(gate: Gate, info: DatasetInfo) -> None:
                 f"does not have; its classes: {_listed(names)}"
             )
             continue
-        counts = info.test_class_counts if info.test_rows is not None else info.valid_class_counts
-        split = "test" if info.test_rows is not None else "valid"
         if counts and not counts[names.index(name)]:
             problems.append(
                 f"TRAIN_PROMOTE_IF names class {name!r}, which has no rows in {split}/: the term "
                 f"could never pass; add {split} images of it or remove the term"
             )
+    every = [str(t) for t in gate.classes if t.name is None]
+    every += [str(gate.class_drop)] if gate.class_drop is not None else []
+    empty = tuple(n for n, count in zip(names, counts or (), strict=False) if not count)
+    if every and empty:
+        problems.append(
+            f"TRAIN_PROMOTE_IF {' and '.join(every)} judges every class, and {len(empty)} have "
+            f"no rows in {split}/ ({_listed(empty)}), so nothing would judge them and the "
+            f"gate would keep the champion; add {split} images of them, or judge named classes "
+            "only (recall[CLASS]>=...)"
+        )
     if problems:
         raise ConfigError(problems)
 

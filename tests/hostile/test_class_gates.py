@@ -58,6 +58,30 @@ def test_a_named_class_without_validation_rows_could_never_pass(
     assert_refused(result, 2, "class 'eel', which has no rows in valid/", "could never pass")
 
 
+@pytest.mark.parametrize("command", [("check", "--skip-cluster"), ("train",)])
+@pytest.mark.parametrize("gate", ["min_class_recall>=0.8", "beats_champion and class_drop<=0.02"])
+def test_a_gate_on_every_class_with_a_class_missing_from_test_stops_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gate: str, command: tuple[str, ...]
+) -> None:
+    """test/ without eel: the floor (or class_drop) would judge cat and dog only, and a run
+    promoted that way was never judged on eel. Said before any training, not at the run end."""
+    from app import preflight
+
+    joined = []
+    monkeypatch.setattr(preflight, "connect_ray", lambda *args, **kw: joined.append(args))
+    data = _env(monkeypatch, tmp_path, gate)
+    for name in ("cat", "dog"):
+        (data / "test" / name).mkdir(parents=True)
+        (data / "test" / name / "a.png").write_bytes(image_bytes(3, 1, "PNG"))
+    result = trainctl(*command)
+    assert_refused(
+        result, 2, "judges every class, and 1 have no rows in test/ (eel)",
+        "add test images of them, or judge named classes only",
+    )  # fmt: skip
+    assert joined == []
+    assert not [f for f in files_under(tmp_path / "runs") if "checkpoint" in f]
+
+
 @pytest.mark.parametrize(
     ("gate", "needles"),
     [

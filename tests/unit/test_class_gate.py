@@ -101,18 +101,40 @@ def test_a_floor_on_every_class_names_the_class_below_it() -> None:
     )
 
 
-def test_a_class_without_rows_is_skipped_by_a_floor_and_fails_a_named_term() -> None:
+def test_a_class_without_rows_fails_every_term_that_judges_it() -> None:
+    """Nothing shows the model knows a class the judged data has no rows of: a floor on every
+    class and class_drop fail naming it, as a named term does. A floor that skipped it
+    promoted a model judged on two classes of three."""
     figures = ("recall", "precision", "f1")
     run = Scores(0.9, 0.3, {"cat": {**dict.fromkeys(figures, 0.9), "support": 5},
                             "dog": {**dict.fromkeys(figures, 0.0), "support": 0}})  # fmt: skip
     floor = judge("min_class_recall>=0.8", run)
-    assert floor.promoted and "classes without rows skipped: dog" in floor.reason
+    assert not floor.promoted
+    assert floor.reason.startswith(
+        "min_class_recall: 1 class(es) have no rows in the valid data (40 rows) ('dog'), so "
+        "nothing judges them: add valid/ images of them"
+    )
+    assert floor.classes[0]["class"] == "dog" and floor.classes[0]["passed"] is False
     named = judge("recall[dog]>=0.1", run)
     assert not named.promoted and "recall[dog]: class 'dog' has no rows in the valid data" in (
         named.reason
     )
     absent = judge("recall[eel]>=0.1", run)
     assert not absent.promoted and "class 'eel' has no rows" in absent.reason
+    # The evaluation lists only the classes it saw (in the labels or predicted): the model's
+    # own class list says which are missing.
+    unseen = judge("min_class_recall>=0.5", scores({"cat": 0.9, "dog": 0.9}), split="test",
+                   classes=("cat", "dog", "eel"))  # fmt: skip
+    assert not unseen.promoted and "1 class(es) have no rows in the test data" in unseen.reason
+    assert "('eel')" in unseen.reason
+    champion = scores({"cat": 0.9, "dog": 0.9, "eel": 0.9})
+    drop = judge("class_drop<=0.02", scores({"cat": 0.95, "dog": 0.95}), champion,
+                 champion_metrics={"val_accuracy": 0.9}, classes=("cat", "dog", "eel"))  # fmt: skip
+    assert not drop.promoted and drop.reason.startswith("class_drop: 1 class(es) have no rows")
+    both = "min_class_recall>=0.5 and class_drop<=0.02"
+    whole = judge(both, scores({"cat": 0.95, "dog": 0.9}), champion,
+                  champion_metrics={"val_accuracy": 0.9}, classes=("cat", "dog"))  # fmt: skip
+    assert whole.promoted, whole.reason
 
 
 def test_a_named_class_term_reports_its_figure() -> None:
