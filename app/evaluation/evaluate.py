@@ -149,8 +149,9 @@ def evaluate_command(
     )  # fmt: skip
 
 
-def run_export(run_dir: RunPath) -> Verified:
-    """The run's verified export; ConfigError saying what to do where there is none."""
+def run_export(run_dir: RunPath, *, as_recorded: bool = True) -> Verified:
+    """The run's verified export; ConfigError saying what to do where there is none.
+    `as_recorded`: held to the card summary.json records (off for the run's own driver)."""
     not_a_link(run_dir)  # runs/<name> planted as a link: its eval/ would be written through it
     folder = run_dir / EXPORT_DIR
     if not present(folder / CARD_FILE):
@@ -171,7 +172,7 @@ def run_export(run_dir: RunPath) -> Verified:
             "(`trainctl train` with the same TRAIN_RUN_NAME resumes it), or evaluate another run"
         )
     # Opened below the run folder: neither export/ nor a file in it is read through a link.
-    return verified(folder, run_dir)
+    return verified(folder, run_dir, as_recorded=as_recorded)
 
 
 def describe(source: EvalData) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from app.runfolder.class_names import (
     recorded,
 )
 from app.runfolder.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
-from app.runfolder.folder import SWEEP_FILE
+from app.runfolder.folder import SUMMARY_FILE, SWEEP_FILE, read_summary
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
 from app.storage import bounded_json
 from app.storage.location import RunPath
@@ -152,6 +152,26 @@ def _same_classes_as_its_run(folder: RunPath, card: dict[str, Any]) -> None:
     )
 
 
+def _the_card_its_run_recorded(folder: RunPath, digest: str) -> None:
+    """A run's export/ is the one the run exported: its card's sha256 is the one summary.json
+    records (promotion.export.card_sha256). The card lists every other file's sha256, so an
+    edit to it (another mean or std, which shifts every prediction; another checkpoint epoch)
+    is otherwise invisible. A run that recorded none (no summary yet) is not held to one."""
+    if folder.name != EXPORT_DIR:
+        return
+    summary = read_summary(folder.parent) or {}
+    promotion = summary.get("promotion")
+    export = promotion.get("export") if isinstance(promotion, dict) else None
+    recorded = export.get("card_sha256") if isinstance(export, dict) else None
+    if isinstance(recorded, str) and recorded != digest:
+        raise ConfigError(
+            f"{folder / CARD_FILE}: sha256 {digest} is not the {recorded} its run recorded "
+            f"({folder.parent / SUMMARY_FILE}: promotion.export.card_sha256); the card was "
+            "altered after the run exported it and is not loaded (or a rerun of the run is "
+            "exporting now: try again once it ends)"
+        )
+
+
 def _why(err: OSError | ValueError) -> str:
     return (err.strerror if isinstance(err, OSError) else None) or str(err)
 
@@ -214,17 +234,24 @@ def card_problem(card: Any) -> str | None:
 
 
 def verified(
-    folder: RunPath, root: RunPath | None = None, card_sha256: str | None = None
+    folder: RunPath,
+    root: RunPath | None = None,
+    card_sha256: str | None = None,
+    *,
+    as_recorded: bool = True,
 ) -> Verified:
     """The card and weights.pt's bytes once every file the card lists matches its sha256 (and
     the card `card_sha256`, where given); ConfigError naming the file (and both checksums)
     otherwise. On a volume every file is opened below `root` (default: the folder itself)
     without following a link, as a regular file of bounded size. Nothing is loaded before
-    this passes."""
+    this passes. A run's export/ must also be the one its run recorded (`as_recorded`: off
+    only for the run's own driver, which is writing that record)."""
     root = root or folder
     card, text = _read_card(folder, root, card_sha256)
     if card_sha256 is None:  # a champion's copy is vouched for by its pointer's sha256
         _same_classes_as_its_run(folder, card)
+        if as_recorded:
+            _the_card_its_run_recorded(folder, hashlib.sha256(text).hexdigest())
     weights = b""
     for name, expected in card["files"].items():
         path = folder / name

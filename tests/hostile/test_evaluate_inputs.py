@@ -162,6 +162,30 @@ def test_an_altered_export_is_refused_before_anything_is_scored(run: Path, tmp_p
     assert_refused(result, 2, "weights.pt: sha256", "does not match")
 
 
+def test_a_card_edited_after_the_run_exported_it_is_refused(run: Path, tmp_path: Path) -> None:
+    """The card lists every other file's sha256, but only summary.json vouches for the card:
+    another mean shifted every prediction, and predict answered with exit 0."""
+    card_file = run / "export" / "model_card.json"
+    card = json.loads(card_file.read_text())
+    card["input"]["mean"] = [50.0]
+    card_file.write_text(json.dumps(card))
+    image = folder(tmp_path / "imgs", ["a"], per_class=1) / "a" / "0.png"
+    data = folder(tmp_path / "test", CLASSES)
+    for command in (
+        ("predict", str(run), str(image)),
+        ("predict", str(run / "export"), str(image)),
+        ("evaluate", str(run), str(data)),
+        ("predict", str(run), str(image.parent), "--out", str(tmp_path / "p.csv")),
+    ):
+        result = trainctl(*command)
+        assert_refused(
+            result, 2, "model_card.json: sha256", "is not the", "its run recorded",
+            "summary.json: promotion.export.card_sha256",
+        )  # fmt: skip
+    assert not (tmp_path / "p.csv").exists()
+    no_eval_written(run)
+
+
 def test_data_and_split_go_one_at_a_time(run: Path, tmp_path: Path) -> None:
     data = folder(tmp_path / "test", CLASSES)
     neither = trainctl("evaluate", str(run))

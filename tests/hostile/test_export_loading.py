@@ -48,11 +48,17 @@ def image(tmp_path: Path) -> str:
 
 
 def _vouch(export: Path, name: str) -> None:
-    """Rewrite the card so that it lists `name` with its current sha256: what anyone who can
-    write the export folder can do, since the card is in it too."""
+    """Rewrite the card so that it lists `name` with its current sha256, and the run's
+    summary.json so that it records the new card's: what anyone who can write the run folder
+    can do, since both are in it. (The card alone rewritten is refused before any file is
+    read: tests/hostile/test_evaluate_inputs.py.)"""
     card = json.loads((export / CARD_FILE).read_text())
     card["files"][name] = hashlib.sha256((export / name).read_bytes()).hexdigest()
     (export / CARD_FILE).write_bytes(card_json(card))
+    summary_file = export.parent / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["promotion"]["export"]["card_sha256"] = hashlib.sha256(card_json(card)).hexdigest()
+    summary_file.write_text(json.dumps(summary))
 
 
 # --- the card's classes ------------------------------------------------------------------------
