@@ -39,10 +39,12 @@ from app.evaluation.metrics import (
     summarize,
 )
 from app.evaluation.report import (
+    RUN_SPLITS,
     checked_name,
     default_name,
     eval_folder,
     report_files,
+    run_record,
     write_folder,
 )
 from app.evaluation.scoring import (
@@ -126,6 +128,13 @@ def evaluate_command(
         )
     if name is not None:
         checked_name(name)
+        record = run_record(name)
+        if record and name != split:
+            again = f" (or --split {name}, which scores that split again)"
+            raise ConfigError(
+                f"--name {name}: eval/{name}/ is the run's own record ({record}), which "
+                f"summary.json points to; give another name{again if name in RUN_SPLITS else ''}"
+            )
     if not 0 <= max_mistakes <= MAX_MISTAKES:
         raise ConfigError(f"--max-mistakes {max_mistakes}: must be 0..{MAX_MISTAKES:,}")
     endpoint, _ = storage_access(settings_environ())

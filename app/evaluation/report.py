@@ -40,6 +40,10 @@ PLOT_MAX_CLASSES = 50
 ANNOTATE_MAX_CLASSES = 30
 PLOTTED_PAIRS = 25
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# The names the run's own evaluations take (app/promotion/evaluation.py): its splits, and the
+# champion scored on them.
+RUN_SPLITS = ("valid", "test")
+RUN_CHAMPION = re.compile(r"champion-v[0-9]+-(valid|test)")
 MAX_METRICS_BYTES = 64 << 20  # per-class figures for 100,000 classes fit
 MISTAKE_COLUMNS = ("file", "row", "true_class", "predicted_class", "confidence")
 
@@ -57,10 +61,30 @@ def checked_name(name: str) -> str:
 
 def default_name(location: RunPath, split: str | None) -> str:
     """The name an evaluation gets without --name: the split, or the data folder's own name
-    made a safe folder name ("data" when nothing of it is)."""
-    raw = split or location.name
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", raw).lstrip("._-")[:64]
-    return name or "data"
+    made a safe folder name ("data" when nothing of it is). A data folder named like one of
+    the run's own records (another dataset's `test/`) is named with its parent too
+    (`pets-test`): it is not the run's split."""
+    if split is not None:
+        return split
+    name = _safe(location.name) or "data"
+    if run_record(name):
+        name = _safe(f"{location.parent.name}-{name}")
+        return name if name and not run_record(name) else f"data-{location.name}"
+    return name
+
+
+def _safe(raw: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", raw).lstrip("._-")[:64]
+
+
+def run_record(name: str) -> str | None:
+    """What eval/<name>/ holds where the run writes it itself (its run-end evaluation of a
+    split, the champion scored on that split: what its promotion was judged on), else None."""
+    if name in RUN_SPLITS:
+        return f"the run-end evaluation of its {name} split"
+    if RUN_CHAMPION.fullmatch(name):
+        return "the champion's scores on the rows this run was judged on"
+    return None
 
 
 def eval_folder(run_dir: RunPath, name: str) -> RunPath:

@@ -147,7 +147,9 @@ def test_an_image_folder_is_scored_on_the_cluster_skipping_what_cannot_be_read(
 ) -> None:
     result = evaluate(str(finished_run.run_dir), str(images), "--max-mistakes", "5")
     assert result.code == 0, result.text
-    folder = finished_run.run_dir / "eval" / "test"
+    # Named with its parent: a folder named test/ that is not the run's own split does not
+    # take eval/test/, the run-end record of that split.
+    folder = finished_run.run_dir / "eval" / f"{images.parent.name}-test"
     assert result.out.startswith("trainctl: evaluated digits-cnn on the data at")
     assert str(folder) in result.out and "2 skipped" in result.out
     metrics = json.loads((folder / "metrics.json").read_text())

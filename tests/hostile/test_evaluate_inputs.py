@@ -126,6 +126,26 @@ def test_a_name_that_is_not_one_safe_folder_name_is_refused(
     assert not (run.parent / "x").exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "split", "says"),
+    [
+        ("valid", None, "the run-end evaluation of its valid split"),
+        ("test", "valid", "the run-end evaluation of its test split"),
+        ("champion-v1-test", None, "the champion's scores on the rows this run was judged on"),
+    ],
+)
+def test_the_runs_own_evaluation_names_are_not_given_to_other_data(
+    run: Path, tmp_path: Path, name: str, split: str | None, says: str
+) -> None:
+    """summary.json points to eval/valid/ (and test/, champion-v<N>-<split>/) as what the run
+    was judged on: another evaluation written there made that record describe other data."""
+    data = folder(tmp_path / "other", CLASSES)
+    source = ("--split", split) if split else (str(data),)
+    result = trainctl("evaluate", str(run), *source, "--name", name)
+    assert_refused(result, 2, f"--name {name}: eval/{name}/ is the run's own record ({says})")
+    no_eval_written(run)
+
+
 def test_a_run_without_an_export_says_what_to_do(tmp_path: Path) -> None:
     run = make_run(tmp_path / "runs", "unfinished", 0.5)
     data = folder(tmp_path / "test", CLASSES)

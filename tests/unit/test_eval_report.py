@@ -38,7 +38,12 @@ def test_other_names_are_refused(name: str) -> None:
 @pytest.mark.parametrize(
     ("folder", "split", "expected"),
     [
-        (Path("/data/pets/valid"), None, "valid"),
+        # Another data folder named like the run's own records: named with its parent.
+        (Path("/data/pets/valid"), None, "pets-valid"),
+        (Path("/data/new data/test"), None, "new-data-test"),
+        (Path("/test"), None, "data-test"),
+        (Path("/data/champion-v3-test"), None, "data-champion-v3-test"),
+        (Path("/data/digits/test"), "test", "test"),
         (Path("/data/holdout 2026"), None, "holdout-2026"),
         (Path("/data/.hidden"), None, "hidden"),
         (Path("/data/ß"), None, "data"),
