@@ -110,6 +110,16 @@ FIXED_GANG = {
 }
 
 
+# Ray 2.60's KubeRay autoscaler does not report its node groups to Ray, so a run finds the pool
+# only in the data nodes up when it starts (docs/kubernetes.md, "An autoscaled pool at
+# minReplicas: 0").
+EMPTY_DATA_POOL = (
+    "dataPool.minReplicas is 0: a run that starts with no data node up decodes on the training "
+    "nodes for the whole run, and no task then asks the autoscaler for a data node, so the pool "
+    "is never used; set dataPool.minReplicas to 1 or more"
+)
+
+
 def _data_pool_problems(values: dict[str, Any], scheduler: str) -> list[str]:
     data = values.get("dataPool") or {}
     problems = []
@@ -123,6 +133,8 @@ def _data_pool_problems(values: dict[str, Any], scheduler: str) -> list[str]:
         low, high = int(data.get("minReplicas") or 0), int(data.get("maxReplicas") or 0)
         if low > high:
             problems.append(f"dataPool.minReplicas ({low}) is above dataPool.maxReplicas ({high})")
+        if low == 0:
+            problems.append(EMPTY_DATA_POOL)
     if data.get("enabled") and DATA_GROUP in enabled_pools(values):
         problems.append(
             f"nodePools.{DATA_GROUP}: with dataPool.enabled every RayJob has a worker group "

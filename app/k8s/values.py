@@ -266,6 +266,8 @@ def _describe(err: Any) -> str:
         known = ", ".join(sorted(err.schema.get("properties", {})))
         return f"{where}: {err.message}; allowed: {known}"
     if err.validator == "not" and "description" in err.validator_value:
+        if isinstance(err.instance, dict | list):  # the rule says what of it is refused
+            return f"{where}: {err.validator_value['description']}"
         return f"{where}: {err.instance!r} is not allowed: {err.validator_value['description']}"
     if err.validator == "not" and "pattern" in err.validator_value:
         return f"{where}: {err.instance!r} is not allowed here (refused pattern " + (

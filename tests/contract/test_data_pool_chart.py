@@ -34,7 +34,7 @@ from tests.contract.k8s_support import (
 THREE_POOLS = load_yaml(EXAMPLES / "values-three-pools.yaml")
 EXAMPLE = load_yaml(EXAMPLES / "values-data-pool.yaml")
 FIXED = {"enabled": True, "replicas": 3, "cpusPerWorker": "16", "memoryPerWorker": "64Gi"}
-AUTOSCALED = {"enabled": True, "autoscaling": True, "minReplicas": 0, "maxReplicas": 6}
+AUTOSCALED = {"enabled": True, "autoscaling": True, "minReplicas": 1, "maxReplicas": 6}
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
@@ -152,7 +152,7 @@ def test_an_autoscaled_data_pool_turns_on_kuberays_autoscaler_for_that_group_onl
         assert options["securityContext"]["allowPrivilegeEscalation"] is False
         assert options["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert options["securityContext"]["runAsNonRoot"] is True
-        assert (data["minReplicas"], data["maxReplicas"], data["replicas"]) == (0, 6, 0)
+        assert (data["minReplicas"], data["maxReplicas"], data["replicas"]) == (1, 6, 1)
         assert gpu["replicas"] == gpu["minReplicas"] == gpu["maxReplicas"]  # never scaled
         # The autoscaler container alone reads a ServiceAccount token: KubeRay binds its Role to
         # the head's ServiceAccount, and the pods keep automountServiceAccountToken off.
@@ -225,6 +225,9 @@ REFUSED = [
     (_with({"enabled": True, "autoscaling": True}), "minReplicas"),
     (_with({"enabled": True, "minReplicas": 1, "maxReplicas": 4}), "dataPool"),
     (_with({**AUTOSCALED, "minReplicas": 5, "maxReplicas": 2}), "dataPool.minReplicas (5)"),
+    # Ray 2.60's KubeRay autoscaler reports no node groups: a run finds no pool at 0, decodes
+    # on the training nodes, and never asks for a data node.
+    (_with({**AUTOSCALED, "minReplicas": 0}), "dataPool.minReplicas is 0: a run that starts"),
     (
         _with(AUTOSCALED, scheduler={"name": "kueue", "queue": "gpu"}),
         "dataPool.autoscaling cannot work with scheduler.name=kueue",
@@ -253,9 +256,23 @@ def test_what_cannot_work_is_refused_by_both_engines(
     with pytest.raises(ConfigError) as ours:
         render_objects(load_values([path]), release="demo", namespace="ml")
     assert any(says in problem for problem in ours.value.problems), ours.value.problems
-    if "cannot work" in says or "nodePools.data" in says or "(5)" in says:
+    if "cannot work" in says or "nodePools.data" in says or "(5)" in says or "is 0" in says:
         (problem,) = ours.value.problems  # a chart rule: Helm fails with the same words
         assert problem in str(helm.value)
+
+
+def test_a_size_rule_names_the_rule_not_the_whole_pool(tmp_path: Path) -> None:
+    """The rule over the pool's keys said `dataPool: {'enabled': True, 'replicas': -1, ...}
+    is not allowed: ...`, the whole mapping, and not what to change."""
+    values = _with({**FIXED, "minReplicas": 1})
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as ours:
+        render_objects(load_values([path]), release="demo", namespace="ml")
+    assert ours.value.problems == [
+        "dataPool: minReplicas and maxReplicas size an autoscaled data pool: set "
+        "dataPool.autoscaling to true, or give the fixed size as dataPool.replicas"
+    ]
 
 
 def test_a_fixed_data_pool_fits_kueue() -> None:

@@ -377,7 +377,7 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"dataPool": {"minReplicas": 0, "maxReplicas": 4}},  # without autoscaling
         {"dataPool": {"enabled": True, "autoscaling": True, "minReplicas": 3, "maxReplicas": 1}},
         {
-            "dataPool": {"enabled": True, "autoscaling": True, "minReplicas": 0, "maxReplicas": 4},
+            "dataPool": {"enabled": True, "autoscaling": True, "minReplicas": 1, "maxReplicas": 4},
             "scheduler": {"name": "kueue", "queue": "q"},  # Kueue cannot autoscale a RayJob
         },
         {"dataPool": {"enabled": True}, "nodePools": {"data": {}}},  # the data group's name

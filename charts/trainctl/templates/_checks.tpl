@@ -25,6 +25,9 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- if gt (int $data.minReplicas) (int $data.maxReplicas) -}}
 {{- fail (printf "dataPool.minReplicas (%d) is above dataPool.maxReplicas (%d)" (int $data.minReplicas) (int $data.maxReplicas)) -}}
 {{- end -}}
+{{- if eq (int $data.minReplicas) 0 -}}
+{{- fail "dataPool.minReplicas is 0: a run that starts with no data node up decodes on the training nodes for the whole run, and no task then asks the autoscaler for a data node, so the pool is never used; set dataPool.minReplicas to 1 or more" -}}
+{{- end -}}
 {{- end -}}
 {{- if and $data.enabled (hasKey (include "trainctl.enabledPools" . | fromJson) "data") -}}
 {{- fail "nodePools.data: with dataPool.enabled every RayJob has a worker group named data for the data pool; give the pool another name" -}}
