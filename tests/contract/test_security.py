@@ -186,3 +186,59 @@ def test_checkov_passes_on_every_pod_template(rendered: list, tmp_path: Path) ->
 def _network_policy_off(finding: dict) -> bool:
     # schedule-noauth.yaml turns the NetworkPolicy off on purpose; that is the user's call.
     return finding["check_id"] == "CKV2_K8S_6" and "schedule-noauth" in finding["file_path"]
+
+
+def _allows(role: dict, verb: str, path: str) -> bool:
+    """Whether `role` allows `verb` on the object at API path `path` (RBAC's rule matching)."""
+    parts = path.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    resource, name = parts[parts.index("namespaces") + 2], parts[parts.index("namespaces") + 3]
+    return any(
+        group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+        and name in rule.get("resourceNames", [name])
+        for rule in role["rules"]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("existing_secret", ["", "team-ray-token"])
+def test_the_scheduled_submit_may_do_what_submit_does_and_read_no_other_secret(
+    existing_secret: str, tmp_path: Path
+) -> None:
+    """The CronJob's pod holds an API token. Its Role allows each call `trainctl submit` makes
+    for a pool's objects (the chart created the token Secret and the volume claim with the
+    schedule: submit finds and keeps them), and on Secrets only a `get` of the chart's token
+    Secret by name: it could list, read, or create (a token Secret for another ServiceAccount
+    hands over that account's token) every Secret of the namespace."""
+    from app.k8s.plan import CREATE_ONLY, key, plan_submit, resource_path
+    from app.k8s.render import load_values, render_objects, render_schedule_objects
+
+    values = {
+        "nodePools": {"l4": {"gpusPerWorker": 1}},
+        "schedule": {"enabled": True},
+        "rayAuth": {"enabled": True, "existingSecret": existing_secret},
+    }
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    loaded = load_values([path])
+    (objects,) = render_objects(loaded, release="demo", namespace="ml").values()
+    created_by_the_chart = {key(o) for o in objects if o["kind"] in CREATE_ONLY}
+    for schedule_objects in (
+        render_schedule_objects(loaded, release="demo", namespace="ml"),
+        helm_render(values, release="demo", namespace="ml"),
+    ):
+        (role,) = of_kind(schedule_objects, "Role")
+        rayjob = of_kind(objects, "RayJob")[0]["metadata"]["name"]
+        assert _allows(role, "get", resource_path("RayJob", "ml", rayjob))
+        for step in plan_submit(objects, rayjob_exists=False, existing=created_by_the_chart):
+            where = resource_path(step.kind, "ml", step.name)
+            needed = {"apply": ("patch", "create"), "create": ("create",), "keep": ()}
+            for verb in ("get", *needed[step.action]):
+                assert _allows(role, verb, where), (verb, step)
+        secrets = [r for r in role["rules"] if "secrets" in r["resources"]]
+        if existing_secret:
+            assert secrets == []  # no Secret is rendered: nothing to check or keep
+        else:
+            assert secrets == [{"apiGroups": [""], "resources": ["secrets"],
+                                "resourceNames": ["demo-ray-auth"], "verbs": ["get"]}]  # fmt: skip
+        other = "/api/v1/namespaces/ml/secrets/someone-elses"
+        assert not any(_allows(role, verb, other) for verb in ("get", "list", "create", "patch"))

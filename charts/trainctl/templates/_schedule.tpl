@@ -23,8 +23,17 @@ rules:
     resources: ["rayjobs"]
     verbs: ["get", "list", "watch", "create", "patch"]
   - apiGroups: [""]
-    resources: ["configmaps", "secrets", "persistentvolumeclaims", "serviceaccounts"]
+    resources: ["configmaps", "persistentvolumeclaims", "serviceaccounts"]
     verbs: ["get", "list", "watch", "create", "patch"]
+  {{- if and .root.Values.rayAuth.enabled (not .root.Values.rayAuth.existingSecret) }}
+  # The Ray token Secret this chart creates, by name: submit checks that it is there and keeps
+  # it. No other Secret of the namespace is readable from this pod, and none can be created
+  # (a created token Secret for another ServiceAccount would hand over its token).
+  - apiGroups: [""]
+    resources: ["secrets"]
+    resourceNames: [{{ include "trainctl.authSecretName" .root | quote }}]
+    verbs: ["get"]
+  {{- end }}
   - apiGroups: ["networking.k8s.io"]
     resources: ["networkpolicies"]
     verbs: ["get", "list", "watch", "create", "patch"]
