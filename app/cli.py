@@ -139,9 +139,17 @@ def env_cmd(fmt: str) -> None:
     type=click.Path(path_type=Path),
     help="Write OUT/<pool>/*.yaml with a kustomization.yaml [default: one YAML stream on stdout].",
 )
+@click.option(
+    "--with-secret",
+    is_flag=True,
+    help="With --out: also write the Ray auth token Secret the chart generates (without "
+    "rayAuth.existingSecret). Keep such a folder out of Git.",
+)
 @click.option("--release", default="trainctl", show_default=True, help="Release name.")
 @click.option("-n", "--namespace", default="default", show_default=True, help="Namespace.")
-def render_cmd(out: Path | None, release: str, namespace: str, **values_args: tuple) -> None:
+def render_cmd(
+    out: Path | None, with_secret: bool, release: str, namespace: str, **values_args: tuple
+) -> None:
     """Render the chart's objects without Helm, from the same values and flags.
 
     \b
@@ -166,7 +174,9 @@ def render_cmd(out: Path | None, release: str, namespace: str, **values_args: tu
             )
         click.echo(text, nl=False)
         return
-    paths = write_manifests(values, out, release=release, namespace=namespace)
+    paths = write_manifests(
+        values, out, release=release, namespace=namespace, with_secret=with_secret
+    )
     pools = sorted({path.parent.name for path in paths})
     click.echo(f"wrote {len(paths)} files for pool(s) {', '.join(pools) or '(none enabled)'}")
     for pool in pools:

@@ -97,6 +97,18 @@ def _no_symlink(path: Path) -> None:
         )
 
 
+# Rendered manifests are what GitOps repositories commit (docs/gitops.md).
+_SECRET_IN_OUT = (
+    "--out would write the Ray auth token (Secret {name}, generated because "
+    "rayAuth.existingSecret is empty) into {out}, and rendered manifests are meant to be "
+    "committed, where anyone who reads the repository gets the token: create the Secret out of "
+    "band (kubectl -n {ns} create secret generic {name} "
+    '--from-literal=auth_token="$(openssl rand -hex 32)", or a sealed or external secret) and '
+    "set rayAuth.existingSecret={name}; or pass --with-secret to write it anyway, and keep "
+    "the folder out of Git"
+)
+
+
 def _keep_existing_token(obj: dict[str, Any], path: Path) -> None:
     """Like Helm's lookup: re-rendering into a folder keeps the token already written there."""
     if obj["kind"] != "Secret" or not path.exists():
@@ -132,15 +144,25 @@ def _not_rendered(folder: Path) -> list[str]:
 
 
 def write_manifests(
-    values: dict[str, Any], out_dir: Path, *, release: str, namespace: str
+    values: dict[str, Any],
+    out_dir: Path,
+    *,
+    release: str,
+    namespace: str,
+    with_secret: bool = False,
 ) -> list[Path]:
     """Write <out_dir>/<pool>/*.yaml and a kustomization.yaml per pool; return the paths.
 
     Each pool folder is replaced whole, and so may hold only what an earlier render wrote
     there (ConfigError naming anything else, before anything is written); other entries of
-    out_dir are left alone.
+    out_dir are left alone. The Ray token Secret the chart generates is written only with
+    `with_secret` (ConfigError saying how to provide it otherwise).
     """
     pools = _pool_files(values, release=release, namespace=namespace)
+    secrets = sorted({o["metadata"]["name"] for f in pools.values() for o in f.values()
+                      if o["kind"] == "Secret"})  # fmt: skip
+    if secrets and not with_secret:
+        raise ConfigError(_SECRET_IN_OUT.format(out=out_dir, name=secrets[0], ns=namespace))
     out_dir = expand(out_dir, "--out")
     _no_symlink(out_dir)
     if out_dir.exists() and not out_dir.is_dir():

@@ -51,10 +51,10 @@ def test_each_pool_folder_is_a_complete_kustomization(folder: Path) -> None:
 
 def test_rerendering_keeps_the_token_already_written(tmp_path: Path) -> None:
     values = load_values([EXAMPLES / "values-cpu.yaml"])  # the chart creates the Secret here
-    write_manifests(values, tmp_path, release="demo", namespace="ml")
+    write_manifests(values, tmp_path, release="demo", namespace="ml", with_secret=True)
     first = (tmp_path / "pool-a" / "secret.yaml").read_text()
-    write_manifests(values, tmp_path, release="demo", namespace="ml")
+    write_manifests(values, tmp_path, release="demo", namespace="ml", with_secret=True)
     assert (tmp_path / "pool-a" / "secret.yaml").read_text() == first
     other = tmp_path / "other"
-    write_manifests(values, other, release="demo", namespace="ml")
+    write_manifests(values, other, release="demo", namespace="ml", with_secret=True)
     assert (other / "pool-a" / "secret.yaml").read_text() != first  # a new folder: new token

@@ -32,8 +32,17 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_render_writes_a_kustomization_per_pool(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = _run("render", "--values", str(EXAMPLES / "values-cpu.yaml"), "--out", str(out))
+    args = ("render", "--values", str(EXAMPLES / "values-cpu.yaml"), "--out", str(out))
+    # The example leaves rayAuth.existingSecret empty: the chart generates the token Secret,
+    # which a folder meant for Git must not hold unless asked for.
+    refused = _run(*args)
+    assert refused.returncode == 2, refused.stderr
+    assert "--out would write the Ray auth token (Secret trainctl-ray-auth" in refused.stderr
+    assert "set rayAuth.existingSecret=trainctl-ray-auth; or pass --with-secret" in (refused.stderr)
+    assert "Traceback" not in refused.stderr and not out.exists()
+    proc = _run(*args, "--with-secret")
     assert proc.returncode == 0, proc.stderr
+    assert (out / "pool-a" / "secret.yaml").is_file()
     assert "kubectl apply -k" in proc.stdout
     assert sorted(p.name for p in out.iterdir()) == ["pool-a", "pool-b"]
     kustomization = yaml.safe_load((out / "pool-a" / "kustomization.yaml").read_text())
@@ -72,7 +81,10 @@ BREAKS["LONG"] = "x" * 120 + "\x85" + "y" * 120  # folded over lines by the dump
 def test_rendered_text_reads_back_as_helm_renders_it(tmp_path: Path) -> None:
     path = tmp_path / "values.yaml"
     env = "".join(f"  {key}: {json.dumps(value)}\n" for key, value in BREAKS.items())
-    path.write_text(f"nodePools:\n  cpu: {{gpusPerWorker: 0, tolerations: []}}\nenv:\n{env}")
+    path.write_text(
+        f"nodePools:\n  cpu: {{gpusPerWorker: 0, tolerations: []}}\nenv:\n{env}"
+        "rayAuth: {existingSecret: demo-ray-auth}\n"
+    )
     (helm,) = [o for o in helm_template([path], namespace="ml") if o["kind"] == "ConfigMap"]
     assert BREAKS.items() <= helm["data"].items()
     args = ("render", "--release", "demo", "-n", "ml", "-f", str(path))
@@ -152,6 +164,7 @@ nodePools:
   big: {gpusPerWorker: 0, replicas: 4}
   small: {gpusPerWorker: 0, replicas: 1}
 networkPolicy: {enabled: false}
+rayAuth: {existingSecret: demo-ray-auth}
 """
 
 

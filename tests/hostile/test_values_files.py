@@ -183,8 +183,9 @@ def _set_file(tmp_path: Path, target: str) -> object:
     path = _file(tmp_path, POOL)
     expression = f"runAnnotations.x\\.io/notes={target}"
     return trainctl(
-        "render", "-f", str(path), "--set-file", expression, "--out", str(tmp_path / "o")
-    )
+        "render", "-f", str(path), "--set-file", expression, "--out", str(tmp_path / "o"),
+        "--with-secret",
+    )  # fmt: skip
 
 
 def test_set_file_puts_a_files_text_where_helm_puts_it(tmp_path: Path) -> None:
@@ -262,7 +263,9 @@ def test_set_escapes_and_null_delete_a_default(tmp_path: Path) -> None:
 
 
 def _render_out(tmp_path: Path, out: Path, text: str = "") -> object:
-    return trainctl("render", "-f", str(_file(tmp_path, POOL + text)), "--out", str(out))
+    """`render --out` with the chart's generated token Secret written too (secret.yaml)."""
+    path = _file(tmp_path, POOL + text)
+    return trainctl("render", "-f", str(path), "--out", str(out), "--with-secret")
 
 
 def test_planted_symlink_pool_folder_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
