@@ -46,7 +46,9 @@ FREE_FORM_REFUSED = (
 )
 # Labels the chart sets itself: one given in `labels:` would replace it on some objects and
 # not others (a RayJob's run label apart from its pods').
-CHART_LABELS = r"^(trainctl\.io/|app\.kubernetes\.io/(name|instance|version|part-of|managed-by)$)"
+CHART_LABELS = (
+    r"^(trainctl\.io/|app\.kubernetes\.io/(name|instance|version|part-of|managed-by|component)$)"
+)
 # `ray start` flag names; KubeRay pastes the values into the head's shell command line, so
 # control characters and shell metacharacters are refused there.
 RAY_START_KEY = r"^[a-z][a-z0-9-]{0,62}$"

@@ -257,11 +257,14 @@ def test_a_model_name_is_refused_by_the_schema_in_both_engines_with_a_suggestion
         "trainctl.io/role",
         "app.kubernetes.io/name",
         "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/component",
     ],
 )
 def test_a_label_the_chart_sets_itself_is_refused_in_both_engines(tmp_path: Path, key: str) -> None:
     """`labels: {trainctl.io/run: x}` renamed the RayJob's run label, not its pods';
-    `trainctl.io/role: data` put the data nodes' role on the GPU workers too."""
+    `trainctl.io/role: data` put the data nodes' role on the GPU workers too;
+    `app.kubernetes.io/component` made Helm write the key twice in 9 objects while render
+    kept the chart's."""
     path = _pools_file(tmp_path)
     result = trainctl("render", "-f", str(path), "--set-json", f'labels={{"{key}": "x"}}')
     assert result.code == 2, result.text
