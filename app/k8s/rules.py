@@ -73,12 +73,18 @@ def values_problems(values: dict[str, Any]) -> list[str]:
             "mutually exclusive in KubeRay: set shutdownAfterJobFinishes to false and "
             "ttlSecondsAfterFinished to 0"
         )
-    pools = values.get("nodePools") or {}
-    for pool in (values.get("schedule") or {}).get("pools") or []:
+    pools, schedule = values.get("nodePools") or {}, values.get("schedule") or {}
+    for pool in schedule.get("pools") or []:
         if pool not in pools:
             problems.append(
                 f'schedule.pools names "{pool}", which is not in nodePools '
                 f"({', '.join(sorted(pools))})"
+            )
+        elif schedule.get("enabled") and pool not in enabled_pools(values):
+            problems.append(
+                f'schedule.pools names "{pool}", whose pool is disabled (nodePools.{pool}.enabled: '
+                "false), so no CronJob would retrain it: enable the pool or remove it from "
+                "schedule.pools"
             )
     too_many = _sweep_too_large(values.get("tune") or {})
     if too_many:

@@ -361,3 +361,31 @@ def test_the_crd_schema_check_can_fail(three_pools: list[dict]) -> None:
     job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["x"] = 1
     with pytest.raises(jsonschema.ValidationError):
         crd_validator("rayjobs").validate(job)
+
+
+@pytest.mark.parametrize(
+    ("pools", "says"),
+    [
+        (["a100"], 'schedule.pools names "a100", which is not in nodePools (l4, t4)'),
+        # A disabled pool rendered no CronJob, while NOTES said its retrain was scheduled.
+        (["t4"], 'schedule.pools names "t4", whose pool is disabled (nodePools.t4.enabled: '
+                 "false), so no CronJob would retrain it"),
+    ],
+)  # fmt: skip
+def test_a_schedule_for_a_pool_that_cannot_run_is_refused_by_both_engines(
+    pools: list[str], says: str
+) -> None:
+    values = {
+        "nodePools": {"l4": {"gpusPerWorker": 1}, "t4": {"gpusPerWorker": 1, "enabled": False}},
+        "schedule": {"enabled": True, "pools": pools},
+    }
+    from app.k8s.values import coalesce, default_values
+
+    with pytest.raises(HelmFailed) as helm:
+        helm_render(values)
+    assert says in str(helm.value)
+    assert any(says in line for line in rules.values_problems(coalesce(default_values(), values)))
+    values["schedule"]["pools"] = ["l4"]
+    (cronjob,) = of_kind(helm_render(values), "CronJob")
+    assert "l4" in cronjob["metadata"]["name"]
+    assert rules.values_problems(coalesce(default_values(), values)) == []

@@ -38,9 +38,12 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- if and $job.shutdownAfterJobFinishes ($job.deletionStrategy | default dict).deletionRules -}}
 {{- fail "rayJob.deletionStrategy.deletionRules and rayJob.shutdownAfterJobFinishes=true are mutually exclusive in KubeRay: set shutdownAfterJobFinishes to false and ttlSecondsAfterFinished to 0" -}}
 {{- end -}}
+{{- $enabled := include "trainctl.enabledPools" . | fromJson -}}
 {{- range .Values.schedule.pools -}}
 {{- if not (hasKey $.Values.nodePools .) -}}
 {{- fail (printf "schedule.pools names %q, which is not in nodePools (%s)" . (keys $.Values.nodePools | sortAlpha | join ", ")) -}}
+{{- else if and $.Values.schedule.enabled (not (hasKey $enabled .)) -}}
+{{- fail (printf "schedule.pools names %q, whose pool is disabled (nodePools.%s.enabled: false), so no CronJob would retrain it: enable the pool or remove it from schedule.pools" . .) -}}
 {{- end -}}
 {{- end -}}
 {{- if .Values.tune.enabled -}}
