@@ -158,8 +158,34 @@ def _tolerations(label_value: dict[str, Any]) -> dict[str, Any]:
                 "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
                 "tolerationSeconds": {"type": "integer"},
             },
+            "allOf": [{"not": rule} for rule in _REFUSED_TOLERATIONS],
         },
     }
+
+
+# The pod validation rules the API server applies to the pods KubeRay creates, after the
+# RayJob itself was accepted: a run given one of these waits for pods that are never made.
+_EXISTS = {"required": ["operator"], "properties": {"operator": {"const": "Exists"}}}
+_REFUSED_TOLERATIONS: list[dict[str, Any]] = [
+    {
+        "required": ["operator", "value"],
+        "properties": {"operator": {"const": "Exists"}, "value": {"minLength": 1}},
+        "description": "a toleration with operator Exists takes no value (Kubernetes refuses "
+        "one): remove value, or use operator Equal",
+    },
+    {
+        "required": ["tolerationSeconds"],
+        "not": {"required": ["effect"], "properties": {"effect": {"const": "NoExecute"}}},
+        "description": "tolerationSeconds is for effect NoExecute only (Kubernetes refuses it "
+        "with another effect or none): set effect: NoExecute, or remove tolerationSeconds",
+    },
+    {
+        "anyOf": [{"not": {"required": ["key"]}}, {"properties": {"key": {"const": ""}}}],
+        "not": _EXISTS,
+        "description": "a toleration without a key matches every taint and needs operator: "
+        "Exists (Kubernetes refuses Equal, the default, there)",
+    },
+]
 
 
 def check_dns_label(value: str, what: str) -> None:

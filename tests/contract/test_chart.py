@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -389,3 +391,47 @@ def test_a_schedule_for_a_pool_that_cannot_run_is_refused_by_both_engines(
     (cronjob,) = of_kind(helm_render(values), "CronJob")
     assert "l4" in cronjob["metadata"]["name"]
     assert rules.values_problems(coalesce(default_values(), values)) == []
+
+
+@pytest.mark.parametrize(
+    ("toleration", "says"),
+    [
+        ({"key": "nvidia.com/gpu", "operator": "Exists", "value": "present",
+          "effect": "NoSchedule"}, "a toleration with operator Exists takes no value"),
+        ({"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule",
+          "tolerationSeconds": 30}, "tolerationSeconds is for effect NoExecute only"),
+        ({"operator": "Equal", "value": "x"}, "a toleration without a key matches every taint"),
+        ({"key": "", "value": "x"}, "a toleration without a key matches every taint"),
+    ],
+)  # fmt: skip
+def test_tolerations_kubernetes_refuses_in_pods_are_refused_at_render(
+    toleration: dict, says: str, tmp_path: Path
+) -> None:
+    """The RayJob is accepted and its pods are refused inside KubeRay: the run waited its
+    whole preRunningDeadlineSeconds for pods that were never made."""
+    from app.errors import ConfigError
+    from app.k8s.render import load_values, render_objects
+
+    values = {"nodePools": {"l4": {"gpusPerWorker": 1, "tolerations": [toleration]}}}
+    with pytest.raises(HelmFailed, match="tolerations"):
+        helm_render(values)
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as ours:
+        render_objects(load_values([path]), release="demo", namespace="ml")
+    assert any(line.startswith("nodePools.l4.tolerations.0: ") and says in line
+               for line in ours.value.problems), ours.value.problems  # fmt: skip
+
+
+def test_the_tolerations_kubernetes_takes_render() -> None:
+    allowed = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoExecute",
+         "tolerationSeconds": 30},
+        {"operator": "Exists"},  # every taint
+        {"key": "", "operator": "Exists", "value": ""},
+        {"key": "dedicated", "value": "ml"},  # operator Equal by default
+    ]  # fmt: skip
+    (job,) = of_kind(helm_render({"nodePools": {"l4": {"tolerations": allowed}}}), "RayJob")
+    _, (group,) = rayjob_groups(job)
+    assert group["template"]["spec"]["tolerations"] == allowed
