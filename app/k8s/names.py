@@ -44,6 +44,11 @@ FREE_FORM_TEXT = "^[^\u007f-\u009f\u2028\u2029\ufffe\uffff]*$"
 FREE_FORM_REFUSED = (
     "DEL, the C1 controls (U+0080-U+009F, NEL included), U+2028, U+2029, U+FFFE and U+FFFF"
 )
+# A URI holding a password (scheme://user:password@host) anywhere in a value, by RFC 3986's
+# userinfo (no '/', '?', '#' or '@' in it: `https://host:8080/users/@me` is a path); RE2 and
+# Python read it alike (no \s). Such a value in env: would sit in a ConfigMap, readable by
+# whoever reads the namespace's ConfigMaps.
+URI_PASSWORD = r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@ ]*:[^/?#@ ]*@"
 # Labels the chart sets itself: one given in `labels:` would replace it on some objects and
 # not others (a RayJob's run label apart from its pods').
 CHART_LABELS = (

@@ -98,6 +98,15 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
     # The job's runtime_env env_vars reach the entrypoint and every worker as env: does, so
     # they are held to env:'s rules: a TRAIN_* there would override the settings both engines
     # checked, and a credential would sit in the RayJob's text (secretEnv: keeps it in a Secret).
+    props["env"]["additionalProperties"] = {
+        "type": "string",
+        "pattern": "^[^\\x00]*$",
+        "not": {
+            "pattern": names.URI_PASSWORD,
+            "description": "a URI with a password in it (user:password@) would sit in plain "
+            "text in a ConfigMap or the RayJob: give the variable in secretEnv: (a Secret)",
+        },
+    }
     job["runtimeEnv"] = {
         "type": "object",
         "description": "Extra Ray runtime environment for the job; its env_vars follow env's "

@@ -24,6 +24,7 @@ import yaml
 
 from app.errors import ConfigError
 from app.k8s import canonical, names, strvals, values_yaml
+from app.redact import redact_text
 
 PACKAGED_DIR = Path(__file__).resolve().parent / "templates" / "chart"
 # Only present in a source checkout; used by the sync step and the tests.
@@ -221,7 +222,8 @@ def validate(values: dict[str, Any]) -> None:
     validator = _validator_class()(_schema())
     errors = sorted(validator.iter_errors(values), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        raise ConfigError([_describe(err) for err in errors])
+        # A refused value may be a credential given in the wrong place: never echoed whole.
+        raise ConfigError([redact_text(_describe(err)) for err in errors])
 
 
 @cache

@@ -435,3 +435,44 @@ def test_the_tolerations_kubernetes_takes_render() -> None:
     (job,) = of_kind(helm_render({"nodePools": {"l4": {"tolerations": allowed}}}), "RayJob")
     _, (group,) = rayjob_groups(job)
     assert group["template"]["spec"]["tolerations"] == allowed
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"env": {"MLFLOW_TRACKING_URI": "https://bob:hunter2@mlflow.example.com"}},
+        {"rayJob": {"runtimeEnv": {"env_vars": {"DATABASE_URL": "postgres://u:hunter2@db/x"}}}},
+        {"env": {"ARGS": "--store=s3://AKIAX:hunter2@bucket/runs"}},
+    ],
+    ids=["env", "runtime-env", "inside-a-value"],
+)
+def test_a_password_in_a_plain_variable_is_refused_and_not_echoed(
+    values: dict, tmp_path: Path
+) -> None:
+    """env: lands in a ConfigMap and runtimeEnv in the RayJob's text, both readable by whoever
+    reads the namespace's objects: only the variable's name was checked for credentials."""
+    from app.errors import ConfigError
+    from app.k8s.render import load_values, render_objects
+
+    values = {"nodePools": {"l4": {"gpusPerWorker": 1}}, **values}
+    with pytest.raises(HelmFailed, match="env"):
+        helm_render(values)
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as ours:
+        render_objects(load_values([path]), release="demo", namespace="ml")
+    text = "\n".join(ours.value.problems)
+    assert "a URI with a password in it (user:password@)" in text and "secretEnv:" in text
+    assert "hunter2" not in text, text  # the refusal is printed in CI and Argo CD logs
+
+
+def test_uris_without_a_password_stay_plain_variables() -> None:
+    plain = {
+        "MLFLOW_TRACKING_URI": "https://mlflow.example.com:5000/path",
+        "PROFILE_URL": "https://host:8080/users/@me",  # an @ in the path: no userinfo
+        "GIT_REMOTE": "ssh://git@github.com/org/repo",  # a user, no password
+        "NOTE": "a:b@c",  # not a URI
+    }
+    objects = helm_render({"nodePools": {"l4": {"gpusPerWorker": 1}}, "env": plain})
+    (config,) = [o for o in of_kind(objects, "ConfigMap") if "MLFLOW_TRACKING_URI" in o["data"]]
+    assert plain.items() <= config["data"].items()
