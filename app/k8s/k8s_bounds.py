@@ -13,6 +13,16 @@ import zoneinfo
 from typing import Any
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+# Image references as the container runtime parses them (distribution/reference): a tag is up
+# to 128 of [A-Za-z0-9_.-], not starting with . or -; a repository an optional registry host
+# (and port), then lowercase path components joined by . _ __ or dashes. Anything else renders
+# and fails as InvalidImageName only after the pool's GPU nodes were scheduled.
+IMAGE_TAG = r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$"
+_PATH_COMPONENT = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
+IMAGE_REPOSITORY = (
+    rf"^([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{{1,5}})?/)?"
+    rf"{_PATH_COMPONENT}(/{_PATH_COMPONENT})*$"
+)
 # DNS-1123 subdomain: dot-separated DNS labels, at most 253 characters (Secret names).
 SUBDOMAIN = rf"{_LABEL}(\.{_LABEL})*"
 SUBDOMAIN_MAX = 253
@@ -121,6 +131,25 @@ def bound_names(schema: dict[str, Any]) -> dict[str, Any]:
     _keep_description(props["scheduler"]["properties"], "priorityClass", "labelValueName")
     _keep_description(props["schedule"]["properties"], "cron", "cron")
     _keep_description(props["schedule"]["properties"], "timeZone", "timeZone")
+    image = props["image"]["properties"]
+    image["repository"].update(pattern=IMAGE_REPOSITORY, maxLength=255)
+    image["repository"]["description"] = (
+        "An image name as the container runtime parses it: [registry[:port]/]path, the path in "
+        "lowercase."
+    )
+    image["tag"]["pattern"] = IMAGE_TAG
+    image["tag"]["description"] = (
+        "An image tag: up to 128 letters, digits, '_', '.' or '-', not starting with '.' or "
+        "'-'; empty means the chart's appVersion."
+    )
+    account = props["serviceAccount"]
+    account["not"] = {
+        "required": ["create", "name"],
+        "properties": {"create": {"const": True}, "name": {"const": "default"}},
+        "description": "serviceAccount.create with name default would take over the "
+        "namespace's default ServiceAccount (its annotations then apply to every pod there, "
+        "and a prune deletes it): give another name, or create: false to use it as it is",
+    }
     return schema
 
 

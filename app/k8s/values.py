@@ -282,8 +282,11 @@ def _describe(err: Any) -> str:
             f"({names.FREE_FORM_REFUSED}): Helm's toYaml would write it so that the manifest "
             "breaks or the value changes; remove it"
         )
-    if err.validator == "pattern" and len(err.validator_value) > 200:
-        # A cron pattern is kilobytes of regex: say what the value should be instead.
+    if err.validator == "pattern" and (
+        len(err.validator_value) > 200 or "description" in err.schema
+    ):
+        # A cron pattern is kilobytes of regex, an image name's a maze: say what the value
+        # should be instead, where the schema says it.
         what = err.schema.get("description") or "the form this value takes"
         return f"{where}: {err.instance!r} is not allowed: {what}"
     if err.validator == "enum" and len(err.validator_value) > 20:

@@ -476,3 +476,49 @@ def test_uris_without_a_password_stay_plain_variables() -> None:
     objects = helm_render({"nodePools": {"l4": {"gpusPerWorker": 1}}, "env": plain})
     (config,) = [o for o in of_kind(objects, "ConfigMap") if "MLFLOW_TRACKING_URI" in o["data"]]
     assert plain.items() <= config["data"].items()
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"image": {"tag": "1.0\nfoo: bar"}}, "image.tag"),
+        ({"image": {"tag": "-rc1"}}, "image.tag"),
+        ({"image": {"repository": "ghcr.io/Example/trainctl"}}, "image.repository"),
+        ({"image": {"repository": "trainctl:0.1.0"}}, "image.repository"),  # the tag's place
+        # Applied by kubectl or Argo CD, the chart took over the namespace's default account.
+        ({"serviceAccount": {"create": True, "name": "default"}},
+         "serviceAccount: serviceAccount.create with name default would take over"),
+    ],
+)  # fmt: skip
+def test_images_and_accounts_that_fail_after_scheduling_are_refused_at_render(
+    values: dict, says: str, tmp_path: Path
+) -> None:
+    """Each rendered and was refused only later: InvalidImageName once the GPU nodes were up."""
+    from app.errors import ConfigError
+    from app.k8s.render import load_values, render_objects
+
+    values = {"nodePools": {"l4": {"gpusPerWorker": 1}}, **values}
+    with pytest.raises(HelmFailed):
+        helm_render(values)
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as ours:
+        render_objects(load_values([path]), release="demo", namespace="ml")
+    assert any(line.startswith(says) for line in ours.value.problems), ours.value.problems
+    assert "does not match" not in "\n".join(ours.value.problems)  # the form, not a regex
+
+
+@pytest.mark.parametrize(
+    "repository",
+    [
+        "trainctl", "rayproject/ray", "nvcr.io/nvidia/pytorch", "localhost:5000/trainctl",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/team/trainctl",
+        "us-docker.pkg.dev/project/repo/trainctl", "my_org/my__image",
+    ],
+)  # fmt: skip
+def test_the_image_names_registries_use_render(repository: str) -> None:
+    values = {"nodePools": {"l4": {}}, "image": {"repository": repository, "tag": "v1.2_rc-3"}}
+    (job,) = of_kind(helm_render(values), "RayJob")
+    head, _ = rayjob_groups(job)
+    (container,) = containers(head["template"])
+    assert container["image"] == f"{repository}:v1.2_rc-3"
