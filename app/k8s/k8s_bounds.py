@@ -142,6 +142,20 @@ def bound_names(schema: dict[str, Any]) -> dict[str, Any]:
         "An image tag: up to 128 letters, digits, '_', '.' or '-', not starting with '.' or "
         "'-'; empty means the chart's appVersion."
     )
+    # Secret names, or Kubernetes' own form ({name: regcred}), which most charts take.
+    props["imagePullSecrets"]["items"] = {
+        "anyOf": [
+            {"$ref": "#/definitions/k8sName"},
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name"],
+                "properties": {"name": {"$ref": "#/definitions/k8sName"}},
+            },
+        ],
+        "description": "A Secret's name (lowercase letters, digits, '-' and '.', at most 253), "
+        "given as regcred or as {name: regcred}.",
+    }
     account = props["serviceAccount"]
     account["not"] = {
         "required": ["create", "name"],

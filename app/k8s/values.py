@@ -267,6 +267,8 @@ def _describe(err: Any) -> str:
     if err.validator == "additionalProperties":
         known = ", ".join(sorted(err.schema.get("properties", {})))
         return f"{where}: {err.message}; allowed: {known}"
+    if err.validator == "anyOf" and "description" in err.schema:  # e.g. "a name, or {name:}"
+        return f"{where}: {err.instance!r} is not allowed: {err.schema['description']}"
     if err.validator == "not" and "description" in err.validator_value:
         if isinstance(err.instance, dict | list):  # the rule says what of it is refused
             return f"{where}: {err.validator_value['description']}"

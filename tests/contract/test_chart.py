@@ -522,3 +522,36 @@ def test_the_image_names_registries_use_render(repository: str) -> None:
     head, _ = rayjob_groups(job)
     (container,) = containers(head["template"])
     assert container["image"] == f"{repository}:v1.2_rc-3"
+
+
+def test_pull_secrets_take_names_or_kubernetes_own_form_in_both_engines(tmp_path: Path) -> None:
+    """`imagePullSecrets: [{name: regcred}]` is the form most charts take: it was refused as
+    "not of type 'string'"."""
+    from app.errors import ConfigError
+    from app.k8s.render import load_values, render_objects
+
+    values = {"nodePools": {"l4": {}}, "schedule": {"enabled": True},
+              "imagePullSecrets": [{"name": "regcred"}, "mirror"]}  # fmt: skip
+    expected = [{"name": "regcred"}, {"name": "mirror"}]
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    (ours,) = render_objects(load_values([path]), release="demo", namespace="ml").values()
+    for objects in (helm_render(values, release="demo", namespace="ml"), ours):
+        (job,) = of_kind(objects, "RayJob")
+        head, (group,) = rayjob_groups(job)
+        for template in (head["template"], group["template"]):
+            assert template["spec"]["imagePullSecrets"] == expected
+    (cronjob,) = of_kind(helm_render(values), "CronJob")
+    assert cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["imagePullSecrets"] == (
+        expected
+    )
+    values["imagePullSecrets"] = [{"name": "Bad_Name"}]
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as refused:
+        render_objects(load_values([path]), release="demo", namespace="ml")
+    assert refused.value.problems == [
+        "imagePullSecrets.0: {'name': 'Bad_Name'} is not allowed: A Secret's name (lowercase "
+        "letters, digits, '-' and '.', at most 253), given as regcred or as {name: regcred}."
+    ]
+    with pytest.raises(HelmFailed):
+        helm_render(values)

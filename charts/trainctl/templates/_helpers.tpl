@@ -62,6 +62,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{ .Values.storage.existingClaim | default (printf "%s-shared" .Release.Name) }}
 {{- end -}}
 
+{{/* An imagePullSecrets entry: a Secret's name, or Kubernetes' own form {name: ...}. */}}
+{{- define "trainctl.pullSecretName" -}}
+{{- if kindIs "map" . }}{{ .name }}{{ else }}{{ . }}{{ end -}}
+{{- end -}}
+
 {{- define "trainctl.authSecretName" -}}
 {{ .Values.rayAuth.existingSecret | default (printf "%s-ray-auth" .Release.Name) }}
 {{- end -}}

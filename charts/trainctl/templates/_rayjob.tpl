@@ -52,7 +52,7 @@ securityContext:
 {{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
 {{- range . }}
-  - name: {{ . | quote }}
+  - name: {{ include "trainctl.pullSecretName" . | quote }}
 {{- end }}
 {{- end }}
 volumes:
@@ -313,7 +313,7 @@ spec:
       {{- with $v.imagePullSecrets }}
       imagePullSecrets:
       {{- range . }}
-        - name: {{ . | quote }}
+        - name: {{ include "trainctl.pullSecretName" . | quote }}
       {{- end }}
       {{- end }}
       containers:

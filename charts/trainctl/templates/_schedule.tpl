@@ -127,7 +127,7 @@ spec:
           {{- with $v.imagePullSecrets }}
           imagePullSecrets:
           {{- range . }}
-            - name: {{ . | quote }}
+            - name: {{ include "trainctl.pullSecretName" . | quote }}
           {{- end }}
           {{- end }}
           containers:
