@@ -258,8 +258,9 @@ def _describe(err: Any) -> str:
         text = canonical.scalar(err.instance)
         kind = "a boolean" if isinstance(err.instance, bool) else "a number"
         return (
-            f"{where}: {err.message}; --set reads {text} as {kind} (as Helm does): give the "
-            f"text with --set-string {where}={text}, or quote it in a values file"
+            f"{where}: {text} is {kind}, and text is wanted: in a values file quote it "
+            f'("{text}"); --set reads {text} as {kind} too (as Helm does): give it with '
+            f"--set-string {where}={text}"
         )
     if err.validator == "additionalProperties" and err.path and err.path[-1] == "train":
         known = ", ".join(sorted(err.schema.get("properties", {})))

@@ -370,3 +370,14 @@ def test_good_names_cron_and_zone_render_in_both(tmp_path: Path) -> None:
     path = _file(tmp_path, POOL + text)
     assert trainctl("render", "-f", str(path)).code == 0
     assert helm_template([path])
+
+
+def test_a_number_or_boolean_where_text_is_wanted_says_both_fixes(tmp_path: Path) -> None:
+    """It said `True is not of type 'string'` (Python's spelling) and only --set-string, to a
+    user whose value came from a file."""
+    result = trainctl("render", "-f", str(_file(tmp_path, POOL + "labels: {build: true}\n")))
+    assert_refused(
+        result, 2, 'labels.build: true is a boolean, and text is wanted: in a values file quote '
+        'it ("true"); --set reads true as a boolean too', "--set-string labels.build=true",
+    )  # fmt: skip
+    assert "True" not in result.text
