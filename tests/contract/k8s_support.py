@@ -137,6 +137,27 @@ def helm_render(
     return _parse([text for name, text in sorted(out.items()) if name.endswith(".yaml")])
 
 
+def refusals(values: dict[str, Any], folder: Path) -> tuple[str, list[str]]:
+    """What each engine says refusing `values` (Helm's error, `trainctl render`'s problems);
+    AssertionError where either renders them. The values file is written into `folder`."""
+    from app.errors import ConfigError
+    from app.k8s.render import load_values, render_objects
+
+    try:
+        helm_render(values)
+    except HelmFailed as err:
+        helm = str(err)
+    else:
+        raise AssertionError(f"Helm rendered {values}")
+    path = folder / "values.json"
+    path.write_text(json.dumps(values))
+    try:
+        render_objects(load_values([path]), release="demo", namespace="ml")
+    except ConfigError as err:
+        return helm, list(err.problems)
+    raise AssertionError(f"trainctl render rendered {values}")
+
+
 def helm_notes(values: dict[str, Any], *, release: str = "demo", namespace: str = "ml") -> str:
     """NOTES.txt as `helm install` prints it for these values (the SDK: `helm template` does
     not print notes)."""

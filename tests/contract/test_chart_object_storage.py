@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from app.errors import ConfigError
 from app.k8s.follow import summary_line
 from app.k8s.plan import pool_objects
 from app.k8s.render import load_values, render_objects
@@ -23,13 +22,13 @@ from app.k8s.submit import _run_dir as submit_run_dir
 from app.runfolder.folder import read_summary
 from app.settings import TrainSettings
 from tests.contract.k8s_support import (
-    HelmFailed,
     by_key,
     containers,
     helm_render,
     normalized,
     of_kind,
     pod_templates,
+    refusals,
 )
 from tests.s3_support import Bucket, S3Server
 
@@ -244,13 +243,8 @@ def test_bad_account_and_env_values_are_refused_by_both_engines(
 
 
 def _refused_by_both(values: dict[str, Any], where: str, tmp_path: Path) -> None:
-    with pytest.raises(HelmFailed):
-        helm_render(values)
-    path = tmp_path / "values.yaml"
-    path.write_text(json.dumps(values))
-    with pytest.raises(ConfigError) as err:
-        render_objects(load_values([path]), release="demo", namespace="ml")
-    assert any(where in problem for problem in err.value.problems), err.value.problems
+    _, ours = refusals(values, tmp_path)
+    assert any(where in problem for problem in ours), ours
 
 
 # --- submit --wait ------------------------------------------------------------------------
