@@ -205,17 +205,22 @@ def _stopped(
     trackers: Trackers,
 ) -> TrainctlError | None:
     """What a run that ended early raises once its summary is written: Interrupted after
-    SIGTERM, RunFailed naming the cause and the logs; None for Ctrl-C (the CLI reports it)."""
+    SIGTERM, RunFailed naming the cause and the logs; None for Ctrl-C (the CLI reports it,
+    exit 130)."""
     run_dir = settings.run_dir
     ending = decisions.classify_ending(err, SIGTERM_SEEN.is_set())
-    if ending == "ctrl_c":
-        return None
-    if ending == "sigterm":
-        _say(just_in_time(run_dir, invocation))
+    if ending in ("ctrl_c", "sigterm"):
+        signal_name = "SIGTERM" if ending == "sigterm" else "Ctrl-C"
+        try:
+            _say(just_in_time(run_dir, invocation))
+        except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) again while waiting: stop at once
+            _say(f"no just-in-time checkpoint ({signal_name} again while waiting for it)")
         _finish(
-            settings, "interrupted", started, invocation, resume_from, "stopped by SIGTERM",
-            trackers=trackers,
+            settings, "interrupted", started, invocation, resume_from,
+            f"stopped by {signal_name}", trackers=trackers,
         )  # fmt: skip
+        if ending == "ctrl_c":
+            return None
         return Interrupted(
             f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
         )

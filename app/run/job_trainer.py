@@ -1,5 +1,5 @@
-"""The TorchTrainer class a run uses: Ray's own, less its placement-group cleaner when the run
-is the only training of its Ray job.
+"""The TorchTrainer class a run uses: Ray's own, less its placement-group cleaner and its Ctrl-C
+handler when the run is the only training of its Ray job.
 
 Ray Train 2.60 starts, beside every TorchTrainer's controller, a detached actor that asks the
 state API once a second whether the controller is alive, and removes the run's placement group
@@ -38,5 +38,12 @@ def trainer_class(*, own_job: bool) -> Any:
                 for callback in super()._create_default_callbacks()
                 if not isinstance(callback, PlacementGroupCleanerCallback)
             ]
+
+        def _register_sigint_handler(self, controller: Any) -> None:
+            """Left out: Ray Train 2.60's own Ctrl-C handler aborts the controller and ends
+            the driver with exit 1 and no word (its comment: "for some reason the process still
+            exits with 1"), the run's summary left `running`. Without it Ctrl-C is the
+            KeyboardInterrupt that ray.get lets out, and the driver records the run stopped
+            and exits 130, as it does for SIGTERM (143)."""
 
     return OwnJobTrainer

@@ -32,3 +32,25 @@ def test_a_run_alone_has_every_default_callback_but_the_placement_group_cleaner(
     alone = _callback_types(own_job=True)
     assert alone == [kind for kind in rays if kind is not PlacementGroupCleanerCallback]
     assert issubclass(trainer_class(own_job=True), TorchTrainer)
+
+
+def test_a_run_alone_leaves_ctrl_c_to_the_driver() -> None:
+    """Ray Train's own Ctrl-C handler ended the driver with exit 1 and no word, the run's
+    summary left `running`; a run's trainer registers none, so Ctrl-C reaches the driver as a
+    KeyboardInterrupt (recorded as stopped, exit 130). Checked against Ray's trainer: the
+    handler it installs is there to be left out."""
+    import signal
+
+    from ray.train import ScalingConfig
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        for own_job, replaced in ((True, False), (False, True)):
+            trainer = trainer_class(own_job=own_job)(
+                _loop, scaling_config=ScalingConfig(num_workers=1)
+            )
+            trainer._register_sigint_handler(controller=None)
+            assert (signal.getsignal(signal.SIGINT) is not before) is replaced, own_job
+            signal.signal(signal.SIGINT, before)
+    finally:
+        signal.signal(signal.SIGINT, before)
