@@ -33,6 +33,7 @@ from app.data.schema import SPLITS, inspect_split, parquet_files
 from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows, parquet_rows
 from app.formatting import shown
+from app.runfolder.class_names import one_form
 from app.storage.location import RunPath, parse_location, store_errors
 from app.storage.reading import reader_source
 
@@ -212,7 +213,10 @@ def _data_folder(location: RunPath, card: dict[str, Any], allow_missing: bool) -
         )
     listing = list_class_folder(location)
     names = list(card["class_names"])
-    found = {name for name, files in listing.files.items() if files}
+    # Folders named as the run spells its classes, whatever the Unicode form they were made in.
+    by_form = {one_form(n): n for n in names}
+    files = {by_form.get(one_form(f), f): paths for f, paths in listing.files.items()}
+    found = {name for name, paths in files.items() if paths}
     if set(SPLITS) <= set(listing.files) and not set(SPLITS) & set(names):
         raise ConfigError(
             f"{shown(location)}: holds {' and '.join(f'{s}/' for s in SPLITS)}, a dataset's "
@@ -227,13 +231,11 @@ def _data_folder(location: RunPath, card: dict[str, Any], allow_missing: bool) -
             f"{shown(location)}: no images to evaluate{note}; give a folder of class folders "
             "(DATA/<class>/<image>) or of Parquet files (image and label columns)"
         )
-    problem = _class_problem(sorted(listing.files), sorted(found), names, allow_missing)
+    problem = _class_problem(sorted(files), sorted(found), names, allow_missing)
     if problem:
         raise ConfigError(f"{shown(location)}: {problem}")
     label = {name: index for index, name in enumerate(names)}
-    items = tuple(
-        (path, label[name]) for name in sorted(listing.files) for path in listing.files[name]
-    )
+    items = tuple((path, label[name]) for name in sorted(files) for path in files[name])
     return ImageFiles(
         location=location, rows=len(items), root=location, items=items,
         skipped_files=listing.skipped,

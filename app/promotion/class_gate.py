@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.runfolder.class_names import one_form
 from app.settings.gate import ClassThreshold, Gate, exact
 
 VALIDATION_NOTE = (
@@ -107,7 +108,9 @@ def _term(
     check: dict[str, Any] = {"term": term.term, "figure": term.figure, "op": term.op,
                              "threshold": term.value, "data": judged.split}  # fmt: skip
     if term.name is not None:
-        found = run.per_class.get(term.name)
+        found = next(
+            (f for name, f in run.per_class.items() if one_form(name) == one_form(term.name)), None
+        )
         if found is None or found["support"] <= 0:
             check.update({"class": term.name, "value": None, "passed": False})
             return check, f"{term.term}: class {term.name!r} has no rows in {judged.where()}", None

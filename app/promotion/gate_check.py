@@ -14,6 +14,7 @@ from app.data.schema import DatasetInfo
 from app.errors import ConfigError, did_you_mean
 from app.formatting import one_line
 from app.promotion.class_gate import VALIDATION_NOTE
+from app.runfolder.class_names import one_form
 from app.settings import TrainSettings
 from app.settings.gate import BEATS, Gate
 
@@ -55,7 +56,9 @@ def _check_classes(gate: Gate, info: DatasetInfo) -> None:
     counts = info.test_class_counts if info.test_rows is not None else info.valid_class_counts
     split = "test" if info.test_rows is not None else "valid"
     problems = []
-    for name in gate.named_classes():
+    by_form = {one_form(n): n for n in names}
+    for typed in gate.named_classes():
+        name = by_form.get(one_form(typed), typed)  # as the dataset spells it
         if name not in names:
             close = did_you_mean(name, names, "").removeprefix("; ")
             hint = f" ({close})" if close else ""

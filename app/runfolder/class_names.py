@@ -127,12 +127,19 @@ def record(run_dir: RunPath, names: tuple[str, ...]) -> None:
         write_json(run_dir / CLASSES_FILE, {"class_names": list(names)})
 
 
+def one_form(name: str) -> str:
+    """The form every spelling of a class name shares (NFC): a folder made on macOS (NFD) and
+    the same name typed elsewhere (NFC) are one class. A dataset never holds two names of one
+    form (names_problem refuses them), so matching by it is unambiguous."""
+    return unicodedata.normalize("NFC", name)
+
+
 def names_problem(names: Sequence[str]) -> str | None:
     """Why `names` cannot label classes (a name twice, or one name in two Unicode
     normalisations), or None. Names are shown with ascii() so that the two spellings differ."""
     seen: dict[str, int] = {}
     for index, name in enumerate(names):
-        key = unicodedata.normalize("NFC", name)
+        key = one_form(name)
         if key not in seen:
             seen[key] = index
             continue

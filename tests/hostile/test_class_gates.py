@@ -122,3 +122,32 @@ def test_check_prints_the_gate_as_it_will_be_judged(
     assert "every term judged on the held-out test data (3 rows)" in held_out.out
     assert "/ 3 held-out test rows" in held_out.out
     assert "beats the held-out test data's majority-class rate 0.3333" in held_out.out
+
+
+def test_a_class_typed_in_another_unicode_form_is_the_same_class(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Folders made on macOS spell `carré` decomposed (NFD); typed on Linux it is composed
+    (NFC). The two look alike, and check said "did you mean carré?" to `carré`."""
+    import unicodedata
+
+    from app.promotion.class_gate import Judged, Scores
+    from app.promotion.gate import decide
+    from app.settings.gate import parse_gate
+
+    nfd, nfc = unicodedata.normalize("NFD", "carré"), unicodedata.normalize("NFC", "carré")
+    image_folder(tmp_path / "data", classes=(nfd, "rond"))
+    gate = f"recall[{nfc}]>=0.5"
+    for key, value in {**BASE, "TRAIN_DATA_PATH": str(tmp_path / "data"),
+                       "TRAIN_PROMOTE_IF": gate, "TRAIN_STORAGE_PATH": str(tmp_path / "runs")
+                       }.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0, result.text
+    assert f"recall[{nfc}]>=0.5 (class {nfc})" in result.out
+    # At the run's end: the evaluation names the class as the dataset spells it.
+    figures = {"recall": 0.75, "precision": 0.8, "f1": 0.77, "support": 4}
+    run = Scores(0.9, 0.3, {nfd: figures, "rond": figures})
+    verdict = decide(parse_gate(gate), {"val_accuracy": 0.9}, None, "val_accuracy", True,
+                     None, Judged("valid", 8, run, classes=(nfd, "rond")))  # fmt: skip
+    assert verdict.promoted, verdict.reason

@@ -393,3 +393,20 @@ def test_a_succeeded_run_without_an_export_is_not_sent_to_train_again(tmp_path: 
     result = trainctl("evaluate", str(trial), "--split", "valid")
     assert_refused(result, 2, "the run succeeded without one", "the sweep's best trial")
     assert "resumes it" not in result.text
+
+
+def test_class_folders_in_another_unicode_form_are_the_runs_classes(tmp_path: Path) -> None:
+    """A run trained on folders made on macOS (NFD `carré`) evaluated on a copy made on
+    Linux (NFC): it was refused as "class folders the run does not have: carré ...; missing:
+    carré". Listing only, no Ray."""
+    import unicodedata
+
+    from app.evaluation.data import data_folder
+
+    nfd, nfc = unicodedata.normalize("NFD", "carré"), unicodedata.normalize("NFC", "carré")
+    card = {"class_names": [nfd, "rond"]}
+    data = folder(tmp_path / "test", [nfc, "rond"], per_class=2)
+    found = data_folder(str(data), card, None)
+    assert found.rows == 4
+    assert sorted(label for _, label in found.items) == [0, 0, 1, 1]
+    assert {path.split("/")[0] for path, label in found.items if label == 0} == {nfc}
