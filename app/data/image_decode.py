@@ -8,8 +8,9 @@ MAX_IMAGE_PIXELS default, and Pillow's warning range above it refused too), one 
 decode (a truncated JPEG fails here, not at open). Parquet's encoded images
 (app/data/images.py) are opened through `open_image` under the same pixel limit.
 
-The preparation: Pillow decodes the image; for a 3-channel model every mode (grayscale, RGBA,
-CMYK, palette, 16-bit) is made RGB; for a 1-channel model a grayscale mode is made 8-bit L and
+The preparation: Pillow decodes the image; 16-bit grayscale is scaled to 8 bits by its full
+range; for a 3-channel model every mode (grayscale, RGBA, CMYK, palette) is made RGB; for a
+1-channel model a grayscale mode is made 8-bit L and
 a colour image is refused (which grey a colour photo should become is not the model's to
 guess). It is resized so that it covers height x width and center-cropped, with Pillow's
 bilinear filter, as torchvision's classification transforms do for evaluation (a plain resize
@@ -86,6 +87,7 @@ def decode_image(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = _eight_bit(image, where)
             if channels == 3:
                 image.draft("RGB", (width, height))  # JPEG: a reduced scale that still covers
                 image = image.convert("RGB")
@@ -100,6 +102,23 @@ def decode_image(
         # OSError: "image file is truncated"; SyntaxError: Pillow's word for a broken header.
         raise ImageError(f"{shown(where)}: not a readable image ({err})") from None
     return pixels.reshape(height, width, channels)
+
+
+def _eight_bit(image: Image.Image, where: object) -> Image.Image:
+    """A 16-bit grayscale image (PNG, TIFF: Pillow's I;16 modes, or I) as 8-bit L, scaled by its
+    full range (the top 8 bits): Pillow's own convert() clips every value above 255 to white,
+    so a 16-bit scan became a blank white image. A 32-bit float image has no range to scale
+    by: refused."""
+    if image.mode.startswith("I;16") or image.mode == "I":
+        image.load()
+        wide = np.asarray(image).astype(np.int64)
+        return Image.fromarray((np.clip(wide, 0, 65535) >> 8).astype(np.uint8), "L")
+    if image.mode == "F":
+        raise ImageError(
+            f"{shown(where)}: a 32-bit floating-point image (Pillow mode F), whose range is not "
+            "known; give 8- or 16-bit images"
+        )
+    return image
 
 
 def _gray(image: Image.Image, where: object) -> bool:

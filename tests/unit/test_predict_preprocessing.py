@@ -61,6 +61,11 @@ def test_predict_sees_what_training_saw(
     predicted = _pixels(path, SPEC)
     assert predicted.shape == trained.shape == (SIZE, SIZE, 3)
     assert np.array_equal(predicted, trained)
+    if mode == "I;16":  # scaled by its range: Pillow's own convert made every pixel 255
+        eight = tmp_path / "eight.png"
+        Image.fromarray((wide >> 8).astype(np.uint8), "L").save(eight)
+        assert np.array_equal(trained, decode_image(eight.read_bytes(), SIZE, eight))
+        assert trained.min() < 200
 
 
 def test_a_file_or_class_name_with_a_newline_stays_on_one_line() -> None:
@@ -72,6 +77,14 @@ def test_a_file_or_class_name_with_a_newline_stays_on_one_line() -> None:
     assert Prediction("a.png", [("tab\tby", 1, 0.5)]).line() == "a.png: 'tab\\tby' 0.5000"
 
 
+def _float_tiff() -> bytes:
+    import io
+
+    out = io.BytesIO()
+    Image.fromarray(np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8), "F").save(out, "TIFF")
+    return out.getvalue()
+
+
 @pytest.mark.parametrize(
     ("data", "verdict"),
     [
@@ -81,6 +94,7 @@ def test_a_file_or_class_name_with_a_newline_stays_on_one_line() -> None:
         (truncated_jpeg(), "not a readable image (image file is truncated"),
         (b"GIF89a not really", "not an image format Pillow reads"),
         (image_bytes(4, 1, "PNG"), None),  # a good image: both take it
+        (_float_tiff(), "a 32-bit floating-point image (Pillow mode F)"),
     ],
 )
 def test_training_and_predict_take_and_refuse_the_same_files(
