@@ -96,3 +96,16 @@ def test_an_evaluation_replaces_the_earlier_one_whole(tmp_path: Path) -> None:
     assert sorted(p.name for p in folder.iterdir()) == [METRICS_FILE, MISTAKES_FILE]
     assert (folder / MISTAKES_FILE).read_bytes() == b"new"
     assert [p.name for p in (run / "eval").iterdir()] == ["test"]  # no staging folder left
+
+
+def test_class_names_the_font_cannot_draw_cost_no_warning_lines() -> None:
+    """Each CJK glyph printed a matplotlib UserWarning during train and evaluate."""
+    import warnings
+
+    names = ["三角", "四角", "big circle"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        png = confusion_png({"classes": names, "matrix": [[2, 0, 0], [0, 1, 1], [1, 0, 3]],
+                             "most_confused": []})  # fmt: skip
+    assert png.startswith(b"\x89PNG")
+    assert not [w for w in caught if "Glyph" in str(w.message)], [str(w.message) for w in caught]
