@@ -2,8 +2,9 @@
 
 For each run: summary.json (status, epochs, the last epoch's and the best checkpoint's
 metrics, duration, settings), metrics.jsonl (the curves), attempts.jsonl (how many workers
-the last start had) and its newest evaluation, `eval/<name>/metrics.json` (the latest by
-its recorded time; a run's end-of-run evaluation is one of them). Shown: the settings that
+the last start had) and its evaluations, `eval/<name>/metrics.json` (a run's end-of-run
+evaluation is one of them): the one shown is of a name every run has, so that the figures side
+by side are of the same data (_choose_evaluations). Shown: the settings that
 differ, the final and best figures, time and accelerator-hours, and the classes whose recall
 differs most between the runs' evaluations; `--json` gives all of it, every class included.
 One PNG overlays the runs' validation accuracy and losses per epoch.
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.errors import ConfigError
-from app.evaluation.report import latest_metrics
+from app.evaluation.report import run_evaluations
 from app.formatting import finite, json_safe, shown
 from app.runfolder import folder as run_folder
 from app.storage.entries import Kind, kind, not_a_link
@@ -44,7 +45,8 @@ class RunFigures:
     summary: dict[str, Any]
     epochs: list[dict[str, Any]]
     workers: int | None
-    evaluation: dict[str, Any] | None
+    evaluations: list[dict[str, Any]]  # every evaluation of the run's own model
+    evaluation: dict[str, Any] | None = None  # the one shown (compare's choice)
     hours: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -144,6 +146,12 @@ class Comparison:
         lines = [label.ljust(width) + "".join(_cell(v) for v in values) for label, values in rows]
         if self.plot is not None:  # whole, not cut to a cell: it is a path to open
             lines.append("curves".ljust(width) + shown(self.plot))
+        shown_names = {r.evaluation["name"] for r in self.runs if r.evaluation}
+        if len(shown_names) > 1:
+            lines.append(
+                "* the evaluations are of different data (no name every run has): evaluate each "
+                "run on the same data with one --name to compare them"
+            )
         if any(r.hours and r.hours.get("source") != "recorded" for r in self.runs):
             lines.append("* derived: duration x workers (the run recorded no accelerator_hours)")
         return [line.rstrip() for line in lines]
@@ -168,8 +176,24 @@ def compare(runs: Sequence[str], out: str | None) -> Comparison:
     # would list every setting as differing. It shows "unknown" where the others differ.
     known = [r for r in found if r.settings]
     differing = [k for k in keys if len({_value(r.settings.get(k)) for r in known}) > 1]
+    _choose_evaluations(found)
     write_atomic(destination, _curves(found))
     return Comparison(found, differing, destination)
+
+
+def _choose_evaluations(runs: Sequence[RunFigures]) -> None:
+    """Each run's evaluation to show: of one name every run has (the one written last), so
+    that the figures side by side are of the same data; where the runs share none, each
+    run's newest (the table says they differ)."""
+    named = [{e["name"]: e for e in run.evaluations} for run in runs]
+    common = set.intersection(*(set(n) for n in named)) if named else set()
+    if common:
+        name = max(common, key=lambda n: max(found[n]["time"] for found in named))
+        for run, found in zip(runs, named, strict=True):
+            run.evaluation = found[name]
+        return
+    for run in runs:
+        run.evaluation = max(run.evaluations, key=lambda m: m["time"], default=None)
 
 
 def _plot_location(out: str, endpoint: str | None) -> RunPath:
@@ -205,7 +229,7 @@ def _read(run_dir: RunPath) -> RunFigures:
         summary=summary,
         epochs=epochs,
         workers=sizes[-1] if sizes else None,
-        evaluation=latest_metrics(run_dir),
+        evaluations=run_evaluations(run_dir),
     )
     figures.hours = accelerator_hours(summary, figures.workers)
     return figures

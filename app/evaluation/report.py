@@ -203,12 +203,17 @@ def _other_model(metrics: dict[str, Any] | None) -> bool:
 def latest_metrics(run_dir: RunPath) -> dict[str, Any] | None:
     """The run's newest complete evaluation (by its recorded time), with its folder name as
     `name`; None where it has none."""
+    return max(run_evaluations(run_dir), key=lambda m: m["time"], default=None)
+
+
+def run_evaluations(run_dir: RunPath) -> list[dict[str, Any]]:
+    """The run's complete evaluations of its own model, each with its folder name as `name`."""
     root = run_dir / EVAL_DIR
     try:
         # A hidden name is an evaluation being written.
         names = [e.name for e in entries(root, run_dir) if not e.name.startswith(".")]
     except (OSError, ValueError, safe_fs.LinkRefused):
-        return None
+        return []
     found = []
     for name in names:
         metrics = read_metrics(root / name)
@@ -216,4 +221,4 @@ def latest_metrics(run_dir: RunPath) -> dict[str, Any] | None:
             continue  # the champion scored on this run's rows for its gate: not this run's
         if metrics is not None and isinstance(metrics.get("time"), int | float):
             found.append({**metrics, "name": name})
-    return max(found, key=lambda m: m["time"], default=None)
+    return found

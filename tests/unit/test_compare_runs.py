@@ -212,3 +212,23 @@ def test_where_the_runs_or_the_plot_cannot_be_is_refused_before_reading(tmp_path
         result = trainctl("compare", *runs)
         assert result.code == 2 and message in result.text, (extra, result.text)
         assert "Traceback" not in result.text
+
+
+def test_the_runs_are_shown_on_an_evaluation_they_share(tmp_path: Path) -> None:
+    """Each run's newest evaluation put a's valid figures beside b's test figures in one row.
+    The name every run has is shown; with none shared, the table says the data differ."""
+    a = make_run(tmp_path, "a", lr=0.001, accuracies=[0.5], duration_s=60)
+    b = make_run(tmp_path, "b", lr=0.01, accuracies=[0.6], duration_s=60)
+    add_eval(a, "test", {"cat": 0.9, "dog": 0.5}, at=2000.0)
+    add_eval(a, "valid", {"cat": 0.2, "dog": 0.2}, at=3000.0)  # a's newest, b has none
+    add_eval(b, "test", {"cat": 0.95, "dog": 0.9}, at=1500.0)
+    out = str(tmp_path / "c.png")
+    found = json.loads(trainctl("compare", str(a), str(b), "--out", out, "--json").out)
+    assert [r["evaluation"]["name"] for r in found["runs"]] == ["test", "test"]
+    assert found["per_class_recall"]["cat"] == [0.9, 0.95]
+    table = trainctl("compare", str(a), str(b), "--out", out).out
+    assert "different data" not in table
+    c = make_run(tmp_path, "c", lr=0.1, accuracies=[0.7], duration_s=60)
+    add_eval(c, "holdout", {"cat": 0.5, "dog": 0.5}, at=4000.0)
+    table = trainctl("compare", str(a), str(c), "--out", out).out
+    assert "* the evaluations are of different data (no name every run has)" in table
