@@ -479,6 +479,8 @@ def predict_cmd(
     card_sha256 = None
     if target.startswith("champion:"):
         target, card_sha256 = _champion_export(target.removeprefix("champion:"), env, endpoint)
+    else:
+        target = _sweeps_best(target, endpoint)
     if takes_batch_path(images, out, pool=gpus or actors is not None):
         from app.evaluation.scoring import ScoringOptions
 
@@ -532,6 +534,25 @@ def _champion_export(name: str, env: Mapping[str, str], endpoint: str | None) ->
         return champion_export(storage, name, endpoint)
     except PointerDamaged as err:
         raise ConfigError(f"champion:{name}: {err}") from None
+
+
+def _sweeps_best(target: str, endpoint: str | None) -> str:
+    """`target` itself, or where it is a sweep's folder, its best trial (the one the sweep
+    exported), said on stderr."""
+    from app.export.card import sweep_best_trial
+    from app.formatting import shown
+    from app.storage.location import parse_location
+
+    try:
+        where = parse_location(target, endpoint)
+    except ValueError:
+        return target  # refused, naming it, where it is read
+    best = sweep_best_trial(where)
+    if best is None:
+        return target
+    click.echo(f"trainctl: {shown(where)} is a sweep: predicting with its best trial, "
+               f"{best.name}", err=True)  # fmt: skip
+    return str(best)
 
 
 @cli.command("evaluate")

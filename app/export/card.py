@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +114,28 @@ def _read_card(
     if problem:
         raise ConfigError(f"{path}: {problem}")
     return card, text
+
+
+def sweep_best_trial(folder: RunPath) -> RunPath | None:
+    """A sweep folder's best trial, the one trial it exported (sweep.json's `best`), as a run
+    folder below it; None where `folder` is no sweep or its record names no exported trial.
+    Only the trial's id is taken from the record: the folder is the sweep's own trials/<id>,
+    and its export is then verified as any run's."""
+    from app.runfolder.folder import MAX_RECORDS_BYTES, read_record_file
+    from app.settings.tune_plan import TRIALS_DIR
+
+    try:
+        record = bounded_json.loads(
+            read_record_file(folder / SWEEP_FILE, MAX_RECORDS_BYTES).decode("utf-8")
+        )
+    except (OSError, ValueError):  # none, a link, damaged: the caller says what to give
+        return None
+    best = record.get("best") if isinstance(record, dict) else None
+    trial = best.get("trial") if isinstance(best, dict) else None
+    if not isinstance(trial, str) or not re.fullmatch(r"trial-[0-9]{4,9}", trial):
+        return None
+    chosen = folder / TRIALS_DIR / trial
+    return chosen if present(chosen / EXPORT_DIR / CARD_FILE) else None
 
 
 def sweep_problem(folder: RunPath) -> str | None:

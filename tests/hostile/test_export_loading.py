@@ -282,3 +282,27 @@ def test_a_linked_champions_folder_keeps_the_champion_untouched(tmp_path: Path) 
     assert summary["promoted"] is False
     assert f"{storage / 'champions'}: is a symbolic link" in summary["promotion"]["reason"]
     assert list(outside.iterdir()) == []  # no pointer, no lock written through the link
+
+
+def test_predict_on_a_sweep_uses_the_trial_it_exported(tmp_path: Path, image: str) -> None:
+    """`trainctl predict <sweep>` was refused though sweep.json names the best trial, the one
+    the sweep exported. Only the trial's id is read from the record: the folder is the
+    sweep's own trials/<id>, verified as any run is."""
+    import shutil
+
+    make_run(tmp_path / "runs", "r", 0.9)
+    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
+    sweep = tmp_path / "sweeps" / "nightly"
+    (sweep / "trials").mkdir(parents=True)
+    shutil.copytree(tmp_path / "runs" / "r", sweep / "trials" / "trial-0002")
+    record = {"best": {"trial": "trial-0002", "run_dir": "/elsewhere"}}
+    (sweep / "sweep.json").write_text(json.dumps(record))
+    direct = trainctl("predict", str(sweep / "trials" / "trial-0002"), image, "--json")
+    result = trainctl("predict", str(sweep), image, "--json")
+    assert result.code == 0, result.text
+    assert f"{sweep} is a sweep: predicting with its best trial, trial-0002" in result.err
+    assert json.loads(result.out) == json.loads(direct.out)
+    for hostile in ("../../runs/r", "trial-0003", {"x": 1}):  # a path, none exported, no id
+        (sweep / "sweep.json").write_text(json.dumps({"best": {"trial": hostile}}))
+        refused = trainctl("predict", str(sweep), image)
+        assert_refused(refused, 2, "a sweep's folder", f"{sweep}/trials/<trial>")
