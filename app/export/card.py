@@ -47,7 +47,13 @@ from app.runfolder.class_names import (
     recorded,
 )
 from app.runfolder.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
-from app.runfolder.folder import SUMMARY_FILE, SWEEP_FILE, read_summary
+from app.runfolder.folder import (
+    MAX_RECORDS_BYTES,
+    SUMMARY_FILE,
+    SWEEP_FILE,
+    read_record_file,
+    read_summary,
+)
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
 from app.storage import bounded_json
 from app.storage.location import RunPath
@@ -121,8 +127,7 @@ def sweep_best_trial(folder: RunPath) -> RunPath | None:
     folder below it; None where `folder` is no sweep or its record names no exported trial.
     Only the trial's id is taken from the record: the folder is the sweep's own trials/<id>,
     and its export is then verified as any run's."""
-    from app.runfolder.folder import MAX_RECORDS_BYTES, read_record_file
-    from app.settings.tune_plan import TRIALS_DIR
+    from app.settings.tune_plan import TRIALS_DIR  # loads the settings model: only sweeps need it
 
     try:
         record = bounded_json.loads(
