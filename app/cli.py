@@ -480,7 +480,7 @@ def predict_cmd(
     if target.startswith("champion:"):
         target, card_sha256 = _champion_export(target.removeprefix("champion:"), env, endpoint)
     else:
-        target = _sweeps_best(target, endpoint)
+        target = _sweeps_best(target, endpoint, "predicting with")
     if takes_batch_path(images, out, pool=gpus or actors is not None):
         from app.evaluation.scoring import ScoringOptions
 
@@ -536,9 +536,9 @@ def _champion_export(name: str, env: Mapping[str, str], endpoint: str | None) ->
         raise ConfigError(f"champion:{name}: {err}") from None
 
 
-def _sweeps_best(target: str, endpoint: str | None) -> str:
+def _sweeps_best(target: str, endpoint: str | None, doing: str) -> str:
     """`target` itself, or where it is a sweep's folder, its best trial (the one the sweep
-    exported), said on stderr."""
+    exported), said on stderr ("X is a sweep: <doing> its best trial, ...")."""
     from app.export.card import sweep_best_trial
     from app.formatting import shown
     from app.storage.location import parse_location
@@ -550,8 +550,8 @@ def _sweeps_best(target: str, endpoint: str | None) -> str:
     best = sweep_best_trial(where)
     if best is None:
         return target
-    click.echo(f"trainctl: {shown(where)} is a sweep: predicting with its best trial, "
-               f"{best.name}", err=True)  # fmt: skip
+    click.echo(f"trainctl: {shown(where)} is a sweep: {doing} its best trial, {best.name}",
+               err=True)  # fmt: skip
     return str(best)
 
 
@@ -585,14 +585,18 @@ def evaluate_cmd(
     \b
     DATA: a folder of class folders (DATA/<class>/<image>, e.g. pets/valid) or of Parquet
     files (image and label columns), local or s3:// / gs://; or --split valid for the data
-    the run validated on, which reproduces training's val_accuracy.
+    the run validated on, which reproduces training's val_accuracy. A sweep's folder as RUN
+    means its best trial (the one it exported), and its eval/ is that trial's.
     Joins TRAIN_RAY_ADDRESS (or RAY_ADDRESS), else starts a local Ray.
     """
     import json
 
     from app.evaluation.evaluate import evaluate_command
     from app.evaluation.scoring import ScoringOptions
+    from app.settings.env import settings_environ, storage_access
 
+    endpoint, _ = storage_access(settings_environ())
+    run_dir = _sweeps_best(run_dir, endpoint, "evaluating")  # its eval/ is the trial's
     options = ScoringOptions(
         batch_size=batch_size, actors=actors, gpus=gpus, cpus_per_actor=cpus_per_actor
     )

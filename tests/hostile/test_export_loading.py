@@ -284,10 +284,12 @@ def test_a_linked_champions_folder_keeps_the_champion_untouched(tmp_path: Path) 
     assert list(outside.iterdir()) == []  # no pointer, no lock written through the link
 
 
-def test_predict_on_a_sweep_uses_the_trial_it_exported(tmp_path: Path, image: str) -> None:
-    """`trainctl predict <sweep>` was refused though sweep.json names the best trial, the one
-    the sweep exported. Only the trial's id is read from the record: the folder is the
-    sweep's own trials/<id>, verified as any run is."""
+def test_predict_and_evaluate_on_a_sweep_use_the_trial_it_exported(
+    tmp_path: Path, image: str
+) -> None:
+    """`trainctl predict <sweep>` (and evaluate) were refused though sweep.json names the best
+    trial, the one the sweep exported. Only the trial's id is read from the record: the folder
+    is the sweep's own trials/<id>, verified as any run is."""
     import shutil
 
     make_run(tmp_path / "runs", "r", 0.9)
@@ -302,7 +304,16 @@ def test_predict_on_a_sweep_uses_the_trial_it_exported(tmp_path: Path, image: st
     assert result.code == 0, result.text
     assert f"{sweep} is a sweep: predicting with its best trial, trial-0002" in result.err
     assert json.loads(result.out) == json.loads(direct.out)
+    # evaluate too: the trial's run is the one judged, so a folder with a class it lacks is
+    # refused naming the class (not the sweep's folder for having no export of its own)
+    emu = tmp_path / "holdout" / "emu"
+    emu.mkdir(parents=True)
+    Image.new("L", (8, 8)).save(emu / "a.png")
+    evaluated = trainctl("evaluate", str(sweep), str(tmp_path / "holdout"))
+    assert f"{sweep} is a sweep: evaluating its best trial, trial-0002" in evaluated.err
+    assert_refused(evaluated, 2, "class folders the run does not have: emu")
     for hostile in ("../../runs/r", "trial-0003", {"x": 1}):  # a path, none exported, no id
         (sweep / "sweep.json").write_text(json.dumps({"best": {"trial": hostile}}))
-        refused = trainctl("predict", str(sweep), image)
-        assert_refused(refused, 2, "a sweep's folder", f"{sweep}/trials/<trial>")
+        for command in (("predict", str(sweep), image), ("evaluate", str(sweep), "--split=valid")):
+            refused = trainctl(*command)
+            assert_refused(refused, 2, "a sweep's folder", f"{sweep}/trials/<trial>")
