@@ -27,7 +27,7 @@ from app.runfolder import log_capture as run_logs
 from app.runfolder.class_names import record as record_class_names
 from app.runfolder.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
 from app.runfolder.summary import build_summary, plot_curves
-from app.runfolder.usage import accelerator_hours
+from app.runfolder.usage import accelerator_hours, run_seconds
 from app.settings import TrainSettings
 from app.storage.location import RunPath, storage_options
 from app.tracking.trackers import Trackers
@@ -414,20 +414,20 @@ def _summary(
     """The final summary's figures: the run's own, its restarts, and its accelerator-hours."""
     run_dir = settings.run_dir
     starts = run_folder.attempts(run_dir, invocation) if invocation else []
+    before = read_summary(run_dir) or {}  # the running summary: what earlier drivers recorded
     summary = build_summary(
         run_dir,
         status=status,
         run_name=settings.run_name,
         target_epochs=settings.epochs,
         settings=_recorded_settings(settings),
-        duration_s=time.monotonic() - started,
+        duration_s=run_seconds(before.get("duration_s"), time.monotonic() - started),
         failures=decisions.failures_recovered(starts),
         restored_from=decisions.restored_from(starts, str(resumed) if resumed else None),
         metric=settings.checkpoint_metric,
         error=error,
         good=kept,
     )
-    before = read_summary(run_dir) or {}  # the running summary: what earlier drivers recorded
     # What this run has held so far: this driver's worker groups on top of earlier drivers'.
     summary["accelerator_hours"] = accelerator_hours(
         before.get("accelerator_hours"),

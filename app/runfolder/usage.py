@@ -1,5 +1,6 @@
 """Accelerator-hours: what a run held, workers x GPUs (CPUs where it trained without GPUs) x
-wall time, as summary.json's `accelerator_hours` records it and `trainctl status` shows it.
+wall time, as summary.json's `accelerator_hours` records it and `trainctl status` shows it;
+and the run's wall time (`duration_s`), summed the same way over its drivers.
 
 A worker group holds its workers from its start (one attempts.jsonl line, rank 0's clock) to
 the next start (a restart after a failure or a preemption, possibly at another world size) or
@@ -47,6 +48,13 @@ def accelerator_hours(
         "workers": workers,
         "per_worker": per_worker,
     }
+
+
+def run_seconds(previous: Any, this_driver_s: float) -> float:
+    """The run's wall time so far (summary.json's `duration_s`): this driver's on top of what
+    the run's earlier drivers recorded (ignored when it is not a figure a driver writes)."""
+    carried = float(previous) if _number(previous) and 0 <= previous <= MAX_HOURS * 3600 else 0.0
+    return carried + max(0.0, this_driver_s)
 
 
 def held(starts: Sequence[Any], end: float, per_worker: float) -> tuple[float, int | None]:

@@ -225,3 +225,9 @@ def test_a_damaged_record_or_start_is_not_counted(damaged: object) -> None:
     ]  # fmt: skip
     record = usage.accelerator_hours(damaged, starts, end=100.0, use_gpu=True, cpus_per_worker=1)
     assert record == {"kind": "gpu", "hours": 0.0, "workers": None, "per_worker": 1.0}
+
+
+@pytest.mark.parametrize("earlier", [None, "60", True, -5.0, float("nan"), 1e300, [60]])
+def test_a_runs_time_adds_each_drivers_and_ignores_a_damaged_record(earlier: object) -> None:
+    assert usage.run_seconds(120.0, 30.0) == 150.0  # a resumed run took both drivers' time
+    assert usage.run_seconds(earlier, 30.0) == 30.0

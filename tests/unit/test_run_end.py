@@ -88,7 +88,7 @@ def test_a_handed_over_scan_is_used_as_given(tmp_path: Path, hashed: Counter[Pat
     assert summary["promotion"]["value"] == ACCURACY[3]
 
 
-def test_the_end_of_a_run_records_its_accelerator_hours_and_labels_its_figures(
+def test_the_end_of_a_run_adds_its_hours_and_time_to_earlier_drivers_and_labels_figures(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = _run_folder(tmp_path)
@@ -97,7 +97,9 @@ def test_the_end_of_a_run_records_its_accelerator_hours_and_labels_its_figures(
     # ... and its tracker run, which a driver that starts no tracker (a finished run's rerun
     # with none left open) carries into the final summary.
     tracking = {"mlflow": {"run_id": "0123abcd"}}
-    running = {"status": "running", "accelerator_hours": earlier, "tracking": tracking}
+    # ... and its wall time: a trial or run resumed three times took all its drivers' time.
+    running = {"status": "running", "accelerator_hours": earlier, "tracking": tracking,
+               "duration_s": 5000.0}  # fmt: skip
     run_folder.write_summary(run_dir, running)
     run_folder.start_attempt(
         run_dir, invocation="this", start_epoch=1, world_size=2, restored_from=None
@@ -110,7 +112,7 @@ def test_the_end_of_a_run_records_its_accelerator_hours_and_labels_its_figures(
         run_folder.record_epoch(run_dir, {"epoch": epoch, **metrics})
 
     summary, _ = run._finish(
-        settings_for(tmp_path, "r"), "succeeded", time.monotonic(), "this", None
+        settings_for(tmp_path, "r"), "succeeded", time.monotonic() - 60, "this", None
     )
 
     hours = summary["accelerator_hours"]
@@ -118,6 +120,7 @@ def test_the_end_of_a_run_records_its_accelerator_hours_and_labels_its_figures(
     assert (hours["kind"], hours["workers"], hours["per_worker"]) == ("cpu", 2, 1.0)
     assert 3.0 <= hours["hours"] < 3.5, hours
     assert json.loads((run_dir / "summary.json").read_text())["accelerator_hours"] == hours
+    assert 5060 <= summary["duration_s"] < 5400, summary["duration_s"]
     assert summary["tracking"] == tracking
     line = next(x for x in capsys.readouterr().out.splitlines() if " succeeded: " in x)
     assert line == (
