@@ -99,7 +99,7 @@ def definitions() -> dict[str, Any]:
             "pattern": CRON,
             "description": "five fields (minute 0-59, hour 0-23, day 1-31, month 1-12 or "
             "jan-dec, weekday 0-6 or sun-sat) of *, values, upward ranges and /steps, separated "
-            "by spaces, or @hourly, @daily, @weekly, @monthly, @yearly",
+            "by spaces, or @hourly, @daily (@midnight), @weekly, @monthly, @yearly (@annually)",
         },
         # The zones of the IANA database, as of the machine that generated the schema.
         "timeZone": {

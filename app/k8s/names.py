@@ -49,6 +49,11 @@ FREE_FORM_REFUSED = (
 # Python read it alike (no \s). Such a value in env: would sit in a ConfigMap, readable by
 # whoever reads the namespace's ConfigMaps.
 URI_PASSWORD = r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@ ]*:[^/?#@ ]*@"
+# An HTTP Authorization value (`Bearer <token>`, `Basic <base64>`, in any case): a scheme and
+# one credential-like word of 8 or more characters, nothing else (`basic mode` is no header).
+AUTH_HEADER = (
+    r"^[ \t]*([Bb][Ee][Aa][Rr][Ee][Rr]|[Bb][Aa][Ss][Ii][Cc])[ \t]+[-A-Za-z0-9._~+/=]{8,}[ \t]*$"
+)
 # Labels the chart sets itself: one given in `labels:` would replace it on some objects and
 # not others (a RayJob's run label apart from its pods').
 CHART_LABELS = (
@@ -161,7 +166,8 @@ def _tolerations(label_value: dict[str, Any]) -> dict[str, Any]:
                 "operator": {"enum": ["Exists", "Equal"]},
                 "value": label_value,
                 "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
-                "tolerationSeconds": {"type": "integer"},
+                # int64 in Kubernetes; Helm holds numbers as float64, exact up to 2^53.
+                "tolerationSeconds": {"type": "integer", "maximum": 2**53 - 1},
             },
             "allOf": [{"not": rule} for rule in _REFUSED_TOLERATIONS],
         },

@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from app.formatting import finite
 from app.k8s import capacity, deprecated
 from app.k8s.values import enabled_pools
 from app.settings.tune_plan import listed, too_many_trials
+from app.settings.tune_space import RANGES
 
 MAX_RAYJOB_NAME = 47  # KubeRay's MaxRayJobNameLength: the cluster name adds a suffix to it
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -89,7 +91,23 @@ def values_problems(values: dict[str, Any]) -> list[str]:
     too_many = _sweep_too_large(values.get("tune") or {})
     if too_many:
         problems.append(too_many)
+    problems += _reversed_ranges(values.get("tune") or {})
     return problems + capacity.problems(values)
+
+
+def _reversed_ranges(tune: dict[str, Any]) -> list[str]:
+    """A range whose low is above its high (the schema cannot compare two items): `trainctl
+    tune` refuses it in the job, after the pods are scheduled."""
+    if not tune.get("enabled"):
+        return []
+    problems = []
+    for key, dimension in (tune.get("space") or {}).items():
+        for kind, ends in (dimension if isinstance(dimension, dict) else {}).items():
+            if kind in RANGES and isinstance(ends, list) and len(ends) == 2:
+                low, high = (finite(end) for end in ends)
+                if low is not None and high is not None and low > high:
+                    problems.append(f"tune.space.{key}: {kind} takes [low, high], low <= high")
+    return problems
 
 
 def _sweep_too_large(tune: dict[str, Any]) -> str | None:

@@ -43,6 +43,7 @@ _DROP = ("default", "title", "format")
 # to 2^53: a larger seed would reach the pod rounded (and `trainctl render` would disagree).
 # The chart stops there; TRAIN_* environment variables still take the setting's full range.
 HELM_EXACT_MAX = 2**53 - 1
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 
 def settable_fields() -> list[str]:
@@ -66,6 +67,48 @@ def train_schema() -> dict[str, Any]:
         "description": "TRAIN_* settings by TrainSettings field name (see docs/settings.md).",
         "additionalProperties": False,
         "properties": properties,
+    }
+
+
+def tune_space_schema(train: dict[str, Any]) -> dict[str, Any]:
+    """The chart's `tune.space`: the settings a trial may vary, each value held to its
+    setting's schema in `train` (train_schema's), so that Helm, which cannot run the settings
+    model, refuses what `trainctl tune` would refuse before pods are scheduled. What a schema
+    cannot say (a range's low above its high) is a rule of both engines (app/k8s/rules.py)."""
+    from app.settings.tune_space import KINDS, MAX_VALUES, RANGES, VARIABLE
+
+    keys = {}
+    for key in VARIABLE:
+        setting = train["properties"][key]
+        numeric = setting.get("type") in ("integer", "number")
+        kinds = {}
+        for kind in KINDS if numeric else ("choice", "grid"):
+            if kind in RANGES:
+                # Bounds only: an integer setting's range may be given in floats (its ends are
+                # rounded inward), as in a TRAIN_TUNE_SPACE file.
+                end = {k: v for k, v in setting.items() if k in _BOUNDS}
+                end["type"] = "number"
+                if kind == "loguniform":
+                    end["exclusiveMinimum"] = max(0, end.get("exclusiveMinimum", 0))
+                kinds[kind] = {"type": "array", "minItems": 2, "maxItems": 2, "items": end}
+            else:
+                kinds[kind] = {
+                    "type": "array", "minItems": 1, "maxItems": MAX_VALUES,
+                    "items": {"$ref": f"#/definitions/train/properties/{key}"},
+                }  # fmt: skip
+        keys[key] = {
+            "type": "object",
+            "minProperties": 1,
+            "maxProperties": 1,
+            "additionalProperties": False,
+            "properties": kinds,
+            "description": f"One distribution of {key}: {', '.join(kinds)}.",
+        }
+    return {
+        "type": "object",
+        "description": f"Setting -> one distribution; a trial may vary: {', '.join(VARIABLE)}.",
+        "propertyNames": {"enum": list(VARIABLE)},
+        "properties": keys,
     }
 
 
@@ -101,11 +144,24 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
     props["env"]["additionalProperties"] = {
         "type": "string",
         "pattern": "^[^\\x00]*$",
-        "not": {
-            "pattern": names.URI_PASSWORD,
-            "description": "a URI with a password in it (user:password@) would sit in plain "
-            "text in a ConfigMap or the RayJob: give the variable in secretEnv: (a Secret)",
-        },
+        "allOf": [
+            {
+                "not": {
+                    "pattern": names.URI_PASSWORD,
+                    "description": "a URI with a password in it (user:password@) would sit in "
+                    "plain text in a ConfigMap or the RayJob: give the variable in secretEnv: "
+                    "(a Secret)",
+                }
+            },
+            {
+                "not": {
+                    "pattern": names.AUTH_HEADER,
+                    "description": "an Authorization header's credentials would sit in plain "
+                    "text in a ConfigMap or the RayJob: give the variable in secretEnv: "
+                    "(a Secret)",
+                }
+            },
+        ],
     }
     job["runtimeEnv"] = {
         "type": "object",
@@ -139,6 +195,19 @@ def _ref(name: str) -> str:
 def _write(schema_path: Path) -> None:
     schema = json.loads(schema_path.read_text())
     schema["definitions"]["train"] = train_schema()
+    tune = schema["properties"]["tune"]
+    tune["properties"]["space"] = tune_space_schema(schema["definitions"]["train"])
+    # An enabled sweep with nothing to vary would train one trial over and over.
+    tune["if"] = {"properties": {"enabled": {"const": True}}, "required": ["enabled"]}
+    tune["then"] = {
+        "properties": {
+            "space": {
+                "minProperties": 1,
+                "description": "tune.enabled is true: name what the trials vary, e.g. "
+                "lr: {loguniform: [1.0e-4, 1.0e-1]}",
+            }
+        }
+    }
     bound_maps(schema)
     # ASCII: the annotation pattern's control characters stay visible as \u escapes.
     schema_path.write_text(json.dumps(schema, indent=2, ensure_ascii=True) + "\n")

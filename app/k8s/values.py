@@ -223,7 +223,8 @@ def validate(values: dict[str, Any]) -> None:
     errors = sorted(validator.iter_errors(values), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         # A refused value may be a credential given in the wrong place: never echoed whole.
-        raise ConfigError([redact_text(_describe(err)) for err in errors])
+        # One line each: a value failing two rules (type and enum) may be described alike.
+        raise ConfigError(list(dict.fromkeys(redact_text(_describe(err)) for err in errors)))
 
 
 @cache
@@ -254,6 +255,10 @@ def _describe(err: Any) -> str:
     if refused:
         # What `trainctl train` would say of it, which names the forms the setting takes.
         return f"{where}: {refused}"
+    if err.validator == "exclusiveMinimum" and len(err.path) > 1 and err.path[-2] == "loguniform":
+        return f"{where}: loguniform takes [low, high] above 0 (it draws their logarithms)"
+    if err.validator in ("minProperties", "minItems") and "description" in err.schema:
+        return f"{where}: {err.message}: {err.schema['description']}"
     if err.validator == "type" and _typed_by_set(err.instance, err.validator_value):
         text = canonical.scalar(err.instance)
         kind = "a boolean" if isinstance(err.instance, bool) else "a number"
@@ -312,8 +317,11 @@ def _describe(err: Any) -> str:
 
 
 def _settings_refusal(path: list[Any], value: Any) -> str | None:
-    """The settings model's message for a `train:` value it refuses (TRAIN_X='...': ...), as
-    the pods would read it; None for other keys, or a value the settings take."""
+    """The settings model's message for a `train:` value (or a sweep's value of a setting) it
+    refuses (TRAIN_X='...': ...), as the pods would read it; None for other keys, or a value
+    the settings take."""
+    if len(path) == 5 and path[:2] == ["tune", "space"]:  # tune.space.<setting>.<kind>.<n>
+        path = ["train", path[2]]  # a trial's value of that setting
     sections = (["train"], ["poolDefaults", "train"], ["nodePools", "*", "train"])
     if value is None or not any(
         len(path) == len(s) + 1 and all(a in ("*", b) for a, b in zip(s, path, strict=False))

@@ -87,6 +87,8 @@ def test_each_run_object_is_kept_and_nothing_else_is(path: Path, tmp_path: Path)
 def test_gitops_prunes_old_runs_unless_run_annotations_say_otherwise(tmp_path: Path) -> None:
     for engine, objects in both_engines(THREE_POOLS, tmp_path).items():
         for obj in objects:
+            if obj["kind"] == "PersistentVolumeClaim":
+                continue  # the data, not a run: below
             gitops = [k for k in annotations(obj) if k.startswith(GITOPS_PREFIXES)]
             assert not gitops, f"{engine}: {obj['kind']}/{obj['metadata']['name']}: {gitops}"
     before = run_names(helm_render(THREE_POOLS, release="train", namespace="ml"))
@@ -155,3 +157,25 @@ def test_the_documented_cleanup_selects_exactly_the_kept_runs() -> None:
     assert selected == kept_runs
     for doc in ("charts/trainctl/templates/NOTES.txt", "docs/kubernetes.md", "docs/gitops.md"):
         assert CLEANUP in (REPO / doc).read_text(), f"{doc} does not give the cleanup command"
+
+
+def test_gitops_never_prunes_or_deletes_the_kept_claim(tmp_path: Path) -> None:
+    """Every pool folder of `render --out` holds the claim; retiring one pool's folder (or its
+    Argo CD Application, or a Flux Kustomization with prune: true) deleted the volume the other
+    pools train on, since neither tool reads Helm's keep (found by a red-team pass)."""
+    kept = {
+        "helm.sh/resource-policy": "keep",
+        "argocd.argoproj.io/sync-options": "Delete=false,Prune=false",
+        "kustomize.toolkit.fluxcd.io/prune": "disabled",
+    }
+    released = copy.deepcopy(THREE_POOLS)
+    released.setdefault("storage", {})["keepOnUninstall"] = False
+    for engine, objects in both_engines(THREE_POOLS, tmp_path).items():
+        (claim,) = of_kind(objects, "PersistentVolumeClaim")
+        assert annotations(claim) == kept, engine
+    for engine, objects in both_engines(released, tmp_path).items():
+        (claim,) = of_kind(objects, "PersistentVolumeClaim")
+        assert annotations(claim) == {}, engine
+    for pool in ("a100", "l4", "t4"):
+        claim = load_yaml(REPO / "manifests" / pool / "persistentvolumeclaim.yaml")
+        assert claim["kind"] == "PersistentVolumeClaim" and annotations(claim) == kept, pool

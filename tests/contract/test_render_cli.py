@@ -221,7 +221,9 @@ def test_every_derived_setting_is_traced_to_the_values_it_comes_from() -> None:
         assert not values_key(setting, "gpu", values).startswith("train."), setting
     assert values_key("num_workers", "gpu", values) == "nodePools.gpu.replicas x gpusPerWorker"
     # A sweep's trials take theirs from tune.workersPerTrial, where it is set.
-    sweep = load_values(set_values=("tune.enabled=true", "tune.workersPerTrial=1000"))
+    sweep = load_values(
+        set_values=("tune.enabled=true", "tune.workersPerTrial=1000", "tune.space.seed.grid={1,2}")
+    )
     assert values_key("num_workers", "gpu", sweep) == "tune.workersPerTrial"
 
 

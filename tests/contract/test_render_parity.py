@@ -406,6 +406,44 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"networkPolicy": {"dashboardFrom": [{"ipBlock": {"cidr": "10.0.0.0/8\x7f"}}]}},
         {"rayJob": {"deletionStrategy": {"onSuccess": {"policy": "Delete\n\u2029"}}}},
         {"metrics": {"scraper": {"podSelector": {"matchExpressions": [{"key\x85": "a"}]}}}},
+        # Found by a red-team pass. Past int32 (KubeRay's field), Helm wrapped 1e20 to a
+        # negative deadline and named the RayJob differently from trainctl.
+        {"rayJob": {"activeDeadlineSeconds": 10**20}},
+        {"rayJob": {"activeDeadlineSeconds": 2**31}},
+        {"rayJob": {"preRunningDeadlineSeconds": 2**31}},
+        {"rayJob": {"ttlSecondsAfterFinished": 2**31}},
+        {
+            "poolDefaults": {
+                "tolerations": [{"key": "k", "effect": "NoExecute", "tolerationSeconds": 2**53}]
+            }
+        },
+        # The GPU count would replace the CPU (or memory) request; a name without a domain is
+        # no extended resource the API server takes.
+        {"gpuResourceName": "cpu"},
+        {"gpuResourceName": "memory"},
+        {"gpuResourceName": "gpu"},
+        {"gpuResourceName": "kubernetes.io/gpu"},
+        {"storage": {"storageClassName": "Fast_SSD"}},
+        {"storage": {"volumeName": "PV 1"}},
+        {"networkPolicy": {"dashboardFrom": [{}]}},  # no peer: the API server refuses it
+        # Empty selectors in a non-empty object (null drops the default's labels): every pod of
+        # every namespace could scrape.
+        {
+            "metrics": {
+                "scraper": {
+                    "namespaceSelector": {"matchLabels": None, "matchExpressions": []},
+                    "podSelector": {"matchLabels": None, "matchExpressions": []},
+                }
+            }
+        },
+        {"env": {"GITHUB_PAT": "ghp_0123456789abcdef"}},
+        {"env": {"WANDB_KEY": "0123456789abcdef"}},
+        {"env": {"AUTH": "Bearer eyJhbGciOiJIUzI1NiJ9.e30.x"}},
+        {"rayJob": {"runtimeEnv": {"env_vars": {"HEADER": "basic dXNlcjpwYXNzd29yZA=="}}}},
+        {"tune": {"enabled": True, "space": {}}},
+        {"tune": {"enabled": True, "space": {"lr": {"uniform": [0.5, 0.1]}}}},
+        {"tune": {"space": {"epochs": {"choice": [1, 2]}}}},
+        {"tune": {"space": {"model": {"choice": ["resnet1800"]}}}},
     ],
     ids=lambda b: json.dumps(b),
 )

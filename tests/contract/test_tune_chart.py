@@ -85,21 +85,64 @@ def test_without_tune_a_pool_trains_and_carries_no_sweep_settings() -> None:
     assert data["TRAIN_NUM_WORKERS"] == "4"
 
 
-def test_render_holds_the_space_to_each_pools_settings(tmp_path: Path) -> None:
+def test_both_engines_hold_the_space_to_the_settings_schema(tmp_path: Path) -> None:
+    """Helm (what Argo CD and Flux render with) refused none of these: the sweep failed in the
+    job's `trainctl check`, after the GPU pods were scheduled."""
     values = copy.deepcopy(SWEEP)
     values["tune"]["space"] = {
         "lr": {"uniform": [0, 0.1]},  # TRAIN_LR must be > 0
-        "lrr": {"choice": [1]},
+        "lrr": {"choice": [1]},  # no such setting
+        "epochs": {"choice": [1, 2]},  # the sweep's budget, fixed
         "global_batch_size": {"choice": [0, 64]},
+        "weight_decay": {"loguniform": [0, 0.1]},  # log of 0
+        "model": {"choice": ["resnet1800"]},
+        "augment": {"uniform": [0, 1]},  # a range over words
     }
+    helm, problems = refusals(values, tmp_path)
+    text = "\n".join(problems)
+    for needle in ("tune.space: 'lrr' is not one of", "'epochs' is not one of", "'model'",
+                   "tune.space.lr.uniform.0: TRAIN_LR='0': Input should be greater than 0",
+                   "tune.space.global_batch_size.choice.0: TRAIN_GLOBAL_BATCH_SIZE='0'",
+                   "tune.space.weight_decay.loguniform.0: loguniform takes [low, high] above 0",
+                   "tune.space.model.choice.0: TRAIN_MODEL='resnet1800'", "did you mean resnet18",
+                   "tune.space.augment: Additional properties are not allowed ('uniform' was "
+                   "unexpected); allowed: choice, grid"):  # fmt: skip
+        assert needle in text, text
+    for key in ("'lrr'", "'epochs'", "/tune/space/lr/", "/tune/space/global_batch_size/",
+                "/tune/space/weight_decay/", "/tune/space/model/",
+                "/tune/space/augment"):  # fmt: skip
+        assert key in helm, helm
+    values["tune"]["space"] = {}  # enabled, with nothing to vary
+    helm, problems = refusals(values, tmp_path)
+    assert "/tune/space" in helm, helm
+    assert problems == [
+        "tune.space: {} should be non-empty: tune.enabled is true: name what the trials vary, "
+        "e.g. lr: {loguniform: [1.0e-4, 1.0e-1]}"
+    ], problems
+
+
+def test_both_engines_refuse_a_range_whose_low_is_above_its_high(tmp_path: Path) -> None:
+    values = copy.deepcopy(SWEEP)
+    values["tune"]["space"] = {"lr": {"loguniform": [0.1, 1e-4]}}
+    helm, problems = refusals(values, tmp_path)
+    expected = "tune.space.lr: loguniform takes [low, high], low <= high"
+    assert expected in helm and problems == [expected], (helm, problems)
+
+
+def test_render_holds_the_space_to_each_pools_settings(tmp_path: Path) -> None:
+    """What only the settings model can judge, each pool's settings with the trial's value:
+    a trial's batch smaller than its workers. Helm renders it; `trainctl render` refuses it
+    with the job's own words, as the parity test holds it to."""
+    values = copy.deepcopy(SWEEP)
+    values["tune"]["workersPerTrial"] = 4
+    values["tune"]["space"] = {"global_batch_size": {"choice": [2, 64]}}
+    helm_render(values)
     path = tmp_path / "values.yaml"
     path.write_text(json.dumps(values))
     with pytest.raises(ConfigError) as refused:
         render_objects(load_values([path]), release="train", namespace="ml")
     text = "\n".join(refused.value.problems)
-    for needle in ("pool l4: tune.space: lr", "TRAIN_LR", "lrr: not a trainctl setting",
-                   "global_batch_size"):  # fmt: skip
-        assert needle in text, text
+    assert "pool l4: tune.space: global_batch_size" in text and "TRAIN_GLOBAL_BATCH_SIZE" in text
 
 
 @pytest.mark.parametrize(

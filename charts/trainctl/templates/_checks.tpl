@@ -58,6 +58,15 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- if gt (mul $combos (int .Values.tune.samples)) 10000 -}}
 {{- fail (printf "tune.space: %s grid combinations x tune.samples=%d is over 10000 trials; list fewer values or draw fewer samples" (ternary "more than 10000" (toString $combos) (gt $combos 10000)) (int .Values.tune.samples)) -}}
 {{- end -}}
+{{- range $key, $dimension := .Values.tune.space -}}
+{{- range $kind, $ends := $dimension -}}
+{{- if and (has $kind (list "loguniform" "uniform" "randint")) (eq (len $ends) 2) -}}
+{{- if gt (float64 (index $ends 0)) (float64 (index $ends 1)) -}}
+{{- fail (printf "tune.space.%s: %s takes [low, high], low <= high" $key $kind) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- include "trainctl.memoryCheck" (dict "key" "head.memory" "q" .Values.head.memory) -}}
 {{- if $data.enabled -}}
