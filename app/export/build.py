@@ -65,7 +65,7 @@ def export_best(
     from app.training.model import build_model
 
     model = build_model(settings.model, info, settings.vit_patch)
-    model_state, _ = checkpoints.load_train_state(best.path)
+    model_state, _ = checkpoints.load_train_state(best.path, best.files)  # as verified
     model.load_state_dict(model_state)
     model.eval()
     example = torch.zeros(2, info.channels, info.height, info.width)

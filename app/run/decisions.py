@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.runfolder.checkpoints import CheckpointRef
@@ -33,6 +33,8 @@ class Start:
     epochs_done: int
     step: int | None = None  # a mid-epoch checkpoint's global step
     stopped: Stop | None = None  # finished by an early stop whose rule is still in force
+    # The checkpoint's files' sha256s as verified: the workers load those bytes or none.
+    files: dict[str, str] = field(default_factory=dict)
 
     def announcement(self, run_name: str, run_dir: RunPath, target_epochs: int) -> str:
         if self.kind == "finished" and self.stopped is not None:
@@ -72,7 +74,7 @@ def plan_start(
     if rule is not None and latest.step is None and still_holds(stop, rule):
         return Start("finished", latest.path, latest.epoch, stopped=stop)
     kind: Literal["resume", "finished"] = "finished" if latest.epoch >= target_epochs else "resume"
-    return Start(kind, latest.path, latest.epoch, latest.step)
+    return Start(kind, latest.path, latest.epoch, latest.step, files=latest.files)
 
 
 def trackers_to_close(previous: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -110,7 +110,7 @@ def _train(
     trackers = _begin(settings, info, resume_from, start.epochs_done)
     plan = WorkerPlan(
         settings=settings, info=info, invocation=invocation, log_attempt=attempt,
-        resume_from=resume_from, interrupted=interrupted,
+        resume_from=resume_from, resume_files=start.files, interrupted=interrupted,
         warm_start=warm_start,  # TRAIN_WARM_START as preflight verified it: workers load it
     )  # fmt: skip
     with sigterm_interrupts():

@@ -24,22 +24,23 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 
 from app.runfolder.checkpoint_names import PREFIX, parse_name
 from app.runfolder.folder import ray_committed
 from app.runfolder.retention import InRunPruner, to_remove
-from app.runfolder.state_dicts import MODEL_FILE, fit_problem, plain_keys
+from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES, MODEL_FILE, fit_problem, plain_keys
 from app.storage import bounded_json, safe_fs
 from app.storage.entries import Kind, entries
 from app.storage.location import RunPath, remove_tree, rename_dir, write_atomic
-from app.storage.reading import open_below, read_bounded, sha256_of
+from app.storage.reading import read_bounded, sha256_of
 
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
@@ -47,6 +48,9 @@ CORRUPT_PREFIX = "corrupt_"
 REASON_FILE = "UNUSABLE.txt"
 # meta.json holds an epoch, a few metrics, two digests and up to MAX_CLASSES class names
 MAX_META_BYTES = 32 << 20
+# Loaded from memory (the bytes hashed are the bytes loaded): the weights, and the training
+# state, whose optimizer holds two AdamW moments per weight besides the scaler and RNG states.
+MAX_LOADED_BYTES = {MODEL_FILE: MAX_WEIGHTS_BYTES, STATE_FILE: 3 * MAX_WEIGHTS_BYTES}
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ class CheckpointRef:
     step: int | None = None  # global step of a mid-epoch checkpoint; None at an epoch's end
     # Training stopped early after this checkpoint (app/training/early_stop.py reads it).
     stopped: dict[str, Any] | None = None
+    # Each file's sha256 as `verify` found it (empty where not verified): what is loaded from
+    # this reference must hash to it, whoever rewrote the folder since.
+    files: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -120,7 +127,7 @@ def verify(folder: RunPath) -> CheckpointRef:
             raise ValueError(_link_reason(err)) from None
         if found != digest:
             raise ValueError(f"{name} does not match its recorded checksum (truncated or altered)")
-    return ref
+    return replace(ref, files=files)
 
 
 def recorded(run_dir: RunPath) -> list[CheckpointRef]:
@@ -188,11 +195,6 @@ def _link_reason(err: safe_fs.LinkRefused) -> str:
     return f"{path.name} is a symbolic link (to {target}), which is never followed"
 
 
-def _open(path: RunPath) -> IO[bytes]:
-    """A checkpoint file for reading: below its run folder, without following links."""
-    return open_below(path, path.parent.parent)
-
-
 def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str | None:
     """Why a verified checkpoint still cannot resume this run (None when it can).
 
@@ -200,7 +202,7 @@ def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str |
     class count passes its checksums and would fail inside every worker, every retry.
     """
     try:
-        model_state, train_state = load_train_state(ref.path)
+        model_state, train_state = load_train_state(ref.path, ref.files)
     except Exception as err:  # any unpickling failure means "unusable", whatever its type
         return f"cannot be loaded ({type(err).__name__}: {err})"
     if not isinstance(train_state, dict) or train_state.get("epoch") != ref.epoch:
@@ -210,16 +212,40 @@ def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str |
     return f"its weights do not fit this model ({problem})" if problem else None
 
 
-def load_train_state(folder: RunPath) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(model state dict, training state) from a verified checkpoint, on CPU."""
-    model_state = plain_keys(_load(folder / MODEL_FILE))
-    train_state = _load(folder / STATE_FILE)
+class CheckpointAltered(ValueError):
+    """A checkpoint file whose bytes are not the ones verified: rewritten since."""
+
+
+def load_train_state(
+    folder: RunPath, files: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(model state dict, training state) of a checkpoint, on CPU, loaded from exactly the
+    bytes verified: each file is read once into memory and loaded only when those bytes hash
+    to `files` (a CheckpointRef's, as `verify` found them before) or, where not given, to
+    what its meta.json records now. CheckpointAltered where one does not: a writer replaced
+    it between the check and the load."""
+    vouched = "verified before this run loaded it"
+    if not files:
+        files, vouched = _recorded(folder)[1], f"its {META_FILE} records"
+    model_state = plain_keys(_load(folder / MODEL_FILE, files[MODEL_FILE], vouched))
+    train_state = _load(folder / STATE_FILE, files[STATE_FILE], vouched)
     return model_state, train_state
 
 
-def _load(file: RunPath) -> Any:
-    with _open(file) as source:
-        return torch.load(source, map_location="cpu", weights_only=True)
+def _load(file: RunPath, digest: str, vouched: str) -> Any:
+    try:
+        data = read_bounded(file, file.parent.parent, MAX_LOADED_BYTES[file.name])
+    except safe_fs.LinkRefused as err:
+        raise ValueError(_link_reason(err)) from None
+    except ValueError as err:  # over the bound, or not a regular file
+        raise ValueError(f"{file.parent.name}/{file.name}: {err}") from None
+    found = hashlib.sha256(data).hexdigest()
+    if found != digest:
+        raise CheckpointAltered(
+            f"{file.parent.name}/{file.name} has sha256 {found}, not the {digest} {vouched}: "
+            "rewritten since, and not loaded (an altered checkpoint is never trusted)"
+        )
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
 @dataclass(frozen=True)

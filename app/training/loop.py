@@ -151,13 +151,15 @@ def restore(plan: WorkerPlan) -> Restored:
     """Ray's latest committed checkpoint (a worker failure inside this run), else the newest
     intact checkpoint the driver found on storage (a rerun of the same run), else nothing."""
     latest = ray.train.get_checkpoint()
+    verified: dict[str, str] = {}
     if latest is not None:  # Ray names it by its path inside the storage filesystem
         checkpoint = in_storage(plan.settings.storage_path, latest.path)
     else:
-        checkpoint = plan.resume_from
+        checkpoint, verified = plan.resume_from, plan.resume_files
     if checkpoint is None:
         return Restored()
-    model_state, train_state = checkpoints.load_train_state(checkpoint)
+    # The driver's choice loads only as the bytes it verified; Ray's own, as its meta.json says.
+    model_state, train_state = checkpoints.load_train_state(checkpoint, verified)
     return Restored(checkpoint, model_state, train_state)
 
 

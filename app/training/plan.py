@@ -8,7 +8,7 @@ pickles plainly (settings, the dataset's description, storage paths, the verifie
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.data.schema import DatasetInfo
@@ -26,6 +26,8 @@ class WorkerPlan:
     invocation: str  # this driver's id: its stop requests and progress records carry it
     log_attempt: int  # the driver's attempt: logs go to <run_dir>/logs/attempt-K/
     resume_from: RunPath | None = None  # the verified checkpoint the driver chose, if any
+    # resume_from's files' sha256s as the driver verified them: the workers load those bytes.
+    resume_files: dict[str, str] = field(default_factory=dict)
     interrupted: bool = False  # the previous driver did not finish (a rerun after a stop)
     warm_start: Any = None  # app/training/warm_start.WarmStart as preflight verified it
 

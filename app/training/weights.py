@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import io
 import os
 import socket
 from collections.abc import Iterator
@@ -143,21 +145,33 @@ def _name(weights: WeightsEnum) -> str:
 
 def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[str, Any]:
     """The state dict, on CPU, from a bounded file loaded without running code."""
+    prefix = None
     if by_name(source):
         file, label = fetch(source, torch_home), f"TRAIN_WEIGHTS={_name(source)} ({source.url})"
+        # torchvision's file names carry the start of their SHA-256: a cached file (a shared
+        # TORCH_HOME anyone may write) is held to it each time, not only when downloaded.
+        found = torch.hub.HASH_REGEX.search(file.name)
+        prefix = found.group(1) if found else None
     else:
         file, label = source, f"TRAIN_WEIGHTS={redact_uri(str(source))}"
     try:
-        handle = open_below(file, None, MAX_WEIGHTS_BYTES)
+        with open_below(file, None, MAX_WEIGHTS_BYTES) as handle:
+            data = handle.read()  # loaded from these bytes: the ones checked
     except ConfigError as err:  # a link, refused
         raise ConfigError([f"{label}: {problem}" for problem in err.problems]) from None
     except FileNotFoundError:
         raise ConfigError(f"{label}: no such file") from None
     except (OSError, ValueError) as err:  # a FIFO or device, a folder; over the size bound
         raise ConfigError(f"{label}: cannot be read ({_why(err)})") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if prefix is not None and not digest.startswith(prefix):
+        raise ConfigError(
+            f"{label}: {file} has sha256 {digest[:16]}..., not the {prefix}... its name "
+            "promises: not the published weights, and not loaded; delete it to download them "
+            f"again, or place the file from {source.url} there"
+        )
     try:
-        with handle:
-            state = torch.load(handle, map_location="cpu", weights_only=True)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # not a torch file, or one that needs code to unpickle
         raise ConfigError(
             f"{label}: cannot be loaded as a state dict ({type(err).__name__}): not a file "

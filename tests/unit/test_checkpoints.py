@@ -39,6 +39,37 @@ def test_round_trip_loads_on_cpu_with_weights_only(tmp_path: Path) -> None:
     assert state["optimizer"]["state"]
 
 
+def test_what_loads_is_the_bytes_verified_whoever_rewrote_the_folder_since(tmp_path: Path) -> None:
+    """A rerun verified its checkpoint before Ray started, and its workers read the files
+    again seconds later: a writer who replaced model.pt meanwhile (and resealed meta.json to
+    match) had the run train on, and then export, weights never checked (found by a red-team
+    pass). The reference carries the digests it was verified with, and loading holds the
+    bytes it reads to them."""
+    folder = tmp_path / checkpoint_names.dir_name(2)
+    _write(folder, 2, 0.5)
+    ref = checkpoints.verify(folder)
+    assert set(ref.files) == {"model.pt", "train_state.pt"}
+    checkpoints.load_train_state(ref.path, ref.files)  # as verified: loads
+    # The swap: other weights, and a meta.json resealed over them, as any writer can.
+    _write(tmp_path / "forged", 2, 0.5)
+    (folder / "model.pt").write_bytes((tmp_path / "forged" / "model.pt").read_bytes())
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["files"]["model.pt"] = json.loads((tmp_path / "forged" / "meta.json").read_text())[
+        "files"
+    ]["model.pt"]
+    meta["meta_sha256"] = checkpoints._meta_digest(meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(checkpoints.CheckpointAltered, match=r"model\.pt has sha256 \w+, not the"):
+        checkpoints.load_train_state(ref.path, ref.files)
+    shapes = {"weight": torch.Size([3, 4]), "bias": torch.Size([3])}
+    assert "verified before this run loaded it" in str(checkpoints.resume_problem(ref, shapes))
+    # Without a verified reference (Ray's own newest, written by this run's workers) the bytes
+    # are held to meta.json as it is when read: an unsealed rewrite is refused too.
+    (folder / "model.pt").write_bytes(b"PK" + bytes(100))
+    with pytest.raises(checkpoints.CheckpointAltered, match=r"its meta\.json records"):
+        checkpoints.load_train_state(folder)
+
+
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [

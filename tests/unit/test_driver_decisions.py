@@ -31,6 +31,15 @@ def test_a_checkpoint_short_of_the_target_resumes_from_it() -> None:
     )
 
 
+def test_a_resume_hands_the_workers_the_digests_its_checkpoint_was_verified_with() -> None:
+    """The workers load the checkpoint's files only as the bytes the driver verified
+    (app/runfolder/checkpoints.py load_train_state)."""
+    import dataclasses
+
+    verified = dataclasses.replace(_ref(3), files={"model.pt": "ab" * 32, "train_state.pt": "cd"})
+    assert decisions.plan_start(verified, 5).files == verified.files
+
+
 def test_a_fresh_run_names_the_warm_start_it_resolved_and_a_resume_does_not() -> None:
     """`champion:<name>` is whichever champion is current: the run says which it started from."""
     from app.training.warm_weights import WarmStart

@@ -3,6 +3,8 @@ impossible (a proxy that refuses connections), and the fit rule for heads. Real 
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import subprocess
 import sys
@@ -62,14 +64,19 @@ def _info(channels: int = 3) -> DatasetInfo:
     )
 
 
-def _cached(torch_home: Path) -> dict[str, torch.Tensor]:
-    """An untrained torchvision model's state dict (1000 classes) under the file name
-    torchvision expects, as a download would have left it."""
+def _cached(torch_home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, torch.Tensor]:
+    """An untrained torchvision model's state dict (1000 classes) in the cache, as a download
+    would have left it. The published weights cannot be downloaded here, so the weights' URL
+    is made to carry this file's own hash prefix, as torchvision's URLs carry theirs."""
     torch.manual_seed(3)
     state = get_model("mobilenet_v3_small", weights=None).state_dict()
+    saved = io.BytesIO()
+    torch.save(state, saved)
+    prefix = hashlib.sha256(saved.getvalue()).hexdigest()[:8]
+    monkeypatch.setattr(WEIGHTS.value, "url", WEIGHTS.url.replace("047dcff4", prefix))
     file = torch_home / "hub" / "checkpoints" / os.path.basename(WEIGHTS.url)
     file.parent.mkdir(parents=True)
-    torch.save(state, file)
+    file.write_bytes(saved.getvalue())
     return state
 
 
@@ -78,9 +85,9 @@ def _settings(tmp_path: Path, weights: str = NAME) -> TrainSettings:
 
 
 def test_weights_name_resolves_from_the_cache_and_loads_with_a_new_head(
-    tmp_path: Path, no_downloads: None
+    tmp_path: Path, no_downloads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state = _cached(tmp_path / "torch")
+    state = _cached(tmp_path / "torch", monkeypatch)
     settings = _settings(tmp_path)
     assert cache_file(WEIGHTS, settings.torch_home) == (
         tmp_path / "torch" / "hub" / "checkpoints" / os.path.basename(WEIGHTS.url)
@@ -94,6 +101,27 @@ def test_weights_name_resolves_from_the_cache_and_loads_with_a_new_head(
     assert body and all(torch.equal(loaded[key], state[key]) for key in body)
     assert loaded["classifier.3.weight"].shape == (4, 1024)  # the 1000-class head was left
     assert torch.equal(loaded["classifier.3.weight"], fresh_head)
+
+
+def test_a_cached_file_that_is_not_the_published_one_is_refused(
+    tmp_path: Path, no_downloads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared TORCH_HOME (README: /mnt/shared/torch) is written by many hands: any file under
+    the expected name was taken as the published weights, and only a download was held to the
+    hash prefix in that name (found by a red-team pass)."""
+    _cached(tmp_path / "torch", monkeypatch)
+    published = WEIGHTS.url
+    monkeypatch.setattr(WEIGHTS.value, "url", published.replace(published[-12:-4], "00000000"))
+    planted = cache_file(WEIGHTS, tmp_path / "torch")
+    (tmp_path / "torch" / "hub" / "checkpoints" / os.path.basename(published)).rename(planted)
+    settings = _settings(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        check_weights(settings, _info())
+    message = str(caught.value)
+    assert f"{planted} has sha256 " in message and ", not the 00000000... its name" in message
+    assert "delete it to download them again" in message
+    with pytest.raises(ConfigError, match="not the published weights"):
+        apply_weights(build_model("mobilenet_v3_small", _info()), settings)
 
 
 def test_default_names_the_models_default_weights(tmp_path: Path) -> None:
