@@ -190,17 +190,46 @@ def _same_checkpoint(
 def _already_champion(
     settings: TrainSettings, best: checkpoints.CheckpointRef | None
 ) -> dict[str, Any] | None:
-    """The pointer, when it already names this run's best checkpoint; None otherwise. A rerun
-    of a finished champion then changes nothing: no new export, version or registry entry.
-    Read without the lock: the pointer only ever moves to another checkpoint, which the
-    compare-and-swap of a run that does export sees."""
+    """The pointer, when it already names this run's best checkpoint, promoted under this
+    TRAIN_PROMOTE_IF; None otherwise. A rerun of a finished champion then changes nothing: no
+    new export, version or registry entry. Under another gate it is judged again (exported and
+    evaluated as any run's end is). Read without the lock: the pointer only ever moves to
+    another checkpoint, which the compare-and-swap of a run that does export sees."""
     if best is None:
         return None
     try:
         current = champion.read_pointer(_pointer(settings))
     except champion.PointerDamaged:
         return None  # the gate step reports it
-    return current if _same_checkpoint(current, settings, best) else None
+    if not _same_checkpoint(current, settings, best) or not _same_gate(current, settings):
+        return None
+    return current
+
+
+def _same_gate(pointer: dict[str, Any] | None, settings: TrainSettings) -> bool:
+    """Whether the champion was promoted under TRAIN_PROMOTE_IF as it is now."""
+    return isinstance(pointer, dict) and pointer.get("gate") == str(settings.promote_if)
+
+
+def _champion_judged_anew(
+    settings: TrainSettings,
+    current: dict[str, Any],
+    decision: gate.Decision,
+    promotion: dict[str, Any],
+) -> tuple[str, gate.Decision, int | None, Any]:
+    """The champion run's rerun under another gate: its verdict, on its own figures (there is
+    no other champion to beat). A gate it fails leaves the pointer where it is, since a gate
+    never takes a champion down (a better model replaces it), but the run is not promoted
+    under it: TRAIN_NOT_PROMOTED_EXIT applies and summary.json says why."""
+    _, version = _still_champion(settings, current, promotion)
+    promotion.update(decision.record())
+    if decision.promoted:
+        line = f"promoted v{version} (already the champion; {decision.reason})"
+        return line, decision, version, None
+    decision = replace(decision, reason=f"{decision.reason}; v{version} stays the champion: a "
+                       "gate never takes one down, a better model replaces it")  # fmt: skip
+    promotion["reason"] = decision.reason
+    return f"kept v{version}: not promoted ({decision.reason})", decision, version, None
 
 
 def _still_champion(
@@ -340,6 +369,12 @@ def move_champion(
         outcome.reset()
         if _same_checkpoint(current, settings, best):  # another driver of this run promoted it
             outcome.already = current
+            if not _same_gate(current, settings):  # a new question, judged on the run alone
+                outcome.decision = gate.decide(
+                    settings.promote_if, best.metrics, None, settings.checkpoint_metric,
+                    retention.higher_is_better(settings.checkpoint_metric), chance,
+                    judged_against(None),
+                )  # fmt: skip
             return None
         if current is not None:
             outcome.kept = _task_problem(current, candidate, settings) or _nothing_to_beat(
@@ -380,6 +415,8 @@ def _what_the_swap_did(
     """move_champion's answer from what its last `decide` found and what the swap wrote;
     `promotion` gets the decision, the version and the champion it replaced."""
     before = replaced.before or {}
+    if outcome.already is not None and outcome.decision is not None:
+        return _champion_judged_anew(settings, outcome.already, outcome.decision, promotion)
     if outcome.already is not None:
         decision, version = _still_champion(settings, outcome.already, promotion)
         return f"promoted v{version} (already the champion)", decision, version, None

@@ -78,6 +78,42 @@ def test_the_champion_moves_only_when_the_gate_passes(
     assert _pointer(tmp_path)["version"] == 2
 
 
+def test_the_champion_runs_rerun_under_another_gate_is_judged_by_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rerun of the champion run with a stricter TRAIN_PROMOTE_IF said "promoted (already
+    the champion)" and exited 0 without judging the gate (found by a red-team pass). It is
+    judged on its own figures now; failing leaves the pointer alone, since a gate never takes a
+    champion down, but the run is not promoted under it."""
+    _promote(tmp_path, "r", 0.9)
+    pointer = _pointer(tmp_path)
+    stricter = {"promote_if": "val_accuracy>=0.99", "not_promoted_exit": 5}
+    with pytest.raises(NotPromoted) as err:
+        promote_run(settings_for(tmp_path, "r", **stricter), INFO, {"status": "succeeded"})
+    assert err.value.exit_code == 5
+    assert "kept v1: not promoted (val_accuracy 0.9 is not >= 0.99; v1 stays the champion" in (
+        str(err.value)
+    )
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["promoted"] is False and summary["promotion"]["gate"] == "val_accuracy>=0.99"
+    assert summary["promotion"]["thresholds"][0]["passed"] is False
+    assert _pointer(tmp_path) == pointer  # not taken down, not moved
+    # The same question again: the verdict stands, as for any rerun.
+    with pytest.raises(NotPromoted, match="judged before"):
+        promote_run(
+            settings_for(tmp_path, "r", **stricter), INFO, {"status": "succeeded"},
+            summary["promotion"],
+        )  # fmt: skip
+    # A gate it meets: promoted, still v1, nothing exported to the champions again.
+    capsys.readouterr()
+    met = promote_run(
+        settings_for(tmp_path, "r", promote_if="val_accuracy>=0.85"), INFO, {"status": "succeeded"}
+    )
+    assert met["promoted"] is True and met["champion_version"] == 1
+    assert "promoted v1 (already the champion; val_accuracy 0.9 >= 0.85)" in capsys.readouterr().out
+    assert _pointer(tmp_path) == pointer
+
+
 def test_a_threshold_gate_and_the_not_promoted_exit_code(tmp_path: Path) -> None:
     with pytest.raises(NotPromoted) as err:
         _promote(tmp_path, "low", 0.5, promote_if="val_accuracy>=0.9", not_promoted_exit=5)
