@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.export.card import CARD_FILE
-from app.promotion.champion_export import named_by
+from app.promotion.champion_export import LinkedCopy, named_by
 from app.settings.run import CHAMPIONS_DIR
 from app.storage import bounded_json, conditional, locks, safe_fs
 from app.storage.location import RunPath, write_atomic
@@ -78,6 +78,8 @@ def champion_export(storage: RunPath, name: str, endpoint: str | None) -> tuple[
         raise PointerDamaged(f"{path}: no champion {name} (no pointer there)")
     try:
         copy = named_by(pointer, storage, name)
+    except LinkedCopy as err:
+        raise PointerDamaged(str(err)) from None
     except ValueError as err:
         raise PointerDamaged(f"{path}: not a champion pointer: {err}") from None
     if not present(copy / CARD_FILE):

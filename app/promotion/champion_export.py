@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.export.card import CARD_FILE
@@ -46,7 +47,20 @@ def named_by(pointer: dict[str, Any], storage: RunPath, name: str) -> RunPath:
     digest = pointer.get("card_sha256")
     if not isinstance(digest, str) or not SHA256.fullmatch(digest):
         raise ValueError(f"its card_sha256 {str(digest)[:80]!r} is not a sha256")
-    return folder(storage, name, digest)
+    copy = folder(storage, name, digest)
+    if isinstance(copy, Path):  # read below the storage folder only: a bucket has no links
+        try:
+            safe_fs.refuse_link(copy, storage)
+        except safe_fs.LinkRefused as err:
+            raise LinkedCopy(
+                f"{'; '.join(err.problems)}: the champion's copy is never read through a link "
+                "(it could lead out of the storage folder); put the copy back as a folder"
+            ) from None
+    return copy
+
+
+class LinkedCopy(ValueError):
+    """The champion's copy, or a folder on its way, is a symbolic link."""
 
 
 def keep(export: Export, storage: RunPath, name: str) -> RunPath:

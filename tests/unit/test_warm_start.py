@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from PIL import Image
 
 from app.errors import ConfigError
 from app.promotion.step import promote_run
@@ -100,6 +101,29 @@ def test_a_champion_of_another_task_is_refused_naming_both(
     swapped = dataclasses.replace(CATS_AND_DOGS, class_names=("dog", "cat"))
     _refused(tmp_path, str(pets), "trained on other classes: classes [cat, dog]", info=swapped)
     assert _resolve(tmp_path, str(pets), CATS_AND_DOGS).described.startswith("run ")
+
+
+@pytest.mark.parametrize("linked", ["copy", "name"])
+def test_a_champion_reached_through_a_link_is_refused_by_warm_start_and_predict(
+    tmp_path: Path, champion_run: Path, linked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """champions/<name>/<sha> (or champions/<name>) moved out of the storage folder and
+    linked back was followed by predict and warm start alike (found by a red-team pass)."""
+    from tests.hostile.support import assert_refused, trainctl
+
+    pointer = json.loads((tmp_path / "champions" / "digits-cnn.json").read_text())
+    copy = Path(pointer["export"])
+    moved = copy if linked == "copy" else copy.parent
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    moved.rename(outside / moved.name)
+    moved.symlink_to(outside / moved.name)
+    _refused(tmp_path, "champion:digits-cnn", f"{moved}: is a symbolic link", "never read")
+    image = tmp_path / "digit.png"
+    Image.new("L", (8, 8)).save(image)
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path))
+    result = trainctl("predict", "champion:digits-cnn", str(image))
+    assert_refused(result, 2, f"{moved}: is a symbolic link", "never read through a link")
 
 
 def test_altered_sources_are_refused_before_anything_loads(
