@@ -36,7 +36,13 @@ import torch
 from app.runfolder.checkpoint_names import PREFIX, parse_name
 from app.runfolder.folder import ray_committed
 from app.runfolder.retention import InRunPruner, to_remove
-from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES, MODEL_FILE, fit_problem, plain_keys
+from app.runfolder.state_dicts import (
+    MAX_WEIGHTS_BYTES,
+    MODEL_FILE,
+    fit_problem,
+    load_problem,
+    plain_keys,
+)
 from app.storage import bounded_json, safe_fs
 from app.storage.entries import Kind, entries
 from app.storage.location import RunPath, remove_tree, rename_dir, write_atomic
@@ -204,7 +210,7 @@ def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str |
     try:
         model_state, train_state = load_train_state(ref.path, ref.files)
     except Exception as err:  # any unpickling failure means "unusable", whatever its type
-        return f"cannot be loaded ({type(err).__name__}: {err})"
+        return f"cannot be loaded ({load_problem(err)})"
     if not isinstance(train_state, dict) or train_state.get("epoch") != ref.epoch:
         got = train_state.get("epoch") if isinstance(train_state, dict) else None
         return f"{STATE_FILE} holds epoch {got}, but {META_FILE} and the folder say {ref.epoch}"

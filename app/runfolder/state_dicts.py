@@ -11,6 +11,8 @@ serving) would fail, or learn nothing, later. `tensor_problem` names the first s
 
 from __future__ import annotations
 
+import pickle
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -77,3 +79,19 @@ def tensor_problem(state: dict[str, Any]) -> str | None:
                 if not bool(torch.isfinite(flat[start : start + FINITE_CHUNK]).all()):
                     return f"{key} holds NaN or infinite values"
     return None
+
+
+def load_problem(err: BaseException) -> str:
+    """Why torch.load(weights_only=True) refused a file, in words that never advise loading
+    it another way: torch's own text suggests weights_only=False, which runs the code a
+    planted file carries."""
+    if isinstance(err, pickle.UnpicklingError):
+        found = re.search(
+            r"(unsupported GLOBAL [^\n]*?|Unsupported global: [^\n]*?)\.?\n", str(err)
+        )
+        what = f" ({found.group(1)})" if found else ""
+        return (
+            f"UnpicklingError: it holds more than tensors{what}, which would run code if "
+            "loaded: it is not loaded"
+        )
+    return f"{type(err).__name__}: {err}"

@@ -131,3 +131,24 @@ def test_best_and_pruning_follow_the_checkpoint_metric(tmp_path: Path) -> None:
     checkpoints.prune(tmp_path, keep=1, metric="val_loss")
     left = sorted(ref.epoch for ref in checkpoints.scan(tmp_path).good)
     assert left == [3, 4]  # the lowest loss, plus the newest
+
+
+def test_a_pickle_in_a_checkpoint_is_named_without_torchs_advice_to_load_it_anyway(
+    tmp_path: Path,
+) -> None:
+    """torch's refusal says re-running with weights_only=False "will likely succeed": the
+    wrong advice for a file a stranger planted, and it reached the run's messages."""
+    from tests.hostile.support import malicious_torch_file
+
+    folder = tmp_path / checkpoint_names.dir_name(1)
+    _write(folder, 1, 0.5)
+    marker = tmp_path / "PWNED"
+    (folder / "train_state.pt").write_bytes(malicious_torch_file(marker))
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["files"]["train_state.pt"] = checkpoints.sha256_of(folder / "train_state.pt")
+    meta["meta_sha256"] = checkpoints._meta_digest(meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    ref = checkpoints.verify(folder)
+    problem = str(checkpoints.resume_problem(ref, {"weight": torch.Size([3, 4])}))
+    assert "holds more than tensors" in problem and "it is not loaded" in problem, problem
+    assert "weights_only" not in problem and not marker.exists()
