@@ -84,6 +84,7 @@ def checks(*, prepare: bool, rows_per_worker: bool) -> list[tuple[str, Check]]:
         ("steps", _steps),
         ("stopping", _stopping),
         ("gate", _gate),
+        ("signing", _signing),
         ("warm_start", _warm_start),
         ("weights", _weights),
         ("versions", _versions),
@@ -306,6 +307,13 @@ def _classes(settings: TrainSettings, found: Found) -> str:
 def _gate(settings: TrainSettings, found: Found) -> str:
     """TRAIN_PROMOTE_IF as it will be judged; a term naming a class the data lacks: exit 2."""
     return gate_check(settings, found.info)
+
+
+def _signing(settings: TrainSettings, found: Found) -> str:
+    """TRAIN_SIGNING_KEY and TRAIN_VERIFY_KEY load and are a pair (app/export/signature.py)."""
+    from app.export.signature import configuration
+
+    return configuration(settings.signing_key, settings.verify_key)
 
 
 def _warm_start(settings: TrainSettings, found: Found) -> str:

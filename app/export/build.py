@@ -23,6 +23,7 @@ from importlib import metadata
 from typing import Any
 
 from app.data.schema import DatasetInfo
+from app.export import signature
 from app.export.card import (
     CARD_FILE,
     EXPORT_DIR,
@@ -54,6 +55,7 @@ class Export:
     card_bytes: bytes
     card_sha256: str
     files: dict[str, bytes]  # the model file and weights.pt, by name (the card not included)
+    signature: bytes = b""  # model_card.sig's, where TRAIN_SIGNING_KEY signed the card
 
 
 def export_best(
@@ -77,13 +79,20 @@ def export_best(
         files[program] = program_bytes
     digests = {file: hashlib.sha256(data).hexdigest() for file, data in files.items()}
     card = build_card(settings, info, best, program or WEIGHTS_FILE, digests, fallback)
+    key = signature.private_key(settings.signing_key) if settings.signing_key else None
+    if key is not None:
+        card["signed_by"] = {"algorithm": signature.ALGORITHM,
+                             "key_id": signature.key_id(key.public_key())}  # fmt: skip
     folder = settings.run_dir / EXPORT_DIR
     root = settings.run_dir  # neither export/ nor a file in it is written through a link
     for file, data in files.items():
         write_atomic(folder / file, data, root)
     text = card_json(card)
+    signed = signature.sign(text, key) if key is not None else b""
+    if signed:
+        write_atomic(folder / signature.SIGNATURE_FILE, signed, root)
     write_atomic(folder / CARD_FILE, text, root)  # last: it vouches for the rest
-    return Export(card, text, hashlib.sha256(text).hexdigest(), files)
+    return Export(card, text, hashlib.sha256(text).hexdigest(), files, signed)
 
 
 def _save(model: Any, example: Any) -> tuple[str | None, bytes, str | None]:

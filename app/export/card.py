@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import ConfigError
+from app.export import signature
 from app.redact import redact
 from app.runfolder.class_names import (
     CLASSES_FILE,
@@ -119,6 +120,7 @@ def _read_card(
     problem = card_problem(card)
     if problem:
         raise ConfigError(f"{path}: {problem}")
+    signature.require(folder, root or folder, text)  # the bytes parsed are the bytes signed
     return card, text
 
 

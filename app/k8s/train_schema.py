@@ -35,6 +35,10 @@ DERIVED = (
     "tune_scheduler",
     "tune_grace_period",
     "tune_reduction_factor",
+    # Files on the head, from the Secret `signing.secretName` names (a key in a values file
+    # would sit in Git).
+    "signing_key",
+    "verify_key",
 )
 
 # Keys of pydantic's JSON schema that carry no constraint the chart needs to repeat.

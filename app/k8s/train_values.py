@@ -37,6 +37,8 @@ DERIVED_FROM = {
     "tune_scheduler": "tune.scheduler",
     "tune_grace_period": "tune.gracePeriod",
     "tune_reduction_factor": "tune.reductionFactor",
+    "signing_key": "signing.secretName",
+    "verify_key": "signing.secretName",
 }
 TUNE_SPACE_KEY = "tune_space.yaml"  # the ConfigMap's copy of tune.space (a file on the head)
 _ENV_NAME = re.compile(rf"\b{ENV_PREFIX}[A-Z0-9_]+\b")

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.export.card import CARD_FILE
+from app.export.signature import SIGNATURE_FILE
 from app.settings.run import CHAMPIONS_DIR
 from app.storage import conditional, safe_fs
+from app.storage.entries import no_link_below
 from app.storage.location import RunPath
 from app.storage.reading import sha256_of
 
@@ -48,15 +49,13 @@ def named_by(pointer: dict[str, Any], storage: RunPath, name: str) -> RunPath:
     if not isinstance(digest, str) or not SHA256.fullmatch(digest):
         raise ValueError(f"its card_sha256 {str(digest)[:80]!r} is not a sha256")
     copy = folder(storage, name, digest)
-    if isinstance(copy, Path):  # read below the storage folder only: a bucket has no links
-        try:
-            safe_fs.refuse_link(copy, storage)
-        except safe_fs.LinkRefused as err:
-            raise LinkedCopy(
-                f"{'; '.join(err.problems)}: the champion's copy is never read through a link "
-                "(it could lead out of the storage folder); put the copy back as a folder"
-            ) from None
-    return copy
+    try:
+        return no_link_below(copy, storage)  # read below the storage folder only
+    except safe_fs.LinkRefused as err:
+        raise LinkedCopy(
+            f"{'; '.join(err.problems)}: the champion's copy is never read through a link "
+            "(it could lead out of the storage folder); put the copy back as a folder"
+        ) from None
 
 
 class LinkedCopy(ValueError):
@@ -68,7 +67,8 @@ def keep(export: Export, storage: RunPath, name: str) -> RunPath:
     where the store refuses a write, CopyRefused where a file there differs)."""
     target = folder(storage, name, export.card_sha256)
     root = storage  # no file is written or read through a link below the storage folder
-    for file, data in [*export.files.items(), (CARD_FILE, export.card_bytes)]:
+    signed = [(SIGNATURE_FILE, export.signature)] if export.signature else []
+    for file, data in [*export.files.items(), *signed, (CARD_FILE, export.card_bytes)]:
         if conditional.create(target / file, data, root):
             continue
         expected = hashlib.sha256(data).hexdigest()

@@ -20,6 +20,8 @@ import hashlib
 import json
 from typing import Any
 
+from app.errors import ConfigError
+from app.export import signature
 from app.export.card import CARD_FILE, MAX_CARD_BYTES, card_problem
 from app.formatting import one_line
 from app.promotion import champion_export
@@ -89,9 +91,12 @@ def champion_copy(pointer: dict[str, Any], storage: RunPath, name: str) -> RunPa
         raise TaskUnknown(f"the pointer names no copy of the champion: {err}") from None
 
 
-def verified_card(pointer: dict[str, Any], folder: RunPath) -> dict[str, Any]:
+def verified_card(
+    pointer: dict[str, Any], folder: RunPath, *, signed: bool = False
+) -> dict[str, Any]:
     """The model card in the champion's copy `folder`, once its sha256 is the pointer's
-    `card_sha256`."""
+    `card_sha256`; `signed`: and its signature, where TRAIN_VERIFY_KEY is set (what loads
+    weights; telling the champion's task needs no signature)."""
     expected = pointer.get("card_sha256")
     export = str(folder)
     try:
@@ -112,4 +117,9 @@ def verified_card(pointer: dict[str, Any], folder: RunPath) -> dict[str, Any]:
     problem = card_problem(card)
     if problem:
         raise TaskUnknown(f"{export}/{CARD_FILE}: {problem}")
+    if signed:
+        try:
+            signature.require(folder, folder, data)
+        except ConfigError as err:
+            raise TaskUnknown("; ".join(err.problems)) from None
     return card

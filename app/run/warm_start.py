@@ -34,6 +34,7 @@ from typing import Any
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
+from app.export import signature
 from app.export.card import CARD_FILE, MAX_CARD_BYTES, WEIGHTS_FILE, card_problem
 from app.promotion import champion
 from app.promotion.champion_task import TaskUnknown, champion_copy, verified_card
@@ -151,7 +152,7 @@ def _champion(settings: TrainSettings, ref: ChampionRef, source: str) -> tuple[W
         )
     try:
         folder = champion_copy(pointer, settings.storage_path, ref.name)
-        card = verified_card(pointer, folder)
+        card = verified_card(pointer, folder, signed=True)
     except TaskUnknown as err:
         raise ConfigError(f"TRAIN_WARM_START={source}: the champion's card: {err}") from None
     run = pointer.get("run_name", "?")
@@ -192,6 +193,10 @@ def _card(folder: RunPath, source: str) -> dict[str, Any]:
         raise ConfigError([f"TRAIN_WARM_START={source}: {p}" for p in err.problems]) from None
     except (OSError, ValueError) as err:
         raise ConfigError(f"TRAIN_WARM_START={source}: unreadable {CARD_FILE} ({err})") from None
+    try:
+        signature.require(folder, folder, data)
+    except ConfigError as err:
+        raise ConfigError([f"TRAIN_WARM_START={source}: {p}" for p in err.problems]) from None
     files = card.get("files") if isinstance(card, dict) else None
     if isinstance(files, dict) and WEIGHTS_FILE not in files:
         raise ConfigError(
@@ -214,6 +219,7 @@ def _from_card(folder: RunPath, card: dict[str, Any], source: str, described: st
 def _checkpoint(folder: RunPath, source: str, described: str) -> tuple[WarmStart, _Task]:
     """A checkpoint folder, verified (meta.json's checksums), and the digest of its model.pt
     and class names as its meta.json records them."""
+    _unsigned(source, described)
     try:
         checkpoints.verify(folder)
         data = read_bounded(folder / checkpoints.META_FILE, folder, checkpoints.MAX_META_BYTES)
@@ -240,8 +246,20 @@ def _file_or_its_folder(path: RunPath, source: str) -> tuple[WarmStart, _Task]:
     return _file(path, source), _Task()
 
 
+def _unsigned(source: str, described: str) -> None:
+    """With TRAIN_VERIFY_KEY set, weights come only from signed exports: a checkpoint or a
+    plain file carries no signature, and anyone who can write the storage could have made it."""
+    if signature.configured_key() is not None:
+        raise ConfigError(
+            f"TRAIN_WARM_START={source}: {described} is not signed, and TRAIN_VERIFY_KEY is set: "
+            "warm starts then come only from signed exports (an export/ folder, its weights.pt, "
+            "or champion:<model-name>)"
+        )
+
+
 def _file(path: RunPath, source: str) -> WarmStart:
     """A state-dict file: the digest of its bytes as read now, what every worker must read."""
+    _unsigned(source, f"file {source}")
     digest = hashlib.sha256(read_weights(path, source)).hexdigest()
     return WarmStart(source, f"file {source}", path, digest, FILE_VOUCH)
 

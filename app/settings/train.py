@@ -19,6 +19,7 @@ from app.settings.data import DataSettings
 from app.settings.model import ChampionRef, ModelSettings, champion_ref
 from app.settings.run import RunSettings
 from app.settings.scaling import ScalingSettings
+from app.settings.signing import SigningSettings
 from app.settings.stopping import StoppingSettings
 from app.settings.tracking import TrackingSettings
 from app.settings.tune import TuneSettings
@@ -29,10 +30,11 @@ ENV_PREFIX = "TRAIN_"
 
 
 # Fields are listed (trainctl env, docs/settings.md, the chart schema) in the reverse order of
-# these bases: data, model, scaling, run folder, tracking, stopping, sweeps.
+# these bases: data, model, scaling, run folder, tracking, signing, stopping, sweeps.
 class TrainSettings(
     TuneSettings,
     StoppingSettings,
+    SigningSettings,
     TrackingSettings,
     RunSettings,
     ScalingSettings,

@@ -101,6 +101,14 @@ def not_a_link(location: RunPath) -> RunPath:
     return location
 
 
+def no_link_below(location: RunPath, root: RunPath) -> RunPath:
+    """`location` itself, refused (LinkRefused) where it, or a folder between `root` and it,
+    is a link: what is read there stays below `root`. A bucket has no links."""
+    if isinstance(location, Path) and isinstance(root, Path):
+        safe_fs.refuse_link(location, root)
+    return location
+
+
 def entries(folder: RunPath, root: RunPath | None = None) -> list[Entry]:
     """The names directly in `folder`, sorted, each with its own kind (a link not followed);
     [] where `folder` is not there. On a volume `folder` is reached below `root` (default:

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 CHECKS = (
     "settings", "storage", "tracking", "dataset", "steps", "classes", "stopping", "gate",
+    "signing",
     "warm_start", "weights", "versions", "promotion", "cluster",
 )  # fmt: skip
 # The test data is tiny (24 train rows, 4 classes): these two say so in every case, as warnings.

@@ -80,6 +80,19 @@ volumes:
         - key: tune_space.yaml
           path: space.yaml
   {{- end }}
+  {{- if and (eq .component "ray-head") .root.Values.signing.secretName }}
+  # The export-signing key pair (signing.pem, verify.pem), readable by the pod's group only:
+  # the driver on the head signs exports and checks what it loads (README "Signed exports").
+  - name: signing-keys
+    secret:
+      secretName: {{ .root.Values.signing.secretName | quote }}
+      defaultMode: 288
+      items:
+        - key: signing.pem
+          path: signing.pem
+        - key: verify.pem
+          path: verify.pem
+  {{- end }}
   {{- if and (eq .component "ray-head") (include "trainctl.autoscaling" .root) }}
   # API credentials for KubeRay's autoscaler container only (autoscalerOptions.volumeMounts):
   # the Ray containers mount no token.
@@ -142,6 +155,17 @@ volumeMounts:
     subPath: space.yaml
     readOnly: true
   {{- end }}
+  {{- if and (eq .component "ray-head") .root.Values.signing.secretName }}
+  # Each key as a file of its own (subPath): a Secret folder's files are links, never read.
+  - name: signing-keys
+    mountPath: /etc/trainctl/signing/signing.pem
+    subPath: signing.pem
+    readOnly: true
+  - name: signing-keys
+    mountPath: /etc/trainctl/signing/verify.pem
+    subPath: verify.pem
+    readOnly: true
+  {{- end }}
 securityContext:
   {{- include "trainctl.containerSecurityContext" . | nindent 2 }}
 {{- end -}}
@@ -191,6 +215,10 @@ data:
   TRAIN_RUN_NAME: {{ .name | quote }}
   TRAIN_STORAGE_PATH: {{ printf "%s/%s" $root $v.storage.runsSubPath | quote }}
   TRAIN_DATA_PATH: {{ printf "%s/%s" $root $v.storage.dataSubPath | quote }}
+  {{- if $v.signing.secretName }}
+  TRAIN_SIGNING_KEY: "/etc/trainctl/signing/signing.pem"
+  TRAIN_VERIFY_KEY: "/etc/trainctl/signing/verify.pem"
+  {{- end }}
   {{- if $v.tune.enabled }}
   TRAIN_TUNE_SPACE: "/etc/trainctl/tune-space.yaml"
   TRAIN_TUNE_SAMPLES: {{ int $v.tune.samples | quote }}
