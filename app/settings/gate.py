@@ -255,7 +255,14 @@ def parse_class_term(part: str) -> ClassThreshold | Threshold | None:
                 f"{part!r}: {CLASS_DROP} is the most a class's recall may fall below the "
                 f"champion's: write {CLASS_DROP}<=MARGIN"
             )
-        return Threshold(CLASS_DROP, op, _fraction(part, term, op, _number(part, number), percent))
+        value = _number(part, number)
+        if value < 0 and not percent:
+            raise ValueError(
+                f"{part!r}: {CLASS_DROP} is a fraction from 0 to 1, the most a class's recall "
+                f"may fall below the champion's: {CLASS_DROP}<=0 lets no class fall; write e.g. "
+                f"{CLASS_DROP}<=0.02"
+            )
+        return Threshold(CLASS_DROP, op, _fraction(part, term, op, value, percent))
     if term.startswith(CLASS_FLOOR):
         figure = term.removeprefix(CLASS_FLOOR)
         if figure not in FIGURES:
@@ -278,7 +285,9 @@ def _fraction(part: str, metric: str, op: str, value: float, percent: bool) -> f
     as 0.95: the recorded gate is what was written."""
     if percent or not 0 <= value <= 1:
         said = f"{part!r}: {metric} is a fraction from 0 to 1 (the epoch line's 95.28% is 0.9528)"
-        if not 0 < value <= 100:  # no percentage either: nothing to suggest
+        # Only a bar written as a percentage, or one no fraction comes near (90), is read as
+        # one: 1.5 as 0.015 would suggest a floor that lets nearly everything pass.
+        if not (percent and 0 < value <= 100) and not 10 <= value <= 100:
             raise ValueError(said)
         fraction = exact(value / 100)
         raise ValueError(f"{said}: write {fraction}; did you mean {metric}{op}{fraction}?")

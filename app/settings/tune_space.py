@@ -143,7 +143,10 @@ def _dimension(key: Any, given: Any, base: dict[str, Any]) -> Dimension:
     ((kind, values),) = given.items()
     if kind not in KINDS:
         raise ValueError(f"{kind!r} is not a distribution; use one of {', '.join(KINDS)}")
-    if not isinstance(values, list) or not values:
+    if isinstance(values, list) and not values:
+        wanted = "give [low, high]" if kind in RANGES else "list at least one value"
+        raise ValueError(f"{kind} is empty: {wanted}")
+    if not isinstance(values, list):
         raise ValueError(f"{kind} takes a list: {'[low, high]' if kind in RANGES else '[...]'}")
     numeric = _annotation(key) in (int, float)
     if kind in RANGES:

@@ -45,6 +45,7 @@ def test_the_gate_names_its_classes_once_each() -> None:
         ("recall[cat]>=90", "did you mean recall[cat]>=0.9?"),
         ("min_class_recall>=80%", "write 0.8"),
         ("class_drop<=2", "a fraction from 0 to 1"),
+        ("class_drop<=-0.1", "class_drop<=0 lets no class fall; write e.g. class_drop<=0.02"),
         ("class_drop>=0.02", "write class_drop<=MARGIN"),
         ("min_class_auc>=0.5", "allowed: min_class_recall, min_class_precision, min_class_f1"),
         ("accuracy[cat]>=0.5", "per-class figures are recall, precision, f1"),

@@ -66,8 +66,14 @@ def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> No
 
 
 @pytest.mark.parametrize(
-    "text", ["val_accuracy>-0.1", "min_class_recall>=-1", "class_drop<=-0.1", "recall[3]>=250"]
-)
+    "text",
+    [
+        "val_accuracy>-0.1", "min_class_recall>=-1", "class_drop<=-0.1", "recall[3]>=250",
+        # 1.5 read as a percentage was "did you mean min_class_recall>=0.015?": a floor that
+        # lets nearly everything pass, suggested for a typo (found by a red-team pass).
+        "min_class_recall>=1.5", "val_accuracy>=2",
+    ],
+)  # fmt: skip
 def test_a_bar_that_is_no_percentage_either_gets_no_suggestion(text: str) -> None:
     """-1 or 250 is not a percentage: `did you mean ...>=-0.01?` would be nonsense."""
     with pytest.raises(ValueError) as err:

@@ -72,7 +72,7 @@ def test_keys_a_trial_may_not_vary_and_bad_shapes_are_refused_all_at_once() -> N
         "a trial may vary",
         "uniform is for numeric settings",
         "low <= high",
-        "takes a list",
+        "seed: grid is empty: list at least one value",  # it was "takes a list", of a list
         "'pick' is not a distribution",
         "two numbers",
         "one distribution",
