@@ -29,6 +29,7 @@ from app.formatting import finite, json_safe, shown
 from app.runfolder import folder as run_folder
 from app.storage.entries import Kind, kind, not_a_link
 from app.storage.location import RunPath, local_write_problem, parse_location, write_atomic
+from app.storage.reading import present
 
 MAX_RUNS = 20
 SHOWN_CLASSES = 10  # classes in the table (by spread of recall); --json has them all
@@ -216,6 +217,12 @@ def _read(run_dir: RunPath) -> RunFigures:
     summary = run_folder.read_summary(run_dir)
     epochs = run_folder.epochs(run_dir)
     if summary is None and not epochs:
+        if present(run_dir / run_folder.SWEEP_FILE):
+            raise ConfigError(
+                f"{shown(run_dir)}: a sweep's folder; compare its trials, "
+                f"{shown(run_dir)}/trials/trial-NNNN (`trainctl status {shown(run_dir)}` lists "
+                "them, best first)"
+            )
         raise ConfigError(
             f"{shown(run_dir)}: not a run folder (no summary.json or metrics.jsonl); give run "
             "folders (or their s3:// / gs:// URIs)"

@@ -146,9 +146,18 @@ def sweep_best_trial(folder: RunPath) -> RunPath | None:
 
 
 def sweep_problem(folder: RunPath) -> str | None:
-    """Where `folder` (a folder given for its export, or that export/) is a sweep's: what to
-    give instead (a sweep has no export of its own; its trials have)."""
+    """Where `folder` (a folder given for its export, or that export/) is a sweep's, or one of
+    its trials it did not export: what to give instead (a sweep has no export of its own, and
+    exports its best trial only)."""
+    from app.settings.tune_plan import TRIALS_DIR  # loads the settings model: only sweeps need it
+
     sweep = folder.parent if folder.name == EXPORT_DIR else folder
+    if sweep.parent.name == TRIALS_DIR and present(sweep.parent.parent / SWEEP_FILE):
+        return (
+            f"{sweep}: a trial the sweep {sweep.parent.parent} did not export (a sweep exports "
+            f"only its best trial); give the sweep's folder, which predicts and evaluates with "
+            "its best trial, or champion:<model-name> where the sweep promoted it"
+        )
     if not present(sweep / SWEEP_FILE):
         return None
     return (

@@ -90,8 +90,10 @@ def _tune_until_sigterm(
         except KeyboardInterrupt:
             sweep.write("interrupted")
             sweep.parent.finish("incomplete", None)
-            if not SIGTERM_SEEN.is_set():
-                raise  # Ctrl-C: the CLI says so (exit 130), nothing promoted
+            if not SIGTERM_SEEN.is_set():  # Ctrl-C: exit 130, nothing promoted
+                _say(f"stopped by Ctrl-C; sweep folder {settings.run_dir} is consistent: rerun "
+                     "to continue the sweep")  # fmt: skip
+                raise
             # The trials' drivers end with this one (their Ray job ends): each resumes from its
             # last committed checkpoint when the sweep is rerun.
             raise Interrupted(

@@ -312,6 +312,10 @@ def test_predict_and_evaluate_on_a_sweep_use_the_trial_it_exported(
     evaluated = trainctl("evaluate", str(sweep), str(tmp_path / "holdout"))
     assert f"{sweep} is a sweep: evaluating its best trial, trial-0002" in evaluated.err
     assert_refused(evaluated, 2, "class folders the run does not have: emu")
+    # Another trial, which the sweep did not export: named as such, not as a failed run.
+    (sweep / "trials" / "trial-0001").mkdir()
+    other = trainctl("predict", str(sweep / "trials" / "trial-0001"), image)
+    assert_refused(other, 2, "a trial the sweep", "did not export", "give the sweep's folder")
     for hostile in ("../../runs/r", "trial-0003", {"x": 1}):  # a path, none exported, no id
         (sweep / "sweep.json").write_text(json.dumps({"best": {"trial": hostile}}))
         for command in (("predict", str(sweep), image), ("evaluate", str(sweep), "--split=valid")):

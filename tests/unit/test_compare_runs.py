@@ -201,7 +201,10 @@ def test_where_the_runs_or_the_plot_cannot_be_is_refused_before_reading(tmp_path
     b = make_run(tmp_path, "b", lr=0.2, accuracies=[0.6], duration_s=10)
     (tmp_path / "d.png").mkdir()
     (tmp_path / "link").symlink_to(b)
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "sweep.json").write_text("{}")
     cases = {
+        (str(tmp_path / "sweep"),): "a sweep's folder; compare its trials",
         ("--out", str(tmp_path / "d.png")): "is a folder; name the PNG file to write",
         ("--out", str(a / "summary.json" / "c.png")): "summary.json: exists but is not a folder",
         (str(a),): "given more than once",

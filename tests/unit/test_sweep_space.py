@@ -267,3 +267,40 @@ def test_asha_stops_behind_a_rung_but_never_at_the_last_epoch() -> None:
     continue_, stop = TrialScheduler.CONTINUE, TrialScheduler.STOP
     assert decisions(epochs=4) == [continue_, stop]  # epoch 1 is a rung before the last
     assert decisions(epochs=1) == [continue_, continue_]  # epoch 1 is the last: it ends itself
+
+
+def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C ended with only `trainctl: interrupted`, where SIGTERM said the folder was
+    consistent and a rerun continues (found by a red-team pass)."""
+    from types import SimpleNamespace
+
+    from app.run import signals
+    from app.sweep import sweep as sweep_module
+
+    recorded: list[str] = []
+    record = SimpleNamespace(
+        write=recorded.append, parent=SimpleNamespace(finish=lambda *_: recorded.append("closed"))
+    )
+
+    def pressed(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "_tune", pressed)
+    with pytest.raises(KeyboardInterrupt):
+        sweep_module._tune_until_sigterm(BASE, record, [], {})  # type: ignore[arg-type]
+    said = capsys.readouterr().out
+    assert f"stopped by Ctrl-C; sweep folder {BASE.run_dir} is consistent: rerun" in said
+    assert recorded == ["interrupted", "closed"]
+
+    def terminated(*_: object) -> None:  # as SIGTERM's handler does inside the sweep
+        signals.SIGTERM_SEEN.set()
+        raise signals.StopForSigterm("SIGTERM")
+
+    monkeypatch.setattr(sweep_module, "_tune", terminated)
+    try:
+        with pytest.raises(sweep_module.Interrupted, match="stopped by SIGTERM; sweep folder"):
+            sweep_module._tune_until_sigterm(BASE, record, [], {})  # type: ignore[arg-type]
+    finally:
+        signals.SIGTERM_SEEN.clear()
