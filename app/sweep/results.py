@@ -113,7 +113,9 @@ def trials_csv(rows: list[dict[str, Any]], metric: str) -> str:
 
 
 def table(record: dict[str, Any]) -> str:
-    """The trials as `trainctl status` shows them, best first. sweep.json lies in a folder
+    """The trials as `trainctl status` shows them, best first: first those the sweep could
+    ship (trained to the end), then the rest, so that a stopped trial that scored higher never
+    heads the table above the one exported. sweep.json lies in a folder
     many hands write: a field of another type than trainctl writes is shown as missing, and
     every text is escaped (one_line), so it can neither crash the table nor drive a terminal."""
     rows = [_shown_row(r) for r in _listed(record.get("trials")) if isinstance(r, dict)]
@@ -121,7 +123,9 @@ def table(record: dict[str, Any]) -> str:
     keys = list(dict.fromkeys(k for r in rows for k in r["values"]))
     head = ["TRIAL", "STATUS", *(k.upper() for k in keys), "EPOCHS", "FINAL", "BEST", "TIME"]
     sign = -1 if HIGHER_IS_BETTER[metric] else 1
-    ordered = sorted(rows, key=lambda r: (r["best"] is None, sign * (r["best"] or 0)))
+    ordered = sorted(
+        rows, key=lambda r: (r["status"] != "succeeded", r["best"] is None, sign * (r["best"] or 0))
+    )
     body = [
         [r["trial"], r["status"], *(r["values"].get(k, "") for k in keys), r["epochs"],
          _cell(r["final"]), _cell(r["best"]), _seconds(r["duration_s"])]

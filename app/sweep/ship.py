@@ -56,9 +56,14 @@ def promote_best(sweep: TrainSettings, trial: TrainSettings, info: DatasetInfo) 
     return promote_run(settings, info, summary, summary.get("promotion"), evaluate=True)
 
 
-def mark_stopped(trial: TrainSettings, stop: dict[str, Any]) -> None:
-    """The trial's summary says `stopped` (by the scheduler, after which epoch), not failed."""
+def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) -> None:
+    """The trial's summary says `stopped` (by the scheduler, after which epoch), not failed,
+    with the settings it trained with (`auto` resolved, as the other trials' drivers record
+    them: compare showed `amp auto` beside `off` as a difference that was none)."""
+    from app.training.accel import resolve
+
     run_dir = trial.run_dir
+    trial, _ = resolve(trial, info)
     before = read_summary(run_dir) or {}
     if before.get("status") == "stopped":
         return

@@ -343,7 +343,7 @@ def _conclude(
     rows = sweep.rows()
     for row in rows:
         if row["status"] == "stopped":
-            mark_stopped(per_trial[row["trial"]], sweep.stopped.get(row["trial"]) or {})
+            mark_stopped(per_trial[row["trial"]], sweep.stopped.get(row["trial"]) or {}, info)
     sweep.extra["duration_s"] = round(time.monotonic() - started, 2)
     record = sweep.write("running")
     pending = [r["trial"] for r in record["trials"] if r["status"] not in DONE]

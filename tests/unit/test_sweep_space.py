@@ -211,7 +211,12 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
     shown = table({"sweep": "s", "status": "succeeded", "metric": "val_accuracy", "trials": rows,
                    "best": rows[2]})  # fmt: skip
     lines = shown.splitlines()
-    assert "best trial-0003" in lines[0] and lines[2].startswith("trial-0002")
+    assert "best trial-0003" in lines[0]
+    # Those it could ship first, best first; then the stopped one that scored higher (it headed
+    # the table above the trial exported: found by a red-team pass), then the failed one.
+    assert [line.split()[0] for line in lines[2:]] == [
+        "trial-0003", "trial-0001", "trial-0002", "trial-0004"
+    ]  # fmt: skip
 
 
 def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
@@ -304,3 +309,20 @@ def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
             sweep_module._tune_until_sigterm(BASE, record, [], {})  # type: ignore[arg-type]
     finally:
         signals.SIGTERM_SEEN.clear()
+
+
+def test_a_stopped_trial_records_the_settings_it_trained_with(tmp_path: Path) -> None:
+    """`auto` resolved as the finished trials' drivers record it: compare showed `amp auto`
+    beside `off` as a difference between trials that was none (found by a red-team pass)."""
+    import json
+
+    from app.sweep.ship import mark_stopped
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    make_run(tmp_path, "trial-0002", 0.5)
+    trial = settings_for(tmp_path, "trial-0002")
+    assert trial.amp == "auto" and trial.compile == "auto"
+    mark_stopped(trial, {"epoch": 1, "time_s": 2.5}, INFO)
+    summary = json.loads((tmp_path / "trial-0002" / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["stopped_by"].endswith("after epoch 1")
+    assert (summary["settings"]["amp"], summary["settings"]["compile"]) == ("off", "off")
