@@ -40,6 +40,7 @@ from typing import Any
 
 from app.errors import ConfigError
 from app.export import signature
+from app.formatting import one_line
 from app.redact import redact
 from app.runfolder.class_names import (
     CLASSES_FILE,
@@ -167,6 +168,28 @@ def sweep_problem(folder: RunPath) -> str | None:
     )
 
 
+def _signed_for_its_run(folder: RunPath, card: dict[str, Any]) -> None:
+    """Where cards are signed (TRAIN_VERIFY_KEY), a run's export/ holds its own run's card: a
+    signed export copied into another run's folder, with that run's summary.json rewritten to
+    match, verified, and answered as the other run (found by a red-team pass). Without a key a
+    card proves nothing of its origin, and a run folder may be moved or copied at will."""
+    if folder.name != EXPORT_DIR or signature.configured_key() is None:
+        return
+    from app.settings.tune_plan import TRIALS_DIR  # loads the settings model: only keys need it
+
+    run = folder.parent
+    owners = {run.name}
+    if run.parent.name == TRIALS_DIR:  # a sweep's best trial is exported under the sweep's name
+        owners.add(run.parent.parent.name)
+    named = card.get("run_name")
+    if named not in owners:
+        raise ConfigError(
+            f"{folder / CARD_FILE}: a signed card of run {one_line(str(named), 100)}, in the "
+            f"folder of run {folder.parent.name}: copied from another run, and not loaded; "
+            "give that run's folder"
+        )
+
+
 def _same_classes_as_its_run(folder: RunPath, card: dict[str, Any]) -> None:
     """A run's export/ answers in the classes its run recorded when it first trained
     (classes.json): a card edited to other names or another order would relabel every
@@ -289,6 +312,7 @@ def verified(
     card, text = _read_card(folder, root, card_sha256)
     if card_sha256 is None:  # a champion's copy is vouched for by its pointer's sha256
         _same_classes_as_its_run(folder, card)
+        _signed_for_its_run(folder, card)
         if as_recorded:
             _the_card_its_run_recorded(folder, hashlib.sha256(text).hexdigest())
     weights = b""

@@ -23,11 +23,14 @@ import base64
 import functools
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.errors import ConfigError
-from app.storage import safe_fs
+from app.formatting import one_line
+from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath
 from app.storage.reading import read_bounded
 
@@ -48,14 +51,20 @@ MAKE_KEYS = (
 
 
 def _key_bytes(path: Path, setting: str) -> bytes:
+    """The key file's bytes: a regular file of bounded size. A link is followed: the operator
+    names this file (a Kubernetes Secret volume's files are links), no storage writer does."""
     try:
-        return safe_fs.read_bytes(path, path.parent, MAX_KEY_BYTES)
+        with path.open("rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise ConfigError(f"{setting}={path}: not a regular file")
+            data = file.read(MAX_KEY_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{setting}={path}: no such file") from None
-    except safe_fs.LinkRefused:
-        raise  # names the link, and where it leads
-    except (OSError, ValueError) as err:  # a folder, a FIFO, over the bound
-        raise ConfigError(f"{setting}={path}: cannot be read ({err})") from None
+    except OSError as err:  # a folder, unreadable
+        raise ConfigError(f"{setting}={path}: cannot be read ({err.strerror or err})") from None
+    if len(data) > MAX_KEY_BYTES:
+        raise ConfigError(f"{setting}={path}: over {MAX_KEY_BYTES:,} bytes, no key file")
+    return data
 
 
 def private_key(path: Path) -> Ed25519PrivateKey:
@@ -121,9 +130,10 @@ def check(folder: RunPath, root: RunPath, card_bytes: bytes, key: Ed25519PublicK
     path = folder / SIGNATURE_FILE
     expected = key_id(key)
     try:
-        record = json.loads(read_bounded(path, root, MAX_SIGNATURE_BYTES).decode("utf-8"))
+        text = read_bounded(path, root, MAX_SIGNATURE_BYTES).decode("utf-8")
+        record = bounded_json.loads(text, MAX_SIGNATURE_BYTES)
         signature = base64.b64decode(str(record["signature"]), validate=True)
-        signed_by = str(record.get("key_id"))
+        signed_by = record.get("key_id")
     except FileNotFoundError:
         raise ConfigError(
             f"{folder}: no {SIGNATURE_FILE}: the export is not signed, and TRAIN_VERIFY_KEY "
@@ -131,12 +141,14 @@ def check(folder: RunPath, root: RunPath, card_bytes: bytes, key: Ed25519PublicK
         ) from None
     except safe_fs.LinkRefused:
         raise
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"{path}: unreadable signature ({err}); not loaded") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        why = one_line(str(err), 200)
+        raise ConfigError(f"{path}: unreadable signature ({why}); not loaded") from None
     try:
         key.verify(signature, card_bytes)
     except InvalidSignature:
-        by = "" if signed_by == expected else f" (it names key {signed_by[:16]})"
+        named = one_line(str(signed_by), 40) if signed_by is not None else None
+        by = "" if signed_by == expected or named is None else f" (it names key {named})"
         raise ConfigError(
             f"{path}: the model card's signature does not verify against TRAIN_VERIFY_KEY (key "
             f"{expected}){by}: the card was altered, or signed by another key; not loaded"

@@ -38,9 +38,10 @@ class TaskUnknown(Exception):
 
 def champion_task(pointer: dict[str, Any], storage: RunPath, name: str) -> Task:
     """The task of champion `name`, whose pointer under `storage` is `pointer`, from its
-    verified card, once what the pointer says of the champion (task, metrics, value) is what
-    the card says; TaskUnknown otherwise."""
-    card = verified_card(pointer, champion_copy(pointer, storage, name))
+    verified card (and, where TRAIN_VERIFY_KEY is set, its signature: the figures a run must
+    beat are a signed card's, not a planted one's), once what the pointer says of the champion
+    (task, metrics, value) is what the card says; TaskUnknown otherwise."""
+    card = verified_card(pointer, champion_copy(pointer, storage, name), signed=True)
     task = Task.from_card(card)
     problem = _contradiction(pointer, card, task)
     if problem:
@@ -60,6 +61,9 @@ def _contradiction(pointer: dict[str, Any], card: dict[str, Any], task: Task) ->
             return f"its {err}"
         if recorded != task:  # every field: the listed names as well as their digest
             return f"its task is {recorded.describe()}, the card's {task.describe()}"
+    if "run_name" in pointer and pointer["run_name"] != card.get("run_name"):
+        named = _shown(card.get("run_name"))
+        return f"its run is {_shown(pointer['run_name'])}, the card's {named}"
     checkpoint = card.get("checkpoint")
     figures = checkpoint.get("metrics") if isinstance(checkpoint, dict) else None
     if not isinstance(figures, dict):

@@ -167,3 +167,103 @@ def test_check_names_keys_that_cannot_sign_or_are_not_a_pair(
     for (signing, verify), needle in cases.items():
         with pytest.raises(ConfigError, match=needle):
             configuration(signing, verify)
+
+
+def test_the_champion_comparison_holds_the_champion_to_the_key(
+    tmp_path: Path, keys: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planted unsigned champion with a high figure kept every signed run out for good, and
+    `check` said `ok` (found by a red-team pass): the figures a run must beat are now a signed
+    card's, and a champion that does not verify is kept, said, and checked by `check`."""
+    from app.promotion.check import promotion_check
+
+    private, public = keys
+    storage = tmp_path / "runs"
+    _promoted(storage, "planted", None)  # unsigned: what a writer of the storage can make
+    monkeypatch.setenv("TRAIN_VERIFY_KEY", str(public))
+    make_run(storage, "honest", 0.95)
+    settings = settings_for(storage, "honest", signing_key=str(private))
+    summary = promote_run(settings, INFO, {"status": "succeeded"})
+    assert summary["promoted"] is False
+    reason = summary["promotion"]["reason"]
+    assert "the champion cannot be checked against its model card" in reason, reason
+    assert f"no {SIGNATURE_FILE}" in reason and "remove the pointer" in reason, reason
+    with pytest.raises(ConfigError, match="cannot be checked against its model card"):
+        promotion_check(settings, INFO)
+
+
+def test_a_signed_export_in_another_runs_folder_is_refused(
+    tmp_path: Path, keys: tuple[Path, Path], image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run a's signed export copied over run b's, and b's summary.json pointed at it: it
+    verified, and predict answered with a's model as b (found by a red-team pass)."""
+    private, public = keys
+    a = _promoted(tmp_path / "runs", "a", private)
+    b = _promoted(tmp_path / "runs", "b", private)
+    shutil.rmtree(b / "export")
+    shutil.copytree(a / "export", b / "export")
+    summary = json.loads((b / "summary.json").read_text())
+    card_sha = hashlib.sha256((b / "export" / CARD_FILE).read_bytes()).hexdigest()
+    summary["promotion"]["export"]["card_sha256"] = card_sha
+    (b / "summary.json").write_text(json.dumps(summary))
+    assert trainctl("predict", str(b), image).code == 0  # no key: a card proves no origin
+    monkeypatch.setenv("TRAIN_VERIFY_KEY", str(public))
+    result = trainctl("predict", str(b), image)
+    assert_refused(result, 2, "a signed card of run a, in the folder of run b")
+
+
+@pytest.mark.parametrize(
+    ("signature", "needle"),
+    [
+        ("[" * 3000, "nested"),  # was a RecursionError: an internal error, exit 1
+        (json.dumps({"signature": "AAAA", "key_id": "\x1b]0;pwned\x07"}), "\\x1b]0;pwned"),
+        (json.dumps({"signature": "AAAA"}), "does not verify"),
+    ],
+)
+def test_a_hostile_signature_file_is_refused_and_never_drives_the_terminal(
+    tmp_path: Path,
+    keys: tuple[Path, Path],
+    image: str,
+    monkeypatch: pytest.MonkeyPatch,
+    signature: str,
+    needle: str,
+) -> None:
+    private, public = keys
+    run = _promoted(tmp_path / "runs", "r", private)
+    (run / "export" / SIGNATURE_FILE).write_text(signature)
+    monkeypatch.setenv("TRAIN_VERIFY_KEY", str(public))
+    result = trainctl("predict", str(run), image)
+    assert_refused(result, 2, needle)
+    assert "\x1b" not in result.text and "key None" not in result.text
+
+
+def test_a_key_file_named_through_a_link_is_read(
+    tmp_path: Path, keys: tuple[Path, Path], image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Kubernetes Secret volume's files are links: the operator names the key, no writer of
+    the storage does, so a link to it is followed (storage files never are)."""
+    private, public = keys
+    run = _promoted(tmp_path / "runs", "r", private)
+    linked = tmp_path / "verify.pem"
+    linked.symlink_to(public)
+    monkeypatch.setenv("TRAIN_VERIFY_KEY", str(linked))
+    assert trainctl("predict", str(run), image).code == 0
+    assert configuration(private, linked).startswith("exports signed and verified")
+
+
+def test_a_sweeps_best_trial_is_signed_under_the_sweeps_name_and_loads(
+    tmp_path: Path, keys: tuple[Path, Path], image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The best trial's export is promoted, and signed, as the sweep (its card's run_name)."""
+    private, public = keys
+    run = _promoted(tmp_path / "runs", "nightly", private)
+    sweep = tmp_path / "sweeps" / "nightly"
+    (sweep / "trials").mkdir(parents=True)
+    shutil.copytree(run, sweep / "trials" / "trial-0002")
+    (sweep / "sweep.json").write_text(json.dumps({"best": {"trial": "trial-0002"}}))
+    monkeypatch.setenv("TRAIN_VERIFY_KEY", str(public))
+    result = trainctl("predict", str(sweep), image)
+    assert result.code == 0, result.text
+    elsewhere = tmp_path / "runs" / "copy"
+    shutil.copytree(run, elsewhere)
+    assert_refused(trainctl("predict", str(elsewhere), image), 2, "in the folder of run copy")
