@@ -175,6 +175,8 @@ def _signed_for_its_run(folder: RunPath, card: dict[str, Any]) -> None:
     card proves nothing of its origin, and a run folder may be moved or copied at will."""
     if folder.name != EXPORT_DIR or signature.configured_key() is None:
         return
+    if not present(folder.parent / SUMMARY_FILE):  # an export/ folder kept on its own
+        return
     from app.settings.tune_plan import TRIALS_DIR  # loads the settings model: only keys need it
 
     run = folder.parent

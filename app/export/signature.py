@@ -136,8 +136,9 @@ def check(folder: RunPath, root: RunPath, card_bytes: bytes, key: Ed25519PublicK
         signed_by = record.get("key_id")
     except FileNotFoundError:
         raise ConfigError(
-            f"{folder}: no {SIGNATURE_FILE}: the export is not signed, and TRAIN_VERIFY_KEY "
-            f"(key {expected}) loads only signed ones; sign exports with TRAIN_SIGNING_KEY"
+            f"{folder}: no {SIGNATURE_FILE}: the export is not signed (it was made without "
+            f"TRAIN_SIGNING_KEY, and stays so), and TRAIN_VERIFY_KEY (key {expected}) loads "
+            "only signed ones"
         ) from None
     except safe_fs.LinkRefused:
         raise

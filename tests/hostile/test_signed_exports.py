@@ -210,6 +210,10 @@ def test_a_signed_export_in_another_runs_folder_is_refused(
     monkeypatch.setenv("TRAIN_VERIFY_KEY", str(public))
     result = trainctl("predict", str(b), image)
     assert_refused(result, 2, "a signed card of run a, in the folder of run b")
+    # An export kept on its own, in a folder named export/ that is no run's: it loads.
+    kept = tmp_path / "models" / "export"
+    shutil.copytree(a / "export", kept)
+    assert trainctl("predict", str(kept), image).code == 0
 
 
 @pytest.mark.parametrize(
