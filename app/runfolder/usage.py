@@ -50,6 +50,23 @@ def accelerator_hours(
     }
 
 
+def from_training_clock(
+    records: Sequence[Mapping[str, Any]], *, use_gpu: bool, cpus_per_worker: float
+) -> dict[str, Any] | None:
+    """A run whose driver never concluded (a sweep's trial the scheduler stopped): its
+    accelerator-hours from the training clock of its last epoch (`worker_time_s`, worker
+    seconds over all its worker groups), which leaves out each group's start; None where no
+    epoch recorded one."""
+    kind: Kind = "gpu" if use_gpu else "cpu"
+    per_worker = 1.0 if use_gpu else float(cpus_per_worker)
+    clocks = [finite(r.get("worker_time_s")) for r in records]
+    seconds = next((c for c in reversed(clocks) if c is not None and c >= 0), None)
+    if seconds is None or seconds / 3600 > MAX_HOURS:
+        return None
+    hours = round(seconds * per_worker / 3600, 6)
+    return {"kind": kind, "hours": hours, "workers": None, "per_worker": per_worker}
+
+
 def run_seconds(previous: Any, this_driver_s: float) -> float:
     """The run's wall time so far (summary.json's `duration_s`): this driver's on top of what
     the run's earlier drivers recorded (ignored when it is not a figure a driver writes)."""

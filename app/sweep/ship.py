@@ -15,8 +15,10 @@ from pydantic import PrivateAttr
 
 from app.data.schema import DatasetInfo
 from app.promotion.step import promote_run
+from app.runfolder import folder as run_folder
 from app.runfolder.folder import SummaryNotWritten, read_summary, write_final_summary
 from app.runfolder.summary import build_summary, plot_curves
+from app.runfolder.usage import from_training_clock
 from app.settings import TrainSettings
 from app.storage.location import RunPath
 
@@ -79,6 +81,11 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
         metric=trial.checkpoint_metric,
     )
     summary["stopped_by"] = f"{trial.tune_scheduler} after epoch {stop.get('epoch')}"
+    held = from_training_clock(
+        run_folder.epochs(run_dir), use_gpu=trial.use_gpu, cpus_per_worker=trial.cpus_per_worker
+    )
+    if held is not None:  # compare derived it from wall time x workers: several times over
+        summary["accelerator_hours"] = held
     if before.get("tracking"):
         summary["tracking"] = before["tracking"]
     try:

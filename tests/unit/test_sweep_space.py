@@ -311,18 +311,27 @@ def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
         signals.SIGTERM_SEEN.clear()
 
 
-def test_a_stopped_trial_records_the_settings_it_trained_with(tmp_path: Path) -> None:
+def test_a_stopped_trial_records_the_settings_and_hours_it_trained_with(tmp_path: Path) -> None:
     """`auto` resolved as the finished trials' drivers record it: compare showed `amp auto`
-    beside `off` as a difference between trials that was none (found by a red-team pass)."""
+    beside `off` as a difference between trials that was none, and derived hours several times
+    over from wall time (found by a red-team pass)."""
     import json
 
+    from app.runfolder.folder import record_epoch
     from app.sweep.ship import mark_stopped
     from tests.promotion_support import INFO, make_run, settings_for
 
-    make_run(tmp_path, "trial-0002", 0.5)
+    run_dir = make_run(tmp_path, "trial-0002", 0.5)
+    # Its training clock: 1.5 hours of worker time by the epoch the scheduler stopped it at.
+    record_epoch(run_dir, {"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5,
+                           "worker_time_s": 5400.0})  # fmt: skip
     trial = settings_for(tmp_path, "trial-0002")
     assert trial.amp == "auto" and trial.compile == "auto"
     mark_stopped(trial, {"epoch": 1, "time_s": 2.5}, INFO)
     summary = json.loads((tmp_path / "trial-0002" / "summary.json").read_text())
     assert summary["status"] == "stopped" and summary["stopped_by"].endswith("after epoch 1")
     assert (summary["settings"]["amp"], summary["settings"]["compile"]) == ("off", "off")
+    # ... and its accelerator-hours (none were recorded: compare then derived wall time x
+    # workers, several times over; found by a red-team pass).
+    assert summary["accelerator_hours"] == {"kind": "cpu", "hours": 1.5, "workers": None,
+                                            "per_worker": 1.0}  # fmt: skip
