@@ -365,16 +365,24 @@ def move_champion(
     outcome = _Outcome()
     judged_against = _judging(settings, candidate, run_end)
 
+    def judge(champion: dict[str, Any] | None) -> gate.Decision:
+        """The gate's verdict on `best` against `champion` (None: none to beat)."""
+        return gate.decide(
+            settings.promote_if,
+            best.metrics,
+            (champion or {}).get("metrics"),
+            settings.checkpoint_metric,
+            retention.higher_is_better(settings.checkpoint_metric),
+            chance,
+            judged_against(champion),
+        )
+
     def decide(current: dict[str, Any] | None) -> dict[str, Any] | None:
         outcome.reset()
         if _same_checkpoint(current, settings, best):  # another driver of this run promoted it
             outcome.already = current
             if not _same_gate(current, settings):  # a new question, judged on the run alone
-                outcome.decision = gate.decide(
-                    settings.promote_if, best.metrics, None, settings.checkpoint_metric,
-                    retention.higher_is_better(settings.checkpoint_metric), chance,
-                    judged_against(None),
-                )  # fmt: skip
+                outcome.decision = judge(None)
             return None
         if current is not None:
             outcome.kept = _task_problem(current, candidate, settings) or _nothing_to_beat(
@@ -382,15 +390,7 @@ def move_champion(
             )
             if outcome.kept:
                 return None
-        decision = gate.decide(
-            settings.promote_if,
-            best.metrics,
-            (current or {}).get("metrics"),
-            settings.checkpoint_metric,
-            retention.higher_is_better(settings.checkpoint_metric),
-            chance,
-            judged_against(current),
-        )
+        decision = judge(current)
         outcome.decision = decision
         if not decision.promoted:
             return None

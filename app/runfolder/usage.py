@@ -35,8 +35,7 @@ def accelerator_hours(
     `starts`: this driver's worker-group starts (attempts.jsonl lines: `time`, `world_size`);
     `end`: when it ended (unix time); `previous`: the record the run's earlier drivers left
     (ignored when unreadable or of the other kind: GPU- and CPU-hours do not add up)."""
-    kind: Kind = "gpu" if use_gpu else "cpu"
-    per_worker = 1.0 if use_gpu else float(cpus_per_worker)
+    kind, per_worker = _unit(use_gpu, cpus_per_worker)
     seconds, workers = held(starts, end, per_worker)
     before = checked(previous)
     carried = before["hours"] if before and before["kind"] == kind else 0.0
@@ -57,14 +56,18 @@ def from_training_clock(
     accelerator-hours from the training clock of its last epoch (`worker_time_s`, worker
     seconds over all its worker groups), which leaves out each group's start; None where no
     epoch recorded one."""
-    kind: Kind = "gpu" if use_gpu else "cpu"
-    per_worker = 1.0 if use_gpu else float(cpus_per_worker)
+    kind, per_worker = _unit(use_gpu, cpus_per_worker)
     clocks = [finite(r.get("worker_time_s")) for r in records]
     seconds = next((c for c in reversed(clocks) if c is not None and c >= 0), None)
     if seconds is None or seconds / 3600 > MAX_HOURS:
         return None
     hours = round(seconds * per_worker / 3600, 6)
     return {"kind": kind, "hours": hours, "workers": None, "per_worker": per_worker}
+
+
+def _unit(use_gpu: bool, cpus_per_worker: float) -> tuple[Kind, float]:
+    """What a worker holds and is counted in: one GPU, or its CPUs without GPUs."""
+    return ("gpu", 1.0) if use_gpu else ("cpu", float(cpus_per_worker))
 
 
 def run_seconds(previous: Any, this_driver_s: float) -> float:

@@ -113,13 +113,10 @@ def fetch(weights: WeightsEnum, torch_home: Path | None) -> Path:
         return file
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        # torchvision's file names carry the start of their SHA-256, as torch.hub checks it.
-        digest = torch.hub.HASH_REGEX.search(file.name)
         with _read_timeout(DOWNLOAD_READ_TIMEOUT_S):  # torch.hub takes no timeout itself
             torch.hub.download_url_to_file(
-                weights.url, str(file), hash_prefix=digest.group(1) if digest else None,
-                progress=False,
-            )  # fmt: skip
+                weights.url, str(file), hash_prefix=_hash_prefix(file), progress=False
+            )
     except Exception as err:  # no network, a proxy, a full disk: all mean "place it by hand"
         raise ConfigError(
             f"TRAIN_WEIGHTS={_name(weights)}: {file.name} is not in the cache and could not be "
@@ -139,6 +136,13 @@ def _read_timeout(seconds: float) -> Iterator[None]:
         socket.setdefaulttimeout(saved)
 
 
+def _hash_prefix(file: Path) -> str | None:
+    """The start of the file's SHA-256 that torchvision's file names carry, as torch.hub
+    checks it on download; None for a name without one."""
+    found = torch.hub.HASH_REGEX.search(file.name)
+    return found.group(1) if found else None
+
+
 def _name(weights: WeightsEnum) -> str:
     return f"{type(weights).__name__}.{weights.name}"
 
@@ -148,10 +152,9 @@ def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[s
     prefix = None
     if by_name(source):
         file, label = fetch(source, torch_home), f"TRAIN_WEIGHTS={_name(source)} ({source.url})"
-        # torchvision's file names carry the start of their SHA-256: a cached file (a shared
-        # TORCH_HOME anyone may write) is held to it each time, not only when downloaded.
-        found = torch.hub.HASH_REGEX.search(file.name)
-        prefix = found.group(1) if found else None
+        # A cached file (a shared TORCH_HOME anyone may write) is held to the hash in its name
+        # each time it is loaded, not only when downloaded.
+        prefix = _hash_prefix(file)
     else:
         file, label = source, f"TRAIN_WEIGHTS={redact_uri(str(source))}"
     try:
@@ -163,13 +166,14 @@ def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[s
         raise ConfigError(f"{label}: no such file") from None
     except (OSError, ValueError) as err:  # a FIFO or device, a folder; over the size bound
         raise ConfigError(f"{label}: cannot be read ({_why(err)})") from None
-    digest = hashlib.sha256(data).hexdigest()
-    if prefix is not None and not digest.startswith(prefix):
-        raise ConfigError(
-            f"{label}: {file} has sha256 {digest[:16]}..., not the {prefix}... its name "
-            "promises: not the published weights, and not loaded; delete it to download them "
-            f"again, or place the file from {source.url} there"
-        )
+    if prefix is not None:  # a file by name only: a user's own file has no hash to meet
+        digest = hashlib.sha256(data).hexdigest()
+        if not digest.startswith(prefix):
+            raise ConfigError(
+                f"{label}: {file} has sha256 {digest[:16]}..., not the {prefix}... its name "
+                "promises: not the published weights, and not loaded; delete it to download "
+                f"them again, or place the file from {source.url} there"
+            )
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # not a torch file, or one that needs code to unpickle
