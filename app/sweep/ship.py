@@ -80,9 +80,10 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
         restored_from=None,
         metric=trial.checkpoint_metric,
     )
-    summary["stopped_by"] = f"{trial.tune_scheduler} after epoch {stop.get('epoch')}"
+    trained = run_folder.epochs(run_dir)
+    summary["stopped_by"] = _stopped_by(trial.tune_scheduler, stop.get("epoch"), trained)
     held = from_training_clock(
-        run_folder.epochs(run_dir), use_gpu=trial.use_gpu, cpus_per_worker=trial.cpus_per_worker
+        trained, use_gpu=trial.use_gpu, cpus_per_worker=trial.cpus_per_worker
     )
     if held is not None:  # compare derived it from wall time x workers: several times over
         summary["accelerator_hours"] = held
@@ -95,3 +96,14 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
         import click
 
         click.echo(f"trainctl: warning: {run_dir}: stopped, not recorded ({err})", err=True)
+
+
+def _stopped_by(scheduler: str, judged: Any, trained: list[dict[str, Any]]) -> str:
+    """Which scheduler stopped the trial at which epoch's result, and the epoch its workers
+    were in when the stop reached them: Ray Train's report returns before Tune has judged it,
+    so a trial may train on an epoch past its rung, and its folder holds that epoch."""
+    said = f"{scheduler} after epoch {judged}"
+    last = max((row["epoch"] for row in trained if isinstance(row.get("epoch"), int)), default=0)
+    if isinstance(judged, int) and last > judged:
+        said += f"; epoch {last} had trained before the stop reached the workers"
+    return said

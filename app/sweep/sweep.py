@@ -260,12 +260,26 @@ def _tune(
         run_config=tune.RunConfig(
             name=TUNE_DIR,
             **storage_options(settings.run_dir),
-            callbacks=[_recorder(sweep)],
+            callbacks=[_recorder(sweep), _quiet_progress()],
             failure_config=tune.FailureConfig(max_failures=0),  # a trial retries by its own rules
             verbose=0,
         ),
     )
     tuner.fit()
+
+
+def _quiet_progress() -> Any:
+    """Tune's per-trial progress printer, silenced: at verbose 0 it still printed a raw
+    "Trial run_trial_... completed. Last result: " line for each trial a resumed sweep finished
+    without a new result. Given one, Tune adds none of its own; the sweep's own lines say
+    each trial's end (trial_reported)."""
+    from ray.tune.progress_reporter import TrialProgressCallback
+
+    class QuietProgress(TrialProgressCallback):  # type: ignore[misc]
+        def _print(self, msg: str) -> None:
+            pass
+
+    return QuietProgress()
 
 
 def _scheduler(settings: TrainSettings) -> Any:

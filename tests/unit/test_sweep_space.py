@@ -335,3 +335,50 @@ def test_a_stopped_trial_records_the_settings_and_hours_it_trained_with(tmp_path
     # workers, several times over; found by a red-team pass).
     assert summary["accelerator_hours"] == {"kind": "cpu", "hours": 1.5, "workers": None,
                                             "per_worker": 1.0}  # fmt: skip
+
+
+def test_a_trial_that_trained_past_its_rung_says_which_epoch_the_stop_reached(
+    tmp_path: Path,
+) -> None:
+    """Ray Train's report returns before Tune has judged it, so a trial stopped at its epoch-1
+    rung may hold epoch 2: its summary said "after epoch 1" beside two epochs (found in review)."""
+    import json
+
+    from app.runfolder.folder import record_epoch
+    from app.sweep.ship import mark_stopped
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    for epoch in (1, 2):
+        run_dir = make_run(tmp_path, "trial-0003", 0.5, epoch=epoch)
+        record_epoch(run_dir, {"epoch": epoch, "train_loss": 1.0, "val_loss": 1.0,
+                               "val_accuracy": 0.5})  # fmt: skip
+    mark_stopped(settings_for(tmp_path, "trial-0003"), {"epoch": 1, "time_s": 2.5}, INFO)
+    summary = json.loads((tmp_path / "trial-0003" / "summary.json").read_text())
+    assert summary["stopped_by"] == (
+        "asha after epoch 1; epoch 2 had trained before the stop reached the workers"
+    )
+    assert summary["epochs_completed"] == 2
+
+
+def test_tunes_progress_printer_is_silenced_where_it_printed_raw_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A resumed sweep printed Tune's raw "Trial run_trial_... completed. Last result: " for a
+    trial that ended without a new result, whatever `verbose` said (found in review)."""
+    from ray.tune.progress_reporter import TrialProgressCallback
+
+    from app.sweep.sweep import _quiet_progress
+
+    class Trial:  # what the printer reads of a trial restored from the sweep's experiment
+        def __init__(self) -> None:
+            self.last_result: dict[str, object] = {}
+
+        def __str__(self) -> str:
+            return "run_trial_8c1f2_00001"
+
+    TrialProgressCallback().on_trial_complete(0, [], Trial())
+    assert "completed. Last result" in capsys.readouterr().out  # Ray's own printer does
+    quiet = _quiet_progress()
+    assert isinstance(quiet, TrialProgressCallback)  # so Tune adds no printer of its own
+    quiet.on_trial_complete(0, [], Trial())
+    assert capsys.readouterr().out == ""
