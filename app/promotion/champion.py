@@ -34,6 +34,7 @@ from typing import Any
 
 from app.export.card import CARD_FILE
 from app.promotion.champion_export import LinkedCopy, named_by
+from app.promotion.champion_task import pointer_disagrees
 from app.settings.run import CHAMPIONS_DIR
 from app.storage import bounded_json, conditional, locks, safe_fs
 from app.storage.location import RunPath, write_atomic
@@ -86,6 +87,12 @@ def champion_export(storage: RunPath, name: str, endpoint: str | None) -> tuple[
         raise PointerDamaged(
             f"{path}: the champion's copy it names, {copy}, holds no {CARD_FILE}; fix or "
             "remove the pointer"
+        )
+    problem = pointer_disagrees(pointer, copy)
+    if problem:
+        raise PointerDamaged(
+            f"{path}: the pointer says otherwise than the model card it names ({problem}): "
+            "altered since it was written; fix or remove the pointer"
         )
     return str(copy), str(pointer["card_sha256"])
 

@@ -41,19 +41,46 @@ def champion_task(pointer: dict[str, Any], storage: RunPath, name: str) -> Task:
     verified card (and, where TRAIN_VERIFY_KEY is set, its signature: the figures a run must
     beat are a signed card's, not a planted one's), once what the pointer says of the champion
     (task, metrics, value) is what the card says; TaskUnknown otherwise."""
-    card = verified_card(pointer, champion_copy(pointer, storage, name), signed=True)
-    task = Task.from_card(card)
-    problem = _contradiction(pointer, card, task)
+    _, card = vouched_card(pointer, storage, name)
+    return Task.from_card(card)
+
+
+def vouched_card(
+    pointer: dict[str, Any], storage: RunPath, name: str
+) -> tuple[RunPath, dict[str, Any]]:
+    """(the copy, its card) of champion `name`, once the card is verified (sha256, and the
+    signature where TRAIN_VERIFY_KEY is set) and says what the pointer says of its champion
+    (run, task, figures): what is judged against or fine-tuned from; TaskUnknown otherwise."""
+    folder = champion_copy(pointer, storage, name)
+    card = verified_card(pointer, folder, signed=True)
+    _agreeing(pointer, card)
+    return folder, card
+
+
+def pointer_disagrees(pointer: dict[str, Any], folder: RunPath) -> str | None:
+    """What the pointer says of its champion that the card it vouches for in `folder` does
+    not, for a reader that then loads that card itself (`trainctl predict champion:`), or None;
+    None too where the card does not verify: that reader refuses it in its own words, and the
+    card it loads is this one, its bytes fixed by the pointer's sha256."""
+    try:
+        card = verified_card(pointer, folder)
+    except TaskUnknown:
+        return None
+    return _contradiction(pointer, card)
+
+
+def _agreeing(pointer: dict[str, Any], card: dict[str, Any]) -> None:
+    problem = _contradiction(pointer, card)
     if problem:
         raise TaskUnknown(
             f"the pointer says otherwise than the model card it names ({problem}): altered "
             "since it was written"
         )
-    return task
 
 
-def _contradiction(pointer: dict[str, Any], card: dict[str, Any], task: Task) -> str | None:
+def _contradiction(pointer: dict[str, Any], card: dict[str, Any]) -> str | None:
     """What the pointer says of its champion that its card does not, or None."""
+    task = Task.from_card(card)
     if "task" in pointer:
         try:
             recorded = Task.from_record(pointer["task"])

@@ -37,7 +37,7 @@ from app.errors import ConfigError
 from app.export import signature
 from app.export.card import CARD_FILE, MAX_CARD_BYTES, WEIGHTS_FILE, card_problem
 from app.promotion import champion
-from app.promotion.champion_task import TaskUnknown, champion_copy, verified_card
+from app.promotion.champion_task import TaskUnknown, vouched_card
 from app.promotion.task import Task
 from app.redact import redact_uri
 from app.runfolder import checkpoints, retention
@@ -151,8 +151,7 @@ def _champion(settings: TrainSettings, ref: ChampionRef, source: str) -> tuple[W
             f"({redact_uri(str(path))} is not there)"
         )
     try:
-        folder = champion_copy(pointer, settings.storage_path, ref.name)
-        card = verified_card(pointer, folder, signed=True)
+        folder, card = vouched_card(pointer, settings.storage_path, ref.name)
     except TaskUnknown as err:
         raise ConfigError(f"TRAIN_WARM_START={source}: the champion's card: {err}") from None
     run = pointer.get("run_name", "?")

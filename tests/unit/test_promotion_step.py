@@ -561,3 +561,33 @@ def test_figures_the_export_does_not_reproduce_keep_the_champion(
         step._refuse_unreproduced(run_end)  # type: ignore[arg-type]
     assert f"scores val_accuracy {measured:.4g}" in str(err.value)
     assert f"not the {recorded:.4g} its record says" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        ({"run_name": "nightly-7"}, 'its run is "nightly-7", the card\'s "r"'),
+        ({"value": 0.99}, "its value is 0.99, the card's val_accuracy 0.92"),
+    ],
+)
+def test_predict_champion_refuses_a_pointer_that_says_otherwise_than_its_card(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, edit: dict, says: str
+) -> None:
+    """The pointer names its champion's run and figures; `predict champion:` served the copy
+    its sha256 names whatever else the pointer said, while the gate already refused such a
+    pointer as altered (found in review)."""
+    from PIL import Image
+
+    from tests.hostile.support import trainctl
+
+    make_run(tmp_path, "r", 0.92)
+    assert promote_run(settings_for(tmp_path, "r"), INFO, {})["champion_version"] == 1
+    Image.new("L", (8, 8), 128).save(tmp_path / "x.png")
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path))
+    assert trainctl("predict", "champion:digits-cnn", str(tmp_path / "x.png")).code == 0
+    path = tmp_path / "champions" / "digits-cnn.json"
+    path.write_text(json.dumps({**_pointer(tmp_path), **edit}))
+    result = trainctl("predict", "champion:digits-cnn", str(tmp_path / "x.png"))
+    assert result.code == 2 and result.out == "", result.text
+    assert "says otherwise than the model card it names" in result.err, result.err
+    assert says in result.err and "fix or remove the pointer" in result.err, result.err

@@ -274,3 +274,18 @@ def test_a_storage_moved_after_promotion_still_finds_its_champion(tmp_path: Path
     pointer["card_sha256"] = "../../r/export"
     (new / "champions" / "digits-cnn.json").write_text(json.dumps(pointer))
     _refused(new, "champion:digits-cnn", "names no copy of the champion", "is not a sha256")
+
+
+def test_a_champion_pointer_that_says_otherwise_than_its_card_is_no_warm_start(
+    tmp_path: Path, champion_run: Path
+) -> None:
+    """A fine-tune of the champion starts from the copy whose card says what the pointer says
+    (its run, task and figures), as the gate judges it: the warm start read only the card's
+    checksum and signature (found in review)."""
+    path = tmp_path / "champions" / "digits-cnn.json"
+    pointer = json.loads(path.read_text())
+    path.write_text(json.dumps({**pointer, "run_name": "someone-else"}))
+    _refused(
+        tmp_path, "champion:digits-cnn", "the pointer says otherwise than the model card",
+        'its run is "someone-else", the card\'s "r"',
+    )  # fmt: skip
