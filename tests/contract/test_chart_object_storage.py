@@ -47,6 +47,11 @@ S3 = {
 GCS = {"storage": {"type": "gcs", "bucket": "ml_runs", "credentialsSecret": "gcs-key"}, **POOLS}
 KEY_DIR = "/var/run/secrets/trainctl/gcs"
 
+KEPT_BY_GITOPS = {
+    "argocd.argoproj.io/sync-options": "Delete=false,Prune=false",
+    "kustomize.toolkit.fluxcd.io/prune": "disabled",
+}
+
 
 def _ray_pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return [
@@ -160,7 +165,9 @@ def test_workload_identity_needs_no_secret_and_an_empty_prefix_no_double_slash(
         assert data["TRAIN_DATA_PATH"] == "gs://ml-runs/data"
         assert "GOOGLE_APPLICATION_CREDENTIALS" not in data
     (account,) = of_kind(objects, "ServiceAccount")
-    assert account["metadata"]["annotations"] == annotations  # "true" stays a string
+    # "true" stays a string; beside the user's, what keeps GitOps from pruning the account
+    # one retired pool folder shares with the others (tests/contract/test_render_parity.py).
+    assert account["metadata"]["annotations"] == {**KEPT_BY_GITOPS, **annotations}
     assert account["automountServiceAccountToken"] is False
 
 
@@ -173,7 +180,10 @@ def test_irsa_annotation_on_the_created_account(tmp_path: Path) -> None:
     }
     objects = _both(values, tmp_path)
     (account,) = of_kind(objects, "ServiceAccount")
-    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role}
+    assert account["metadata"]["annotations"] == {
+        **KEPT_BY_GITOPS,
+        "eks.amazonaws.com/role-arn": role,
+    }
     for data in _configmaps(objects):
         assert data["TRAIN_STORAGE_PATH"] == "s3://ml-runs/trainctl/runs"
         assert not {"TRAIN_STORAGE_ENDPOINT", "AWS_REGION"} & set(data)

@@ -188,6 +188,52 @@ def test_merged_files_and_sets_render_alike(path: Path, tmp_path: Path) -> None:
         assert normalized(obj) == normalized(python[key]), key
 
 
+def test_pull_secrets_in_kubernetes_form_reach_the_schedules_pods_by_name(tmp_path: Path) -> None:
+    """`imagePullSecrets: [{name: regcred}]` (the form the chart documents beside plain names)
+    reached the schedule's CronJob from `trainctl render` as the text of the map, a Secret no
+    registry has: the retrain pod could not pull its image (found by a red-team pass)."""
+    path = tmp_path / "values.yaml"
+    path.write_text(
+        "imagePullSecrets: [{name: regcred}, plain]\nnodePools: {l4: {replicas: 1}}\n"
+        "schedule: {enabled: true}\nrayAuth: {existingSecret: ray-auth}\n"
+    )
+    helm = by_key(helm_template([path], release="train", namespace="ml"))
+    python = python_objects([path], "train", "ml")
+    assert sorted(helm) == sorted(python)
+    for key, obj in helm.items():
+        assert normalized(obj) == normalized(python[key]), key
+    cron = next(obj for key, obj in python.items() if obj["kind"] == "CronJob")
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "plain"}]
+
+
+def test_what_every_pool_folder_shares_is_never_pruned_by_gitops(tmp_path: Path) -> None:
+    """The ServiceAccount and the created auth Secret are in every pool folder, as the volume
+    claim is: retiring one pool's Argo CD Application or Flux Kustomization deleted them under
+    the other pools' jobs (found by a red-team pass). A user's own sync options win."""
+    kept = {
+        "argocd.argoproj.io/sync-options": "Delete=false,Prune=false",
+        "kustomize.toolkit.fluxcd.io/prune": "disabled",
+    }
+    path = tmp_path / "values.yaml"
+    path.write_text(
+        "nodePools: {a100: {replicas: 1}, l4: {replicas: 1}}\n"
+        "serviceAccount: {annotations: {argocd.argoproj.io/sync-options: Prune=false, x/y: z}}\n"
+    )
+    helm = by_key(helm_template([path], release="train", namespace="ml"))
+    python = python_objects([path], "train", "ml")
+    assert sorted(helm) == sorted(python)
+    for key, obj in helm.items():
+        assert normalized(obj) == normalized(python[key]), key
+    by_kind = {obj["kind"]: obj["metadata"].get("annotations") for obj in python.values()}
+    assert by_kind["ServiceAccount"] == {
+        **kept,
+        "argocd.argoproj.io/sync-options": "Prune=false",
+        "x/y": "z",
+    }
+    assert kept.items() <= by_kind["Secret"].items()
+
+
 # YAML 1.1's line breaks raw in a values file (as PyYAML's dumper writes NEL) and escaped:
 # NEL, CR and CRLF fold into a space in a quoted scalar, U+2028 and U+2029 are kept; both
 # engines must read the same bytes so and render exactly what they read.
