@@ -492,7 +492,7 @@ def predict_cmd(
             endpoint=endpoint, card_sha256=card_sha256, overwrite=overwrite,
         )  # fmt: skip
         found = result.predictions
-        if out is not None:
+        if out is not None and (found or not result.skipped):
             click.echo(result.line())
         if not found and result.skipped:  # nothing scored: a failed batch, not an empty one
             from app.errors import RunFailed

@@ -153,9 +153,9 @@ def test_each_trial_is_a_normal_run_folder_and_stopped_trials_say_so(sweep: Swee
             # Train's report returns before Tune has judged it): what they wrote is kept, and
             # the summary says so rather than contradict its own epoch count.
             assert 1 <= stop < 2 and len(epochs) >= stop
-            said = f"asha after epoch {stop}"
-            if len(epochs) > stop:
-                said += f"; epoch {len(epochs)} had trained before the stop reached the workers"
+            said, last = f"asha after epoch {stop}", max(row["epoch"] for row in epochs)
+            if last > stop:
+                said += f"; epoch {last} had trained before the stop reached the workers"
             assert summary["stopped_by"] == said, summary
         else:
             assert len(epochs) == 2 and summary["epochs_completed"] == 2

@@ -320,6 +320,7 @@ def test_predict_out_over_a_file_only_with_overwrite(run: Path, tmp_path: Path) 
     failed = trainctl("predict", str(run), str(data), "--out", str(out), "--overwrite")
     assert failed.code == 1, failed.text
     assert "no image could be scored: all 2 were skipped" in failed.err, failed.text
+    assert "predicted 0 images" not in failed.text  # no success line beside the failure
     assert "not an image format Pillow reads" in out.read_text()  # each reason, in the file
 
 
