@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
+import click
 import numpy as np
 
 from app.errors import ConfigError
@@ -93,6 +94,8 @@ class EvalReport:
         recorded = m.get("recorded")
         if recorded:
             same = "same" if recorded["val_accuracy"] == m["accuracy"] else "differs"
+            if m["data"].get("same_files_as_training") is False:
+                same += ": the split's files changed since training"
             parts.append(
                 f"training recorded val_accuracy {recorded['val_accuracy']:.4f} at epoch "
                 f"{recorded['epoch']} ({same})"
@@ -144,6 +147,9 @@ def evaluate_command(
     card = export.card
     if split is not None:
         source = run_split(card, split, endpoint)
+        name, note = split_eval_name(name, source)
+        if note:
+            click.echo(f"trainctl: {run_dir.name}: {note}", err=True)
     else:
         assert data is not None
         source = data_folder(data, card, endpoint, allow_missing=allow_missing)
@@ -156,6 +162,20 @@ def evaluate_command(
         export, source.dataset(card), out, run_dir=run_dir, data=describe(source),
         options=options, strict=strict, max_mistakes=max_mistakes, row_prefix=source.row_prefix(),
     )  # fmt: skip
+
+
+def split_eval_name(name: str | None, source: EvalData) -> tuple[str | None, str | None]:
+    """The eval folder's name for `--split` (None: the split's own) and a note for the user:
+    eval/<split>/ is what the run's promotion was judged on, and summary.json points to it, so
+    a score of files that changed since training is kept beside it, not over it."""
+    if name is not None or source.same_data is not False:
+        return name, None
+    split = source.split
+    changed = f"{split}-changed"
+    return changed, (
+        f"the {split} split's files changed since the run trained: scored into "
+        f"eval/{changed}/, the run's own eval/{split}/ kept"
+    )
 
 
 def run_export(run_dir: RunPath, *, as_recorded: bool = True) -> Verified:

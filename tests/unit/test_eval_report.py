@@ -109,3 +109,34 @@ def test_class_names_the_font_cannot_draw_cost_no_warning_lines() -> None:
                              "most_confused": []})  # fmt: skip
     assert png.startswith(b"\x89PNG")
     assert not [w for w in caught if "Glyph" in str(w.message)], [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize(
+    ("name", "same", "expected"),
+    [
+        (None, True, None),
+        (None, None, None),
+        (None, False, "valid-changed"),
+        ("mine", False, "mine"),
+    ],
+)
+def test_a_split_whose_files_changed_is_scored_beside_the_runs_record(
+    tmp_path: Path, name: str | None, same: bool | None, expected: str | None
+) -> None:
+    """`evaluate --split valid` after the split's files changed replaced eval/valid/, the
+    record the run's promotion was judged on and summary.json points to, with a score of
+    other files, saying so nowhere but metrics.json (found by a red-team pass)."""
+    from app.evaluation.data import ImageFiles
+    from app.evaluation.evaluate import split_eval_name
+    from app.storage.location import parse_location
+
+    source = ImageFiles(parse_location(str(tmp_path)), rows=3, split="valid", same_data=same)
+    chosen, note = split_eval_name(name, source)
+    assert chosen == expected
+    if expected == "valid-changed":
+        assert note == (
+            "the valid split's files changed since the run trained: scored into "
+            "eval/valid-changed/, the run's own eval/valid/ kept"
+        )
+    else:
+        assert note is None
