@@ -181,22 +181,29 @@ def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
     """Why no figure could meet these bounds together, None where one could. A gate that can
     never pass keeps every champion forever, and a stop that can never be met trains on, both
     silently: `val_accuracy>=0.9 and val_accuracy<=0.1`, `train_loss<=-1`, `val_accuracy>1`."""
-    by_term: dict[str, list[tuple[str, float]]] = {}
+    by_term: dict[str, list[tuple[str, float, str]]] = {}
     for term, op, value in terms:
-        by_term.setdefault(term, []).append((op, value))
+        by_term.setdefault(term, []).append((op, value, f"{term}{op}{exact(value)}"))
+    # A floor on every class (min_class_recall>=0.9) is a floor on each class the gate names:
+    # with recall[cat]<=0.5 beside it, no model passes.
+    for term, op, value in terms:
+        if term.startswith(CLASS_FLOOR) and op in (">=", ">"):
+            named = f"{term.removeprefix(CLASS_FLOOR)}["
+            for other in [t for t in by_term if t.startswith(named)]:
+                by_term[other].append((op, value, f"{term}{op}{exact(value)}"))
     for term, bounds in by_term.items():
         # class_drop may be below 0 (every class better than the champion's): no range of its own.
         fraction = term in FRACTIONS or "[" in term or term.startswith(CLASS_FLOOR)
         # The lowest and highest value the figure may take, each with whether it is excluded.
         low = (0.0, False) if fraction or term.endswith("loss") else (-math.inf, False)
         high = (1.0, False) if fraction else (math.inf, False)
-        for op, value in bounds:
+        for op, value, _ in bounds:
             if op in (">=", ">") and (value, op == ">") > low:
                 low = (value, op == ">")
             if op in ("<=", "<") and (value, op != "<") < (high[0], not high[1]):
                 high = (value, op == "<")
         if low[0] > high[0] or (low[0] == high[0] and (low[1] or high[1])):
-            written = " and ".join(f"{term}{op}{exact(value)}" for op, value in bounds)
+            written = " and ".join(said for _, _, said in bounds)
             kind = "is a fraction from 0 to 1" if fraction else "is never below 0"
             why = "" if len(bounds) > 1 else f" ({term} {kind})"
             return f"{written!r} can never hold{why}"

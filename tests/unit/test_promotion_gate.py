@@ -55,6 +55,12 @@ def test_gates_parse_into_their_conditions(text: str, gate: Gate) -> None:
         ("val_accuracy>1", "can never hold (val_accuracy is a fraction from 0 to 1)"),
         ("val_loss<0", "can never hold (val_loss is never below 0)"),
         ("recall[cat]>=0.9 and recall[cat]<0.5", "can never hold"),
+        # Every class's floor is each named class's floor (found by a red-team pass).
+        (
+            "min_class_recall>=0.9 and recall[circle]<=0.5",
+            "'recall[circle]<=0.5 and min_class_recall>=0.9' can never hold",
+        ),
+        ("min_class_f1>0.8 and f1[circle]<=0.8", "can never hold"),
     ],
 )
 def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> None:
@@ -192,3 +198,15 @@ def test_the_first_champion_is_compared_with_chance() -> None:
     skewed = chance_of((970, 30))
     assert skewed is not None and skewed.margin == pytest.approx(0.015)
     assert chance_of(()) is None and chance_of((0, 0)) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "min_class_recall>=0.5 and recall[circle]<=0.5",  # one value meets both
+        "min_class_recall>=0.9 and f1[circle]<=0.5",  # another figure: no bound on recall
+        "min_class_recall<=0.9 and recall[circle]>=0.95",  # a ceiling on the weakest class only
+    ],
+)
+def test_a_class_floor_beside_a_named_class_that_can_meet_it_is_taken(text: str) -> None:
+    assert str(parse_gate(text)) == text
