@@ -221,6 +221,15 @@ def validate(values: dict[str, Any]) -> None:
     """Check values against the chart's values.schema.json; one line per problem."""
     validator = _validator_class()(_schema())
     errors = sorted(validator.iter_errors(values), key=lambda e: list(map(str, e.absolute_path)))
+    # A value of the wrong type also "fails" the rules that refuse some text (a `not` of a
+    # pattern holds vacuously for a number): `1 is not allowed: a URI with a password in it`
+    # beside the real problem. Its type is what is wrong.
+    mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    errors = [
+        e
+        for e in errors
+        if not (e.validator in ("not", "enum") and tuple(e.absolute_path) in mistyped)
+    ]
     if errors:
         # A refused value may be a credential given in the wrong place: never echoed whole.
         # One line each: a value failing two rules (type and enum) may be described alike.
@@ -251,7 +260,12 @@ def _validator_class() -> Any:
 
 def _describe(err: Any) -> str:
     where = ".".join(str(part) for part in err.absolute_path) or "(top level)"
-    refused = _settings_refusal(list(err.absolute_path), err.instance)
+    if isinstance(err.instance, bool) and err.validator == "type":
+        # `amp: off` is false to YAML 1.1 (and to Helm): the settings' "TRAIN_AMP='false':
+        # Input should be 'auto', 'off', ..." read as a contradiction. Its type is the problem.
+        refused = None
+    else:
+        refused = _settings_refusal(list(err.absolute_path), err.instance)
     if refused:
         # What `trainctl train` would say of it, which names the forms the setting takes.
         return f"{where}: {refused}"
@@ -262,9 +276,14 @@ def _describe(err: Any) -> str:
     if err.validator == "type" and _typed_by_set(err.instance, err.validator_value):
         text = canonical.scalar(err.instance)
         kind = "a boolean" if isinstance(err.instance, bool) else "a number"
+        also = (
+            ", or the word you wrote: YAML reads yes, no, on and off unquoted as booleans too"
+            if isinstance(err.instance, bool)
+            else ""
+        )
         return (
             f"{where}: {text} is {kind}, and text is wanted: in a values file quote it "
-            f'("{text}"); --set reads {text} as {kind} too (as Helm does): give it with '
+            f'("{text}"{also}); --set reads {text} as {kind} too (as Helm does): give it with '
             f"--set-string {where}={text}"
         )
     if err.validator == "additionalProperties" and err.path and err.path[-1] == "train":
@@ -303,15 +322,16 @@ def _describe(err: Any) -> str:
             f"{where}: {err.instance!r} is not one of the {len(err.validator_value)} allowed{hint}"
         )
     if err.validator == "type" and isinstance(err.instance, str) and _is_number(err.instance):
+        quoted = f"{where}: {err.message}: in a values file write {err.instance} unquoted"
         if isinstance(strvals.typed_value(err.instance), int):
             return (
-                f"{where}: {err.message}; --set-string keeps {err.instance} a string: give it "
-                f"with --set {where}={err.instance}"
+                f"{quoted}; --set-string keeps it a string: give it with "
+                f"--set {where}={err.instance}"
             )
         # Helm's --set types only integers, booleans and null: 0.001 stays a string there too.
         return (
-            f"{where}: {err.message}; --set keeps {err.instance} a string (as Helm does): "
-            f"give it with --set-json {where}={err.instance} or in a values file"
+            f"{quoted}; --set keeps it a string too (as Helm does): give it with "
+            f"--set-json {where}={err.instance}"
         )
     return f"{where}: {err.message}"
 

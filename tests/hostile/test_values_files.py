@@ -378,6 +378,44 @@ def test_a_number_or_boolean_where_text_is_wanted_says_both_fixes(tmp_path: Path
     result = trainctl("render", "-f", str(_file(tmp_path, POOL + "labels: {build: true}\n")))
     assert_refused(
         result, 2, 'labels.build: true is a boolean, and text is wanted: in a values file quote '
-        'it ("true"); --set reads true as a boolean too', "--set-string labels.build=true",
+        'it ("true", or the word you wrote: YAML reads yes, no, on and off unquoted as booleans '
+        'too); --set reads true as a boolean too', "--set-string labels.build=true",
     )  # fmt: skip
     assert "True" not in result.text
+
+
+@pytest.mark.parametrize(
+    ("text", "says", "not_said"),
+    [
+        # `off` is a documented TRAIN_AMP value, and false to YAML 1.1: the settings' "Input
+        # should be 'auto', 'off', ..." read as a contradiction, and never said to quote it.
+        (
+            "train: {amp: off}\n",
+            "train.amp: false is a boolean, and text is wanted: in a "
+            'values file quote it ("false", or the word you wrote',
+            "Input should be",
+        ),
+        # A number in env: two refusals more, of credentials it could not hold.
+        (
+            "env: {NCCL_DEBUG_LEVEL: 1}\n",
+            "env.NCCL_DEBUG_LEVEL: 1 is a number, and text is "
+            'wanted: in a values file quote it ("1")',
+            "password",
+        ),
+        # Text where a number is wanted, from a file: --set was not how it came.
+        (
+            "train: {lr: '0.001'}\n",
+            "train.lr: '0.001' is not of type 'number': in a values "
+            "file write 0.001 unquoted; --set keeps it a string too",
+            "TRAIN_LR",
+        ),
+    ],
+)
+def test_a_mistyped_value_is_named_once_for_its_type(
+    tmp_path: Path, text: str, says: str, not_said: str
+) -> None:
+    """Found by a platform team's pass: each of these said something beside the point."""
+    result = trainctl("render", "-f", str(_file(tmp_path, POOL + text)))
+    assert_refused(result, 2, says)
+    assert not_said not in result.text, result.text
+    assert result.text.count("\n  - ") == 1, result.text  # one problem, one line
