@@ -260,12 +260,14 @@ def _validator_class() -> Any:
 
 def _describe(err: Any) -> str:
     where = ".".join(str(part) for part in err.absolute_path) or "(top level)"
-    if isinstance(err.instance, bool) and err.validator == "type":
+    refused = _settings_refusal(list(err.absolute_path), err.instance)
+    if refused and isinstance(err.instance, bool):
         # `amp: off` is false to YAML 1.1 (and to Helm): the settings' "TRAIN_AMP='false':
-        # Input should be 'auto', 'off', ..." read as a contradiction. Its type is the problem.
-        refused = None
-    else:
-        refused = _settings_refusal(list(err.absolute_path), err.instance)
+        # Input should be 'auto', 'off', ..." read as a contradiction without this.
+        return (
+            f"{where}: {refused}; {canonical.scalar(err.instance)} is a boolean here: YAML "
+            "reads yes, no, on and off unquoted as booleans, so quote the word you meant"
+        )
     if refused:
         # What `trainctl train` would say of it, which names the forms the setting takes.
         return f"{where}: {refused}"

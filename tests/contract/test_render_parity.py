@@ -526,6 +526,17 @@ def test_rule_failures_carry_the_same_message_in_both_engines(tmp_path: Path) ->
         helm_render(load_yaml(VALUES_FILES[0]), release=long_release)
     assert err.value.problems[0] in str(helm_err.value)
 
+    # Helm rendered any namespace, for the API server to refuse every object at apply time
+    # (found by a platform team's pass); a label of 63 characters is one.
+    for namespace in ("ML", "team_a", "a" * 64):
+        with pytest.raises(ConfigError) as err:
+            render_objects(load_values([VALUES_FILES[0]]), release="demo", namespace=namespace)
+        with pytest.raises(HelmFailed) as helm_err:
+            helm_render(load_yaml(VALUES_FILES[0]), namespace=namespace)
+        assert err.value.problems == [f"namespace {namespace!r} must be a DNS-1123 label"]
+        assert err.value.problems[0] in str(helm_err.value)
+    assert helm_render(load_yaml(VALUES_FILES[0]), namespace="a" * 63)
+
 
 @pytest.mark.parametrize(
     "number", [0.00001, 1e-7, 0.5, 2.5e-5, 100000.5, 1234567.5, 3.0, 1e6, 0.1 + 0.2, 123.456]

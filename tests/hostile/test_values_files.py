@@ -391,9 +391,10 @@ def test_a_number_or_boolean_where_text_is_wanted_says_both_fixes(tmp_path: Path
         # should be 'auto', 'off', ..." read as a contradiction, and never said to quote it.
         (
             "train: {amp: off}\n",
-            "train.amp: false is a boolean, and text is wanted: in a "
-            'values file quote it ("false", or the word you wrote',
-            "Input should be",
+            "train.amp: TRAIN_AMP='false': Input should be 'auto', 'off', 'bf16' or 'fp16'; "
+            "false is a boolean here: YAML reads yes, no, on and off unquoted as booleans, so "
+            "quote the word you meant",
+            "password",
         ),
         # A number in env: two refusals more, of credentials it could not hold.
         (

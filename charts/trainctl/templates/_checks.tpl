@@ -3,6 +3,11 @@ KubeRay, Kueue and batch-scheduler rules the schema cannot express, refused at r
 fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` (same messages).
 */}}
 {{- define "trainctl.checks" -}}
+{{- /* Helm renders any namespace; the API server would refuse every object at apply time. */ -}}
+{{- $ns := .Release.Namespace -}}
+{{- if or (gt (len $ns) 63) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $ns)) -}}
+{{- fail (printf "namespace %s must be a DNS-1123 label" (squote $ns)) -}}
+{{- end -}}
 {{- $job := .Values.rayJob -}}
 {{- $scheduler := (include "trainctl.scheduler" . | fromJson).name -}}
 {{- $data := .Values.dataPool -}}
