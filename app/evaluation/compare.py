@@ -105,12 +105,8 @@ class Comparison:
         rows.append(("status", [str(r.summary.get("status", "-")) for r in self.runs]))
         rows.append(("epochs", [_epochs(r.summary) for r in self.runs]))
         for key in self.differing:
-            rows.append(
-                (
-                    f"setting {key}",
-                    [_value(r.settings.get(key)) if r.settings else "unknown" for r in self.runs],
-                )
-            )
+            values = [_value(r.settings.get(key)) if r.settings else "unknown" for r in self.runs]
+            rows.append((f"setting {key}", _where_they_differ(values)))
         metrics = sorted({k for r in self.runs for k in _mapping(r.summary.get("metrics"))})
         for key in metrics:
             rows.append(
@@ -377,6 +373,18 @@ def _eval_name(evaluation: dict[str, Any] | None) -> str:
     if not evaluation:
         return "-"
     return f"{evaluation.get('name')} ({evaluation.get('rows')} rows)"
+
+
+def _where_they_differ(values: list[str]) -> list[str]:
+    """A setting's values, each cut to start a little before the first character where they
+    differ when one is too long for its cell: `/data/shapes` and `/data/shapes2` were both
+    shown as `/data/sh…`, the very difference the row is there for hidden."""
+    if all(len(v) < CELL for v in values):
+        return values
+    columns = enumerate(zip(*values, strict=False))
+    differ = next((i for i, chars in columns if len(set(chars)) > 1), min(map(len, values)))
+    start = max(0, differ - CELL // 2)
+    return [("…" + v[start:]) if start else v for v in values]
 
 
 def _cell(value: str) -> str:

@@ -235,3 +235,18 @@ def test_the_runs_are_shown_on_an_evaluation_they_share(tmp_path: Path) -> None:
     add_eval(c, "holdout", {"cat": 0.5, "dog": 0.5}, at=4000.0)
     table = trainctl("compare", str(a), str(c), "--out", out).out
     assert "* the evaluations are of different data (no name every run has)" in table
+
+
+def test_a_long_setting_is_shown_where_the_runs_differ(tmp_path: Path) -> None:
+    """`/data/shapes` and `/data/shapes2` were both cut to `/tmp/…/data/sh…`: the row there to
+    show a difference showed two equal cells (found by a red-team pass)."""
+    paths = {"a": "/srv/team-vision/datasets/shapes", "b": "/srv/team-vision/datasets/shapes2"}
+    for name, path in paths.items():
+        make_run(tmp_path, name, lr=0.001, accuracies=[0.5], duration_s=60,
+                 extra={"settings": {"run_name": name, "data_path": path}})  # fmt: skip
+    result = trainctl("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                      str(tmp_path / "c.png"))  # fmt: skip
+    assert result.code == 0, result.text
+    (row,) = [line for line in result.out.splitlines() if line.startswith("setting data_path")]
+    cells = row.removeprefix("setting data_path").split()
+    assert cells == ["…sets/shapes", "…sets/shapes2"], row
