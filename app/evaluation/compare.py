@@ -179,18 +179,20 @@ def compare(runs: Sequence[str], out: str | None) -> Comparison:
 
 
 def _choose_evaluations(runs: Sequence[RunFigures]) -> None:
-    """Each run's evaluation to show: of one name every run has (the one written last), so
-    that the figures side by side are of the same data; where the runs share none, each
-    run's newest (the table says they differ)."""
-    named = [{e["name"]: e for e in run.evaluations} for run in runs]
+    """Each run's evaluation to show: of one name every run that has evaluations has (the one
+    written last), so that the figures side by side are of the same data; where those runs
+    share none, each run's newest (the table says they differ). A run with none (stopped
+    before its run-end evaluation) shows none, and changes nothing of what the others show."""
+    evaluated = [run for run in runs if run.evaluations]
+    named = [{e["name"]: e for e in run.evaluations} for run in evaluated]
     common = set.intersection(*(set(n) for n in named)) if named else set()
     if common:
         name = max(common, key=lambda n: max(found[n]["time"] for found in named))
-        for run, found in zip(runs, named, strict=True):
+        for run, found in zip(evaluated, named, strict=True):
             run.evaluation = found[name]
         return
-    for run in runs:
-        run.evaluation = max(run.evaluations, key=lambda m: m["time"], default=None)
+    for run in evaluated:
+        run.evaluation = max(run.evaluations, key=lambda m: m["time"])
 
 
 def _plot_location(out: str, endpoint: str | None) -> RunPath:

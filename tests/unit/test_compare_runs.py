@@ -235,6 +235,13 @@ def test_the_runs_are_shown_on_an_evaluation_they_share(tmp_path: Path) -> None:
     add_eval(c, "holdout", {"cat": 0.5, "dog": 0.5}, at=4000.0)
     table = trainctl("compare", str(a), str(c), "--out", out).out
     assert "* the evaluations are of different data (no name every run has)" in table
+    # A run stopped before its run-end evaluation has none: it changed what a and b were shown
+    # on, to each one's newest (found by a red-team pass).
+    d = make_run(tmp_path, "d", lr=0.2, accuracies=[0.1], duration_s=60)
+    found = json.loads(trainctl("compare", str(a), str(b), str(d), "--out", out, "--json").out)
+    assert [r["evaluation"] and r["evaluation"]["name"] for r in found["runs"]] == [
+        "test", "test", None
+    ]  # fmt: skip
 
 
 def test_a_long_setting_is_shown_where_the_runs_differ(tmp_path: Path) -> None:
