@@ -27,6 +27,7 @@ from app.errors import ConfigError
 from app.evaluation.report import run_evaluations
 from app.formatting import finite, json_safe, shown
 from app.runfolder import folder as run_folder
+from app.runfolder.summary import STATUS_WORDS
 from app.storage.entries import Kind, kind, not_a_link
 from app.storage.location import RunPath, local_write_problem, parse_location, write_atomic
 from app.storage.reading import present
@@ -102,7 +103,7 @@ class Comparison:
     def table(self) -> list[str]:
         """The comparison as lines of a fixed-width table, one column per run."""
         rows: list[tuple[str, list[str]]] = [("run", [r.name for r in self.runs])]
-        rows.append(("status", [str(r.summary.get("status", "-")) for r in self.runs]))
+        rows.append(("status", [_status(r.summary.get("status")) for r in self.runs]))
         rows.append(("epochs", [_epochs(r.summary) for r in self.runs]))
         for key in self.differing:
             values = [_value(r.settings.get(key)) if r.settings else "unknown" for r in self.runs]
@@ -369,6 +370,14 @@ def _hours(hours: dict[str, Any]) -> str:
     kind = {"gpu": " GPU", "cpu": " CPU"}.get(hours.get("kind", ""), "")
     derived = "" if hours.get("source") == "recorded" else "*"
     return f"{hours['hours']:.4f}{kind}{derived}"
+
+
+def _status(status: Any) -> str:
+    """As `trainctl status` says it: `stopped` for a run stopped by SIGTERM, not
+    summary.json's `interrupted`."""
+    if status is None:
+        return "-"
+    return STATUS_WORDS.get(status, str(status)) if isinstance(status, str) else str(status)
 
 
 def _eval_name(evaluation: dict[str, Any] | None) -> str:

@@ -34,6 +34,7 @@ from app.runfolder import interruptions, usage
 from app.runfolder.epoch_record import CORE_METRICS, REQUIRED
 from app.runfolder.log_capture import LOGS_DIR
 from app.runfolder.retention import higher_is_better
+from app.runfolder.summary import STATUS_WORDS
 from app.settings.run import RESERVED_RUN_NAMES
 from app.storage import bounded_json, safe_fs
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
@@ -51,15 +52,6 @@ RECORDS = (
     LOGS_DIR,
 )
 NOT_RUNS = RESERVED_RUN_NAMES  # the champion pointers live beside the run folders
-# summary.json's status -> what `status` says
-STATUS_WORDS = {
-    "running": "running",
-    "succeeded": "succeeded",
-    "failed": "failed",
-    "interrupted": "stopped",
-    "invalid": "invalid",
-    "stopped": "stopped early",  # a sweep's trial the scheduler stopped (app/sweep/)
-}
 FINAL = ("succeeded", "failed", "interrupted", "invalid", "stopped")
 MAX_NAME = 120  # characters of a run name, as shown
 PATH_CHARS = 300

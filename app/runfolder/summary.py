@@ -11,6 +11,16 @@ from app.runfolder.epoch_record import CORE_METRICS
 from app.runfolder.folder import CURVES_FILE
 from app.storage.location import RunPath, write_atomic
 
+# summary.json's status -> what `status` and `compare` say
+STATUS_WORDS = {
+    "running": "running",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "interrupted": "stopped",  # by SIGTERM or Ctrl-C, with what was saved
+    "invalid": "invalid",
+    "stopped": "stopped early",  # a sweep's trial the scheduler stopped (app/sweep/)
+}
+
 
 def build_summary(
     run_dir: RunPath,

@@ -257,3 +257,16 @@ def test_a_long_setting_is_shown_where_the_runs_differ(tmp_path: Path) -> None:
     (row,) = [line for line in result.out.splitlines() if line.startswith("setting data_path")]
     cells = row.removeprefix("setting data_path").split()
     assert cells == ["…sets/shapes", "…sets/shapes2"], row
+
+
+def test_a_run_stopped_by_sigterm_is_stopped_as_status_says(tmp_path: Path) -> None:
+    """compare showed summary.json's `interrupted` where `trainctl status` and the README say
+    `stopped` (found by a red-team pass)."""
+    a = make_run(tmp_path, "a", lr=0.001, accuracies=[0.5], duration_s=60)
+    b = make_run(tmp_path, "b", lr=0.01, accuracies=[0.6], duration_s=60,
+                 extra={"status": "interrupted"})  # fmt: skip
+    table = trainctl("compare", str(a), str(b), "--out", str(tmp_path / "c.png")).out
+    (row,) = [line for line in table.splitlines() if line.startswith("status")]
+    assert row.split()[1:] == ["succeeded", "stopped"], row
+    shown = trainctl("status", str(b), "--json")
+    assert json.loads(shown.out)["status"] == "stopped", shown.text

@@ -14,6 +14,7 @@ from app.run import status as run_status
 from app.run.decisions import running_summary
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import REFUSED_KEY, record_invalid
+from app.runfolder.summary import STATUS_WORDS
 
 REFUSAL = ConfigError("TRAIN_MODEL: 'resnet1800' is not a model; did you mean resnet18?")
 
@@ -33,7 +34,7 @@ def test_a_refused_rerun_keeps_the_runs_record_and_notes_why(tmp_path: Path, sta
     assert refused["error"] == REFUSAL.problems[0] and refused["time"] > 0
 
     shown = run_status.read_run(tmp_path)
-    assert shown.status == run_status.STATUS_WORDS[status]
+    assert shown.status == STATUS_WORDS[status]
     assert shown.refused == REFUSAL.problems[0]
     assert any(line.startswith("  last start:      refused") for line in shown.lines())
 
