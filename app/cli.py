@@ -536,6 +536,28 @@ def _champion_export(name: str, env: Mapping[str, str], endpoint: str | None) ->
         raise ConfigError(f"champion:{name}: {err}") from None
 
 
+def _champion_is_a_run(name: str, env: Mapping[str, str], endpoint: str | None) -> Exception:
+    """`evaluate champion:NAME`: evaluate writes its report into a run folder's eval/, so it
+    takes the champion's run, which this names (predict takes champion:NAME itself)."""
+    from app.errors import ConfigError
+    from app.formatting import one_line
+    from app.promotion.champion import PointerDamaged, pointer_path, read_pointer
+    from app.settings.env import storage_location, storage_path_setting
+
+    _champion_export(name, env, endpoint)  # a champion there, its pointer and copy whole
+    storage = storage_location(storage_path_setting(env), "TRAIN_STORAGE_PATH", endpoint)
+    try:
+        pointer = read_pointer(pointer_path(storage, name)) or {}
+    except PointerDamaged as err:
+        return ConfigError(f"champion:{name}: {err}")
+    run = one_line(str(pointer.get("run_name") or "?"), 100)  # another writer's text
+    return ConfigError(
+        f"champion:{name}: evaluate scores a run's export and writes its report into that "
+        f"run's eval/; the champion is v{pointer.get('version', '?')} of run {run}: give its "
+        f"folder, {storage / run} (predict takes champion:{name} itself)"
+    )
+
+
 def _sweeps_best(target: str, endpoint: str | None, doing: str) -> str:
     """`target` itself, or where it is a sweep's folder, its best trial (the one the sweep
     exported), said on stderr ("X is a sweep: <doing> its best trial, ...")."""
@@ -595,7 +617,10 @@ def evaluate_cmd(
     from app.evaluation.scoring import ScoringOptions
     from app.settings.env import settings_environ, storage_access
 
-    endpoint, _ = storage_access(settings_environ())
+    env = settings_environ()
+    endpoint, _ = storage_access(env)
+    if run_dir.startswith("champion:"):
+        raise _champion_is_a_run(run_dir.removeprefix("champion:"), env, endpoint)
     run_dir = _sweeps_best(run_dir, endpoint, "evaluating")  # its eval/ is the trial's
     options = ScoringOptions(
         batch_size=batch_size, actors=actors, gpus=gpus, cpus_per_actor=cpus_per_actor

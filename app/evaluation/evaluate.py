@@ -184,6 +184,11 @@ def run_export(run_dir: RunPath, *, as_recorded: bool = True) -> Verified:
     not_a_link(run_dir)  # runs/<name> planted as a link: its eval/ would be written through it
     folder = run_dir / EXPORT_DIR
     if not present(folder / CARD_FILE):
+        if run_dir.name == EXPORT_DIR and present(run_dir / CARD_FILE):
+            raise ConfigError(
+                f"{shown(run_dir)}: an export folder; evaluate writes its report into the run's "
+                f"eval/: give the run folder, {shown(run_dir.parent)}"
+            )
         if not run_dir.is_dir():
             raise ConfigError(f"{shown(run_dir)}: no such run folder; give a run folder (or URI)")
         from app.runfolder.folder import read_summary

@@ -411,3 +411,22 @@ def test_class_folders_in_another_unicode_form_are_the_runs_classes(tmp_path: Pa
     assert found.rows == 4
     assert sorted(label for _, label in found.items) == [0, 0, 1, 1]
     assert {path.split("/")[0] for path, label in found.items if label == 0} == {nfc}
+
+
+def test_an_export_folder_or_a_champion_is_pointed_to_its_run(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """predict takes both; evaluate, which writes into a run's eval/, said "finish it
+    (`trainctl train` ... resumes it)" of a finished run's export/ and called champion:NAME a
+    URI that was not one (found by a red-team pass)."""
+    data = folder(tmp_path / "test", CLASSES)
+    export = trainctl("evaluate", str(run / "export"), str(data))
+    assert_refused(export, 2, "an export folder; evaluate writes its report into the run's "
+                   f"eval/: give the run folder, {run}")  # fmt: skip
+    assert "resumes it" not in export.text
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(run.parent))
+    champion = trainctl("evaluate", "champion:digits-cnn", str(data))
+    assert_refused(champion, 2, "champion:digits-cnn: evaluate scores a run's export", "the "
+                   f"champion is v1 of run r: give its folder, {run}")  # fmt: skip
+    assert_refused(trainctl("evaluate", "champion:nobody", str(data)), 2, "no champion nobody")
+    no_eval_written(run)
