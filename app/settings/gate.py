@@ -155,6 +155,13 @@ def parse_gate(text: str) -> Gate:
     parts = re.split(r"\s+and\s+", text.strip())
     if not text.strip():
         raise ValueError(f"is empty; {allowed()}")
+    outside_classes = re.sub(r"\[[^\]]*\]", "[]", text)  # a class name may hold " or "
+    joiner = re.search(r"\s(and|or|&&|\|\|)\s", outside_classes, re.IGNORECASE)
+    if joiner and joiner.group(1) != "and":
+        raise ValueError(
+            f"cannot read {text!r}: conditions are joined by a lowercase `and` (every one must "
+            f"hold; there is no `or`), not {joiner.group(1)!r}"
+        )
     beats, thresholds, classes, drop = False, [], [], None
     for part in parts:
         part = part.strip()

@@ -61,6 +61,10 @@ def test_gates_parse_into_their_conditions(text: str, gate: Gate) -> None:
             "'recall[circle]<=0.5 and min_class_recall>=0.9' can never hold",
         ),
         ("min_class_f1>0.8 and f1[circle]<=0.8", "can never hold"),
+        # Another joiner was blamed on the first term's form (found by a red-team pass).
+        ("recall[circle]>=0.5 AND val_accuracy>=0.5", "joined by a lowercase `and`"),
+        ("val_accuracy>=0.5 or val_loss<1", "there is no `or`), not 'or'"),
+        ("val_accuracy>=0.5 && val_loss<1", "not '&&'"),
     ],
 )
 def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> None:
@@ -206,6 +210,7 @@ def test_the_first_champion_is_compared_with_chance() -> None:
         "min_class_recall>=0.5 and recall[circle]<=0.5",  # one value meets both
         "min_class_recall>=0.9 and f1[circle]<=0.5",  # another figure: no bound on recall
         "min_class_recall<=0.9 and recall[circle]>=0.95",  # a ceiling on the weakest class only
+        "val_accuracy>0.1 and recall[cats or dogs]>=0.5",  # a class name may hold " or "
     ],
 )
 def test_a_class_floor_beside_a_named_class_that_can_meet_it_is_taken(text: str) -> None:
