@@ -104,7 +104,7 @@ def output_location(out: str, endpoint: str | None, overwrite: bool = False) -> 
             f"--out {out!r}: already exists; give a new file name, or --overwrite to replace it"
         )
     # Its folder created and proved writable now, not found unwritable after the scoring.
-    ensure_writable(where.parent, "--out's folder")
+    ensure_writable(where.parent, "--out")  # "--out=<its folder>: exists but is not a folder"
     return where
 
 

@@ -279,7 +279,8 @@ def test_predict_out_may_not_be_a_folder(run: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("out", "says"),
     [
-        ("a-file.csv/p.csv", "exists but is not a folder"),  # its folder is a file
+        # its folder is a file ("--out's folder=..." read as a setting: found by a red-team pass)
+        ("a-file.csv/p.csv", "a-file.csv: exists but is not a folder"),
         ("/proc/p.csv", "not writable"),  # a folder no file can be created in, even by root
         (".csv", "no file name before .csv"),  # would write a hidden ./.csv
         # A dataset's file, say, named by mistake: replaced, it was lost.
@@ -301,6 +302,7 @@ def test_predict_out_that_cannot_be_written_is_refused_before_scoring(
     monkeypatch.chdir(tmp_path)
     result = trainctl("predict", str(run), str(data), "--out", out)
     assert_refused(result, 2, "--out", says)
+    assert "folder=" not in result.text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file.csv", "imgs", "runs"]
 
 
