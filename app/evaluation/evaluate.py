@@ -233,6 +233,7 @@ def evaluate(
     strict: bool = False,
     max_mistakes: int = DEFAULT_MISTAKES,
     row_prefix: tuple[str, str] | None = None,
+    strict_hint: str = "--strict stops at the first",
 ) -> EvalReport:
     """Score `rows` with `export`'s model on an actor pool (or in this process:
     `options.in_process`), and write eval folder `out` in `run_dir` (metrics.json,
@@ -244,12 +245,15 @@ def evaluate(
     skipped and counted, or with `strict` a ConfigError). Ray must be initialized. `data`
     describes the rows for metrics.json (`describe`); a `split` there makes the figure the
     checkpoint recorded part of the report. `row_prefix`: for rows from files of many rows,
-    their folder in the rows' `path` and as shown (EvalData.row_prefix)."""
+    their folder in the rows' `path` and as shown (EvalData.row_prefix). `strict_hint`: how
+    the caller's user stops at the first file that cannot be used, said beside the skipped."""
     options = options or ScoringOptions()
     started, wall = time.monotonic(), time.time()
     card = export.card
     names = list(card["class_names"])
     found = _gather(scored_batches(rows, export, options), strict, max_mistakes, row_prefix)
+    if found.skipped:
+        _warn_skipped(found.skipped, found.skipped_listed, strict_hint)
     if found.outcomes.rows == 0:
         raise ConfigError(
             f"{data.get('shown', 'the data')}: none of its {found.skipped:,} rows could be used"
@@ -359,8 +363,6 @@ def _gather(
         top=joined["top_index"].astype(np.int64).reshape(rows, -1 if rows else 0),
         loss=joined["loss"].astype(np.float64),
     )
-    if skipped:
-        _warn_skipped(skipped, listed)
     mistakes = sorted(heap, reverse=True)  # most confident first; ties: the earlier row first
     return _Gathered(outcomes, skipped, listed, mistakes)
 
@@ -420,13 +422,11 @@ def _reason(file: str | None, row: int | None, error: str, parquet: tuple[str, s
     return error  # an image file's reason names it already
 
 
-def _warn_skipped(skipped: int, listed: list[dict[str, Any]]) -> None:
-    import click
-
+def _warn_skipped(skipped: int, listed: list[dict[str, Any]], strict_hint: str) -> None:
     first = "; ".join(item["reason"] for item in listed[:SHOWN_SKIPPED])
     more = " ..." if skipped > SHOWN_SKIPPED else ""
     click.echo(
         f"trainctl: skipped {skipped:,} file(s) that cannot be used (listed in metrics.json; "
-        f"--strict stops at the first): {first}{more}",
+        f"{strict_hint}): {first}{more}",
         err=True,
     )

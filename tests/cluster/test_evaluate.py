@@ -152,6 +152,8 @@ def test_an_image_folder_is_scored_on_the_cluster_skipping_what_cannot_be_read(
     folder = finished_run.run_dir / "eval" / f"{images.parent.name}-test"
     assert result.out.startswith("trainctl: evaluated digits-cnn on the data at")
     assert str(folder) in result.out and "2 skipped" in result.out
+    assert "skipped 2 file(s) that cannot be used (listed in metrics.json; --strict stops at " \
+        "the first)" in result.err, result.err  # fmt: skip
     metrics = json.loads((folder / "metrics.json").read_text())
     val_accuracy, valid_rows = recorded(finished_run)
     # The PNG files hold the validation rows' pixels, prepared by the same code: same count.
