@@ -310,11 +310,26 @@ def list_class_folder(folder: RunPath, limit_s: float = LIST_LIMIT_S) -> ClassFo
     return ClassFolder({name: sorted(paths) for name, paths in files.items()}, skipped)
 
 
-def list_images(folder: RunPath, limit_s: float = LIST_LIMIT_S) -> tuple[list[str], int]:
-    """Every image file below `folder`, at any depth (paths relative to it, sorted), and how
-    many files were skipped, by this module's rules; ConfigError naming the problems."""
-    files, skipped = _list_one(folder, limit_s, _add_any)
-    return sorted(files.get("", [])), skipped
+def list_images(
+    folder: RunPath, limit_s: float = LIST_LIMIT_S
+) -> tuple[list[tuple[str, str]], int]:
+    """Every image file below `folder`, at any depth, as (its path as listed, the path it is
+    read at: a link's target's) relative to `folder`, sorted, and how many files were
+    skipped, by this module's rules; ConfigError naming the problems. Predictions name each
+    file as listed: a link and its target are two rows, each under its own name."""
+    read_at: dict[str, str] = {}
+
+    def add(classes: dict[str, list[str]], parts: tuple[str, ...], relative: str) -> bool:
+        listed = "/".join(parts)
+        if not is_utf8(listed):  # shown as the file it reads (whose name was checked)
+            listed = relative
+        if not _add_any(classes, parts, listed):
+            return False
+        read_at[listed] = relative
+        return True
+
+    files, skipped = _list_one(folder, limit_s, add)
+    return [(listed, read_at[listed]) for listed in sorted(files.get("", []))], skipped
 
 
 def _list_one(folder: RunPath, limit_s: float, add: _Adder) -> tuple[dict[str, list[str]], int]:

@@ -171,9 +171,10 @@ def _location(image: str, endpoint: str | None) -> RunPath:
         raise ConfigError(f"{shown(image)}: {err}") from None
 
 
-def _listed(where: RunPath) -> tuple[RunPath, list[str], int]:
-    """(the folder files are read below, their paths relative to it, the files passed over)
-    for one argument: a file, or every image file below a folder or prefix."""
+def _listed(where: RunPath) -> tuple[RunPath, list[tuple[str, str]], int]:
+    """(the folder files are read below, their paths relative to it as listed and as read,
+    the files passed over) for one argument: a file, or every image file below a folder or
+    prefix."""
     found = kind(where)  # a link is not followed: refused when it is read, and named
     if found is Kind.DIR:
         return where, *list_images(where)
@@ -181,12 +182,14 @@ def _listed(where: RunPath) -> tuple[RunPath, list[str], int]:
         raise ConfigError(f"{shown(where)}: no such file, folder or prefix")
     if not is_utf8(where.name):
         raise ConfigError(f"{shown(where)}: its name is not UTF-8; {NOT_UTF8}")
-    return where.parent, [where.name], 0
+    return where.parent, [(where.name, where.name)], 0
 
 
-def rows_dataset(groups: list[tuple[RunPath, list[str]]], card: dict[str, Any]) -> ray.data.Dataset:
-    """Rows to score (app/evaluation/rows.py) for (folder, files relative to it) groups, each
-    row's `path` its whole path or URI."""
+def rows_dataset(
+    groups: list[tuple[RunPath, list[tuple[str, str]]]], card: dict[str, Any]
+) -> ray.data.Dataset:
+    """Rows to score (app/evaluation/rows.py) for (folder, files relative to it as listed and
+    as read) groups, each row's `path` its whole path or URI as listed."""
     import ray.data
 
     spec = card["input"]
@@ -194,7 +197,7 @@ def rows_dataset(groups: list[tuple[RunPath, list[str]]], card: dict[str, Any]) 
     for root, paths in groups:
         if not paths:
             continue
-        items = [{"path": path, "label": -1} for path in paths]
+        items = [{"path": listed, "read": read, "label": -1} for listed, read in paths]
         blocks = max(1, math.ceil(len(items) / ROWS_PER_BLOCK))
         part = ray.data.from_items(items, override_num_blocks=blocks).map_batches(
             folder_rows,

@@ -26,10 +26,12 @@ ROWS_PER_BLOCK = 256  # files per read task: as training reads an image folder
 def folder_rows(
     table: pa.Table, root: RunPath, size: tuple[int, int], channels: int
 ) -> dict[str, np.ndarray]:
-    """A block of (path, label) rows as rows to score; `path` is relative to `root`."""
+    """A block of (path, label) rows as rows to score; `path` is relative to `root`, and so
+    is `read`, where a block has it: the file read for a path listed as a link (its target)."""
     paths = table.column("path").to_pylist()
+    read = table.column("read").to_pylist() if "read" in table.column_names else paths
     errors = [""] * len(paths)
-    images = load_images(root, paths, size, channels, errors)
+    images = load_images(root, read, size, channels, errors)
     labels = table.column("label").to_numpy().astype(np.int64, copy=False)
     return {
         "image": images,

@@ -362,7 +362,7 @@ def test_predict_says_how_many_files_it_passed_over(tmp_path: Path) -> None:
     (data / "notes.txt").write_text("x")
     os.mkfifo(data / "a" / "stream.png")
     _, paths, passed = _listed(parse_location(str(data), None))
-    assert (paths, passed) == (["a/0.png", "a/1.png"], 2)
+    assert (paths, passed) == ([("a/0.png", "a/0.png"), ("a/1.png", "a/1.png")], 2)
     line = BatchResult([], [], None, passed).line()
     assert "(2 other file(s) not read: not images by name, hidden, or not regular files)" in line
 
@@ -432,3 +432,24 @@ def test_an_export_folder_or_a_champion_is_pointed_to_its_run(
                    f"champion is v1 of run r: give its folder, {run}")  # fmt: skip
     assert_refused(trainctl("evaluate", "champion:nobody", str(data)), 2, "no champion nobody")
     no_eval_written(run)
+
+
+def test_a_link_in_a_predicted_folder_is_a_row_under_its_own_name(
+    run: Path, tmp_path: Path
+) -> None:
+    """The link's row was named by its target's path: the target was listed twice and the link
+    not at all, so a join of predictions back to their files broke (found by a red-team pass).
+    The link is still read as its target, inside the folder, without following links."""
+    import csv
+
+    data = folder(tmp_path / "imgs", ["a"])
+    (data / "a" / "link.png").symlink_to("0.png")
+    out = tmp_path / "p.csv"
+    result = trainctl("predict", str(run), str(data), "--out", str(out))
+    assert result.code == 0, result.text
+    rows = {row["image"]: row for row in csv.DictReader(out.open())}
+    assert sorted(rows) == [str(data / "a" / name) for name in ("0.png", "1.png", "link.png")]
+    same = [k for k in rows[str(data / "a" / "0.png")] if k != "image"]
+    assert [rows[str(data / "a" / "link.png")][k] for k in same] == [
+        rows[str(data / "a" / "0.png")][k] for k in same
+    ]
