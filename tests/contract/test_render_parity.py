@@ -42,14 +42,21 @@ def python_objects(paths: list[Path], release: str, namespace: str, **sets: Any)
     return objects
 
 
-@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.stem)
-def test_helm_and_trainctl_render_agree_object_for_object(path: Path) -> None:
-    # Both engines read the same file bytes, each with its own YAML reader.
+def rendered_alike(path: Path) -> tuple[dict, dict]:
+    """`path` rendered by Helm and by trainctl, object for object alike: (Helm's, trainctl's)."""
     helm = by_key(helm_template([path], release="train", namespace="ml"))
     python = python_objects([path], "train", "ml")
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
         assert normalized(obj) == normalized(python[key]), key
+    return helm, python
+
+
+@pytest.mark.parametrize("path", VALUES_FILES, ids=lambda p: p.stem)
+def test_helm_and_trainctl_render_agree_object_for_object(path: Path) -> None:
+    # Both engines read the same file bytes, each with its own YAML reader.
+    helm, python = rendered_alike(path)
+    for key, obj in helm.items():
         assert obj["metadata"]["labels"][MANAGED_BY] == "Helm"
         assert python[key]["metadata"]["labels"][MANAGED_BY] == "trainctl"
 
@@ -197,11 +204,7 @@ def test_pull_secrets_in_kubernetes_form_reach_the_schedules_pods_by_name(tmp_pa
         "imagePullSecrets: [{name: regcred}, plain]\nnodePools: {l4: {replicas: 1}}\n"
         "schedule: {enabled: true}\nrayAuth: {existingSecret: ray-auth}\n"
     )
-    helm = by_key(helm_template([path], release="train", namespace="ml"))
-    python = python_objects([path], "train", "ml")
-    assert sorted(helm) == sorted(python)
-    for key, obj in helm.items():
-        assert normalized(obj) == normalized(python[key]), key
+    _, python = rendered_alike(path)
     cron = next(obj for key, obj in python.items() if obj["kind"] == "CronJob")
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "plain"}]
@@ -220,11 +223,7 @@ def test_what_every_pool_folder_shares_is_never_pruned_by_gitops(tmp_path: Path)
         "nodePools: {a100: {replicas: 1}, l4: {replicas: 1}}\n"
         "serviceAccount: {annotations: {argocd.argoproj.io/sync-options: Prune=false, x/y: z}}\n"
     )
-    helm = by_key(helm_template([path], release="train", namespace="ml"))
-    python = python_objects([path], "train", "ml")
-    assert sorted(helm) == sorted(python)
-    for key, obj in helm.items():
-        assert normalized(obj) == normalized(python[key]), key
+    _, python = rendered_alike(path)
     by_kind = {obj["kind"]: obj["metadata"].get("annotations") for obj in python.values()}
     assert by_kind["ServiceAccount"] == {
         **kept,
@@ -252,11 +251,7 @@ def test_line_break_characters_render_alike(brk: str, meant: str, tmp_path: Path
         encoding="utf-8",
         newline="",  # the bytes as written: no newline translation of \r
     )
-    helm = by_key(helm_template([path], release="train", namespace="ml"))
-    python = python_objects([path], "train", "ml")
-    assert sorted(helm) == sorted(python)
-    for key, obj in helm.items():
-        assert normalized(obj) == normalized(python[key]), key
+    _, python = rendered_alike(path)
     (config,) = [o for o in python.values() if o["kind"] == "ConfigMap"]
     assert config["data"]["NOTE"] == f"a{meant}b"
     annotations = config["metadata"]["annotations"]
@@ -331,12 +326,8 @@ def test_free_form_text_with_newlines_and_quotes_renders_intact(where: str, tmp_
     values["metrics"] = {"enabled": True, **values.get("metrics", {})}
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values), encoding="utf-8")
-    helm = by_key(helm_template([path], release="train", namespace="ml"))
-    python = python_objects([path], "train", "ml")
-    assert sorted(helm) == sorted(python)
-    for key, obj in helm.items():
-        assert normalized(obj) == normalized(python[key]), key
-    assert json.dumps(KEPT_TEXT)[1:-1] in json.dumps(list(helm.values())), where
+    _, python = rendered_alike(path)
+    assert json.dumps(KEPT_TEXT)[1:-1] in json.dumps(list(python.values())), where
 
 
 def test_annotations_holding_line_separators_next_to_newlines_render_intact(
