@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +20,9 @@ from app.cli_target import DEFAULT_LIMIT, MAX_LIMIT
 from app.k8s.values_flags import values_options
 from app.settings import NAMED_DATASETS, SEED_MAX, TrainSettings
 from app.settings.image_size import IMAGE_SIZE_MAX
+
+if TYPE_CHECKING:
+    from app.storage.location import RunPath
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -478,7 +481,8 @@ def predict_cmd(
     endpoint, _ = storage_access(env)
     card_sha256 = None
     if target.startswith("champion:"):
-        target, card_sha256 = _champion_export(target.removeprefix("champion:"), env, endpoint)
+        copy, pointer, _ = _champion(target.removeprefix("champion:"), env, endpoint)
+        target, card_sha256 = str(copy), str(pointer["card_sha256"])
     else:
         target = _sweeps_best(target, endpoint, "predicting with")
     if takes_batch_path(images, out, pool=gpus or actors is not None):
@@ -516,10 +520,12 @@ def predict_cmd(
             click.echo(prediction.line())
 
 
-def _champion_export(name: str, env: Mapping[str, str], endpoint: str | None) -> tuple[str, str]:
-    """The champion's export folder and card sha256, from its pointer under TRAIN_STORAGE_PATH
-    (through `endpoint`, TRAIN_STORAGE_ENDPOINT, for an S3-compatible store) as `env`
-    (settings_environ's) gives it."""
+def _champion(
+    name: str, env: Mapping[str, str], endpoint: str | None
+) -> tuple[RunPath, dict[str, Any], RunPath]:
+    """(the champion's export folder, the pointer that names it, the storage folder holding
+    both), from TRAIN_STORAGE_PATH (through `endpoint`, TRAIN_STORAGE_ENDPOINT, for an
+    S3-compatible store) as `env` (settings_environ's) gives it."""
     from app.errors import ConfigError
     from app.promotion.champion import PointerDamaged, champion_export
     from app.settings.env import storage_location, storage_path_setting
@@ -531,9 +537,10 @@ def _champion_export(name: str, env: Mapping[str, str], endpoint: str | None) ->
         raise ConfigError(str(err)) from None
     storage = storage_location(storage_path_setting(env), "TRAIN_STORAGE_PATH", endpoint)
     try:
-        return champion_export(storage, name, endpoint)
+        copy, pointer = champion_export(storage, name, endpoint)
     except PointerDamaged as err:
         raise ConfigError(f"champion:{name}: {err}") from None
+    return copy, pointer, storage
 
 
 def _champion_is_a_run(name: str, env: Mapping[str, str], endpoint: str | None) -> Exception:
@@ -541,15 +548,8 @@ def _champion_is_a_run(name: str, env: Mapping[str, str], endpoint: str | None) 
     takes the champion's run, which this names (predict takes champion:NAME itself)."""
     from app.errors import ConfigError
     from app.formatting import one_line
-    from app.promotion.champion import PointerDamaged, pointer_path, read_pointer
-    from app.settings.env import storage_location, storage_path_setting
 
-    _champion_export(name, env, endpoint)  # a champion there, its pointer and copy whole
-    storage = storage_location(storage_path_setting(env), "TRAIN_STORAGE_PATH", endpoint)
-    try:
-        pointer = read_pointer(pointer_path(storage, name)) or {}
-    except PointerDamaged as err:
-        return ConfigError(f"champion:{name}: {err}")
+    _, pointer, storage = _champion(name, env, endpoint)  # a champion there, pointer and copy
     run = one_line(str(pointer.get("run_name") or "?"), 100)  # another writer's text
     return ConfigError(
         f"champion:{name}: evaluate scores a run's export and writes its report into that "

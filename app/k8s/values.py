@@ -258,6 +258,10 @@ def _validator_class() -> Any:
     return validators.extend(Draft7Validator, {"pattern": pattern})
 
 
+# Why a value written as a word reaches the schema as true or false (YAML 1.1, as Helm reads it).
+YAML_BOOLEANS = "YAML reads yes, no, on and off unquoted as booleans"
+
+
 def _describe(err: Any) -> str:
     where = ".".join(str(part) for part in err.absolute_path) or "(top level)"
     refused = _settings_refusal(list(err.absolute_path), err.instance)
@@ -265,8 +269,8 @@ def _describe(err: Any) -> str:
         # `amp: off` is false to YAML 1.1 (and to Helm): the settings' "TRAIN_AMP='false':
         # Input should be 'auto', 'off', ..." read as a contradiction without this.
         return (
-            f"{where}: {refused}; {canonical.scalar(err.instance)} is a boolean here: YAML "
-            "reads yes, no, on and off unquoted as booleans, so quote the word you meant"
+            f"{where}: {refused}; {canonical.scalar(err.instance)} is a boolean here: "
+            f"{YAML_BOOLEANS}, so quote the word you meant"
         )
     if refused:
         # What `trainctl train` would say of it, which names the forms the setting takes.
@@ -279,7 +283,7 @@ def _describe(err: Any) -> str:
         text = canonical.scalar(err.instance)
         kind = "a boolean" if isinstance(err.instance, bool) else "a number"
         also = (
-            ", or the word you wrote: YAML reads yes, no, on and off unquoted as booleans too"
+            f", or the word you wrote: {YAML_BOOLEANS} too"
             if isinstance(err.instance, bool)
             else ""
         )

@@ -70,9 +70,12 @@ def _root(path: RunPath) -> RunPath:
     return path.parent.parent
 
 
-def champion_export(storage: RunPath, name: str, endpoint: str | None) -> tuple[str, str]:
-    """(the export folder, its card's sha256) of champion `name`, as its pointer names them
-    (`trainctl predict champion:<name>`); PointerDamaged where there is none to follow."""
+def champion_export(
+    storage: RunPath, name: str, endpoint: str | None
+) -> tuple[RunPath, dict[str, Any]]:
+    """(the export folder, the pointer that names it: its card_sha256, run and version) of
+    champion `name` (`trainctl predict champion:<name>`); PointerDamaged where there is none
+    to follow."""
     path = pointer_path(storage, name)
     pointer = read_pointer(path)
     if pointer is None:
@@ -94,7 +97,7 @@ def champion_export(storage: RunPath, name: str, endpoint: str | None) -> tuple[
             f"{path}: the pointer says otherwise than the model card it names ({problem}): "
             "altered since it was written; fix or remove the pointer"
         )
-    return str(copy), str(pointer["card_sha256"])
+    return copy, pointer
 
 
 def read_pointer(path: RunPath) -> dict[str, Any] | None:

@@ -137,7 +137,7 @@ def _score_splits(
             scored, source.dataset(scored.card), eval_folder(run_dir, split), run_dir=run_dir,
             data=describe(source), row_prefix=source.row_prefix(),
             options=_options(source, scored.card),
-            strict_hint=f"`trainctl evaluate RUN --split {split} --strict` stops at the first",
+            strict_hint=_strict_hint(split),
         )  # fmt: skip
         found.reports[split] = report
         found.record[split] = compact(report)
@@ -226,10 +226,16 @@ def _score_champion(settings: TrainSettings, found: RunEnd, pointer: dict[str, A
         champion, source.dataset(champion.card), eval_folder(settings.run_dir, name),
         run_dir=settings.run_dir, data=data, row_prefix=source.row_prefix(),
         options=_options(source, champion.card),
-        strict_hint=f"`trainctl evaluate RUN --split {split} --strict` stops at the first",
+        strict_hint=_strict_hint(split),
     )  # fmt: skip
     found.record.setdefault("champion", {})[split] = compact(report)
     return Scores.of(report.metrics)
+
+
+def _strict_hint(split: str) -> str:
+    """How a user stops at the first file of `split` that cannot be used: a run's end skips
+    and counts them, and `train` has no --strict."""
+    return f"`trainctl evaluate RUN --split {split} --strict` stops at the first"
 
 
 def _describe(err: BaseException) -> str:
