@@ -283,6 +283,11 @@ def config_data(objects: list[dict[str, Any]], name: str) -> dict[str, str]:
 
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
+# What keeps Argo CD and Flux from pruning or deleting an object every pool folder shares.
+KEPT_BY_GITOPS = {
+    "argocd.argoproj.io/sync-options": "Delete=false,Prune=false",
+    "kustomize.toolkit.fluxcd.io/prune": "disabled",
+}
 
 
 def normalized(obj: dict) -> dict:

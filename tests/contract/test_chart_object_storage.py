@@ -22,6 +22,7 @@ from app.k8s.submit import _run_dir as submit_run_dir
 from app.runfolder.folder import read_summary
 from app.settings import TrainSettings
 from tests.contract.k8s_support import (
+    KEPT_BY_GITOPS,
     by_key,
     containers,
     helm_render,
@@ -46,11 +47,6 @@ S3 = {
 }
 GCS = {"storage": {"type": "gcs", "bucket": "ml_runs", "credentialsSecret": "gcs-key"}, **POOLS}
 KEY_DIR = "/var/run/secrets/trainctl/gcs"
-
-KEPT_BY_GITOPS = {
-    "argocd.argoproj.io/sync-options": "Delete=false,Prune=false",
-    "kustomize.toolkit.fluxcd.io/prune": "disabled",
-}
 
 
 def _ray_pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

@@ -20,6 +20,7 @@ import pytest
 from app.k8s.render import load_values, render_objects, render_schedule_objects
 from tests.contract.k8s_support import (
     EXAMPLES,
+    KEPT_BY_GITOPS,
     REPO,
     VALUES_FILES,
     helm_render,
@@ -163,11 +164,7 @@ def test_gitops_never_prunes_or_deletes_the_kept_claim(tmp_path: Path) -> None:
     """Every pool folder of `render --out` holds the claim; retiring one pool's folder (or its
     Argo CD Application, or a Flux Kustomization with prune: true) deleted the volume the other
     pools train on, since neither tool reads Helm's keep (found by a red-team pass)."""
-    kept = {
-        "helm.sh/resource-policy": "keep",
-        "argocd.argoproj.io/sync-options": "Delete=false,Prune=false",
-        "kustomize.toolkit.fluxcd.io/prune": "disabled",
-    }
+    kept = {"helm.sh/resource-policy": "keep", **KEPT_BY_GITOPS}
     released = copy.deepcopy(THREE_POOLS)
     released.setdefault("storage", {})["keepOnUninstall"] = False
     for engine, objects in both_engines(THREE_POOLS, tmp_path).items():

@@ -18,6 +18,7 @@ from app.errors import ConfigError
 from app.k8s import canonical, train_values
 from app.k8s.render import load_values, render_objects, render_schedule_objects
 from tests.contract.k8s_support import (
+    KEPT_BY_GITOPS,
     MANAGED_BY,
     VALUES_FILES,
     HelmFailed,
@@ -214,10 +215,6 @@ def test_what_every_pool_folder_shares_is_never_pruned_by_gitops(tmp_path: Path)
     """The ServiceAccount and the created auth Secret are in every pool folder, as the volume
     claim is: retiring one pool's Argo CD Application or Flux Kustomization deleted them under
     the other pools' jobs (found by a red-team pass). A user's own sync options win."""
-    kept = {
-        "argocd.argoproj.io/sync-options": "Delete=false,Prune=false",
-        "kustomize.toolkit.fluxcd.io/prune": "disabled",
-    }
     path = tmp_path / "values.yaml"
     path.write_text(
         "nodePools: {a100: {replicas: 1}, l4: {replicas: 1}}\n"
@@ -226,11 +223,11 @@ def test_what_every_pool_folder_shares_is_never_pruned_by_gitops(tmp_path: Path)
     _, python = rendered_alike(path)
     by_kind = {obj["kind"]: obj["metadata"].get("annotations") for obj in python.values()}
     assert by_kind["ServiceAccount"] == {
-        **kept,
+        **KEPT_BY_GITOPS,
         "argocd.argoproj.io/sync-options": "Prune=false",
         "x/y": "z",
     }
-    assert kept.items() <= by_kind["Secret"].items()
+    assert KEPT_BY_GITOPS.items() <= by_kind["Secret"].items()
 
 
 # YAML 1.1's line breaks raw in a values file (as PyYAML's dumper writes NEL) and escaped:
