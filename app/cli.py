@@ -462,10 +462,11 @@ def predict_cmd(
     overwrite: bool, batch_size: int, actors: int | None, gpus: bool, cpus_per_actor: float,
     strict: bool,
 ) -> None:  # fmt: skip
-    """Classify images with a run's export (the run folder, its export/ folder, or an
-    s3:// or gs:// URI of either), or the champion's (champion:<model-name>, under
-    TRAIN_STORAGE_PATH): checksums checked, then the weights loaded (weights_only) into
-    trainctl's own model for the card; nothing in the export can run code.
+    """Classify images with a run's export (the run folder, its export/ folder, an s3:// or
+    gs:// URI of either, or a run's name under TRAIN_STORAGE_PATH), or the champion's
+    (champion:<model-name>, under TRAIN_STORAGE_PATH): checksums checked, then the weights
+    loaded (weights_only) into trainctl's own model for the card; nothing in the export can
+    run code.
 
     \b
     A few image files are classified in this process. Folders and bucket prefixes (every
@@ -475,16 +476,16 @@ def predict_cmd(
     import json
 
     from app.evaluation.batch_predict import batch_predict, takes_batch_path
-    from app.settings.env import settings_environ, storage_access
+    from app.settings.env import run_location, settings_environ, storage_access
 
     env = settings_environ()  # read once: the champion is looked up where its export is read
     endpoint, _ = storage_access(env)
     card_sha256 = None
     if target.startswith("champion:"):
-        copy, pointer, _ = _champion(target.removeprefix("champion:"), env, endpoint)
-        target, card_sha256 = str(copy), str(pointer["card_sha256"])
+        model, pointer, _ = _champion(target.removeprefix("champion:"), env, endpoint)
+        card_sha256 = str(pointer["card_sha256"])
     else:
-        target = _sweeps_best(target, endpoint, "predicting with")
+        model = _sweeps_best(run_location(target, env), "predicting with")
     if takes_batch_path(images, out, pool=gpus or actors is not None):
         from app.evaluation.scoring import ScoringOptions
 
@@ -492,7 +493,7 @@ def predict_cmd(
             batch_size=batch_size, actors=actors, gpus=gpus, cpus_per_actor=cpus_per_actor
         )
         result = batch_predict(
-            target, images, top_k, out=out, options=options, strict=strict,
+            model, images, top_k, out=out, options=options, strict=strict,
             endpoint=endpoint, card_sha256=card_sha256, overwrite=overwrite,
         )  # fmt: skip
         found = result.predictions
@@ -512,7 +513,7 @@ def predict_cmd(
     else:
         from app.export.predict import predict
 
-        found = predict(target, images, top_k, endpoint, card_sha256)
+        found = predict(model, images, top_k, endpoint, card_sha256)
     if as_json:
         click.echo(json.dumps({"predictions": [p.record() for p in found]}, indent=2))
     else:
@@ -558,23 +559,18 @@ def _champion_is_a_run(name: str, env: Mapping[str, str], endpoint: str | None) 
     )
 
 
-def _sweeps_best(target: str, endpoint: str | None, doing: str) -> str:
-    """`target` itself, or where it is a sweep's folder, its best trial (the one the sweep
+def _sweeps_best(where: RunPath, doing: str) -> RunPath:
+    """`where` itself, or where it is a sweep's folder, its best trial (the one the sweep
     exported), said on stderr ("X is a sweep: <doing> its best trial, ...")."""
     from app.export.card import sweep_best_trial
     from app.formatting import shown
-    from app.storage.location import parse_location
 
-    try:
-        where = parse_location(target, endpoint)
-    except ValueError:
-        return target  # refused, naming it, where it is read
     best = sweep_best_trial(where)
     if best is None:
-        return target
+        return where
     click.echo(f"trainctl: {shown(where)} is a sweep: {doing} its best trial, {best.name}",
                err=True)  # fmt: skip
-    return str(best)
+    return best
 
 
 @cli.command("evaluate")
@@ -607,26 +603,27 @@ def evaluate_cmd(
     \b
     DATA: a folder of class folders (DATA/<class>/<image>, e.g. pets/valid) or of Parquet
     files (image and label columns), local or s3:// / gs://; or --split valid for the data
-    the run validated on, which reproduces training's val_accuracy. A sweep's folder as RUN
-    means its best trial (the one it exported), and its eval/ is that trial's.
+    the run validated on, which reproduces training's val_accuracy. RUN: a run folder, its
+    URI, or a run's name under TRAIN_STORAGE_PATH; a sweep's folder means its best trial (the
+    one it exported), and its eval/ is that trial's.
     Joins TRAIN_RAY_ADDRESS (or RAY_ADDRESS), else starts a local Ray.
     """
     import json
 
     from app.evaluation.evaluate import evaluate_command
     from app.evaluation.scoring import ScoringOptions
-    from app.settings.env import settings_environ, storage_access
+    from app.settings.env import run_location, settings_environ, storage_access
 
     env = settings_environ()
     endpoint, _ = storage_access(env)
     if run_dir.startswith("champion:"):
         raise _champion_is_a_run(run_dir.removeprefix("champion:"), env, endpoint)
-    run_dir = _sweeps_best(run_dir, endpoint, "evaluating")  # its eval/ is the trial's
+    run = _sweeps_best(run_location(run_dir, env), "evaluating")  # its eval/ is the trial's
     options = ScoringOptions(
         batch_size=batch_size, actors=actors, gpus=gpus, cpus_per_actor=cpus_per_actor
     )
     report = evaluate_command(
-        run_dir, data, split=split, name=name, options=options, strict=strict,
+        run, data, split=split, name=name, options=options, strict=strict,
         max_mistakes=max_mistakes, allow_missing=allow_missing,
     )  # fmt: skip
     if as_json:
@@ -642,7 +639,8 @@ def evaluate_cmd(
 def compare_cmd(runs: tuple[str, ...], out: str | None, as_json: bool) -> None:
     """Runs side by side: the settings that differ, final and best metrics, time and
     accelerator-hours, per-class recall from each run's newest evaluation (eval/*/), and one
-    PNG with their validation accuracy and loss curves overlaid."""
+    PNG with their validation accuracy and loss curves overlaid. Each RUN: a run folder, its
+    URI, or a run's name under TRAIN_STORAGE_PATH."""
     import json
 
     from app.evaluation.compare import compare

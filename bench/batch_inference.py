@@ -76,7 +76,7 @@ def single_process(run_dir: Path, files: list[str]) -> dict[str, float]:
     from app.export.predict import predict
 
     started = time.perf_counter()
-    found = predict(str(run_dir), files, TOP_K)
+    found = predict(run_dir, files, TOP_K)
     took = time.perf_counter() - started
     assert len(found) == len(files)
     return {"images_per_s": len(files) / took, "seconds": took}

@@ -109,7 +109,7 @@ def output_location(out: str, endpoint: str | None, overwrite: bool = False) -> 
 
 
 def batch_predict(
-    target: str,
+    target: RunPath,
     images: Sequence[str],
     top_k: int,
     *,
@@ -123,7 +123,7 @@ def batch_predict(
     """`endpoint`: TRAIN_STORAGE_ENDPOINT, for a target, images or `out` in an S3-compatible
     store; `card_sha256`: what the export's card must hash to (a champion pointer's)."""
     destination = output_location(out, endpoint, overwrite) if out is not None else None
-    folder, root = export_folder(target, endpoint)
+    folder, root = export_folder(target)
     with store_errors(folder, "RUN_OR_EXPORT"):
         export = verified(folder, root, card_sha256)
     groups, not_images = [], 0

@@ -158,13 +158,14 @@ class Comparison:
 def compare(runs: Sequence[str], out: str | None) -> Comparison:
     """Every run folder read, the table's figures worked out, and the curves drawn to `out`
     (default compare.png here); ConfigError naming a folder that is not a run's."""
-    from app.settings.env import settings_environ, storage_access, storage_location
+    from app.settings.env import run_location, settings_environ, storage_access
 
     if not 2 <= len(runs) <= MAX_RUNS:
         raise ConfigError(f"give 2 to {MAX_RUNS} runs to compare ({len(runs)} given)")
-    endpoint, _ = storage_access(settings_environ())
+    env = settings_environ()
+    endpoint, _ = storage_access(env)
     destination = _plot_location(out or "compare.png", endpoint)
-    locations = [storage_location(run, f"RUN {run!r}", endpoint) for run in runs]
+    locations = [run_location(run, env) for run in runs]
     twice = sorted({str(where) for where in locations if locations.count(where) > 1})
     if twice:
         raise ConfigError(f"{', '.join(twice)}: given more than once; give each run once")

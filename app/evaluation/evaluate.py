@@ -109,7 +109,7 @@ class EvalReport:
 
 
 def evaluate_command(
-    run: str,
+    run_dir: RunPath,
     data: str | None,
     *,
     split: str | None,
@@ -119,8 +119,9 @@ def evaluate_command(
     max_mistakes: int,
     allow_missing: bool,
 ) -> EvalReport:
-    """Everything `trainctl evaluate` does: the checks, then `evaluate`."""
-    from app.settings.env import settings_environ, storage_access, storage_location
+    """Everything `trainctl evaluate` does: the checks, then `evaluate`. `run_dir`: as
+    app/settings/env.run_location found it."""
+    from app.settings.env import settings_environ, storage_access
 
     if data is not None and split is not None:
         raise ConfigError("give DATA or --split, not both")
@@ -141,7 +142,6 @@ def evaluate_command(
     if not 0 <= max_mistakes <= MAX_MISTAKES:
         raise ConfigError(f"--max-mistakes {max_mistakes}: must be 0..{MAX_MISTAKES:,}")
     endpoint, _ = storage_access(settings_environ())
-    run_dir = storage_location(run, f"RUN {run!r}", endpoint)
     with store_errors(run_dir, "RUN"):
         export = run_export(run_dir)
     card = export.card

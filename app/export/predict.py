@@ -56,19 +56,20 @@ def _shown(text: str) -> str:
 
 
 def predict(
-    target: str,
+    target: RunPath,
     images: Sequence[str],
     top_k: int,
     endpoint: str | None = None,
     card_sha256: str | None = None,
 ) -> list[Prediction]:
-    """`endpoint`: TRAIN_STORAGE_ENDPOINT, for a target in an S3-compatible store;
-    `card_sha256`: what the export's card must hash to (a champion pointer's)."""
+    """`target`: a run folder or its export/ (app/settings/env.run_location); `endpoint`:
+    TRAIN_STORAGE_ENDPOINT, for images in an S3-compatible store; `card_sha256`: what the
+    export's card must hash to (a champion pointer's)."""
     if not 1 <= top_k <= MAX_TOP_K:
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
-    folder, root = export_folder(target, endpoint)
+    folder, root = export_folder(target)
     export = verified(folder, root, card_sha256)
     card = export.card
     first = input_batch(chunks[0], card)  # a bad first image is named before anything loads
@@ -79,24 +80,17 @@ def predict(
     return found
 
 
-def export_folder(target: str, endpoint: str | None = None) -> tuple[RunPath, RunPath]:
-    """The export folder `target` names (an export folder, or a run folder holding export/),
-    local or in a bucket (through `endpoint`: TRAIN_STORAGE_ENDPOINT), and the folder below
-    which its files are opened: `target` itself, so that neither export/ nor a file in it is
-    read through a link."""
-    from app.storage.location import parse_location
-
-    try:
-        where = parse_location(target, endpoint)
-    except ValueError as err:
-        raise ConfigError(f"{target}: {err}") from None
+def export_folder(where: RunPath) -> tuple[RunPath, RunPath]:
+    """The export folder `where` names (an export folder, or a run folder holding export/),
+    local or in a bucket, and the folder below which its files are opened: `where` itself, so
+    that neither export/ nor a file in it is read through a link."""
     try:
         found = kind(where)
     except NotADirectoryError:  # a file on the way: named as the card not found below
         found = None
     if found is Kind.FILE:  # it read <file>/export/model_card.json
         raise ConfigError(
-            f"{target}: is a file; give the run folder or its {EXPORT_DIR}/ folder, whose "
+            f"{shown(where)}: is a file; give the run folder or its {EXPORT_DIR}/ folder, whose "
             f"{CARD_FILE} says which files to load"
         )
     folder = where if present(where / CARD_FILE) else where / EXPORT_DIR

@@ -3,7 +3,8 @@
 `load_settings` holds ./.env and the TRAIN_* variables to the rules of app/settings/'s
 `TrainSettings`; `settings_from_env` holds given variables (a rendered ConfigMap's) to the same
 rules, reading nothing else; `storage_access` and `storage_location` hold the few settings
-`trainctl logs` needs to the same rules, without the others.
+`trainctl logs` needs to the same rules, without the others; `run_location` finds a run given
+by its folder or by its name alone.
 """
 
 from __future__ import annotations
@@ -182,6 +183,34 @@ def settings_environ() -> dict[str, str]:
     from_file = dotenv_values(ENV_FILE) if ENV_FILE.is_file() else {}
     given = {k: v for k, v in from_file.items() if k.startswith(ENV_PREFIX) and v is not None}
     return {**given, **os.environ}
+
+
+def run_location(value: str, env: Mapping[str, str]) -> RunPath:
+    """RUN on the command line (`evaluate`, `compare`, `predict`): a run folder's path or URI,
+    or, where it is a bare name and no such folder is here, the run of that name under
+    TRAIN_STORAGE_PATH, where `train` put it (through TRAIN_STORAGE_ENDPOINT for a bucket).
+    A bare name that is neither is refused naming both places."""
+    from app.formatting import one_path
+    from app.storage.reading import is_dir_within
+
+    endpoint, timeout = storage_access(env)
+    label = f"RUN {redact(value)!r}"
+    given = storage_location(value, label, endpoint)
+    bare = value not in ("", ".", "..") and "/" not in value and os.sep not in value
+    if not bare or os.path.lexists(value):
+        return given
+    variable = env_name("storage_path")
+    storage = storage_location(storage_path_setting(env), variable, endpoint)
+    under = storage / value
+    try:
+        if is_dir_within(under, variable, timeout):
+            return under
+    except (OSError, ValueError) as err:  # a name the system refuses: too long, a NUL
+        raise ConfigError(f"{label}: {getattr(err, 'strerror', None) or err}") from None
+    raise ConfigError(
+        f"{label}: no such folder here, and no run of that name under {variable} "
+        f"({one_path(storage)}); give a run folder's path or URI, or a run's name"
+    )
 
 
 def storage_path_setting(env: Mapping[str, str]) -> str:

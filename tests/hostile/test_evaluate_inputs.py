@@ -453,3 +453,44 @@ def test_a_link_in_a_predicted_folder_is_a_row_under_its_own_name(
     assert [rows[str(data / "a" / "link.png")][k] for k in same] == [
         rows[str(data / "a" / "0.png")][k] for k in same
     ]
+
+
+def test_a_run_given_by_its_name_is_found_where_train_put_it(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trainctl predict r ...`, `evaluate r ...` and `compare r s` with TRAIN_STORAGE_PATH set,
+    as `status` and `logs` take a run: the bare name was read as ./r, "no such run folder"
+    (found by a red-team pass). A folder of that name here still wins; a name found in neither
+    place is refused naming both."""
+    data = folder(tmp_path / "imgs", ["a"], per_class=1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(run.parent))
+
+    found = trainctl("predict", "r", str(data / "a" / "0.png"), "--json")
+    assert found.code == 0, found.text
+    assert len(json.loads(found.out)["predictions"]) == 1
+
+    # evaluate reads the run's export before Ray starts: a folder of another task is refused,
+    # naming the run it found under TRAIN_STORAGE_PATH.
+    other = folder(tmp_path / "other", ["x", "y"])
+    assert_refused(trainctl("evaluate", "r", str(other)), 2, "classes")
+    no_eval_written(run)
+
+    (run.parent / "s").mkdir()
+    (run.parent / "s" / "summary.json").write_text('{"status": "succeeded", "run_name": "s"}')
+    compared = trainctl("compare", "r", "s", "--json")
+    assert compared.code == 0, compared.text
+    assert [r["run_dir"] for r in json.loads(compared.out)["runs"]] == [
+        str(run), str(run.parent / "s")
+    ]  # fmt: skip
+
+    missing = trainctl("predict", "nobody", str(data / "a" / "0.png"))
+    assert_refused(missing, 2, "RUN 'nobody': no such folder here, and no run of that name under "
+                   f"TRAIN_STORAGE_PATH ({run.parent})")  # fmt: skip
+
+    # A folder named like the run, here, is what the user meant by it.
+    (elsewhere / "r").mkdir()
+    here = trainctl("predict", "r", str(data / "a" / "0.png"))
+    assert_refused(here, 2, f"{elsewhere / 'r' / 'export'}: no model_card.json")
