@@ -32,16 +32,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from app.errors import did_you_mean
 from app.export.card import CARD_FILE
+from app.formatting import one_line
 from app.promotion.champion_export import LinkedCopy, named_by
 from app.promotion.champion_task import pointer_disagrees
 from app.settings.run import CHAMPIONS_DIR
 from app.storage import bounded_json, conditional, locks, safe_fs
+from app.storage.entries import Kind, entries
 from app.storage.location import RunPath, write_atomic
 from app.storage.reading import present, read_bounded
 
 MAX_POINTER_BYTES = 1 << 20
 LOCK_WAIT_S = 300.0  # another driver holds it for one read, a copy of its export, one write
+MAX_NAMES_SHOWN = 20
 SWAP_ATTEMPTS = 30  # lost races in a row before giving up (each one: another run promoted)
 
 
@@ -64,6 +68,24 @@ def pointer_path(storage: RunPath, name: str) -> RunPath:
     return storage / CHAMPIONS_DIR / f"{name}.json"
 
 
+def champion_names(storage: RunPath) -> list[str]:
+    """The TRAIN_MODEL_NAMEs with a pointer under `storage`, sorted (names another writer may
+    have planted: shown through one_line where printed)."""
+    found = entries(storage / CHAMPIONS_DIR, storage)
+    pointers = (e.name for e in found if e.kind is Kind.FILE and not e.name.startswith("."))
+    return sorted(n.removesuffix(".json") for n in pointers if n.endswith(".json"))
+
+
+def other_champions(storage: RunPath, name: str) -> str:
+    """What follows "no champion NAME": did you mean another, or the champions there, or
+    that there is none yet (each after "; ")."""
+    known = [one_line(n, 100) for n in champion_names(storage)]
+    if not known:
+        return "; there is no champion there yet (a run's gate promotes the first)"
+    shown = ", ".join(known[:MAX_NAMES_SHOWN]) + (" ..." if len(known) > MAX_NAMES_SHOWN else "")
+    return did_you_mean(name, known, f"the champions there: {shown}")
+
+
 def _root(path: RunPath) -> RunPath:
     """Where the pointer's opens start: the storage folder, so that neither `champions/` nor
     the pointer is read or written through a link planted there (app/storage/safe_fs.py)."""
@@ -79,7 +101,9 @@ def champion_export(
     path = pointer_path(storage, name)
     pointer = read_pointer(path)
     if pointer is None:
-        raise PointerDamaged(f"{path}: no champion {name} (no pointer there)")
+        raise PointerDamaged(
+            f"{path}: no champion {name} (no pointer there){other_champions(storage, name)}"
+        )
     try:
         copy = named_by(pointer, storage, name)
     except LinkedCopy as err:

@@ -149,6 +149,7 @@ def _champion(settings: TrainSettings, ref: ChampionRef, source: str) -> tuple[W
         raise ConfigError(
             f"TRAIN_WARM_START={source}: no champion {ref.name} under TRAIN_STORAGE_PATH "
             f"({redact_uri(str(path))} is not there)"
+            + champion.other_champions(settings.storage_path, ref.name)
         )
     try:
         folder, card = vouched_card(pointer, settings.storage_path, ref.name)

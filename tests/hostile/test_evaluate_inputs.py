@@ -434,6 +434,22 @@ def test_an_export_folder_or_a_champion_is_pointed_to_its_run(
     no_eval_written(run)
 
 
+def test_a_champion_not_there_is_named_with_the_ones_that_are(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`predict champion:digits-cn` said only "no pointer there" (found by a red-team pass)."""
+    image = folder(tmp_path / "imgs", ["a"], per_class=1) / "a" / "0.png"
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(run.parent))
+    typo = trainctl("predict", "champion:digits-cn", str(image))
+    assert_refused(typo, 2, "no champion digits-cn (no pointer there); did you mean digits-cnn?")
+    other = trainctl("predict", "champion:nobody", str(image))
+    assert_refused(other, 2, "no champion nobody (no pointer there); the champions there: "
+                   "digits-cnn")  # fmt: skip
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path / "empty"))
+    none = trainctl("predict", "champion:digits-cnn", str(image))
+    assert_refused(none, 2, "; there is no champion there yet (a run's gate promotes the first)")
+
+
 def test_a_link_in_a_predicted_folder_is_a_row_under_its_own_name(
     run: Path, tmp_path: Path
 ) -> None:

@@ -209,6 +209,7 @@ def test_links_fifos_and_pickled_code_are_refused(tmp_path: Path, champion_run: 
 
 def test_what_cannot_start_a_run_says_what_can(tmp_path: Path, champion_run: Path) -> None:
     _refused(tmp_path, "champion:nobody", "no champion nobody under TRAIN_STORAGE_PATH")
+    _refused(tmp_path, "champion:digits-cn", "is not there); did you mean digits-cnn?")
     (tmp_path / "empty").mkdir()
     _refused(tmp_path, str(tmp_path / "empty"), "no model_card.json (an export)", "champion:")
     # An export made before exports carried weights.pt: its run folder is the way.
