@@ -16,7 +16,7 @@ from app.preflight import preflight_for_training
 from app.settings import TrainSettings
 from app.training.steps import MIN_STEPS, few_steps, steps_per_epoch
 from tests import parquet_support as parquet
-from tests.folder_support import image_folder
+from tests.folder_support import image_bytes, image_folder
 from tests.hostile.support import trainctl_with
 from tests.support import trainctl_env
 
@@ -58,6 +58,28 @@ def test_class_counts_of_an_image_folder_and_of_parquet(tmp_path: Path) -> None:
     parquet.good(tmp_path / "numbers")  # labels 0..3, 6 train and 2 valid rows each
     counts = class_counts(inspect_dataset(tmp_path / "numbers"))
     assert counts == ClassCounts(("0", "1", "2", "3"), (6, 6, 6, 6), (2, 2, 2, 2))
+
+
+def test_a_held_out_test_split_is_counted_and_warned_on_too(tmp_path: Path) -> None:
+    """`check`'s classes line left test/ out: the data the gate is judged on where it exists
+    (found by a red-team pass)."""
+    image_folder(tmp_path / "pets", per_class=(12, 6))
+    for label, (name, count) in enumerate((("Zebra", 5), ("cat", 5), ("dog", 1))):
+        (tmp_path / "pets" / "test" / name).mkdir(parents=True)
+        for index in range(count):  # seeds apart from train/'s and valid/'s
+            data = image_bytes(50_000 + index * 7 + label, label % 3, "PNG")
+            (tmp_path / "pets" / "test" / name / f"{index}.png").write_bytes(data)
+    info, _ = inspect_folder(tmp_path / "pets", 32)
+    counts = class_counts(info)
+    assert counts == ClassCounts(("Zebra", "cat", "dog"), (12,) * 3, (6,) * 3, (5, 5, 1))
+    assert counts.detail() == (
+        "images per class, train/valid/test: Zebra 12/6/5, cat 12/6/5, dog 12/6/1"
+    )
+    assert counts.warning() == (
+        f"1 class under {MIN_VALID} images in test/ (dog 1): too few to judge it on; add images"
+    )
+    many = ClassCounts(("a", "b") * 6, (20,) * 12, (9,) * 12, (9,) * 11 + (2,))
+    assert many.detail().endswith("; test 2-9 (smallest: b 2, a 9, b 9, a 9, b 9)")
 
 
 def test_many_classes_are_summed_up_with_the_smallest_named() -> None:
