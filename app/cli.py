@@ -160,14 +160,21 @@ def render_cmd(
     trainctl render -f values.yaml --out manifests   # a kustomization per pool
     """
     from app.k8s.deprecated import notes
-    from app.k8s.manifests_out import earlier_pools, render_stream, write_manifests
+    from app.k8s.manifests_out import (
+        SECRET_IN_STREAM,
+        earlier_pools,
+        render_stream,
+        write_manifests,
+    )
     from app.k8s.render import load_values
 
     values = load_values(**values_args)  # -f files and --set* flags, as Helm takes them
     for note in notes(values):  # what Helm's NOTES.txt says of the same values
         click.echo(f"trainctl: {note}", err=True)
     if out is None:
-        text = render_stream(values, release=release, namespace=namespace)
+        text, secrets = render_stream(values, release=release, namespace=namespace)
+        for name in secrets:
+            click.echo(f"trainctl: warning: {SECRET_IN_STREAM.format(name=name)}", err=True)
         if not text:
             click.echo(
                 "trainctl: no node pool is enabled: nothing to render (the train: values are "

@@ -43,8 +43,9 @@ def _dump(obj: dict[str, Any]) -> str:
     return yaml.dump(obj, Dumper=_ExactDumper, sort_keys=False, allow_unicode=True, width=100)
 
 
-def render_stream(values: dict[str, Any], *, release: str, namespace: str) -> str:
-    """Every object once (shared ones are not repeated per pool), as one YAML stream."""
+def render_stream(values: dict[str, Any], *, release: str, namespace: str) -> tuple[str, list[str]]:
+    """Every object once (shared ones are not repeated per pool), as one YAML stream; and the
+    names of the Secrets in it, which hold a token drawn afresh by this render."""
     pools = render.render_objects(values, release=release, namespace=namespace)
     schedule = render.render_schedule_objects(values, release=release, namespace=namespace)
     seen: set[tuple[str, str]] = set()
@@ -57,7 +58,7 @@ def render_stream(values: dict[str, Any], *, release: str, namespace: str) -> st
             seen.add(key)
             source = f"trainctl/{pool}/{obj['kind'].lower()}.yaml"
             docs.append(f"---\n# Source: {source}\n{_dump(obj)}")
-    return "".join(docs)
+    return "".join(docs), sorted(name for kind, name in seen if kind == "Secret")
 
 
 def _pool_files(
@@ -98,6 +99,14 @@ def _no_symlink(path: Path) -> None:
 
 
 # Rendered manifests are what GitOps repositories commit (docs/gitops.md).
+SECRET_IN_STREAM = (
+    "the stream holds Secret {name} with a Ray auth token drawn afresh by this render "
+    "(rayAuth.existingSecret is empty): `kubectl apply` of it replaces the token the running "
+    "Ray clusters of this release use, and their restarted workers cannot join them. Apply it "
+    "once (kubectl create), or create the Secret out of band and set "
+    "rayAuth.existingSecret={name}, or render with --out --with-secret, which keeps the token "
+    "it wrote"
+)
 _SECRET_IN_OUT = (
     "--out would write the Ray auth token (Secret {name}, generated because "
     "rayAuth.existingSecret is empty) into {out}, and rendered manifests are meant to be "
@@ -109,10 +118,37 @@ _SECRET_IN_OUT = (
 )
 
 
-def _keep_existing_token(obj: dict[str, Any], path: Path) -> None:
-    """Like Helm's lookup: re-rendering into a folder keeps the token already written there."""
-    if obj["kind"] != "Secret" or not path.exists():
-        return
+def _keep_existing_token(pools: dict[str, dict[str, dict[str, Any]]], out_dir: Path) -> None:
+    """Like Helm's lookup: re-rendering into a folder keeps the token an earlier render wrote
+    there. Every pool's Ray cluster reads the one Secret, so a token found in any pool folder
+    (one these values no longer render included) is every pool's; folders that disagree are
+    refused, since only the cluster knows which of them was applied last."""
+    for name in sorted({o["metadata"]["name"] for f in pools.values() for o in f.values()
+                        if o["kind"] == "Secret"}):  # fmt: skip
+        found: dict[str, list[Path]] = {}
+        folders = sorted(out_dir.iterdir()) if out_dir.is_dir() else []
+        for folder in (f for f in folders if f.is_dir() and not f.is_symlink()):
+            for path in sorted(folder.glob("secret*.yaml")):  # files are named by kind
+                if (token := _token_in(path, name)) is not None:
+                    found.setdefault(token, []).append(path)
+        if len(found) > 1:
+            listed = "; ".join(", ".join(map(str, paths)) for paths in found.values())
+            raise ConfigError(
+                f"--out: the pool folders hold different tokens for the one Secret {name} "
+                f"({listed}): a pool whose cluster reads another token than the Secret now "
+                "applied cannot restart its workers. Put the token the cluster has (kubectl "
+                f"get secret {name} -o jsonpath='{{.data.auth_token}}') in each of those files, "
+                "then render again"
+            )
+        for token in found:
+            for files in pools.values():
+                for obj in files.values():
+                    if obj["kind"] == "Secret" and obj["metadata"]["name"] == name:
+                        obj["data"]["auth_token"] = token
+
+
+def _token_in(path: Path, name: str) -> str | None:
+    """The auth token of Secret `name` in an earlier render's file, or None."""
     _no_symlink(path)
     try:  # the values reader: an alias bomb planted here is refused like one in a values file
         old = values_yaml.load(path.read_text(encoding="utf-8"))
@@ -121,10 +157,11 @@ def _keep_existing_token(obj: dict[str, Any], path: Path) -> None:
             f"--out: {path} holds the auth token of an earlier render but cannot be read "
             f"({type(err).__name__}); fix or remove it"
         ) from None
-    if isinstance(old, dict) and (old.get("metadata") or {}).get("name") == obj["metadata"]["name"]:
+    if isinstance(old, dict) and (old.get("metadata") or {}).get("name") == name:
         token = (old.get("data") or {}).get("auth_token")
         if isinstance(token, str) and token:
-            obj["data"]["auth_token"] = token
+            return token
+    return None
 
 
 def _not_rendered(folder: Path) -> list[str]:
@@ -167,13 +204,11 @@ def write_manifests(
     _no_symlink(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out={out_dir}: exists but is not a folder")
-    for pool, files in pools.items():
+    for pool in pools:
         folder = out_dir / pool
         _no_symlink(folder)
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"--out: {folder} exists but is not a folder; remove it")
-        for name, obj in files.items():
-            _keep_existing_token(obj, folder / name)
         if folder.is_dir() and (foreign := _not_rendered(folder)):
             raise ConfigError(
                 [
@@ -184,6 +219,7 @@ def write_manifests(
                     for name in foreign
                 ]
             )
+    _keep_existing_token(pools, out_dir)
     parent = out_dir.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)

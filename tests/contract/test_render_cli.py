@@ -70,6 +70,12 @@ def test_render_without_out_prints_one_stream_for_kubectl(tmp_path: Path) -> Non
     assert kinds.count("RayJob") == 2 and kinds.count("Secret") == 1  # shared objects once
     for config in (doc for doc in docs if doc["kind"] == "ConfigMap"):
         assert (config["data"]["TRAIN_EPOCHS"], config["data"]["TRAIN_SEED"]) == ("2", "9")
+    # A token drawn afresh on every render, piped to `kubectl apply`, replaced the one running
+    # clusters use, silently (found by a red-team pass): said on stderr, stdout left as it is.
+    assert proc.stderr.count("trainctl: warning: the stream holds Secret trainctl-ray-auth") == 1
+    assert "set rayAuth.existingSecret=trainctl-ray-auth" in proc.stderr
+    kept = _run("render", "-f", str(values), "--set", "rayAuth.existingSecret=mine")
+    assert kept.returncode == 0 and "warning" not in kept.stderr, kept.stderr
 
 
 # Env values (a ConfigMap's data) meaning YAML 1.1's line breaks, U+0085 (NEL) above all:

@@ -317,6 +317,40 @@ def test_bad_values_leave_an_existing_target_untouched(tmp_path: Path) -> None:
     assert after == before
 
 
+def _token(path: Path) -> str:
+    return yaml.safe_load(path.read_text())["data"]["auth_token"]
+
+
+def test_every_pool_folder_keeps_the_one_token_the_clusters_share(tmp_path: Path) -> None:
+    """A pool added to an --out folder got a new token for the Secret every pool's cluster
+    reads, so applying it broke the running pools' worker restarts (found by a red-team pass).
+    The token of any earlier pool folder is every pool's; folders that disagree are refused."""
+    out = tmp_path / "out"
+    assert _render_out(tmp_path, out).code == 0
+    first = _token(out / "cpu" / "secret.yaml")
+    two = "nodePools:\n  cpu: {gpusPerWorker: 0}\n  gpu: {gpusPerWorker: 0}\n"
+    two += "networkPolicy: {enabled: false}\n"
+    added = trainctl("render", "-f", str(_file(tmp_path, two, "two.yaml")), "--out", str(out),
+                     "--with-secret")  # fmt: skip
+    assert added.code == 0, added.text
+    assert _token(out / "gpu" / "secret.yaml") == _token(out / "cpu" / "secret.yaml") == first
+    # The cpu pool retired (its folder is left, never deleted) and another added: still one.
+    later = "nodePools:\n  cpu: {enabled: false}\n  tpu: {gpusPerWorker: 0}\n"
+    later += "networkPolicy: {enabled: false}\n"
+    result = trainctl("render", "-f", str(_file(tmp_path, later, "later.yaml")), "--out",
+                      str(out), "--with-secret")  # fmt: skip
+    assert result.code == 0, result.text
+    assert _token(out / "tpu" / "secret.yaml") == first
+
+    secret = out / "gpu" / "secret.yaml"
+    secret.write_text(secret.read_text().replace(first, "b3RoZXI="))
+    before = {p: (out / p).read_bytes() for p in files_under(out) if (out / p).is_file()}
+    refused = _render_out(tmp_path, out)
+    assert_refused(refused, 2, "the pool folders hold different tokens for the one Secret",
+                   str(secret), "kubectl get secret")  # fmt: skip
+    assert {p: (out / p).read_bytes() for p in files_under(out) if (out / p).is_file()} == before
+
+
 def test_pool_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
