@@ -59,6 +59,14 @@ AUTH_HEADER = (
 CHART_LABELS = (
     r"^(trainctl\.io/|app\.kubernetes\.io/(name|instance|version|part-of|managed-by|component)$)"
 )
+# Labels a scheduler integration reads (Kueue's queue, Volcano's, YuniKorn's, KAI's, KubeRay's
+# scheduler and gang labels, a coscheduling pod group): given in `labels:` one would bypass the
+# chart's checks of `scheduler:` (Kueue with an autoscaled data pool), and beside the chart's
+# own it is a key twice in one mapping in Helm's output.
+SCHEDULER_LABELS = (
+    r"^(kueue\.x-k8s\.io|ray\.io|volcano\.sh|yunikorn\.apache\.org|kai\.scheduler"
+    r"|scheduling\.x-k8s\.io)/"
+)
 # `ray start` flag names; KubeRay pastes the values into the head's shell command line, so
 # control characters and shell metacharacters are refused there.
 RAY_START_KEY = r"^[a-z][a-z0-9-]{0,62}$"

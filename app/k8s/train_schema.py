@@ -129,7 +129,18 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
         if not props[name]["description"]:
             del props[name]["description"]
     own = {"not": {"pattern": names.CHART_LABELS, "description": "a label the chart sets itself"}}
-    props["labels"]["allOf"] = [{"$ref": props["labels"].pop("$ref")}, {"propertyNames": own}]
+    scheduler = {
+        "not": {
+            "pattern": names.SCHEDULER_LABELS,
+            "description": "a label a scheduler reads: set it with scheduler.name and "
+            "scheduler.queue, which the chart checks",
+        }
+    }
+    props["labels"]["allOf"] = [
+        {"$ref": props["labels"].pop("$ref")},
+        {"propertyNames": own},
+        {"propertyNames": scheduler},
+    ]
     props["head"]["properties"]["rayStartParams"] = {"$ref": _ref("rayStartParams")}
     # The PodMonitor's labels and the scraper's selectors are Kubernetes labels too: a key
     # the API server refuses (or one YAML cannot hold unquoted) fails at render.

@@ -190,6 +190,19 @@ REFUSED = [
         {"rayJob": {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0}},
         "scheduler.name=kueue needs rayJob.shutdownAfterJobFinishes=true",
     ),
+    # A scheduler's label given in `labels:` bypassed the checks above (Kueue with a RayJob
+    # kept after it finishes), and beside the chart's own Helm wrote the key twice in one
+    # mapping (found by a red-team pass).
+    (
+        {"name": ""},
+        {"labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+         "rayJob": {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0}},
+        "a label a scheduler reads",
+    ),  # fmt: skip
+    ({"name": "kueue", "queue": "q"}, {"labels": {"kueue.x-k8s.io/queue-name": "o"}}, "labels"),
+    ({"name": ""}, {"labels": {"ray.io/scheduler-name": "volcano"}}, "a label a scheduler reads"),
+    ({"name": ""}, {"labels": {"volcano.sh/queue-name": "q"}}, "a label a scheduler reads"),
+    ({"name": ""}, {"labels": {"yunikorn.apache.org/queue": "q"}}, "a label a scheduler reads"),
 ]
 
 
