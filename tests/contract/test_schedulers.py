@@ -195,10 +195,12 @@ REFUSED = [
     # mapping (found by a red-team pass).
     (
         {"name": ""},
-        {"labels": {"kueue.x-k8s.io/queue-name": "team-a"},
-         "rayJob": {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0}},
+        {
+            "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+            "rayJob": {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0},
+        },
         "a label a scheduler reads",
-    ),  # fmt: skip
+    ),
     ({"name": "kueue", "queue": "q"}, {"labels": {"kueue.x-k8s.io/queue-name": "o"}}, "labels"),
     ({"name": ""}, {"labels": {"ray.io/scheduler-name": "volcano"}}, "a label a scheduler reads"),
     ({"name": ""}, {"labels": {"volcano.sh/queue-name": "q"}}, "a label a scheduler reads"),
