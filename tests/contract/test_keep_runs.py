@@ -160,10 +160,11 @@ def test_the_documented_cleanup_selects_exactly_the_kept_runs() -> None:
         assert CLEANUP in (REPO / doc).read_text(), f"{doc} does not give the cleanup command"
 
 
-def test_gitops_never_prunes_or_deletes_the_kept_claim(tmp_path: Path) -> None:
+def test_gitops_never_prunes_or_deletes_the_claim(tmp_path: Path) -> None:
     """Every pool folder of `render --out` holds the claim; retiring one pool's folder (or its
     Argo CD Application, or a Flux Kustomization with prune: true) deleted the volume the other
-    pools train on, since neither tool reads Helm's keep (found by a red-team pass)."""
+    pools train on, since neither tool reads Helm's keep (found by a red-team pass). So did it
+    with storage.keepOnUninstall=false, which is about `helm uninstall` (found by another)."""
     kept = {"helm.sh/resource-policy": "keep", **KEPT_BY_GITOPS}
     released = copy.deepcopy(THREE_POOLS)
     released.setdefault("storage", {})["keepOnUninstall"] = False
@@ -172,7 +173,7 @@ def test_gitops_never_prunes_or_deletes_the_kept_claim(tmp_path: Path) -> None:
         assert annotations(claim) == kept, engine
     for engine, objects in both_engines(released, tmp_path).items():
         (claim,) = of_kind(objects, "PersistentVolumeClaim")
-        assert annotations(claim) == {}, engine
+        assert annotations(claim) == KEPT_BY_GITOPS, engine
     for pool in ("a100", "l4", "t4"):
         claim = load_yaml(REPO / "manifests" / pool / "persistentvolumeclaim.yaml")
         assert claim["kind"] == "PersistentVolumeClaim" and annotations(claim) == kept, pool
