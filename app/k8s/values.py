@@ -13,6 +13,7 @@ import copy
 import errno
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Sequence
@@ -262,6 +263,19 @@ def _validator_class() -> Any:
 YAML_BOOLEANS = "YAML reads yes, no, on and off unquoted as booleans"
 
 
+def set_path(parts: Any) -> str:
+    """A value's path as --set takes it: list items as [i], and in a key the characters --set
+    reads as syntax escaped (`cloud\\.google\\.com/gke-spot`, as Helm's docs write it)."""
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+            continue
+        key = re.sub(r"([\\.,=\[\]])", r"\\\1", str(part))
+        path += f".{key}" if path else key
+    return path
+
+
 def _describe(err: Any) -> str:
     where = ".".join(str(part) for part in err.absolute_path) or "(top level)"
     refused = _settings_refusal(list(err.absolute_path), err.instance)
@@ -290,7 +304,7 @@ def _describe(err: Any) -> str:
         return (
             f"{where}: {text} is {kind}, and text is wanted: in a values file quote it "
             f'("{text}"{also}); --set reads {text} as {kind} too (as Helm does): give it with '
-            f"--set-string {where}={text}"
+            f"--set-string {set_path(err.absolute_path)}={text}"
         )
     if err.validator == "additionalProperties" and err.path and err.path[-1] == "train":
         known = ", ".join(sorted(err.schema.get("properties", {})))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.k8s.values import set_path
 from tests.contract.k8s_support import HelmFailed, helm_template
 from tests.hostile.support import assert_refused, files_under, trainctl
 
@@ -416,6 +417,22 @@ def test_a_number_or_boolean_where_text_is_wanted_says_both_fixes(tmp_path: Path
         'too); --set reads true as a boolean too', "--set-string labels.build=true",
     )  # fmt: skip
     assert "True" not in result.text
+
+
+def test_the_set_string_fix_is_one_set_string_takes(tmp_path: Path) -> None:
+    """For a key with dots (a node label) it said `--set-string ...cloud.google.com/gke-spot=true`,
+    which --set reads as nested keys: the suggested fix failed again (found by a red-team
+    pass). It names the key as --set takes it, and that command renders."""
+    text = "nodePools:\n  cpu: {nodeSelector: {cloud.google.com/gke-spot: true}}\n"
+    refused = trainctl("render", "-f", str(_file(tmp_path, text)))
+    fix = r"nodePools.cpu.nodeSelector.cloud\.google\.com/gke-spot=true"
+    assert_refused(refused, 2, f"give it with --set-string {fix}")
+    fixed = trainctl("render", "-f", str(_file(tmp_path, POOL, "pool.yaml")), "--set-string", fix)
+    assert fixed.code == 0, fixed.text
+    (job,) = [o for o in _objects(fixed.out) if o["kind"] == "RayJob"]
+    (worker,) = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert worker["template"]["spec"]["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
+    assert set_path(["a", 0, "b.c", "x,y=z[1]"]) == r"a[0].b\.c.x\,y\=z\[1\]"
 
 
 @pytest.mark.parametrize(
