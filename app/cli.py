@@ -167,9 +167,10 @@ def render_cmd(
         write_manifests,
     )
     from app.k8s.render import load_values
+    from app.k8s.value_warnings import value_warnings
 
     values = load_values(**values_args)  # -f files and --set* flags, as Helm takes them
-    for note in notes(values):  # what Helm's NOTES.txt says of the same values
+    for note in [*notes(values), *value_warnings(values)]:  # as Helm's NOTES.txt says
         click.echo(f"trainctl: {note}", err=True)
     if out is None:
         text, secrets = render_stream(values, release=release, namespace=namespace)

@@ -29,6 +29,7 @@ from app.k8s.plan import (
     the_rayjob,
 )
 from app.k8s.stuck import why_stuck
+from app.k8s.value_warnings import value_warnings
 from app.runfolder.folder import read_summary
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def _checked_values(request: SubmitRequest, echo: Callable[[str], None]) -> dict
         set_string=request.set_string,
         set_file=request.set_file,
     )
-    for note in deprecated.notes(values):
+    for note in [*deprecated.notes(values), *value_warnings(values)]:
         echo(note)
     if request.run_tag:
         values["runTag"] = request.run_tag

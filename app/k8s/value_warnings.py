@@ -1,0 +1,40 @@
+"""What NOTES.txt warns of in values that render but are likely a mistake, said by `trainctl
+render` and `submit` on stderr with the same words (charts/trainctl/templates/NOTES.txt holds
+the Helm side; tests/contract/test_value_warnings.py holds the two alike).
+
+- A mutable `latest` tag without a digest: replacement nodes pull the moved tag while nodes
+  that pulled it earlier keep theirs (IfNotPresent), so one Ray cluster runs two images, and a
+  moved tag changes no RayJob name, so GitOps starts no run for it.
+- A deletion rule with DeleteSelf: GitOps (Argo CD self-heal, Flux) creates the deleted RayJob
+  again at its next sync, and it trains again, a GPU cluster start each time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LATEST = (
+    "WARNING: image.tag is latest and image.digest is empty: nodes that pulled it before keep "
+    "their copy (pullPolicy IfNotPresent) beside new nodes pulling the moved tag, and a moved tag "
+    "renames no RayJob, so GitOps starts no run for it; pin a version tag or image.digest."
+)
+DELETE_SELF = (
+    "WARNING: a rayJob.deletionStrategy rule deletes the RayJob itself (DeleteSelf): Argo CD "
+    "self-heal or Flux creates it again at the next sync, and it trains again; under GitOps use "
+    "DeleteCluster or DeleteWorkers, or shutdownAfterJobFinishes (docs/gitops.md)."
+)
+
+
+def value_warnings(values: dict[str, Any]) -> list[str]:
+    """NOTES.txt's WARNING lines of these values, in its order."""
+    found = []
+    image = values.get("image") or {}
+    if str(image.get("tag")) == "latest" and not image.get("digest"):
+        found.append(LATEST)
+    strategy = (values.get("rayJob") or {}).get("deletionStrategy") or {}
+    # deletionRules, or KubeRay's older onSuccess / onFailure form
+    rules = [*(strategy.get("deletionRules") or []), strategy.get("onSuccess"),
+             strategy.get("onFailure")]  # fmt: skip
+    if any(isinstance(r, dict) and r.get("policy") == "DeleteSelf" for r in rules):
+        found.append(DELETE_SELF)
+    return found

@@ -1,0 +1,83 @@
+"""Values that render but are likely a mistake: Helm's NOTES.txt and `trainctl render` warn of
+them with the same words (app/k8s/value_warnings.py). Found by a red-team pass: a `latest` tag
+and a DeleteSelf rule rendered with nothing said."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.k8s.value_warnings import DELETE_SELF, LATEST, value_warnings
+from tests.contract.k8s_support import helm_notes
+
+POOL: dict[str, Any] = {"nodePools": {"a100": {}}, "rayAuth": {"existingSecret": "mine"}}
+KEEP = {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0}
+CASES = {
+    "latest": ({"image": {"tag": "latest"}}, [LATEST]),
+    "latest-pinned": ({"image": {"tag": "latest", "digest": "sha256:" + "a" * 64}}, []),
+    "version": ({"image": {"tag": "1.2.3"}}, []),
+    "delete-self-rule": (
+        {
+            "rayJob": {
+                **KEEP,
+                "deletionStrategy": {
+                    "deletionRules": [
+                        {"policy": "DeleteCluster", "condition": {"jobStatus": "FAILED"}},
+                        {
+                            "policy": "DeleteSelf",
+                            "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 0},
+                        },
+                    ]
+                },
+            }
+        },
+        [DELETE_SELF],
+    ),
+    "delete-self-old-form": (
+        {
+            "rayJob": {
+                **KEEP,
+                "deletionStrategy": {
+                    "onSuccess": {"policy": "DeleteSelf"},
+                    "onFailure": {"policy": "DeleteNone"},
+                },
+            }
+        },
+        [DELETE_SELF],
+    ),
+    "delete-cluster": (
+        {
+            "rayJob": {
+                **KEEP,
+                "deletionStrategy": {
+                    "deletionRules": [
+                        {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED"}}
+                    ]
+                },
+            }
+        },
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize(("more", "said"), CASES.values(), ids=CASES.keys())
+def test_helm_and_render_warn_alike(more: dict, said: list[str], tmp_path: Path) -> None:
+    values = {**POOL, **more}
+    assert value_warnings(values) == said
+    notes = helm_notes(values)
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    render = subprocess.run(
+        [sys.executable, "-m", "app", "render", "-f", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert render.returncode == 0, render.stderr
+    for line in (LATEST, DELETE_SELF):
+        assert (line in notes.splitlines()) == (line in said), (line, notes)
+        assert (f"trainctl: {line}" in render.stderr.splitlines()) == (line in said), render.stderr
