@@ -49,6 +49,19 @@ FREE_FORM_REFUSED = (
 # Python read it alike (no \s). Such a value in env: would sit in a ConfigMap, readable by
 # whoever reads the namespace's ConfigMaps.
 URI_PASSWORD = r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@ ]*:[^/?#@ ]*@"
+# A value that is a credential by its form, whatever its name: a PEM private key, a token with
+# its issuer's prefix (GitHub, Hugging Face, AWS access key IDs, OpenAI-style sk-, Slack,
+# GitLab), a JWT, or a URL whose query carries a token, password, secret, key or signature.
+# No \b or \s: RE2 (Helm's) reads them as ASCII only, Python as Unicode.
+_EDGE = "(^|[^A-Za-z0-9_])"
+KNOWN_CREDENTIAL = (
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    rf"|{_EDGE}(gh[pousr]_[A-Za-z0-9]{{30,}}|github_pat_[A-Za-z0-9_]{{30,}}|hf_[A-Za-z0-9]{{30,}}"
+    r"|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
+    r"|glpat-[A-Za-z0-9_-]{20,})"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."
+    r"|[?&]([Aa]ccess_)?([Tt]oken|[Pp]ass(wor)?d|[Pp]wd|[Ss]ecret|[Aa]pi_?[Kk]ey|[Ss]ig)=[^&# ]"
+)
 # An HTTP Authorization value (`Bearer <token>`, `Basic <base64>`, in any case): a scheme and
 # one credential-like word of 8 or more characters, nothing else (`basic mode` is no header).
 AUTH_HEADER = (

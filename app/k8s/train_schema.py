@@ -170,6 +170,15 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
             },
             {
                 "not": {
+                    "pattern": names.KNOWN_CREDENTIAL,
+                    "description": "a credential by its form (a private key, a token with its "
+                    "issuer's prefix, a JWT, a URL with a token or password in its query) would "
+                    "sit in plain text in a ConfigMap or the RayJob: give the variable in "
+                    "secretEnv: (a Secret)",
+                }
+            },
+            {
+                "not": {
                     "pattern": names.AUTH_HEADER,
                     "description": "an Authorization header's credentials would sit in plain "
                     "text in a ConfigMap or the RayJob: give the variable in secretEnv: "

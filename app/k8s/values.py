@@ -263,6 +263,10 @@ def _validator_class() -> Any:
 YAML_BOOLEANS = "YAML reads yes, no, on and off unquoted as booleans"
 
 
+# Value patterns refused for being credentials (app/k8s/names.py).
+CREDENTIAL_FORMS = frozenset({names.URI_PASSWORD, names.AUTH_HEADER, names.KNOWN_CREDENTIAL})
+
+
 def set_path(parts: Any) -> str:
     """A value's path as --set takes it: list items as [i], and in a key the characters --set
     reads as syntax escaped (`cloud\\.google\\.com/gke-spot`, as Helm's docs write it)."""
@@ -314,6 +318,9 @@ def _describe(err: Any) -> str:
         return f"{where}: {err.message}; allowed: {known}"
     if err.validator == "anyOf" and "description" in err.schema:  # e.g. "a name, or {name:}"
         return f"{where}: {err.instance!r} is not allowed: {err.schema['description']}"
+    if err.validator == "not" and err.validator_value.get("pattern") in CREDENTIAL_FORMS:
+        # Refused for being a credential: the value is never quoted back, masked or not.
+        return f"{where}: not allowed: {err.validator_value['description']}"
     if err.validator == "not" and "description" in err.validator_value:
         if isinstance(err.instance, dict | list):  # the rule says what of it is refused
             return f"{where}: {err.validator_value['description']}"

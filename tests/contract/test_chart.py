@@ -452,12 +452,49 @@ def test_a_password_in_a_plain_variable_is_refused_and_not_echoed(
     assert "hunter2" not in text, text  # the refusal is printed in CI and Argo CD logs
 
 
+CREDENTIALS_BY_FORM = {
+    "pem": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n",
+    "github": "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+    "hugging-face": "hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ012345",
+    "aws-key-id": "AKIAIOSFODNN7EXAMPLE",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
+    "token-in-query": "https://mlflow.example.com/api?token=abcd1234",
+    "inside-args": "--hub-token=x --header x-api: sk-abcdefghijklmnopqrstuvwx",
+}
+
+
+@pytest.mark.parametrize("value", CREDENTIALS_BY_FORM.values(), ids=CREDENTIALS_BY_FORM.keys())
+def test_a_credential_by_its_form_is_refused_and_not_echoed(value: str, tmp_path: Path) -> None:
+    """A PEM key, a GitHub or Hugging Face token, a JWT or a token in a URL's query passed
+    env:'s checks under a harmless name (found by a red-team pass)."""
+    for values in (
+        {"env": {"ARGS": value}},
+        {"rayJob": {"runtimeEnv": {"env_vars": {"X": value}}}},
+    ):
+        helm, ours = refusals({"nodePools": {"l4": {"gpusPerWorker": 1}}, **values}, tmp_path)
+        assert "env" in helm
+        text = "\n".join(ours)
+        assert "a credential by its form" in text and "secretEnv:" in text, text
+        secret = value.split("=")[-1].split(": ")[-1].strip().splitlines()[-1]
+        assert secret not in text, text
+
+
+@pytest.mark.parametrize("name", ["DB_PWD", "PGPASS", "PGPASSFILE", "LDAP_PASS", "PWD"])
+def test_password_names_are_credential_like(name: str, tmp_path: Path) -> None:
+    helm, ours = refusals({"nodePools": {"l4": {"gpusPerWorker": 1}}, "env": {name: "x"}}, tmp_path)
+    assert f"invalid propertyName {name!r}" in helm
+    assert any(f"env: {name!r} is not allowed" in line for line in ours), ours
+
+
 def test_uris_without_a_password_stay_plain_variables() -> None:
     plain = {
         "MLFLOW_TRACKING_URI": "https://mlflow.example.com:5000/path",
         "PROFILE_URL": "https://host:8080/users/@me",  # an @ in the path: no userinfo
         "GIT_REMOTE": "ssh://git@github.com/org/repo",  # a user, no password
         "NOTE": "a:b@c",  # not a URI
+        "MODEL": "mask-rcnn_resnet50_fpn",  # no token prefix at a word's start
+        "WEIGHTS": "https://example.com/w.pt?version=2&task=sketch",  # no credential in the query
+        "BYPASS": "1",  # PASS only as a word of its own
     }
     objects = helm_render({"nodePools": {"l4": {"gpusPerWorker": 1}}, "env": plain})
     (config,) = [o for o in of_kind(objects, "ConfigMap") if "MLFLOW_TRACKING_URI" in o["data"]]
