@@ -87,6 +87,11 @@ def _app_id(job: dict[str, Any], namespace: str) -> str:
 CASES = {
     # name: (scheduler values, other values, RayJob labels (a callable of the job), pods' class)
     "default": ({"name": ""}, {}, lambda job: {}, None),
+    # Kubernetes' own scheduler reads the pod's class: a low one for spot pools, which it was
+    # refused without a gang scheduler (found by a red-team pass).
+    "default-with-a-priority-class": (
+        {"name": "", "priorityClass": "spot-low"}, {}, lambda job: {}, "spot-low"
+    ),
     "kueue": (
         {"name": "kueue", "queue": "team-a", "priorityClass": "prod"},
         {},
@@ -182,7 +187,6 @@ REFUSED = [
     ({"name": "kai-scheduler", "queue": "q"}, {}, "scheduler.name=kai-scheduler needs rayJob"),
     ({"name": "scheduler-plugins", "queue": "q"}, {}, "scheduler-plugins has none"),
     ({"name": "", "queue": "q"}, {}, "scheduler.queue"),
-    ({"name": "", "priorityClass": "p"}, {}, "a priority class needs a scheduler.name"),
     ({"name": "volcano", "queue": "Team_A"}, {}, "scheduler.queue"),  # not an object name
     ({"name": "slurm"}, {}, "scheduler.name"),
     (

@@ -125,11 +125,12 @@ DEPRECATION: the kueue block will be refused by a later chart version; {{ if (.V
 {{- end -}}
 
 {{/* The priorityClassName of every Ray pod and the submitter: set by the chart for the
-schedulers that read the pod's own priority (YuniKorn, scheduler-plugins); Kueue, Volcano and
-KAI take it from a label on the RayJob ("trainctl.schedulerLabels"). */}}
+schedulers that read the pod's own priority (Kubernetes' default scheduler, YuniKorn,
+scheduler-plugins); Kueue, Volcano and KAI take it from a label on the RayJob
+("trainctl.schedulerLabels"). */}}
 {{- define "trainctl.podPriorityClass" -}}
 {{- $s := include "trainctl.scheduler" . | fromJson -}}
-{{- if has $s.name (list "yunikorn" "scheduler-plugins") -}}{{ $s.priorityClass }}{{- end -}}
+{{- if has $s.name (list "" "yunikorn" "scheduler-plugins") -}}{{ $s.priorityClass }}{{- end -}}
 {{- end -}}
 
 {{/* The Ray pods' schedulerName (head and workers; the submitter is not in the gang): with
