@@ -90,7 +90,10 @@ CASES = {
     # Kubernetes' own scheduler reads the pod's class: a low one for spot pools, which it was
     # refused without a gang scheduler (found by a red-team pass).
     "default-with-a-priority-class": (
-        {"name": "", "priorityClass": "spot-low"}, {}, lambda job: {}, "spot-low"
+        {"name": "", "priorityClass": "spot-low"},
+        {},
+        lambda job: {},
+        "spot-low",
     ),
     "kueue": (
         {"name": "kueue", "queue": "team-a", "priorityClass": "prod"},
