@@ -310,6 +310,18 @@ def _describe(err: Any) -> str:
             f'("{text}"{also}); --set reads {text} as {kind} too (as Helm does): give it with '
             f"--set-string {set_path(err.absolute_path)}={text}"
         )
+    if err.validator == "maxLength":
+        what = "name" if "propertyNames" in err.schema_path else "value"
+        return (
+            f"{where}: the {what} {err.instance!r} is {len(err.instance)} characters, over the "
+            f"{err.validator_value} allowed"
+        )
+    if (
+        err.validator == "type"
+        and err.validator_value == "boolean"
+        and isinstance(err.instance, str)
+    ):
+        return f"{where}: {err.instance!r} is text, and true or false is wanted: write it unquoted"
     if err.validator == "additionalProperties" and err.path and err.path[-1] == "train":
         known = ", ".join(sorted(err.schema.get("properties", {})))
         return f"{where}: {err.message}; settable TRAIN_* keys: {known}"

@@ -471,3 +471,16 @@ def test_a_mistyped_value_is_named_once_for_its_type(
     assert_refused(result, 2, says)
     assert not_said not in result.text, result.text
     assert result.text.count("\n  - ") == 1, result.text  # one problem, one line
+
+
+def test_a_long_name_and_a_quoted_boolean_say_what_is_allowed(tmp_path: Path) -> None:
+    """`is too long` gave no limit, `'yes' is not of type 'boolean'` no fix (found by a
+    red-team pass)."""
+    long = "p" * 30
+    text = f"nodePools:\n  {long}: {{gpusPerWorker: 0}}\n"
+    said = f"nodePools: the name {long!r} is 30 characters, over the 24 allowed"
+    assert_refused(trainctl("render", "-f", str(_file(tmp_path, text))), 2, said)
+    quoted = 'nodePools:\n  cpu: {gpusPerWorker: 0, spot: "yes"}\n'
+    assert_refused(trainctl("render", "-f", str(_file(tmp_path, quoted, "q.yaml"))), 2,
+                   "nodePools.cpu.spot: 'yes' is text, and true or false is wanted: write it "
+                   "unquoted")  # fmt: skip
