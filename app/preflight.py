@@ -32,8 +32,8 @@ from app.cpus import usable_cpus
 from app.data.kind import DatasetKind
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
-from app.promotion.check import promotion_check
-from app.promotion.gate_check import gate_check
+from app.promotion.check import UnguardedChampion, promotion_check
+from app.promotion.gate_check import GateAdvice, gate_check
 from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray
 from app.redact import redact_uri
 from app.runfolder.folder import record_invalid, refuse_links
@@ -97,7 +97,7 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     todo = checks(prepare=False, rows_per_worker=not connect)
     # Per-class counts (reading a Parquet dataset's label columns again): `check` only.
     todo.insert([name for name, _ in todo].index("steps") + 1, ("classes", _classes))
-    todo.append(("promotion", lambda settings, found: promotion_check(settings, found.info)))
+    todo.append(("promotion", _promotion))
     if settings.tune_space is not None:  # `trainctl tune`: the space and every trial drawn
         todo.append(("sweep", _sweep))
     if connect:
@@ -149,6 +149,15 @@ def preflight_for_training(settings: TrainSettings) -> Ready:
     return Ready(info, found.warm_start, partial(cluster_check, settings, Found(info)))
 
 
+def _promotion(settings: TrainSettings, found: Found) -> str:
+    """The gate and the champion (app/promotion/check.py); WARN for a champion the gate never
+    compares with."""
+    try:
+        return promotion_check(settings, found.info)
+    except UnguardedChampion as err:
+        raise Warned(str(err)) from None
+
+
 def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:
     """A champion this run could never replace (another task, a damaged pointer), said before
     Ray starts rather than only after training. A warning, not a stop: the promotion step reads
@@ -159,6 +168,8 @@ def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:
     except ConfigError as err:
         for problem in err.problems:
             click.echo(f"trainctl: warning: promotion: {problem}", err=True)
+    except UnguardedChampion as err:
+        click.echo(f"trainctl: warning: promotion: {err}", err=True)
 
 
 def _sweep(settings: TrainSettings, found: Found) -> str:
@@ -305,8 +316,12 @@ def _classes(settings: TrainSettings, found: Found) -> str:
 
 
 def _gate(settings: TrainSettings, found: Found) -> str:
-    """TRAIN_PROMOTE_IF as it will be judged; a term naming a class the data lacks: exit 2."""
-    return gate_check(settings, found.info)
+    """TRAIN_PROMOTE_IF as it will be judged; a term naming a class the data lacks: exit 2;
+    a term every model meets or that rewards a worse one: a warning."""
+    try:
+        return gate_check(settings, found.info)
+    except GateAdvice as advice:
+        raise Advice(str(advice)) from None
 
 
 def _signing(settings: TrainSettings, found: Found) -> str:

@@ -31,6 +31,12 @@ from app.storage.reading import is_dir_within, present_within
 MAX_SHOWN_CHARS = 80  # a name or number from the pointer, as printed
 
 
+class UnguardedChampion(Exception):
+    """A champion the gate never compares with: any run that meets the gate replaces it, a
+    worse one too. `check` prints it as WARN, `train` once as a warning before Ray starts: the
+    gate is the user's to choose, so it is said, not refused."""
+
+
 def promotion_check(settings: TrainSettings, info: DatasetInfo | None = None) -> str:
     """`gate ...; champion: run X v3, val_accuracy 0.962` or `...; no champion yet (...)`;
     ConfigError naming the pointer and what is wrong with it."""
@@ -54,7 +60,15 @@ def promotion_check(settings: TrainSettings, info: DatasetInfo | None = None) ->
         chance = chance_of(counts) if info else None
         return _first(line, settings.promote_if, chance, held_out) + _race(path)
     run = Task.of_info(info) if info else None
-    return line + _tasks(pointer, run, settings, path) + _race(path)
+    line += _tasks(pointer, run, settings, path) + _race(path)
+    if not settings.promote_if.compares_with_champion:
+        version = one_line(str(pointer["version"]), MAX_SHOWN_CHARS)
+        raise UnguardedChampion(
+            f"{line}; the gate never compares with the champion: any run that meets it "
+            f"replaces v{version}, a worse one too; add {BEATS} (or class_drop<=0.02) to keep "
+            "a worse model out"
+        )
+    return line
 
 
 def _race(path: RunPath) -> str:

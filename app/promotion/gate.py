@@ -145,6 +145,8 @@ def decide(
         reason += f" [on {judged.where()}]"
     if notes:
         reason += "; " + "; ".join(notes)
+    if judged is not None and judged.held_out and judged.champion is None:
+        champion = None  # its recorded figure is of the validation data, not of these rows
     return Decision(
         not failed, reason, metric, value, champion, str(gate), checks, against_chance, classes,
         judged.record() if judged is not None else None,

@@ -19,6 +19,14 @@ from app.settings import TrainSettings
 from app.settings.gate import BEATS, Gate
 
 MAX_SHOWN_CLASSES = 20
+# The figures a held-out test split replaces with its own (app/promotion/gate.py _on_data); the
+# other epoch-record metrics (train_loss, epoch_time_s, ...) are the checkpoint's training record.
+MEASURED = ("val_accuracy", "val_loss")
+
+
+class GateAdvice(Exception):
+    """A gate that passes: but with a term every model meets, or one that rewards a worse
+    model. `check` prints WARN, `train` a warning once: the gate is the user's to choose."""
 
 
 def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
@@ -44,11 +52,36 @@ def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
             "the same rows; while there is no champion it passes)"
         )
     said = f"{gate}: " + "; ".join(terms)
+    recorded = sorted({t.metric for t in gate.thresholds if t.metric not in MEASURED})
     if held_out:
-        return f"{said}; every term judged on {data}, the run's and the champion's figures there"
-    if gate.per_class:
-        return f"{said}; per-class terms judged on {data} ({VALIDATION_NOTE})"
-    return f"{said}; judged on the recorded validation figures ({VALIDATION_NOTE})"
+        whose = "the run's and the champion's" if gate.compares_with_champion else "the run's"
+        which = "every term" if not recorded else "every term but " + ", ".join(recorded)
+        said += f"; {which} judged on {data}, {whose} figures there"
+    elif gate.per_class:
+        said += f"; per-class terms judged on {data} ({VALIDATION_NOTE})"
+    else:
+        said += f"; judged on the recorded validation figures ({VALIDATION_NOTE})"
+    if recorded:
+        said += f"; {', '.join(recorded)}: the checkpoint's own training record"
+    if advice := _advice(gate):
+        raise GateAdvice(f"{said}; but " + "; ".join(advice))
+    return said
+
+
+def _advice(gate: Gate) -> list[str]:
+    """Terms every model meets, and terms that reward a worse one."""
+    found = []
+    bounds = [(str(t), t.metric, t.op, t.value) for t in gate.thresholds]
+    bounds += [(str(t), "score", t.op, t.value) for t in gate.classes]
+    for term, metric, op, value in bounds:
+        if metric not in ("val_accuracy", "val_loss", "score"):
+            continue
+        higher_is_better = metric != "val_loss"
+        if (op in (">=", ">")) != higher_is_better:
+            found.append(f"{term} promotes a worse model over a better one")
+        elif higher_is_better and (value < 0 or (value == 0 and op == ">=")):
+            found.append(f"{term} holds for every model")
+    return found
 
 
 def _check_classes(gate: Gate, info: DatasetInfo) -> None:

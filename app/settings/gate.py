@@ -121,6 +121,13 @@ class Gate:
         return " and ".join(parts)
 
     @property
+    def compares_with_champion(self) -> bool:
+        """Whether a worse run than the champion can fail it: `beats_champion`, or a class
+        drop against the champion's recalls. A gate of thresholds alone promotes any run that
+        meets them, a worse one too."""
+        return self.beats_champion or self.class_drop is not None
+
+    @property
     def per_class(self) -> bool:
         """Whether the gate needs the run-end evaluation's per-class figures."""
         return bool(self.classes) or self.class_drop is not None

@@ -131,3 +131,73 @@ def test_train_warns_before_ray_of_a_champion_it_could_never_replace(
     )
     assert warning in result.err, result.text
     assert result.err.index(warning) < result.err.index("stopped where Ray would start")
+
+
+def test_a_gate_that_never_compares_with_the_champion_is_warned_of(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`val_accuracy>=0.4` promoted a run that never recognised one class over a better
+    champion, with nothing said (found by a red-team pass). The gate is the user's: `check`
+    warns and passes, `train` warns once before Ray starts; a gate that compares does not."""
+    from app import preflight
+    from app.data.schema import inspect_dataset
+    from app.errors import ConfigError
+    from app.promotion.step import promote_run
+    from tests.promotion_support import make_run, settings_for
+
+    _setup(monkeypatch, tmp_path)
+    storage = tmp_path / "runs"
+    info = inspect_dataset(tmp_path / "data")
+    make_run(storage, "base", 0.9, info=info)
+    promote_run(settings_for(storage, "base", model_name="parquet-cnn"), info, {})
+    said = (
+        "the gate never compares with the champion: any run that meets it replaces v1, a worse "
+        "one too; add beats_champion (or class_drop<=0.02) to keep a worse model out"
+    )
+    monkeypatch.setenv("TRAIN_PROMOTE_IF", "val_accuracy>=0.4")
+    checked = trainctl("check", "--skip-cluster")
+    assert checked.code == 0, checked.text
+    assert "WARN  promotion: gate val_accuracy>=0.4; champion: run base v1, " in checked.out
+    assert said in checked.out
+
+    def no_ray(*args: object) -> None:
+        raise ConfigError("stopped where Ray would start")
+
+    monkeypatch.setattr(preflight, "cluster_check", no_ray)
+    trained = trainctl("train")
+    assert_refused(trained, 2, "stopped where Ray would start")
+    assert trained.err.count(said) == 1 and trained.err.index(said) < trained.err.index("stopped")
+
+    for gate in ("beats_champion", "val_accuracy>=0.4 and class_drop<=0.05"):
+        monkeypatch.setenv("TRAIN_PROMOTE_IF", gate)
+        quiet = trainctl("check", "--skip-cluster")
+        assert quiet.code == 0 and "never compares" not in quiet.text, quiet.text
+
+
+@pytest.mark.parametrize(
+    ("gate", "advice"),
+    [
+        ("recall[1]<=0.1", "recall[1]<=0.1 promotes a worse model over a better one"),
+        ("min_class_recall>=0", "min_class_recall>=0 holds for every model"),
+        ("val_loss>0.2", "val_loss>0.2 promotes a worse model over a better one"),
+        ("val_accuracy>=0", "val_accuracy>=0 holds for every model"),
+        ("val_accuracy>=0.5 and train_loss<=0.5", None),
+        ("min_class_f1>=0.5", None),
+    ],
+)
+def test_gate_terms_every_model_meets_or_that_reward_worse_are_warned_of(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gate: str, advice: str | None
+) -> None:
+    """They passed `check` as ok, and `train_loss<=0.5` was said to be judged on held-out data
+    (found by a red-team pass)."""
+    _setup(monkeypatch, tmp_path)
+    monkeypatch.setenv("TRAIN_PROMOTE_IF", gate)
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0, result.text
+    (line,) = [line for line in result.out.splitlines() if " gate: " in line]
+    if advice is None:
+        assert line.startswith("ok    gate: "), line
+    else:
+        assert line.startswith("WARN  gate: ") and line.endswith(f"; but {advice}"), line
+    if "train_loss" in gate:
+        assert line.endswith("; train_loss: the checkpoint's own training record"), line

@@ -239,3 +239,17 @@ def test_a_judged_split_mostly_unreadable_fails_every_gate(split: str) -> None:
         assert not kept.promoted and kept.reason.startswith(unread), (gate, kept.reason)
         assert "missing" not in kept.reason  # said once why there are no figures
         assert kept.record()["judged_on"]["unread"] == unread
+
+
+def test_a_champion_not_scored_on_the_test_rows_records_no_figure_beside_the_runs() -> None:
+    """A gate of thresholds alone does not score the champion on test/: its recorded figure
+    (of the validation data) was written as champion_value beside the run's test figure, two
+    splits side by side as if comparable (found by a red-team pass)."""
+    held_out = judge("val_accuracy>=0.4", scores({"cat": 0.7}, accuracy=0.63), split="test",
+                     champion_metrics={"val_accuracy": 0.87})  # fmt: skip
+    assert held_out.promoted
+    assert held_out.record()["value"] == 0.63 and held_out.record()["champion_value"] is None
+    scored = judge("beats_champion", scores({"cat": 0.7}, accuracy=0.63), split="test",
+                   champion=scores({"cat": 0.9}, accuracy=0.83),
+                   champion_metrics={"val_accuracy": 0.87})  # fmt: skip
+    assert not scored.promoted and scored.record()["champion_value"] == 0.83
