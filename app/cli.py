@@ -560,11 +560,36 @@ def _champion_is_a_run(name: str, env: Mapping[str, str], endpoint: str | None) 
 
     _, pointer, storage = _champion(name, env, endpoint)  # a champion there, pointer and copy
     run = one_line(str(pointer.get("run_name") or "?"), 100)  # another writer's text
-    return ConfigError(
+    said = (
         f"champion:{name}: evaluate scores a run's export and writes its report into that "
-        f"run's eval/; the champion is v{pointer.get('version', '?')} of run {run}: give its "
-        f"folder, {storage / run} (predict takes champion:{name} itself)"
+        f"run's eval/; the champion is v{pointer.get('version', '?')} of run {run}"
     )
+    named = run not in (".", "..") and "/" not in run and "\\" not in run
+    if not named or _exports_card(storage / run) != pointer.get("card_sha256"):
+        # Rerun since (another epoch exported), or gone: its folder no longer holds this model.
+        return ConfigError(
+            f"{said}, whose export/ is no longer the champion's (the run exported again since, "
+            f"or is gone): evaluate it there and you score another model; predict "
+            f"champion:{name} scores the champion itself"
+        )
+    return ConfigError(f"{said}: give its folder, {storage / run} (predict takes "
+                       f"champion:{name} itself)")  # fmt: skip
+
+
+def _exports_card(run_dir: RunPath) -> str | None:
+    """The sha256 of the run folder's export/ card, None where it cannot be read."""
+    import hashlib
+
+    from app.errors import ConfigError
+    from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES
+    from app.storage.reading import read_bounded
+
+    try:
+        return hashlib.sha256(
+            read_bounded(run_dir / EXPORT_DIR / CARD_FILE, run_dir, MAX_CARD_BYTES)
+        ).hexdigest()
+    except (OSError, ValueError, ConfigError):
+        return None
 
 
 def _sweeps_best(where: RunPath, doing: str) -> RunPath:

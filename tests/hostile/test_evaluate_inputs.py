@@ -433,6 +433,15 @@ def test_an_export_folder_or_a_champion_is_pointed_to_its_run(
     assert_refused(trainctl("evaluate", "champion:nobody", str(data)), 2, "no champion nobody")
     no_eval_written(run)
 
+    # The run exported again since (a rerun that was not promoted): its folder no longer holds
+    # the champion, and was given as the place to evaluate it (found by a red-team pass).
+    card = run / "export" / "model_card.json"
+    card.write_bytes(card.read_bytes().replace(b"{", b'{"rerun": 1, ', 1))
+    moved = trainctl("evaluate", "champion:digits-cnn", str(data))
+    gone = "the champion is v1 of run r, whose export/ is no longer the champion's"
+    assert_refused(moved, 2, gone, "predict champion:digits-cnn scores the champion itself")
+    assert "give its folder" not in moved.text
+
 
 def test_a_champion_not_there_is_named_with_the_ones_that_are(
     run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
