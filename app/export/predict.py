@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.data.folder_listing import NOT_UTF8, is_utf8
 from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
 from app.errors import ConfigError
 from app.export.card import CARD_FILE, EXPORT_DIR, WEIGHTS_FILE, Verified, verified
@@ -67,6 +68,10 @@ def predict(
     export's card must hash to (a champion pointer's)."""
     if not 1 <= top_k <= MAX_TOP_K:
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
+    # As batch prediction refuses them: a lone surrogate in --json is not JSON a strict reader
+    # takes, and is not the file's name.
+    if bad := [image for image in images if not is_utf8(image)]:
+        raise ConfigError([f"{shown(image)}: its name is not UTF-8; {NOT_UTF8}" for image in bad])
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
     folder, root = export_folder(target)

@@ -345,6 +345,10 @@ def test_file_names_that_are_not_utf8_are_refused_before_scoring(run: Path, tmp_
         ("predict", str(run), str(data), "--out", str(out)),
         ("predict", str(run), str(bad), "--out", str(out)),
         ("evaluate", str(run), str(data), "--name", "odd"),
+        # A few files are classified in this process: it printed the surrogate, in --json too
+        # (found by a red-team pass).
+        ("predict", str(run), str(bad), "--json"),
+        ("predict", str(run), str(bad)),
     ):
         result = trainctl(*command)
         assert_refused(result, 2, "not UTF-8", "scan-\\udcff.png", "rename them")
