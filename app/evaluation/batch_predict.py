@@ -30,7 +30,7 @@ from app.data.folder_listing import NOT_UTF8, is_utf8, list_images
 from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
 from app.evaluation.scoring import ScoringOptions, check_resources, connect, scored_batches
-from app.export.card import Verified, verified
+from app.export.card import CARD_FILE, Verified, verified
 from app.export.predict import Prediction, export_folder
 from app.formatting import shown
 from app.storage.entries import Kind, kind, kind_within
@@ -41,6 +41,7 @@ from app.storage.location import (
     store_errors,
     write_atomic,
 )
+from app.storage.reading import present
 
 if TYPE_CHECKING:
     import ray.data
@@ -102,6 +103,13 @@ def output_location(out: str, endpoint: str | None, overwrite: bool = False) -> 
     if found is not None and not overwrite:
         raise ConfigError(
             f"--out {out!r}: already exists; give a new file name, or --overwrite to replace it"
+        )
+    # An export (a run's export/, a champion's copy) is what promotion and serving verify
+    # against its card: nothing else is written into one.
+    if present(where.parent / CARD_FILE):
+        raise ConfigError(
+            f"--out {out!r}: inside an export folder, which holds only what its {CARD_FILE} "
+            "lists; write predictions elsewhere"
         )
     # Its folder created and proved writable now, not found unwritable after the scoring.
     ensure_writable(where.parent, "--out")  # "--out=<its folder>: exists but is not a folder"

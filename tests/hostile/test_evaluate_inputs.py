@@ -285,6 +285,8 @@ def test_predict_out_may_not_be_a_folder(run: Path, tmp_path: Path) -> None:
         (".csv", "no file name before .csv"),  # would write a hidden ./.csv
         # A dataset's file, say, named by mistake: replaced, it was lost.
         ("a-file.csv", "already exists; give a new file name, or --overwrite to replace it"),
+        # Into the export promotion and serving verify (found by a red-team pass).
+        ("runs/r/export/p.parquet", "inside an export folder, which holds only what its "),
     ],
 )
 def test_predict_out_that_cannot_be_written_is_refused_before_scoring(
