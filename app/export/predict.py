@@ -149,11 +149,14 @@ def card_info(card: dict[str, Any]) -> Any:
 
 def load_model(export: Verified) -> Any:
     """The card's model with weights.pt's verified bytes loaded into it, in eval mode."""
-    import io
 
-    import torch
-
-    from app.runfolder.state_dicts import fit_problem, plain_keys, tensor_problem
+    from app.runfolder.state_dicts import (
+        fit_problem,
+        load_problem,
+        load_tensors,
+        plain_keys,
+        tensor_problem,
+    )
     from app.training.model import build_model, model_problem
 
     card = export.card
@@ -164,11 +167,12 @@ def load_model(export: Verified) -> Any:
         raise ConfigError(f"{where}: the card's model cannot be built ({problem})")
     model = build_model(card["architecture"], info, card.get("vit_patch", 0))
     try:
-        state = torch.load(io.BytesIO(export.weights), map_location="cpu", weights_only=True)
+        state = load_tensors(export.weights)
     except Exception as err:  # not a torch file, or one holding more than tensors
         raise ConfigError(
-            f"{weights}: cannot be loaded as a state dict ({type(err).__name__}); it was "
-            "hashed as the card says, so the card was written for this file: re-export the run"
+            f"{weights}: cannot be loaded as a state dict ({load_problem(err)}); its sha256 is "
+            "the card's, so whoever wrote it wrote the card too: trainctl never exports such a "
+            "file, so treat the folder as tampered with, and re-export the run"
         ) from None
     if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
         raise ConfigError(f"{weights}: holds a {type(state).__name__}, not a state dict")

@@ -81,6 +81,21 @@ def tensor_problem(state: dict[str, Any]) -> str | None:
     return None
 
 
+def load_tensors(data: bytes) -> Any:
+    """torch.load(weights_only=True) of these bytes, onto the CPU. torch's warning about a
+    pickle protocol it does not expect (a file pickle.dumps wrote, not torch.save) is kept
+    off the user's terminal: it asks to file an issue with torch, and the refusal that
+    follows says what is wrong with the file."""
+    import io
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
 def load_problem(err: BaseException) -> str:
     """Why torch.load(weights_only=True) refused a file, in words that never advise loading
     it another way: torch's own text suggests weights_only=False, which runs the code a

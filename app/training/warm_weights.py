@@ -7,12 +7,11 @@ bytes are given to torch.load(weights_only=True)."""
 from __future__ import annotations
 
 import hashlib
-import io
 from dataclasses import dataclass
 from typing import Any
 
 from app.errors import ConfigError
-from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES, plain_keys
+from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES, load_tensors, plain_keys
 from app.storage import safe_fs
 from app.storage.location import RunPath
 from app.storage.reading import read_bounded
@@ -31,7 +30,6 @@ class WarmStart:
 
     def load_weights(self) -> dict[str, Any]:
         """The state dict, from the bytes read now, once they are the bytes verified."""
-        import torch
 
         data = read_weights(self.file, self.source)
         found = hashlib.sha256(data).hexdigest()
@@ -41,7 +39,7 @@ class WarmStart:
                 f"{self.sha256} {self.vouched_by}; altered, and not loaded (an altered weights "
                 "file is never trusted)"
             )
-        return plain_keys(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
+        return plain_keys(load_tensors(data))
 
 
 def read_weights(path: RunPath, source: str) -> bytes:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import io
 import os
 import socket
 from collections.abc import Iterator
@@ -39,7 +38,13 @@ from torch import nn
 
 from app.errors import ConfigError
 from app.redact import redact_uri
-from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES, fit_problem, plain_keys, tensor_problem
+from app.runfolder.state_dicts import (
+    MAX_WEIGHTS_BYTES,
+    fit_problem,
+    load_tensors,
+    plain_keys,
+    tensor_problem,
+)
 from app.settings.model_names import (
     DEFAULT_WEIGHTS,
     is_weights_name,
@@ -175,7 +180,7 @@ def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[s
                 f"them again, or place the file from {source.url} there"
             )
     try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        state = load_tensors(data)
     except Exception as err:  # not a torch file, or one that needs code to unpickle
         raise ConfigError(
             f"{label}: cannot be loaded as a state dict ({type(err).__name__}): not a file "

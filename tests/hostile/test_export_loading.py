@@ -28,7 +28,7 @@ from app.export.predict import load_model
 from app.promotion.step import promote_run
 from app.storage import safe_fs
 from app.storage.location import local_copy
-from tests.hostile.support import assert_refused, malicious_torch_file, trainctl
+from tests.hostile.support import Payload, assert_refused, malicious_torch_file, trainctl
 from tests.promotion_support import INFO, make_run, settings_for
 
 
@@ -103,10 +103,33 @@ def test_weights_that_would_run_code_are_refused_not_unpickled(
     weights.write_bytes(malicious_torch_file(marker))
     _vouch(run / "export", "weights.pt")
     result = trainctl("predict", str(run), image)
-    assert_refused(result, 2, f"{weights}: cannot be loaded as a state dict (UnpicklingError)")
+    assert_refused(result, 2, f"{weights}: cannot be loaded as a state dict (UnpicklingError: "
+                   "it holds more than tensors", "treat the folder as tampered with")  # fmt: skip
+    # Not "the card was written for this file", torch's own warning asking to file an issue,
+    # or its advice to load with weights_only=False (found by a red-team pass).
+    assert "written for this file" not in result.text and "UserWarning" not in result.text
+    assert "weights_only=False" not in result.text
     assert not marker.exists()
     torch.load(io.BytesIO(weights.read_bytes()), weights_only=False)  # the payload is live
     assert marker.exists()
+
+
+def test_a_plain_pickle_is_refused_without_torchs_warning(
+    run: Path, image: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """pickle.dumps output (protocol 4) made torch print a UserWarning asking to file an issue
+    with torch, on the user's terminal, before the refusal."""
+    import pickle
+
+    marker = tmp_path / "pwned"
+    weights = run / "export" / "weights.pt"
+    weights.write_bytes(pickle.dumps(Payload(marker), protocol=4))
+    _vouch(run / "export", "weights.pt")
+    result = trainctl("predict", str(run), image)
+    assert_refused(result, 2, "cannot be loaded as a state dict", "tampered with")
+    captured = capfd.readouterr()
+    assert "UserWarning" not in captured.err + captured.out + result.text
+    assert not marker.exists()
 
 
 def _sympy_payload(program: bytes, marker: Path) -> bytes:
