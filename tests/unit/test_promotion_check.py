@@ -13,8 +13,9 @@ import pytest
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.promotion import champion
-from app.promotion.check import promotion_check
+from app.promotion.check import UnguardedChampion, promotion_check
 from app.promotion.task import Task
+from app.settings import TrainSettings
 from tests.promotion_support import CATS_AND_DOGS, INFO, make_run, settings_for
 
 DEFAULT = (
@@ -225,6 +226,14 @@ def test_the_step_keeps_the_champion_on_what_check_fails(tmp_path: Path) -> None
     )
 
 
+def _unguarded(settings: TrainSettings) -> str:
+    """The line of a gate that never compares with the champion, said as a warning."""
+    with pytest.raises(UnguardedChampion) as said:
+        promotion_check(settings)
+    assert "the gate never compares with the champion" in str(said.value)
+    return str(said.value)
+
+
 def test_a_champion_without_the_metric_would_mis_gate(tmp_path: Path) -> None:
     """beats_champion finds nothing to beat and promotes any run: a failed check. A gate of
     thresholds alone never reads the champion's metrics: fine, and said."""
@@ -232,8 +241,8 @@ def test_a_champion_without_the_metric_would_mis_gate(tmp_path: Path) -> None:
     said = _failure(settings_for(tmp_path, "r"))
     assert said.startswith(f"{_pointer_file(tmp_path)}: the champion has no val_accuracy")
     assert "TRAIN_CHECKPOINT_METRIC" in said
-    line = promotion_check(settings_for(tmp_path, "r", promote_if="val_accuracy>=0.9"))
-    assert line == "gate val_accuracy>=0.9; champion: run old v2, no val_accuracy"
+    line = _unguarded(settings_for(tmp_path, "r", promote_if="val_accuracy>=0.9"))
+    assert line.startswith("gate val_accuracy>=0.9; champion: run old v2, no val_accuracy; ")
     by_loss = settings_for(tmp_path, "r", checkpoint_metric="val_loss")
     assert promotion_check(by_loss).endswith("champion: run old v2, val_loss 0.1")
 
@@ -245,6 +254,6 @@ def test_strings_from_the_pointer_are_bounded_and_printable(tmp_path: Path) -> N
     )
     said = _failure(settings_for(tmp_path, "r"))  # a number past a float's range: nothing to beat
     assert "has no val_accuracy" in said
-    line = promotion_check(settings_for(tmp_path, "r", promote_if="val_accuracy>=0.9"))
-    assert line.isprintable() and len(line) < 400 and "secret" not in line, line
+    line = _unguarded(settings_for(tmp_path, "r", promote_if="val_accuracy>=0.9"))
+    assert line.isprintable() and len(line) < 500 and "secret" not in line, line
     assert "\\x1b]0;owned\\x07" in line
