@@ -117,6 +117,10 @@ def test_a_fixed_data_pool_is_a_cpu_worker_group_in_every_rayjob() -> None:
         labels = data["template"]["metadata"]["labels"]
         assert labels["trainctl.io/run"] == job["metadata"]["name"]
         assert labels["app.kubernetes.io/component"] == "ray-worker"
+        # Told apart from the GPU workers by a pod selector too (found by a red-team pass).
+        assert labels["trainctl.io/role"] == "data"
+        (gpu,) = [g for g in job["spec"]["rayClusterSpec"]["workerGroupSpecs"] if g is not data]
+        assert "trainctl.io/role" not in gpu["template"]["metadata"]["labels"]
         assert {"configMapRef": {"name": job["metadata"]["name"]}} in worker["envFrom"]
         assert {m["name"] for m in worker["volumeMounts"]} == {"shared", "dshm"}
         assert spec["automountServiceAccountToken"] is False

@@ -486,6 +486,10 @@ resources) and rayLabels (Ray node labels). */}}
     metadata:
       labels:
         {{- include "trainctl.podLabels" $worker | nindent 8 }}
+        {{- /* The Ray node labels as pod labels too: a selector tells data pods from GPU ones. */}}
+        {{- range $k, $val := .rayLabels }}
+        {{ $k | quote }}: {{ $val | quote }}
+        {{- end }}
         {{- if $g.spot }}
         trainctl.io/spot: "true"
         {{- end }}
