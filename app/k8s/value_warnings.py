@@ -32,9 +32,12 @@ def value_warnings(values: dict[str, Any]) -> list[str]:
     if str(image.get("tag")) == "latest" and not image.get("digest"):
         found.append(LATEST)
     strategy = (values.get("rayJob") or {}).get("deletionStrategy") or {}
-    # deletionRules, or KubeRay's older onSuccess / onFailure form
-    rules = [*(strategy.get("deletionRules") or []), strategy.get("onSuccess"),
-             strategy.get("onFailure")]  # fmt: skip
+    # deletionRules, or KubeRay's older onSuccess / onFailure form. The block is free-form
+    # (KubeRay's CRD judges it): any other shape is no rule here.
+    given = strategy.get("deletionRules") if isinstance(strategy, dict) else None
+    rules = [*(given if isinstance(given, list) else [])]
+    if isinstance(strategy, dict):
+        rules += [strategy.get("onSuccess"), strategy.get("onFailure")]
     if any(isinstance(r, dict) and r.get("policy") == "DeleteSelf" for r in rules):
         found.append(DELETE_SELF)
     return found
