@@ -565,7 +565,7 @@ def _champion_is_a_run(name: str, env: Mapping[str, str], endpoint: str | None) 
         f"run's eval/; the champion is v{pointer.get('version', '?')} of run {run}"
     )
     named = run not in (".", "..") and "/" not in run and "\\" not in run
-    if not named or _exports_card(storage / run) != pointer.get("card_sha256"):
+    if not named or not _holds_card(storage / run, str(pointer.get("card_sha256"))):
         # Rerun since (another epoch exported), or gone: its folder no longer holds this model.
         return ConfigError(
             f"{said}, whose export/ is no longer the champion's (the run exported again since, "
@@ -576,20 +576,17 @@ def _champion_is_a_run(name: str, env: Mapping[str, str], endpoint: str | None) 
                        f"champion:{name} itself)")  # fmt: skip
 
 
-def _exports_card(run_dir: RunPath) -> str | None:
-    """The sha256 of the run folder's export/ card, None where it cannot be read."""
-    import hashlib
-
+def _holds_card(run_dir: RunPath, card_sha256: str) -> bool:
+    """Whether the run folder's export/ card is the one of that sha256 (read as every card is,
+    app/export/card.py); False where it is another, or cannot be read."""
     from app.errors import ConfigError
-    from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES
-    from app.storage.reading import read_bounded
+    from app.export.card import EXPORT_DIR, read_card
 
     try:
-        return hashlib.sha256(
-            read_bounded(run_dir / EXPORT_DIR / CARD_FILE, run_dir, MAX_CARD_BYTES)
-        ).hexdigest()
-    except (OSError, ValueError, ConfigError):
-        return None
+        read_card(run_dir / EXPORT_DIR, run_dir, card_sha256)
+    except ConfigError:
+        return False
+    return True
 
 
 def _sweeps_best(where: RunPath, doing: str) -> RunPath:

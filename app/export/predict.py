@@ -149,7 +149,6 @@ def card_info(card: dict[str, Any]) -> Any:
 
 def load_model(export: Verified) -> Any:
     """The card's model with weights.pt's verified bytes loaded into it, in eval mode."""
-
     from app.runfolder.state_dicts import (
         fit_problem,
         load_problem,

@@ -118,19 +118,25 @@ _SECRET_IN_OUT = (
 )
 
 
-def _keep_existing_token(pools: dict[str, dict[str, dict[str, Any]]], out_dir: Path) -> None:
+def _keep_existing_token(
+    pools: dict[str, dict[str, dict[str, Any]]], secrets: list[str], out_dir: Path
+) -> None:
     """Like Helm's lookup: re-rendering into a folder keeps the token an earlier render wrote
     there. Every pool's Ray cluster reads the one Secret, so a token found in any pool folder
     (one these values no longer render included) is every pool's; folders that disagree are
     refused, since only the cluster knows which of them was applied last."""
-    for name in sorted({o["metadata"]["name"] for f in pools.values() for o in f.values()
-                        if o["kind"] == "Secret"}):  # fmt: skip
+    folders = sorted(out_dir.iterdir()) if out_dir.is_dir() else []
+    files = [
+        path
+        for folder in folders
+        if folder.is_dir() and not folder.is_symlink()
+        for path in sorted(folder.glob("secret*.yaml"))  # files are named by kind
+    ]
+    for name in secrets:
         found: dict[str, list[Path]] = {}
-        folders = sorted(out_dir.iterdir()) if out_dir.is_dir() else []
-        for folder in (f for f in folders if f.is_dir() and not f.is_symlink()):
-            for path in sorted(folder.glob("secret*.yaml")):  # files are named by kind
-                if (token := _token_in(path, name)) is not None:
-                    found.setdefault(token, []).append(path)
+        for path in files:
+            if (token := _token_in(path, name)) is not None:
+                found.setdefault(token, []).append(path)
         if len(found) > 1:
             listed = "; ".join(", ".join(map(str, paths)) for paths in found.values())
             raise ConfigError(
@@ -219,7 +225,7 @@ def write_manifests(
                     for name in foreign
                 ]
             )
-    _keep_existing_token(pools, out_dir)
+    _keep_existing_token(pools, secrets, out_dir)
     parent = out_dir.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)

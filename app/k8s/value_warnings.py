@@ -31,13 +31,13 @@ def value_warnings(values: dict[str, Any]) -> list[str]:
     image = values.get("image") or {}
     if str(image.get("tag")) == "latest" and not image.get("digest"):
         found.append(LATEST)
-    strategy = (values.get("rayJob") or {}).get("deletionStrategy") or {}
+    strategy = (values.get("rayJob") or {}).get("deletionStrategy")
     # deletionRules, or KubeRay's older onSuccess / onFailure form. The block is free-form
     # (KubeRay's CRD judges it): any other shape is no rule here.
-    given = strategy.get("deletionRules") if isinstance(strategy, dict) else None
-    rules = [*(given if isinstance(given, list) else [])]
-    if isinstance(strategy, dict):
-        rules += [strategy.get("onSuccess"), strategy.get("onFailure")]
+    strategy = strategy if isinstance(strategy, dict) else {}
+    given = strategy.get("deletionRules")
+    rules = given if isinstance(given, list) else []
+    rules = [*rules, strategy.get("onSuccess"), strategy.get("onFailure")]
     if any(isinstance(r, dict) and r.get("policy") == "DeleteSelf" for r in rules):
         found.append(DELETE_SELF)
     return found

@@ -15,6 +15,7 @@ from app.errors import ConfigError, did_you_mean
 from app.formatting import one_line
 from app.promotion.class_gate import VALIDATION_NOTE
 from app.runfolder.class_names import one_form
+from app.runfolder.retention import higher_is_better
 from app.settings import TrainSettings
 from app.settings.gate import BEATS, Gate
 
@@ -76,10 +77,10 @@ def _advice(gate: Gate) -> list[str]:
     for term, metric, op, value in bounds:
         if metric not in ("val_accuracy", "val_loss", "score"):
             continue
-        higher_is_better = metric != "val_loss"
-        if (op in (">=", ">")) != higher_is_better:
+        up = metric == "score" or higher_is_better(metric)
+        if (op in (">=", ">")) != up:
             found.append(f"{term} promotes a worse model over a better one")
-        elif higher_is_better and (value < 0 or (value == 0 and op == ">=")):
+        elif up and (value < 0 or (value == 0 and op == ">=")):
             found.append(f"{term} holds for every model")
     return found
 

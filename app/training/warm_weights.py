@@ -30,7 +30,6 @@ class WarmStart:
 
     def load_weights(self) -> dict[str, Any]:
         """The state dict, from the bytes read now, once they are the bytes verified."""
-
         data = read_weights(self.file, self.source)
         found = hashlib.sha256(data).hexdigest()
         if found != self.sha256:
