@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -249,6 +250,42 @@ def test_evaluate_and_predict_in_the_bucket(
         np.testing.assert_allclose(
             [t["probability"] for t in single["top"]], by_image[name]["probabilities"], atol=1e-5
         )
+
+
+def test_predict_out_names_each_row_by_its_own_path_and_replaces_only_with_overwrite(
+    finished_run: FinishedRun, images: Path, tmp_path: Path, quiet_driver: None
+) -> None:
+    """A link's row was named by its target's path: the target was listed twice and the link
+    not at all, so a join of predictions back to their files broke (found by a red-team pass).
+    The link is read as its target, inside the folder, without following links. Then a batch
+    where nothing can be scored is a failed run (exit 1), not an empty success, each reason in
+    the file it replaced (--overwrite; the refusal without it: tests/hostile)."""
+    data = tmp_path / "imgs"
+    (data / "0").mkdir(parents=True)
+    for source in sorted((images / "0").glob("*.png"))[:2]:
+        shutil.copy(source, data / "0" / source.name)
+    first, second = sorted(p.name for p in (data / "0").iterdir())
+    (data / "0" / "link.png").symlink_to(first)
+    out = tmp_path / "p.csv"
+    out.write_text("yesterday's\n")
+    run = str(finished_run.run_dir)
+
+    replaced = trainctl("predict", run, str(data), "--out", str(out), "--overwrite")
+    assert replaced.code == 0, replaced.text
+    assert "predicted 3 images" in replaced.out, replaced.text
+    rows = {row["image"]: row for row in csv.DictReader(out.open())}
+    assert sorted(rows) == sorted(str(data / "0" / n) for n in (first, second, "link.png"))
+    same = [k for k in rows[str(data / "0" / first)] if k != "image"]
+    link = rows[str(data / "0" / "link.png")]
+    assert [link[k] for k in same] == [rows[str(data / "0" / first)][k] for k in same]
+
+    for name in (first, second):
+        (data / "0" / name).write_bytes(b"not an image")
+    failed = trainctl("predict", run, str(data), "--out", str(out), "--overwrite")
+    assert failed.code == 1, failed.text
+    assert "no image could be scored: all 3 were skipped" in failed.err, failed.text
+    assert "predicted 0 images" not in failed.text  # no success line beside the failure
+    assert "not an image format Pillow reads" in out.read_text()  # each reason, in the file
 
 
 def _mistakes(folder: Path) -> list[dict[str, str]]:
