@@ -72,7 +72,7 @@ def check_env(env: Mapping[str, str]) -> tuple[TrainSettings | None, list[tuple[
         if key.startswith(ENV_PREFIX) and "\x00" in value
     ]
     try:
-        settings = TrainSettings.model_validate(_GivenEnv(env)())
+        settings = TrainSettings.from_values(_GivenEnv(env)())
     except ValidationError as err:
         return None, problems + _described(err, env)
     return settings, problems

@@ -8,11 +8,13 @@ the checks that compare settings of different sections.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from pydantic import ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from app.redact import redact
 from app.settings.data import DataSettings
@@ -27,6 +29,9 @@ from app.storage.buckets import ObjectPath
 from app.storage.location import absolute_location, location_setting, with_endpoint
 
 ENV_PREFIX = "TRAIN_"
+
+# Set while TrainSettings.from_values validates: the values given are all the settings.
+_GIVEN_ONLY: ContextVar[bool] = ContextVar("given_only", default=False)
 
 
 # Fields are listed (trainctl env, docs/settings.md, the chart schema) in the reverse order of
@@ -52,6 +57,31 @@ class TrainSettings(
         # NaN passes no bound with a clear message ("less than or equal to 10"): refused as such.
         allow_inf_nan=False,
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if _GIVEN_ONLY.get():
+            return (init_settings,)
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> Self:
+        """The settings `values` hold, held to every rule, reading nothing else: pydantic-
+        settings' model_validate fills what `values` lacks from the process environment and
+        ./.env (a rendered ConfigMap was checked with the shell's TRAIN_* variables), and reads
+        them again on every call (a sweep's space checks each value it lists)."""
+        given_only = _GIVEN_ONLY.set(True)
+        try:
+            return cls.model_validate(dict(values))
+        finally:
+            _GIVEN_ONLY.reset(given_only)
 
     # --- checks across sections -------------------------------------------------------------
     @field_validator(

@@ -115,7 +115,7 @@ def trial_settings(base: TrainSettings, trial: Trial, sweep_dir: RunPath) -> Tra
         "run_name": trial.trial_id,
     }
     try:
-        return TrainSettings.model_validate(values)
+        return TrainSettings.from_values(values)
     except ValidationError as err:
         shown = ", ".join(f"{k}={v!r}" for k, v in trial.values.items())
         raise ConfigError(f"{SPACE}: {trial.trial_id} ({shown}): {settings_message(err)}") from None

@@ -221,7 +221,7 @@ def check_value(base: dict[str, Any], key: str, value: Any) -> None:
     other settings as `base` (TrainSettings.model_dump(mode="json")) has them; ValueError
     with the settings' own message."""
     try:
-        TrainSettings.model_validate({**base, key: value})
+        TrainSettings.from_values({**base, key: value})
     except ValidationError as err:
         hint = ""
         if isinstance(value, bool) and TrainSettings.model_fields[key].annotation is not bool:

@@ -40,7 +40,7 @@ def promotion_settings(sweep: TrainSettings, trial: TrainSettings) -> TrialOfSwe
         "run_name": sweep.run_name,
         "model_name": sweep.champion_name,
     }
-    settings = TrialOfSweep.model_validate(values)
+    settings = TrialOfSweep.from_values(values)
     settings._trial_dir = trial.run_dir
     return settings
 

@@ -45,6 +45,22 @@ def test_dotenv_file_is_read(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert (settings.epochs, settings.model, settings.run_name) == (7, "cnn", "digits-cnn")
 
 
+def test_given_values_are_read_alone_without_the_shell_or_env_file(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rendered ConfigMap (settings_from_env) and a sweep's trials (from_values) are held to
+    the settings' rules with what they give: a shell's TRAIN_EPOCHS or ./.env filled in what
+    the ConfigMap left out, so `render` checked values the pod would never see."""
+    from app.settings.env import settings_from_env
+
+    monkeypatch.setenv("TRAIN_EPOCHS", "7")
+    (tmp_path / ".env").write_text("TRAIN_MODEL=cnn\n")
+    rendered = settings_from_env({"TRAIN_LR": "0.5"})
+    assert (rendered.lr, rendered.epochs, rendered.model) == (0.5, 10, "resnet18")
+    assert TrainSettings.from_values({"lr": 0.5}).epochs == 10
+    assert load_settings().epochs == 7 and load_settings().model == "cnn"  # the shell's own
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
