@@ -150,9 +150,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     on different workers and the remaining tests fill in behind whichever finishes first. The
     fault group holds fewer tests but about as much training: the suite takes 14 to 15 minutes
     on a two-core machine where a digits run costs 45 CPU-seconds (10 to 12 where it cost 31,
-    20 where it cost 47). The suite
-    keeps both cores busy, so a third worker gains nothing: tried, 18 minutes against 19.5 on the
-    slower machine, and the token-auth test's own head node missed Ray's fixed 30 s start window.
+    20 where it cost 47; 36 on one where `import torch` alone took 4.3 CPU-seconds, 69 s from
+    launch to exit in `python -m bench.startup`). The suite keeps both cores busy, so a third
+    worker gains nothing: tried, 18 minutes against 19.5 on the slower machine, and the
+    token-auth test's own head node missed Ray's fixed 30 s start window.
     """
     for item in items:
         if "ray_cluster" not in getattr(item, "fixturenames", ()):
