@@ -273,6 +273,7 @@ def test_predict_out_names_each_row_by_its_own_path_and_replaces_only_with_overw
     replaced = trainctl("predict", run, str(data), "--out", str(out), "--overwrite")
     assert replaced.code == 0, replaced.text
     assert "predicted 3 images" in replaced.out, replaced.text
+    assert out.read_text().startswith("image,"), out.read_text()[:200]
     rows = {row["image"]: row for row in csv.DictReader(out.open())}
     assert sorted(rows) == sorted(str(data / "0" / n) for n in (first, second, "link.png"))
     same = [k for k in rows[str(data / "0" / first)] if k != "image"]
