@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -57,6 +57,7 @@ class Found:
 
     info: DatasetInfo | None = None
     warm_start: Any = None  # app/training/warm_weights.WarmStart, resolved and verified
+    failed: set[str] = field(default_factory=set)  # the checks that failed so far (`check`)
 
 
 Check = Callable[[TrainSettings, Found], str]
@@ -108,6 +109,7 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
             detail = check(settings, found)
         except ConfigError as err:
             problems.extend(err.problems)
+            found.failed.add(name)
             click.echo(f"FAIL  {name}: {'; '.join(err.problems)}")
         except Warned as warning:
             click.echo(f"WARN  {name}: {warning}")
@@ -151,11 +153,15 @@ def preflight_for_training(settings: TrainSettings) -> Ready:
 
 def _promotion(settings: TrainSettings, found: Found) -> str:
     """The gate and the champion (app/promotion/check.py); WARN for a champion the gate never
-    compares with."""
+    compares with, and for a gate that failed its own check (an `ok` here would read as if the
+    gate it names were fine)."""
     try:
-        return promotion_check(settings, found.info)
+        line = promotion_check(settings, found.info)
     except UnguardedChampion as err:
         raise Warned(str(err)) from None
+    if "gate" in found.failed:
+        raise Warned(f"{line}; but the gate fails (above): `train` stops before Ray starts")
+    return line
 
 
 def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:

@@ -35,12 +35,7 @@ def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
     gate = settings.promote_if
     if info is not None:
         _check_classes(gate, info)
-    held_out = info is not None and info.test_rows is not None
-    data = (
-        f"the held-out test data ({info.test_rows:,} rows)"  # type: ignore[union-attr]
-        if held_out
-        else "the validation data"
-    )
+    test_rows = info.test_rows if info is not None else None
     terms = [str(t) for t in gate.thresholds]
     if gate.beats_champion:
         terms.insert(0, f"{BEATS} ({settings.checkpoint_metric} against the champion's)")
@@ -54,14 +49,15 @@ def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
         )
     said = f"{gate}: " + "; ".join(terms)
     recorded = sorted({t.metric for t in gate.thresholds if t.metric not in MEASURED})
-    if held_out:
+    if test_rows is not None:
+        data = f"the held-out test data ({test_rows:,} rows)"
         whose = "the run's and the champion's" if gate.compares_with_champion else "the run's"
         which = "every term" if not recorded else "every term but " + ", ".join(recorded)
         said += f"; {which} judged on {data}, {whose} figures there"
     elif gate.per_class:
-        said += f"; per-class terms judged on {data} ({VALIDATION_NOTE})"
+        said += f"; per-class terms {VALIDATION_NOTE}"
     else:
-        said += f"; judged on the recorded validation figures ({VALIDATION_NOTE})"
+        said += f"; the recorded figures, {VALIDATION_NOTE}"
     if recorded:
         said += f"; {', '.join(recorded)}: the checkpoint's own training record"
     if advice := _advice(gate):

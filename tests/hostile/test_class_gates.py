@@ -46,6 +46,10 @@ def test_a_gate_naming_a_class_the_data_lacks_stops_before_ray(
     )  # fmt: skip
     assert joined == []
     assert not [f for f in files_under(tmp_path / "runs") if "checkpoint" in f]
+    if command[0] == "check":  # the promotion line names the same gate: not `ok` under a FAIL
+        promotion = next(x for x in result.out.splitlines() if "promotion:" in x)
+        assert promotion.startswith("WARN  promotion: gate beats_champion and recall[cats]")
+        assert promotion.endswith("but the gate fails (above): `train` stops before Ray starts")
 
 
 def test_a_named_class_without_validation_rows_could_never_pass(
