@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.data.image_decode import MAX_FILE_BYTES
 from app.data.schema import KEPT_APART, OPTIONAL_SPLITS, SPLITS, Problems
@@ -271,31 +272,57 @@ def _is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
-def _add(classes: dict[str, list[str]], parts: tuple[str, ...], relative: str) -> bool:
-    """File `parts` (below the split) under its class; False when it is skipped."""
+def _class_of(parts: tuple[str, ...]) -> str | None:
+    """The class of file `parts` (below the split): its folder; None when it is skipped."""
     if len(parts) < 2 or any(p.startswith(".") for p in parts) or not _is_image(parts[-1]):
-        return False
-    classes.setdefault(parts[0], []).append(relative)
-    return True
+        return None
+    return parts[0]
 
 
-def _add_any(classes: dict[str, list[str]], parts: tuple[str, ...], relative: str) -> bool:
+def _any_image(parts: tuple[str, ...]) -> str | None:
     """An image file at any depth, under the key "" (images to classify, no classes)."""
     if any(p.startswith(".") for p in parts) or not _is_image(parts[-1]):
-        return False
-    classes.setdefault("", []).append(relative)
-    return True
+        return None
+    return ""
 
 
-_Adder = Callable[[dict[str, list[str]], tuple[str, ...], str], bool]
+# Adds file (parts, path relative to the folder walked) to its class; False when skipped.
+_Adder = Callable[[dict[str, list[Any]], tuple[str, ...], str], bool]
+
+
+def _add(classes: dict[str, list[Any]], parts: tuple[str, ...], relative: str) -> bool:
+    """A dataset's split: each file as the path it is read at (a link's target's)."""
+    name = _class_of(parts)
+    if name is not None:
+        classes.setdefault(name, []).append(relative)
+    return name is not None
+
+
+def _as_listed(class_of: Callable[[tuple[str, ...]], str | None]) -> _Adder:
+    """Each file as (its path as listed, the path it is read at: a link's target's)."""
+
+    def add(classes: dict[str, list[Any]], parts: tuple[str, ...], relative: str) -> bool:
+        name = class_of(parts)
+        if name is None:
+            return False
+        listed = "/".join(parts)
+        if not is_utf8(listed):  # shown as the file it reads (whose name was checked)
+            listed = relative
+        classes.setdefault(name, []).append((listed, relative))
+        return True
+
+    return add
 
 
 @dataclass(frozen=True)
 class ClassFolder:
     """One folder of class folders (<folder>/<class>/<image>: a split of an image-folder
-    dataset, or data to evaluate), paths relative to it; links already resolved."""
+    dataset, or data to evaluate), paths relative to it."""
 
-    files: dict[str, list[str]]  # class name -> its image files, sorted; a class may have none
+    # class name -> its image files, sorted, each as (its path as listed, the path it is read
+    # at: a link's target's); a class may have none. A link is named as listed, under the class
+    # folder it is listed in, which is the class it is scored as.
+    files: dict[str, list[tuple[str, str]]]
     skipped: int
 
     def note(self) -> str:
@@ -306,7 +333,7 @@ def list_class_folder(folder: RunPath, limit_s: float = LIST_LIMIT_S) -> ClassFo
     """`folder`'s class folders and their images, by this module's rules (hidden and non-image
     files skipped and counted; on a volume no link leading out of `folder` or to a folder);
     ConfigError naming the problems otherwise. Class names are judged by the caller."""
-    files, skipped = _list_one(folder, limit_s, _add)
+    files, skipped = _list_one(folder, limit_s, _as_listed(_class_of))
     return ClassFolder({name: sorted(paths) for name, paths in files.items()}, skipped)
 
 
@@ -317,22 +344,11 @@ def list_images(
     read at: a link's target's) relative to `folder`, sorted, and how many files were
     skipped, by this module's rules; ConfigError naming the problems. Predictions name each
     file as listed: a link and its target are two rows, each under its own name."""
-    read_at: dict[str, str] = {}
-
-    def add(classes: dict[str, list[str]], parts: tuple[str, ...], relative: str) -> bool:
-        listed = "/".join(parts)
-        if not is_utf8(listed):  # shown as the file it reads (whose name was checked)
-            listed = relative
-        if not _add_any(classes, parts, listed):
-            return False
-        read_at[listed] = relative
-        return True
-
-    files, skipped = _list_one(folder, limit_s, add)
-    return [(listed, read_at[listed]) for listed in sorted(files.get("", []))], skipped
+    files, skipped = _list_one(folder, limit_s, _as_listed(_any_image))
+    return sorted(files.get("", [])), skipped
 
 
-def _list_one(folder: RunPath, limit_s: float, add: _Adder) -> tuple[dict[str, list[str]], int]:
+def _list_one(folder: RunPath, limit_s: float, add: _Adder) -> tuple[dict[str, list[Any]], int]:
     problems = Problems()
     try:
         found = _split(folder, "", limit_s, problems, add, time.monotonic())
@@ -357,7 +373,7 @@ def _list_one(folder: RunPath, limit_s: float, add: _Adder) -> tuple[dict[str, l
 
 def _split(
     root: RunPath, split: str, limit_s: float, problems: Problems, add: _Adder, started: float
-) -> tuple[dict[str, list[str]], int]:
+) -> tuple[dict[str, list[Any]], int]:
     """`split` below `root` ("": `root` itself), walked (app/storage/tree.py) and listed with
     `add`'s rule; paths relative to `root`, inside which every link must lead."""
     try:
@@ -366,7 +382,7 @@ def _split(
         raise _Missing(is_file=(root / split if split else root).is_file()) from None
     for link in found.refused:
         problems.add(_link_problem(link.path, link.target, link.real_root, link.why))
-    classes: dict[str, list[str]] = {}
+    classes: dict[str, list[Any]] = {}
     for parts in found.folders:
         if len(parts) == 1 and not parts[0].startswith("."):
             classes.setdefault(parts[0], [])

@@ -76,17 +76,18 @@ class EvalData:
 
 @dataclass(frozen=True)
 class ImageFiles(EvalData):
-    """Image files, one per row: (path relative to `root`, label)."""
+    """Image files, one per row: (its path as listed, the path it is read at: a link's
+    target's, label), paths relative to `root`."""
 
     root: RunPath | None = None
-    items: tuple[tuple[str, int], ...] = ()
+    items: tuple[tuple[str, str, int], ...] = ()
     layout: ClassVar[str] = "folder"
 
     def dataset(self, card: dict[str, Any]) -> ray.data.Dataset:
         import ray.data
 
         spec = card["input"]
-        items = [{"path": path, "label": label} for path, label in self.items]
+        items = [{"path": p, "read": read, "label": label} for p, read, label in self.items]
         blocks = max(1, math.ceil(len(items) / ROWS_PER_BLOCK))
         dataset = ray.data.from_items(items, override_num_blocks=blocks)
         size = (spec["height"], spec["width"])
@@ -165,7 +166,8 @@ def _run_split(
             )
         if split == "test" and not listing.has_test:
             raise ConfigError(_no_test(root))
-        items = listing.test if split == "test" else listing.valid
+        rows = listing.test if split == "test" else listing.valid
+        items = tuple((path, path, label) for path, label in rows)  # as the run read them
         found: EvalData = ImageFiles(
             location=root / split, rows=len(items), root=root,
             items=items, skipped_files=listing.skipped, split=split,
@@ -235,7 +237,9 @@ def _data_folder(location: RunPath, card: dict[str, Any], allow_missing: bool) -
     if problem:
         raise ConfigError(f"{shown(location)}: {problem}")
     label = {name: index for index, name in enumerate(names)}
-    items = tuple((path, label[name]) for name in sorted(files) for path in files[name])
+    items = tuple(
+        (listed, read, label[name]) for name in sorted(files) for listed, read in files[name]
+    )
     return ImageFiles(
         location=location, rows=len(items), root=location, items=items,
         skipped_files=listing.skipped,

@@ -407,8 +407,24 @@ def test_class_folders_in_another_unicode_form_are_the_runs_classes(tmp_path: Pa
     data = folder(tmp_path / "test", [nfc, "rond"], per_class=2)
     found = data_folder(str(data), card, None)
     assert found.rows == 4
-    assert sorted(label for _, label in found.items) == [0, 0, 1, 1]
-    assert {path.split("/")[0] for path, label in found.items if label == 0} == {nfc}
+    assert sorted(label for _, _, label in found.items) == [0, 0, 1, 1]
+    assert {path.split("/")[0] for path, _, label in found.items if label == 0} == {nfc}
+
+
+def test_a_link_is_scored_as_its_own_folders_class_under_its_own_name(tmp_path: Path) -> None:
+    """rond/copy.png, a link to carre/0.png: a row of class rond, named rond/copy.png (in
+    mistakes.csv and skipped files) and read from its target. It was named carre/0.png,
+    beside its target's own row, a file of one class listed under the other. Listing only."""
+    from app.evaluation.data import data_folder
+
+    data = folder(tmp_path / "test", ["carre", "rond"], per_class=1)
+    (data / "rond" / "copy.png").symlink_to(data / "carre" / "0.png")
+    found = data_folder(str(data), {"class_names": ["carre", "rond"]}, None)
+    assert sorted(found.items) == [
+        ("carre/0.png", "carre/0.png", 0),
+        ("rond/0.png", "rond/0.png", 1),
+        ("rond/copy.png", "carre/0.png", 1),
+    ]
 
 
 def test_an_export_folder_or_a_champion_is_pointed_to_its_run(
