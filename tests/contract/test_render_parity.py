@@ -211,6 +211,34 @@ def test_pull_secrets_in_kubernetes_form_reach_the_schedules_pods_by_name(tmp_pa
     assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "plain"}]
 
 
+def test_the_head_pod_asks_autoscalers_not_to_evict_it_unless_told_otherwise(
+    tmp_path: Path,
+) -> None:
+    """The head holds the run's Ray cluster: a consolidation that evicts it restarts the run.
+    By default it carries the cluster autoscaler's and Karpenter's keep-me annotations, and no
+    worker does (they checkpoint on a drain). A key set to null is dropped, one added is kept."""
+    default = tmp_path / "default.yaml"
+    default.write_text("nodePools: {l4: {replicas: 2}}\n")
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(
+        "nodePools: {l4: {replicas: 2}}\n"
+        "head: {annotations: {karpenter.sh/do-not-disrupt: null, team: ml}}\n"
+    )
+    heads = []
+    for path in (default, changed):
+        _, python = rendered_alike(path)
+        (job,) = [obj for obj in python.values() if obj["kind"] == "RayJob"]
+        cluster = job["spec"]["rayClusterSpec"]
+        heads.append(cluster["headGroupSpec"]["template"]["metadata"]["annotations"])
+        for group in cluster["workerGroupSpecs"]:
+            assert "annotations" not in group["template"]["metadata"]
+    assert heads == [
+        {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+         "karpenter.sh/do-not-disrupt": "true"},
+        {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "team": "ml"},
+    ]  # fmt: skip
+
+
 def test_what_every_pool_folder_shares_is_never_pruned_by_gitops(tmp_path: Path) -> None:
     """The ServiceAccount and the created auth Secret are in every pool folder, as the volume
     claim is: retiring one pool's Argo CD Application or Flux Kustomization deleted them under

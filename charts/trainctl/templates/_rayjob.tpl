@@ -394,6 +394,12 @@ spec:
       {{- end }}
       template:
         metadata:
+          {{- with $v.head.annotations }}
+          annotations:
+            {{- range $k, $val := . }}
+            {{ $k | quote }}: {{ $val | quote }}
+            {{- end }}
+          {{- end }}
           labels:
             {{- include "trainctl.podLabels" $head | nindent 12 }}
         spec:
