@@ -169,8 +169,9 @@ def render_cmd(
     from app.k8s.render import load_values
     from app.k8s.value_warnings import value_warnings
 
-    values = load_values(**values_args)  # -f files and --set* flags, as Helm takes them
-    for note in [*notes(values), *value_warnings(values)]:  # as Helm's NOTES.txt says
+    read_notes: list[str] = []  # a leading-zero number, a key read as a boolean
+    values = load_values(**values_args, notes=read_notes)  # -f files and --set*, as Helm takes
+    for note in [*read_notes, *notes(values), *value_warnings(values)]:  # NOTES.txt's, and more
         click.echo(f"trainctl: {note}", err=True)
     if out is None:
         text, secrets = render_stream(values, release=release, namespace=namespace)

@@ -41,14 +41,23 @@ MANAGED_BY = "trainctl"
 DNS_1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-def load_values(values_files: Sequence[Path] = (), **sets: Sequence[str]) -> dict[str, Any]:
+def load_values(
+    values_files: Sequence[Path] = (), notes: list[str] | None = None, **sets: Sequence[str]
+) -> dict[str, Any]:
     """As `helm template -f ... --set ...`: the user's values over the chart's, schema-checked.
 
     `sets`: user_values' set_json, set_values, set_string and set_file (--set-json, --set,
-    --set-string, --set-file)."""
-    user = user_values(values_files, **sets)
+    --set-string, --set-file). `notes`: WARNING lines for what the files say that Helm reads
+    in a way that surprises (app/k8s/values_yaml.py), for the caller to print."""
+    read: list[str] = []
+    user = user_values(values_files, notes=read, **sets)
     values = coalesce(default_values(), user)
-    validate(values)
+    try:
+        validate(values)
+    except ConfigError as err:  # a refusal may come of such a reading (`yes:` as "true")
+        raise ConfigError([*err.problems, *read]) from None
+    if notes is not None:
+        notes.extend(read)
     return values
 
 

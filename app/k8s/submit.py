@@ -94,14 +94,16 @@ def _checked_values(request: SubmitRequest, echo: Callable[[str], None]) -> dict
             "the option out. A scheduled CronJob passes its Job's name, from the pod label "
             "batch.kubernetes.io/job-name (Kubernetes 1.27 and later)"
         )
+    read_notes: list[str] = []  # a leading-zero number, a key read as a boolean
     values = load_values(
         request.values_files,
+        notes=read_notes,
         set_json=request.set_json,
         set_values=request.set_values,
         set_string=request.set_string,
         set_file=request.set_file,
     )
-    for note in [*deprecated.notes(values), *value_warnings(values)]:
+    for note in [*read_notes, *deprecated.notes(values), *value_warnings(values)]:
         echo(note)
     if request.run_tag:
         values["runTag"] = request.run_tag

@@ -96,16 +96,17 @@ def merge_maps(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 def user_values(
     files: Sequence[Path] = (),
     *,
+    notes: list[str] | None = None,
     set_json: Sequence[str] = (),
     set_values: Sequence[str] = (),
     set_string: Sequence[str] = (),
     set_file: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What Helm's -f files, --set-json, --set, --set-string and --set-file make, in Helm's
-    order."""
+    order; what in the files Helm reads in a way that surprises, added to `notes`."""
     user: dict[str, Any] = {}
     for path in files:
-        user = merge_maps(user, read_values_file(path))
+        user = merge_maps(user, read_values_file(path, notes))
     for option, mode, expressions in (
         ("--set-json", "json", set_json),
         ("--set", "set", set_values),
@@ -195,8 +196,9 @@ def _read_capped(path: Path) -> bytes:
     return data
 
 
-def read_values_file(path: Path) -> dict[str, Any]:
-    """One -f file, read as Helm reads it (app/k8s/values_yaml.py)."""
+def read_values_file(path: Path, notes: list[str] | None = None) -> dict[str, Any]:
+    """One -f file, read as Helm reads it (app/k8s/values_yaml.py); a WARNING line added to
+    `notes` for each reading that surprises (`010` is 8), naming the file and line."""
     try:
         text = _read_capped(path).decode("utf-8")
     except OSError as err:
@@ -205,8 +207,9 @@ def read_values_file(path: Path) -> dict[str, Any]:
         raise ConfigError(
             f"values file {path}: not UTF-8 text (byte {err.start}); save it as UTF-8"
         ) from None
+    surprises: list[str] = []
     try:
-        data = values_yaml.load(text)
+        data = values_yaml.load(text, surprises)
     except yaml.YAMLError as err:
         raise ConfigError(f"values file {path} is not valid YAML: {err}") from None
     except RecursionError:
@@ -215,6 +218,8 @@ def read_values_file(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"values file {path} must hold a mapping, not {type(data).__name__}")
+    if notes is not None:
+        notes.extend(f"WARNING: values file {path}, {said}" for said in surprises)
     return data
 
 

@@ -7,6 +7,11 @@ refused, only the first document counts, and map keys become strings. Like Helm,
 `yes`, `no`, `on` and `off` are booleans (go-yaml v2 keeps YAML 1.1's booleans; quote them for
 strings). tests/contract/test_values_args.py holds this module to Helm's own reader.
 
+Two of these readings surprise people, so `load` notes them where it meets them (render and
+submit print them as WARNING lines, with the file and line): a number with a leading 0
+(`epochs: 010` is 8, octal) and a key that is one of YAML 1.1's word booleans (`yes:` becomes
+the key "true"). Helm reads both the same way and says nothing.
+
 Loading is PyYAML's SafeLoader underneath (it never constructs objects from tags), plus
 go-yaml's alias budget: a document whose aliases expand it past 400,000 nodes, mostly by
 aliasing ("billion laughs"), is refused before anything is expanded.
@@ -33,6 +38,8 @@ _BOOLS = {
         ["n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"], False
     ),
 }
+_WORDS = ("true", "false")  # the booleans meant as such; y, yes, on, n, no, off surprise as keys
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")  # 010: octal to Helm, ten to a reader
 _NULLS = ("", "~", "null", "Null", "NULL")
 _SPECIAL = {
     **dict.fromkeys([".nan", ".NaN", ".NAN"], math.nan),
@@ -100,7 +107,24 @@ def _go_parse_int(text: str) -> int | None:
 
 
 class HelmValuesLoader(yaml.SafeLoader):
-    """SafeLoader with go-yaml v2's scalar resolution and alias budget."""
+    """SafeLoader with go-yaml v2's scalar resolution and alias budget; `notes` gathers the
+    readings that surprise (the module's docstring)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.notes: list[tuple[int, int, str]] = []  # (line, column, what it says)
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        for key, _ in node.value:
+            if key.tag == _PLAIN and key.value in _BOOLS and key.value.lower() not in _WORDS:
+                meant = "true" if _BOOLS[key.value] else "false"
+                said = (
+                    f"the key {key.value} is read as the boolean {meant}, so it becomes the key "
+                    f'"{meant}" (YAML 1.1, as Helm reads it); write "{key.value}" to keep '
+                    "the word"
+                )
+                self.notes.append((key.start_mark.line + 1, key.start_mark.column, said))
+        return super().construct_mapping(node, deep=deep)
 
     def resolve(self, kind: type[Node], value: Any, implicit: Any) -> str:
         if kind is ScalarNode and implicit[0]:
@@ -115,6 +139,14 @@ class HelmValuesLoader(yaml.SafeLoader):
 
 def _construct_plain(loader: HelmValuesLoader, node: ScalarNode) -> Any:
     value = go_scalar(node.value)
+    if type(value) is int and _LEADING_ZERO.fullmatch(node.value):
+        decimal = int(node.value.replace("_", ""), 10)
+        if decimal != value:
+            said = (
+                f"{node.value} is read as the octal number {value} (a leading 0 means octal to "
+                f'Helm); write {decimal} to mean {decimal}, or "{node.value}" for the text'
+            )
+            loader.notes.append((node.start_mark.line + 1, node.start_mark.column, said))
     if isinstance(value, float) and not math.isfinite(value):
         raise yaml.constructor.ConstructorError(
             None, None, f"{node.value} is not a value Helm accepts (JSON has no inf or NaN)",
@@ -216,14 +248,17 @@ def _allowed_ratio(count: int) -> float:
     return 0.99 - 0.89 * (count - _ALIAS_LOW) / (_ALIAS_HIGH - _ALIAS_LOW)
 
 
-def load(text: str) -> Any:
-    """The first document of text, as Helm's values reader sees it (keys as strings)."""
+def load(text: str, notes: list[str] | None = None) -> Any:
+    """The first document of text, as Helm's values reader sees it (keys as strings); the
+    readings that surprise, each `line N: ...`, added to `notes`."""
     loader = HelmValuesLoader(text)
     try:
         node = loader.get_node() if loader.check_node() else None
         data = loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()
+    if notes is not None:  # in the file's order; an alias repeats what it points at
+        notes.extend(f"line {line}: {said}" for line, _, said in sorted(set(loader.notes)))
     return _json_keys(data)
 
 

@@ -92,6 +92,39 @@ def test_dates_stay_strings_and_y_n_are_booleans_as_in_helm(tmp_path: Path) -> N
     assert config["data"]["TRAIN_TENSORBOARD"] == "true"
 
 
+def test_leading_zeros_and_word_boolean_keys_are_read_as_in_helm_and_said_with_their_line(
+    tmp_path: Path,
+) -> None:
+    """`epochs: 010` is 8 to Helm (octal) and a `yes:` key is the key "true": read so here too,
+    and render says so on stderr, naming the file and line; quoted, neither is said. Where such
+    a reading is refused (an env var named "true"), the note stands beside the refusal."""
+    text = POOL + 'train: {epochs: 010, lr: 0.01}\nrunAnnotations:\n  yes: "0042"\n'
+    path = _file(tmp_path, text)
+    result = trainctl("render", "-f", str(path))
+    assert result.code == 0, result.text
+    objects = _objects(result.out)
+    helm = helm_template([path], release="trainctl", namespace="default")
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    (helm_config,) = [o for o in helm if o["kind"] == "ConfigMap"]
+    assert config["data"]["TRAIN_EPOCHS"] == helm_config["data"]["TRAIN_EPOCHS"] == "8"
+    (job,) = [o for o in objects if o["kind"] == "RayJob"]
+    assert job["metadata"]["annotations"]["true"] == "0042"
+    assert result.err.splitlines()[:2] == [
+        f"trainctl: WARNING: values file {path}, line 4: 010 is read as the octal number 8 (a "
+        'leading 0 means octal to Helm); write 10 to mean 10, or "010" for the text',
+        f"trainctl: WARNING: values file {path}, line 6: the key yes is read as the boolean true, "
+        'so it becomes the key "true" (YAML 1.1, as Helm reads it); write "yes" to keep the word',
+    ]
+    quoted = _file(tmp_path, POOL + 'train: {epochs: 10}\nrunAnnotations: {"yes": "0042"}\n')
+    said = trainctl("render", "-f", str(quoted))
+    assert said.code == 0 and "WARNING" not in said.err, said.text
+    refused = _file(tmp_path, POOL + "rayJob: {runtimeEnv: {env_vars: {on: x}}}\n")
+    assert_refused(
+        trainctl("render", "-f", str(refused)), 2, "rayJob.runtimeEnv.env_vars: 'true' does not",
+        f"WARNING: values file {refused}, line 4: the key on is read as the boolean true",
+    )  # fmt: skip
+
+
 def test_infinity_is_refused_as_helm_refuses_it(tmp_path: Path) -> None:
     path = _file(tmp_path, POOL + "train: {lr: .inf}\n")
     assert_refused(trainctl("render", "-f", str(path)), 2, str(path), ".inf")
