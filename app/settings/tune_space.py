@@ -129,6 +129,13 @@ def parse_space(data: Any, base: TrainSettings, where: str = SPACE) -> dict[str,
 
 
 def _dimension(key: Any, given: Any, base: dict[str, Any]) -> Dimension:
+    if isinstance(key, str) and f"tune_{key}" in TrainSettings.model_fields:
+        head, *rest = key.split("_")  # the chart's name: tune.gracePeriod
+        chart = head + "".join(word.capitalize() for word in rest)
+        raise ValueError(  # `scheduler: asha` in the space: a setting of the sweep itself
+            f"a setting of the sweep, not of a trial: set TRAIN_TUNE_{key.upper()} (the chart's "
+            f"tune.{chart}) instead"
+        )
     if not isinstance(key, str) or key not in TrainSettings.model_fields:
         known = {n for n in TrainSettings.model_fields}
         hint = did_you_mean(str(key), known, f"a trial may vary: {', '.join(VARIABLE)}")

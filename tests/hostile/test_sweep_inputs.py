@@ -18,6 +18,9 @@ SPACES = [
     ("model: {choice: [cnn, rm -rf]}", ["model", "rm -rf"]),
     ("storage_path: {choice: [/etc]}", ["storage_path", "a trial may vary"]),
     ("ray_address: {choice: [auto]}", ["ray_address", "a trial may vary"]),
+    # The sweep's own settings are not the space's (did you mean tune_scheduler? misled).
+    ("scheduler: asha", ["scheduler: a setting of the sweep", "set TRAIN_TUNE_SCHEDULER"]),
+    ("grace_period: {choice: [1, 2]}", ["TRAIN_TUNE_GRACE_PERIOD (the chart's tune.gracePeriod)"]),
     ("lr: 0.1", ["lr", "one distribution"]),
     ("- lr", ["must map settings"]),
     ("lr: {uniform: [1, .nan]}", ["lr", "two numbers"]),
