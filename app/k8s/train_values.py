@@ -21,7 +21,7 @@ from app.errors import ConfigError
 from app.k8s.values import merged_pool
 from app.settings import ENV_PREFIX, TrainSettings
 from app.settings.env import check_env
-from app.settings.tune_space import parse_space
+from app.settings.tune_space import CHART_KEYS, parse_space
 
 # Where the chart takes each derived variable from (app/k8s/train_schema.py's DERIVED).
 DERIVED_FROM = {
@@ -31,12 +31,7 @@ DERIVED_FROM = {
     "storage_path": "storage (its volume or bucket, and runsSubPath)",
     "data_path": "storage (its volume or bucket, and dataSubPath)",
     "storage_endpoint": "storage.endpoint",
-    "tune_space": "tune.space",
-    "tune_samples": "tune.samples",
-    "tune_concurrent": "tune.concurrent",
-    "tune_scheduler": "tune.scheduler",
-    "tune_grace_period": "tune.gracePeriod",
-    "tune_reduction_factor": "tune.reductionFactor",
+    **CHART_KEYS,  # the sweep's own settings
     "signing_key": "signing.secretName",
     "verify_key": "signing.secretName",
 }

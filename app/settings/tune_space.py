@@ -44,6 +44,16 @@ RANGES = ("loguniform", "uniform", "randint")
 FIXED = frozenset({"epochs", "warm_start", "weights", "torch_home"})
 VARIABLE: tuple[str, ...] = tuple(n for n in ModelSettings.model_fields if n not in FIXED)
 SPACE = "TRAIN_TUNE_SPACE"
+# The sweep's own settings and the chart's values that set them (app/k8s/train_values.py names
+# these keys in render's messages too): a trial never varies them.
+CHART_KEYS = {
+    "tune_space": "tune.space",
+    "tune_samples": "tune.samples",
+    "tune_concurrent": "tune.concurrent",
+    "tune_scheduler": "tune.scheduler",
+    "tune_grace_period": "tune.gracePeriod",
+    "tune_reduction_factor": "tune.reductionFactor",
+}
 
 
 @dataclass(frozen=True)
@@ -129,12 +139,10 @@ def parse_space(data: Any, base: TrainSettings, where: str = SPACE) -> dict[str,
 
 
 def _dimension(key: Any, given: Any, base: dict[str, Any]) -> Dimension:
-    if isinstance(key, str) and f"tune_{key}" in TrainSettings.model_fields:
-        head, *rest = key.split("_")  # the chart's name: tune.gracePeriod
-        chart = head + "".join(word.capitalize() for word in rest)
+    if isinstance(key, str) and f"tune_{key}" in CHART_KEYS:
         raise ValueError(  # `scheduler: asha` in the space: a setting of the sweep itself
             f"a setting of the sweep, not of a trial: set TRAIN_TUNE_{key.upper()} (the chart's "
-            f"tune.{chart}) instead"
+            f"{CHART_KEYS['tune_' + key]}) instead"
         )
     if not isinstance(key, str) or key not in TrainSettings.model_fields:
         known = {n for n in TrainSettings.model_fields}
