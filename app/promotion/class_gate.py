@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from app.runfolder.class_names import one_form
@@ -179,17 +180,13 @@ def _drop(
         return check, f"{drop.metric}: {_unjudged_text(unjudged, judged)}", None
     ours = judged.run.with_rows()
     theirs = judged.champion.per_class
-    drops = {
-        name: theirs[name]["recall"] - figures["recall"]
-        for name, figures in ours.items()
-        if name in theirs
-    }
+    drops = {name: _fall(theirs[name], figures) for name, figures in ours.items() if name in theirs}
     worst = max(drops, key=lambda n: drops[n], default=None)
     if worst is None:
         check.update({"class": None, "value": None, "passed": True})
         return check, None, f"{drop.metric}: no class to compare"
-    value = drops[worst]
-    ok = drop.holds(value)
+    ok = drop.holds_exactly(drops[worst])
+    value = float(drops[worst])
     check.update(
         {"class": worst, "value": value, "passed": ok, "recall": ours[worst]["recall"],
          "champion_recall": theirs[worst]["recall"]}
@@ -201,6 +198,20 @@ def _drop(
         f"the champion's {theirs[worst]['recall']:.4f} on the same rows (allowed: "
         f"{drop.op} {exact(drop.value)})"
     ), None  # fmt: skip
+
+
+def _fall(theirs: Mapping[str, float], ours: Mapping[str, float]) -> Fraction:
+    """How far our recall of a class is below the champion's, exactly. Both were scored on the
+    same rows, so each recall is a count of hits over the class's support: the difference of
+    the counts over it is the exact fall (9/10 - 7/10 is 2/10, where the floats' difference
+    is 0.20000000000000007). Figures that are not such counts (supports that differ, records
+    not of the same rows) fall back to the exact difference of the two recorded floats."""
+    support = ours["support"]
+    if support == theirs["support"] and support > 0 and float(support).is_integer():
+        hits = [figures["recall"] * support for figures in (theirs, ours)]
+        if all(abs(h - round(h)) < 1e-6 for h in hits):
+            return Fraction(round(hits[0]) - round(hits[1]), int(support))
+    return Fraction(theirs["recall"]) - Fraction(ours["recall"])
 
 
 def passed_text(checks: list[dict[str, Any]]) -> str:

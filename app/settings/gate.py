@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
@@ -59,12 +60,14 @@ class Threshold:
     value: float
 
     def holds(self, found: float) -> bool:
-        return {
-            ">=": found >= self.value,
-            ">": found > self.value,
-            "<=": found <= self.value,
-            "<": found < self.value,
-        }[self.op]
+        return _compare(found, self.op, self.value)
+
+    def holds_exactly(self, found: Fraction) -> bool:
+        """`holds` for an exact figure, against the threshold as written: `0.1` is 1/10, not
+        the float nearest it. A difference of two recalls taken in floats misses by an ulp
+        either way (0.8 - 0.7 is 0.10000000000000009), so a drop of exactly the allowed
+        margin would fail `<=`."""
+        return _compare(found, self.op, Fraction(exact(self.value)))
 
     def met_by(self, figure: Any) -> bool:
         """Whether a figure read from a record meets this threshold; a missing, non-numeric or
@@ -75,6 +78,10 @@ class Threshold:
 
     def __str__(self) -> str:
         return f"{self.metric}{self.op}{exact(self.value)}"
+
+
+def _compare(found: Any, op: str, bound: Any) -> bool:
+    return {">=": found >= bound, ">": found > bound, "<=": found <= bound, "<": found < bound}[op]
 
 
 def exact(value: float) -> str:

@@ -158,6 +158,26 @@ def test_class_drop_compares_each_class_with_the_champion_on_the_same_rows() -> 
     assert within.promoted
 
 
+def test_a_class_drop_of_exactly_the_margin_is_judged_on_the_counts_not_on_floats() -> None:
+    """8/10 down to 7/10 falls exactly 0.1: the floats' difference is 0.10000000000000009,
+    which failed `<= 0.1` saying "0.1000 below ... (allowed: <= 0.1)"; 9/10 down to 8/10 is
+    0.09999999999999998 in floats, which passed a strict `< 0.1`."""
+    champion = {"val_accuracy": 0.9}
+    at = judge("class_drop<=0.1", scores({"cat": 0.7}), scores({"cat": 0.8}),
+               champion_metrics=champion)  # fmt: skip
+    assert at.promoted, at.reason
+    assert at.classes[0]["value"] == 0.1 and at.classes[0]["passed"] is True
+    strict = judge("class_drop<0.1", scores({"cat": 0.8}), scores({"cat": 0.9}),
+                   champion_metrics=champion)  # fmt: skip
+    assert not strict.promoted
+    assert "class 'cat' recall 0.8000 is 0.1000 below" in strict.reason
+    assert "(allowed: < 0.1)" in strict.reason
+    # 3 of 7 down to 2 of 7: 1/7 exactly, which `<=0.15` allows and `<=0.14` does not.
+    seven = [scores({"cat": hits / 7}, support=7) for hits in (3, 2)]
+    assert judge("class_drop<=0.15", seven[1], seven[0], champion_metrics=champion).promoted
+    assert not judge("class_drop<=0.14", seven[1], seven[0], champion_metrics=champion).promoted
+
+
 def test_class_drop_without_a_champion_passes_with_a_note() -> None:
     first = judge("class_drop<=0.02", scores({"cat": 0.5, "dog": 0.9}))
     assert first.promoted and "class_drop: no champion yet, nothing to fall below" in first.reason
