@@ -8,6 +8,7 @@ the documented exit code, never a traceback.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,18 @@ from app.settings.image_size import IMAGE_SIZE_MAX
 
 if TYPE_CHECKING:
     from app.storage.location import RunPath
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange with nan and inf refused: every comparison with nan is false, so
+    `--cpus-per-actor nan` passed its range and failed inside the scoring as an internal error."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number; allowed: {self._describe_range()}.",
+                      param, ctx)  # fmt: skip
+        return number
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -222,7 +235,7 @@ Exit codes:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     help="With --wait: give up after SECONDS (exit 3).",
 )
 @click.option(
@@ -233,7 +246,7 @@ Exit codes:
 @click.option(
     "--poll-interval",
     "poll_s",
-    type=click.FloatRange(min=0.05),
+    type=FiniteFloatRange(min=0.05),
     default=3.0,
     show_default=True,
     help="With --wait: seconds between status checks.",
@@ -441,7 +454,7 @@ def scoring_options(command: Any) -> Any:
             "--gpus", is_flag=True, help="One GPU per actor (exit 2 if the cluster has none)."
         ),
         click.option(
-            "--cpus-per-actor", type=click.FloatRange(0.1, 1024), default=1.0,
+            "--cpus-per-actor", type=FiniteFloatRange(0.1, 1024), default=1.0,
             show_default=True, help="CPUs each actor takes (and its torch threads).",
         ),
         click.option(

@@ -262,6 +262,21 @@ def test_a_link_planted_at_the_eval_folder_stops_nothing_but_itself(
 
 
 # --- predict on folders ------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "2000"])
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_cpus_per_actor_is_a_finite_number_in_its_range(
+    run: Path, tmp_path: Path, command: str, value: str
+) -> None:
+    """nan passed click's range (every comparison with it is false) and failed in the scoring,
+    after Ray started, as an internal error."""
+    data = folder(tmp_path / "data", CLASSES)
+    out = ["--out", str(tmp_path / "p.csv")] if command == "predict" else []
+    result = trainctl(command, str(run), str(data), *out, "--cpus-per-actor", value)
+    assert_refused(result, 2, "--cpus-per-actor", "0.1<=x<=1024")
+    no_eval_written(run)
+    assert not (tmp_path / "p.csv").exists()
+
+
 @pytest.mark.parametrize("out", ["preds.txt", "preds", "preds.parquet.gz"])
 def test_predict_out_must_be_parquet_or_csv(run: Path, tmp_path: Path, out: str) -> None:
     data = folder(tmp_path / "imgs", ["a"])

@@ -161,6 +161,20 @@ def test_the_wait_timeout_exits_3_and_leaves_the_job_running(
     assert f"RayJob {rayjob_name} is still running" in err
 
 
+@pytest.mark.parametrize(
+    "extra", [("--timeout", "nan"), ("--timeout", "inf"), ("--poll-interval", "nan")]
+)
+def test_the_waits_take_finite_seconds_only(
+    api: FakeKubeApi, values_file: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, str]
+) -> None:
+    """nan passed click's range, every comparison with it being false: a wait that never
+    times out, or a sleep that fails mid-wait."""
+    code, _, err = submit(capsys, values_file, "--wait", *extra)
+    assert code == EXIT_INVALID
+    assert f"Invalid value for '{extra[0]}': '{extra[1]}' is not a finite number" in err
+    assert api.writes() == [], "refused before anything reaches the API"
+
+
 def test_epoch_lines_and_summary_from_a_local_mount(
     api: FakeKubeApi,
     values_file: Path,
