@@ -27,6 +27,8 @@ from app.storage.location import RunPath
 
 OUTSIDE = "outside the data folder"
 TO_FOLDER = "a link to a folder"
+BROKEN = "a broken link: nothing is there"
+NOT_A_FILE = "a link to something that is not a file (a FIFO, socket or device)"
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class RefusedLink:
     path: Path  # the link
     target: str  # where it resolves to
     real_root: Path  # the data folder's real path, where it had to stay
-    why: str  # OUTSIDE or TO_FOLDER
+    why: str  # OUTSIDE, TO_FOLDER, BROKEN or NOT_A_FILE
 
 
 @dataclass
@@ -112,6 +114,7 @@ def _link(found: Walk, path: Path, parts: tuple[str, ...], real_root: Path) -> N
     if not target.is_relative_to(real_root):
         found.refused.append(RefusedLink(path, str(target), real_root, OUTSIDE))
     elif not target.is_file():
-        found.refused.append(RefusedLink(path, str(target), real_root, TO_FOLDER))
+        why = TO_FOLDER if target.is_dir() else NOT_A_FILE if target.exists() else BROKEN
+        found.refused.append(RefusedLink(path, str(target), real_root, why))
     else:
         found.files.append((parts, target.relative_to(real_root).as_posix()))

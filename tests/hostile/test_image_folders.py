@@ -63,6 +63,17 @@ def _linked_class_folder(root: Path) -> None:
     (root / "train" / "bird").symlink_to(elsewhere, target_is_directory=True)
 
 
+def _dangling_link(root: Path) -> None:
+    image_folder(root)
+    (root / "train" / "cat" / "gone.png").symlink_to(root / "train" / "cat" / "nowhere.png")
+
+
+def _link_to_a_fifo(root: Path) -> None:
+    image_folder(root)
+    os.mkfifo(root / "train" / "cat" / "pipe")
+    (root / "train" / "cat" / "piped.png").symlink_to(root / "train" / "cat" / "pipe")
+
+
 def _truncated(root: Path) -> None:
     image_folder(root, per_class=(6, 2))  # under SAMPLE_FILES: preflight decodes every file
     (root / "train" / "dog" / "broken.jpg").write_bytes(truncated_jpeg())
@@ -116,6 +127,9 @@ CASES: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
     ("class-only-in-valid", _valid_only_class, ("1 class(es) not in train/: bird",)),
     ("link-out-of-the-folder", _link_out, ("evil.png: is a symbolic link", "outside the data")),
     ("linked-class-folder", _linked_class_folder, ("train/bird: is a symbolic link", "folder")),
+    # Both were called "a link to a folder".
+    ("dangling-link", _dangling_link, ("gone.png: is a symbolic link", "a broken link")),
+    ("link-to-a-fifo", _link_to_a_fifo, ("piped.png: is a symbolic link", "not a file (a FIFO")),
     ("truncated-jpeg", _truncated, ("dog/broken.jpg: not a readable image", "truncated")),
     ("newline-in-file-name", _truncated_newline_name, ("bad\\nline.jpg': not a readable",)),
     ("decompression-bomb", _bomb, ("bomb.png: 1,600,000,000 pixels: over the 89,478,485 pixels",)),
