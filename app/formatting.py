@@ -93,3 +93,17 @@ def log_line(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
+
+
+# A spreadsheet opening a CSV runs a text cell that starts with one of these as a formula
+# (=HYPERLINK, =cmd|...): class folder names and image file names come from whoever wrote the
+# folder. OWASP's rule: such a cell is written with a leading ' (shown, not run).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: object) -> object:
+    """A cell for a CSV a person may open in a spreadsheet: text that would be run as a formula
+    gets a leading ', everything else (numbers included) is written as is."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value

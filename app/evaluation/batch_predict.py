@@ -32,7 +32,7 @@ from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
 from app.evaluation.scoring import ScoringOptions, check_resources, connect, scored_batches
 from app.export.card import CARD_FILE, Verified, verified
 from app.export.predict import Prediction, export_folder
-from app.formatting import shown
+from app.formatting import csv_text, shown
 from app.storage.entries import Kind, kind, kind_within
 from app.storage.location import (
     RunPath,
@@ -306,5 +306,5 @@ def encode(found: list[tuple[Prediction, str]], destination: RunPath, classes: i
                 cells += [name, f"{probability:.6f}"]
             else:
                 cells += ["", ""]
-        writer.writerow([*cells, error])
+        writer.writerow([csv_text(cell) for cell in (*cells, error)])
     return text.getvalue().encode()

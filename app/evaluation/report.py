@@ -27,6 +27,7 @@ import warnings
 from typing import Any
 
 from app.errors import ConfigError
+from app.formatting import csv_text
 from app.runfolder.folder import EVAL_DIR
 from app.storage import bounded_json, safe_fs
 from app.storage.entries import entries
@@ -121,7 +122,8 @@ def mistakes_csv(rows: list[tuple[Any, ...]]) -> bytes:
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(MISTAKE_COLUMNS)
     for file, row, true, predicted, confidence in rows:
-        writer.writerow([file, "" if row is None else row, true, predicted, f"{confidence:.6f}"])
+        cells = [file, "" if row is None else row, true, predicted, f"{confidence:.6f}"]
+        writer.writerow([csv_text(cell) for cell in cells])
     return text.getvalue().encode()
 
 

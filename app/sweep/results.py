@@ -12,7 +12,7 @@ import io
 import math
 from typing import Any
 
-from app.formatting import finite, one_line
+from app.formatting import csv_text, finite, one_line
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
@@ -106,8 +106,8 @@ def trials_csv(rows: list[dict[str, Any]], metric: str) -> str:
     )
     for r in rows:
         writer.writerow(
-            [r["trial"], r["status"], *(r["values"].get(k, "") for k in keys), r["epochs"],
-             _cell(r["final"]), _cell(r["best"]), _cell(r["duration_s"])]
+            [r["trial"], r["status"], *(csv_text(r["values"].get(k, "")) for k in keys),
+             r["epochs"], _cell(r["final"]), _cell(r["best"]), _cell(r["duration_s"])]
         )  # fmt: skip
     return out.getvalue()
 

@@ -51,3 +51,14 @@ def test_csv_holds_one_column_pair_per_rank(name: str) -> None:
         ["/d/b,1.png", "", "", "", "", "/d/b,1.png: not an image format Pillow reads"],
         ["/d/c.png", "dog", "0.500000", "cat", "0.500000", ""],
     ]
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_written_as_text_and_parquet_keeps_them() -> None:
+    """Class names are folder names and images are file names, from whoever wrote the folder:
+    `=2+3` or `@SUM(1)` in a CSV is run by a spreadsheet that opens it."""
+    found = [(Prediction("=HYPERLINK(x).png", [("@SUM(1)", 0, 0.75), ("-cat", 1, 0.25)]), "")]
+    rows = list(csv.reader(io.StringIO(encode(found, Path("p.csv"), classes=2).decode())))
+    assert rows[1] == ["'=HYPERLINK(x).png", "'@SUM(1)", "0.750000", "'-cat", "0.250000", ""]
+    table = pq.read_table(io.BytesIO(encode(found, Path("p.parquet"), classes=2)))
+    assert table.to_pylist()[0]["image"] == "=HYPERLINK(x).png"
+    assert table.to_pylist()[0]["classes"] == ["@SUM(1)", "-cat"]

@@ -87,6 +87,15 @@ def test_mistakes_csv_keeps_odd_names_in_their_cells() -> None:
     ]
 
 
+def test_mistakes_csv_writes_cells_a_spreadsheet_would_run_as_text() -> None:
+    rows = [("=2+3/x.png", None, "=2+3", "@SUM(1)", 0.99), ("\tcmd", 3, "+1", "cat", 0.5)]
+    parsed = list(csv.reader(io.StringIO(mistakes_csv(rows).decode())))
+    assert parsed[1:] == [
+        ["'=2+3/x.png", "", "'=2+3", "'@SUM(1)", "0.990000"],
+        ["'\tcmd", "3", "'+1", "cat", "0.500000"],
+    ]
+
+
 def test_an_evaluation_replaces_the_earlier_one_whole(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()

@@ -208,6 +208,10 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
         "duration_s",
     ]  # fmt: skip
     assert len(text.splitlines()) == 5
+    # A value as a spreadsheet would run it is written as text; a negative number stays one.
+    odd = [{"trial": "t", "status": "succeeded", "epochs": 1, "final": 0.5, "best": 0.5,
+            "duration_s": 1.0, "values": {"tag": "=1+1", "shift": -0.5}}]  # fmt: skip
+    assert trials_csv(odd, "val_accuracy").splitlines()[1].startswith("t,succeeded,'=1+1,-0.5,")
     shown = table({"sweep": "s", "status": "succeeded", "metric": "val_accuracy", "trials": rows,
                    "best": rows[2]})  # fmt: skip
     lines = shown.splitlines()
