@@ -25,6 +25,7 @@ from typing import Any
 from app.data.schema import DatasetInfo
 from app.formatting import one_line
 from app.redact import redact
+from app.runfolder.class_names import describe_difference
 
 MAX_LISTED = 1000  # class names a pointer lists; the digest covers them all
 SHOWN = 10  # class names a message shows
@@ -89,6 +90,25 @@ class Task:
         return mine == (other.classes, other.names_sha256, other.channels, other.height,
                         other.width)  # fmt: skip
 
+    def difference(self, other: Task) -> str:
+        """What differs from `other`, in a few words: the class lists' difference where both are
+        listed whole (same names in another Unicode normalisation, as a copy made on macOS
+        has, or in another order: label i would mean another class), the input's shape."""
+        parts = []
+        if self.names_sha256 != other.names_sha256:
+            whole = self.classes == len(self.class_names) and other.classes == len(
+                other.class_names
+            )
+            parts.append(
+                describe_difference(self.class_names, other.class_names)
+                if whole
+                else f"{self.classes} classes, {other.classes} now, or other names"
+            )
+        shapes = [(t.channels, t.height, t.width) for t in (self, other)]
+        if shapes[0] != shapes[1]:
+            parts.append("input {}x{}x{}, now {}x{}x{}".format(*shapes[0], *shapes[1]))
+        return "; ".join(parts)
+
     def describe(self) -> str:
         """`classes [circle, square, triangle] 3x32x32` (channels x height x width)."""
         shown = [one_line(name, MAX_NAME_CHARS) for name in self.class_names[:SHOWN]]
@@ -103,6 +123,6 @@ def another_task(champion: Task, candidate: Task, name: str, version: Any) -> st
         return None
     return (
         f"another task: champion {name} v{version} {champion.describe()}; this run "
-        f"{candidate.describe().removeprefix('classes ')}; use another TRAIN_MODEL_NAME for a "
-        "new task"
+        f"{candidate.describe().removeprefix('classes ')} ({champion.difference(candidate)}); "
+        "use another TRAIN_MODEL_NAME for a new task"
     )

@@ -126,9 +126,9 @@ def _same_task(warm: WarmStart, found: _Task, info: DatasetInfo) -> None:
     if found.task is not None and not found.task.same(run):
         raise ConfigError(
             f"TRAIN_WARM_START={warm.source}: {warm.described} is another task: "
-            f"{found.task.describe()}; this run {run.describe().removeprefix('classes ')}; "
-            "a warm start must answer the same question (or start from TRAIN_WEIGHTS, whose "
-            "head is sized to the data)"
+            f"{found.task.describe()}; this run {run.describe().removeprefix('classes ')} "
+            f"({found.task.difference(run)}); a warm start must answer the same question (or "
+            "start from TRAIN_WEIGHTS, whose head is sized to the data)"
         )
     names = info.label_names()
     if found.class_names and tuple(found.class_names) != names:

@@ -68,8 +68,9 @@ def test_a_champion_of_another_task_fails_the_check_naming_both(tmp_path: Path) 
     said = _failure_with(settings_for(tmp_path, "pets"), CATS_AND_DOGS)
     assert said == (
         f"{_pointer_file(tmp_path)}: another task: champion digits-cnn v1 classes [0, 1, 2, 3, "
-        "4, 5, 6, 7, 8, 9] 1x8x8; this run [cat, dog] 1x8x8; use another TRAIN_MODEL_NAME for a "
-        "new task; a run would train and then keep the champion, not promoted"
+        "4, 5, 6, 7, 8, 9] 1x8x8; this run [cat, dog] 1x8x8 (new: cat, dog; missing: 0, 1, 2, "
+        "3, 4 ...); use another TRAIN_MODEL_NAME for a new task; a run would train and then "
+        "keep the champion, not promoted"
     )
     other = settings_for(tmp_path, "pets", model_name="pets-cnn")  # a new task, a new name
     assert "; no champion yet (" in promotion_check(other, CATS_AND_DOGS)

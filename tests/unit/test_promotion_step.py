@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import threading
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -351,7 +352,8 @@ def test_a_champion_is_replaced_only_by_a_model_of_its_task(
     assert pets["promoted"] is False and _pointer(tmp_path) == pointer
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         f"trainctl: kept the champion: not promoted (another task: champion digits-cnn v1 "
-        f"{TASK_DIGITS}; this run [cat, dog] 1x8x8; use another TRAIN_MODEL_NAME for a new task)"
+        f"{TASK_DIGITS}; this run [cat, dog] 1x8x8 (new: cat, dog; missing: 0, 1, 2, 3, 4 ...); "
+        "use another TRAIN_MODEL_NAME for a new task)"
     )
     # Under its own name it is the first of its task; the same names in another order are
     # another task again (label 0 would change meaning).
@@ -361,7 +363,21 @@ def test_a_champion_is_replaced_only_by_a_model_of_its_task(
     make_run(tmp_path, "swapped", 0.99, info=swapped)
     again = promote_run(settings_for(tmp_path, "swapped", model_name="pets-cnn"), swapped, {})
     assert again["promoted"] is False
-    assert "this run [dog, cat] 1x8x8" in again["promotion"]["reason"]
+    assert (
+        "this run [dog, cat] 1x8x8 (same names in another order from label 0)"
+        in (again["promotion"]["reason"])
+    )
+    # A copy of the folder made on macOS names its classes in NFD: the message says so, where
+    # the two lists looked alike ([café, dog] twice).
+    nfc, nfd = (unicodedata.normalize(form, "café") for form in ("NFC", "NFD"))
+    for form, name in (("nfc", nfc), ("nfd", nfd)):
+        info = dataclasses.replace(CATS_AND_DOGS, class_names=(name, "dog"))
+        make_run(tmp_path, form, 0.99, info=info)
+        done = promote_run(settings_for(tmp_path, form, model_name="cafe-cnn"), info, {})
+    assert done["promoted"] is False
+    assert (
+        "the same name in another Unicode normalisation (NFC/NFD)" in (done["promotion"]["reason"])
+    )
 
 
 def test_a_first_champion_must_beat_chance(
