@@ -179,9 +179,14 @@ def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:
 
 
 def _sweep(settings: TrainSettings, found: Found) -> str:
+    from app.runfolder.folder import read_sweep
+    from app.settings.tune_continuation import same_trials
     from app.settings.tune_plan import plan_sweep
 
     space, trials, per_trial = plan_sweep(settings)
+    before = read_sweep(settings.run_dir, damaged="`trainctl tune` rebuilds it")
+    if before:  # a rerun: it must continue the sweep, as `trainctl tune` will refuse otherwise
+        same_trials(settings, before, trials, space)
     fits = ""
     if found.info is not None:  # the data inspected: each trial's model held to it, as tune does
         trials_fit_the_data(per_trial, found.info)

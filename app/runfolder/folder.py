@@ -59,6 +59,7 @@ EVAL_DIR = "eval"  # `trainctl evaluate`'s reports, eval/<name>/ (app/evaluation
 # A sweep's folder (app/sweep/results.py) holds this where a run's holds summary.json: told
 # apart here, so that commands given a sweep instead of a run can say so.
 SWEEP_FILE = "sweep.json"
+MAX_SWEEP_BYTES = 16 * 1024 * 1024
 OWN_NAMES = (
     SUMMARY_FILE,
     METRICS_FILE,
@@ -228,6 +229,26 @@ def read_summary(run_dir: RunPath) -> dict[str, Any] | None:
         _warn_once(path, f"{path} is damaged (not a JSON object); ignored (a run rewrites it)")
         return None
     return summary
+
+
+def read_sweep(
+    sweep_dir: RunPath, damaged: str = "rebuilt from the trials' folders"
+) -> dict[str, Any] | None:
+    """sweep.json as last written; None when there is none. A damaged one is not fatal: every
+    trial's own folder says what it did, and the sweep is rebuilt from them (`damaged`: what
+    the caller does instead, said after the problem)."""
+    path = sweep_dir / SWEEP_FILE
+    try:
+        record = bounded_json.loads(read_record_file(path, MAX_SWEEP_BYTES).decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        print(f"trainctl: {path} is damaged ({type(err).__name__}); {damaged}")
+        return None
+    if not isinstance(record, dict):
+        print(f"trainctl: {path} is damaged (not a JSON object); {damaged}")
+        return None
+    return record
 
 
 def write_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:

@@ -17,39 +17,16 @@ from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
 from app.settings.tune_plan import TRIALS_DIR, Trial
-from app.storage import bounded_json
 from app.storage.location import RunPath, write_atomic, write_json
-from app.storage.reading import read_bounded
 
 TRIALS_CSV = "trials.csv"
 PLOT_FILE = "sweep.png"
-MAX_SWEEP_BYTES = 16 * 1024 * 1024
 DONE = ("succeeded", "stopped")  # a trial in one of these is not trained again
 HIGHER_IS_BETTER = {"val_accuracy": True, "val_loss": False}
 
 
 def trial_dir(sweep_dir: RunPath, trial: Trial) -> RunPath:
     return sweep_dir / TRIALS_DIR / trial.trial_id
-
-
-def read_sweep(
-    sweep_dir: RunPath, damaged: str = "rebuilt from the trials' folders"
-) -> dict[str, Any] | None:
-    """sweep.json as last written; None when there is none. A damaged one is not fatal: every
-    trial's own folder says what it did, and the sweep is rebuilt from them (`damaged`: what
-    the caller does instead, said after the problem)."""
-    path = sweep_dir / SWEEP_FILE
-    try:
-        record = bounded_json.loads(read_bounded(path, None, MAX_SWEEP_BYTES).decode("utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as err:
-        _say(f"{path} is damaged ({type(err).__name__}); {damaged}")
-        return None
-    if not isinstance(record, dict):
-        _say(f"{path} is damaged (not a JSON object); {damaged}")
-        return None
-    return record
 
 
 def trial_row(

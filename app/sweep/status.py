@@ -7,9 +7,10 @@ from collections.abc import Callable
 
 from app.formatting import shown
 from app.redact import redact
+from app.runfolder.folder import read_sweep
 from app.settings.tune_plan import TRIALS_DIR
 from app.storage.reading import present
-from app.sweep.results import SWEEP_FILE, read_sweep, table
+from app.sweep.results import SWEEP_FILE, table
 
 
 def show_sweep(

@@ -17,7 +17,6 @@ a single run is (app/promotion/step.py): one promotion per sweep, none per trial
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
@@ -25,12 +24,13 @@ from typing import Any
 import click
 
 from app.data.schema import DatasetInfo
-from app.errors import ConfigError, RunFailed
+from app.errors import RunFailed
 from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
-from app.runfolder.folder import read_summary, refuse_the_other_kind
-from app.settings import TrainSettings, env_name
+from app.runfolder.folder import read_summary, read_sweep, refuse_the_other_kind
+from app.settings import TrainSettings
+from app.settings.tune_continuation import kept_alike, same_trials
 from app.settings.tune_plan import TRIALS_DIR, Trial, plan_sweep
 from app.settings.tune_space import Dimension
 from app.storage.entries import refuse_link
@@ -39,16 +39,6 @@ from app.sweep import parent_run, results
 from app.sweep.results import DONE, HIGHER_IS_BETTER, mapping
 
 TUNE_DIR = "tune"
-# What every trial of a sweep trains and is judged alike by: a rerun that changed one would mix
-# trials that cannot be compared (another dataset, metric, length, trial count...). Settings
-# of where and how it runs (paths, addresses, concurrency, deadlines, trackers, the gate) may
-# change between reruns.
-KEPT_ALIKE = (
-    "amp", "augment", "backbone_lr_scale", "checkpoint_metric", "dataset", "epochs", "freeze",
-    "global_batch_size", "image_size", "lr", "model", "patience", "seed", "stop_at",
-    "tune_grace_period", "tune_reduction_factor", "tune_samples", "tune_scheduler", "vit_patch",
-    "warm_start", "weight_decay", "weights",
-)  # fmt: skip
 TRIAL_DRIVER_CPUS = 0.01
 
 
@@ -57,8 +47,8 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     sweep_dir = settings.run_dir
     refuse_the_other_kind(sweep_dir, sweep=True, timeout_s=settings.storage_timeout_s)
     space, trials, per_trial = plan_sweep(settings)
-    before = results.read_sweep(sweep_dir) or {}
-    _same_trials(settings, before, trials, space)
+    before = read_sweep(sweep_dir) or {}
+    same_trials(settings, before, trials, space)
     _no_planted_links(sweep_dir, trials)
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
@@ -100,47 +90,6 @@ def _tune_until_sigterm(
                 f"stopped by SIGTERM; sweep folder {settings.run_dir} is consistent: rerun to "
                 "continue the sweep"
             ) from None
-
-
-def kept_alike(settings: TrainSettings, space: dict[str, Dimension]) -> dict[str, Any]:
-    """The settings every trial of the sweep shares (those the space does not vary), as JSON
-    writes them: sweep.json's `kept`, which a rerun must match."""
-    found = settings.model_dump(mode="json", include=set(KEPT_ALIKE) - set(space))
-    return {field: found[field] for field in sorted(found)}
-
-
-def _same_trials(
-    settings: TrainSettings,
-    before: dict[str, Any],
-    trials: list[Trial],
-    space: dict[str, Dimension],
-) -> None:
-    """A rerun must draw the trials the sweep's folders hold (the same space and seed) and
-    train and judge them alike (KEPT_ALIKE): its trials are compared with each other."""
-    recorded = mapping(before.get("kept")) or {
-        # Written before `kept` was: what those records held.
-        **({"epochs": before["epochs"]} if "epochs" in before else {}),
-        **({"tune_scheduler": before["scheduler"]} if "scheduler" in before else {}),
-    }
-    given = kept_alike(settings, space)
-    for field in sorted(set(recorded) & set(given)):
-        if recorded[field] != given[field]:
-            variable, kept = env_name(field), _shown(recorded[field])
-            raise ConfigError(
-                f"{variable}={_shown(given[field])}: this sweep's trials were trained with "
-                f"{variable}={kept}, and trials trained alike are what a sweep compares: keep "
-                f"{variable}={kept} to continue the sweep, or give a new TRAIN_RUN_NAME"
-            )
-    drawn = {t.trial_id: t.values for t in trials}
-    for row in before.get("trials") or []:
-        if not isinstance(row, dict) or row.get("trial") not in drawn:
-            continue
-        if row.get("values") != drawn[row["trial"]]:
-            raise ConfigError(
-                f"{row['trial']} of this sweep was drawn with {row.get('values')}, this space "
-                f"and TRAIN_SEED draw {drawn[row['trial']]}: keep the space and seed to "
-                "continue the sweep, or give a new TRAIN_RUN_NAME"
-            )
 
 
 def _no_planted_links(sweep_dir: RunPath, trials: list[Trial]) -> None:
@@ -396,13 +345,6 @@ def _plot(settings: TrainSettings, sweep: _Sweep, record: dict[str, Any]) -> Non
         _say(f"sweep.png not drawn ({type(err).__name__}: {err})")
         return
     _say(f"plot: {path}")
-
-
-def _shown(value: Any) -> str:
-    """A recorded setting as its TRAIN_* variable is written."""
-    if value is None:
-        return "(unset)"
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _say(message: str) -> None:

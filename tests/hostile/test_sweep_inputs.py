@@ -93,6 +93,9 @@ def test_a_sweep_folder_drawn_from_another_space_is_not_mixed(
     record = {"trials": [{"trial": "trial-0001", "values": {"lr": 0.5}}]}
     (sweep_dir / "sweep.json").write_text(json.dumps(record))
     assert_refused(trainctl("tune"), 2, "trial-0001", "new TRAIN_RUN_NAME")
+    # `check` (the RayJob's first step) says so too: it passed this sweep, which tune refused.
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  sweep", "trial-0001 of this sweep was drawn with")
     assert files_under(sweep_dir) == ["sweep.json"]
 
 
@@ -119,6 +122,8 @@ def test_a_sweep_rerun_that_would_train_its_trials_otherwise_is_refused(
     monkeypatch.setenv(variable, given)
     value = next(iter(kept.get("kept", kept).values()))
     assert_refused(trainctl("tune"), 2, f"{variable}={given}", f"keep {variable}={value}")
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  sweep", f"{variable}={given}", f"keep {variable}={value}")
     assert files_under(sweep_dir) == ["sweep.json"]
 
 

@@ -226,8 +226,8 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
 def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from app.runfolder.folder import record_epoch
-    from app.sweep.results import read_sweep, trial_row
+    from app.runfolder.folder import read_sweep, record_epoch
+    from app.sweep.results import trial_row
     from tests.promotion_support import make_run
 
     sweep_dir = tmp_path / "sweep"

@@ -1,0 +1,75 @@
+"""Whether a rerun of a sweep continues it: the trials its folders hold drawn again (the same
+space and seed) and trained and judged alike (KEPT_ALIKE), since a sweep compares its trials
+with each other. `trainctl tune` refuses a rerun that does not (exit 2, before Ray starts), and
+`trainctl check` says so on its sweep line: the RayJob's first step.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from app.errors import ConfigError
+from app.settings import TrainSettings, env_name
+from app.settings.tune_plan import Trial
+from app.settings.tune_space import Dimension
+
+# What every trial of a sweep trains and is judged alike by: a rerun that changed one would mix
+# trials that cannot be compared (another dataset, metric, length, trial count...). Settings
+# of where and how it runs (paths, addresses, concurrency, deadlines, trackers, the gate) may
+# change between reruns.
+KEPT_ALIKE = (
+    "amp", "augment", "backbone_lr_scale", "checkpoint_metric", "dataset", "epochs", "freeze",
+    "global_batch_size", "image_size", "lr", "model", "patience", "seed", "stop_at",
+    "tune_grace_period", "tune_reduction_factor", "tune_samples", "tune_scheduler", "vit_patch",
+    "warm_start", "weight_decay", "weights",
+)  # fmt: skip
+
+
+def kept_alike(settings: TrainSettings, space: dict[str, Dimension]) -> dict[str, Any]:
+    """The settings every trial of the sweep shares (those the space does not vary), as JSON
+    writes them: sweep.json's `kept`, which a rerun must match."""
+    found = settings.model_dump(mode="json", include=set(KEPT_ALIKE) - set(space))
+    return {field: found[field] for field in sorted(found)}
+
+
+def same_trials(
+    settings: TrainSettings,
+    before: dict[str, Any],
+    trials: list[Trial],
+    space: dict[str, Dimension],
+) -> None:
+    """A rerun must draw the trials the sweep's folders hold (the same space and seed) and
+    train and judge them alike (KEPT_ALIKE): its trials are compared with each other."""
+    said = before.get("kept")
+    recorded = (said if isinstance(said, dict) else {}) or {
+        # Written before `kept` was: what those records held.
+        **({"epochs": before["epochs"]} if "epochs" in before else {}),
+        **({"tune_scheduler": before["scheduler"]} if "scheduler" in before else {}),
+    }
+    given = kept_alike(settings, space)
+    for field in sorted(set(recorded) & set(given)):
+        if recorded[field] != given[field]:
+            variable, kept = env_name(field), _shown(recorded[field])
+            raise ConfigError(
+                f"{variable}={_shown(given[field])}: this sweep's trials were trained with "
+                f"{variable}={kept}, and trials trained alike are what a sweep compares: keep "
+                f"{variable}={kept} to continue the sweep, or give a new TRAIN_RUN_NAME"
+            )
+    drawn = {t.trial_id: t.values for t in trials}
+    for row in before.get("trials") or []:
+        if not isinstance(row, dict) or row.get("trial") not in drawn:
+            continue
+        if row.get("values") != drawn[row["trial"]]:
+            raise ConfigError(
+                f"{row['trial']} of this sweep was drawn with {row.get('values')}, this space "
+                f"and TRAIN_SEED draw {drawn[row['trial']]}: keep the space and seed to "
+                "continue the sweep, or give a new TRAIN_RUN_NAME"
+            )
+
+
+def _shown(value: Any) -> str:
+    """A recorded setting as its TRAIN_* variable is written."""
+    if value is None:
+        return "(unset)"
+    return value if isinstance(value, str) else json.dumps(value)
