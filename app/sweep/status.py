@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from typing import Any
 
-from app.formatting import shown
+from app.formatting import format_duration, shown
 from app.redact import redact
+from app.run.status import STALE_S, read_run
 from app.runfolder.folder import read_sweep
 from app.settings.tune_plan import TRIALS_DIR
+from app.storage.location import RunPath
 from app.storage.reading import present
-from app.sweep.results import SWEEP_FILE, table
+from app.sweep.results import HIGHER_IS_BETTER, SWEEP_FILE, table
+
+ENDED = ("succeeded", "failed", "stopped")  # a trial row written once the trial had ended
+TRIAL_NAME = re.compile(r"trial-[0-9]{4,6}")  # app/settings/tune_plan.py names them so
 
 
 def show_sweep(
@@ -36,5 +43,44 @@ def show_sweep(
     record = read_sweep(path, f"each trial's own folder: trainctl status {shown(str(trials))}")
     if record is None:
         return True  # a sweep's folder all the same: its run folders are the trials'
+    record, silent = _live(record, path)
     echo(json.dumps(record, indent=2) if as_json else table(record))
+    if silent and not as_json:
+        echo(
+            f"({', '.join(silent)}: no progress for over {format_duration(STALE_S)}; a sweep "
+            "whose driver was killed is left like this: rerun `trainctl tune` to continue it)"
+        )
     return True
+
+
+def _live(record: dict[str, Any], sweep_dir: RunPath) -> tuple[dict[str, Any], list[str]]:
+    """sweep.json with each trial it has not seen end read from the trial's own folder, and
+    the trials silent for long. The sweep rewrites sweep.json only when a trial ends, so a
+    trial in training showed `pending 0` for as long as it trained, and one whose driver was
+    killed stayed so for good; its folder says what `trainctl status` says of any run."""
+    rows = record.get("trials")
+    if not isinstance(rows, list):
+        return record, []
+    metric = record.get("metric") if record.get("metric") in HIGHER_IS_BETTER else "val_accuracy"
+    live: list[Any] = []
+    silent: list[str] = []
+    for row in rows:
+        name = row.get("trial") if isinstance(row, dict) else None
+        if (
+            not isinstance(name, str)
+            or not TRIAL_NAME.fullmatch(name)
+            or row.get("status") in ENDED
+        ):
+            live.append(row)
+            continue
+        run = read_run(sweep_dir / TRIALS_DIR / name)
+        if run.status == "unknown" and run.epochs_completed is None:  # not started yet
+            live.append(row)
+            continue
+        live.append(
+            {**row, "status": run.status, "epochs": run.epochs_completed or 0,
+             "final": (run.last_epoch or {}).get(metric), "best": (run.best or {}).get(metric)}
+        )  # fmt: skip
+        if run.silent_s is not None and run.silent_s >= STALE_S:
+            silent.append(f"{name} silent {format_duration(run.silent_s)}")
+    return {**record, "trials": live}, silent

@@ -5,6 +5,7 @@ scripted fake (tests/unit/fake_kube_api.py), everything else is real."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -363,6 +364,45 @@ def test_a_storage_folder_names_the_sweeps_it_holds(
     assert "without run records" not in out, out
     code, out, err = trainctl(capsys, "status", "--storage", str(storage), "--json")
     assert json.loads(out)["sweeps"] == ["nightly"] and json.loads(out)["not_run_folders"] == 0
+
+
+def test_a_running_sweep_shows_its_trials_as_their_folders_say(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sweep.json is rewritten only when a trial ends: a trial in training showed `pending 0`
+    while it trained, and one whose driver was killed stayed so, the sweep `running`, for good."""
+    sweep = tmp_path / "runs" / "nightly"
+    now = time.time()
+    _running(sweep / "trials", "trial-0001", last_seen=now - 5)
+    _running(sweep / "trials", "trial-0002", last_seen=now - 7200)
+    rows = [
+        {
+            "trial": f"trial-000{n}",
+            "status": "pending",
+            "values": {"lr": 0.01 * n},
+            "epochs": 0,
+            "final": None,
+            "best": None,
+            "duration_s": None,
+        }
+        for n in (1, 2, 3)
+    ]
+    rows.append({"trial": "../../etc", "status": "pending", "values": {}, "epochs": 0})
+    record = {"sweep": "nightly", "status": "running", "metric": "val_loss", "trials": rows}
+    (sweep / "sweep.json").write_text(json.dumps(record))
+    code, out, err = trainctl(capsys, "status", str(sweep))
+    assert code == EXIT_OK, err
+    lines = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line.strip()}
+    # TRIAL STATUS LR EPOCHS FINAL BEST: epochs and figures from metrics.jsonl (val_loss).
+    assert lines["trial-0001"][1:6] == ["running", "0.01", "3", "0.7", "0.5"], out
+    assert lines["trial-0002"][1:3] == ["running", "0.02"], out
+    assert lines["trial-0003"][1:4] == ["pending", "0.03", "0"], out  # not started: as recorded
+    assert lines["../../etc"][1] == "pending"  # not a trial's name: never read as a path
+    assert "(trial-0002 silent 2h00m: no progress for over 15m00s;" in out, out
+    assert "rerun `trainctl tune` to continue it)" in out
+    code, out, err = trainctl(capsys, "status", str(sweep), "--json")
+    trials = {row["trial"]: row for row in json.loads(out)["trials"]}
+    assert trials["trial-0001"]["epochs"] == 3 and trials["trial-0001"]["best"] == 0.5
 
 
 def test_status_refuses_what_is_no_run_folder(
