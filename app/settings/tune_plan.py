@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,9 @@ class Trial:
 
 def trial_id(number: int) -> str:
     return f"trial-{number:04d}"
+
+
+TRIAL_NAME = re.compile(r"trial-[0-9]{4,6}")  # what trial_id names, up to MAX_TRIALS
 
 
 def draw(space: dict[str, Dimension], samples: int, seed: int, scheduler: str) -> list[Trial]:

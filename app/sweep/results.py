@@ -89,6 +89,11 @@ def trials_csv(rows: list[dict[str, Any]], metric: str) -> str:
     return out.getvalue()
 
 
+def record_metric(record: dict[str, Any]) -> str:
+    """The metric a sweep.json ranks its trials by; val_accuracy where it names none we know."""
+    return record.get("metric") if record.get("metric") in HIGHER_IS_BETTER else "val_accuracy"
+
+
 def table(record: dict[str, Any]) -> str:
     """The trials as `trainctl status` shows them, best first: first those the sweep could
     ship (trained to the end), then the rest, so that a stopped trial that scored higher never
@@ -96,7 +101,7 @@ def table(record: dict[str, Any]) -> str:
     many hands write: a field of another type than trainctl writes is shown as missing, and
     every text is escaped (one_line), so it can neither crash the table nor drive a terminal."""
     rows = [_shown_row(r) for r in _listed(record.get("trials")) if isinstance(r, dict)]
-    metric = record.get("metric") if record.get("metric") in HIGHER_IS_BETTER else "val_accuracy"
+    metric = record_metric(record)
     keys = list(dict.fromkeys(k for r in rows for k in r["values"]))
     head = ["TRIAL", "STATUS", *(k.upper() for k in keys), "EPOCHS", "FINAL", "BEST", "TIME"]
     sign = -1 if HIGHER_IS_BETTER[metric] else 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -11,13 +10,12 @@ from app.formatting import format_duration, shown
 from app.redact import redact
 from app.run.status import STALE_S, read_run
 from app.runfolder.folder import read_sweep
-from app.settings.tune_plan import TRIALS_DIR
+from app.settings.tune_plan import TRIAL_NAME, TRIALS_DIR
 from app.storage.location import RunPath
 from app.storage.reading import present
-from app.sweep.results import HIGHER_IS_BETTER, SWEEP_FILE, table
+from app.sweep.results import DONE, SWEEP_FILE, record_metric, table
 
-ENDED = ("succeeded", "failed", "stopped")  # a trial row written once the trial had ended
-TRIAL_NAME = re.compile(r"trial-[0-9]{4,6}")  # app/settings/tune_plan.py names them so
+ENDED = (*DONE, "failed")  # a trial row written once the trial had ended
 
 
 def show_sweep(
@@ -61,7 +59,7 @@ def _live(record: dict[str, Any], sweep_dir: RunPath) -> tuple[dict[str, Any], l
     rows = record.get("trials")
     if not isinstance(rows, list):
         return record, []
-    metric = record.get("metric") if record.get("metric") in HIGHER_IS_BETTER else "val_accuracy"
+    metric = record_metric(record)
     live: list[Any] = []
     silent: list[str] = []
     for row in rows:
