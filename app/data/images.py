@@ -265,14 +265,14 @@ def _open(data: bytes | None, row: int) -> Image.Image:
     """The row's image, its header read: under the pixel limit image folders and `predict`
     have too (app/data/image_decode.py)."""
     if not data or not data.startswith(ENCODED_MAGIC):
-        raise ImageError(f"row {row} is not PNG or JPEG bytes")
+        raise ImageError(f"row {row}: not PNG or JPEG bytes")
     try:
         return open_image(data, f"row {row}")
     except TooManyPixels:
         raise
     except ImageError as err:
         why = str(err).removeprefix(f"row {row}: ")
-        raise ImageError(f"row {row} is not a decodable PNG/JPEG image ({why})") from None
+        raise ImageError(f"row {row}: not a decodable PNG/JPEG image ({why})") from None
 
 
 def _decode_encoded(array: pa.Array, fmt: ImageFormat) -> np.ndarray:
@@ -284,12 +284,12 @@ def _decode_encoded(array: pa.Array, fmt: ImageFormat) -> np.ndarray:
             raise ImageError(f"row {row}: {image.mode} images are not 8-bit; images must be uint8")
         if image.size != (fmt.width, fmt.height):
             raise ImageError(
-                f"images have mixed sizes: row {row} is {image.size[0]}x{image.size[1]} "
-                f"(width x height), expected {fmt.width}x{fmt.height}"
+                f"row {row}: {image.size[0]}x{image.size[1]} (width x height) where the other "
+                f"images are {fmt.width}x{fmt.height}; images must all be one size"
             )
         try:
             pixels = np.asarray(image.convert(mode))
         except OSError as err:  # a truncated or corrupt file fails only when decoded
-            raise ImageError(f"row {row} is not a decodable PNG/JPEG image ({err})") from None
+            raise ImageError(f"row {row}: not a decodable PNG/JPEG image ({err})") from None
         out[row] = pixels.reshape(fmt.height, fmt.width, fmt.channels)
     return out

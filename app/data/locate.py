@@ -44,6 +44,6 @@ def _first_bad_row(path: Path, column: object, offset: int, info: DatasetInfo) -
         try:
             to_images(column.slice(row, 1), info.image_format)  # type: ignore[attr-defined]
         except ImageError as err:
-            cause = str(err).removeprefix("row 0 ").removeprefix("row 0: ")
+            cause = str(err).removeprefix("row 0: ")
             return f"{path}: row {offset + row}: {cause}"
     return f"{path}: rows {offset}..{offset + len(column) - 1}"  # type: ignore[arg-type]

@@ -215,7 +215,9 @@ def inspect_split(folder: Path | ObjectPath) -> DatasetInfo:
     if not root.is_dir():
         raise ConfigError(f"{root}: folder not found; {COLUMNS_HELP}")
     problems = Problems()
-    split = _scan(_Split(root.name, root), problems)
+    # Rows to score that do not decode are skipped and counted by the scoring, as image files
+    # are: here only the format needs one that does.
+    split = _scan(_Split(root.name, root), problems, skip_bad_rows=True)
     if problems:
         raise ConfigError(problems)
     names = _class_names(split, split, problems)
@@ -248,7 +250,7 @@ def _class_names(train: _Split, valid: _Split, problems: Problems) -> tuple[str,
     return names
 
 
-def _scan(split: _Split, problems: Problems) -> _Split:
+def _scan(split: _Split, problems: Problems, skip_bad_rows: bool = False) -> _Split:
     if not split.folder.is_dir():
         problems.add(
             f"{split.folder}: folder not found; a dataset folder holds train/ and valid/, "
@@ -276,7 +278,7 @@ def _scan(split: _Split, problems: Problems) -> _Split:
         listed = ", ".join(f"{shape} in {path.name}" for shape, path in shapes.items())
         problems.add(f"{split.folder}: images have mixed shapes ({listed})")
         return split
-    _sample_images(split, problems)
+    _sample_images(split, problems, skip_bad_rows)
     return split
 
 
@@ -353,23 +355,40 @@ def _scan_file(split: _Split, path: Path, problems: Problems) -> None:
     split.labels = (min(old[0], low), max(old[1], high))
 
 
-def _sample_images(split: _Split, problems: Problems) -> None:
-    """Decode up to SAMPLE_ROWS images spread over the first files: format, shape, pixel type."""
+def _sample_images(split: _Split, problems: Problems, skip_bad_rows: bool) -> None:
+    """Decode up to SAMPLE_ROWS images spread over the first files: format, shape, pixel type.
+    With `skip_bad_rows`, rows that do not decode are left out of the sample (a problem only
+    where none does)."""
     files = [path for path, rows in split.file_rows.items() if rows > 0][:SAMPLE_FILES]
     per_file = max(1, SAMPLE_ROWS // len(files))
-    samples = []
+    samples, first_error, looked_at = [], "", 0
     for path in files:
         batch = next(open_parquet(path).iter_batches(batch_size=per_file, columns=["image"]))
         column = batch.column(0)
+        looked_at += len(column)
         try:
-            if split.format is None:
-                split.format = infer_format(split.fields[path], column)
-            images = to_images(column, split.format)
+            samples.append(_decoded(split, path, column))
         except ImageError as err:
-            problems.add(f"{path}: column image: {err}")
-            return
-        samples.append(images)
+            if not skip_bad_rows:
+                problems.add(f"{path}: column image: {err}")
+                return
+            first_error = first_error or f"{path}: column image: {err}"
+            for row in range(len(column)):
+                try:
+                    samples.append(_decoded(split, path, column.slice(row, 1)))
+                except ImageError:
+                    continue
+    if not samples:
+        problems.add(f"{first_error}; none of the {looked_at:,} rows looked at decodes")
+        return
     split.sample = np.concatenate(samples)
+
+
+def _decoded(split: _Split, path: Path, column: pa.Array) -> np.ndarray:
+    """The column's images, the split's format worked out from the first that reads."""
+    if split.format is None:
+        split.format = infer_format(split.fields[path], column)
+    return to_images(column, split.format)
 
 
 def _check_across_splits(train: _Split, valid: _Split, problems: Problems) -> None:

@@ -253,7 +253,8 @@ def evaluate(
     names = list(card["class_names"])
     found = _gather(scored_batches(rows, export, options), strict, max_mistakes, row_prefix)
     if found.skipped:
-        _warn_skipped(found.skipped, found.skipped_listed, strict_hint)
+        unit = "row" if row_prefix else "file"
+        _warn_skipped(found.skipped, found.skipped_listed, f"{strict_hint} {unit}", unit)
     if found.outcomes.rows == 0:
         raise ConfigError(
             f"{data.get('shown', 'the data')}: none of its {found.skipped:,} rows could be used"
@@ -341,9 +342,10 @@ def _gather(
         for index in bad:
             reason = _reason(files[index], numbers[index], str(errors[index]), parquet)
             if strict:
+                unit = "row" if parquet else "file"
                 raise ConfigError(
-                    f"{reason} (--strict stops at the first file that cannot be used; without "
-                    "it such files are skipped and counted)"
+                    f"{reason} (--strict stops at the first {unit} that cannot be used; without "
+                    f"it such {unit}s are skipped and counted)"
                 )
             skipped += 1
             if len(listed) < LISTED_SKIPPED:
@@ -422,11 +424,11 @@ def _reason(file: str | None, row: int | None, error: str, parquet: tuple[str, s
     return error  # an image file's reason names it already
 
 
-def _warn_skipped(skipped: int, listed: list[dict[str, Any]], strict_hint: str) -> None:
+def _warn_skipped(skipped: int, listed: list[dict[str, Any]], strict_hint: str, unit: str) -> None:
     first = "; ".join(item["reason"] for item in listed[:SHOWN_SKIPPED])
     more = " ..." if skipped > SHOWN_SKIPPED else ""
     click.echo(
-        f"trainctl: skipped {skipped:,} file(s) that cannot be used (listed in metrics.json; "
+        f"trainctl: skipped {skipped:,} {unit}(s) that cannot be used (listed in metrics.json; "
         f"{strict_hint}): {first}{more}",
         err=True,
     )

@@ -57,7 +57,7 @@ def parquet_rows(table: pa.Table, fmt: ImageFormat) -> dict[str, np.ndarray]:
             try:
                 images[row] = to_images(column.slice(row, 1), fmt)[0]
             except ImageError as err:
-                errors[row] = str(err).removeprefix("row 0 ").removeprefix("row 0: ")
+                errors[row] = str(err).removeprefix("row 0: ")  # the driver numbers the row
     return {
         "image": images,
         "label": table.column("label").to_numpy().astype(np.int64, copy=False),

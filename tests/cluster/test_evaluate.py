@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
@@ -154,7 +155,7 @@ def test_an_image_folder_is_scored_on_the_cluster_skipping_what_cannot_be_read(
     assert result.out.startswith("trainctl: evaluated digits-cnn on the data at")
     assert str(folder) in result.out and "2 skipped" in result.out
     assert "skipped 2 file(s) that cannot be used (listed in metrics.json; --strict stops at " \
-        "the first)" in result.err, result.err  # fmt: skip
+        "the first file)" in result.err, result.err  # fmt: skip
     metrics = json.loads((folder / "metrics.json").read_text())
     val_accuracy, valid_rows = recorded(finished_run)
     # The PNG files hold the validation rows' pixels, prepared by the same code: same count.
@@ -185,6 +186,44 @@ def test_an_image_folder_is_scored_on_the_cluster_skipping_what_cannot_be_read(
     assert strict.code == 2, strict.text
     assert any(str(images / bad) in strict.err for bad in BAD), strict.text
     assert not (finished_run.run_dir / "eval" / "strict").exists()
+
+
+def test_parquet_rows_that_cannot_be_read_are_skipped_and_named_by_file_and_row(
+    finished_run: FinishedRun, images: Path, quiet_driver: None, tmp_path: Path
+) -> None:
+    """The same PNG files as Parquet rows of encoded images: the first row truncated (the one
+    the format is read from, which refused the whole folder) and one of another size. Both
+    are skipped and counted, each named by its own row in its file; the rest score as the
+    files did."""
+    files = sorted(p for p in images.rglob("*.png") if p.relative_to(images).as_posix() not in BAD)
+    blobs = [p.read_bytes() for p in files]
+    blobs[0] = blobs[0][:40]
+    other = io.BytesIO()
+    Image.new("L", (9, 9)).save(other, format="PNG")
+    blobs[7] = other.getvalue()
+    data = tmp_path / "rows"
+    data.mkdir()
+    table = pa.table(
+        {"image": pa.array(blobs, pa.binary()), "label": [int(p.parent.name) for p in files]}
+    )
+    pq.write_table(table, data / "part-0.parquet", row_group_size=64)
+
+    result = evaluate(str(finished_run.run_dir), str(data), "--name", "rows")
+    assert result.code == 0, result.text
+    assert "skipped 2 row(s) that cannot be used" in result.err, result.err
+    metrics = json.loads((finished_run.run_dir / "eval" / "rows" / "metrics.json").read_text())
+    assert (metrics["rows"], metrics["skipped"]["count"]) == (len(files) - 2, 2)
+    where = f"{data / 'part-0.parquet'}: "
+    first, second = (item["reason"] for item in metrics["skipped"]["first"])
+    assert first.startswith(f"{where}row 0: not a decodable PNG/JPEG image ("), first
+    assert second == (
+        f"{where}row 7: 9x9 (width x height) where the other images are 8x8; images must all "
+        "be one size"
+    )
+    assert [(i["row"], i["file"]) for i in metrics["skipped"]["first"]] == [
+        (0, "part-0.parquet"),
+        (7, "part-0.parquet"),
+    ]
 
 
 def test_gpus_are_refused_where_the_cluster_has_none(

@@ -196,14 +196,14 @@ BROKEN: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     ),
     "not-an-image": (
         lambda r: (good(r), _frame(r / "valid" / "a.parquet", image=[b"hello"], label=[0])),
-        ["row 0 is not PNG or JPEG bytes"],
+        ["row 0: not PNG or JPEG bytes"],
     ),
     "truncated-png": (
         lambda r: (
             good(r),
             _frame(r / "valid" / "a.parquet", image=[_png(GRAY[0])[:60]], label=[0]),
         ),
-        ["row 0 is not a decodable PNG/JPEG image"],
+        ["row 0: not a decodable PNG/JPEG image"],
     ),
     "decompression-bomb-png": (  # image folders' and predict's limit; was an internal error
         lambda r: (good(r), _frame(r / "valid" / "a.parquet", image=[BOMB], label=[0])),
@@ -257,3 +257,34 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     problems = caught.value.problems
     assert len(problems) == 2
     assert "missing column label" in problems[0] and "valid: folder not found" in problems[1]
+
+
+def test_data_to_evaluate_is_inspected_past_rows_that_do_not_decode(tmp_path: Path) -> None:
+    """Evaluation skips and counts rows it cannot use (the scoring names each), so a bad row
+    among the first, the sample the format is read from, did not refuse the whole folder; a
+    training split keeps refusing it, and a folder where no row decodes is refused either way."""
+    from app.data.schema import inspect_split
+
+    images = [Image.fromarray(GRAY[i]) for i in range(4)]
+    encoded(tmp_path / "eval" / "a.parquet", images, np.arange(4) % 2)
+    table = pq.read_table(tmp_path / "eval" / "a.parquet")
+    blobs = table.column("image").to_pylist()
+    blobs[0] = blobs[0][:60]  # truncated: the first row, the one the format was read from
+    bad = table.set_column(0, "image", pa.array(blobs, pa.binary()))
+    pq.write_table(bad, tmp_path / "eval" / "a.parquet")
+
+    info = inspect_split(tmp_path / "eval")
+    assert (info.height, info.width, info.channels, info.valid_rows) == (6, 5, 1, 4)
+
+    (tmp_path / "ds" / "train").mkdir(parents=True)
+    pq.write_table(bad, tmp_path / "ds" / "train" / "a.parquet")
+    encoded(tmp_path / "ds" / "valid" / "a.parquet", images, np.arange(4) % 2)
+    with pytest.raises(ConfigError, match="row 0: not a decodable PNG/JPEG image"):
+        inspect_dataset(tmp_path / "ds")
+
+    none = bad.set_column(0, "image", pa.array([b[:60] for b in blobs], pa.binary()))
+    pq.write_table(none, tmp_path / "eval" / "a.parquet")
+    with pytest.raises(ConfigError) as refused:
+        inspect_split(tmp_path / "eval")
+    assert "row 0: not a decodable PNG/JPEG image" in str(refused.value)
+    assert "none of the 4 rows looked at decodes" in str(refused.value)
