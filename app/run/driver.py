@@ -21,13 +21,12 @@ from app.promotion.step import promote_run
 from app.run import decisions, first_met, resume
 from app.run.progress import EpochFollower
 from app.run.signals import SIGTERM_SEEN, StopForSigterm, just_in_time, sigterm_interrupts
-from app.runfolder import checkpoints, retention
+from app.runfolder import checkpoints, retention, usage
 from app.runfolder import folder as run_folder
 from app.runfolder import log_capture as run_logs
 from app.runfolder.class_names import record as record_class_names
 from app.runfolder.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
 from app.runfolder.summary import build_summary, plot_curves
-from app.runfolder.usage import accelerator_hours, run_seconds
 from app.settings import TrainSettings
 from app.storage.location import RunPath, storage_options
 from app.tracking.trackers import Trackers
@@ -415,13 +414,18 @@ def _summary(
     run_dir = settings.run_dir
     starts = run_folder.attempts(run_dir, invocation) if invocation else []
     before = read_summary(run_dir) or {}  # the running summary: what earlier drivers recorded
+    trained = run_folder.epochs(run_dir)  # their training clock: what a killed driver left
+    this_driver_s = time.monotonic() - started
     summary = build_summary(
         run_dir,
         status=status,
         run_name=settings.run_name,
         target_epochs=settings.epochs,
         settings=_recorded_settings(settings),
-        duration_s=run_seconds(before.get("duration_s"), time.monotonic() - started),
+        duration_s=max(
+            usage.run_seconds(before.get("duration_s"), this_driver_s),
+            usage.clock_seconds(trained),
+        ),
         failures=decisions.failures_recovered(starts),
         restored_from=decisions.restored_from(starts, str(resumed) if resumed else None),
         metric=settings.checkpoint_metric,
@@ -429,12 +433,16 @@ def _summary(
         good=kept,
     )
     # What this run has held so far: this driver's worker groups on top of earlier drivers'.
-    summary["accelerator_hours"] = accelerator_hours(
-        before.get("accelerator_hours"),
-        starts,
-        end=time.time(),
-        use_gpu=settings.use_gpu,
-        cpus_per_worker=settings.cpus_per_worker,
+    use_gpu, cpus = settings.use_gpu, settings.cpus_per_worker
+    summary["accelerator_hours"] = usage.at_least(
+        usage.accelerator_hours(
+            before.get("accelerator_hours"),
+            starts,
+            end=time.time(),
+            use_gpu=use_gpu,
+            cpus_per_worker=cpus,
+        ),
+        usage.from_training_clock(trained, use_gpu=use_gpu, cpus_per_worker=cpus),
     )
     summary.update(_stop_and_costs(settings, summary["accelerator_hours"], kept, before))
     # Carried over: where this attempt's ingest ran (_find_pool), and the tracker runs an

@@ -6,8 +6,10 @@ A worker group holds its workers from its start (one attempts.jsonl line, rank 0
 the next start (a restart after a failure or a preemption, possibly at another world size) or
 the driver's end; each driver adds its own worker groups to what the run's earlier drivers
 recorded (the running summary carries their total). A driver killed without a word (SIGKILL,
-a lost node) writes no summary, so its share is not counted. Pure functions, free of torch and
-Ray: the driver and `trainctl status` both import them.
+a lost node) writes no summary, so its share is known only from the training clock its
+checkpoints carry (app/training/run_clock.py): a run's figures are never below that clock's
+at its last epoch. Pure functions, free of torch and Ray: the driver and `trainctl status`
+both import them.
 """
 
 from __future__ import annotations
@@ -63,6 +65,24 @@ def from_training_clock(
         return None
     hours = round(seconds * per_worker / 3600, 6)
     return {"kind": kind, "hours": hours, "workers": None, "per_worker": per_worker}
+
+
+def clock_seconds(records: Sequence[Mapping[str, Any]]) -> float:
+    """The training clock at the run's last epoch that recorded one (`run_time_s`), 0 where
+    none did: how long the run trained at least, whichever of its drivers ended unsaid."""
+    for record in reversed(records):
+        seconds = finite(record.get("run_time_s"))
+        if seconds is not None and 0 <= seconds <= MAX_HOURS * 3600:
+            return seconds
+    return 0.0
+
+
+def at_least(record: dict[str, Any], clock: dict[str, Any] | None) -> dict[str, Any]:
+    """`record` (this driver's on top of the earlier drivers'), or the training clock's hours
+    where those are more: an earlier driver killed without a word added nothing."""
+    if clock is None or clock["kind"] != record["kind"] or clock["hours"] <= record["hours"]:
+        return record
+    return {**record, "hours": clock["hours"]}
 
 
 def _unit(use_gpu: bool, cpus_per_worker: float) -> tuple[Kind, float]:

@@ -240,3 +240,15 @@ def test_a_damaged_record_or_start_is_not_counted(damaged: object) -> None:
 def test_a_runs_time_adds_each_drivers_and_ignores_a_damaged_record(earlier: object) -> None:
     assert usage.run_seconds(120.0, 30.0) == 150.0  # a resumed run took both drivers' time
     assert usage.run_seconds(earlier, 30.0) == 30.0
+
+
+def test_the_training_clock_is_the_floor_of_a_runs_time_and_hours() -> None:
+    records = [{"run_time_s": 10.0}, {"run_time_s": float("nan")}, {}, {"run_time_s": -4}]
+    assert usage.clock_seconds(records) == 10.0  # the newest figure that is one
+    assert usage.clock_seconds([{"run_time_s": 1e300}, {"x": 1}]) == 0.0
+    mine = {"kind": "gpu", "hours": 2.0, "workers": 4, "per_worker": 1.0}
+    clock = {"kind": "gpu", "hours": 3.0, "workers": None, "per_worker": 1.0}
+    assert usage.at_least(mine, clock) == {**mine, "hours": 3.0}  # workers kept
+    assert usage.at_least(mine, {**clock, "hours": 1.0}) == mine
+    assert usage.at_least(mine, {**clock, "kind": "cpu"}) == mine  # other units do not compare
+    assert usage.at_least(mine, None) == mine

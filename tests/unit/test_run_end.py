@@ -127,3 +127,21 @@ def test_the_end_of_a_run_adds_its_hours_and_time_to_earlier_drivers_and_labels_
         "trainctl: run r succeeded: 3/10 epochs; last epoch val_accuracy 0.8000; "
         "best checkpoint (epoch 2) val_accuracy 0.9000; 0 failure(s) recovered"
     )
+
+
+def test_a_run_whose_earlier_driver_was_killed_unsaid_counts_its_training_clock(
+    tmp_path: Path,
+) -> None:
+    """A driver killed after its last epoch (SIGKILL: a sweep's driver, a lost node) wrote no
+    summary; its rerun, which only concludes, recorded 0.03 s and a few CPU-seconds for the
+    whole run. The training clock each epoch carries is the floor of both figures."""
+    run_dir = _run_folder(tmp_path)
+    for epoch, accuracy in ACCURACY.items():
+        clock = {"run_time_s": 400.0 * epoch, "worker_time_s": 800.0 * epoch}
+        run_folder.record_epoch(run_dir, {"epoch": epoch, "val_accuracy": accuracy, **clock})
+
+    summary, _ = run._finish(settings_for(tmp_path, "r"), "succeeded", time.monotonic(), "", None)
+
+    assert summary["duration_s"] == 1200.0  # the last epoch's run_time_s
+    assert summary["accelerator_hours"]["hours"] == round(2400.0 / 3600, 6)  # 1 CPU each
+    assert summary["accelerator_hours"]["kind"] == "cpu"
