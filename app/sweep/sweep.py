@@ -187,8 +187,8 @@ def _tune(
     # the workers hold the CPUs and GPUs, and TRAIN_TUNE_CONCURRENT bounds the trials. (Tune
     # refuses a request of nothing: a hundredth of a CPU.)
     trainable = tune.with_resources(trainable, {"CPU": TRIAL_DRIVER_CPUS})
-    concurrent = concurrent_trials(settings, len(todo))
-    _say(f"{concurrent} trial(s) at a time")
+    concurrent, why = concurrent_trials(settings, len(todo))
+    _say(f"{concurrent} trial(s) at a time ({why})")
     # Tune's default output engine prints a banner whatever `verbose` says (a configuration
     # table, a TensorBoard command into Ray's temporary session folder); the classic engine at
     # verbose 0 prints nothing, and the sweep's own lines give the progress (trial_reported).
@@ -278,20 +278,34 @@ def _recorder(sweep: _Sweep) -> Any:
     return Recorder()
 
 
-def concurrent_trials(settings: TrainSettings, todo: int) -> int:
-    """TRAIN_TUNE_CONCURRENT, or as many trials as the cluster's CPUs and GPUs hold."""
+def concurrent_trials(settings: TrainSettings, todo: int) -> tuple[int, str]:
+    """TRAIN_TUNE_CONCURRENT, or as many trials as the cluster's CPUs and GPUs hold; and why,
+    in words."""
     if settings.tune_concurrent:
-        return max(1, min(settings.tune_concurrent, todo))
+        return max(1, min(settings.tune_concurrent, todo)), "TRAIN_TUNE_CONCURRENT"
     import ray
 
+    return trials_that_fit(settings, ray.cluster_resources(), todo)
+
+
+def trials_that_fit(
+    settings: TrainSettings, resources: dict[str, float], todo: int
+) -> tuple[int, str]:
+    """How many trials the cluster's `resources` hold at once (at least one), and why."""
     from app.ray_cluster import DATA_CPUS
 
-    resources = ray.cluster_resources()
     workers = settings.workers.max
-    fits = (resources.get("CPU", 0) - DATA_CPUS) // (workers * settings.cpus_per_worker)
+    cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
+    fits = (cpus - DATA_CPUS) // (workers * settings.cpus_per_worker)
+    held = f"{workers} worker(s) x {settings.cpus_per_worker:g} CPU"
     if settings.use_gpu:
-        fits = min(fits, resources.get("GPU", 0) // workers)
-    return int(max(1, min(fits, todo)))
+        fits = min(fits, gpus // workers)
+        held = f"{workers} worker(s) x 1 GPU"
+    why = (
+        f"a trial holds {held}; the cluster has {cpus:g} CPUs, {DATA_CPUS} kept for reading "
+        f"data, and {gpus:g} GPUs; TRAIN_TUNE_CONCURRENT sets it"
+    )
+    return int(max(1, min(fits, todo))), why
 
 
 def _conclude(

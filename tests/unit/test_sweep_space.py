@@ -386,3 +386,20 @@ def test_tunes_progress_printer_is_silenced_where_it_printed_raw_lines(
     assert isinstance(quiet, TrialProgressCallback)  # so Tune adds no printer of its own
     quiet.on_trial_complete(0, [], Trial())
     assert capsys.readouterr().out == ""
+
+
+def test_trials_at_once_are_what_the_cluster_holds_said_with_why() -> None:
+    from app.sweep.sweep import trials_that_fit
+
+    # 2 workers x 1 CPU per trial; 2 of the cluster's CPUs are kept for Ray Data's reads.
+    fits, why = trials_that_fit(BASE, {"CPU": 11.0}, todo=8)
+    assert fits == 4
+    assert why == (
+        "a trial holds 2 worker(s) x 1 CPU; the cluster has 11 CPUs, 2 kept for reading data, "
+        "and 0 GPUs; TRAIN_TUNE_CONCURRENT sets it"
+    )
+    assert trials_that_fit(BASE, {"CPU": 11.0}, todo=3)[0] == 3  # no more than are left
+    assert trials_that_fit(BASE, {"CPU": 3.0}, todo=3)[0] == 1  # always one
+    gpu = BASE.model_copy(update={"use_gpu": True})
+    fits, why = trials_that_fit(gpu, {"CPU": 64.0, "GPU": 5.0}, todo=8)
+    assert fits == 2 and "a trial holds 2 worker(s) x 1 GPU" in why and "5 GPUs" in why
