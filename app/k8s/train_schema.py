@@ -128,6 +128,19 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
         props[name] = {"description": props[name].get("description", ""), "$ref": _ref(ref)}
         if not props[name]["description"]:
             del props[name]["description"]
+    _bound_labels(props)
+    _bound_env(props)
+    _bound_free_form(props)
+    # IRSA or GKE Workload Identity annotations on the created ServiceAccount.
+    props["serviceAccount"]["properties"]["annotations"] = {"$ref": _ref("annotations")}
+    for kind in ("requests", "limits"):
+        resources = schema["definitions"]["resources"]["properties"][kind]
+        resources["propertyNames"] = {"$ref": _ref("resourceName")}
+    return k8s_bounds.bound_names(schema)
+
+
+def _bound_labels(props: dict[str, Any]) -> None:
+    """Labels: the chart's own and a scheduler's are refused (the chart sets those)."""
     own = {"not": {"pattern": names.CHART_LABELS, "description": "a label the chart sets itself"}}
     scheduler = {
         "not": {
@@ -150,12 +163,13 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
         metrics["scraper"]["properties"][selector]["properties"]["matchLabels"] = {
             "$ref": _ref("labels")
         }
-    # Free-form values the chart writes with toYaml: their text may not break the manifest.
-    job = props["rayJob"]["properties"]
-    job["deletionStrategy"] = names.bound_free_form(job["deletionStrategy"])
-    # The job's runtime_env env_vars reach the entrypoint and every worker as env: does, so
-    # they are held to env:'s rules: a TRAIN_* there would override the settings both engines
-    # checked, and a credential would sit in the RayJob's text (secretEnv: keeps it in a Secret).
+
+
+def _bound_env(props: dict[str, Any]) -> None:
+    """env: and the job's runtime_env env_vars, which reach the entrypoint and every worker as
+    env: does, so they are held to env:'s rules: a TRAIN_* there would override the settings
+    both engines checked, and a credential would sit in the RayJob's text (secretEnv: keeps it
+    in a Secret)."""
     props["env"]["additionalProperties"] = {
         "type": "string",
         "pattern": "^[^\\x00]*$",
@@ -187,12 +201,19 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
             },
         ],
     }
-    job["runtimeEnv"] = {
+    props["rayJob"]["properties"]["runtimeEnv"] = {
         "type": "object",
         "description": "Extra Ray runtime environment for the job; its env_vars follow env's "
         "rules (TRAIN_* settings go in train:, credentials in secretEnv:).",
         "properties": {"env_vars": {k: v for k, v in props["env"].items() if k != "description"}},
     }
+
+
+def _bound_free_form(props: dict[str, Any]) -> None:
+    """Free-form values the chart writes with toYaml: their text may not break the manifest."""
+    job = props["rayJob"]["properties"]
+    job["deletionStrategy"] = names.bound_free_form(job["deletionStrategy"])
+    metrics = props["metrics"]["properties"]
     collector = job["historyServerOptions"]["properties"]["collectorOptions"]["properties"]
     collector["env"]["items"] = names.bound_free_form(collector["env"]["items"])
     collector["image"]["pattern"] = names.FREE_FORM_TEXT
@@ -204,12 +225,6 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
     for selector in ("namespaceSelector", "podSelector"):
         expressions = metrics["scraper"]["properties"][selector]["properties"]["matchExpressions"]
         expressions["items"] = names.bound_free_form(expressions["items"])
-    # IRSA or GKE Workload Identity annotations on the created ServiceAccount.
-    props["serviceAccount"]["properties"]["annotations"] = {"$ref": _ref("annotations")}
-    for kind in ("requests", "limits"):
-        resources = schema["definitions"]["resources"]["properties"][kind]
-        resources["propertyNames"] = {"$ref": _ref("resourceName")}
-    return k8s_bounds.bound_names(schema)
 
 
 def _ref(name: str) -> str:

@@ -286,6 +286,8 @@ def set_path(parts: Any) -> str:
 
 
 def _describe(err: Any) -> str:
+    """One line for a schema error: where, what is wrong, and what is allowed (the settings'
+    own message for a `train:` value, else by the rule the value broke)."""
     where = ".".join(str(part) for part in err.absolute_path) or "(top level)"
     refused = _settings_refusal(list(err.absolute_path), err.instance)
     if refused and isinstance(err.instance, bool):
@@ -298,11 +300,18 @@ def _describe(err: Any) -> str:
     if refused:
         # What `trainctl train` would say of it, which names the forms the setting takes.
         return f"{where}: {refused}"
-    if err.validator == "exclusiveMinimum" and len(err.path) > 1 and err.path[-2] == "loguniform":
-        return f"{where}: loguniform takes [low, high] above 0 (it draws their logarithms)"
-    if err.validator in ("minProperties", "minItems") and "description" in err.schema:
-        return f"{where}: {err.message}: {err.schema['description']}"
-    if err.validator == "type" and _typed_by_set(err.instance, err.validator_value):
+    by_rule = {
+        "type": _wrong_type,
+        "not": _refused_by_not,
+        "pattern": _refused_by_pattern,
+        "additionalProperties": _unknown_key,
+    }
+    said = by_rule[err.validator](err, where) if err.validator in by_rule else None
+    return said or _other_rule(err, where) or f"{where}: {err.message}"
+
+
+def _wrong_type(err: Any, where: str) -> str | None:
+    if _typed_by_set(err.instance, err.validator_value):
         text = canonical.scalar(err.instance)
         kind = "a boolean" if isinstance(err.instance, bool) else "a number"
         also = (
@@ -315,57 +324,9 @@ def _describe(err: Any) -> str:
             f'("{text}"{also}); --set reads {text} as {kind} too (as Helm does): give it with '
             f"--set-string {set_path(err.absolute_path)}={text}"
         )
-    if err.validator == "maxLength":
-        what = "name" if "propertyNames" in err.schema_path else "value"
-        return (
-            f"{where}: the {what} {err.instance!r} is {len(err.instance)} characters, over the "
-            f"{err.validator_value} allowed"
-        )
-    if (
-        err.validator == "type"
-        and err.validator_value == "boolean"
-        and isinstance(err.instance, str)
-    ):
+    if err.validator_value == "boolean" and isinstance(err.instance, str):
         return f"{where}: {err.instance!r} is text, and true or false is wanted: write it unquoted"
-    if err.validator == "additionalProperties" and err.path and err.path[-1] == "train":
-        known = ", ".join(sorted(err.schema.get("properties", {})))
-        return f"{where}: {err.message}; settable TRAIN_* keys: {known}"
-    if err.validator == "additionalProperties":
-        known = ", ".join(sorted(err.schema.get("properties", {})))
-        return f"{where}: {err.message}; allowed: {known}"
-    if err.validator == "anyOf" and "description" in err.schema:  # e.g. "a name, or {name:}"
-        return f"{where}: {err.instance!r} is not allowed: {err.schema['description']}"
-    if err.validator == "not" and err.validator_value.get("pattern") in CREDENTIAL_FORMS:
-        # Refused for being a credential: the value is never quoted back, masked or not.
-        return f"{where}: not allowed: {err.validator_value['description']}"
-    if err.validator == "not" and "description" in err.validator_value:
-        if isinstance(err.instance, dict | list):  # the rule says what of it is refused
-            return f"{where}: {err.validator_value['description']}"
-        return f"{where}: {err.instance!r} is not allowed: {err.validator_value['description']}"
-    if err.validator == "not" and "pattern" in err.validator_value:
-        return f"{where}: {err.instance!r} is not allowed here (refused pattern " + (
-            f"{err.validator_value['pattern']})"
-        )
-    if err.validator == "pattern" and err.validator_value == names.FREE_FORM_TEXT:
-        what = "key" if "propertyNames" in err.schema_path else "text"
-        return (
-            f"{where}: the {what} {err.instance!r} holds a character this value may not hold "
-            f"({names.FREE_FORM_REFUSED}): Helm's toYaml would write it so that the manifest "
-            "breaks or the value changes; remove it"
-        )
-    if err.validator == "pattern" and (
-        len(err.validator_value) > 200 or "description" in err.schema
-    ):
-        # A cron pattern is kilobytes of regex, an image name's a maze: say what the value
-        # should be instead, where the schema says it.
-        what = err.schema.get("description") or "the form this value takes"
-        return f"{where}: {err.instance!r} is not allowed: {what}"
-    if err.validator == "enum" and len(err.validator_value) > 20:
-        hint = f" ({err.schema['description']})" if err.schema.get("description") else ""
-        return (
-            f"{where}: {err.instance!r} is not one of the {len(err.validator_value)} allowed{hint}"
-        )
-    if err.validator == "type" and isinstance(err.instance, str) and _is_number(err.instance):
+    if isinstance(err.instance, str) and _is_number(err.instance):
         quoted = f"{where}: {err.message}: in a values file write {err.instance} unquoted"
         if isinstance(strvals.typed_value(err.instance), int):
             return (
@@ -377,7 +338,66 @@ def _describe(err: Any) -> str:
             f"{quoted}; --set keeps it a string too (as Helm does): give it with "
             f"--set-json {where}={err.instance}"
         )
-    return f"{where}: {err.message}"
+    return None
+
+
+def _refused_by_not(err: Any, where: str) -> str | None:
+    rule = err.validator_value
+    if rule.get("pattern") in CREDENTIAL_FORMS:
+        # Refused for being a credential: the value is never quoted back, masked or not.
+        return f"{where}: not allowed: {rule['description']}"
+    if "description" in rule:
+        if isinstance(err.instance, dict | list):  # the rule says what of it is refused
+            return f"{where}: {rule['description']}"
+        return f"{where}: {err.instance!r} is not allowed: {rule['description']}"
+    if "pattern" in rule:
+        return f"{where}: {err.instance!r} is not allowed here (refused pattern {rule['pattern']})"
+    return None
+
+
+def _refused_by_pattern(err: Any, where: str) -> str | None:
+    if err.validator_value == names.FREE_FORM_TEXT:
+        what = "key" if "propertyNames" in err.schema_path else "text"
+        return (
+            f"{where}: the {what} {err.instance!r} holds a character this value may not hold "
+            f"({names.FREE_FORM_REFUSED}): Helm's toYaml would write it so that the manifest "
+            "breaks or the value changes; remove it"
+        )
+    if len(err.validator_value) > 200 or "description" in err.schema:
+        # A cron pattern is kilobytes of regex, an image name's a maze: say what the value
+        # should be instead, where the schema says it.
+        what = err.schema.get("description") or "the form this value takes"
+        return f"{where}: {err.instance!r} is not allowed: {what}"
+    return None
+
+
+def _unknown_key(err: Any, where: str) -> str:
+    known = ", ".join(sorted(err.schema.get("properties", {})))
+    if err.path and err.path[-1] == "train":
+        return f"{where}: {err.message}; settable TRAIN_* keys: {known}"
+    return f"{where}: {err.message}; allowed: {known}"
+
+
+def _other_rule(err: Any, where: str) -> str | None:
+    """Bounds, sizes, lengths and lists of choices that the schema words itself."""
+    if err.validator == "exclusiveMinimum" and len(err.path) > 1 and err.path[-2] == "loguniform":
+        return f"{where}: loguniform takes [low, high] above 0 (it draws their logarithms)"
+    if err.validator in ("minProperties", "minItems") and "description" in err.schema:
+        return f"{where}: {err.message}: {err.schema['description']}"
+    if err.validator == "maxLength":
+        what = "name" if "propertyNames" in err.schema_path else "value"
+        return (
+            f"{where}: the {what} {err.instance!r} is {len(err.instance)} characters, over the "
+            f"{err.validator_value} allowed"
+        )
+    if err.validator == "anyOf" and "description" in err.schema:  # e.g. "a name, or {name:}"
+        return f"{where}: {err.instance!r} is not allowed: {err.schema['description']}"
+    if err.validator == "enum" and len(err.validator_value) > 20:
+        hint = f" ({err.schema['description']})" if err.schema.get("description") else ""
+        return (
+            f"{where}: {err.instance!r} is not one of the {len(err.validator_value)} allowed{hint}"
+        )
+    return None
 
 
 def _settings_refusal(path: list[Any], value: Any) -> str | None:

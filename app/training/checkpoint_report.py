@@ -58,45 +58,50 @@ def report_checkpoint(
     if rank != 0:
         ray.train.report(metrics)
         return time.monotonic() - started
-    unwrapped = model.module if hasattr(model, "module") else model
+    train_state = {
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+        "epoch": epochs_done,
+        "step": step,
+        "epoch_step": epoch_step,
+        "world_size": world,
+        "reason": reason,
+        "rng": rng,
+        **(carried or {}),
+    }
     folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
     checkpoints.write_checkpoint(
         folder,
-        model_state=unwrapped.state_dict(),
-        train_state={
-            "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict(),
-            "epoch": epochs_done,
-            "step": step,
-            "epoch_step": epoch_step,
-            "world_size": world,
-            "reason": reason,
-            "rng": rng,
-            **(carried or {}),
-        },
+        model_state=(model.module if hasattr(model, "module") else model).state_dict(),
+        train_state=train_state,
         epoch=epochs_done,
         metrics={k: float(v) for k, v in metrics.items() if math.isfinite(float(v))},
         step=step if mid_epoch else None,
         class_names=class_names,
         stopped=stopped,
     )
-    # The files are complete here, so the copy to shared storage can run in the background
-    # (ASYNC) while training goes on: nothing writes to this folder again, Ray deletes it once
-    # copied, commits the checkpoint only after the copy, keeps reports in order, and waits for
-    # the last copy before the run ends. A copy cut short by a crash lacks files or fails its
-    # checksums, and the next run sets it aside (app/runfolder/checkpoints.py). BENCHMARKS.md has
-    # the time this saves. A just-in-time checkpoint (preemption, SIGTERM) is copied before report
-    # returns instead (SYNC): the time it reports is then the time to a committed checkpoint.
-    # So is the run's last: Ray would wait for its copy only after the training function
-    # returned, when this worker's log in the run folder is closed, and the lines Ray logs as
-    # each report is committed (in order: the earlier copies' too) would miss the log.
-    just_in_time = reason in ("preemption", "stopped")
-    mode = ray.train.CheckpointUploadMode
     ray.train.report(
         metrics,
         checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
         checkpoint_dir_name=checkpoint_names.dir_name(epochs_done, step if mid_epoch else None),
-        checkpoint_upload_mode=mode.SYNC if just_in_time or final else mode.ASYNC,
+        checkpoint_upload_mode=_upload_mode(reason, final),
         delete_local_checkpoint_after_upload=True,
     )
     return time.monotonic() - started
+
+
+def _upload_mode(reason: str, final: bool) -> ray.train.CheckpointUploadMode:
+    """How Ray copies the checkpoint's folder to shared storage.
+
+    The files are complete when reported, so the copy can run in the background (ASYNC) while
+    training goes on: nothing writes to the folder again, Ray deletes it once copied, commits
+    the checkpoint only after the copy, keeps reports in order, and waits for the last copy
+    before the run ends. A copy cut short by a crash lacks files or fails its checksums, and the
+    next run sets it aside (app/runfolder/checkpoints.py). BENCHMARKS.md has the time this
+    saves. A just-in-time checkpoint (preemption, SIGTERM) is copied before report returns
+    instead (SYNC): the time it reports is then the time to a committed checkpoint. So is the
+    run's last: Ray would wait for its copy only after the training function returned, when
+    this worker's log in the run folder is closed, and the lines Ray logs as each report is
+    committed (in order: the earlier copies' too) would miss the log."""
+    mode = ray.train.CheckpointUploadMode
+    return mode.SYNC if reason in ("preemption", "stopped") or final else mode.ASYNC
