@@ -176,17 +176,18 @@ def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:
     now = time.time() if now is None else now
     problems: list[str] = []
     summary = _json_file(run_dir / run_folder.SUMMARY_FILE, run_folder.MAX_SUMMARY_BYTES, problems)
-    said = summary.get("status") if summary else None
+    raw = summary.get("status") if summary else None
+    said = raw if isinstance(raw, str) else None  # a list or an object is damage too
     final = said in FINAL
     if summary is not None and said not in STATUS_WORDS:
         problems.append(
             f"{_path(run_dir / run_folder.SUMMARY_FILE)}: damaged (status "
-            f"{_shown(repr(said), 40)} is none of {', '.join(STATUS_WORDS)})"
+            f"{_shown(repr(raw), 40)} is none of {', '.join(STATUS_WORDS)})"
         )
     result = RunStatus(
         run_dir=_path(run_dir),
         name=_shown(run_dir.name, MAX_NAME),  # the run's name: its folder's
-        status=STATUS_WORDS.get(said, "unknown") if isinstance(said, str) else "unknown",
+        status=STATUS_WORDS.get(said, "unknown"),
         problems=problems,
     )
     summary = summary or {}

@@ -91,7 +91,8 @@ def trials_csv(rows: list[dict[str, Any]], metric: str) -> str:
 
 def record_metric(record: dict[str, Any]) -> str:
     """The metric a sweep.json ranks its trials by; val_accuracy where it names none we know."""
-    return record.get("metric") if record.get("metric") in HIGHER_IS_BETTER else "val_accuracy"
+    metric = record.get("metric")
+    return metric if isinstance(metric, str) and metric in HIGHER_IS_BETTER else "val_accuracy"
 
 
 def table(record: dict[str, Any]) -> str:

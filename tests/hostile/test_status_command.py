@@ -55,8 +55,10 @@ def test_a_fifo_at_a_record_is_refused_not_waited_on(tmp_path: Path, name: str) 
         (b"not json", "damaged (Expecting value"),
         (b"[1, 2]", "damaged (not a JSON object)"),
         (json.dumps({**GOOD, "status": "\x1b[2Jowned"}).encode(), "is none of running"),
+        (json.dumps({**GOOD, "status": ["x"]}).encode(), "damaged (status ['x'] is none of"),
+        (json.dumps({**GOOD, "status": {"a": 1}}).encode(), "damaged (status {'a': 1} is none"),
     ],
-    ids=["huge", "not-utf8", "deep", "not-json", "not-object", "unknown-status"],
+    ids=["huge", "not-utf8", "deep", "not-json", "not-object", "unknown-status", "list", "object"],
 )
 def test_a_damaged_summary_is_named(tmp_path: Path, content: bytes, why: str) -> None:
     run_dir = tmp_path / "r"
@@ -206,3 +208,48 @@ def test_deep_trees_in_a_run_folder_are_not_walked(tmp_path: Path) -> None:
     assert result.code == 0 and "(1 folder without run records skipped)" in result.out
     result = trainctl("logs", str(run_dir))
     assert result.code == 0 and result.out.splitlines()[1:] == ["driver line"], result.text
+
+
+def _paths(value: object, prefix: tuple = ()) -> list[tuple]:
+    """Every key path in a JSON document (the first two items of each list)."""
+    found: list[tuple] = []
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value[:2])
+        if isinstance(value, list)
+        else ()
+    )
+    for key, inner in items:
+        found.append((*prefix, key))
+        found.extend(_paths(inner, (*prefix, key)))
+    return found
+
+
+def test_any_field_of_a_real_summary_of_another_type_never_raises(tmp_path: Path) -> None:
+    """A summary.json the driver wrote (a finished, promoted run), each of its fields in turn
+    made a list, an object or null: `status` as a list was an internal error (exit 1)."""
+    import time as clock
+
+    from app.promotion.step import promote_run
+    from app.run import driver
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    run_dir = make_run(tmp_path / "runs", "r", 0.9)
+    run_folder.record_epoch(run_dir, {"epoch": 1, "val_accuracy": 0.9, "run_time_s": 3.0})
+    settings = settings_for(tmp_path / "runs", "r")
+    summary, _ = driver._finish(settings, "succeeded", clock.monotonic(), "", None)
+    promote_run(settings, INFO, summary)
+    real = json.loads((run_dir / "summary.json").read_text())
+    assert {"status", "best", "promotion", "accelerator_hours", "settings"} <= set(real)
+    for path in _paths(real):
+        for odd in (["x"], {"a": [1]}, None):
+            summary = json.loads(json.dumps(real))
+            inner = summary
+            for key in path[:-1]:
+                inner = inner[key]
+            inner[path[-1]] = odd
+            (run_dir / "summary.json").write_text(json.dumps(summary))
+            result = trainctl("status", str(run_dir), "--json")
+            assert result.code in (0, 2) and "internal error" not in result.text, (path, odd)
+            assert "Traceback" not in result.text, (path, odd)

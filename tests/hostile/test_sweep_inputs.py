@@ -192,6 +192,8 @@ def test_check_holds_the_space_and_every_trial_to_the_settings(
     [
         ({"trials": [{"trial": "x", "values": 5}]}, "x"),
         ({"trials": "x", "best": [1], "status": {"a": 1}}, "sweep None: {'a': 1}"),
+        ({"metric": ["val_loss"], "trials": [{"trial": "y"}]}, "metric val_accuracy"),
+        ({"metric": {"a": 1}, "trials": []}, "metric val_accuracy"),
         ({"sweep": "s\x1b]52;c;cm0gLXJm\x07", "trials": [{"trial": "t\x1b[31m", "best": "hi"}]},
          "s\\x1b]52;c;cm0gLXJm\\x07"),
         ("[1, 2]", "is damaged (not a JSON object); each trial's own folder: trainctl status "),
