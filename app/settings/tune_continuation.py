@@ -57,14 +57,19 @@ def same_trials(
                 f"{variable}={kept} to continue the sweep, or give a new TRAIN_RUN_NAME"
             )
     drawn = {t.trial_id: t.values for t in trials}
-    for row in before.get("trials") or []:
-        if not isinstance(row, dict) or row.get("trial") not in drawn:
+    rows = before.get("trials")
+    for row in rows if isinstance(rows, list) else []:
+        # sweep.json lies where many hands write: a row or name of another type is no trial.
+        name = row.get("trial") if isinstance(row, dict) else None
+        if not isinstance(name, str) or name not in drawn:
             continue
-        if row.get("values") != drawn[row["trial"]]:
+        if row.get("values") != drawn[name]:
+            recorded = repr(row.get("values"))
+            recorded = recorded if len(recorded) <= 200 else recorded[:200] + "..."
             raise ConfigError(
-                f"{row['trial']} of this sweep was drawn with {row.get('values')}, this space "
-                f"and TRAIN_SEED draw {drawn[row['trial']]}: keep the space and seed to "
-                "continue the sweep, or give a new TRAIN_RUN_NAME"
+                f"{name} of this sweep was drawn with {recorded}, this space and TRAIN_SEED "
+                f"draw {drawn[name]}: keep the space and seed to continue the sweep, or give "
+                "a new TRAIN_RUN_NAME"
             )
 
 

@@ -51,7 +51,7 @@ class ParentRun:
 
         client = MlflowClient(tracking_uri=uri)
         shown = redact_uri(uri)
-        if before.get("run_id") and before.get("tracking_uri") == shown:
+        if isinstance(before.get("run_id"), str) and before.get("tracking_uri") == shown:
             try:
                 run = client.get_run(before["run_id"])
                 client.update_run(run.info.run_id, status="RUNNING")

@@ -25,6 +25,7 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import RunFailed
+from app.formatting import finite
 from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
@@ -112,7 +113,8 @@ class _Sweep:
         self.settings, self.space, self.trials, self.stopped = settings, space, trials, stopped
         self.parent = parent_run.ParentRun.start(settings, mapping(before.get("tracking")))
         self.extra: dict[str, Any] = {}
-        self.started_at = before.get("started_at") or time.time()
+        started_at = finite(before.get("started_at"))  # a damaged record's is not carried
+        self.started_at = started_at if started_at and started_at > 0 else time.time()
 
     def rows(self) -> list[dict[str, Any]]:
         metric = self.settings.checkpoint_metric

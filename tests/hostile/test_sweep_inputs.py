@@ -100,6 +100,35 @@ def test_a_sweep_folder_drawn_from_another_space_is_not_mixed(
 
 
 @pytest.mark.parametrize(
+    "trials",
+    [
+        [{"trial": ["trial-0001"], "values": {}}, {"trial": {"a": 1}}, 7, None],
+        1e308,
+        "trial-0001",
+    ],
+    ids=["names-of-other-types", "a-number", "text"],
+)
+def test_a_damaged_trial_list_in_the_sweep_record_is_no_trial(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, trials: object
+) -> None:
+    """Trial rows of another type in sweep.json were an internal error (exit 1) in `check`
+    and `tune` both; they are no trial of this sweep, and a row drawn otherwise is still
+    refused beside them, its recorded values bounded."""
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    (sweep_dir / "sweep.json").write_text(json.dumps({"trials": trials}))
+    result = trainctl("check", "--skip-cluster")
+    assert "internal error" not in result.text and "ok    sweep:" in result.out, result.text
+    drawn_otherwise = {"trial": "trial-0001", "values": {"lr": "\x1b[31m" + "9" * 5000}}
+    rows = [*(trials if isinstance(trials, list) else []), drawn_otherwise]
+    (sweep_dir / "sweep.json").write_text(json.dumps({"trials": rows}))
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  sweep", "trial-0001 of this sweep was drawn with {'lr': ")
+    assert "\x1b" not in result.text and "9" * 201 not in result.text
+    assert_refused(trainctl("tune"), 2, "trial-0001 of this sweep was drawn with")
+    assert files_under(sweep_dir) == ["sweep.json"]
+
+
+@pytest.mark.parametrize(
     ("kept", "variable", "given"),
     [
         ({"epochs": 2}, "TRAIN_EPOCHS", "3"),
