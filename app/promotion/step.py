@@ -32,6 +32,7 @@ import click
 from app.data.schema import DatasetInfo
 from app.errors import RunFailed, TrainctlError
 from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES, WEIGHTS_FILE
+from app.formatting import shown
 from app.promotion import champion, champion_export, gate, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.class_gate import Judged
@@ -55,6 +56,9 @@ class NotPromoted(TrainctlError):
             f"the run trained but was not promoted (TRAIN_NOT_PROMOTED_EXIT={code}): {line}"
         )
         self.exit_code = code
+
+
+MAX_REASON = 300  # an earlier verdict's reason restated from summary.json, at most
 
 
 def promote_run(
@@ -285,13 +289,14 @@ def _verdict_stands(
         current = champion.read_pointer(_pointer(settings)) or {}
     except champion.PointerDamaged:
         current = {}
-    was = previous.get("version")
+    was = previous.get("version")  # a record many hands can write: a version is a count
+    was = was if isinstance(was, int) and not isinstance(was, bool) and was > 0 else None
     if previous.get("earlier"):  # a rerun of a rerun: the first verdict, not a nested one
-        why = str(previous["earlier"])
+        why = shown(str(previous["earlier"]))[:MAX_REASON]
     elif was:
         why = f"v{was} of this run was replaced by run {current.get('run_name')}"
     else:
-        why = str(previous.get("reason"))
+        why = shown(str(previous.get("reason")))[:MAX_REASON]
     reason = f"judged before, same checkpoint and gate: {why}"
     decision = gate.Decision(
         False, reason, settings.checkpoint_metric, previous.get("value"),

@@ -607,3 +607,30 @@ def test_predict_champion_refuses_a_pointer_that_says_otherwise_than_its_card(
     assert result.code == 2 and result.out == "", result.text
     assert "says otherwise than the model card it names" in result.err, result.err
     assert says in result.err and "fix or remove the pointer" in result.err, result.err
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ({"version": ["x"]}, "judged before, same checkpoint and gate: val_accuracy 0.9 >= 0.5"),
+        ({"earlier": "\x1b[31m" + "e" * 5000}, "gate: '\\x1b[31meeee"),
+    ],
+    ids=["version-not-a-count", "huge-escaped-reason"],
+)
+def test_an_earlier_verdict_is_restated_from_what_its_record_can_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: dict, said: str
+) -> None:
+    """summary.json's promotion record lies where many hands write: a version that is no
+    count was said as `v['x'] of this run was replaced`, an earlier reason reached the
+    terminal raw and whole. The champion stays put either way."""
+    gate = {"promote_if": "val_accuracy>=0.5"}
+    _promote(tmp_path, "old", 0.90, **gate)
+    _promote(tmp_path, "new", 0.95, **gate)
+    summary = json.loads((tmp_path / "old" / "summary.json").read_text())
+    summary["promotion"].update(damage)
+    (tmp_path / "old" / "summary.json").write_text(json.dumps(summary))
+    capsys.readouterr()
+    assert _rerun(tmp_path, "old", **gate)["promoted"] is False
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert said in line and "\x1b" not in line and len(line) < 500, line
+    assert _pointer(tmp_path)["run_name"] == "new"
