@@ -83,7 +83,8 @@ def trackers_to_close(previous: Mapping[str, Any] | None) -> dict[str, Any] | No
     previous = previous or {}
     if previous.get("status") == "succeeded":
         return None
-    return previous.get("tracking") or None
+    tracking = previous.get("tracking")
+    return dict(tracking) if isinstance(tracking, Mapping) and tracking else None
 
 
 def classify_ending(err: BaseException, sigterm: bool) -> Ending:

@@ -449,7 +449,7 @@ def _summary(
     # earlier driver recorded where this one has none (_close_trackers records its own).
     if before.get("ingest") is not None:
         summary["ingest"] = before["ingest"]
-    if before.get("tracking"):
+    if isinstance(before.get("tracking"), dict) and before["tracking"]:
         summary["tracking"] = before["tracking"]
     return summary
 

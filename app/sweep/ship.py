@@ -87,7 +87,7 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
     )
     if held is not None:  # compare derived it from wall time x workers: several times over
         summary["accelerator_hours"] = held
-    if before.get("tracking"):
+    if isinstance(before.get("tracking"), dict) and before["tracking"]:
         summary["tracking"] = before["tracking"]
     try:
         plot_curves(run_dir)

@@ -51,9 +51,10 @@ class _MLflow:
         uri = os.environ["MLFLOW_TRACKING_URI"]
         self.client = MlflowClient(tracking_uri=uri)
         run = None
-        if previous.get("run_id") and previous.get("tracking_uri") == redact_uri(uri):
+        resumed = previous.get("run_id")
+        if isinstance(resumed, str) and resumed and previous.get("tracking_uri") == redact_uri(uri):
             try:
-                run = self.client.get_run(previous["run_id"])
+                run = self.client.get_run(resumed)
             except MlflowException:
                 run = None  # deleted on the server: start a new one
         if run is None:
@@ -146,7 +147,7 @@ class _WandB:
         self.run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or "trainctl",
             name=settings.run_name,
-            id=previous.get("run_id") or None,
+            id=previous.get("run_id") if isinstance(previous.get("run_id"), str) else None,
             resume="allow",
             config=settings.redacted(),
             # W&B's own files need a local folder: the run folder on a volume; in a bucket run

@@ -97,7 +97,9 @@ class Trackers:
         """Each configured tracker, probed again (the server may have gone since the preflight).
         Optional ones that cannot work are switched off; required ones are kept and retried."""
         trackers = cls(**options)
-        previous = previous or {}
+        # The tracker runs an earlier driver recorded in summary.json, which many hands can
+        # write: what is not a record of run ids is no run to continue.
+        previous = previous if isinstance(previous, Mapping) else {}
         problems = {v.name: v.problem for v in check_trackers(settings) if v.problem}
         for name in configured(os.environ, settings):
             if name in problems and not settings.tracking_required:
@@ -107,7 +109,8 @@ class Trackers:
                     f"without it: {problems[name]}"
                 )
                 continue
-            kind, before = CLIENTS[name], previous.get(name) or {}
+            kind, before = CLIENTS[name], previous.get(name)
+            before = before if isinstance(before, Mapping) else {}
             delivery = _Delivery(name, lambda kind=kind, before=before: kind(settings, before))
             trackers.deliveries.append(delivery)
             trackers._try(delivery, force=True)

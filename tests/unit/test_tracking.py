@@ -151,6 +151,29 @@ def test_a_server_gone_mid_run_loses_no_epoch(tracked: MlflowServer, tmp_path: P
     assert MlflowClient(tracked.uri).get_run(run_id).info.status == "FINISHED"
 
 
+@pytest.mark.parametrize(
+    "previous",
+    [["mlflow"], {"mlflow": ["run"]}, {"mlflow": {"run_id": ["x"], "tracking_uri": "?"}}],
+    ids=["a-list", "a-list-for-mlflow", "a-run-id-that-is-no-text"],
+)
+def test_damaged_tracker_records_of_an_earlier_driver_start_a_new_run(
+    tracked: MlflowServer, tmp_path: Path, previous: object
+) -> None:
+    """summary.json's `tracking` lies where many hands write: a list there was an
+    AttributeError as the trackers started (the run failed before training)."""
+    from app.run.decisions import trackers_to_close
+
+    assert trackers_to_close({"status": "running", "tracking": ["mlflow"]}) is None
+    warnings: list[str] = []
+    settings = TrainSettings(storage_path=tmp_path, run_name="damaged", tensorboard=False)
+    trackers = Trackers.start(settings, previous, warn=warnings.append)  # type: ignore[arg-type]
+    trackers.log_epoch(_record(1))
+    trackers.finish("succeeded", None)
+    run_id = trackers.ids["mlflow"]["run_id"]
+    assert isinstance(run_id, str) and _steps(tracked.uri, run_id) == [1]
+    assert warnings == []
+
+
 def test_a_server_gone_at_the_end_is_named_with_its_epochs(
     tracked: MlflowServer, tmp_path: Path
 ) -> None:
