@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.formatting import finite
 from app.runfolder import folder as run_folder
-from app.runfolder.epoch_record import epoch_line, eta_s
+from app.runfolder.epoch_record import epoch_line, eta_s, pace
 from app.runfolder.interruptions import in_words
 
 
@@ -62,28 +63,29 @@ class EpochFollower:
             if saved is not None and saved != self._checkpoint_step:
                 self._checkpoint_step = saved
                 self._on_checkpoint()
-        fresh = [
-            row
-            for row in run_folder.epochs(self._run_dir)
-            if row.get("time", 0) >= self._since and int(row["epoch"]) not in self._printed
-        ]
-        for row in fresh:
-            self._printed.add(int(row["epoch"]))
-            durations = [
-                r["epoch_time_s"]
-                for r in run_folder.epochs(self._run_dir)
-                if r.get("time", 0) >= self._since
-            ]
-            eta = eta_s(int(row["epoch"]), self._total, statistics.median(durations))
+        # This driver's epochs; their records lie in the run folder, where a line of another
+        # hand's (a `time` that is text, no epoch time) is passed over, not a crash.
+        mine = [row for row in run_folder.epochs(self._run_dir) if self._since_start(row)]
+        durations = [p for row in mine if (p := pace(row)) is not None]
+        for row in [row for row in mine if row["epoch"] not in self._printed]:
+            self._printed.add(row["epoch"])
+            eta = (
+                eta_s(row["epoch"], self._total, statistics.median(durations))
+                if durations
+                else None
+            )
             self._emit(epoch_line(row, self._total, eta))
             if self._on_epoch is not None:
                 self._on_epoch(row)
+
+    def _since_start(self, record: dict[str, Any]) -> bool:
+        return (finite(record.get("time")) or 0) >= self._since
 
     def _say_interruptions(self) -> None:
         """`preempted at step 412 (epoch 3), checkpoint in 1.8 s, resumed, 0 steps lost`: one
         line per worker-group start of this driver that took over from an interrupted one."""
         path = self._run_dir / run_folder.ATTEMPTS_FILE
-        starts = [a for a in run_folder.read_jsonl(path) if a.get("time", 0) >= self._since]
+        starts = [a for a in run_folder.read_jsonl(path) if self._since_start(a)]
         for start in starts[self._said :]:
             if isinstance(start.get("interruption"), dict):
                 self._emit(in_words(start["interruption"]))

@@ -29,6 +29,7 @@ import ray.train
 import torch
 import torch.distributed as dist
 
+from app.formatting import finite
 from app.runfolder import folder as run_folder
 from app.runfolder import interruptions
 from app.settings.cadence import CheckpointEvery
@@ -178,5 +179,5 @@ def interruption_on_start(
         epoch=int(train_state.get("epoch", 0)) + 1,
         last_step=int(last) if isinstance(last, int) else None,
         resumed_step=step,
-        checkpoint_s=float(jit["checkpoint_s"]) if matched and "checkpoint_s" in jit else None,
+        checkpoint_s=finite(jit.get("checkpoint_s")) if matched else None,
     )

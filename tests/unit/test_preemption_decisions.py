@@ -3,11 +3,13 @@ interruption cost and how it is said."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from app.run.decisions import previous_interrupted
+from app.runfolder import folder as run_folder
 from app.runfolder import interruptions
 from app.settings import TrainSettings
 from app.settings.cadence import CheckpointEvery, parse
@@ -193,3 +195,17 @@ def _record() -> dict:
     return interruptions.interruption(
         reason="preemption", epoch=3, last_step=412, resumed_step=412, checkpoint_s=1.8
     )
+
+
+def test_the_follower_passes_over_an_epoch_line_whose_time_is_no_number(tmp_path: Path) -> None:
+    """metrics.jsonl lies in the run folder: an epoch line whose `time` was text ended the
+    driver's progress thread with a TypeError traceback, one without `epoch_time_s` with a
+    KeyError, and no epoch after either was said."""
+    from app.run.progress import EpochFollower
+
+    lines = [{"epoch": 1, "val_accuracy": 0.5, "time": "yesterday"},
+             {"epoch": 2, "val_accuracy": 0.7, "time": 2.0}]  # fmt: skip
+    (tmp_path / run_folder.METRICS_FILE).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    said: list[str] = []
+    EpochFollower(tmp_path, 3, since=1.0, emit=said.append).poll()
+    assert said == ["epoch 2/3  val_acc 70.00%"]  # epoch 1's time is no time of this driver
