@@ -216,6 +216,7 @@ def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]
     import matplotlib.pyplot as plt
 
     rows, metric = record["trials"], record["metric"]
+    chosen = mapping(record.get("best")).get("trial")  # the trial the sweep ships
     keys = importance(rows)[:3] or ["trial"]
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 4), squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):
@@ -223,13 +224,21 @@ def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]
         xs = [r["values"].get(key, r["trial"]) for r in shown]
         if xs and not all(_finite(x) for x in xs):
             xs = [str(x) for x in xs]
+        ys = [r["best"] for r in shown]
         colors = ["tab:green" if r["status"] == "succeeded" else "tab:gray" for r in shown]
-        ax.scatter(xs, [r["best"] for r in shown], c=colors)
+        ax.scatter(xs, ys, c=colors)
+        for x, y, row in zip(xs, ys, shown, strict=True):
+            if row["trial"] == chosen:
+                ax.scatter([x], [y], marker="*", s=260, c="gold", edgecolors="black", zorder=3)
+                ax.annotate(chosen, (x, y), textcoords="offset points", xytext=(8, -12))
         if space_kinds.get(key) == "loguniform":
             ax.set_xscale("log")
         ax.set(xlabel=key, ylabel=f"best {metric}", title=key)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{record['sweep']}: green trained to the end, grey stopped or failed")
+    fig.suptitle(
+        f"{record['sweep']}: green trained to the end, grey stopped or failed, "
+        "star the trial shipped"
+    )
     fig.tight_layout()
     image = io.BytesIO()
     fig.savefig(image, format="png", dpi=100)

@@ -403,3 +403,33 @@ def test_trials_at_once_are_what_the_cluster_holds_said_with_why() -> None:
     gpu = BASE.model_copy(update={"use_gpu": True})
     fits, why = trials_that_fit(gpu, {"CPU": 64.0, "GPU": 5.0}, todo=8)
     assert fits == 2 and "a trial holds 2 worker(s) x 1 GPU" in why and "5 GPUs" in why
+
+
+def test_the_sweep_plot_marks_the_trial_it_ships(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sweep.png coloured trials by status only: the one exported was not told from another
+    succeeded trial near it. Matplotlib draws for real; its annotations are recorded."""
+    from matplotlib.axes import Axes
+
+    from app.sweep.results import plot
+
+    named: list[str] = []
+    real = Axes.annotate
+
+    def annotate(self: Axes, text: str, *args: object, **kwargs: object) -> object:
+        named.append(text)
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "annotate", annotate)
+    trials = [
+        {"trial": f"trial-000{n}", "status": status, "best": best, "values": {"lr": lr}}
+        for n, status, best, lr in [
+            (1, "succeeded", 0.80, 1e-3), (2, "succeeded", 0.90, 3e-3), (3, "stopped", 0.95, 1e-1)
+        ]
+    ]  # fmt: skip
+    record = {"sweep": "s", "metric": "val_accuracy", "trials": trials,
+              "best": {"trial": "trial-0002"}}  # fmt: skip
+    path = plot(tmp_path, record, {"lr": "loguniform"})
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert named == ["trial-0002"]  # the shipped trial, not the stopped one that scored higher
