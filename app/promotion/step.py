@@ -32,7 +32,7 @@ import click
 from app.data.schema import DatasetInfo
 from app.errors import RunFailed, TrainctlError
 from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES, WEIGHTS_FILE
-from app.formatting import shown
+from app.formatting import one_line
 from app.promotion import champion, champion_export, gate, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.class_gate import Judged
@@ -292,11 +292,11 @@ def _verdict_stands(
     was = previous.get("version")  # a record many hands can write: a version is a count
     was = was if isinstance(was, int) and not isinstance(was, bool) and was > 0 else None
     if previous.get("earlier"):  # a rerun of a rerun: the first verdict, not a nested one
-        why = shown(str(previous["earlier"]))[:MAX_REASON]
+        why = one_line(str(previous["earlier"]), MAX_REASON)
     elif was:
         why = f"v{was} of this run was replaced by run {current.get('run_name')}"
     else:
-        why = shown(str(previous.get("reason")))[:MAX_REASON]
+        why = one_line(str(previous.get("reason")), MAX_REASON)
     reason = f"judged before, same checkpoint and gate: {why}"
     decision = gate.Decision(
         False, reason, settings.checkpoint_metric, previous.get("value"),

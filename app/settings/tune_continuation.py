@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from app.errors import ConfigError
+from app.formatting import one_line
 from app.settings import TrainSettings, env_name
 from app.settings.tune_plan import Trial
 from app.settings.tune_space import Dimension
@@ -64,10 +65,9 @@ def same_trials(
         if not isinstance(name, str) or name not in drawn:
             continue
         if row.get("values") != drawn[name]:
-            recorded = repr(row.get("values"))
-            recorded = recorded if len(recorded) <= 200 else recorded[:200] + "..."
             raise ConfigError(
-                f"{name} of this sweep was drawn with {recorded}, this space and TRAIN_SEED "
+                f"{name} of this sweep was drawn with {one_line(repr(row.get('values')), 200)}, "
+                "this space and TRAIN_SEED "
                 f"draw {drawn[name]}: keep the space and seed to continue the sweep, or give "
                 "a new TRAIN_RUN_NAME"
             )

@@ -613,7 +613,7 @@ def test_predict_champion_refuses_a_pointer_that_says_otherwise_than_its_card(
     ("damage", "said"),
     [
         ({"version": ["x"]}, "judged before, same checkpoint and gate: val_accuracy 0.9 >= 0.5"),
-        ({"earlier": "\x1b[31m" + "e" * 5000}, "gate: '\\x1b[31meeee"),
+        ({"earlier": "\x1b[31m" + "e " * 2500}, "gate: \\x1b[31me e e"),
     ],
     ids=["version-not-a-count", "huge-escaped-reason"],
 )
