@@ -9,21 +9,22 @@ create_model_version, set_registered_model_alias (no model flavors, no `mlflow.p
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from app.redact import redact_text
+from app.runfolder.folder import mlflow_run_id
 from app.storage.location import RunPath, local_copy
 
 ALIAS = "champion"
 ARTIFACT_PATH = "model"
 
 
-def enabled(tracking: dict[str, Any] | None) -> str | None:
+def enabled(tracking: Mapping[str, Any]) -> str | None:
     """The MLflow run id the export goes to, None when MLflow is not in use for this run."""
     if not os.environ.get("MLFLOW_TRACKING_URI"):
         return None
-    run_id = ((tracking or {}).get("mlflow") or {}).get("run_id")
-    return str(run_id) if run_id else None
+    return mlflow_run_id(tracking)
 
 
 def publish(run_id: str, export_dir: RunPath, model_name: str, promote: bool) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from app.promotion.evaluation import RunEnd, champion_scorer, evaluate_run_end, 
 from app.promotion.task import Task, another_task
 from app.redact import redact_text
 from app.runfolder import checkpoints, retention
-from app.runfolder.folder import SummaryNotWritten, write_final_summary
+from app.runfolder.folder import SummaryNotWritten, recorded_tracking, write_final_summary
 from app.settings import TrainSettings
 from app.storage import safe_fs
 from app.storage.reading import read_bounded
@@ -112,7 +112,7 @@ def promote_run(
     except _Failed as failed:
         _fail(settings, summary, promotion, str(failed))
     promotion["line"] = line
-    run_id = registry.enabled(summary.get("tracking"))
+    run_id = registry.enabled(recorded_tracking(summary))
     if run_id and published is not None:
         _publish(settings, run_id, published, decision, promotion)
     if ended:
@@ -574,7 +574,7 @@ def _track_evaluation(
     step = best.epoch if best is not None else 0  # the figures are the checkpoint's
     if run_id:
         sends["mlflow"] = lambda: log_to_mlflow(run_id, run_end.reports, step)
-    if "tensorboard" in (summary.get("tracking") or {}):
+    if "tensorboard" in recorded_tracking(summary):
         target = settings.run_dir / "tensorboard"
         sends["tensorboard"] = lambda: log_to_tensorboard(target, run_end.reports, step)
     for name, send in sends.items():

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.runfolder.checkpoints import CheckpointRef
-from app.runfolder.folder import REFUSED_KEY
+from app.runfolder.folder import REFUSED_KEY, recorded_tracking
 from app.storage.location import RunPath
 from app.training.early_stop import Stop, StopRule, recorded_stop, still_holds
 
@@ -80,11 +80,9 @@ def plan_start(
 def trackers_to_close(previous: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """On a finished run, the tracker runs a killed driver left open (its summary never said
     succeeded), to be closed now; None when there are none."""
-    previous = previous or {}
-    if previous.get("status") == "succeeded":
+    if (previous or {}).get("status") == "succeeded":
         return None
-    tracking = previous.get("tracking")
-    return dict(tracking) if isinstance(tracking, Mapping) and tracking else None
+    return recorded_tracking(previous) or None
 
 
 def classify_ending(err: BaseException, sigterm: bool) -> Ending:

@@ -25,7 +25,13 @@ from app.runfolder import checkpoints, retention, usage
 from app.runfolder import folder as run_folder
 from app.runfolder import log_capture as run_logs
 from app.runfolder.class_names import record as record_class_names
-from app.runfolder.folder import SummaryNotWritten, read_summary, write_final_summary, write_summary
+from app.runfolder.folder import (
+    SummaryNotWritten,
+    read_summary,
+    recorded_tracking,
+    write_final_summary,
+    write_summary,
+)
 from app.runfolder.summary import build_summary, plot_curves
 from app.settings import TrainSettings
 from app.storage.location import RunPath, storage_options
@@ -178,7 +184,7 @@ def _begin(
     """The trackers started (and caught up with the epochs already trained), and the run
     folder made ready: the running summary, the class names, Ray's stale snapshot gone."""
     run_dir = settings.run_dir
-    trackers = Trackers.start(settings, (read_summary(run_dir) or {}).get("tracking"))
+    trackers = Trackers.start(settings, recorded_tracking(read_summary(run_dir)))
     trackers.catch_up([r for r in run_folder.epochs(run_dir) if r["epoch"] <= epochs_done])
     running = {**_running_summary(settings, resume_from), "tracking": trackers.ids}
     try:
@@ -431,6 +437,7 @@ def _summary(
         metric=settings.checkpoint_metric,
         error=error,
         good=kept,
+        epochs=trained,
     )
     # What this run has held so far: this driver's worker groups on top of earlier drivers'.
     use_gpu, cpus = settings.use_gpu, settings.cpus_per_worker
@@ -449,8 +456,8 @@ def _summary(
     # earlier driver recorded where this one has none (_close_trackers records its own).
     if before.get("ingest") is not None:
         summary["ingest"] = before["ingest"]
-    if isinstance(before.get("tracking"), dict) and before["tracking"]:
-        summary["tracking"] = before["tracking"]
+    if tracking := recorded_tracking(before):
+        summary["tracking"] = tracking
     return summary
 
 

@@ -22,6 +22,7 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from app.errors import ConfigError, RunFailed
@@ -229,6 +230,22 @@ def read_summary(run_dir: RunPath) -> dict[str, Any] | None:
         _warn_once(path, f"{path} is damaged (not a JSON object); ignored (a run rewrites it)")
         return None
     return summary
+
+
+def recorded_tracking(summary: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The tracker runs a summary records: tracker name -> that run's ids. summary.json has many
+    writers, so what is not such a record (a list, a name mapped to text) is left out; an empty
+    result means there is no tracker run to continue or close."""
+    tracking = summary.get("tracking") if isinstance(summary, Mapping) else None
+    if not isinstance(tracking, Mapping):
+        return {}
+    return {str(name): dict(ids) for name, ids in tracking.items() if isinstance(ids, Mapping)}
+
+
+def mlflow_run_id(tracking: Mapping[str, Any]) -> str | None:
+    """The MLflow run a tracking record (`recorded_tracking`) names, None where it names none."""
+    run_id = (tracking.get("mlflow") or {}).get("run_id")
+    return run_id if isinstance(run_id, str) and run_id else None
 
 
 def read_sweep(

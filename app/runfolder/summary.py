@@ -35,9 +35,12 @@ def build_summary(
     metric: str = "val_accuracy",
     error: str | None = None,
     good: list[checkpoints.CheckpointRef] | None = None,
+    epochs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Assemble the summary from what is on storage, so it is true whoever trained the epochs."""
-    epochs = run_folder.epochs(run_dir)
+    """Assemble the summary from what is on storage, so it is true whoever trained the epochs.
+    `good` and `epochs`: the checkpoints and metrics.jsonl lines, where the caller read them
+    already (one reading, so that the figures agree with what the caller concluded from it)."""
+    epochs = run_folder.epochs(run_dir) if epochs is None else epochs
     good = checkpoints.scan(run_dir).good if good is None else good
     last = epochs[-1] if epochs else {}
     # `best` is ranked the way checkpoints are kept: by TRAIN_CHECKPOINT_METRIC.

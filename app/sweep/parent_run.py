@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from app.redact import redact_uri
+from app.runfolder.folder import mlflow_run_id
 from app.settings import TrainSettings
 
 PARENT_TAG = "mlflow.parentRunId"
@@ -80,7 +81,7 @@ class ParentRun:
         if self.client is None:
             return
         for row in rows:
-            child = ((row.get("tracking") or {}).get("mlflow") or {}).get("run_id")
+            child = mlflow_run_id(row["tracking"])
             if not child or child in self.adopted:
                 continue
             try:

@@ -22,6 +22,13 @@ from app.storage.location import RunPath, write_atomic, write_json
 TRIALS_CSV = "trials.csv"
 PLOT_FILE = "sweep.png"
 DONE = ("succeeded", "stopped")  # a trial in one of these is not trained again
+RECORDED_STATUSES = (
+    "running",
+    "interrupted",
+    "failed",
+    "invalid",
+    *DONE,
+)  # what a trial's summary says
 HIGHER_IS_BETTER = {"val_accuracy": True, "val_loss": False}
 
 
@@ -42,7 +49,9 @@ def trial_row(
     kept = [ref.metrics.get(metric) for ref in checkpoints.recorded(folder) if ref.step is None]
     best = [float(v) for v in kept if _finite(v)]
     higher = HIGHER_IS_BETTER[metric]
-    status = summary.get("status") or ("pending" if not epochs else "interrupted")
+    status = summary.get("status")
+    if status not in RECORDED_STATUSES:  # none yet, or damaged: trained on from its checkpoints
+        status = "pending" if not epochs else "interrupted"
     if trial.trial_id in stopped and status not in ("succeeded", "failed"):
         status = "stopped"
     return {
@@ -52,10 +61,23 @@ def trial_row(
         "epochs": len(epochs),
         "final": values[-1] if values else None,
         "best": (max(best) if higher else min(best)) if best else None,
-        "duration_s": summary.get("duration_s"),
+        "duration_s": finite(summary.get("duration_s")),
         "run_dir": str(folder),
-        "tracking": summary.get("tracking") or {},
+        "tracking": run_folder.recorded_tracking(summary),
     }
+
+
+def stopped_by(scheduler: str, judged: Any, trained: int) -> str:
+    """Which scheduler stopped a trial at which epoch's result, and the last epoch its folder
+    holds: Ray Train's report returns before Tune has judged it, so a trial may train on an
+    epoch past its rung before the stop reaches its workers. `judged` comes from sweep.json,
+    which many hands write: what is no epoch number is not quoted."""
+    if isinstance(judged, bool) or not isinstance(judged, int) or judged < 1:
+        return scheduler
+    said = f"{scheduler} after epoch {judged}"
+    if trained > judged:
+        said += f"; epoch {trained} had trained before the stop reached the workers"
+    return said
 
 
 def best_row(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:

@@ -14,13 +14,20 @@ from typing import Any
 from pydantic import PrivateAttr
 
 from app.data.schema import DatasetInfo
+from app.formatting import finite
 from app.promotion.step import promote_run
 from app.runfolder import folder as run_folder
-from app.runfolder.folder import SummaryNotWritten, read_summary, write_final_summary
+from app.runfolder.folder import (
+    SummaryNotWritten,
+    read_summary,
+    recorded_tracking,
+    write_final_summary,
+)
 from app.runfolder.summary import build_summary, plot_curves
 from app.runfolder.usage import from_training_clock
 from app.settings import TrainSettings
 from app.storage.location import RunPath
+from app.sweep.results import stopped_by
 
 
 class TrialOfSweep(TrainSettings):
@@ -69,26 +76,28 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
     before = read_summary(run_dir) or {}
     if before.get("status") == "stopped":
         return
+    trained = run_folder.epochs(run_dir)
     summary = build_summary(
         run_dir,
         status="stopped",
         run_name=trial.run_name,
         target_epochs=trial.epochs,
         settings={**trial.redacted(), "fused_adamw": trial.use_gpu},
-        duration_s=float(stop.get("time_s") or 0.0),
+        duration_s=max(0.0, finite(stop.get("time_s")) or 0.0),
         failures=0,
         restored_from=None,
         metric=trial.checkpoint_metric,
+        epochs=trained,
     )
-    trained = run_folder.epochs(run_dir)
-    summary["stopped_by"] = _stopped_by(trial.tune_scheduler, stop.get("epoch"), trained)
+    last = max((row["epoch"] for row in trained if isinstance(row.get("epoch"), int)), default=0)
+    summary["stopped_by"] = stopped_by(trial.tune_scheduler, stop.get("epoch"), last)
     held = from_training_clock(
         trained, use_gpu=trial.use_gpu, cpus_per_worker=trial.cpus_per_worker
     )
     if held is not None:  # compare derived it from wall time x workers: several times over
         summary["accelerator_hours"] = held
-    if isinstance(before.get("tracking"), dict) and before["tracking"]:
-        summary["tracking"] = before["tracking"]
+    if tracking := recorded_tracking(before):
+        summary["tracking"] = tracking
     try:
         plot_curves(run_dir)
         write_final_summary(run_dir, summary)
@@ -96,14 +105,3 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
         import click
 
         click.echo(f"trainctl: warning: {run_dir}: stopped, not recorded ({err})", err=True)
-
-
-def _stopped_by(scheduler: str, judged: Any, trained: list[dict[str, Any]]) -> str:
-    """Which scheduler stopped the trial at which epoch's result, and the epoch its workers
-    were in when the stop reached them: Ray Train's report returns before Tune has judged it,
-    so a trial may train on an epoch past its rung, and its folder holds that epoch."""
-    said = f"{scheduler} after epoch {judged}"
-    last = max((row["epoch"] for row in trained if isinstance(row.get("epoch"), int)), default=0)
-    if isinstance(judged, int) and last > judged:
-        said += f"; epoch {last} had trained before the stop reached the workers"
-    return said

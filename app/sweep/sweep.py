@@ -29,7 +29,7 @@ from app.formatting import finite
 from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
-from app.runfolder.folder import read_summary, read_sweep, refuse_the_other_kind
+from app.runfolder.folder import read_summary, read_sweep, recorded_tracking, refuse_the_other_kind
 from app.settings import TrainSettings
 from app.settings.tune_continuation import kept_alike, same_trials
 from app.settings.tune_plan import TRIALS_DIR, Trial, plan_sweep
@@ -111,7 +111,7 @@ class _Sweep:
         before: dict[str, Any],
     ) -> None:
         self.settings, self.space, self.trials, self.stopped = settings, space, trials, stopped
-        self.parent = parent_run.ParentRun.start(settings, mapping(before.get("tracking")))
+        self.parent = parent_run.ParentRun.start(settings, recorded_tracking(before))
         self.extra: dict[str, Any] = {}
         started_at = finite(before.get("started_at"))  # a damaged record's is not carried
         self.started_at = started_at if started_at and started_at > 0 else time.time()
@@ -167,7 +167,8 @@ class _Sweep:
         if not error and 0 < epoch < self.settings.epochs and ended["status"] == "running":
             # The scheduler's verdict, kept before anything else: a rerun does not retrain it.
             self.stopped[trial_id] = {"epoch": epoch, "time_s": last.get("time_total_s")}
-            _say(f"{trial_id}: stopped by the scheduler after epoch {epoch}")
+            by = results.stopped_by(self.settings.tune_scheduler, epoch, ended["epochs"])
+            _say(f"{trial_id}: stopped by {by}")
         else:
             _say(f"{trial_id}: {'failed' if error else ended['status']}")
         self.write("running")

@@ -126,7 +126,7 @@ def test_the_killed_sweep_continues_without_retraining_finished_trials(sweep: Sw
     for trial in restarted:
         # Epoch 1, or only 2 where the killed sweep had checkpointed the trial's first epoch.
         assert f"trainctl: {trial}: epoch " in sweep.rerun.stdout, explain(sweep.rerun)
-        ended = "stopped by the scheduler" if statuses[trial] == "stopped" else "succeeded"
+        ended = "stopped by asha after epoch" if statuses[trial] == "stopped" else "succeeded"
         assert f"trainctl: {trial}: {ended}" in sweep.rerun.stdout, explain(sweep.rerun)
     assert "Configuration for experiment" not in sweep.rerun.stdout  # Tune's banner
     assert "tensorboard --logdir" not in sweep.rerun.stdout  # into Ray's temporary folder

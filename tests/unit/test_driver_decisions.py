@@ -252,3 +252,12 @@ def test_the_training_clock_is_the_floor_of_a_runs_time_and_hours() -> None:
     assert usage.at_least(mine, {**clock, "hours": 1.0}) == mine
     assert usage.at_least(mine, {**clock, "kind": "cpu"}) == mine  # other units do not compare
     assert usage.at_least(mine, None) == mine
+
+
+def test_a_damaged_tracking_record_leaves_no_tracker_run_to_close() -> None:
+    for damaged in (["mlflow"], "mlflow", {"mlflow": "abc"}, 3):
+        assert decisions.trackers_to_close({"status": "running", "tracking": damaged}) is None
+    mixed = {"mlflow": {"run_id": "abc"}, "wandb": ["x"]}
+    assert decisions.trackers_to_close({"status": "failed", "tracking": mixed}) == {
+        "mlflow": {"run_id": "abc"}
+    }

@@ -433,3 +433,81 @@ def test_the_sweep_plot_marks_the_trial_it_ships(
     path = plot(tmp_path, record, {"lr": "loguniform"})
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert named == ["trial-0002"]  # the shipped trial, not the stopped one that scored higher
+
+
+@pytest.mark.parametrize(
+    "tracking",
+    [["mlflow"], "mlflow", {"mlflow": "run-1"}, {"mlflow": {"run_id": ["run-1"]}}, None, 7],
+)
+def test_a_trials_damaged_tracking_record_names_no_run_to_adopt(
+    tmp_path: Path, tracking: object
+) -> None:
+    """A trial's summary.json has many writers: a tracking record of another shape gave the
+    sweep's row a list or text where the parent run looks up each trial's MLflow run, and the
+    sweep ended in an internal error."""
+    import json
+
+    from app.runfolder.folder import mlflow_run_id
+    from app.sweep.results import trial_row
+
+    folder = tmp_path / "sweep" / "trials" / "trial-0001"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"status": "running", "tracking": tracking}))
+    row = trial_row(tmp_path / "sweep", Trial(1, {"lr": 0.01}), "val_accuracy", {})
+    assert isinstance(row["tracking"], dict)
+    assert mlflow_run_id(row["tracking"]) is None
+
+
+def test_a_trials_tracking_record_keeps_each_tracker_run(tmp_path: Path) -> None:
+    import json
+
+    from app.runfolder.folder import mlflow_run_id
+    from app.sweep.results import trial_row
+
+    folder = tmp_path / "sweep" / "trials" / "trial-0001"
+    folder.mkdir(parents=True)
+    ids = {"mlflow": {"run_id": "run-1"}, "tensorboard": {"log_dir": "tb"}, "wandb": "x"}
+    (folder / "summary.json").write_text(json.dumps({"status": "running", "tracking": ids}))
+    row = trial_row(tmp_path / "sweep", Trial(1, {"lr": 0.01}), "val_accuracy", {})
+    assert row["tracking"] == {"mlflow": {"run_id": "run-1"}, "tensorboard": {"log_dir": "tb"}}
+    assert mlflow_run_id(row["tracking"]) == "run-1"
+
+
+def test_a_stop_record_of_another_type_is_not_quoted_or_read_as_a_time(tmp_path: Path) -> None:
+    """sweep.json's `stopped` has many writers: a stop time that was text ended the sweep in
+    an internal error (float('soon')), and an epoch that was a list was quoted into the trial's
+    summary."""
+    import json
+
+    from app.runfolder.folder import record_epoch
+    from app.sweep.results import stopped_by
+    from app.sweep.ship import mark_stopped
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    assert stopped_by("asha", [1, 2], 2) == stopped_by("asha", True, 2) == "asha"
+    assert stopped_by("asha", 1, 1) == "asha after epoch 1"
+    run_dir = make_run(tmp_path, "trial-0004", 0.5)
+    record_epoch(run_dir, {"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5})
+    mark_stopped(settings_for(tmp_path, "trial-0004"), {"epoch": ["x"], "time_s": "soon"}, INFO)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "asha" and summary["duration_s"] == 0.0
+
+
+@pytest.mark.parametrize("status", [["succeeded"], {"s": 1}, "done!", 3, None])
+def test_a_trials_status_of_another_kind_trains_it_on(tmp_path: Path, status: object) -> None:
+    """A trial whose summary.json says no status a trial has is trained on from its own
+    checkpoints, and its row carries no list or object where the table and plot read text."""
+    import json
+
+    from app.runfolder.folder import record_epoch
+    from app.sweep.results import DONE, trial_row
+
+    folder = tmp_path / "sweep" / "trials" / "trial-0001"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"status": status, "duration_s": [1]}))
+    trial = Trial(1, {"lr": 0.01})
+    row = trial_row(tmp_path / "sweep", trial, "val_accuracy", {})
+    assert (row["status"], row["duration_s"]) == ("pending", None)
+    record_epoch(folder, {"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5})
+    row = trial_row(tmp_path / "sweep", trial, "val_accuracy", {})
+    assert row["status"] == "interrupted" and row["status"] not in DONE
