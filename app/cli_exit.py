@@ -6,6 +6,7 @@ Ctrl-C end every phase of every command cleanly.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
@@ -14,6 +15,7 @@ from types import FrameType
 import click
 
 from app.errors import EXIT_CTRL_C, EXIT_FAILED, EXIT_INVALID, EXIT_SIGTERM, TrainctlError
+from app.formatting import one_path
 
 
 class Terminated(KeyboardInterrupt):
@@ -65,10 +67,28 @@ def _run(cli: click.Group, argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         click.echo("trainctl: interrupted", err=True)
         return EXIT_CTRL_C
-    except Exception as err:  # a bug: still one line, the traceback only on request
-        if os.environ.get("TRAINCTL_DEBUG"):
-            raise
-        click.echo(f"trainctl: internal error: {type(err).__name__}: {err}", err=True)
-        click.echo("  (set TRAINCTL_DEBUG=1 to see where; please report it)", err=True)
-        return EXIT_FAILED
+    except OSError as err:
+        if err.errno != errno.ENAMETOOLONG:
+            return _internal(err)
+        # A path given on the command line or in a setting, too long for the file system:
+        # wherever a command first touches it, the input is what is wrong.
+        named = one_path(err.filename, 200) if err.filename else "a path"
+        click.echo("trainctl: invalid input:", err=True)
+        click.echo(
+            f"  - {named}: a name in it is too long for the file system (at most 255 bytes "
+            "per name, 4096 per path)",
+            err=True,
+        )
+        return EXIT_INVALID
+    except Exception as err:
+        return _internal(err)
     return code if isinstance(code, int) else 0
+
+
+def _internal(err: Exception) -> int:
+    """A bug: still one line, the traceback only on request."""
+    if os.environ.get("TRAINCTL_DEBUG"):
+        raise err
+    click.echo(f"trainctl: internal error: {type(err).__name__}: {err}", err=True)
+    click.echo("  (set TRAINCTL_DEBUG=1 to see where; please report it)", err=True)
+    return EXIT_FAILED

@@ -33,9 +33,12 @@ def make_run(
     seed: int = 0,
     info: Any = INFO,
     loss: float | None = None,
+    witness_key: Path | None = None,
 ) -> Path:
     """<storage>/<name> holding one verified checkpoint of a cnn with `accuracy` (and `loss`,
-    default 1 - accuracy), for `info`'s data; more epochs are more calls."""
+    default 1 - accuracy), for `info`'s data; more epochs are more calls. `witness_key`: the
+    signing key that witnesses it, as a signing run's Ray Train controller does
+    (app/export/witness.py)."""
     import torch
 
     from app.runfolder import checkpoint_names, checkpoints
@@ -44,8 +47,9 @@ def make_run(
     torch.manual_seed(seed)
     model = build_model("cnn", info)
     run_dir = storage / name
-    checkpoints.write_checkpoint(
-        run_dir / checkpoint_names.dir_name(epoch),
+    folder = run_dir / checkpoint_names.dir_name(epoch)
+    digest = checkpoints.write_checkpoint(
+        folder,
         model_state=model.state_dict(),
         train_state={"epoch": epoch},
         epoch=epoch,
@@ -56,6 +60,10 @@ def make_run(
         },
         class_names=info.class_names,
     )
+    if witness_key is not None:
+        from app.export import signature, witness
+
+        witness.write(folder, digest, signature.private_key(witness_key))
     return run_dir
 
 

@@ -235,7 +235,7 @@ def _remove_leftovers(out: Path) -> None:
 
 
 def _replaceable(out: Path) -> bool:
-    return out.is_dir() and {p.name for p in out.iterdir()} <= {"train", "valid", MARKER}
+    return out.is_dir() and {p.name for p in out.iterdir()} <= {"train", "valid", "test", MARKER}
 
 
 def _already(name: str, out: Path) -> str:
@@ -252,7 +252,8 @@ def _already(name: str, out: Path) -> str:
 def _summary(name: str, out: Path, meta: dict[str, object], note: str = "") -> str:
     hwc = "x".join(str(v) for v in meta["hwc"])  # type: ignore[attr-defined]
     tail = f" ({note})" if note else ""
+    test = f" + {meta['test_rows']} test" if meta.get("test_rows") is not None else ""
     return (
-        f"{name}: {meta['train_rows']} train + {meta['valid_rows']} valid rows, {hwc} uint8 "
+        f"{name}: {meta['train_rows']} train + {meta['valid_rows']} valid{test} rows, {hwc} uint8 "
         f"images, {meta['num_classes']} classes, layout {meta['layout']} -> {out}{tail}"
     )

@@ -47,7 +47,8 @@ ORDER_SEED = 20_261_126
 def prepare_from_folder(
     source: str, out: Path, *, size: int, force: bool = False, endpoint: str | None = None
 ) -> str:
-    """Write out/train/ and out/valid/ from the image folder `source`; a one-line summary."""
+    """Write out/train/, out/valid/ and (where the folder has one) the held-out out/test/ from
+    the image folder `source`; a one-line summary."""
     try:
         root = parse_location(source, endpoint)
     except ValueError as err:
@@ -64,7 +65,7 @@ def prepare_from_folder(
         _remove_leftovers(out)
         if out.exists() and not _replaceable(out):
             raise ConfigError(
-                f"{out} exists and holds more than a dataset (train/, valid/); "
+                f"{out} exists and holds more than a dataset (train/, valid/, test/); "
                 "choose an empty or new folder"
             )
         staging = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -81,12 +82,12 @@ def _refuse_out_in_source(root: RunPath, out: Path) -> None:
     made from (without images: the next `train` on the folder stops); refused. (A bucket
     never holds --out, a local folder: it compares unequal to every local one.)"""
     target = out.resolve()
-    for split in (root, root / "train", root / "valid"):
+    for split in (root, root / "train", root / "valid", root / "test"):
         inside = resolved(split)
         if target == inside or (split != root and inside in target.parents):
             raise ConfigError(
                 f"--out={out}: inside the image folder --from-folder={root}, where it would "
-                "become a class of the data; choose a folder outside its train/ and valid/"
+                "become a class of the data; choose a folder outside its train/, valid/ and test/"
             )
 
 
@@ -94,6 +95,8 @@ def _write(root: RunPath, listing: FolderListing, staging: Path, size: int) -> d
     staging.mkdir(parents=True)
     order = np.random.default_rng(ORDER_SEED).permutation(len(listing.train))
     splits = {"train": [listing.train[i] for i in order], "valid": list(listing.valid)}
+    if listing.has_test:  # the gate's held-out data: without it, judged on what selected
+        splits["test"] = list(listing.test)
     per_file = rows_per_file((size, size, 3))
     files = {}
     for split, pairs in splits.items():
@@ -113,6 +116,7 @@ def _write(root: RunPath, listing: FolderListing, staging: Path, size: int) -> d
         "source": redact_uri(str(root)),
         "train_rows": len(listing.train),
         "valid_rows": len(listing.valid),
+        **({"test_rows": len(listing.test)} if listing.has_test else {}),
         "image_shape": [size, size, 3],
         "hwc": [size, size, 3],
         "num_classes": len(listing.class_names),

@@ -53,6 +53,7 @@ from app.runfolder.folder import (
     MAX_RECORDS_BYTES,
     SUMMARY_FILE,
     SWEEP_FILE,
+    holds_run_records,
     read_record_file,
     read_summary,
 )
@@ -175,7 +176,9 @@ def _signed_for_its_run(folder: RunPath, card: dict[str, Any]) -> None:
     card proves nothing of its origin, and a run folder may be moved or copied at will."""
     if folder.name != EXPORT_DIR or signature.configured_key() is None:
         return
-    if not present(folder.parent / SUMMARY_FILE):  # an export/ folder kept on its own
+    # An export/ folder kept on its own, beside no record of a run. Not summary.json alone:
+    # removing it let another run's signed export be answered as this run's.
+    if not holds_run_records(folder.parent):
         return
     from app.settings.tune_plan import TRIALS_DIR  # loads the settings model: only keys need it
 

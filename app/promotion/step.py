@@ -32,6 +32,7 @@ import click
 from app.data.schema import DatasetInfo
 from app.errors import RunFailed, TrainctlError
 from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES, WEIGHTS_FILE
+from app.export.witness import witnessed
 from app.formatting import one_line
 from app.promotion import champion, champion_export, gate, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
@@ -82,7 +83,8 @@ def promote_run(
     gate, as a run's driver does; without it (a direct call) per-class terms cannot pass."""
     run_dir = settings.run_dir
     metric = settings.checkpoint_metric
-    good = checkpoints.scan(run_dir).good if good is None else good
+    if good is None:  # a sweep's best trial: witnessed as its own driver's end would
+        good = witnessed(checkpoints.scan(run_dir).good, settings.signing_key, _say)
     best = next(iter(retention.ranked(good, metric)), None)
     promotion: dict[str, Any] = {"gate": str(settings.promote_if), "metric": metric}
     if best is not None:

@@ -17,6 +17,7 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
+from app.export.witness import witnessed
 from app.promotion.step import promote_run
 from app.run import decisions, first_met, resume
 from app.run.progress import EpochFollower
@@ -348,12 +349,20 @@ def _trainer(
             # Ray keeps every checkpoint: trainctl's own pruning decides
             # (app/runfolder/retention.py).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
-            callbacks=list(run.callbacks),  # a sweep's trial: its epochs reported to Ray Tune
+            # A sweep's trial: its epochs reported to Ray Tune; a signing run: its checkpoints
+            # witnessed as they are reported (app/export/witness.py).
+            callbacks=[*run.callbacks, *_witness(settings)],
         ),
         datasets=datasets,
         # The same shards at every start (exact mid-epoch resume), read on the data pool's nodes.
         dataset_config=ExactSplit(pool=pool),
     )
+
+
+def _witness(settings: TrainSettings) -> list[Any]:
+    from app.export.witness_callback import Witness
+
+    return [Witness(settings.run_dir, settings.signing_key)] if settings.signing_key else []
 
 
 def _find_pool(settings: TrainSettings) -> Any:
@@ -379,7 +388,9 @@ def _finish(
 ) -> tuple[dict[str, Any], list[checkpoints.CheckpointRef]]:
     """The run's summary written; returned with the verified checkpoints retention kept."""
     run_dir = settings.run_dir
-    good = checkpoints.scan(run_dir).good  # every checkpoint hashed once, for all uses below
+    # Every checkpoint hashed once, for all uses below; with a signing key, only those this
+    # run's workers wrote (app/export/witness.py).
+    good = witnessed(checkpoints.scan(run_dir).good, settings.signing_key, _say)
     removed = checkpoints.prune(
         run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, good=good
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
+from app.export.witness import witnessed
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.settings import TrainSettings
@@ -31,7 +32,7 @@ def usable_checkpoint(
     scan = checkpoints.scan(settings.run_dir)
     for folder, why in scan.bad:
         _set_aside(folder, why, say)
-    for ref in scan.good:
+    for ref in witnessed(scan.good, settings.signing_key, say):
         problem = checkpoints.resume_problem(ref, model_shapes(settings, info))
         if problem is None:
             return ref

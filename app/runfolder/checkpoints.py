@@ -50,6 +50,7 @@ from app.storage.reading import read_bounded, sha256_of
 
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
+WITNESSED_METRIC = "meta_sha256"  # rank 0's report names the meta.json it wrote by its digest
 CORRUPT_PREFIX = "corrupt_"
 REASON_FILE = "UNUSABLE.txt"
 # meta.json holds an epoch, a few metrics, two digests and up to MAX_CLASSES class names
@@ -70,6 +71,9 @@ class CheckpointRef:
     # Each file's sha256 as `verify` found it (empty where not verified): what is loaded from
     # this reference must hash to it, whoever rewrote the folder since.
     files: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    # meta.json's own digest, over the epoch, metrics and `files` this reference was read
+    # from: what a witness signature (app/export/witness.py) vouches for.
+    meta_sha256: str = field(default="", compare=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -91,8 +95,10 @@ def write_checkpoint(
     class_names: tuple[str, ...] = (),
     step: int | None = None,
     stopped: dict[str, Any] | None = None,
-) -> None:
-    """`class_names` (label i is class_names[i]) go into meta.json as plain JSON strings, so
+) -> str:
+    """Write the checkpoint's files; returns meta.json's digest (`meta_sha256`).
+
+    `class_names` (label i is class_names[i]) go into meta.json as plain JSON strings, so
     the weights' output units keep their meaning wherever the checkpoint travels. `step` set:
     a mid-epoch checkpoint at that global step (`kind: "step"` in meta.json). `stopped`: the
     early stop that ended training after this checkpoint (app/training/early_stop.py)."""
@@ -109,6 +115,7 @@ def write_checkpoint(
         meta["stopped"] = stopped
     meta["meta_sha256"] = _meta_digest(meta)
     (folder / META_FILE).write_text(json.dumps(meta, indent=2))
+    return str(meta["meta_sha256"])
 
 
 def _meta_digest(meta: dict[str, Any]) -> str:
@@ -176,7 +183,10 @@ def _recorded(folder: RunPath) -> tuple[CheckpointRef, dict[str, str]]:
         raise ValueError(f"{META_FILE} lists {sorted(files)}, not {MODEL_FILE} and {STATE_FILE}")
     stopped = meta.get("stopped")
     stopped = dict(stopped) if isinstance(stopped, dict) else None
-    ref = CheckpointRef(path=folder, epoch=epoch, metrics=metrics, step=step, stopped=stopped)
+    ref = CheckpointRef(
+        path=folder, epoch=epoch, metrics=metrics, step=step, stopped=stopped,
+        meta_sha256=str(meta["meta_sha256"]),
+    )  # fmt: skip
     return ref, {str(name): str(digest) for name, digest in files.items()}
 
 
@@ -223,16 +233,24 @@ class CheckpointAltered(ValueError):
 
 
 def load_train_state(
-    folder: RunPath, files: Mapping[str, str] | None = None
+    folder: RunPath, files: Mapping[str, str] | None = None, reported: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model state dict, training state) of a checkpoint, on CPU, loaded from exactly the
     bytes verified: each file is read once into memory and loaded only when those bytes hash
     to `files` (a CheckpointRef's, as `verify` found them before) or, where not given, to
-    what its meta.json records now. CheckpointAltered where one does not: a writer replaced
-    it between the check and the load."""
+    what its meta.json records now, that meta.json being the one of digest `reported` where
+    given (the one rank 0 reported to Ray). CheckpointAltered where one does not: a writer
+    replaced it between the check and the load."""
     vouched = "verified before this run loaded it"
     if not files:
-        files, vouched = _recorded(folder)[1], f"its {META_FILE} records"
+        ref, files = _recorded(folder)
+        vouched = f"its {META_FILE} records"
+        if reported is not None and ref.meta_sha256 != reported:
+            raise CheckpointAltered(
+                f"{folder.name}/{META_FILE} has digest {ref.meta_sha256}, not the {reported} of "
+                "the checkpoint this run's training reported to Ray: rewritten since, and not "
+                "loaded (an altered checkpoint is never trusted)"
+            )
     model_state = plain_keys(_load(folder / MODEL_FILE, files[MODEL_FILE], vouched))
     train_state = _load(folder / STATE_FILE, files[STATE_FILE], vouched)
     return model_state, train_state

@@ -28,7 +28,7 @@ from typing import Any
 from app.errors import ConfigError, RunFailed
 from app.runfolder.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
-from app.storage.entries import links, not_a_link
+from app.storage.entries import entries, links, not_a_link
 from app.storage.location import RunPath, append_line, write_atomic, write_json
 from app.storage.probe import StoreUnavailable
 from app.storage.reading import present_within, read_bounded
@@ -74,6 +74,19 @@ OWN_NAMES = (
     EVAL_DIR,
 )
 OWN_PREFIXES = ("checkpoint_epoch_", "corrupt_", "tensorboard")
+
+
+def holds_run_records(folder: RunPath) -> bool:
+    """Whether `folder` holds any record of a run besides an export: a summary, metrics, an
+    attempt, a checkpoint, logs. An export/ folder kept on its own has none."""
+    try:
+        listed = entries(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return any(
+        (e.name in OWN_NAMES and e.name != EXPORT_DIR) or e.name.startswith(OWN_PREFIXES)
+        for e in listed
+    )
 
 
 def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[dict[str, Any]]:

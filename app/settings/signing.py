@@ -14,7 +14,9 @@ class SigningSettings(BaseModel):
         None,
         description="Ed25519 private key, a PEM file (`openssl genpkey -algorithm ed25519`), "
         "that signs each export's model card when a run ends (model_card.sig, also in the "
-        "champion's copy). Mount it from a Secret only training jobs read.",
+        "champion's copy) and witnesses each checkpoint the run's workers report "
+        "(witness.sig): a checkpoint without one is set aside, never resumed from or signed. "
+        "Mount it from a Secret only training jobs read.",
     )
     verify_key: Path | None = Field(
         None,

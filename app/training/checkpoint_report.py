@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from app.runfolder import checkpoint_names, checkpoints
+from app.runfolder.checkpoints import WITNESSED_METRIC
 from app.training.checkpoint_watch import gathered_rng
 
 
@@ -70,7 +71,7 @@ def report_checkpoint(
         **(carried or {}),
     }
     folder = Path(tempfile.mkdtemp(prefix="trainctl-ckpt-"))
-    checkpoints.write_checkpoint(
+    digest = checkpoints.write_checkpoint(
         folder,
         model_state=(model.module if hasattr(model, "module") else model).state_dict(),
         train_state=train_state,
@@ -80,8 +81,10 @@ def report_checkpoint(
         class_names=class_names,
         stopped=stopped,
     )
+    # The digest travels to the controller through Ray, not the storage: a driver that signs
+    # its exports witnesses the checkpoints its workers wrote (app/export/witness.py).
     ray.train.report(
-        metrics,
+        {**metrics, WITNESSED_METRIC: digest},
         checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
         checkpoint_dir_name=checkpoint_names.dir_name(epochs_done, step if mid_epoch else None),
         checkpoint_upload_mode=_upload_mode(reason, final),

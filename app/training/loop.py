@@ -152,15 +152,31 @@ def restore(plan: WorkerPlan) -> Restored:
     intact checkpoint the driver found on storage (a rerun of the same run), else nothing."""
     latest = ray.train.get_checkpoint()
     verified: dict[str, str] = {}
+    reported = None
     if latest is not None:  # Ray names it by its path inside the storage filesystem
         checkpoint = in_storage(plan.settings.storage_path, latest.path)
+        reported = _reported_digest(latest.path)
     else:
         checkpoint, verified = plan.resume_from, plan.resume_files
     if checkpoint is None:
         return Restored()
-    # The driver's choice loads only as the bytes it verified; Ray's own, as its meta.json says.
-    model_state, train_state = checkpoints.load_train_state(checkpoint, verified)
+    # The driver's choice loads only as the bytes it verified; Ray's own, as the meta.json
+    # rank 0 reported to Ray says (through Ray, so no writer of the storage can change it).
+    model_state, train_state = checkpoints.load_train_state(checkpoint, verified, reported)
     return Restored(checkpoint, model_state, train_state)
+
+
+def _reported_digest(path: str) -> str | None:
+    """The meta.json digest rank 0 reported with the checkpoint at `path` (report_checkpoint),
+    as Ray Train's controller holds it; None where it holds none."""
+    found = ray.train.get_all_reported_checkpoints(
+        consistency_mode=ray.train.CheckpointConsistencyMode.COMMITTED
+    )
+    for reported in found:
+        if reported.checkpoint.path == path:
+            digest = reported.metrics.get(checkpoints.WITNESSED_METRIC)
+            return digest if isinstance(digest, str) else None
+    return None
 
 
 def build(plan: WorkerPlan, worker: Worker, restored: Restored) -> Parts:

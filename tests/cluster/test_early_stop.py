@@ -3,12 +3,18 @@ stops at the first epoch that meets it, says so in summary.json and its last lin
 checkpoints, is judged for promotion, records the time, accelerator-hours and cost to each
 threshold; a rerun with the same settings does not train on; `trainctl status` shows it all.
 
+The run signs its export (TRAIN_SIGNING_KEY): Ray Train's controller witnesses each checkpoint
+as rank 0 reports it (app/export/witness.py), and before the rerun a writer of the storage
+plants a checkpoint past the last epoch, re-hashed over its edits, which the rerun sets aside
+instead of finding nothing to train and signing it.
+
 One run (one worker, a few epochs) and its rerun are shared by every test here.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -35,6 +41,7 @@ class StoppedRun:
     checkpoints: list[str]
     rerun: CompletedProcess[str]
     status: CompletedProcess[str]
+    signing_key: Path
 
     @property
     def stop_epoch(self) -> int:
@@ -48,12 +55,14 @@ def _checkpoints(run_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def stopped(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> StoppedRun:
     tmp = tmp_path_factory.mktemp("early-stop")
+    signing_key = _signing_key(tmp)
     env = trainctl_env(
         dataset="digits", model="cnn", epochs=str(EPOCHS), lr="0.003", num_workers="1",
         global_batch_size="64", checkpoints_to_keep=str(EPOCHS), data_path=str(tmp / "data"),
         storage_path=str(tmp / "runs"), run_name="early",
         ray_address=ray_cluster.address,  # type: ignore[attr-defined]
         max_failures="0", stop_at=STOP_AT, promote_if=PROMOTE_IF, gpu_hour_price=str(PRICE),
+        signing_key=str(signing_key),
     )  # fmt: skip
     run_dir = tmp / "runs" / "early"
     first = run_trainctl("train", env=env, cwd=tmp)
@@ -61,9 +70,40 @@ def stopped(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> St
     summary, history = read_summary(run_dir), read_history(run_dir)
     attempts = (run_dir / "attempts.jsonl").read_text()
     checkpoints = _checkpoints(run_dir)
+    _plant(run_dir / checkpoints[-1], run_dir / "checkpoint_epoch_0009")
     rerun = run_trainctl("train", env=env, cwd=tmp)
     status = run_trainctl("status", str(run_dir), env=env, cwd=tmp)
-    return StoppedRun(run_dir, first, summary, history, attempts, checkpoints, rerun, status)
+    return StoppedRun(
+        run_dir, first, summary, history, attempts, checkpoints, rerun, status, signing_key
+    )
+
+
+def _signing_key(tmp: Path) -> Path:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    path = tmp / "signing.pem"
+    key = ed25519.Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )  # fmt: skip
+    path.write_bytes(pem)
+    return path
+
+
+def _plant(source: Path, target: Path) -> None:
+    """A copy of the last checkpoint as epoch 9, its meta.json re-hashed over the new epoch
+    (and the witness copied along): every checksum holds, and it is past TRAIN_EPOCHS."""
+    from app.runfolder import checkpoints
+
+    shutil.copytree(source, target)
+    meta = json.loads((target / "meta.json").read_text())
+    meta["epoch"] = 9
+    meta.pop("stopped", None)
+    meta["meta_sha256"] = checkpoints._meta_digest(meta)
+    (target / "meta.json").write_text(json.dumps(meta))
+    checkpoints.verify(target)
 
 
 def test_the_run_stops_at_the_first_epoch_that_meets_stop_at(stopped: StoppedRun) -> None:
@@ -103,9 +143,28 @@ def test_summary_records_time_hours_and_cost_to_each_threshold(stopped: StoppedR
     assert all(r["worker_time_s"] == r["run_time_s"] for r in stopped.history)
 
 
+def test_every_checkpoint_is_witnessed_and_the_export_signed(stopped: StoppedRun) -> None:
+    from app.export import signature, witness
+    from app.runfolder import checkpoints
+
+    key = signature.private_key(stopped.signing_key).public_key()
+    for name in stopped.checkpoints:
+        ref = checkpoints.verify(stopped.run_dir / name)
+        assert witness.problem(ref, key) is None, name
+    export = stopped.run_dir / "export"
+    card = (export / "model_card.json").read_bytes()
+    signature.check(export, stopped.run_dir, card, key)
+    assert json.loads(card)["checkpoint"]["epoch"] == stopped.stop_epoch
+
+
 def test_a_rerun_with_the_same_settings_does_not_train_on(stopped: StoppedRun) -> None:
     rerun = stopped.rerun
     assert rerun.returncode == 0, explain(rerun)
+    # The planted checkpoint: set aside, not "9 epochs finished" and exported.
+    assert (
+        "checkpoint checkpoint_epoch_0009 is unusable: witness.sig does not verify" in rerun.stdout
+    ), explain(rerun)
+    assert (stopped.run_dir / "corrupt_checkpoint_epoch_0009").is_dir()
     epoch = stopped.stop_epoch
     assert f"stopped early at epoch {epoch}: TRAIN_STOP_AT={STOP_AT} met" in rerun.stdout
     assert "nothing to train" in rerun.stdout

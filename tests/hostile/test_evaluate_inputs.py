@@ -525,3 +525,17 @@ def test_a_run_given_by_its_name_is_found_where_train_put_it(
     (elsewhere / "r").mkdir()
     here = trainctl("predict", "r", str(data / "a" / "0.png"))
     assert_refused(here, 2, f"{elsewhere / 'r' / 'export'}: no model_card.json")
+
+
+def test_a_path_too_long_for_the_file_system_is_invalid_input(run: Path, tmp_path: Path) -> None:
+    """evaluate, compare and predict --out ended in an internal error (OSError: File name too
+    long, exit 1) on a path with a 300-character name (found by a red-team pass)."""
+    long = tmp_path / ("n" * 300)
+    for args in (
+        ("evaluate", str(run), str(long)),
+        ("evaluate", str(long), str(tmp_path)),
+        ("compare", str(run), str(long)),
+        ("predict", str(run), str(tmp_path), "--out", f"{long}.csv"),
+    ):
+        result = trainctl(*args)
+        assert_refused(result, 2, "...nnnnnnnn", "too long for the file system")

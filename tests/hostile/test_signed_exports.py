@@ -58,7 +58,7 @@ def image(tmp_path: Path) -> str:
 
 
 def _promoted(storage: Path, name: str, signing: Path | None) -> Path:
-    make_run(storage, name, 0.9)
+    make_run(storage, name, 0.9, witness_key=signing)
     extra = {"signing_key": str(signing)} if signing else {}
     promote_run(settings_for(storage, name, **extra), INFO, {"status": "succeeded"})
     return storage / name
@@ -181,7 +181,7 @@ def test_the_champion_comparison_holds_the_champion_to_the_key(
     storage = tmp_path / "runs"
     _promoted(storage, "planted", None)  # unsigned: what a writer of the storage can make
     monkeypatch.setenv("TRAIN_VERIFY_KEY", str(public))
-    make_run(storage, "honest", 0.95)
+    make_run(storage, "honest", 0.95, witness_key=private)
     settings = settings_for(storage, "honest", signing_key=str(private))
     summary = promote_run(settings, INFO, {"status": "succeeded"})
     assert summary["promoted"] is False
@@ -210,6 +210,12 @@ def test_a_signed_export_in_another_runs_folder_is_refused(
     monkeypatch.setenv("TRAIN_VERIFY_KEY", str(public))
     result = trainctl("predict", str(b), image)
     assert_refused(result, 2, "a signed card of run a, in the folder of run b")
+    # Without b's summary.json (and classes.json) it is still b's folder: refused alike.
+    (b / "summary.json").unlink()
+    (b / "classes.json").unlink(missing_ok=True)
+    result = trainctl("predict", str(b), image)
+    assert_refused(result, 2, "a signed card of run a, in the folder of run b")
+    assert_refused(trainctl("evaluate", str(b), str(tmp_path)), 2, "in the folder of run b")
     # An export kept on its own, in a folder named export/ that is no run's: it loads.
     kept = tmp_path / "models" / "export"
     shutil.copytree(a / "export", kept)

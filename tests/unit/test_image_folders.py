@@ -195,3 +195,34 @@ def test_prepare_from_folder_keeps_the_class_names_and_pixels(tmp_path: Path) ->
     got = np.frombuffer(b"".join(table.column("image").to_pylist()), np.uint8)
     assert np.array_equal(got.reshape(expected.shape), expected)
     assert table.column("label").to_pylist() == [0] * 4 + [1] * 4 + [2] * 4
+
+
+def test_prepare_from_folder_keeps_the_held_out_test_split(tmp_path: Path) -> None:
+    """Its test/ was dropped (found by a red-team pass): after the conversion the README
+    suggests for speed, the promotion gate was judged on valid/, the data the checkpoint was
+    selected on, and nothing said so."""
+    import pyarrow.parquet as pq
+
+    from tests.folder_support import CLASSES
+
+    image_folder(tmp_path / "src")
+    test = []
+    for label, name in enumerate(CLASSES):
+        for index in range(2):
+            relative = f"test/{name}/{index:03d}.png"
+            (tmp_path / "src" / relative).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "src" / relative).write_bytes(
+                image_bytes(50_000 + index * 7 + label, label % 3, "PNG")
+            )
+            test.append(relative)
+    summary = prepare_from_folder(str(tmp_path / "src"), tmp_path / "out", size=16)
+    assert "36 train + 12 valid + 6 test rows" in summary, summary
+    info = inspect_dataset(tmp_path / "out")
+    assert info.test_rows == 6 and info.test_class_counts == (2, 2, 2)
+    table = pq.read_table(tmp_path / "out" / "test")
+    expected = load_images(tmp_path / "src", sorted(test), 16)
+    got = np.frombuffer(b"".join(table.column("image").to_pylist()), np.uint8)
+    assert np.array_equal(got.reshape(expected.shape), expected)
+    # Prepared again over itself (--force): a dataset with test/ is one it may replace.
+    again = prepare_from_folder(str(tmp_path / "src"), tmp_path / "out", size=16, force=True)
+    assert "+ 6 test rows" in again

@@ -1,0 +1,171 @@
+"""Witnessed checkpoints (app/export/witness.py): a run that signs its exports signs only weights
+its own workers wrote. A red-team pass copied a checkpoint of its own training (epoch 8 of a
+3-epoch run) into a signing run's folder: the run found nothing left to train, exported it,
+signed the card and promoted it. Real Ed25519 keys, real checkpoints and exports."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from app.export import signature, witness
+from app.promotion.step import promote_run
+from app.runfolder import checkpoints
+from tests.promotion_support import INFO, make_run, settings_for
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    path = tmp_path / "signing.pem"
+    path.write_bytes(
+        ed25519.Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return path
+
+
+def _reason(run: Path, name: str) -> str:
+    return (run / f"corrupt_{name}" / checkpoints.REASON_FILE).read_text()
+
+
+def _exported_epoch(run: Path) -> int:
+    card = json.loads((run / "export" / "model_card.json").read_text())
+    return int(card["checkpoint"]["epoch"])
+
+
+def test_a_planted_checkpoint_is_set_aside_and_its_weights_never_signed(
+    tmp_path: Path, key: Path
+) -> None:
+    storage = tmp_path / "runs"
+    run = make_run(storage, "nightly", 0.6, witness_key=key)  # what the run's workers wrote
+    make_run(storage, "nightly", 0.99, epoch=8, seed=1)  # a writer of the storage, no key
+    summary = promote_run(settings_for(storage, "nightly", signing_key=str(key)), INFO, {})
+    assert summary["promotion"]["checkpoint"]["epoch"] == 1
+    assert _exported_epoch(run) == 1 and (run / "export" / signature.SIGNATURE_FILE).is_file()
+    assert "no witness.sig" in _reason(run, "checkpoint_epoch_0008")
+
+
+def test_a_witnessed_checkpoint_of_another_run_or_rewritten_does_not_verify(
+    tmp_path: Path, key: Path
+) -> None:
+    storage = tmp_path / "runs"
+    run = make_run(storage, "nightly", 0.6, witness_key=key)
+    other = make_run(storage, "other", 0.99, epoch=2, seed=1, witness_key=key)
+    shutil.copytree(other / "checkpoint_epoch_0002", run / "checkpoint_epoch_0002")
+    # Its own epoch-1 weights edited, and meta.json re-hashed over them: every checksum holds.
+    edited = make_run(tmp_path / "edits", "nightly", 0.6, witness_key=key) / "checkpoint_epoch_0001"
+    state = torch.load(edited / "model.pt", weights_only=True)
+    next(iter(state.values())).add_(1.0)
+    torch.save(state, edited / "model.pt")
+    meta = json.loads((edited / "meta.json").read_text())
+    meta["files"]["model.pt"] = hashlib.sha256((edited / "model.pt").read_bytes()).hexdigest()
+    meta["metrics"]["val_accuracy"] = 0.999
+    meta["meta_sha256"] = checkpoints._meta_digest(meta)
+    (edited / "meta.json").write_text(json.dumps(meta))
+    checkpoints.verify(edited)  # intact as far as its checksums tell
+    shutil.rmtree(run / "checkpoint_epoch_0001")
+    shutil.copytree(edited, run / "checkpoint_epoch_0001")
+    summary = promote_run(settings_for(storage, "nightly", signing_key=str(key)), INFO, {})
+    assert summary["promotion"].get("checkpoint") is None, summary["promotion"]
+    assert not (run / "export").exists()
+    for name in ("checkpoint_epoch_0001", "checkpoint_epoch_0002"):
+        assert "witness.sig does not verify over its meta.json" in _reason(run, name)
+
+
+def test_a_run_without_a_signing_key_uses_its_checkpoints_as_their_checksums_say(
+    tmp_path: Path,
+) -> None:
+    storage = tmp_path / "runs"
+    run = make_run(storage, "plain", 0.6)
+    summary = promote_run(settings_for(storage, "plain"), INFO, {})
+    assert summary["promotion"]["checkpoint"]["epoch"] == 1 and _exported_epoch(run) == 1
+
+
+def test_a_resume_sets_aside_what_was_not_witnessed(tmp_path: Path, key: Path) -> None:
+    from app.run.resume import usable_checkpoint
+
+    storage = tmp_path / "runs"
+    run = make_run(storage, "nightly", 0.6, witness_key=key)
+    make_run(storage, "nightly", 0.99, epoch=8, seed=1)
+    said: list[str] = []
+    plain = usable_checkpoint(settings_for(storage, "nightly"), INFO, said.append)
+    assert plain is not None and plain.epoch == 8 and not said  # no key: checksums decide
+    signing = settings_for(storage, "nightly", signing_key=str(key))
+    ref = usable_checkpoint(signing, INFO, said.append)
+    assert ref is not None and ref.epoch == 1
+    assert said and said[0].startswith("checkpoint checkpoint_epoch_0008 is unusable: no witness")
+    assert (run / "corrupt_checkpoint_epoch_0008").is_dir()
+
+
+def test_the_controllers_callback_witnesses_what_rank_0_reported(tmp_path: Path, key: Path) -> None:
+    """Ray Train's controller calls it with the reports' metrics and the committed checkpoint
+    (a real ray.train.Checkpoint); the key is read there, never pickled with the callback."""
+    from ray.train import Checkpoint
+
+    from app.export.witness_callback import Witness
+
+    storage = tmp_path / "runs"
+    run = make_run(storage, "nightly", 0.6)
+    folder = run / "checkpoint_epoch_0001"
+    ref = checkpoints.verify(folder)
+    callback = pickle.loads(pickle.dumps(Witness(run, key)))
+    assert b"PRIVATE KEY" not in pickle.dumps(callback) and key.read_bytes() not in pickle.dumps(
+        callback
+    )
+    public = signature.private_key(key).public_key()
+    callback.after_report(None, [{"val_accuracy": 0.6}], Checkpoint.from_directory(str(folder)))
+    assert "no witness.sig" in str(witness.problem(ref, public))  # no digest reported: none
+    reported = [{"val_accuracy": 0.6, checkpoints.WITNESSED_METRIC: ref.meta_sha256}, {}]
+    callback.after_report(None, reported, Checkpoint.from_directory(str(folder)))
+    assert witness.problem(ref, public) is None
+
+
+@pytest.mark.parametrize(
+    "content", [b"[]", b"{}", b'{"signature": 7}', b'{"signature": "not base64!"}', b"\xff\x00"]
+)
+def test_a_hostile_witness_file_is_a_reason_not_a_crash(
+    tmp_path: Path, key: Path, content: bytes
+) -> None:
+    run = make_run(tmp_path / "runs", "nightly", 0.6)
+    folder = run / "checkpoint_epoch_0001"
+    (folder / witness.WITNESS_FILE).write_bytes(content)
+    public = signature.private_key(key).public_key()
+    why = witness.problem(checkpoints.verify(folder), public)
+    assert why is not None and why.startswith("witness.sig is unreadable"), why
+
+
+def test_a_linked_witness_file_is_refused(tmp_path: Path, key: Path) -> None:
+    signed = make_run(tmp_path / "a", "nightly", 0.6, witness_key=key) / "checkpoint_epoch_0001"
+    run = make_run(tmp_path / "b", "nightly", 0.6)
+    folder = run / "checkpoint_epoch_0001"
+    (folder / witness.WITNESS_FILE).symlink_to(signed / witness.WITNESS_FILE)
+    public = signature.private_key(key).public_key()
+    assert witness.problem(checkpoints.verify(folder), public) == "witness.sig is a link"
+
+
+def test_rays_own_restore_loads_only_the_meta_json_rank_0_reported(tmp_path: Path) -> None:
+    """Ray restores its latest checkpoint by path after a worker failure: a meta.json rewritten
+    there since (with weights re-hashed to match) is refused against the digest the report
+    carried through Ray."""
+    run = make_run(tmp_path / "runs", "nightly", 0.6)
+    folder = run / "checkpoint_epoch_0001"
+    reported = checkpoints.verify(folder).meta_sha256
+    model_state, _ = checkpoints.load_train_state(folder, None, reported)
+    assert model_state
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["metrics"]["val_accuracy"] = 0.999
+    meta["meta_sha256"] = checkpoints._meta_digest(meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(checkpoints.CheckpointAltered, match="reported to Ray"):
+        checkpoints.load_train_state(folder, None, reported)
