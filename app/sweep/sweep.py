@@ -29,6 +29,7 @@ from app.formatting import finite
 from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
+from app.runfolder import folder as run_folder
 from app.runfolder.folder import read_summary, read_sweep, recorded_tracking, refuse_the_other_kind
 from app.settings import TrainSettings
 from app.settings.tune_continuation import kept_alike, same_trials
@@ -79,6 +80,8 @@ def _tune_until_sigterm(
         try:
             _tune(settings, sweep, todo, per_trial)
         except KeyboardInterrupt:
+            by = "Ctrl-C" if not SIGTERM_SEEN.is_set() else "SIGTERM"
+            sweep.interrupt_running(f"the sweep was stopped by {by}; rerun the sweep to go on")
             sweep.write("interrupted")
             sweep.parent.finish("incomplete", None)
             if not SIGTERM_SEEN.is_set():  # Ctrl-C: exit 130, nothing promoted
@@ -121,6 +124,13 @@ class _Sweep:
         return [
             results.trial_row(self.settings.run_dir, t, metric, self.stopped) for t in self.trials
         ]
+
+    def interrupt_running(self, why: str) -> None:
+        """The trials training when the sweep stopped: their drivers end with the sweep's Ray
+        job, before they can record it; each summary then says interrupted, and why, rather
+        than `running` for good."""
+        for trial in self.trials:
+            run_folder.record_interrupted(results.trial_dir(self.settings.run_dir, trial), why)
 
     def write(self, status: str) -> dict[str, Any]:
         s = self.settings

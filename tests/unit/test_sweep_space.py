@@ -290,7 +290,9 @@ def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
 
     recorded: list[str] = []
     record = SimpleNamespace(
-        write=recorded.append, parent=SimpleNamespace(finish=lambda *_: recorded.append("closed"))
+        write=recorded.append,
+        parent=SimpleNamespace(finish=lambda *_: recorded.append("closed")),
+        interrupt_running=lambda why: recorded.append(why),
     )
 
     def pressed(*_: object) -> None:
@@ -301,7 +303,11 @@ def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
         sweep_module._tune_until_sigterm(BASE, record, [], {})  # type: ignore[arg-type]
     said = capsys.readouterr().out
     assert f"stopped by Ctrl-C; sweep folder {BASE.run_dir} is consistent: rerun" in said
-    assert recorded == ["interrupted", "closed"]
+    assert recorded == [
+        "the sweep was stopped by Ctrl-C; rerun the sweep to go on",
+        "interrupted",
+        "closed",
+    ]
 
     def terminated(*_: object) -> None:  # as SIGTERM's handler does inside the sweep
         signals.SIGTERM_SEEN.set()
@@ -511,3 +517,30 @@ def test_a_trials_status_of_another_kind_trains_it_on(tmp_path: Path, status: ob
     record_epoch(folder, {"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5})
     row = trial_row(tmp_path / "sweep", trial, "val_accuracy", {})
     assert row["status"] == "interrupted" and row["status"] not in DONE
+
+
+def test_the_trials_training_when_the_sweep_stops_say_interrupted(tmp_path: Path) -> None:
+    """After Ctrl-C, the trial that was training said `running` for good: in its summary,
+    sweep.json, trials.csv and `status` (found by a red-team pass). Its driver ends with the
+    sweep's Ray job before it can say so: the sweep says it for it."""
+    import json
+
+    from app.runfolder.folder import read_summary
+    from app.sweep.results import trial_row
+    from app.sweep.sweep import _Sweep
+
+    settings = TrainSettings.model_validate(
+        {"storage_path": str(tmp_path), "run_name": "nightly", "epochs": 2}
+    )
+    trials = [Trial(1, {"lr": 0.01}), Trial(2, {"lr": 0.02}), Trial(3, {"lr": 0.03})]
+    for trial, status in zip(trials, ("succeeded", "running", None), strict=True):
+        folder = settings.run_dir / "trials" / trial.trial_id
+        folder.mkdir(parents=True)
+        if status:
+            (folder / "summary.json").write_text(json.dumps({"status": status}))
+    sweep = _Sweep(settings, {}, trials, {}, {})
+    sweep.interrupt_running("the sweep was stopped by Ctrl-C; rerun the sweep to go on")
+    rows = [trial_row(settings.run_dir, t, "val_accuracy", {}) for t in trials]
+    assert [r["status"] for r in rows] == ["succeeded", "interrupted", "pending"]
+    summary = read_summary(settings.run_dir / "trials" / "trial-0002")
+    assert summary is not None and "stopped by Ctrl-C" in summary["error"]
