@@ -311,6 +311,10 @@ def _describe(err: Any) -> str:
 
 
 def _wrong_type(err: Any, where: str) -> str | None:
+    if err.instance is None:  # YAML's null (or an empty value), not Python's None
+        wanted = err.validator_value
+        wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
+        return f"{where}: null (an empty value) is not allowed here: {_a(wanted)} is wanted"
     if _typed_by_set(err.instance, err.validator_value):
         text = canonical.scalar(err.instance)
         kind = "a boolean" if isinstance(err.instance, bool) else "a number"
@@ -378,10 +382,27 @@ def _unknown_key(err: Any, where: str) -> str:
     return f"{where}: {err.message}; allowed: {known}"
 
 
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
+
+
+BOUNDS = {
+    "minimum": "at least",
+    "exclusiveMinimum": "greater than",
+    "maximum": "at most",
+    "exclusiveMaximum": "less than",
+}
+
+
 def _other_rule(err: Any, where: str) -> str | None:
     """Bounds, sizes, lengths and lists of choices that the schema words itself."""
     if err.validator == "exclusiveMinimum" and len(err.path) > 1 and err.path[-2] == "loguniform":
         return f"{where}: loguniform takes [low, high] above 0 (it draws their logarithms)"
+    if err.validator in BOUNDS:
+        hint = f" ({err.schema['description']})" if err.schema.get("description") else ""
+        bound = canonical.scalar(err.validator_value)
+        value = canonical.scalar(err.instance)
+        return f"{where}: {value} is not allowed: it must be {BOUNDS[err.validator]} {bound}{hint}"
     if err.validator in ("minProperties", "minItems") and "description" in err.schema:
         return f"{where}: {err.message}: {err.schema['description']}"
     if err.validator == "maxLength":

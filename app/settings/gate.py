@@ -237,7 +237,10 @@ def parse_condition(part: str, known: tuple[str, ...], fractions: tuple[str, ...
     percent = part.endswith("%")
     match = _CONDITION.match(part.removesuffix("%"))
     if not match:
-        raise ValueError(f"cannot read {part!r}; {allowed()}")
+        # A word alone: most likely a term misspelt (beats_champoin), said before the grammar.
+        close = did_you_mean(part, ("beats_champion", *known), "").removeprefix("; ")
+        hint = f" ({close})" if close and re.fullmatch(r"\w+", part) else ""
+        raise ValueError(f"cannot read {part!r}{hint}; {allowed()}")
     metric, op, number = match.groups()
     if metric not in known:
         close = did_you_mean(metric, known, "").removeprefix("; ")

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from app.errors import ConfigError, did_you_mean
 from app.formatting import shown
-from app.settings import TrainSettings
+from app.settings import ENV_PREFIX, TrainSettings
 from app.settings.model import ModelSettings
 from app.storage import safe_fs
 
@@ -144,6 +144,11 @@ def _dimension(key: Any, given: Any, base: dict[str, Any]) -> Dimension:
             f"a setting of the sweep, not of a trial: set TRAIN_TUNE_{key.upper()} (the chart's "
             f"{CHART_KEYS['tune_' + key]}) instead"
         )
+    if isinstance(key, str) and key.upper().startswith(ENV_PREFIX):
+        named = key[len(ENV_PREFIX) :].lower()  # TRAIN_LR, the variable: the space names `lr`
+        if named in TrainSettings.model_fields:
+            raise ValueError(f"write the setting as `{named}` (a space names settings without "
+                             f"{ENV_PREFIX})")  # fmt: skip
     if not isinstance(key, str) or key not in TrainSettings.model_fields:
         known = {n for n in TrainSettings.model_fields}
         hint = did_you_mean(str(key), known, f"a trial may vary: {', '.join(VARIABLE)}")

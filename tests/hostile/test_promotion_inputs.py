@@ -29,6 +29,8 @@ from tests.hostile.support import assert_refused, malicious_torch_file, trainctl
         ("TRAIN_PROMOTE_IF", "val_accuracy>=90", ("a fraction from 0 to 1", ">=0.9?")),
         ("TRAIN_PROMOTE_IF", "val_acc>0.9", ("did you mean val_accuracy?",)),
         ("TRAIN_PROMOTE_IF", "beats_champion or val_loss<1", ("cannot read",)),
+        # A term misspelt got the whole grammar and no hint (found by a red-team pass).
+        ("TRAIN_PROMOTE_IF", "beats_champoin", ("(did you mean beats_champion?)",)),
         ("TRAIN_MODEL_NAME", "../../etc/passwd", ("TRAIN_MODEL_NAME", "letters, digits")),
         ("TRAIN_MODEL_NAME", "a" * 65, ("TRAIN_MODEL_NAME", "1-64")),
         ("TRAIN_NOT_PROMOTED_EXIT", "2", ("TRAIN_NOT_PROMOTED_EXIT", "5-125")),

@@ -12,6 +12,8 @@ from tests.hostile.support import assert_refused, files_under, trainctl
 
 SPACES = [
     ("lrr: {uniform: [0, 1]}", ["lrr", "not a trainctl setting", "did you mean lr"]),
+    # The variable's name (it said "not a trainctl setting", of one; found by a red-team pass).
+    ("TRAIN_LR: {uniform: [0.1, 1]}", ["TRAIN_LR", "write the setting as `lr`"]),
     ("lr: {uniform: [0, 0.1]}", ["lr", "TRAIN_LR", "greater than 0"]),
     ("lr: {loguniform: [1e-6, 100]}", ["lr", "TRAIN_LR", "less than or equal to 10"]),
     ("global_batch_size: {choice: [64, 0]}", ["global_batch_size", "TRAIN_GLOBAL_BATCH_SIZE"]),

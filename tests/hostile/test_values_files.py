@@ -16,6 +16,7 @@ import yaml
 from app.k8s.values import set_path
 from tests.contract.k8s_support import HelmFailed, helm_template
 from tests.hostile.support import assert_refused, files_under, trainctl
+from tests.support import REPO
 
 POOL = "nodePools:\n  cpu: {gpusPerWorker: 0}\nnetworkPolicy: {enabled: false}\n"
 
@@ -517,3 +518,32 @@ def test_a_long_name_and_a_quoted_boolean_say_what_is_allowed(tmp_path: Path) ->
     assert_refused(trainctl("render", "-f", str(_file(tmp_path, quoted, "q.yaml"))), 2,
                    "nodePools.cpu.spot: 'yes' is text, and true or false is wanted: write it "
                    "unquoted")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("assignment", "said"),
+    [
+        ("dataPool.cpusPerWorker=0", "dataPool.cpusPerWorker: 0 is not allowed: it must be "
+                                     "greater than 0 (CPUs per Ray worker pod"),
+        ("dataPool.replicas=5000", "dataPool.replicas: 5000 is not allowed: it must be at most "
+                                   "1000"),
+        ("dataPool.maxReplicas=null", "dataPool.maxReplicas: null (an empty value) is not "
+                                      "allowed here: an integer is wanted"),
+        ("nodePools.L4_big.gpusPerWorker=1", "nodePools: 'L4_big' is not allowed: a pool name: "
+                                             "lowercase letters, digits and '-'"),
+        ("dataPool.autoscaling=yes", "dataPool.autoscaling: 'yes' is text, and true or false "
+                                     "is wanted"),
+    ],
+)  # fmt: skip
+def test_bounds_nulls_and_pool_names_say_what_is_allowed_in_one_line(
+    assignment: str, said: str
+) -> None:
+    """`0 is less than or equal to the minimum of 0`, `None is not of type 'integer'` (Python's
+    spelling), a raw regex for a pool name, and for `autoscaling=yes` a first line saying to
+    set it to true, beside the real problem (found by a red-team pass)."""
+    values = str(REPO / "examples" / "values-data-pool.yaml")
+    result = trainctl("render", "-f", values, "--set", assignment)
+    assert_refused(result, 2, said)
+    assert result.text.count("\n  - ") == 1, result.text
+    for raw in ("None", "minimum of", "does not match", "set dataPool.autoscaling to true"):
+        assert raw not in result.text, result.text
