@@ -526,9 +526,10 @@ def predict_cmd(
 
             image, reason = result.skipped[0]
             listed = f"; each reason is in {out}" if out is not None else ""
+            first = reason if reason.startswith(image) else f"{image}: {reason}"  # named once
             raise RunFailed(
                 f"no image could be scored: all {len(result.skipped):,} were skipped (the first, "
-                f"{image}: {reason}){listed}"
+                f"{first}){listed}"
             )
         if out is not None:
             return

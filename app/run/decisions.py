@@ -113,7 +113,7 @@ def root_cause(err: BaseException) -> str:
     chain = list(_chain(err))
     innermost = chain[-1]
     origin = next((found for e in chain if (found := _remote_origin(e))), None)
-    if origin and type(innermost).__name__ == "UserCodeException":
+    if origin and type(innermost).__name__ in RAY_DATA_WRAPPERS:
         return origin
     lines = [line for line in str(innermost).strip().splitlines() if line.strip()]
     last = lines[-1].strip() if lines else ""
@@ -144,12 +144,17 @@ def _chain(err: BaseException) -> Iterator[BaseException]:
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): (\S.*)$")
 
 
+# Ray Data's wrappers of a failed task: a UDF's (advice on retries) and its own code's (no
+# message: a file refused by its reader ended as "training failed: SystemException").
+RAY_DATA_WRAPPERS = ("UserCodeException", "SystemException")
+
+
 def _remote_origin(err: BaseException) -> str | None:
     """'ImageError: row 15 ...' from a remote traceback's text (Python prints the first
     exception of a chain first), or None."""
     for line in str(err).splitlines():
         match = _EXCEPTION_LINE.match(line.strip())
-        if match and match.group(1) != "UserCodeException":
+        if match and match.group(1) not in RAY_DATA_WRAPPERS:
             return f"{match.group(1)}: {match.group(2).strip()}"
     return None
 

@@ -324,6 +324,8 @@ def test_predict_out_names_each_row_by_its_own_path_and_replaces_only_with_overw
     failed = trainctl("predict", run, str(data), "--out", str(out), "--overwrite")
     assert failed.code == 1, failed.text
     assert "no image could be scored: all 3 were skipped" in failed.err, failed.text
+    said = next(line for line in failed.err.splitlines() if "no image could be scored" in line)
+    assert said.count(str(data)) == 1, said  # the first image named once, not twice
     assert "predicted 0 images" not in failed.text  # no success line beside the failure
     assert "not an image format Pillow reads" in out.read_text()  # each reason, in the file
 

@@ -136,6 +136,28 @@ def test_a_bad_image_met_by_a_workers_ray_data_iterator_is_named() -> None:
     assert not decisions.is_bad_image(decisions.root_cause(plain), plain)
 
 
+def test_a_file_refused_by_ray_datas_own_reader_is_named_not_its_wrapper() -> None:
+    """A Parquet file swapped after preflight for one with a pickled-object column: Ray
+    Data's reader refuses it and wraps the refusal in a SystemException without a message,
+    and the run ended "training failed: SystemException" (found by a red-team pass)."""
+    from ray.data.exceptions import SystemException
+    from ray.exceptions import RayTaskError
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    refusal = (
+        "This file contains columns stored as 'ray.data.arrow_pickled_object', which Ray Data "
+        "does not read back unless it is allowed"
+    )
+    remote = (
+        'Traceback (most recent call last):\n  File "ray/data/_internal/arrow_block.py", line 9, '
+        f"in _read\n    raise ValueError(...)\nValueError: {refusal}\n\nThe above exception "
+        "was the direct cause of the following exception:\n\nray.data.exceptions.SystemException"
+    )
+    task_error = RayTaskError("ReadParquet", remote, SystemException()).as_instanceof_cause()
+    failed = WorkerGroupError(f"[Rank 0]\n{task_error}", {0: task_error})
+    assert decisions.root_cause(failed) == f"ValueError: {refusal}"
+
+
 def test_restored_from_prefers_the_latest_worker_group_start() -> None:
     starts = [{"restored_from": "/a"}, {"restored_from": None}, {"restored_from": "/b"}, {}]
     assert decisions.restored_from(starts, "/driver") == "/b"
