@@ -396,6 +396,8 @@ def _where_they_differ(values: list[str]) -> list[str]:
     columns = enumerate(zip(*values, strict=False))
     differ = next((i for i, chars in columns if len(set(chars)) > 1), min(map(len, values)))
     start = max(0, differ - CELL // 2)
+    if any(len(v) - start >= CELL for v in values):  # cut at both ends: the difference first
+        start = max(0, differ - 4)
     return [("…" + v[start:]) if start else v for v in values]
 
 

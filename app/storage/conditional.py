@@ -32,7 +32,6 @@ import contextlib
 import enum
 import functools
 import os
-import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -132,7 +131,7 @@ def create(path: RunPath, data: bytes, root: RunPath | None = None) -> bool:
 
 
 def _create_file(path: Path, root: Path, data: bytes) -> bool:
-    tmp = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = safe_fs.temporary_name(path.name)
     with safe_fs.folder_fd(path.parent, root, create=True) as folder:
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -11,7 +11,6 @@ import contextlib
 import fnmatch
 import json
 import os
-import secrets
 import shutil
 import tempfile
 import threading
@@ -157,7 +156,7 @@ def replace_folder(folder: RunPath, files: dict[str, bytes], root: RunPath | Non
             (folder / name).write_bytes(data)
         return
     below = safe_fs.below(folder, root)
-    staging = folder.with_name(f".{folder.name}.{secrets.token_hex(4)}.tmp")
+    staging = folder.with_name(safe_fs.temporary_name(folder.name))
     try:
         for name, data in files.items():
             safe_fs.write_atomic(staging / name, below, data)

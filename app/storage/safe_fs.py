@@ -180,11 +180,18 @@ def append(path: Path, root: Path, data: bytes) -> None:
         os.fsync(file.fileno())
 
 
+def temporary_name(name: str) -> str:
+    """A hidden name beside `name` for a file or folder written before it is renamed to `name`.
+    A pid and a random part: drivers in two pods of a shared volume may have the same pid. Of
+    `name` only its start: a name near the file system's 255-byte limit (a legal --out) would
+    be over it with the suffix, and the write refused as if the name were at fault."""
+    return f".{name[:100]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
 def write_atomic(path: Path, root: Path, data: bytes) -> None:
     """Replace `path` whole: readers see the old content or the new. The rename replaces a
     link at `path` itself, never what it points at; the temporary file goes on any error."""
-    # pid and a random part: drivers in two pods of a shared volume may have the same pid.
-    tmp = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = temporary_name(path.name)
     with folder_fd(path.parent, root, create=True) as dir_fd:
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE

@@ -259,6 +259,21 @@ def test_a_long_setting_is_shown_where_the_runs_differ(tmp_path: Path) -> None:
     assert cells == ["…sets/shapes", "…sets/shapes2"], row
 
 
+def test_a_setting_cut_at_both_ends_shows_where_the_runs_differ(tmp_path: Path) -> None:
+    """Two gates were both cut to `…ampion and min_clas…` and `…ampion and recall[s…`: the
+    terms that differ hidden past the cell's end (found by a red-team pass)."""
+    gates = {"a": "beats_champion and min_class_recall>=0.5",
+             "b": "beats_champion and recall[square]>=0.5"}  # fmt: skip
+    for name, gate in gates.items():
+        make_run(tmp_path, name, lr=0.001, accuracies=[0.5], duration_s=60,
+                 extra={"settings": {"run_name": name, "promote_if": gate}})  # fmt: skip
+    result = trainctl("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                      str(tmp_path / "c.png"))  # fmt: skip
+    assert result.code == 0, result.text
+    (row,) = [line for line in result.out.splitlines() if line.startswith("setting promote_if")]
+    assert "…and min_class_recal" in row and "…and recall[square]>" in row, row
+
+
 def test_a_run_stopped_by_sigterm_is_stopped_as_status_says(tmp_path: Path) -> None:
     """compare showed summary.json's `interrupted` where `trainctl status` and the README say
     `stopped` (found by a red-team pass)."""

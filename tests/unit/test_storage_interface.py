@@ -298,3 +298,18 @@ def test_no_module_outside_app_storage_branches_on_the_storage_kind() -> None:
             continue
         found += kind_branches(file.read_text(), relative)
     assert found == [], "ask app/storage's operations instead:\n" + "\n".join(found)
+
+
+def test_a_name_near_the_file_systems_limit_is_written_whole(tmp_path: Path) -> None:
+    """`predict --out` with a 248-byte name was refused as `File name too long`: the temporary
+    file beside it took the name plus a suffix, over the 255-byte limit (found by a red-team
+    pass)."""
+    from app.storage import conditional, safe_fs
+    from app.storage.location import write_atomic
+
+    name = "n" * 244 + ".csv"
+    write_atomic(tmp_path / name, b"image,label\n", tmp_path)
+    assert (tmp_path / name).read_bytes() == b"image,label\n"
+    assert conditional.create(tmp_path / ("m" * 250), b"x", tmp_path)
+    assert len(safe_fs.temporary_name("n" * 255)) <= 255
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m" * 250, name]  # nothing left over
