@@ -45,10 +45,22 @@ PURPOSE = "trainctl checkpoint witness"  # what the signed bytes are: never a mo
 
 
 def message(run_dir: RunPath, name: str, meta_sha256: str) -> bytes:
-    """The bytes a witness signs: this run folder, this checkpoint, this meta.json."""
-    record = {"purpose": PURPOSE, "run_dir": str(run_dir), "checkpoint": name,
+    """The bytes a witness signs: this run, this checkpoint, this meta.json."""
+    record = {"purpose": PURPOSE, "run": run_identity(run_dir), "checkpoint": name,
               "meta_sha256": meta_sha256}  # fmt: skip
     return json.dumps(record, sort_keys=True).encode()
+
+
+def run_identity(run_dir: RunPath) -> str:
+    """The run a witness names: its folder's name (TRAIN_RUN_NAME), and a sweep's trial by its
+    sweep too (every sweep has a trial-0001). Not the whole path: a volume mounted elsewhere,
+    or a bucket named with another endpoint, holds the same run, and the driver and Ray's
+    controller spell a bucket's paths each their own way."""
+    from app.settings.tune_plan import TRIALS_DIR
+
+    if run_dir.parent.name == TRIALS_DIR:
+        return f"{run_dir.parent.parent.name}/{TRIALS_DIR}/{run_dir.name}"
+    return run_dir.name
 
 
 def write(folder: RunPath, meta_sha256: str, key: Ed25519PrivateKey) -> None:
@@ -87,7 +99,7 @@ def problem(ref: CheckpointRef, key: Ed25519PublicKey) -> str | None:
     except InvalidSignature:
         return (
             f"{WITNESS_FILE} does not verify over its meta.json: the checkpoint was replaced or "
-            "copied from another run folder, or witnessed by another key"
+            "copied from another run, or witnessed by another key"
         )
     return None
 
