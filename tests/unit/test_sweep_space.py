@@ -221,6 +221,9 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
     assert [line.split()[0] for line in lines[2:]] == [
         "trial-0003", "trial-0001", "trial-0002", "trial-0004"
     ]  # fmt: skip
+    # Every figure with four decimals, as the epoch lines say them (0.4 stood beside 0.6167).
+    assert lines[0].endswith("best trial-0003 (0.9000)"), lines[0]
+    assert lines[2].split()[5:7] == ["0.9000", "0.9000"], lines[2]
 
 
 def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
