@@ -62,7 +62,36 @@ def chart_auth() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def token_head(chart_auth: dict[str, str]) -> Iterator[str]:
-    """A one-node cluster started with the chart's auth env; yields its job API address."""
+    """A one-node cluster started with the chart's auth env; yields its job API address.
+
+    `ray start` gives its raylet a fixed 30 s to register with the GCS and then exits; on two
+    cores busy with both test groups' clusters that can run out, so a start that ended so is
+    tried once more (any other failure is the test's to report)."""
+    for attempt in (1, 2):
+        head, temp_dir, dashboard = _start_head(chart_auth)
+        try:
+            _wait_ready(head, temp_dir / "head.log", retry=attempt == 1)
+        except _StartTimedOut:
+            _stop(head)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            continue
+        except BaseException:
+            _stop(head)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise
+        try:
+            yield f"http://127.0.0.1:{dashboard}"
+        finally:
+            _stop(head)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        return
+
+
+class _StartTimedOut(Exception):
+    """`ray start` gave up waiting for its own raylet (Ray's fixed 30 s)."""
+
+
+def _start_head(chart_auth: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path, int]:
     # Its own short temp dir: Ray's socket paths must stay short, and `ray start` records its
     # address there instead of in /tmp/ray, where other clusters' `ray.init()` would find it.
     temp_dir = Path(tempfile.mkdtemp(prefix="rayauth-", dir="/tmp"))
@@ -90,19 +119,19 @@ def token_head(chart_auth: dict[str, str]) -> Iterator[str]:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its Ray processes form one group we can end together
         )
-    try:
-        _wait_ready(head, log_path)
-        yield f"http://127.0.0.1:{dashboard}"
-    finally:
-        _stop(head)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    return head, temp_dir, dashboard
 
 
-def _wait_ready(head: subprocess.Popen[bytes], log_path: Path, timeout: float = 240) -> None:
+def _wait_ready(
+    head: subprocess.Popen[bytes], log_path: Path, timeout: float = 240, retry: bool = False
+) -> None:
     deadline = time.monotonic() + timeout
     while READY not in log_path.read_text():
         if head.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"token-auth head did not start:\n{log_path.read_text()[-4000:]}")
+            said = log_path.read_text()
+            if retry and "The current node timed out during startup" in said:
+                raise _StartTimedOut
+            raise AssertionError(f"token-auth head did not start:\n{said[-4000:]}")
         time.sleep(0.5)
 
 
