@@ -336,10 +336,24 @@ def _gate(settings: TrainSettings, found: Found) -> str:
 
 
 def _signing(settings: TrainSettings, found: Found) -> str:
-    """TRAIN_SIGNING_KEY and TRAIN_VERIFY_KEY load and are a pair (app/export/signature.py)."""
+    """TRAIN_SIGNING_KEY and TRAIN_VERIFY_KEY load and are a pair (app/export/signature.py);
+    WARN for checkpoints in the run folder that `train` will set aside, having no witness of
+    this run's training (app/export/witness.py)."""
     from app.export.signature import configuration
+    from app.export.witness import unwitnessed
+    from app.runfolder.checkpoints import recorded
 
-    return configuration(settings.signing_key, settings.verify_key)
+    line = configuration(settings.signing_key, settings.verify_key)
+    refused = unwitnessed(recorded(settings.run_dir), settings.signing_key)
+    if refused:
+        names = ", ".join(ref.path.name for ref, _ in refused[:3])
+        more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+        raise Warned(
+            f"{line}; {len(refused)} checkpoint(s) of run {settings.run_name} are not witnessed "
+            f"({names}{more}; the first: {refused[0][1]}): `train` sets them aside and resumes "
+            "from the newest witnessed one"
+        )
+    return line
 
 
 def _warm_start(settings: TrainSettings, found: Found) -> str:

@@ -169,3 +169,20 @@ def test_rays_own_restore_loads_only_the_meta_json_rank_0_reported(tmp_path: Pat
     (folder / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(checkpoints.CheckpointAltered, match="reported to Ray"):
         checkpoints.load_train_state(folder, None, reported)
+
+
+def test_check_warns_of_the_checkpoints_train_will_set_aside(tmp_path: Path, key: Path) -> None:
+    from app.preflight import Found, Warned, _signing
+
+    storage = tmp_path / "runs"
+    make_run(storage, "nightly", 0.6, witness_key=key)
+    settings = settings_for(storage, "nightly", signing_key=str(key))
+    assert _signing(settings, Found()).startswith("exports signed")
+    make_run(storage, "nightly", 0.99, epoch=8, seed=1)
+    with pytest.raises(
+        Warned,
+        match=r"1 checkpoint\(s\) of run nightly are not witnessed "
+        r"\(checkpoint_epoch_0008; the first: no witness.sig",
+    ):
+        _signing(settings, Found())
+    assert (storage / "nightly" / "checkpoint_epoch_0008").is_dir()  # `check` moves nothing
