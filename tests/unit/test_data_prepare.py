@@ -8,6 +8,7 @@ import multiprocessing
 import socket
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -143,10 +144,13 @@ def test_concurrent_prepares_leave_one_complete_dataset_and_no_temporaries(
     out = tmp_path / "shared" / "synthetic"
     # Separate processes, as on a cluster; half force a rewrite so renames race with readers.
     # forkserver: fresh processes (no Ray threads inherited) that import the code only once.
+    # A process pool that says so when a child dies (BrokenProcessPool), with a deadline on the
+    # results: multiprocessing.Pool waited forever for the task of a child that had gone.
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["app.data.kinds"])
-    with context.Pool(4) as pool:
-        results = pool.starmap(_prepare_in_child, [(str(out), i % 2 == 1) for i in range(4)])
+    with ProcessPoolExecutor(4, mp_context=context) as pool:
+        futures = [pool.submit(_prepare_in_child, str(out), i % 2 == 1) for i in range(4)]
+        results = [future.result(timeout=600) for future in futures]
     assert all("3000 train + 600 valid rows" in line for line in results)
     assert sum("already prepared" in line for line in results) <= 2
     images, labels, _ = _read(out / "train")

@@ -394,7 +394,7 @@ def test_a_running_sweep_shows_its_trials_as_their_folders_say(
     assert code == EXIT_OK, err
     lines = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line.strip()}
     # TRIAL STATUS LR EPOCHS FINAL BEST: epochs and figures from metrics.jsonl (val_loss).
-    assert lines["trial-0001"][1:6] == ["running", "0.01", "3", "0.7", "0.5"], out
+    assert lines["trial-0001"][1:6] == ["running", "0.01", "3", "0.7000", "0.5000"], out
     assert lines["trial-0002"][1:3] == ["running", "0.02"], out
     assert lines["trial-0003"][1:4] == ["pending", "0.03", "0"], out  # not started: as recorded
     assert lines["../../etc"][1] == "pending"  # not a trial's name: never read as a path
