@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from app.export import signature
 from app.formatting import one_line
-from app.runfolder.checkpoints import CheckpointRef, quarantine
+from app.runfolder.checkpoints import CheckpointRef, set_aside
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath, write_atomic
 from app.storage.reading import read_bounded
@@ -123,7 +123,6 @@ def witnessed(
     (renamed corrupt_..., the reason in UNUSABLE.txt) and said."""
     refused = unwitnessed(refs, signing_key)
     for ref, why in refused:
-        moved = quarantine(ref.path, why)
-        say(f"checkpoint {ref.path.name} is unusable: {why}; set aside as {moved.name}")
+        set_aside(ref.path, why, say)
     gone = {ref.path for ref, _ in refused}
     return [ref for ref in refs if ref.path not in gone]

@@ -13,7 +13,6 @@ anything is read or written through it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from app.data.schema import DatasetInfo
@@ -31,12 +30,12 @@ def usable_checkpoint(
     run_folder.refuse_links(settings.run_dir)
     scan = checkpoints.scan(settings.run_dir)
     for folder, why in scan.bad:
-        _set_aside(folder, why, say)
+        checkpoints.set_aside(folder, why, say)
     for ref in witnessed(scan.good, settings.signing_key, say):
         problem = checkpoints.resume_problem(ref, model_shapes(settings, info))
         if problem is None:
             return ref
-        _set_aside(ref.path, problem, say)
+        checkpoints.set_aside(ref.path, problem, say)
     return None
 
 
@@ -44,8 +43,3 @@ def model_shapes(settings: TrainSettings, info: DatasetInfo) -> dict[str, Any]:
     from app.training.weights import shapes_and_head
 
     return shapes_and_head(settings, info)[0]
-
-
-def _set_aside(folder: Path, why: str, say: Callable[[str], None]) -> None:
-    moved = checkpoints.quarantine(folder, why)
-    say(f"checkpoint {folder.name} is unusable: {why}; set aside as {moved.name}")

@@ -319,6 +319,12 @@ def quarantine(folder: RunPath, reason: str = "") -> RunPath:
     return target
 
 
+def set_aside(folder: RunPath, why: str, say: Callable[[str], None]) -> None:
+    """`quarantine` the unusable checkpoint `folder` and say so, with why."""
+    moved = quarantine(folder, why)
+    say(f"checkpoint {folder.name} is unusable: {why}; set aside as {moved.name}")
+
+
 def prune(
     run_dir: RunPath, *, keep: int, metric: str, good: list[CheckpointRef] | None = None
 ) -> list[RunPath]:

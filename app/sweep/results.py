@@ -16,19 +16,13 @@ from app.formatting import csv_text, finite, one_line
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
+from app.runfolder.summary import STATUS_WORDS
 from app.settings.tune_plan import TRIALS_DIR, Trial
 from app.storage.location import RunPath, write_atomic, write_json
 
 TRIALS_CSV = "trials.csv"
 PLOT_FILE = "sweep.png"
 DONE = ("succeeded", "stopped")  # a trial in one of these is not trained again
-RECORDED_STATUSES = (
-    "running",
-    "interrupted",
-    "failed",
-    "invalid",
-    *DONE,
-)  # what a trial's summary says
 HIGHER_IS_BETTER = {"val_accuracy": True, "val_loss": False}
 
 
@@ -50,7 +44,8 @@ def trial_row(
     best = [float(v) for v in kept if _finite(v)]
     higher = HIGHER_IS_BETTER[metric]
     status = summary.get("status")
-    if status not in RECORDED_STATUSES:  # none yet, or damaged: trained on from its checkpoints
+    # None yet, or damaged (another writer's): the trial is trained on from its checkpoints.
+    if not isinstance(status, str) or status not in STATUS_WORDS:
         status = "pending" if not epochs else "interrupted"
     if trial.trial_id in stopped and status not in ("succeeded", "failed"):
         status = "stopped"

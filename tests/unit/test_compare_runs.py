@@ -244,17 +244,23 @@ def test_the_runs_are_shown_on_an_evaluation_they_share(tmp_path: Path) -> None:
     ]  # fmt: skip
 
 
+def _setting_row(tmp_path: Path, setting: str, values: dict[str, str]) -> str:
+    """`compare`'s row for `setting` between runs a and b, which differ only in it."""
+    for name, value in values.items():
+        make_run(tmp_path, name, lr=0.001, accuracies=[0.5], duration_s=60,
+                 extra={"settings": {"run_name": name, setting: value}})  # fmt: skip
+    result = trainctl("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                      str(tmp_path / "c.png"))  # fmt: skip
+    assert result.code == 0, result.text
+    (row,) = [line for line in result.out.splitlines() if line.startswith(f"setting {setting}")]
+    return row
+
+
 def test_a_long_setting_is_shown_where_the_runs_differ(tmp_path: Path) -> None:
     """`/data/shapes` and `/data/shapes2` were both cut to `/tmp/…/data/sh…`: the row there to
     show a difference showed two equal cells (found by a red-team pass)."""
     paths = {"a": "/srv/team-vision/datasets/shapes", "b": "/srv/team-vision/datasets/shapes2"}
-    for name, path in paths.items():
-        make_run(tmp_path, name, lr=0.001, accuracies=[0.5], duration_s=60,
-                 extra={"settings": {"run_name": name, "data_path": path}})  # fmt: skip
-    result = trainctl("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
-                      str(tmp_path / "c.png"))  # fmt: skip
-    assert result.code == 0, result.text
-    (row,) = [line for line in result.out.splitlines() if line.startswith("setting data_path")]
+    row = _setting_row(tmp_path, "data_path", paths)
     cells = row.removeprefix("setting data_path").split()
     assert cells == ["…sets/shapes", "…sets/shapes2"], row
 
@@ -264,13 +270,7 @@ def test_a_setting_cut_at_both_ends_shows_where_the_runs_differ(tmp_path: Path) 
     terms that differ hidden past the cell's end (found by a red-team pass)."""
     gates = {"a": "beats_champion and min_class_recall>=0.5",
              "b": "beats_champion and recall[square]>=0.5"}  # fmt: skip
-    for name, gate in gates.items():
-        make_run(tmp_path, name, lr=0.001, accuracies=[0.5], duration_s=60,
-                 extra={"settings": {"run_name": name, "promote_if": gate}})  # fmt: skip
-    result = trainctl("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
-                      str(tmp_path / "c.png"))  # fmt: skip
-    assert result.code == 0, result.text
-    (row,) = [line for line in result.out.splitlines() if line.startswith("setting promote_if")]
+    row = _setting_row(tmp_path, "promote_if", gates)
     assert "…and min_class_recal" in row and "…and recall[square]>" in row, row
 
 
