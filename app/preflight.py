@@ -45,6 +45,7 @@ from app.storage.location import (
     free_bytes,
     human_bytes,
     store_errors,
+    within,
 )
 from app.storage.reading import exists_within
 
@@ -344,7 +345,13 @@ def _signing(settings: TrainSettings, found: Found) -> str:
     from app.runfolder.checkpoints import recorded
 
     line = configuration(settings.signing_key, settings.verify_key)
-    refused = unwitnessed(recorded(settings.run_dir), settings.signing_key)
+    if settings.signing_key is None:  # every checkpoint is usable as its checksums say
+        return line
+    if "storage" in found.failed:  # its failure says why; another try would only wait again
+        return f"{line}; the run's checkpoints not inspected: the storage fails (above)"
+    run_dir = within(settings.run_dir, settings.storage_timeout_s)
+    with store_errors(settings.run_dir, "TRAIN_STORAGE_PATH"):
+        refused = unwitnessed(recorded(run_dir), settings.signing_key)
     if refused:
         names = ", ".join(ref.path.name for ref, _ in refused[:3])
         more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""

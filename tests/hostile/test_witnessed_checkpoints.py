@@ -186,3 +186,19 @@ def test_check_warns_of_the_checkpoints_train_will_set_aside(tmp_path: Path, key
     ):
         _signing(settings, Found())
     assert (storage / "nightly" / "checkpoint_epoch_0008").is_dir()  # `check` moves nothing
+
+
+def test_check_with_a_failing_store_names_it_once_and_walks_no_checkpoints(
+    tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The storage check's failure says what is wrong; the signing check, run after it, must not
+    reach the same store again (a GCS bucket with no identity waited for good: a hung CI run)."""
+    from tests.hostile.support import assert_refused, trainctl
+
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://bucket/runs")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "minio:9000")
+    monkeypatch.setenv("TRAIN_SIGNING_KEY", str(key))
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "AWS_ENDPOINT_URL='minio:9000'", "http:// or https:// URL")
+    assert "signing: exports signed" in result.text
+    assert "checkpoints not inspected: the storage fails (above)" in result.text
