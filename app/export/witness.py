@@ -116,6 +116,13 @@ def unwitnessed(
     return [(ref, why) for ref, why in found if why is not None]
 
 
+def verified_only(refs: list[CheckpointRef], signing_key: Path | None) -> list[CheckpointRef]:
+    """`refs` less the unwitnessed (`unwitnessed`), moving nothing: what the in-run pruner may
+    rank while the controller may not have witnessed the newest yet."""
+    refused = {ref.path for ref, _ in unwitnessed(refs, signing_key)}
+    return [ref for ref in refs if ref.path not in refused]
+
+
 def witnessed(
     refs: list[CheckpointRef], signing_key: Path | None, say: Callable[[str], None]
 ) -> list[CheckpointRef]:

@@ -17,7 +17,7 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
-from app.export.witness import witnessed
+from app.export.witness import verified_only, witnessed
 from app.promotion.step import promote_run
 from app.run import decisions, first_met, resume
 from app.run.progress import EpochFollower
@@ -295,7 +295,7 @@ def _fit(plan: WorkerPlan, trackers: Trackers, run: _Run) -> None:
     trainer = _trainer(settings, plan.config(), datasets, pool, run)
     pruner = checkpoints.in_run_pruner(
         settings.run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric,
-        warn=_say,
+        warn=_say, trusted=lambda refs: verified_only(refs, settings.signing_key),
     )  # fmt: skip
 
     def on_epoch(row: dict[str, Any]) -> None:

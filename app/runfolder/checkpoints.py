@@ -342,16 +342,26 @@ def prune(
 
 
 def in_run_pruner(
-    run_dir: RunPath, *, keep: int, metric: str, warn: Callable[[str], None]
+    run_dir: RunPath,
+    *,
+    keep: int,
+    metric: str,
+    warn: Callable[[str], None],
+    trusted: Callable[[list[CheckpointRef]], list[CheckpointRef]] = list,
 ) -> InRunPruner:
     """The driver's pruner for the run folder at `run_dir`. It sees only the checkpoints Ray
     has committed (app/runfolder/folder.py `ray_committed`): one complete on storage but not
     committed yet must not count as the newest, since a worker failure restarts from Ray's
-    newest committed checkpoint, which must therefore still be there."""
+    newest committed checkpoint, which must therefore still be there.
+    `trusted`: of those, the ones it may rank (a signing run's: those its controller witnessed,
+    app/export/witness.py). Ray's record is a file in the storage too: a checkpoint planted with
+    its name added would otherwise rank best, or be the newest, and the run's own be deleted.
+    One left out is looked at again at the next pass (its witness may not be written yet), and
+    at the run's end, where it is set aside."""
 
     def committed_new(known: Collection[RunPath]) -> list[CheckpointRef]:
         names = ray_committed(run_dir)
-        return [r for r in scan(run_dir, skip=known).good if r.path.name in names]
+        return trusted([r for r in scan(run_dir, skip=known).good if r.path.name in names])
 
     return InRunPruner(
         verify_new=committed_new,

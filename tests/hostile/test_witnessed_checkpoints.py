@@ -202,3 +202,29 @@ def test_check_with_a_failing_store_names_it_once_and_walks_no_checkpoints(
     assert_refused(result, 2, "AWS_ENDPOINT_URL='minio:9000'", "http:// or https:// URL")
     assert "signing: exports signed" in result.text
     assert "checkpoints not inspected: the storage fails (above)" in result.text
+
+
+def test_the_in_run_pruner_ranks_only_witnessed_checkpoints(tmp_path: Path, key: Path) -> None:
+    """Ray's record of committed checkpoints is a file in the storage too. A checkpoint planted
+    mid-run, its name added to that record, ranked best and was the newest: with one kept, the
+    run's own best and its resume point were deleted while Ray trained."""
+    from app.runfolder.folder import RAY_SNAPSHOT
+
+    storage = tmp_path / "runs"
+    for epoch, accuracy in [(1, 0.4), (2, 0.7), (3, 0.5)]:
+        run = make_run(storage, "nightly", accuracy, epoch=epoch, witness_key=key)
+    make_run(storage, "nightly", 0.99, epoch=8, seed=1)  # a writer of the storage, no key
+    names = [f"checkpoint_epoch_000{n}" for n in (1, 2, 3, 8)]
+    results = [{"version": 0, "checkpoint_dir_name": name, "metrics": {}} for name in names]
+    (run / RAY_SNAPSHOT).write_text(
+        json.dumps({"ray_version": "2.60.0", "checkpoint_results": results})
+    )
+    pruner = checkpoints.in_run_pruner(
+        run, keep=1, metric="val_accuracy", warn=print,
+        trusted=lambda refs: witness.verified_only(refs, key),
+    )  # fmt: skip
+    pruner.after_checkpoint()
+    left = sorted(p.name for p in run.iterdir() if p.is_dir())
+    # The best witnessed (epoch 2) and the newest (epoch 3, the resume point); the planted one
+    # is neither ranked nor removed in-run: the run's end sets it aside, with the reason.
+    assert left == ["checkpoint_epoch_0002", "checkpoint_epoch_0003", "checkpoint_epoch_0008"]
