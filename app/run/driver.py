@@ -218,7 +218,7 @@ def _stopped(
     if ending in ("ctrl_c", "sigterm"):
         signal_name = "SIGTERM" if ending == "sigterm" else "Ctrl-C"
         try:
-            _say(just_in_time(run_dir, invocation))
+            _say(just_in_time(run_dir, invocation, signs=settings.signing_key is not None))
         except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) again while waiting: stop at once
             _say(f"no just-in-time checkpoint ({signal_name} again while waiting for it)")
         _finish(

@@ -53,9 +53,12 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
 JIT_WAIT_S = 60.0
 
 
-def just_in_time(run_dir: RunPath, invocation: str, wait_s: float = JIT_WAIT_S) -> str:
+def just_in_time(
+    run_dir: RunPath, invocation: str, wait_s: float = JIT_WAIT_S, *, signs: bool = False
+) -> str:
     """After SIGTERM: ask this invocation's workers for a just-in-time checkpoint and wait, up
-    to `wait_s`, until rank 0 says it is committed. Returns what happened, in words."""
+    to `wait_s`, until rank 0 says it is committed (and, where the run `signs`, witnessed).
+    Returns what happened, in words."""
     from app.runfolder import folder as run_folder
     from app.training.checkpoint_watch import request_stop
 
@@ -76,9 +79,35 @@ def just_in_time(run_dir: RunPath, invocation: str, wait_s: float = JIT_WAIT_S) 
             and jit.get("reason") == "stopped"
             and float(progress.get("time", 0)) >= asked
         ):
-            return (
+            said = (
                 f"just-in-time checkpoint at step {jit.get('step')} "
                 f"in {float(jit.get('checkpoint_s', 0)):.1f} s"
             )
+            return said + (await_witness(run_dir, jit.get("checkpoint"), deadline) if signs else "")
         time.sleep(0.2)
     return f"no just-in-time checkpoint within {wait_s:.0f} s; the last committed one stays"
+
+
+def await_witness(run_dir: RunPath, name: object, deadline: float) -> str:
+    """Wait, until the monotonic `deadline`, for the controller's witness of the checkpoint
+    `name` (app/export/witness.py); what came of it, as the end of just_in_time's line.
+
+    Rank 0 says a checkpoint is committed once Ray has it; the controller witnesses it when it
+    next collects the workers' reports, which can be later. A driver that exits first ends the
+    controller with it, and a signing run's rerun sets the unwitnessed checkpoint aside: the
+    steps it saved are trained again."""
+    from app.export.witness import WITNESS_FILE
+    from app.runfolder.checkpoint_names import parse_name
+    from app.storage.reading import exists_within
+
+    if not isinstance(name, str) or parse_name(name) is None:  # the progress file is storage's
+        return "; its folder is not named, so its witness is not waited for"
+    witness = run_dir / name / WITNESS_FILE
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            if exists_within(witness, "TRAIN_STORAGE_PATH", max(left, 0.1)):
+                return ", witnessed"
+        except Exception as err:  # a store that stops answering: the run is ending regardless
+            return f"; its witness could not be looked for ({type(err).__name__})"
+        time.sleep(0.2)
+    return "; not witnessed in time: a rerun sets it aside and resumes from the checkpoint before"

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from app.data.pipeline import epoch_batches
-from app.runfolder import checkpoints, interruptions, retention
+from app.runfolder import checkpoint_names, checkpoints, interruptions, retention
 from app.runfolder import folder as run_folder
 from app.runfolder.epoch_record import new_record
 from app.storage.location import RunPath, in_storage
@@ -364,7 +364,11 @@ def mid_epoch_checkpoint(
     watch.saved(state.step)
     jit = reason != "interval"
     if worker.rank == 0:  # what the next start counts lost steps from
-        extra = {"jit": {"reason": reason, "step": state.step, "checkpoint_s": took}}
+        # Its folder, as report_checkpoint named it: where a signing driver waits for the
+        # controller's witness before it exits (app/run/signals.py).
+        name = checkpoint_names.dir_name(epoch - 1, state.step)
+        extra = {"jit": {"reason": reason, "step": state.step, "checkpoint_s": took,
+                         "checkpoint": name}}  # fmt: skip
         run_folder.write_progress(
             plan.settings.run_dir, plan.invocation, epoch=epoch, step=state.step,
             checkpoint_step=state.step, **(extra if jit else {}),

@@ -228,3 +228,31 @@ def test_the_in_run_pruner_ranks_only_witnessed_checkpoints(tmp_path: Path, key:
     # The best witnessed (epoch 2) and the newest (epoch 3, the resume point); the planted one
     # is neither ranked nor removed in-run: the run's end sets it aside, with the reason.
     assert left == ["checkpoint_epoch_0002", "checkpoint_epoch_0003", "checkpoint_epoch_0008"]
+
+
+def test_a_signing_driver_stopped_by_sigterm_waits_for_the_witness(
+    tmp_path: Path, key: Path
+) -> None:
+    """Rank 0 says the just-in-time checkpoint is committed before the controller has collected
+    its report and witnessed it; a driver that exited then left it unwitnessed, and the rerun
+    set aside the steps it had saved."""
+    import threading
+    import time
+
+    from app.run.signals import await_witness
+
+    run = make_run(tmp_path / "runs", "nightly", 0.6, epoch=2)
+    name = "checkpoint_epoch_0002"
+    digest = json.loads((run / name / "meta.json").read_text())["meta_sha256"]
+    late = threading.Timer(0.5, witness.write, (run / name, digest, signature.private_key(key)))
+    late.start()
+    try:
+        assert await_witness(run, name, time.monotonic() + 60) == ", witnessed"
+    finally:
+        late.cancel()
+    assert "not witnessed in time: a rerun sets it aside" in await_witness(
+        run, "checkpoint_epoch_0001_step_00000007", time.monotonic() + 0.5
+    )
+    for hostile in ("../../etc", None, 7, "checkpoint_epoch_0002/../x"):
+        said = await_witness(run, hostile, time.monotonic() + 60)
+        assert said == "; its folder is not named, so its witness is not waited for", hostile
