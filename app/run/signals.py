@@ -93,9 +93,9 @@ def await_witness(run_dir: RunPath, name: object, deadline: float) -> str:
     `name` (app/export/witness.py); what came of it, as the end of just_in_time's line.
 
     Rank 0 says a checkpoint is committed once Ray has it; the controller witnesses it when it
-    next collects the workers' reports, which can be later. A driver that exits first ends the
-    controller with it, and a signing run's rerun sets the unwitnessed checkpoint aside: the
-    steps it saved are trained again."""
+    next collects the workers' reports, which can be later. A driver that stopped waiting
+    sooner would end the controller with it, and the run's end (driver `_finish`) set the
+    unwitnessed checkpoint aside: the rerun would train the steps it saved again."""
     from app.export.witness import WITNESS_FILE
     from app.runfolder.checkpoint_names import parse_name
     from app.storage.reading import exists_within
@@ -110,4 +110,4 @@ def await_witness(run_dir: RunPath, name: object, deadline: float) -> str:
         except Exception as err:  # a store that stops answering: the run is ending regardless
             return f"; its witness could not be looked for ({type(err).__name__})"
         time.sleep(0.2)
-    return "; not witnessed in time: a rerun sets it aside and resumes from the checkpoint before"
+    return "; not witnessed in time: it is set aside, and the rerun resumes from the one before"

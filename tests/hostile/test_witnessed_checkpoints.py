@@ -234,8 +234,8 @@ def test_a_signing_driver_stopped_by_sigterm_waits_for_the_witness(
     tmp_path: Path, key: Path
 ) -> None:
     """Rank 0 says the just-in-time checkpoint is committed before the controller has collected
-    its report and witnessed it; a driver that exited then left it unwitnessed, and the rerun
-    set aside the steps it had saved."""
+    its report and witnessed it; a driver that exited then left it unwitnessed, and the run's
+    end set aside the steps it had saved."""
     import threading
     import time
 
@@ -250,7 +250,7 @@ def test_a_signing_driver_stopped_by_sigterm_waits_for_the_witness(
         assert await_witness(run, name, time.monotonic() + 60) == ", witnessed"
     finally:
         late.cancel()
-    assert "not witnessed in time: a rerun sets it aside" in await_witness(
+    assert "not witnessed in time: it is set aside, and the rerun resumes" in await_witness(
         run, "checkpoint_epoch_0001_step_00000007", time.monotonic() + 0.5
     )
     for hostile in ("../../etc", None, 7, "checkpoint_epoch_0002/../x"):
