@@ -16,7 +16,8 @@ digests the witness signed (CheckpointRef.files, read with `meta_sha256`).
 
 What a witness cannot tell: a checkpoint Ray committed in the moment before its driver was
 killed, before the controller signed it. It is set aside too, and the run resumes from the
-one before it.
+one before it. (After SIGTERM the driver waits for the witness of its just-in-time checkpoint,
+app/run/signals.py `await_witness`; SIGKILL leaves no time.)
 """
 
 from __future__ import annotations
