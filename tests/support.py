@@ -185,6 +185,71 @@ def committed_steps(run_dir: Path) -> list[int]:
     return sorted(found[1] for found in parsed if found is not None and found[1] is not None)
 
 
+def write_signing_key(folder: Path) -> Path:
+    """A fresh Ed25519 private key, as `openssl genpkey -algorithm ed25519` writes it."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    path = folder / "signing.pem"
+    key = ed25519.Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )  # fmt: skip
+    path.write_bytes(pem)
+    return path
+
+
+# A driver of its own that takes every CPU of the head and holds it until its stdin closes.
+_HOLD_HEAD = """
+import sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+cpus = next(n["Resources"]["CPU"] for n in ray.nodes() if n["Alive"]
+            and "node:__internal_head__" in n["Resources"])
+@ray.remote
+class Holder:
+    def ready(self):
+        return True
+holder = Holder.options(num_cpus=cpus, resources={"node:__internal_head__": 0.001}).remote()
+ray.get(holder.ready.remote(), timeout=120)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def head_without_cpus(cluster: object) -> Iterator[None]:
+    """Inside: the cluster's head has no CPU free, as a Kubernetes head has none (num-cpus 0),
+    so that work the head must not depend on for CPUs is seen to go elsewhere, and work that
+    must run there is seen to need none."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_HEAD, cluster.address],  # type: ignore[attr-defined]
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=trainctl_env(),
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+
+
+def actor_nodes(cluster: object, class_name: str) -> list[str | None]:
+    """The node of every actor of `class_name` the cluster has started, alive or not (None:
+    never placed)."""
+    from ray.util.state import list_actors
+
+    actors = list_actors(
+        address=cluster.address,  # type: ignore[attr-defined]
+        filters=[("class_name", "=", class_name)],
+        limit=10_000,
+        detail=True,
+        raise_on_missing_output=False,
+    )
+    return [actor.node_id for actor in actors]
+
+
 def train_workers(cluster: object) -> list[Any]:
     """The training worker actors the cluster's state API lists as alive."""
     from ray.util.state import list_actors

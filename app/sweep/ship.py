@@ -9,13 +9,17 @@ folder as the run folder, the sweep's name as the run's name and the sweep's cha
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
+import click
 from pydantic import PrivateAttr
 
 from app.data.schema import DatasetInfo
+from app.export.witness import witnessed
 from app.formatting import finite
 from app.promotion.step import promote_run
+from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import (
     SummaryNotWritten,
@@ -72,6 +76,12 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
     from app.training.accel import resolve
 
     run_dir = trial.run_dir
+    if trial.signing_key is not None:
+        # Tune ends a stopped trial's driver, and Ray Train's controller with it, maybe before
+        # the controller witnessed the checkpoint of an epoch the workers trained after the
+        # scheduler's verdict: set aside now, with the reason, not left for the next reader.
+        say = partial(_say_of, run_dir.name)
+        witnessed(checkpoints.scan(run_dir).good, trial.signing_key, say)
     trial, _ = resolve(trial, info)
     before = read_summary(run_dir) or {}
     if before.get("status") == "stopped":
@@ -102,6 +112,8 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
         plot_curves(run_dir)
         write_final_summary(run_dir, summary)
     except (SummaryNotWritten, OSError) as err:
-        import click
-
         click.echo(f"trainctl: warning: {run_dir}: stopped, not recorded ({err})", err=True)
+
+
+def _say_of(trial_id: str, line: str) -> None:
+    click.echo(f"trainctl: {trial_id}: {line}")

@@ -41,7 +41,9 @@ from app.sweep import parent_run, results
 from app.sweep.results import DONE, HIGHER_IS_BETTER, mapping
 
 TUNE_DIR = "tune"
-TRIAL_DRIVER_CPUS = 0.01
+# Each trial's driver, as much of it as Tune needs a request for: a hundredth of the marker
+# resource Ray gives the head node alone (Ray Serve places its controller by the same name).
+TRIAL_DRIVER = {"node:__internal_head__": 0.01}
 
 
 def run_sweep(settings: TrainSettings) -> dict[str, Any]:
@@ -197,9 +199,12 @@ def _tune(
         env=forwarded_env(os.environ),
     )  # fmt: skip
     # The trial's function only drives its TorchTrainer (as `trainctl train`'s process does):
-    # the workers hold the CPUs and GPUs, and TRAIN_TUNE_CONCURRENT bounds the trials. (Tune
-    # refuses a request of nothing: a hundredth of a CPU.)
-    trainable = tune.with_resources(trainable, {"CPU": TRIAL_DRIVER_CPUS})
+    # the workers hold the CPUs and GPUs, and TRAIN_TUNE_CONCURRENT bounds the trials. It runs on
+    # the head, as the sweep's driver does, whatever CPUs the head has (none, on Kubernetes):
+    # the chart mounts the signing keys there only, and Ray Train's controller, which witnesses
+    # each checkpoint with them (app/export/witness_callback.py), starts on its driver's node.
+    # On a worker pod the trial could not load the keys, and a signed sweep failed every trial.
+    trainable = tune.with_resources(trainable, TRIAL_DRIVER)
     concurrent, why = concurrent_trials(settings, len(todo))
     _say(f"{concurrent} trial(s) at a time ({why})")
     # Tune's default output engine prints a banner whatever `verbose` says (a configuration

@@ -21,7 +21,14 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from tests.support import explain, read_history, read_summary, run_trainctl, trainctl_env
+from tests.support import (
+    explain,
+    read_history,
+    read_summary,
+    run_trainctl,
+    trainctl_env,
+    write_signing_key,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -55,7 +62,7 @@ def _checkpoints(run_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def stopped(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> StoppedRun:
     tmp = tmp_path_factory.mktemp("early-stop")
-    signing_key = _signing_key(tmp)
+    signing_key = write_signing_key(tmp)
     env = trainctl_env(
         dataset="digits", model="cnn", epochs=str(EPOCHS), lr="0.003", num_workers="1",
         global_batch_size="64", checkpoints_to_keep=str(EPOCHS), data_path=str(tmp / "data"),
@@ -76,20 +83,6 @@ def stopped(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> St
     return StoppedRun(
         run_dir, first, summary, history, attempts, checkpoints, rerun, status, signing_key
     )
-
-
-def _signing_key(tmp: Path) -> Path:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ed25519
-
-    path = tmp / "signing.pem"
-    key = ed25519.Ed25519PrivateKey.generate()
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )  # fmt: skip
-    path.write_bytes(pem)
-    return path
 
 
 def _plant(source: Path, target: Path) -> None:

@@ -5,7 +5,9 @@ The sweep: digits, the cnn, four trials of two epochs on one worker each, two at
 puts a learning rate that learns next to one that barely moves, so ASHA has something to stop.
 The driver is killed outright (SIGKILL) once a trial has ended, then the sweep is rerun with the
 same name; the rerun trains the trials that had not ended (resuming any that had checkpointed),
-not the ended ones, and promotes the best.
+not the ended ones, and promotes the best. The sweep signs (TRAIN_SIGNING_KEY): each trial's
+checkpoints are witnessed by its controller, on the head, as on Kubernetes, where only the head
+holds the key; and as there, the head has no CPU free for the sweep (head_without_cpus).
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from typing import Any
 import pytest
 
 from tests.support import (
+    actor_nodes,
     explain,
+    head_without_cpus,
     placement_group_cleaners,
     run_trainctl,
     start_trainctl,
     trainctl_env,
     wait_until,
+    write_signing_key,
 )
 
 SWEEP = "nightly"
@@ -47,6 +52,9 @@ class Sweep:
     attempts_after: dict[str, int] = field(default_factory=dict)
     record: dict[str, Any] = field(default_factory=dict)
     cleaners_started: int = 0  # Ray Train's placement-group cleaners the rerun's trials started
+    signing_key: Path | None = None
+    trial_driver_nodes: list[str | None] = field(default_factory=list)  # Tune's trial actors' nodes
+    head_node: str = ""
 
 
 def _summary(trial_dir: Path) -> dict[str, Any]:
@@ -78,26 +86,30 @@ def sweep(
         data_path=str(tmp / "data"), storage_path=str(tmp / "runs"), run_name=SWEEP,
         ray_address=ray_cluster.address,  # type: ignore[attr-defined]
         tune_space=str(tmp / "space.yaml"), tune_samples="2", tune_concurrent="2",
-        tune_reduction_factor="2", max_failures="0",
+        tune_reduction_factor="2", max_failures="0", signing_key=str(write_signing_key(tmp)),
     )  # fmt: skip
     uri = mlflow_server()
     env.update(MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME=EXPERIMENT)
-    run = Sweep(tmp, tmp / "runs" / SWEEP, uri)
+    run = Sweep(tmp, tmp / "runs" / SWEEP, uri, signing_key=Path(env["TRAIN_SIGNING_KEY"]))
 
-    driver = start_trainctl("tune", env=env, cwd=tmp)
-    try:
-        wait_until(lambda: bool(_finished(run.sweep_dir)), timeout=900, what="an ended trial")
-    finally:
-        driver.send_signal(signal.SIGKILL)
-        run.killed_code = driver.wait(timeout=60)
-    run.finished_before_kill = _finished(run.sweep_dir)
-    run.attempts_before_kill = {t: _attempts(run.sweep_dir / "trials" / t) for t in TRIALS}
+    with head_without_cpus(ray_cluster):
+        driver = start_trainctl("tune", env=env, cwd=tmp)
+        try:
+            wait_until(lambda: bool(_finished(run.sweep_dir)), timeout=900, what="an ended trial")
+        finally:
+            driver.send_signal(signal.SIGKILL)
+            run.killed_code = driver.wait(timeout=60)
+        run.finished_before_kill = _finished(run.sweep_dir)
+        run.attempts_before_kill = {t: _attempts(run.sweep_dir / "trials" / t) for t in TRIALS}
 
-    cleaners = placement_group_cleaners(ray_cluster)
-    run.rerun = run_trainctl("tune", env=env, cwd=tmp, timeout=900)
-    run.cleaners_started = placement_group_cleaners(ray_cluster) - cleaners
+        cleaners = placement_group_cleaners(ray_cluster)
+        run.rerun = run_trainctl("tune", env=env, cwd=tmp, timeout=900)
+        run.cleaners_started = placement_group_cleaners(ray_cluster) - cleaners
     run.attempts_after = {t: _attempts(run.sweep_dir / "trials" / t) for t in TRIALS}
     run.record = json.loads((run.sweep_dir / "sweep.json").read_text())
+    # Tune's trial actors: a function trainable runs as ImplicitFunc (ray.tune's own name).
+    run.trial_driver_nodes = actor_nodes(ray_cluster, "ImplicitFunc")
+    run.head_node = ray_cluster.head_node.node_id  # type: ignore[attr-defined]
     return run
 
 
@@ -136,6 +148,32 @@ def test_each_trial_keeps_rays_placement_group_cleaner(sweep: Sweep) -> None:
     # A trial's training ends long before the sweep's job: Ray's cleaner frees its group
     # (app/run/job_trainer.py). A run alone goes without (tests/cluster/test_train.py).
     assert sweep.cleaners_started >= len(_restarted(sweep)) >= 1
+
+
+def test_trial_drivers_run_on_the_head_and_witness_every_checkpoint(sweep: Sweep) -> None:
+    """The head has no CPU free during the sweep, as on Kubernetes (num-cpus 0): the trials'
+    drivers go there anyway, beside the key, and the workers (on the other nodes) never need
+    it. (Asking for a hundredth of a CPU, as they did, put them on the GPU pods.)"""
+    from app.export.signature import SIGNATURE_FILE
+    from app.export.witness import unwitnessed
+    from app.runfolder.checkpoints import recorded
+
+    # (An actor the SIGKILL ended before Ray placed it ran nowhere: no node.)
+    placed = {node for node in sweep.trial_driver_nodes if node is not None}
+    assert placed == {sweep.head_node}, sweep.trial_driver_nodes
+    statuses = {row["trial"]: row["status"] for row in sweep.record["trials"]}
+    for trial in TRIALS:
+        trial_dir = sweep.sweep_dir / "trials" / trial
+        refs = recorded(trial_dir)
+        assert refs, trial  # each trial ended with at least its first epoch's checkpoint
+        assert unwitnessed(refs, sweep.signing_key) == [], trial
+        # Only an epoch a stopped trial's workers trained after the verdict, as Tune ended its
+        # controller before the witness: set aside, with the reason.
+        for aside in trial_dir.glob("corrupt_*"):
+            assert statuses[trial] == "stopped", (trial, aside.name)
+            assert "no witness.sig" in (aside / "UNUSABLE.txt").read_text()
+    best = sweep.sweep_dir / "trials" / sweep.record["best"]["trial"]
+    assert (best / "export" / SIGNATURE_FILE).is_file()
 
 
 def test_each_trial_is_a_normal_run_folder_and_stopped_trials_say_so(sweep: Sweep) -> None:
