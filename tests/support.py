@@ -185,6 +185,15 @@ def committed_steps(run_dir: Path) -> list[int]:
     return sorted(found[1] for found in parsed if found is not None and found[1] is not None)
 
 
+def write_ray_snapshot(run_dir: Path, *names: str) -> None:
+    """Ray's snapshot of the checkpoints it has committed, in its own format (Ray 2.60)."""
+    from app.runfolder.folder import RAY_SNAPSHOT
+
+    results = [{"version": 0, "checkpoint_dir_name": name, "metrics": {}} for name in names]
+    snapshot = {"ray_version": "2.60.0", "checkpoint_results": results}
+    (run_dir / RAY_SNAPSHOT).write_text(json.dumps(snapshot))
+
+
 def write_signing_key(folder: Path) -> Path:
     """A fresh Ed25519 private key, as `openssl genpkey -algorithm ed25519` writes it."""
     from cryptography.hazmat.primitives import serialization

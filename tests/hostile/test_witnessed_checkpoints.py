@@ -13,26 +13,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from app.export import signature, witness
 from app.promotion.step import promote_run
 from app.runfolder import checkpoints
 from tests.promotion_support import INFO, make_run, settings_for
+from tests.support import write_ray_snapshot, write_signing_key
 
 
 @pytest.fixture
 def key(tmp_path: Path) -> Path:
-    path = tmp_path / "signing.pem"
-    path.write_bytes(
-        ed25519.Ed25519PrivateKey.generate().private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return path
+    return write_signing_key(tmp_path)
 
 
 def _reason(run: Path, name: str) -> str:
@@ -208,17 +199,11 @@ def test_the_in_run_pruner_ranks_only_witnessed_checkpoints(tmp_path: Path, key:
     """Ray's record of committed checkpoints is a file in the storage too. A checkpoint planted
     mid-run, its name added to that record, ranked best and was the newest: with one kept, the
     run's own best and its resume point were deleted while Ray trained."""
-    from app.runfolder.folder import RAY_SNAPSHOT
-
     storage = tmp_path / "runs"
     for epoch, accuracy in [(1, 0.4), (2, 0.7), (3, 0.5)]:
         run = make_run(storage, "nightly", accuracy, epoch=epoch, witness_key=key)
     make_run(storage, "nightly", 0.99, epoch=8, seed=1)  # a writer of the storage, no key
-    names = [f"checkpoint_epoch_000{n}" for n in (1, 2, 3, 8)]
-    results = [{"version": 0, "checkpoint_dir_name": name, "metrics": {}} for name in names]
-    (run / RAY_SNAPSHOT).write_text(
-        json.dumps({"ray_version": "2.60.0", "checkpoint_results": results})
-    )
+    write_ray_snapshot(run, *(f"checkpoint_epoch_000{n}" for n in (1, 2, 3, 8)))
     pruner = checkpoints.in_run_pruner(
         run, keep=1, metric="val_accuracy", warn=print,
         trusted=lambda refs: witness.verified_only(refs, key),

@@ -4,7 +4,6 @@ prunes after each epoch while Ray trains and at the end of the run."""
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from app.runfolder import checkpoint_names, checkpoints, retention
 from app.runfolder.checkpoints import CheckpointRef
 from app.runfolder.folder import RAY_SNAPSHOT
 from app.settings import TrainSettings
+from tests.support import write_ray_snapshot
 
 
 def _ref(name: str, epoch: int, accuracy: float) -> CheckpointRef:
@@ -108,7 +108,7 @@ def test_the_in_run_pruner_keeps_storage_bounded_and_hashes_each_checkpoint_once
     monkeypatch.setattr(checkpoints, "verify", counting_verify)
     for epoch, accuracy in [(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.7)]:
         _write(run_dir, epoch, accuracy)
-        _commit(run_dir, *(checkpoint_names.dir_name(e) for e in range(1, epoch + 1)))
+        write_ray_snapshot(run_dir, *(checkpoint_names.dir_name(e) for e in range(1, epoch + 1)))
         pruner.after_checkpoint()
     # A checkpoint still being copied (no meta.json yet) is neither kept track of nor removed.
     partial = _write(run_dir, 5, 0.1)
@@ -119,13 +119,6 @@ def test_the_in_run_pruner_keeps_storage_bounded_and_hashes_each_checkpoint_once
     # Each complete checkpoint hashed once; the partial one is tried again on each pass.
     complete = [name for name in verified if name != "checkpoint_epoch_0005"]
     assert sorted(complete) == [checkpoint_names.dir_name(epoch) for epoch in (1, 2, 3, 4)]
-
-
-def _commit(run_dir: Path, *names: str) -> None:
-    """Ray's snapshot of the checkpoints it has committed, in its own format (Ray 2.60)."""
-    results = [{"version": 0, "checkpoint_dir_name": name, "metrics": {}} for name in names]
-    snapshot = {"ray_version": "2.60.0", "checkpoint_results": results}
-    (run_dir / RAY_SNAPSHOT).write_text(json.dumps(snapshot))
 
 
 def test_the_in_run_pruner_never_removes_what_ray_would_restart_from(tmp_path: Path) -> None:
@@ -140,14 +133,14 @@ def test_the_in_run_pruner_never_removes_what_ray_would_restart_from(tmp_path: P
         )  # fmt: skip
     # The newer step checkpoint is complete on storage, but Ray has not committed it yet: a
     # worker failure now restarts from the older one, which must stay.
-    _commit(run_dir, checkpoint_names.dir_name(1), older)
+    write_ray_snapshot(run_dir, checkpoint_names.dir_name(1), older)
     pruner = checkpoints.in_run_pruner(
         run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, warn=print
     )
     pruner.after_checkpoint()
     assert (run_dir / older).is_dir() and (run_dir / newer).is_dir()
     # Once Ray commits the newer one, the older is superseded.
-    _commit(run_dir, checkpoint_names.dir_name(1), older, newer)
+    write_ray_snapshot(run_dir, checkpoint_names.dir_name(1), older, newer)
     pruner.after_checkpoint()
     assert not (run_dir / older).exists() and (run_dir / newer).is_dir()
     assert (run_dir / checkpoint_names.dir_name(1)).is_dir()  # the best end-of-epoch one
