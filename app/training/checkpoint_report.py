@@ -10,7 +10,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import ray.train
 import torch
@@ -19,6 +19,13 @@ from torch import nn
 from app.runfolder import checkpoint_names, checkpoints
 from app.runfolder.checkpoints import WITNESSED_METRIC
 from app.training.checkpoint_watch import gathered_rng
+
+
+class Reported(NamedTuple):
+    """What a report took, and the checkpoint folder it named (app/runfolder/checkpoint_names)."""
+
+    seconds: float
+    folder: str
 
 
 def report_checkpoint(
@@ -39,26 +46,27 @@ def report_checkpoint(
     carried: dict[str, Any] | None = None,
     stopped: dict[str, Any] | None = None,
     final: bool = False,
-) -> float:
-    """Report; returns the seconds it took. `reason` is `epoch` for an end-of-epoch checkpoint
-    (metrics are the epoch's validated record), else `interval`, `preemption` or `stopped` for
-    a mid-epoch one at global `step`, `epoch_step` steps into epoch `epochs_done + 1`, with
-    this rank's `epoch_sums` ([loss sum, rows] of the epoch so far: the resumed epoch's record
-    then covers all of it). `carried`: what the next start continues from besides the weights
-    and optimizer (the run clock, early stopping's progress), the same on every rank;
-    `stopped`: the early stop that ends training here, recorded in meta.json; `final`: the
-    run's last report."""
+) -> Reported:
+    """Report; returns the seconds it took and the checkpoint folder's name (Reported).
+    `reason` is `epoch` for an end-of-epoch checkpoint (metrics are the epoch's validated
+    record), else `interval`, `preemption` or `stopped` for a mid-epoch one at global `step`,
+    `epoch_step` steps into epoch `epochs_done + 1`, with this rank's `epoch_sums` ([loss sum,
+    rows] of the epoch so far: the resumed epoch's record then covers all of it). `carried`:
+    what the next start continues from besides the weights and optimizer (the run clock, early
+    stopping's progress), the same on every rank; `stopped`: the early stop that ends training
+    here, recorded in meta.json; `final`: the run's last report."""
     started = time.monotonic()
     extra = {"epoch_sums": epoch_sums} if epoch_sums is not None else None
     rng = gathered_rng(world, extra)  # a collective: before the rank-0-only part
     mid_epoch = reason != "epoch"
+    folder_name = checkpoint_names.dir_name(epochs_done, step if mid_epoch else None)
     if mid_epoch:
         # Ray's CheckpointConfig ranks by TRAIN_CHECKPOINT_METRIC: a mid-epoch checkpoint has no
         # validation, so it gets the worst score and Ray keeps it only while it is the newest.
         metrics = {"epoch": float(epochs_done + 1), "step": float(step), **(unranked or {})}
     if rank != 0:
         ray.train.report(metrics)
-        return time.monotonic() - started
+        return Reported(time.monotonic() - started, folder_name)
     train_state = {
         "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict(),
@@ -86,11 +94,11 @@ def report_checkpoint(
     ray.train.report(
         {**metrics, WITNESSED_METRIC: digest},
         checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
-        checkpoint_dir_name=checkpoint_names.dir_name(epochs_done, step if mid_epoch else None),
+        checkpoint_dir_name=folder_name,
         checkpoint_upload_mode=_upload_mode(reason, final),
         delete_local_checkpoint_after_upload=True,
     )
-    return time.monotonic() - started
+    return Reported(time.monotonic() - started, folder_name)
 
 
 def _upload_mode(reason: str, final: bool) -> ray.train.CheckpointUploadMode:

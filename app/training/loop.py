@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from app.data.pipeline import epoch_batches
-from app.runfolder import checkpoint_names, checkpoints, interruptions, retention
+from app.runfolder import checkpoints, interruptions, retention
 from app.runfolder import folder as run_folder
 from app.runfolder.epoch_record import new_record
 from app.storage.location import RunPath, in_storage
@@ -354,7 +354,7 @@ def mid_epoch_checkpoint(
     """A step checkpoint (TRAIN_CHECKPOINT_EVERY) or a just-in-time one (preemption, SIGTERM),
     after which a just-in-time group stops training and waits to be torn down."""
     metric = plan.settings.checkpoint_metric
-    took = report_checkpoint(
+    reported = report_checkpoint(
         rank=worker.rank, world=worker.world, metrics={}, model=parts.model,
         optimizer=parts.optimizer, scaler=parts.scaler, epochs_done=epoch - 1, step=state.step,
         epoch_step=sums.epoch_step, reason=reason, unranked={metric: worst(metric)},
@@ -364,11 +364,10 @@ def mid_epoch_checkpoint(
     watch.saved(state.step)
     jit = reason != "interval"
     if worker.rank == 0:  # what the next start counts lost steps from
-        # Its folder, as report_checkpoint named it: where a signing driver waits for the
-        # controller's witness before it exits (app/run/signals.py).
-        name = checkpoint_names.dir_name(epoch - 1, state.step)
-        extra = {"jit": {"reason": reason, "step": state.step, "checkpoint_s": took,
-                         "checkpoint": name}}  # fmt: skip
+        # Its folder: where a signing driver waits for the controller's witness before it
+        # exits (app/run/signals.py).
+        extra = {"jit": {"reason": reason, "step": state.step, "checkpoint_s": reported.seconds,
+                         "checkpoint": reported.folder}}  # fmt: skip
         run_folder.write_progress(
             plan.settings.run_dir, plan.invocation, epoch=epoch, step=state.step,
             checkpoint_step=state.step, **(extra if jit else {}),
