@@ -31,6 +31,11 @@ CONTROLLER_POLL = ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 # Ray Train looks for drained nodes every 5 s by default: a sixth of a 30 s spot notice gone
 # before the workers hear of it. The poll is one small read from Ray's control store.
 DRAIN_POLL = ("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "1")
+# A task that fails and will be retried (Ray Data's reads, sampling a Parquet file) printed a
+# notice with the tail of its traceback to the driver's stdout, once per retry, among the
+# epoch lines. A retry that succeeds needs no word; one that fails for good ends the run,
+# which names the cause (the file, for a read).
+RETRY_NOTICES = ("RAY_enable_output_error_log_if_still_retry", "0")
 
 
 def connect_ray(settings: TrainSettings) -> None:
@@ -77,18 +82,59 @@ def local_resources(settings: TrainSettings) -> dict[str, float] | None:
         return None
 
 
+class _OffTheTerminal(logging.Filter):
+    """Passes what Ray Data says below ERROR to the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+class _ToTheRootHandlers(logging.Handler):
+    """Hands Ray Data's errors to the root logger's handlers, where a run's log capture keeps
+    them in driver.log. Not by propagation: Ray Data's parent logger, Ray's, prints to the
+    terminal."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for handler in logging.getLogger().handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
+def quiet_ray_data() -> None:
+    """Ray Data in this process (the driver reads and caches the data) speaks through trainctl.
+
+    - Its INFO lines would bury the run's own, and its progress bars are off on purpose: the
+      epoch lines are the progress.
+    - Its errors come with a traceback of Ray's internals (a data file its reader refuses
+      mid-run printed some sixty lines) before the run's own one-line reason for the same
+      failure. They stay off the terminal, and are kept, traceback included, in the run's
+      driver.log (app/runfolder/log_capture.py) and in Ray Data's own ray-data.log.
+    """
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    logger = logging.getLogger("ray.data")
+    logger.setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+    for handler in logger.handlers:
+        terminal = isinstance(handler, logging.StreamHandler)
+        if terminal and not any(isinstance(f, _OffTheTerminal) for f in handler.filters):
+            handler.addFilter(_OffTheTerminal())
+    if not any(isinstance(handler, _ToTheRootHandlers) for handler in logger.handlers):
+        logger.addHandler(_ToTheRootHandlers())
+
+
 def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
     """Join the Ray cluster at `address`, or start a local one that lives as long as this
     process. The one place `trainctl train` and the benchmarks (bench/) connect to Ray."""
     import ray
-    import ray.data
 
+    os.environ.setdefault(*RETRY_NOTICES)
     _own_auth_line()
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    # The driver runs Ray Data itself (reading, caching): its INFO lines would bury ours.
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    # ... and the bars are off on purpose (the epoch lines are the progress), not worth a warning.
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+    quiet_ray_data()
     if address:
         ray.init(address=address, **QUIET)
         return

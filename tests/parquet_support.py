@@ -136,6 +136,25 @@ def bad_image_past_the_sample(root: Path, rows_per_file: int = 16) -> Path:
     return root / "train" / f"part-{files - 1}.parquet"
 
 
+def damaged_page_past_the_sample(root: Path, rows_per_file: int = 16) -> Path:
+    """Good files, one more in train/ than preflight samples (app.data.schema.SAMPLE_FILES),
+    the last with its first page header overwritten: every footer reads, as preflight checks,
+    and only reading that file's rows fails, as with a file damaged deep in a large dataset.
+    Returns the damaged file."""
+    from app.data.schema import SAMPLE_FILES
+
+    for index in range(SAMPLE_FILES + 1):
+        write(
+            root / "train" / f"part-{index}.parquet", images(rows_per_file), labels(rows_per_file)
+        )
+    write(root / "valid" / "part-0.parquet", images(rows_per_file), labels(rows_per_file))
+    damaged = root / "train" / f"part-{SAMPLE_FILES}.parquet"
+    data = bytearray(damaged.read_bytes())
+    data[4:60] = b"\xff" * 56  # after the leading magic: the first column chunk's page header
+    damaged.write_bytes(bytes(data))
+    return damaged
+
+
 # The tutorial's pandas lists (int64 nested lists), as tests of inspection write them.
 GRAY = np.random.default_rng(7).integers(0, 256, (40, 6, 5), dtype=np.uint8)  # non-square
 LABELS = np.arange(40, dtype=np.int64) % 4

@@ -1,4 +1,5 @@
-"""Finding the Parquet file and row behind an image error in a Ray worker.
+"""Finding the Parquet file and row behind an image error in a Ray worker, or the file behind a
+read that Ray Data's reader refused.
 
 A read task only sees a block of rows, so its ImageError says "row 5" of a block, and Ray wraps
 it as RayTaskError(UserCodeException). Naming the file costs nothing while all is well: only
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+
+import pyarrow as pa
 
 from app.data.images import ImageError, to_images
 from app.data.schema import DatasetInfo, open_parquet, parquet_files
@@ -28,14 +31,20 @@ def first_bad_row(info: DatasetInfo, deadline: float) -> str | None:
     for split in ("train", "valid"):
         for path in parquet_files(root / split):
             offset = 0
-            for batch in open_parquet(path).iter_batches(ROWS_PER_STEP, columns=["image"]):
-                if time.monotonic() > deadline:
-                    return None
-                try:
-                    to_images(batch.column(0), info.image_format)
-                except ImageError:
-                    return _first_bad_row(path, batch.column(0), offset, info)
-                offset += batch.num_rows
+            try:
+                for batch in open_parquet(path).iter_batches(ROWS_PER_STEP):
+                    if time.monotonic() > deadline:
+                        return None
+                    try:
+                        to_images(batch.column("image"), info.image_format)
+                    except ImageError:
+                        return _first_bad_row(path, batch.column("image"), offset, info)
+                    offset += batch.num_rows
+            except (OSError, pa.ArrowException, KeyError) as err:
+                # A file its reader refuses (a damaged page, a file replaced since preflight):
+                # Ray Data's error names neither the file nor the row.
+                reason = " ".join(str(err).split()) or type(err).__name__
+                return f"{path}: not a readable Parquet file ({reason})"
     return None
 
 

@@ -125,6 +125,18 @@ def is_bad_image(cause: str, err: BaseException) -> bool:
     return "ImageError" in cause or any("ImageError" in str(e) for e in _chain(err))
 
 
+def is_refused_read(err: BaseException) -> bool:
+    """A failure of one of Ray Data's reading tasks (a file its reader refused), whose error
+    names no file: the file must be found. Ray's error keeps the task's name only in its text,
+    as the process title `ray::<task>()`."""
+    return any(READING_TASK.search(str(e)) for e in _chain(err))
+
+
+# Ray Data's reads (fused with what follows: "ReadFilesParquetV2->MapBatches(...)") and the
+# sampling of Parquet files it does while planning one.
+READING_TASK = re.compile(r"ray::(?:Read\w*|_fetch_parquet_file_info)\b")
+
+
 def _chain(err: BaseException) -> Iterator[BaseException]:
     """`err`, then what it wraps, down to the innermost: Python's __cause__, a Ray task
     error's `cause`, the first failed rank of a worker group."""

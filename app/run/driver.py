@@ -244,13 +244,18 @@ def _stopped(
 
 
 def _cause(err: BaseException, settings: TrainSettings, info: DatasetInfo) -> str:
-    """The failure in one line; for a bad image, the file (and row) it came from."""
+    """The failure in one line; for a bad image, the file (and row) it came from; for a file
+    Ray Data's reader refused, that file and why."""
     cause = decisions.root_cause(err)
-    if decisions.is_bad_image(cause, err):
+    bad_image = decisions.is_bad_image(cause, err)
+    if bad_image or decisions.is_refused_read(err):
         from app.data.kinds import dataset_kind
 
         where = dataset_kind(settings.dataset).locate_bad_image(info)
-        cause = f"bad image in {where or 'the data'}: {cause}"
+        if bad_image:
+            cause = f"bad image in {where or 'the data'}: {cause}"
+        elif where:
+            cause = f"unreadable data in {where}"
     return cause
 
 

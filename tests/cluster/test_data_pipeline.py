@@ -215,3 +215,27 @@ def test_a_ray_task_decodes_as_many_files_at_once_as_it_has_cpus(ray_session: No
     assert ray.get(slots.options(num_cpus=1).remote(), timeout=120) == 1
     assert ray.get(slots.options(num_cpus=2).remote(), timeout=120) == 2
     assert ray.get(slots.options(num_cpus=0.5).remote(), timeout=120) == 1
+
+
+def test_ray_datas_errors_stay_off_the_terminal_and_in_the_drivers_log(
+    ray_session: None, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Ray Data logs a failed task at ERROR (a file its reader refused: with a traceback of its
+    internals), which a run printed before its own one-line reason for the same failure: the
+    driver keeps those records in driver.log instead."""
+    import ray.data
+
+    from app.ray_cluster import quiet_ray_data
+    from app.runfolder import log_capture
+
+    quiet_ray_data()
+    log = log_capture.attempt_dir(tmp_path, 1) / "driver.log"
+    with log_capture.capture(log, 1.0, "driver"), pytest.raises(Exception, match="refuses"):
+        # A lambda travels by value: the workers cannot import this test module.
+        ray.data.range(8).map_batches(lambda _: int("a block this reader refuses")).materialize()
+    terminal = capfd.readouterr()
+    shown = terminal.out + terminal.err
+    assert "An exception was raised from a task" not in shown and "Traceback" not in shown, shown
+    kept = log.read_text()
+    assert 'An exception was raised from a task of operator "MapBatches(<lambda>)"' in kept, kept
+    assert "ValueError: invalid literal for int() with base 10: 'a block this" in kept, kept

@@ -171,6 +171,27 @@ def test_failure_during_training_exits_1_with_cause_and_locations(
     assert any("not a readable image" in line for line in failed[0]), failed[0][-20:]
 
 
+def test_a_parquet_file_its_reader_refuses_is_named_without_rays_tracebacks(
+    ray_cluster: object, tmp_path: Path
+) -> None:
+    """A file damaged past preflight's sample: Ray Data's reader refuses it while the driver
+    plans the read. Ray printed a notice with the tail of a traceback for each retry, and the
+    run ended "training failed: OSError: Deserializing page header failed." naming no file."""
+    damaged = parquet_support.damaged_page_past_the_sample(tmp_path / "data" / "damaged")
+    env = _settings(
+        tmp_path, ray_cluster, dataset="parquet", data_path=str(tmp_path / "data" / "damaged"),
+        epochs="1", global_batch_size="16",
+    )  # fmt: skip
+    result = run_trainctl("train", env=env, cwd=tmp_path)
+    assert result.returncode == 1, explain(result)
+    named = f"training failed: unreadable data in {damaged}: not a readable Parquet file ("
+    assert named in result.stderr, explain(result)
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output and '  File "' not in output, explain(result)
+    assert "retries remaining" not in output, explain(result)
+    assert read_summary(tmp_path / "runs" / "parquet-cnn")["status"] == "failed"
+
+
 def test_the_finished_run_reads_back_through_status_and_logs(finished_run: FinishedRun) -> None:
     """The run's last lines label each figure; `trainctl status` and `trainctl logs` of its
     folder (no Kubernetes) say the same, and its accelerator-hours are recorded."""

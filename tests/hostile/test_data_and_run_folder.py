@@ -191,6 +191,14 @@ def test_corrupt_image_deep_in_a_file_is_named_with_file_and_row(tmp_path: Path)
     assert "PNG" in found
 
 
+def test_a_file_its_reader_refuses_is_named_in_one_line(tmp_path: Path) -> None:
+    damaged = data.damaged_page_past_the_sample(tmp_path)
+    found = dataset_kind("parquet").locate_bad_image(inspect_dataset(tmp_path))
+    assert found is not None
+    assert found.startswith(f"{damaged}: not a readable Parquet file ("), found
+    assert "\n" not in found  # Arrow's reasons span lines
+
+
 # --- checkpoints: tampering is caught, with a reason --------------------------------------------
 def _checkpoint(run_dir: Path, epoch: int, model: torch.nn.Module | None = None) -> Path:
     model = model or torch.nn.Linear(4, 3)

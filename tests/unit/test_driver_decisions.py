@@ -158,6 +158,21 @@ def test_a_file_refused_by_ray_datas_own_reader_is_named_not_its_wrapper() -> No
     assert decisions.root_cause(failed) == f"ValueError: {refusal}"
 
 
+def test_a_failed_read_or_parquet_sampling_task_is_a_refused_read() -> None:
+    """Ray keeps a task's name only in its error's text (`ray::<task>()`); the driver then
+    looks for the file, which the error does not name."""
+    from ray.exceptions import RayTaskError
+
+    def failed(task: str) -> BaseException:
+        error = RayTaskError(task, "Traceback ...\nOSError: x", OSError("x"), f"ray::{task}")
+        return error.as_instanceof_cause()
+
+    assert decisions.is_refused_read(failed("_fetch_parquet_file_info"))
+    assert decisions.is_refused_read(failed("ReadFilesParquetV2->MapBatches(to_uint8_rows)"))
+    assert not decisions.is_refused_read(failed("TrainController.run"))
+    assert not decisions.is_refused_read(OSError("a Read of nothing"))
+
+
 def test_restored_from_prefers_the_latest_worker_group_start() -> None:
     starts = [{"restored_from": "/a"}, {"restored_from": None}, {"restored_from": "/b"}, {}]
     assert decisions.restored_from(starts, "/driver") == "/b"
