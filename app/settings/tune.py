@@ -35,7 +35,9 @@ class TuneSettings(BaseModel):
         le=1000,
         description="`trainctl tune`: trials that train at once; 0 runs as many as the Ray "
         "cluster's CPUs (and GPUs) hold, each trial taking TRAIN_NUM_WORKERS x "
-        "TRAIN_CPUS_PER_WORKER CPUs (and a GPU per worker with TRAIN_USE_GPU).",
+        "TRAIN_CPUS_PER_WORKER CPUs (and a GPU per worker with TRAIN_USE_GPU), and as the "
+        "head's memory holds (about 1.5 GiB a trial: its driver and Ray Train controller run "
+        "there). A number above what the head holds is kept, with a warning.",
     )
     tune_scheduler: Literal["asha", "random", "grid"] = Field(
         "asha",

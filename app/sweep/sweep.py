@@ -297,21 +297,63 @@ def _recorder(sweep: _Sweep) -> Any:
 
 
 def concurrent_trials(settings: TrainSettings, todo: int) -> tuple[int, str]:
-    """TRAIN_TUNE_CONCURRENT, or as many trials as the cluster's CPUs and GPUs hold; and why,
-    in words."""
-    if settings.tune_concurrent:
-        return max(1, min(settings.tune_concurrent, todo)), "TRAIN_TUNE_CONCURRENT"
+    """TRAIN_TUNE_CONCURRENT, or as many trials as the cluster's CPUs and GPUs and the head's
+    memory hold; and why, in words."""
     import ray
 
-    return trials_that_fit(settings, ray.cluster_resources(), todo)
+    head_memory = next(
+        (
+            node["Resources"].get("memory")
+            for node in ray.nodes()
+            if node.get("Alive") and HEAD_MARKER in node.get("Resources", {})
+        ),
+        None,
+    )
+    return trials_at_once(settings, ray.cluster_resources(), todo, head_memory)
 
 
-def trials_that_fit(
-    settings: TrainSettings, resources: dict[str, float], todo: int
+# What one running trial holds in the head's memory: its driver and its Ray Train controller,
+# each a Python process with torch (about 0.7 GiB each, measured on CPU); and what the sweep's
+# own driver holds there, once.
+HEAD_GIB_PER_TRIAL = 1.5
+HEAD_GIB_FOR_THE_SWEEP = 1.0
+HEAD_MARKER = next(iter(TRIAL_DRIVER))
+GIB = 1024**3
+
+
+def trials_on_head(head_memory: float | None) -> int | None:
+    """How many trials' drivers the head's memory (Ray's `memory` resource there, in bytes)
+    holds at once, at least one; None where the head's memory is not known."""
+    if not head_memory:
+        return None
+    return max(1, int((head_memory / GIB - HEAD_GIB_FOR_THE_SWEEP) // HEAD_GIB_PER_TRIAL))
+
+
+def _head_holds(head_memory: float | None, on_head: int) -> str:
+    return (
+        f"the head's {(head_memory or 0) / GIB:.1f} GiB of memory holds {on_head} trial(s) at "
+        f"once (each trial's driver and Ray Train controller run there, about "
+        f"{HEAD_GIB_PER_TRIAL:g} GiB a trial)"
+    )
+
+
+def trials_at_once(
+    settings: TrainSettings, resources: dict[str, float], todo: int, head_memory: float | None
 ) -> tuple[int, str]:
-    """How many trials the cluster's `resources` hold at once (at least one), and why."""
+    """TRAIN_TUNE_CONCURRENT, warning where the head's memory (bytes; None where it is not
+    known) holds fewer; else as many trials as the cluster's `resources` and the head's memory
+    hold (at least one). And why, in words."""
     from app.ray_cluster import DATA_CPUS
 
+    on_head = trials_on_head(head_memory)
+    if settings.tune_concurrent:
+        concurrent = max(1, min(settings.tune_concurrent, todo))
+        if on_head is not None and concurrent > on_head:
+            return concurrent, (
+                f"TRAIN_TUNE_CONCURRENT; warning: {_head_holds(head_memory, on_head)}: "
+                "raise head.memory"
+            )
+        return concurrent, "TRAIN_TUNE_CONCURRENT"
     workers = settings.workers.max
     cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
     fits = (cpus - DATA_CPUS) // (workers * settings.cpus_per_worker)
@@ -321,9 +363,12 @@ def trials_that_fit(
         held = f"{workers} worker(s) x 1 GPU"
     why = (
         f"a trial holds {held}; the cluster has {cpus:g} CPUs, {DATA_CPUS} kept for reading "
-        f"data, and {gpus:g} GPUs; TRAIN_TUNE_CONCURRENT sets it"
+        f"data, and {gpus:g} GPUs"
     )
-    return int(max(1, min(fits, todo))), why
+    if on_head is not None and on_head < fits:
+        fits = on_head
+        why = f"{why}; {_head_holds(head_memory, on_head)}"
+    return int(max(1, min(fits, todo))), f"{why}; TRAIN_TUNE_CONCURRENT sets it"
 
 
 def _conclude(

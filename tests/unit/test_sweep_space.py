@@ -398,20 +398,47 @@ def test_tunes_progress_printer_is_silenced_where_it_printed_raw_lines(
 
 
 def test_trials_at_once_are_what_the_cluster_holds_said_with_why() -> None:
-    from app.sweep.sweep import trials_that_fit
+    from app.sweep.sweep import trials_at_once
 
     # 2 workers x 1 CPU per trial; 2 of the cluster's CPUs are kept for Ray Data's reads.
-    fits, why = trials_that_fit(BASE, {"CPU": 11.0}, todo=8)
+    fits, why = trials_at_once(BASE, {"CPU": 11.0}, todo=8, head_memory=None)
     assert fits == 4
     assert why == (
         "a trial holds 2 worker(s) x 1 CPU; the cluster has 11 CPUs, 2 kept for reading data, "
         "and 0 GPUs; TRAIN_TUNE_CONCURRENT sets it"
     )
-    assert trials_that_fit(BASE, {"CPU": 11.0}, todo=3)[0] == 3  # no more than are left
-    assert trials_that_fit(BASE, {"CPU": 3.0}, todo=3)[0] == 1  # always one
+    assert trials_at_once(BASE, {"CPU": 11.0}, todo=3, head_memory=None)[0] == 3  # no more
+    assert trials_at_once(BASE, {"CPU": 3.0}, todo=3, head_memory=None)[0] == 1  # always one
     gpu = BASE.model_copy(update={"use_gpu": True})
-    fits, why = trials_that_fit(gpu, {"CPU": 64.0, "GPU": 5.0}, todo=8)
+    fits, why = trials_at_once(gpu, {"CPU": 64.0, "GPU": 5.0}, todo=8, head_memory=None)
     assert fits == 2 and "a trial holds 2 worker(s) x 1 GPU" in why and "5 GPUs" in why
+
+
+def test_trials_at_once_are_bounded_by_what_the_heads_memory_holds() -> None:
+    """Each trial's driver and Ray Train controller run on the head: a chart head of 8Gi (Ray
+    counts about 70% of it as schedulable memory) was handed as many trials as the GPU pods
+    held, and the head's pod was killed for memory with the whole sweep on it."""
+    from app.sweep.sweep import GIB, trials_at_once, trials_on_head
+
+    gpu = BASE.model_copy(update={"use_gpu": True})
+    resources = {"CPU": 512.0, "GPU": 64.0}
+    fits, why = trials_at_once(gpu, resources, todo=40, head_memory=5.6 * GIB)
+    assert fits == trials_on_head(5.6 * GIB) == 3
+    assert "the head's 5.6 GiB of memory holds 3 trial(s) at once" in why, why
+    assert why.endswith("TRAIN_TUNE_CONCURRENT sets it")
+    roomy = trials_at_once(gpu, resources, todo=40, head_memory=200 * GIB)
+    assert roomy[0] == 32 and "head" not in roomy[1]  # the GPUs bound it there
+    assert trials_on_head(0.5 * GIB) == 1  # always one
+    assert trials_on_head(None) is None
+    # Set by hand: kept, with a warning naming what to raise.
+    asked = gpu.model_copy(update={"tune_concurrent": 8})
+    fits, why = trials_at_once(asked, resources, todo=40, head_memory=5.6 * GIB)
+    assert fits == 8 and why.startswith("TRAIN_TUNE_CONCURRENT; warning: the head's 5.6 GiB")
+    assert why.endswith("raise head.memory"), why
+    assert trials_at_once(asked, resources, todo=40, head_memory=None) == (
+        8,
+        "TRAIN_TUNE_CONCURRENT",
+    )
 
 
 def test_the_sweep_plot_marks_the_trial_it_ships(
