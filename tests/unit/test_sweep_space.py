@@ -415,9 +415,9 @@ def test_trials_at_once_are_what_the_cluster_holds_said_with_why() -> None:
 
 
 def test_trials_at_once_are_bounded_by_what_the_heads_memory_holds() -> None:
-    """Each trial's driver and Ray Train controller run on the head: a chart head of 8Gi (Ray
-    counts about 70% of it as schedulable memory) was handed as many trials as the GPU pods
-    held, and the head's pod was killed for memory with the whole sweep on it."""
+    """Each trial's driver and Ray Train controller run on the head: with concurrent 0, a
+    sweep counted only the GPU pods, and a small head could be handed more trials than its
+    memory holds, to be killed for memory with the whole sweep on it."""
     from app.sweep.sweep import GIB, trials_at_once, trials_on_head
 
     gpu = BASE.model_copy(update={"use_gpu": True})
