@@ -35,12 +35,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from app.errors import ConfigError
 from app.export import signature
-from app.formatting import one_line
+from app.formatting import one_line, shown
 from app.redact import redact
 from app.runfolder.class_names import (
     CLASSES_FILE,
@@ -219,18 +220,40 @@ def _same_classes_as_its_run(folder: RunPath, card: dict[str, Any]) -> None:
     )
 
 
+def as_its_run_recorded(folder: RunPath, card: dict[str, Any], card_bytes: bytes) -> None:
+    """A run's export/ (any other folder: nothing to compare) answers in its run's classes and
+    is the card its run recorded; ConfigError naming what differs. What every reader of a run's
+    export checks before loading it: `predict`, `evaluate`, a warm start."""
+    _same_classes_as_its_run(folder, card)
+    _the_card_its_run_recorded(folder, hashlib.sha256(card_bytes).hexdigest())
+
+
 def _the_card_its_run_recorded(folder: RunPath, digest: str) -> None:
     """A run's export/ is the one the run exported: its card's sha256 is the one summary.json
     records (promotion.export.card_sha256). The card lists every other file's sha256, so an
     edit to it (another mean or std, which shifts every prediction; another checkpoint epoch)
-    is otherwise invisible. A run that recorded none (no summary yet) is not held to one."""
+    is otherwise invisible.
+
+    A run that records none is not held to one: a rerun that is exporting now has set its
+    record aside. Without a signature to anchor the card, that is said: a missing, damaged or
+    emptied summary.json is also how an altered card would escape this check."""
     if folder.name != EXPORT_DIR:
         return
     summary = read_summary(folder.parent) or {}
     promotion = summary.get("promotion")
     export = promotion.get("export") if isinstance(promotion, dict) else None
     recorded = export.get("card_sha256") if isinstance(export, dict) else None
-    if isinstance(recorded, str) and recorded != digest:
+    if not isinstance(recorded, str):
+        if signature.configured_key() is None:
+            print(
+                f"trainctl: warning: {shown(folder / CARD_FILE)}: checked against its own list "
+                f"of files only: {shown(folder.parent / SUMMARY_FILE)} records no card_sha256 "
+                "for it (the run is running again, or the record was removed or damaged); "
+                "TRAIN_VERIFY_KEY loads only cards your training jobs signed",
+                file=sys.stderr,
+            )
+        return
+    if recorded != digest:
         raise ConfigError(
             f"{folder / CARD_FILE}: sha256 {digest} is not the {recorded} its run recorded "
             f"({folder.parent / SUMMARY_FILE}: promotion.export.card_sha256); the card was "

@@ -35,7 +35,13 @@ from typing import Any
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.export import signature
-from app.export.card import CARD_FILE, MAX_CARD_BYTES, WEIGHTS_FILE, card_problem
+from app.export.card import (
+    CARD_FILE,
+    MAX_CARD_BYTES,
+    WEIGHTS_FILE,
+    as_its_run_recorded,
+    card_problem,
+)
 from app.promotion import champion
 from app.promotion.champion_task import TaskUnknown, vouched_card
 from app.promotion.task import Task
@@ -207,6 +213,10 @@ def _card(folder: RunPath, source: str) -> dict[str, Any]:
     problem = card_problem(card)
     if problem:
         raise ConfigError(f"TRAIN_WARM_START={source}: {CARD_FILE}: {problem}")
+    try:
+        as_its_run_recorded(folder, card, data)  # as `predict` and `evaluate` check it
+    except ConfigError as err:
+        raise ConfigError([f"TRAIN_WARM_START={source}: {p}" for p in err.problems]) from None
     return card
 
 

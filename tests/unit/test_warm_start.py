@@ -151,6 +151,40 @@ def test_altered_sources_are_refused_before_anything_loads(
     _refused(tmp_path, str(model), "an unusable checkpoint", "model.pt does not match")
 
 
+def test_an_export_resealed_against_its_run_is_refused_as_predict_refuses_it(
+    tmp_path: Path, champion_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Other weights, the card rewritten to list their sha256: the card's own checksums hold,
+    and only summary.json's record of the card tells. `predict` refused such an export while a
+    warm start took it as verified (found by a red-team pass)."""
+    import hashlib
+
+    from app.export.card import verified
+
+    export = champion_run / "export"
+    weights, card_file = export / "weights.pt", export / "model_card.json"
+    state = torch.load(weights, weights_only=True)
+    state[next(iter(state))] += 1
+    torch.save(state, weights)
+    card = json.loads(card_file.read_text())
+    card["files"]["weights.pt"] = hashlib.sha256(weights.read_bytes()).hexdigest()
+    card_file.write_text(json.dumps(card))
+    recorded = "promotion.export.card_sha256"
+    with pytest.raises(ConfigError) as caught:
+        verified(export)
+    assert recorded in caught.value.problems[0]
+    _refused(tmp_path, str(export), f"TRAIN_WARM_START={export}: {card_file}: sha256 ", recorded)
+    _refused(tmp_path, str(weights), f"{card_file}: sha256 ", recorded)
+    # Without the record (removed, damaged, or set aside by a rerun): taken, with a warning
+    # naming the check that could not be made, where no signature anchors the card.
+    (champion_run / "summary.json").unlink()
+    capsys.readouterr()
+    assert _resolve(tmp_path, str(export)).file == weights
+    warned = capsys.readouterr().err
+    assert f"trainctl: warning: {card_file}: checked against its own list of files only" in warned
+    assert "records no card_sha256" in warned and "TRAIN_VERIFY_KEY" in warned
+
+
 def test_a_file_changed_after_preflight_is_not_loaded(tmp_path: Path) -> None:
     """The workers load what preflight verified: the bytes read then, by their sha256."""
     run_dir = make_run(tmp_path, "r", 0.9)
