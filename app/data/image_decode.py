@@ -111,8 +111,13 @@ def _eight_bit(image: Image.Image, where: object) -> Image.Image:
     by: refused."""
     if image.mode.startswith("I;16") or image.mode == "I":
         image.load()
-        wide = np.asarray(image).astype(np.int64)
-        return Image.fromarray((np.clip(wide, 0, 65535) >> 8).astype(np.uint8), "L")
+        # In the image's own width: as int64, clipped, a 16-bit image held about 26 bytes a
+        # pixel at its peak, nearly three times an RGB image of as many pixels, past what the
+        # pixel limit (MAX_PIXELS) is sized for.
+        wide = np.asarray(image)
+        if wide.dtype != np.uint16:  # mode I (32-bit), or signed: may hold values past 0..65535
+            wide = np.clip(wide.astype(np.int32, copy=False), 0, 65535)
+        return Image.fromarray((wide >> 8).astype(np.uint8), "L")
     if image.mode == "F":
         raise ImageError(
             f"{shown(where)}: a 32-bit floating-point image (Pillow mode F), whose range is not "
