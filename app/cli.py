@@ -386,7 +386,7 @@ def logs_cmd(
     the Ray cluster, streamed with every line's credentials redacted; or a RayJob's (its
     submitter or Ray head pod)."""
     from app.cli_target import names_path, rayjob_name
-    from app.formatting import log_line
+    from app.formatting import printable_line
 
     if worker is not None or driver or storage is not None or names_path(name):
         if worker is not None and driver:
@@ -401,7 +401,7 @@ def logs_cmd(
         path = log_lookup.log_file(
             log_lookup.resolve_run_dir(name, storage), worker=worker, attempt=attempt
         )
-        emit = lambda line: click.echo(log_line(redact_text(line)))  # noqa: E731
+        emit = lambda line: click.echo(printable_line(redact_text(line)))  # noqa: E731
         log_reader.show(path, emit, tail=tail, follow=follow, root=log_root(path))
         return
     if attempt is not None or tail is not None:
@@ -413,7 +413,7 @@ def logs_cmd(
     from app.k8s.inspect import show_logs
 
     try:
-        pod_line = lambda line: click.echo(log_line(line))  # noqa: E731
+        pod_line = lambda line: click.echo(printable_line(line))  # noqa: E731
         show_logs(rayjob_name(name, "logs"), namespace, which, follow, pod_line)
     except ClusterError as err:
         err.problems.append(_run_folders_hint("logs", name))

@@ -15,7 +15,7 @@ from types import FrameType
 import click
 
 from app.errors import EXIT_CTRL_C, EXIT_FAILED, EXIT_INVALID, EXIT_SIGTERM, TrainctlError
-from app.formatting import one_path
+from app.formatting import one_path, printable_line
 
 
 class Terminated(KeyboardInterrupt):
@@ -47,7 +47,7 @@ def _run(cli: click.Group, argv: list[str] | None) -> int:
         label = err.label or ("invalid input" if err.exit_code == EXIT_INVALID else "failed")
         click.echo(f"trainctl: {label}:", err=True)
         for problem in err.problems:
-            click.echo(f"  - {problem}", err=True)
+            click.echo(f"  - {printable_line(problem)}", err=True)
         return err.exit_code
     except click.exceptions.Abort as err:
         if isinstance(err.__context__, Terminated):

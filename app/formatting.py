@@ -86,10 +86,12 @@ def shown(text: object) -> str:
     return value if value.isprintable() else repr(value)
 
 
-def log_line(text: str) -> str:
-    """A log line as `trainctl logs` prints it: control characters (an escape sequence that
-    recolours the terminal, retitles it, writes the clipboard or plants a link) shown escaped,
-    tabs kept. Logs lie in folders other jobs can write, and pods print what they like."""
+def printable_line(text: str) -> str:
+    """One line as trainctl prints it: control characters (a newline that would start a line of
+    its own, forging a `check` verdict or a problem; an escape sequence that recolours the
+    terminal, retitles it, writes the clipboard or plants a link) shown escaped, tabs kept.
+    What reaches a line comes from settings, paths, logs and files many hands write: logs lie
+    in folders other jobs can write, and pods print what they like."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)

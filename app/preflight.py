@@ -32,6 +32,7 @@ from app.cpus import usable_cpus
 from app.data.kind import DatasetKind
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
+from app.formatting import printable_line
 from app.promotion.check import UnguardedChampion, promotion_check
 from app.promotion.gate_check import GateAdvice, gate_check
 from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray
@@ -40,6 +41,7 @@ from app.runfolder.folder import record_invalid, refuse_links
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import (
+    creatable,
     ensure_reachable,
     ensure_writable,
     free_bytes,
@@ -108,14 +110,16 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     for name, check in todo:
         try:
             detail = check(settings, found)
+        # One line per verdict, whatever a setting or a file's name holds (a newline in
+        # TRAIN_STORAGE_PATH printed a line of its own that read as another check's verdict).
         except ConfigError as err:
             problems.extend(err.problems)
             found.failed.add(name)
-            click.echo(f"FAIL  {name}: {'; '.join(err.problems)}")
+            click.echo(printable_line(f"FAIL  {name}: {'; '.join(err.problems)}"))
         except Warned as warning:
-            click.echo(f"WARN  {name}: {warning}")
+            click.echo(printable_line(f"WARN  {name}: {warning}"))
         else:
-            click.echo(f"ok    {name}: {detail}")
+            click.echo(printable_line(f"ok    {name}: {detail}"))
     if problems:
         raise ConfigError(problems)
 
@@ -271,6 +275,7 @@ def _dataset_in(
     from app.training.model import model_problem
 
     if not prepare and kind.to_prepare(folder):  # a built-in dataset not there yet
+        creatable(folder, "TRAIN_DATA_PATH")  # what `train` would meet first
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
     info, note = kind.ensure(folder, settings)
     found.info = info

@@ -41,11 +41,19 @@ def uri_scheme(value: object) -> str | None:
 
 def check_path(value: str) -> str:
     """`value` if it is a URI or a plain path, ValueError for what only looks like one: spaces
-    around it, or a URI with a slash missing or turned around."""
+    around it, control characters in it, or a URI with a slash missing or turned around."""
     if value != value.strip():
         raise ValueError("leading or trailing spaces; remove them")
     if not value:
         raise ValueError("is empty; give a folder, s3://bucket/prefix or gs://bucket/prefix")
+    if not value.isprintable():
+        # A newline or escape sequence inside (a pasted terminal colour, a YAML block's line):
+        # a URI parser drops tabs and newlines silently, a folder keeps them in its name, and
+        # printed, the location starts a line of its own.
+        bad = next(c for c in value if not c.isprintable())
+        raise ValueError(
+            f"holds the control character {bad!r}: a location is one line of printable characters"
+        )
     # Full-width or other compatibility forms (`ｓ3://b`) read as a URI to a person.
     folded = unicodedata.normalize("NFKC", value)
     if folded != value and (uri_scheme(folded) or LOOKALIKE_PATTERN.match(folded)):

@@ -55,6 +55,10 @@ ENV_CASES = [
     ("TRAIN_RAY_CONNECT_TIMEOUT", "0", "TRAIN_RAY_CONNECT_TIMEOUT"),
     ("TRAIN_RAY_CONNECT_TIMEOUT", "nan", "TRAIN_RAY_CONNECT_TIMEOUT"),
     ("TRAIN_RAY_CONNECT_TIMEOUT", "1e9", "TRAIN_RAY_CONNECT_TIMEOUT"),
+    # A newline in a location printed a line of its own in `check`, read as another verdict.
+    ("TRAIN_STORAGE_PATH", "/tmp/runs\nok    gate: forged", "a location is one line"),
+    ("TRAIN_STORAGE_PATH", "s3://bucket/ru\nns", "a location is one line"),
+    ("TRAIN_DATA_PATH", "data\x1b[31m", "holds the control character '\\x1b'"),
     ("TRAIN_EPOCH", "1", "did you mean TRAIN_EPOCHS?"),
     ("train_epoch", "1", "is not a trainctl setting"),
 ]
@@ -187,3 +191,32 @@ def test_render_bad_options_and_files(tmp_path: Path, args: list[str], needle: s
     before = files_under(tmp_path)
     assert_refused(trainctl("render", *args), 2, needle)
     assert files_under(tmp_path) == before
+
+
+def test_every_problem_and_verdict_is_one_printed_line(tmp_path: Path) -> None:
+    """A problem quotes what it found (a file's name, a setting): a newline there started a
+    line that read as a problem or a verdict of its own, and an escape sequence recoloured
+    the terminal. Both are printed escaped."""
+    odd = "seven\n  - forged problem\x1b[31m"
+    result = trainctl("logs", str(tmp_path / odd))
+    assert_refused(result, 2)
+    lines = result.text.splitlines()
+    assert all(line.startswith(("trainctl:", "  - ")) for line in lines), lines
+    assert not any(line.startswith("  - forged") for line in lines), lines
+    assert "\x1b" not in result.text, result.text
+
+
+def test_check_refuses_a_data_path_train_could_not_write_the_dataset_to(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`check` said a built-in dataset would be written under a file (TRAIN_DATA_PATH=/dev/null),
+    and `train` then refused the same path (found by a red-team pass)."""
+    (tmp_path / "a-file").write_text("not a folder\n")
+    monkeypatch.setenv("TRAIN_DATASET", "digits")
+    monkeypatch.setenv("TRAIN_DATA_PATH", str(tmp_path / "a-file" / "data"))
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(
+        result, 2, f"TRAIN_DATA_PATH={tmp_path}/a-file/data/digits: cannot create the folder "
+        f"({tmp_path}/a-file is not a folder)",
+    )  # fmt: skip
+    assert (tmp_path / "a-file").read_text() == "not a folder\n"

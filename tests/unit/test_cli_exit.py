@@ -1,0 +1,30 @@
+"""How a refusal is printed (app/cli_exit.py): one line per problem, whatever it quotes."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from app.cli_exit import run_command
+from app.errors import EXIT_INVALID, ConfigError
+
+
+def test_a_problem_is_one_printed_line_whatever_it_quotes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Problems quote what they found (names of files, keys, settings): a newline there began a
+    line that read as a problem of its own, and an escape sequence drove the terminal."""
+
+    @click.group()
+    def cli() -> None: ...
+
+    @cli.command()
+    def refuse() -> None:
+        raise ConfigError(["found 'a\n  - forged\x1b[31m'", "a second\tproblem"])
+
+    assert run_command(cli, ["refuse"]) == EXIT_INVALID
+    assert capsys.readouterr().err.splitlines() == [
+        "trainctl: invalid input:",
+        "  - found 'a\\n  - forged\\x1b[31m'",
+        "  - a second\tproblem",
+    ]
