@@ -46,11 +46,12 @@ def check_path(value: str) -> str:
         raise ValueError("leading or trailing spaces; remove them")
     if not value:
         raise ValueError("is empty; give a folder, s3://bucket/prefix or gs://bucket/prefix")
-    if not value.isprintable():
+    bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
         # A newline or escape sequence inside (a pasted terminal colour, a YAML block's line):
         # a URI parser drops tabs and newlines silently, a folder keeps them in its name, and
-        # printed, the location starts a line of its own.
-        bad = next(c for c in value if not c.isprintable())
+        # printed, the location starts a line of its own. (A name that is not UTF-8 is not one
+        # of these: its readers name it so.)
         raise ValueError(
             f"holds the control character {bad!r}: a location is one line of printable characters"
         )
