@@ -679,9 +679,14 @@ def evaluate_cmd(
 
 @cli.command("compare")
 @click.argument("runs", nargs=-1, required=True, metavar="RUN...")
-@click.option("--out", help="The curves' PNG, local or s3:// / gs://  [default: ./compare.png].")
+@click.option(
+    "--out",
+    help="The curves' PNG, local or s3:// / gs://; a file already there is refused without "
+    "--overwrite  [default: ./compare.png, replaced].",
+)
+@click.option("--overwrite", is_flag=True, help="--out: replace the file if it is there.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
-def compare_cmd(runs: tuple[str, ...], out: str | None, as_json: bool) -> None:
+def compare_cmd(runs: tuple[str, ...], out: str | None, overwrite: bool, as_json: bool) -> None:
     """Runs side by side: the settings that differ, final and best metrics, time and
     accelerator-hours, per-class recall from each run's newest evaluation (eval/*/), and one
     PNG with their validation accuracy and loss curves overlaid. Each RUN: a run folder, its
@@ -690,7 +695,7 @@ def compare_cmd(runs: tuple[str, ...], out: str | None, as_json: bool) -> None:
 
     from app.evaluation.compare import compare
 
-    found = compare(runs, out)
+    found = compare(runs, out, overwrite)
     if as_json:
         click.echo(json.dumps(found.record(), indent=2))
     else:

@@ -155,9 +155,11 @@ class Comparison:
         return [line.rstrip() for line in lines]
 
 
-def compare(runs: Sequence[str], out: str | None) -> Comparison:
+def compare(runs: Sequence[str], out: str | None, overwrite: bool = False) -> Comparison:
     """Every run folder read, the table's figures worked out, and the curves drawn to `out`
-    (default compare.png here); ConfigError naming a folder that is not a run's."""
+    (default compare.png here, replaced on each comparison); ConfigError naming a folder that is
+    not a run's, or an `out` already there unless `overwrite` (a mistyped --out would replace
+    someone's image, as `predict --out` refuses to)."""
     from app.settings.env import run_location, settings_environ, storage_access
 
     if not 2 <= len(runs) <= MAX_RUNS:
@@ -165,6 +167,10 @@ def compare(runs: Sequence[str], out: str | None) -> Comparison:
     env = settings_environ()
     endpoint, _ = storage_access(env)
     destination = _plot_location(out or "compare.png", endpoint)
+    if out and not overwrite and kind(destination) is not None:
+        raise ConfigError(
+            f"--out {out!r}: already exists; give a new file name, or --overwrite to replace it"
+        )
     locations = [run_location(run, env) for run in runs]
     twice = sorted({str(where) for where in locations if locations.count(where) > 1})
     if twice:

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from app.evaluation.report import METRICS_FILE, report_files, write_folder
 from app.runfolder import folder as run_folder
 from tests.hostile.support import trainctl
@@ -103,7 +105,7 @@ def test_compare_shows_what_differs_side_by_side(tmp_path: Path) -> None:
     assert out.read_bytes().startswith(PNG)
     assert found["plot"] == str(out)
 
-    table = trainctl("compare", str(a), str(b), "--out", str(out))
+    table = trainctl("compare", str(a), str(b), "--out", str(out), "--overwrite")
     assert table.code == 0, table.text
     lines = table.out.splitlines()
     assert lines[0].split() == ["run", "a", "b"]
@@ -170,7 +172,7 @@ def test_damaged_records_are_shown_as_unknown_and_json_stays_strict(tmp_path: Pa
         out = str(tmp_path / f"{index}.png")
         table = trainctl("compare", str(good), str(bad), "--out", out)
         assert table.code == 0 and "internal error" not in table.text, (case, table.text)
-        as_json = trainctl("compare", str(good), str(bad), "--out", out, "--json")
+        as_json = trainctl("compare", str(good), str(bad), "--out", out, "--overwrite", "--json")
         assert as_json.code == 0, (case, as_json.text)
 
         json.loads(as_json.out, parse_constant=_strict)
@@ -229,16 +231,17 @@ def test_the_runs_are_shown_on_an_evaluation_they_share(tmp_path: Path) -> None:
     found = json.loads(trainctl("compare", str(a), str(b), "--out", out, "--json").out)
     assert [r["evaluation"]["name"] for r in found["runs"]] == ["test", "test"]
     assert found["per_class_recall"]["cat"] == [0.9, 0.95]
-    table = trainctl("compare", str(a), str(b), "--out", out).out
+    table = trainctl("compare", str(a), str(b), "--out", out, "--overwrite").out
     assert "different data" not in table
     c = make_run(tmp_path, "c", lr=0.1, accuracies=[0.7], duration_s=60)
     add_eval(c, "holdout", {"cat": 0.5, "dog": 0.5}, at=4000.0)
-    table = trainctl("compare", str(a), str(c), "--out", out).out
+    table = trainctl("compare", str(a), str(c), "--out", out, "--overwrite").out
     assert "* the evaluations are of different data (no name every run has)" in table
     # A run stopped before its run-end evaluation has none: it changed what a and b were shown
     # on, to each one's newest (found by a red-team pass).
     d = make_run(tmp_path, "d", lr=0.2, accuracies=[0.1], duration_s=60)
-    found = json.loads(trainctl("compare", str(a), str(b), str(d), "--out", out, "--json").out)
+    runs = (str(a), str(b), str(d))
+    found = json.loads(trainctl("compare", *runs, "--out", out, "--overwrite", "--json").out)
     assert [r["evaluation"] and r["evaluation"]["name"] for r in found["runs"]] == [
         "test", "test", None
     ]  # fmt: skip
@@ -285,3 +288,25 @@ def test_a_run_stopped_by_sigterm_is_stopped_as_status_says(tmp_path: Path) -> N
     assert row.split()[1:] == ["succeeded", "stopped"], row
     shown = trainctl("status", str(b), "--json")
     assert json.loads(shown.out)["status"] == "stopped", shown.text
+
+
+def test_an_out_already_there_is_replaced_only_with_overwrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped --out replaced whatever file was there (a dataset's image) without a word,
+    where `predict --out` refuses (found by a red-team pass). The default ./compare.png is
+    compare's own, replaced on each comparison."""
+    a = make_run(tmp_path, "a", lr=0.001, accuracies=[0.5], duration_s=60)
+    b = make_run(tmp_path, "b", lr=0.01, accuracies=[0.6], duration_s=60)
+    image = tmp_path / "cat.png"
+    image.write_bytes(b"someone's image")
+    refused = trainctl("compare", str(a), str(b), "--out", str(image))
+    assert refused.code == 2, refused.text
+    assert f"--out {str(image)!r}: already exists" in refused.text and "--overwrite" in refused.text
+    assert image.read_bytes() == b"someone's image"
+    assert trainctl("compare", str(a), str(b), "--out", str(image), "--overwrite").code == 0
+    assert image.read_bytes().startswith(PNG)
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert trainctl("compare", str(a), str(b)).code == 0
+    assert (tmp_path / "compare.png").read_bytes().startswith(PNG)
