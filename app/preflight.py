@@ -41,11 +41,11 @@ from app.runfolder.folder import record_invalid, refuse_links
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import (
-    creatable,
     ensure_reachable,
     ensure_writable,
     free_bytes,
     human_bytes,
+    local_write_problem,
     store_errors,
     within,
 )
@@ -275,7 +275,9 @@ def _dataset_in(
     from app.training.model import model_problem
 
     if not prepare and kind.to_prepare(folder):  # a built-in dataset not there yet
-        creatable(folder, "TRAIN_DATA_PATH")  # what `train` would meet first
+        # What `train` would meet first, found as the tracking check finds it: nothing is made.
+        if problem := local_write_problem(folder):
+            raise ConfigError(f"TRAIN_DATA_PATH={folder}: cannot create the folder ({problem})")
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
     info, note = kind.ensure(folder, settings)
     found.info = info

@@ -166,11 +166,7 @@ def compare(runs: Sequence[str], out: str | None, overwrite: bool = False) -> Co
         raise ConfigError(f"give 2 to {MAX_RUNS} runs to compare ({len(runs)} given)")
     env = settings_environ()
     endpoint, _ = storage_access(env)
-    destination = _plot_location(out or "compare.png", endpoint)
-    if out and not overwrite and kind(destination) is not None:
-        raise ConfigError(
-            f"--out {out!r}: already exists; give a new file name, or --overwrite to replace it"
-        )
+    destination = _plot_location(out or "compare.png", endpoint, replace=overwrite or not out)
     locations = [run_location(run, env) for run in runs]
     twice = sorted({str(where) for where in locations if locations.count(where) > 1})
     if twice:
@@ -203,7 +199,7 @@ def _choose_evaluations(runs: Sequence[RunFigures]) -> None:
         run.evaluation = max(run.evaluations, key=lambda m: m["time"])
 
 
-def _plot_location(out: str, endpoint: str | None) -> RunPath:
+def _plot_location(out: str, endpoint: str | None, *, replace: bool) -> RunPath:
     if not out.lower().endswith(".png"):
         raise ConfigError(f"--out {out!r}: must end in .png")
     try:
@@ -214,8 +210,13 @@ def _plot_location(out: str, endpoint: str | None) -> RunPath:
     # to hold it would be made.
     if problem := local_write_problem(where.parent):
         raise ConfigError(f"--out {out!r}: {problem}")
-    if kind(where) is Kind.DIR:
+    found = kind(where)
+    if found is Kind.DIR:
         raise ConfigError(f"--out {out!r}: is a folder; name the PNG file to write")
+    if found is not None and not replace:
+        raise ConfigError(
+            f"--out {out!r}: already exists; give a new file name, or --overwrite to replace it"
+        )
     return where
 
 

@@ -83,23 +83,6 @@ def ensure_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEO
         probe.unlink(missing_ok=True)
 
 
-def creatable(path: RunPath, variable: str) -> None:
-    """ConfigError where a local folder that is not there yet could not be created (what lies
-    in its way is a file, or is not writable), found without creating anything: `check`
-    says so of a dataset `train` would write, as `train` would. A bucket's prefix needs no
-    creating."""
-    if not isinstance(path, Path) or path.exists():
-        return
-    ancestor = next(parent for parent in path.parents if parent.exists())
-    if not ancestor.is_dir():
-        why = f"{ancestor} is not a folder"
-    elif not os.access(ancestor, os.W_OK | os.X_OK):
-        why = f"{ancestor} is not writable"
-    else:
-        return
-    raise ConfigError(f"{variable}={path}: cannot create the folder ({why})")
-
-
 def free_bytes(path: RunPath) -> int | None:
     """Free space where it can be known; None for an object store, which does not say."""
     if isinstance(path, ObjectPath):

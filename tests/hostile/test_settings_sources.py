@@ -217,6 +217,6 @@ def test_check_refuses_a_data_path_train_could_not_write_the_dataset_to(
     result = trainctl("check", "--skip-cluster")
     assert_refused(
         result, 2, f"TRAIN_DATA_PATH={tmp_path}/a-file/data/digits: cannot create the folder "
-        f"({tmp_path}/a-file is not a folder)",
+        f"({tmp_path}/a-file: exists but is not a folder)",
     )  # fmt: skip
     assert (tmp_path / "a-file").read_text() == "not a folder\n"
