@@ -354,9 +354,12 @@ def _trainer(
             # Ray keeps every checkpoint: trainctl's own pruning decides
             # (app/runfolder/retention.py).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
-            # A sweep's trial: its epochs reported to Ray Tune; a signing run: its checkpoints
-            # witnessed as they are reported (app/export/witness.py).
-            callbacks=[*run.callbacks, *_witness(settings)],
+            # A signing run: its checkpoints witnessed as they are reported
+            # (app/export/witness.py); a sweep's trial: its epochs reported to Ray Tune. In that
+            # order, as the controller calls them: Tune may end the trial (ASHA) on the report,
+            # and with Tune first a stopped trial's checkpoints went unwitnessed, the epochs
+            # Tune had judged included, and were set aside.
+            callbacks=[*_witness(settings), *run.callbacks],
         ),
         datasets=datasets,
         # The same shards at every start (exact mid-epoch resume), read on the data pool's nodes.
