@@ -82,22 +82,34 @@ def local_resources(settings: TrainSettings) -> dict[str, float] | None:
         return None
 
 
+# Warnings Ray Data logs just before it raises, for failures the run names itself: the Parquet
+# reader's sampling, on a file it cannot read, guesses at credentials ("If this is a
+# credentials or permissions issue...") for a damaged page, and repeats the error's text.
+_SUPERSEDED = ("Parquet dataset sampling failed",)
+
+
+def _for_the_log_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR or str(record.msg).startswith(_SUPERSEDED)
+
+
 class _OffTheTerminal(logging.Filter):
-    """Passes what Ray Data says below ERROR to the terminal."""
+    """Passes what Ray Data says below ERROR to the terminal, but for the warnings above."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno < logging.ERROR
+        return not _for_the_log_only(record)
 
 
 class _ToTheRootHandlers(logging.Handler):
-    """Hands Ray Data's errors to the root logger's handlers, where a run's log capture keeps
-    them in driver.log. Not by propagation: Ray Data's parent logger, Ray's, prints to the
-    terminal."""
+    """Hands Ray Data's errors (and the warnings above) to the root logger's handlers, where a
+    run's log capture keeps them in driver.log. Not by propagation: Ray Data's parent logger,
+    Ray's, prints to the terminal."""
 
     def __init__(self) -> None:
-        super().__init__(level=logging.ERROR)
+        super().__init__(level=logging.WARNING)
 
     def emit(self, record: logging.LogRecord) -> None:
+        if not _for_the_log_only(record):
+            return
         for handler in logging.getLogger().handlers:
             if record.levelno >= handler.level:
                 handler.handle(record)
@@ -111,7 +123,8 @@ def quiet_ray_data() -> None:
     - Its errors come with a traceback of Ray's internals (a data file its reader refuses
       mid-run printed some sixty lines) before the run's own one-line reason for the same
       failure. They stay off the terminal, and are kept, traceback included, in the run's
-      driver.log (app/runfolder/log_capture.py) and in Ray Data's own ray-data.log.
+      driver.log (app/runfolder/log_capture.py) and in Ray Data's own ray-data.log; so do its
+      warnings that only precede such a failure (_SUPERSEDED).
     """
     import ray.data
 
