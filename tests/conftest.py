@@ -154,6 +154,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     launch to exit in `python -m bench.startup`). The suite keeps both cores busy, so a third
     worker gains nothing: tried, 18 minutes against 19.5 on the slower machine, and the
     token-auth test's own head node missed Ray's fixed 30 s start window.
+
+    Where the time goes (2026-12-03, `make test` 10 min 49 s): both cores were 93% busy, 1,205
+    CPU-seconds, so only less CPU work makes it shorter, not more overlap. A digits run on this
+    cluster costs about 30 CPU-seconds, most of it processes Ray starts for it (the controller,
+    workers importing torch, Ray Data's tasks and actors), little of it training. Tried without
+    a measurable gain: one OpenMP thread per process, and the raylets' memory monitor off.
     """
     for item in items:
         if "ray_cluster" not in getattr(item, "fixturenames", ()):
