@@ -78,6 +78,11 @@ def _advice(gate: Gate) -> list[str]:
             found.append(f"{term} promotes a worse model over a better one")
         elif up and (value < 0 or (value == 0 and op == ">=")):
             found.append(f"{term} holds for every model")
+    if gate.drop_always_met:
+        found.append(
+            f"{gate.class_drop} holds for every model (no recall falls by more than 1); "
+            "a drop it should stop is below 1, e.g. class_drop<=0.05"
+        )
     return found
 
 

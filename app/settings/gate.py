@@ -130,9 +130,16 @@ class Gate:
     @property
     def compares_with_champion(self) -> bool:
         """Whether a worse run than the champion can fail it: `beats_champion`, or a class
-        drop against the champion's recalls. A gate of thresholds alone promotes any run that
-        meets them, a worse one too."""
-        return self.beats_champion or self.class_drop is not None
+        drop against the champion's recalls that some drop can exceed. A gate of thresholds
+        alone promotes any run that meets them, a worse one too."""
+        return self.beats_champion or (self.class_drop is not None and not self.drop_always_met)
+
+    @property
+    def drop_always_met(self) -> bool:
+        """`class_drop<=1`: a recall falls by at most 1 (from 1 to 0), so every model meets it,
+        one that recalls none of a class the champion recalled fully included."""
+        drop = self.class_drop
+        return drop is not None and drop.op == "<=" and drop.value >= 1
 
     @property
     def per_class(self) -> bool:

@@ -172,6 +172,10 @@ def test_a_gate_that_never_compares_with_the_champion_is_warned_of(
         monkeypatch.setenv("TRAIN_PROMOTE_IF", gate)
         quiet = trainctl("check", "--skip-cluster")
         assert quiet.code == 0 and "never compares" not in quiet.text, quiet.text
+    # A drop of at most 1 is every drop: it compares with nothing (a red-team pass).
+    monkeypatch.setenv("TRAIN_PROMOTE_IF", "val_accuracy>=0.4 and class_drop<=1")
+    empty = trainctl("check", "--skip-cluster")
+    assert empty.code == 0 and said in empty.out, empty.text
 
 
 @pytest.mark.parametrize(
@@ -181,6 +185,12 @@ def test_a_gate_that_never_compares_with_the_champion_is_warned_of(
         ("min_class_recall>=0", "min_class_recall>=0 holds for every model"),
         ("val_loss>0.2", "val_loss>0.2 promotes a worse model over a better one"),
         ("val_accuracy>=0", "val_accuracy>=0 holds for every model"),
+        (
+            "val_accuracy>=0.5 and class_drop<=1",
+            "class_drop<=1 holds for every model (no recall falls by more than 1); a drop it "
+            "should stop is below 1, e.g. class_drop<=0.05",
+        ),
+        ("val_accuracy>=0.5 and class_drop<1", None),
         ("val_accuracy>=0.5 and train_loss<=0.5", None),
         ("min_class_f1>=0.5", None),
     ],
