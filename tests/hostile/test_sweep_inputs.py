@@ -31,6 +31,9 @@ SPACES = [
     ("lr: {uniform: [0.001, 0.01]}\nlr: {uniform: [0.1, 1]}", ["line 2: lr is given twice"]),
     ("lr: " + "[" * 20_000 + "]" * 20_000, ["nested too deeply"]),  # a RecursionError inside
     ("compile: {grid: [on, auto]}", ["compile", "True", "quote the word"]),  # YAML 1.1's `on`
+    # pydantic took `true` as lr 1.0 without a word (a red-team pass).
+    ("lr: {grid: [true, 0.1]}", ["grid of lr holds true, a boolean", "takes numbers"]),
+    ("weight_decay: {choice: [0.01, no]}", ["weight_decay holds false", "unquoted as booleans"]),
 ]
 
 
