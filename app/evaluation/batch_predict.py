@@ -33,7 +33,7 @@ from app.evaluation.scoring import ScoringOptions, check_resources, connect, sco
 from app.export.card import CARD_FILE, Verified, verified
 from app.export.predict import Prediction, export_folder
 from app.formatting import csv_text, shown
-from app.storage.entries import Kind, kind, kind_within
+from app.storage.entries import Kind, kind_within, refuse_link
 from app.storage.location import (
     RunPath,
     ensure_writable,
@@ -183,7 +183,9 @@ def _listed(where: RunPath) -> tuple[RunPath, list[tuple[str, str]], int]:
     """(the folder files are read below, their paths relative to it as listed and as read,
     the files passed over) for one argument: a file, or every image file below a folder or
     prefix."""
-    found = kind(where)  # a link is not followed: refused when it is read, and named
+    # A link named as the argument is refused here, before Ray starts, as links below a
+    # folder are (list_images): read later, it failed as an unreadable image, exit 1.
+    found = refuse_link(where)
     if found is Kind.DIR:
         return where, *list_images(where)
     if found is None:

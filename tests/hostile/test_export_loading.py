@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -257,10 +258,12 @@ def test_a_linked_export_folder_is_refused(run: Path, image: str, tmp_path: Path
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind", ["fifo", "link", "device"])
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder-link", "device"])
 def test_image_arguments_are_regular_files_only(
     run: Path, image: str, tmp_path: Path, kind: str
 ) -> None:
+    """A link to a folder, too: it was taken as one image, read on Ray, and skipped as
+    unreadable, exit 1 (a red-team pass); links below a named folder were already refused."""
     planted = tmp_path / "photo.png"
     if kind == "fifo":
         os.mkfifo(planted)
@@ -268,6 +271,13 @@ def test_image_arguments_are_regular_files_only(
     elif kind == "link":
         planted.symlink_to(image)
         needle = f"is a symbolic link (to {image})"
+    elif kind == "folder-link":
+        album = tmp_path / "album"
+        album.mkdir()
+        shutil.copy(image, album / "one.png")
+        planted = tmp_path / "photos"
+        planted.symlink_to(album)
+        needle = f"is a symbolic link (to {album})"
     else:
         planted = Path("/dev/zero")  # endless: read whole, it would never end
         needle = "a device, not a regular file"
