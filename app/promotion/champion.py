@@ -44,6 +44,7 @@ from app.storage.location import RunPath, write_atomic
 from app.storage.reading import present, read_bounded
 
 MAX_POINTER_BYTES = 1 << 20
+MAX_VERSION = 10**9
 LOCK_WAIT_S = 300.0  # another driver holds it for one read, a copy of its export, one write
 MAX_NAMES_SHOWN = 20
 SWAP_ATTEMPTS = 30  # lost races in a row before giving up (each one: another run promoted)
@@ -150,6 +151,13 @@ def parse_pointer(path: RunPath, data: bytes | None) -> dict[str, Any] | None:
     version = pointer.get("version") if isinstance(pointer, dict) else None
     if not isinstance(version, int) or isinstance(version, bool):
         raise PointerDamaged(f"{path}: not a champion pointer (no whole-number `version`)")
+    # A count of promotions: the next one numbers itself from it, and every line shows it.
+    if not 1 <= version <= MAX_VERSION:
+        shown = one_line(str(version), 40)
+        raise PointerDamaged(
+            f"{path}: not a champion pointer (`version` {shown} is not a promotion count from "
+            f"1 to {MAX_VERSION:,})"
+        )
     # The gate compares with `metrics` (beats_champion): anything but an object there would
     # stop the gate midway instead of keeping the champion with a reason.
     if not isinstance(pointer.get("metrics", {}), dict):

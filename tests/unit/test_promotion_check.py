@@ -180,6 +180,10 @@ DAMAGED = [
     ("a-list", b"[1, 2]", "no whole-number `version`"),
     ("version-text", b'{"version": "3"}', "no whole-number `version`"),
     ("version-bool", b'{"version": true}', "no whole-number `version`"),
+    # Shown as ok (`v-7`), and the next promotion numbered itself from it (a red-team pass).
+    ("version-negative", b'{"version": -7}', "`version` -7 is not a promotion count from 1"),
+    ("version-zero", b'{"version": 0}', "`version` 0 is not a promotion count from 1"),
+    ("version-huge", b'{"version": 1' + b"0" * 30 + b"}", "is not a promotion count from 1 to"),
     ("metrics-text", b'{"version": 3, "metrics": "val_accuracy 0.9"}', "`metrics` is not an"),
     ("too-big", b'{"version": 3, "pad": "' + b"x" * (2 << 20) + b'"}', "over the"),
     ("deep", b"[" * 100_000, "unreadable champion pointer"),
@@ -251,7 +255,9 @@ def test_a_champion_without_the_metric_would_mis_gate(tmp_path: Path) -> None:
 def test_strings_from_the_pointer_are_bounded_and_printable(tmp_path: Path) -> None:
     hostile = "\x1b]0;owned\x07 s3://user:secret@host/b " + "z" * 100_000
     _write(
-        tmp_path, {"version": 10**200, "run_name": hostile, "metrics": {"val_accuracy": 10**400}}
+        # (A version past MAX_VERSION is refused, its text bounded: DAMAGED, version-huge.)
+        tmp_path,
+        {"version": 3, "run_name": hostile, "metrics": {"val_accuracy": 10**400}},
     )
     said = _failure(settings_for(tmp_path, "r"))  # a number past a float's range: nothing to beat
     assert "has no val_accuracy" in said
