@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.export.card import CARD_FILE
 from app.export.signature import SIGNATURE_FILE
+from app.promotion import pointer_signature
 from app.settings.run import CHAMPIONS_DIR
 from app.storage import conditional, safe_fs
 from app.storage.entries import no_link_below
@@ -44,10 +45,12 @@ def named_by(pointer: dict[str, Any], storage: RunPath, name: str) -> RunPath:
     """The champion's copy a pointer of this storage names by its card's sha256: found below
     the storage folder the pointer was read from, not at the absolute `export` it records,
     which names a folder only where the storage was mounted when it was written (and which a
-    hand could point anywhere). ValueError where the pointer's card_sha256 is no sha256."""
+    hand could point anywhere). ValueError where the pointer's card_sha256 is no sha256, or
+    where TRAIN_VERIFY_KEY is set and no signed promotion wrote it (pointer_signature.py)."""
     digest = pointer.get("card_sha256")
     if not isinstance(digest, str) or not SHA256.fullmatch(digest):
         raise ValueError(f"its card_sha256 {str(digest)[:80]!r} is not a sha256")
+    pointer_signature.check(pointer, name)  # every reader that follows a pointer comes here
     copy = folder(storage, name, digest)
     try:
         return no_link_below(copy, storage)  # read below the storage folder only

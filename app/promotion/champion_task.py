@@ -24,7 +24,7 @@ from app.errors import ConfigError
 from app.export import signature
 from app.export.card import CARD_FILE, MAX_CARD_BYTES, card_problem
 from app.formatting import one_line
-from app.promotion import champion_export
+from app.promotion import champion_export, pointer_signature
 from app.promotion.task import Task
 from app.storage import bounded_json, safe_fs
 from app.storage.location import RunPath
@@ -118,6 +118,8 @@ def champion_copy(pointer: dict[str, Any], storage: RunPath, name: str) -> RunPa
     TaskUnknown where it names none."""
     try:
         return champion_export.named_by(pointer, storage, name)
+    except pointer_signature.NotPromoted as err:
+        raise TaskUnknown(f"the pointer is not followed: {err}") from None
     except ValueError as err:
         raise TaskUnknown(f"the pointer names no copy of the champion: {err}") from None
 

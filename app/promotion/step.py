@@ -31,10 +31,11 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import RunFailed, TrainctlError
+from app.export import signature
 from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES, WEIGHTS_FILE
 from app.export.witness import witnessed
 from app.formatting import one_line
-from app.promotion import champion, champion_export, gate, registry
+from app.promotion import champion, champion_export, gate, pointer_signature, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.class_gate import Judged
 from app.promotion.evaluation import RunEnd, champion_scorer, evaluate_run_end, not_evaluated
@@ -408,7 +409,11 @@ def move_champion(
                 f"the champion's copy of the export could not be written: {_describe(err)}"
             ) from None
         outcome.folder = folder
-        return _pointer_record(settings, export, best, candidate, folder, current)
+        record = _pointer_record(settings, export, best, candidate, folder, current)
+        if settings.signing_key is None:
+            return record
+        key = signature.private_key(settings.signing_key)
+        return pointer_signature.signed(record, settings.champion_name, key)
 
     return _what_the_swap_did(settings, champion.replace(path, decide), outcome, promotion)
 

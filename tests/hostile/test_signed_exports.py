@@ -19,6 +19,7 @@ from PIL import Image
 from app.errors import ConfigError
 from app.export.card import CARD_FILE, card_json
 from app.export.signature import SIGNATURE_FILE, configuration
+from app.promotion import pointer_signature
 from app.promotion.step import promote_run
 from app.run.warm_start import resolve
 from tests.hostile.support import assert_refused, trainctl
@@ -187,9 +188,65 @@ def test_the_champion_comparison_holds_the_champion_to_the_key(
     assert summary["promoted"] is False
     reason = summary["promotion"]["reason"]
     assert "the champion cannot be checked against its model card" in reason, reason
-    assert f"no {SIGNATURE_FILE}" in reason and "remove the pointer" in reason, reason
+    assert "carries no promotion_signature" in reason and "remove the pointer" in reason, reason
     with pytest.raises(ConfigError, match="cannot be checked against its model card"):
         promotion_check(settings, INFO)
+    # Its pointer signed as a promotion (by the key's holder), its card still unsigned.
+    pointer_file = storage / "champions" / "digits-cnn.json"
+    pointer = json.loads(pointer_file.read_text())
+    pointer_file.write_text(
+        json.dumps(pointer_signature.signed(pointer, "digits-cnn", _key(private)))
+    )
+    summary = promote_run(settings, INFO, {"status": "succeeded"})
+    reason = summary["promotion"]["reason"]
+    assert summary["promoted"] is False and f"no {SIGNATURE_FILE}" in reason, reason
+
+
+def _key(private: Path) -> ed25519.Ed25519PrivateKey:
+    from app.export.signature import private_key
+
+    return private_key(private)
+
+
+def test_a_champion_pointer_is_followed_only_as_a_signed_promotion_wrote_it(
+    tmp_path: Path, keys: tuple[Path, Path], image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run signs its card, promoted or not: a writer of the storage copied the signed
+    export of a run the gate refused into champions/ and pointed the pointer at it, and
+    predict champion: and warm starts loaded it with TRAIN_VERIFY_KEY set (a red-team pass).
+    The promotion signs the pointer's name, version and card; readers follow no other."""
+    private, public = keys
+    storage = tmp_path / "runs"
+    _promoted(storage, "champ", private)
+    make_run(storage, "refused", 0.95, witness_key=private)
+    refused = settings_for(
+        storage, "refused", signing_key=str(private), promote_if="val_accuracy>=0.99"
+    )
+    assert promote_run(refused, INFO, {"status": "succeeded"})["promoted"] is False
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(storage))
+    monkeypatch.setenv("TRAIN_VERIFY_KEY", str(public))
+    assert trainctl("predict", "champion:digits-cnn", image).code == 0  # the promoted one
+
+    pointer_file = storage / "champions" / "digits-cnn.json"
+    honest = json.loads(pointer_file.read_text())
+    card = (storage / "refused" / "export" / CARD_FILE).read_bytes()
+    digest = hashlib.sha256(card).hexdigest()
+    shutil.copytree(storage / "refused" / "export", storage / "champions" / "digits-cnn" / digest)
+    # Every field the card also says, as the card says it: only the signature tells.
+    figures = json.loads(card)["checkpoint"]["metrics"]
+    planted = {**honest, "card_sha256": digest, "run_name": "refused", "version": 2}
+    planted.update(metrics=figures, value=figures[honest["metric"]])
+    for pointer, needle in [
+        (planted, "its promotion_signature does not verify against TRAIN_VERIFY_KEY"),
+        ({k: v for k, v in planted.items() if k != "promotion_signature"}, "carries no promo"),
+        ({**honest, "version": 7}, "does not verify"),  # a signed pointer renumbered
+    ]:
+        pointer_file.write_text(json.dumps(pointer))
+        assert_refused(trainctl("predict", "champion:digits-cnn", image), 2, needle)
+        with pytest.raises(ConfigError, match=needle):
+            resolve(settings_for(storage, "next", warm_start="champion:digits-cnn"), INFO)
+    pointer_file.write_text(json.dumps(honest))  # put back whole: followed (a rollback is)
+    assert trainctl("predict", "champion:digits-cnn", image).code == 0
 
 
 def test_a_signed_export_in_another_runs_folder_is_refused(
