@@ -20,8 +20,8 @@ Only `and` exists: a gate is a list of requirements, all of which must hold; `or
 
 Class terms are judged on the run-end evaluation's per-class figures (app/evaluation), on the
 dataset's held-out test/ split where it has one, else on the validation split; CLASS is a class
-name of the data (any characters but `]`, leading and trailing spaces dropped; a name holding
-" and " cannot be written), checked against the dataset's classes before Ray starts
+name of the data (any characters but `]`, leading and trailing spaces dropped; ` and ` inside
+the brackets is the name's own), checked against the dataset's classes before Ray starts
 (app/promotion/gate_check.py). Their numbers are fractions from 0 to 1, like val_accuracy.
 The decision (the gate against the metrics) is app/promotion/gate.py's. `parse_condition` and
 `Threshold` are the grammar's parts other settings of the same shape reuse.
@@ -173,7 +173,7 @@ def parse_gate(text: str) -> Gate:
     """The gate `text` describes; ValueError naming the part that is wrong and what is allowed."""
     if len(text) > MAX_GATE_CHARS:
         raise ValueError(f"longer than {MAX_GATE_CHARS} characters")
-    parts = re.split(r"\s+and\s+", text.strip())
+    parts = _conditions(text.strip())
     if not text.strip():
         raise ValueError(f"is empty; {allowed()}")
     outside_classes = re.sub(r"\[[^\]]*\]", "[]", text)  # a class name may hold " or "
@@ -236,6 +236,17 @@ def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
             why = "" if len(bounds) > 1 else f" ({term} {kind})"
             return f"{written!r} can never hold{why}"
     return None
+
+
+def _conditions(text: str) -> list[str]:
+    """`text` split at each ` and ` outside brackets: a class name may hold one (`recall[cat
+    and dog]>=0.9` is one condition)."""
+    masked = re.sub(r"\[[^\]]*\]", lambda found: "[" + "x" * (len(found[0]) - 2) + "]", text)
+    parts, start = [], 0
+    for joint in re.finditer(r"\s+and\s+", masked):
+        parts.append(text[start : joint.start()])
+        start = joint.end()
+    return [*parts, text[start:]]
 
 
 def parse_condition(part: str, known: tuple[str, ...], fractions: tuple[str, ...]) -> Threshold:

@@ -20,6 +20,13 @@ from app.settings.gate import ClassThreshold, Gate, Threshold, parse_gate
         ("f1[ big dog ] > 0.5", Gate(classes=(ClassThreshold("f1", ">", 0.5, "big dog"),))),
         ("precision[3]>=1", Gate(classes=(ClassThreshold("precision", ">=", 1, "3"),))),
         ("class_drop<=0.02", Gate(class_drop=Threshold("class_drop", "<=", 0.02))),
+        # ` and ` inside the brackets is the class name's: it was split as two conditions,
+        # refused as "CLASS without `]`" (a red-team pass).
+        (
+            "recall[cat and dog]>=0.9 and val_accuracy>=0.5",
+            Gate(thresholds=(Threshold("val_accuracy", ">=", 0.5),),
+                 classes=(ClassThreshold("recall", ">=", 0.9, "cat and dog"),)),
+        ),
         (
             "beats_champion and min_class_f1>=0.5 and class_drop<0.1 and val_loss<1",
             Gate(True, (Threshold("val_loss", "<", 1),), (ClassThreshold("f1", ">=", 0.5),),
