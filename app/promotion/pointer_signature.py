@@ -33,8 +33,11 @@ class NotPromoted(ValueError):
 
 def statement(name: str, pointer: dict[str, Any]) -> bytes:
     """The bytes signed: the champion's name, the pointer's version and card, nothing else."""
-    said = {"card_sha256": pointer.get("card_sha256"), "model_name": name}
-    said["version"] = pointer.get("version")
+    said = {
+        "card_sha256": pointer.get("card_sha256"),
+        "model_name": name,
+        "version": pointer.get("version"),
+    }
     return json.dumps(said, sort_keys=True, separators=(",", ":")).encode()
 
 

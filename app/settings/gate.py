@@ -176,8 +176,7 @@ def parse_gate(text: str) -> Gate:
     parts = _conditions(text.strip())
     if not text.strip():
         raise ValueError(f"is empty; {allowed()}")
-    outside_classes = re.sub(r"\[[^\]]*\]", "[]", text)  # a class name may hold " or "
-    joiner = re.search(r"\s(and|or|&&|\|\|)\s", outside_classes, re.IGNORECASE)
+    joiner = re.search(r"\s(and|or|&&|\|\|)\s", _outside_classes(text), re.IGNORECASE)
     if joiner and joiner.group(1) != "and":
         raise ValueError(
             f"cannot read {text!r}: conditions are joined by a lowercase `and` (every one must "
@@ -238,12 +237,17 @@ def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
     return None
 
 
+def _outside_classes(text: str) -> str:
+    """`text` with each class name in brackets masked, its length kept: a class name may hold
+    ` and ` or ` or `, which join nothing."""
+    return re.sub(r"\[[^\]]*\]", lambda found: "[" + "x" * (len(found[0]) - 2) + "]", text)
+
+
 def _conditions(text: str) -> list[str]:
-    """`text` split at each ` and ` outside brackets: a class name may hold one (`recall[cat
-    and dog]>=0.9` is one condition)."""
-    masked = re.sub(r"\[[^\]]*\]", lambda found: "[" + "x" * (len(found[0]) - 2) + "]", text)
+    """`text` split at each ` and ` outside brackets (`recall[cat and dog]>=0.9` is one
+    condition)."""
     parts, start = [], 0
-    for joint in re.finditer(r"\s+and\s+", masked):
+    for joint in re.finditer(r"\s+and\s+", _outside_classes(text)):
         parts.append(text[start : joint.start()])
         start = joint.end()
     return [*parts, text[start:]]

@@ -177,11 +177,11 @@ def _dimension(key: Any, given: Any, base: dict[str, Any]) -> Dimension:
         raise ValueError(f"{kind} takes at most {MAX_VALUES} values")
     if any(isinstance(v, dict | list) or v is None for v in values):
         raise ValueError(f"{kind} takes plain values (numbers, words, true/false)")
-    if numeric and any(isinstance(v, bool) for v in values):
+    flag = next((v for v in values if isinstance(v, bool)), None)
+    if numeric and flag is not None:
         # pydantic would take true as 1 (lr 1.0) without a word: a slip of YAML, not a value.
-        flags = [v for v in values if isinstance(v, bool)]
         raise ValueError(
-            f"{kind} of {key} holds {str(flags[0]).lower()}, a boolean, where {key} takes "
+            f"{kind} of {key} holds {str(flag).lower()}, a boolean, where {key} takes "
             "numbers (YAML reads true, false, on, off, yes and no unquoted as booleans)"
         )
     unique = tuple(dict.fromkeys(_typed(key, v) for v in values))
