@@ -168,9 +168,11 @@ def test_trial_drivers_run_on_the_head_and_witness_every_checkpoint(sweep: Sweep
         assert refs, trial  # each trial ended with at least its first epoch's checkpoint
         assert unwitnessed(refs, sweep.signing_key) == [], trial
         # Only an epoch a stopped trial's workers trained after the verdict, as Tune ended its
-        # controller before the witness: set aside, with the reason.
+        # controller before the witness, or one Ray committed as the SIGKILL ended the sweep
+        # in a trial the rerun restarted (README "Signed exports"): set aside, with the reason.
         for aside in trial_dir.glob("corrupt_*"):
-            assert statuses[trial] == "stopped", (trial, aside.name)
+            interrupted = trial in _restarted(sweep)
+            assert statuses[trial] == "stopped" or interrupted, (trial, aside.name)
             assert "no witness.sig" in (aside / "UNUSABLE.txt").read_text()
     best = sweep.sweep_dir / "trials" / sweep.record["best"]["trial"]
     assert (best / "export" / SIGNATURE_FILE).is_file()
