@@ -109,8 +109,7 @@ def decide(
     recorded ones (the evaluation reproduces them), and only the class terms read it."""
     metrics, champion_metrics, failed = _on_data(gate, metrics, champion_metrics, judged)
     no_figures = not metrics and bool(failed)  # already said why: not each figure "missing"
-    value = number(metrics.get(metric))
-    champion = number((champion_metrics or {}).get(metric))
+    value, champion, comparable = _compared(gate, metric, metrics, champion_metrics, judged)
     checks = []
     for threshold in gate.thresholds:
         found = number(metrics.get(threshold.metric))
@@ -122,7 +121,7 @@ def decide(
             failed.append(
                 f"{threshold.metric} {shown} is not {threshold.op} {exact(threshold.value)}"
             )
-    if gate.beats_champion and champion is not None:
+    if gate.beats_champion and champion is not None and comparable:
         better = value is not None and (value > champion if higher_is_better else value < champion)
         if not better and not (value is None and no_figures):
             shown = "missing" if value is None else f"{value:.4g}"
@@ -141,12 +140,13 @@ def decide(
     classes, class_failed, notes = judge_classes(gate, judged, champion_metrics is not None)
     failed += class_failed
     reason = _reason(gate, failed, checks, classes, metric, value, champion, higher_is_better)
-    if judged is not None and (judged.held_out or gate.per_class):
+    on_rows = gate.per_class or (gate.beats_champion and champion_metrics is not None)
+    if judged is not None and (judged.held_out or on_rows):
         reason += f" [on {judged.where()}]"
     if notes:
         reason += "; " + "; ".join(notes)
-    if judged is not None and judged.held_out and judged.champion is None:
-        champion = None  # its recorded figure is of the validation data, not of these rows
+    if not comparable:
+        champion = None  # its recorded figure is of its own data, not of these rows
     return Decision(
         not failed, reason, metric, value, champion, str(gate), checks, against_chance, classes,
         judged.record() if judged is not None else None,
@@ -165,8 +165,10 @@ def _on_data(
     split whose images were mostly unreadable fails every gate, on either split."""
     if judged is not None and judged.unread:  # on either split: what is left is not it
         return {}, champion_metrics, [judged.unread]
-    if judged is None or not judged.held_out:
+    if judged is None:
         return metrics, champion_metrics, []
+    if not judged.held_out:
+        return metrics, champion_metrics, _unscored_on_valid(gate, champion_metrics, judged)
     if judged.run is None:
         return {}, champion_metrics, [
             f"the gate is judged on the held-out test data, whose evaluation failed "
@@ -185,6 +187,53 @@ def _on_data(
         return metrics, champion_metrics, failed
     theirs = {CHANCE_METRIC: judged.champion.accuracy, "val_loss": judged.champion.loss}
     return metrics, {**champion_metrics, **theirs}, []
+
+
+def _unscored_on_valid(
+    gate: Gate, champion_metrics: Mapping[str, float] | None, judged: Judged
+) -> list[str]:
+    """Why `beats_champion` cannot be judged on the validation split: the champion's recorded
+    figure is of the data it was trained on, which may be another folder with the same class
+    names (an easier one wins on it), so both models are scored on this run's validation rows
+    or the champion is kept."""
+    if not gate.beats_champion or champion_metrics is None or judged.unread:
+        return []
+    if judged.run is None:
+        return [
+            f"the champion is compared with on this run's validation data, whose evaluation "
+            f"failed ({judged.problem})"
+        ]  # fmt: skip
+    if judged.champion is None:
+        return [
+            f"the champion could not be scored on this run's validation data "
+            f"({judged.champion_problem})"
+        ]  # fmt: skip
+    return []
+
+
+def _compared(
+    gate: Gate,
+    metric: str,
+    metrics: Mapping[str, float],
+    champion_metrics: Mapping[str, float] | None,
+    judged: Judged | None,
+) -> tuple[float | None, float | None, bool]:
+    """(the run's figure, the champion's, whether they are of the same rows) that
+    `beats_champion` compares. On a held-out split `_on_data` put both test figures in; on
+    the validation split a gate that compares with the champion reads both models' run-end
+    evaluation (the run's reproduces its recorded val_accuracy). A champion not scored on the
+    judged rows is not compared: the gate has failed on it already, saying why."""
+    value = number(metrics.get(metric))
+    champion = number((champion_metrics or {}).get(metric))
+    if judged is None or champion_metrics is None:
+        return value, champion, True
+    if judged.champion is None:
+        return value, champion, not (judged.held_out or gate.beats_champion)
+    if judged.held_out or not gate.beats_champion:
+        return value, champion, True
+    assert judged.run is not None  # a champion is scored only on rows the run was scored on
+    pick = "accuracy" if metric == CHANCE_METRIC else "loss"
+    return getattr(judged.run, pick), getattr(judged.champion, pick), True
 
 
 def _reason(

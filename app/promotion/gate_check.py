@@ -38,7 +38,9 @@ def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
     test_rows = info.test_rows if info is not None else None
     terms = [str(t) for t in gate.thresholds]
     if gate.beats_champion:
-        terms.insert(0, f"{BEATS} ({settings.checkpoint_metric} against the champion's)")
+        terms.insert(
+            0, f"{BEATS} ({settings.checkpoint_metric} against the champion's on the same rows)"
+        )
     terms += [
         f"{t} ({'every class' if t.name is None else 'class ' + t.name})" for t in gate.classes
     ]

@@ -326,7 +326,7 @@ def _export_and_gate(
         export = export_best(settings, info, best)
     except Exception as err:  # a full disk, a store that refuses: the run failed, say why
         raise _Failed(f"export failed: {registry.describe(err)}") from None
-    run_end = evaluate_run_end(settings, info, export) if evaluate else not_evaluated(info)
+    run_end = evaluate_run_end(settings, info, export) if evaluate else not_evaluated()
     ended.append(run_end)
     if evaluate:
         _say_evaluated(settings, run_end)
@@ -499,14 +499,14 @@ def _pointer_record(
 def _judging(settings: TrainSettings, candidate: Task, run_end: RunEnd | None) -> Any:
     """A function of the champion pointer: what the gate is judged on against it (the
     run-end evaluation, with the champion scored on the same rows where the gate compares
-    with it there). The champion of the pointer read now is scored here, before the
-    compare-and-swap, so the lock is not held while it is; a pointer that moved meanwhile is
-    scored when judged (each champion once)."""
+    with it: on either split, as its recorded figures are of its own data). The champion of
+    the pointer read now is scored here, before the compare-and-swap, so the lock is not held
+    while it is; a pointer that moved meanwhile is scored when judged (each champion once)."""
     judged = run_end.judged if run_end is not None else None
     terms = settings.promote_if
     if run_end is None or judged is None or judged.run is None:
         return lambda current: judged
-    if terms.class_drop is None and not (judged.held_out and terms.beats_champion):
+    if terms.class_drop is None and not terms.beats_champion:
         return lambda current: judged
     scorer = champion_scorer(settings, run_end)
 
@@ -553,14 +553,25 @@ def _say_evaluated(settings: TrainSettings, run_end: RunEnd) -> None:
     problem = run_end.record.get("error")
     if problem:
         judged = run_end.judged
-        needs = settings.promote_if.per_class or (judged is not None and judged.held_out)
-        then = (
-            "the gate needs it: the champion is kept"
-            if needs
-            else "promotion goes on: the gate has no per-class term and is judged on the "
-            "validation figures training recorded"
-        )
+        terms = settings.promote_if
+        needs = terms.per_class or (judged is not None and judged.held_out)
+        if needs:
+            then = "the gate needs it: the champion is kept"
+        elif terms.beats_champion and _has_champion(settings):
+            then = "the gate compares with the champion on these rows: the champion is kept"
+        else:
+            then = (
+                "promotion goes on: the gate has no per-class term and is judged on the "
+                "validation figures training recorded"
+            )
         _say(f"run-end evaluation failed: {problem}; the run is trained and exported; {then}")
+
+
+def _has_champion(settings: TrainSettings) -> bool:
+    try:
+        return champion.read_pointer(_pointer(settings)) is not None
+    except champion.PointerDamaged:
+        return True  # the step keeps it, saying why
 
 
 def _track_evaluation(

@@ -202,7 +202,11 @@ def test_the_registry_and_pointer_follow_the_gate(
     worse, _ = promote("worse", "beats_champion and min_class_recall>=0.999 and class_drop<=0")
     assert not worse["promoted"], worse["promotion"]
     assert worse["promotion"]["value"] == accuracy["worse"]
+    # Compared on the same rows: the champion's copy scored on this run's validation data
+    # (the same digits here, so it reproduces the figure its pointer records).
     assert worse["promotion"]["champion_value"] == accuracy["first"]
+    assert worse["evaluation"]["champion"]["valid"]["accuracy"] == accuracy["first"]
+    assert "[on the valid data (" in worse["promotion"]["reason"]
     assert worse["promotion"]["line"].startswith("kept v1: not promoted (val_accuracy ")
     _judged_class_by_class(worse, storage / "worse")
     assert client.get_model_version_by_alias("digits-cnn", "champion").version == "1"

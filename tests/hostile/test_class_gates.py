@@ -113,7 +113,7 @@ def test_check_prints_the_gate_as_it_will_be_judged(
     result = trainctl("check", "--skip-cluster")
     assert result.code == 0, result.text
     line = next(x for x in result.out.splitlines() if x.startswith("ok    gate:"))
-    assert "beats_champion (val_accuracy against the champion's)" in line
+    assert "beats_champion (val_accuracy against the champion's on the same rows)" in line
     assert "min_class_recall>=0.5 (every class)" in line
     assert "class_drop<=0.1 (each class's recall against the champion's export" in line
     assert "judged on the validation data the best checkpoint was selected on; add a test/" in line

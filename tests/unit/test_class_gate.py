@@ -234,6 +234,45 @@ def test_on_a_test_split_every_term_reads_the_test_figures() -> None:
     )
 
 
+def test_on_the_validation_split_the_champion_is_compared_on_this_runs_rows() -> None:
+    """A champion's recorded val_accuracy is of its own validation data: a run on another,
+    easier folder with the same class names replaced it on the recorded figures alone (found
+    by a red-team pass). `beats_champion` compares both models scored on this run's rows."""
+    run = scores({"cat": 0.95, "dog": 0.95}, accuracy=0.95)
+    # Recorded: 0.95 against the champion's 0.9 (its own data). On these rows it scores 0.97.
+    kept = judge("beats_champion", run, scores({"cat": 0.97, "dog": 0.97}, accuracy=0.97),
+                 champion_metrics={"val_accuracy": 0.9})  # fmt: skip
+    assert not kept.promoted
+    assert kept.reason == (
+        "val_accuracy 0.95 is not > the champion's 0.97 [on the valid data (40 rows)]"
+    )
+    assert (kept.record()["value"], kept.record()["champion_value"]) == (0.95, 0.97)
+    promoted = judge("beats_champion", run, scores({"cat": 0.9, "dog": 0.8}, accuracy=0.85),
+                     champion_metrics={"val_accuracy": 0.99})  # fmt: skip
+    assert promoted.promoted and promoted.reason == (
+        "val_accuracy 0.95 > 0.85 [on the valid data (40 rows)]"
+    )
+    # val_loss, lower is better, from the same two evaluations (0.3 each in `scores`): a tie.
+    loss = decide(parse_gate("beats_champion"), {"val_loss": 0.1}, {"val_loss": 0.5}, "val_loss",
+                  False, None, Judged("valid", 40, run, champion=run))  # fmt: skip
+    assert not loss.promoted and loss.reason.startswith("val_loss 0.3 is not < the champion's 0.3")
+    # Not scored on these rows (a copy that fails its check), or no evaluation: kept, saying why,
+    # and no recorded figure of other data is set beside the run's.
+    unscored = judge("beats_champion", run, None, champion_metrics={"val_accuracy": 0.5},
+                     champion_problem="altered copy")  # fmt: skip
+    assert not unscored.promoted and unscored.reason == (
+        "the champion could not be scored on this run's validation data (altered copy) "
+        "[on the valid data (40 rows)]"
+    )
+    assert unscored.record()["champion_value"] is None
+    failed = judge("beats_champion", None, champion_metrics={"val_accuracy": 0.5}, problem="oom")
+    assert not failed.promoted
+    assert "on this run's validation data, whose evaluation failed (oom)" in failed.reason
+    # No champion yet: compared with chance on the recorded figure, as before.
+    first = judge("beats_champion", None, problem="oom")
+    assert first.promoted and first.reason == "no champion yet"
+
+
 def test_scores_are_read_from_an_evaluations_metrics() -> None:
     metrics = {"accuracy": 0.5, "loss": 0.7, "per_class": [
         {"class": "cat", "index": 0, "precision": 1.0, "recall": 0.5, "f1": 0.6667, "support": 4,
