@@ -48,6 +48,8 @@ class TooManyPixels(ImageError):
 def open_image(data: bytes, where: object) -> Image.Image:
     """`data` opened (its header read, nothing decoded yet), or ImageError naming `where`
     when it is not an image or declares more than MAX_PIXELS pixels."""
+    if not data:  # an interrupted copy or upload: say so, not "a format Pillow cannot read"
+        raise ImageError(f"{shown(where)}: an empty file (0 bytes), not an image")
     try:
         with warnings.catch_warnings():
             # Pillow only warns between MAX_IMAGE_PIXELS and twice that: refuse it all.

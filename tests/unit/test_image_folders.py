@@ -108,6 +108,7 @@ def test_outside_ray_the_decode_slots_are_the_usable_cpus() -> None:
         (png_claiming(40_000, 40_000), "1,600,000,000 pixels: over the 89,478,485 pixels allowed"),
         (png_claiming(10_000, 9_000), "90,000,000 pixels: over the 89,478,485 pixels allowed"),
         (b"GIF89a not really", "not an image format Pillow reads"),
+        (b"", "an empty file (0 bytes), not an image"),  # an interrupted copy
     ],
 )
 def test_the_workers_decode_names_the_file_of_a_bad_image(
