@@ -58,6 +58,8 @@ def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
         said += f"; {which} judged on {data}, {whose} figures there"
     elif gate.per_class:
         said += f"; per-class terms {VALIDATION_NOTE}"
+    elif gate.beats_champion:
+        said += f"; the run's and the champion's figures on this run's rows, {VALIDATION_NOTE}"
     else:
         said += f"; the recorded figures, {VALIDATION_NOTE}"
     if recorded:
