@@ -96,12 +96,27 @@ def _contradiction(pointer: dict[str, Any], card: dict[str, Any]) -> str | None:
     if not isinstance(figures, dict):
         return "the card records no checkpoint metrics"
     if "metrics" in pointer and _canonical(pointer["metrics"]) != _canonical(figures):
-        return f"its metrics are {_shown(pointer['metrics'])}, the card's {_shown(figures)}"
+        return _metrics_differ(pointer["metrics"], figures)
     metric = pointer.get("metric")
     stated = figures.get(metric) if isinstance(metric, str) else None
     if "value" in pointer and _canonical(pointer["value"]) != _canonical(stated):
         return f"its value is {_shown(pointer['value'])}, the card's {metric} {_shown(stated)}"
     return None
+
+
+def _metrics_differ(recorded: Any, figures: dict[str, Any]) -> str:
+    """The figures that differ, each beside the card's: the whole of both, cut to a line,
+    showed two identical prefixes and never the edited figure."""
+    if not isinstance(recorded, dict):
+        return f"its metrics are {_shown(recorded)}, not figures by name as the card's"
+    names = sorted({*recorded, *figures}, key=str)
+    differ = [k for k in names if _canonical(recorded.get(k)) != _canonical(figures.get(k))]
+    shown = "; ".join(
+        f"{one_line(str(k), 80)} {_shown(recorded.get(k))}, the card's {_shown(figures.get(k))}"
+        for k in differ[:5]
+    )
+    more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
+    return f"its metrics differ from the card's: {shown}{more}"
 
 
 def _canonical(value: Any) -> str:

@@ -4,8 +4,8 @@ champion's task beside this run's (class names, channels, input size: app/promot
 
 A pointer the step cannot use is a failed check: unreadable or not a pointer, the step keeps
 the champion and no run is ever promoted (`kept the champion: not promoted (...)`) until the
-file is fixed or removed; without a number for TRAIN_CHECKPOINT_METRIC, `beats_champion`
-finds nothing to beat and promotes any run as if there were no champion. A champion of
+file is fixed or removed; so it is without a number for TRAIN_CHECKPOINT_METRIC, or with a
+copy whose files fail their check (the gate scores that copy on the run's rows). A champion of
 another task fails it too: the step would keep it whatever the run scores, and a new task
 needs a new TRAIN_MODEL_NAME. `train` leaves the pointer to that step, which reads it again
 when the run ends (it may have moved by then).
@@ -19,7 +19,7 @@ from app.data.schema import DatasetInfo
 from app.errors import ConfigError
 from app.formatting import one_line
 from app.promotion import champion
-from app.promotion.champion_task import TaskUnknown, champion_task
+from app.promotion.champion_task import TaskUnknown, vouched_card
 from app.promotion.gate import CHANCE_METRIC, Chance, chance_of, number
 from app.promotion.task import Task, another_task
 from app.settings import TrainSettings
@@ -113,15 +113,27 @@ def _tasks(
             return f", {Task.from_record(pointer['task']).describe()}" if "task" in pointer else ""
         except ValueError:
             return ""
+    from app.export.card import verified
+
     where = one_line(str(path), 500)
     try:
-        found = champion_task(pointer, settings.storage_path, settings.champion_name)
+        folder, card = vouched_card(pointer, settings.storage_path, settings.champion_name)
     except TaskUnknown as err:
         raise ConfigError(
             f"{where}: the champion cannot be checked against its model card "
             f"({one_line(str(err), 500)}); a run would train and then keep the champion, not "
             "promoted: remove the pointer or use another TRAIN_MODEL_NAME"
         ) from None
+    try:  # every file the card lists: the gate scores the champion's copy on the run's rows
+        verified(folder, card_sha256=str(pointer["card_sha256"]))
+    except ConfigError as err:
+        why = one_line("; ".join(err.problems), 500)
+        raise ConfigError(
+            f"{where}: the champion's copy fails its check ({why}); a run's gate could not "
+            "score it, so the run would train and then keep the champion, not promoted: put "
+            "the copy back from the champion run's export, or remove the pointer"
+        ) from None
+    found = Task.from_card(card)
     problem = another_task(found, run, settings.champion_name, pointer.get("version"))
     if problem:
         raise ConfigError(
@@ -145,7 +157,7 @@ def describe(gate: Gate, pointer: dict[str, Any] | None, metric: str, path: RunP
     if str(gate) == BEATS:  # TRAIN_PROMOTE_IF's default
         said += (
             f" (the default: a run is promoted when its {metric}, TRAIN_CHECKPOINT_METRIC, is "
-            "strictly better than the champion's)"
+            "strictly better than the champion's, both scored on the run's rows)"
         )
     where = one_line(str(path), 500)
     if pointer is None:
@@ -155,13 +167,14 @@ def describe(gate: Gate, pointer: dict[str, Any] | None, metric: str, path: RunP
     if value is None:
         if gate.beats_champion:
             raise ConfigError(
-                f"{where}: the champion has no {metric} (TRAIN_CHECKPOINT_METRIC) to beat; "
-                f"{BEATS} would promote any run as if there were no champion: fix the pointer, "
-                "or set TRAIN_CHECKPOINT_METRIC to the metric it was promoted on"
+                f"{where}: the champion has no {metric} (TRAIN_CHECKPOINT_METRIC) on record, "
+                "and the promotion step keeps such a champion: a run would train and then keep "
+                "it, not promoted; fix the pointer, or set TRAIN_CHECKPOINT_METRIC to the "
+                "metric it was promoted on"
             )
         shown = "no " + metric
     else:
-        shown = f"{metric} {value:.4g}"
+        shown = f"{metric} {value:.4g}" + (" on its own data" if gate.beats_champion else "")
     run = one_line(str(pointer.get("run_name", "?")), MAX_SHOWN_CHARS)
     version = one_line(str(pointer["version"]), MAX_SHOWN_CHARS)
     return f"{said}; champion: run {run} v{version}, {shown}"

@@ -1,10 +1,11 @@
 """TRAIN_PROMOTE_IF's decision: a parsed gate (app/settings/gate.py) against the exported
 checkpoint's metrics and the champion's, as pure functions.
 
-With no champion yet, `beats_champion` compares with chance instead: the checkpoint's
-val_accuracy must beat the majority-class rate of the validation data (what a model that always
+`beats_champion` also compares with chance, with or without a champion: the checkpoint's
+val_accuracy must beat the majority-class rate of the judged data (what a model that always
 answers the most common class scores) by a margin (`Chance`). A model that learned nothing is
-otherwise promoted by the first run of a new TRAIN_MODEL_NAME.
+otherwise promoted by the first run of a new TRAIN_MODEL_NAME, or over a champion that scores
+worse still on these rows (one trained on another task's labels).
 """
 
 from __future__ import annotations
@@ -128,14 +129,17 @@ def decide(
             word = ">" if higher_is_better else "<"
             failed.append(f"{metric} {shown} is not {word} the champion's {champion:.4g}")
     against_chance = None
-    if gate.beats_champion and champion is None and chance is not None:
+    if gate.beats_champion and chance is not None:
         found = number(metrics.get(CHANCE_METRIC))
         ok = found is not None and found > chance.bar
         against_chance = {**chance.record(), "value": found, "passed": ok}
         if not ok and not (found is None and no_figures):
+            # With a champion too: one that scores 0 on these rows (another task's labels) is
+            # beaten by a model that always answers one class.
+            why = "no champion yet" if champion_metrics is None else "beating the champion too"
             failed.append(
                 f"{CHANCE_METRIC} {_show(found, 4)} does not beat the majority-class rate "
-                f"{chance.rate:.4f} + {chance.margin:.4g} (no champion yet)"
+                f"{chance.rate:.4f} + {chance.margin:.4g} ({why})"
             )
     classes, class_failed, notes = judge_classes(gate, judged, champion_metrics is not None)
     failed += class_failed

@@ -192,6 +192,11 @@ def parse_gate(text: str) -> Gate:
         if isinstance(term, ClassThreshold):
             classes.append(term)
         elif term is not None:
+            if drop is not None:  # one would silently replace the other, the stricter too
+                raise ValueError(
+                    f"names {CLASS_DROP} twice ({drop} and {term}); write it once, with the "
+                    "margin you mean"
+                )
             drop = term
         else:
             thresholds.append(parse_condition(part, metrics(), FRACTIONS))

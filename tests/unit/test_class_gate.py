@@ -54,6 +54,10 @@ def test_the_gate_names_its_classes_once_each() -> None:
         ("class_drop<=2", "a fraction from 0 to 1"),
         ("class_drop<=-0.1", "class_drop<=0 lets no class fall; write e.g. class_drop<=0.02"),
         ("class_drop>=0.02", "write class_drop<=MARGIN"),
+        (
+            "class_drop<=0.02 and class_drop<=0.05",
+            "names class_drop twice (class_drop<=0.02 and class_drop<=0.05); write it once",
+        ),
         ("min_class_auc>=0.5", "allowed: min_class_recall, min_class_precision, min_class_f1"),
         ("accuracy[cat]>=0.5", "per-class figures are recall, precision, f1"),
         ("recall[]>=0.5", "a class name in [] is 1 to 200 printable characters"),

@@ -20,7 +20,8 @@ from tests.promotion_support import CATS_AND_DOGS, INFO, make_run, settings_for
 
 DEFAULT = (
     "gate beats_champion (the default: a run is promoted when its val_accuracy, "
-    "TRAIN_CHECKPOINT_METRIC, is strictly better than the champion's)"
+    "TRAIN_CHECKPOINT_METRIC, is strictly better than the champion's, both scored on the run's "
+    "rows)"
 )
 
 
@@ -52,11 +53,11 @@ def test_the_champion_the_promotion_step_wrote(tmp_path: Path) -> None:
     promote_run(settings_for(tmp_path, "first"), INFO, {"status": "succeeded"})
     task = "classes [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] 1x8x8"
     line = promotion_check(settings_for(tmp_path, "next"))  # the data not read: the pointer's
-    assert line == f"{DEFAULT}; champion: run first v1, val_accuracy 0.962, {task}"
+    assert line == f"{DEFAULT}; champion: run first v1, val_accuracy 0.962 on its own data, {task}"
     gated = settings_for(tmp_path, "next", promote_if="val_accuracy>=0.95 and beats_champion")
     assert promotion_check(gated, INFO) == (
         "gate beats_champion and val_accuracy>=0.95; champion: run first v1, val_accuracy "
-        f"0.962, {task}; this run: {task}"
+        f"0.962 on its own data, {task}; this run: {task}"
     )
 
 
@@ -149,11 +150,31 @@ def test_a_pointer_saying_otherwise_than_its_card_keeps_the_champion(
     said = _failure_with(settings_for(tmp_path, "r"), info)
     assert "the pointer says otherwise than the model card it names" in said, said
     assert "another task" not in said, said  # the pointer is at fault, not the run
+    if edit == "metrics":  # the edited figure named, beside the card's (not two cut prefixes)
+        assert "its metrics differ from the card's: val_accuracy 0.1, the card's 0.962" in said
     make_run(tmp_path, "worse", 0.5, info=info)
     summary = promote_run(settings_for(tmp_path, "worse"), info, {"status": "succeeded"})
     assert summary["promoted"] is False, summary["promotion"]
     assert "the pointer says otherwise than the model card" in summary["promotion"]["reason"]
     assert json.loads(_pointer_file(tmp_path).read_text()) == pointer  # not moved
+
+
+def test_a_champion_copy_whose_weights_were_altered_fails_the_check(tmp_path: Path) -> None:
+    """Its card verifies, its weights.pt does not: every run's gate scores that copy on the
+    run's rows, cannot, and keeps the champion. `check` said ok (found by a red-team pass)."""
+    from app.promotion.step import promote_run
+
+    make_run(tmp_path, "first", 0.962)
+    promote_run(settings_for(tmp_path, "first"), INFO, {"status": "succeeded"})
+    pointer = json.loads(_pointer_file(tmp_path).read_text())
+    weights = Path(pointer["export"]) / "weights.pt"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"planted!")
+    said = _failure_with(settings_for(tmp_path, "r"), INFO)
+    assert said.startswith(f"{_pointer_file(tmp_path)}: the champion's copy fails its check ("), (
+        said
+    )
+    assert "weights.pt" in said and "does not match" in said, said
+    assert said.endswith("put the copy back from the champion run's export, or remove the pointer")
 
 
 def test_no_champion_yet_and_nothing_written(tmp_path: Path) -> None:
@@ -240,8 +261,9 @@ def _unguarded(settings: TrainSettings) -> str:
 
 
 def test_a_champion_without_the_metric_would_mis_gate(tmp_path: Path) -> None:
-    """beats_champion finds nothing to beat and promotes any run: a failed check. A gate of
-    thresholds alone never reads the champion's metrics: fine, and said."""
+    """beats_champion has no figure on record to beat: the step keeps the champion, and the
+    check fails. A gate of thresholds alone never reads the champion's metrics: fine, and
+    said."""
     _write(tmp_path, {"version": 2, "run_name": "old", "metrics": {"val_loss": 0.1}})
     said = _failure(settings_for(tmp_path, "r"))
     assert said.startswith(f"{_pointer_file(tmp_path)}: the champion has no val_accuracy")
@@ -249,7 +271,7 @@ def test_a_champion_without_the_metric_would_mis_gate(tmp_path: Path) -> None:
     line = _unguarded(settings_for(tmp_path, "r", promote_if="val_accuracy>=0.9"))
     assert line.startswith("gate val_accuracy>=0.9; champion: run old v2, no val_accuracy; ")
     by_loss = settings_for(tmp_path, "r", checkpoint_metric="val_loss")
-    assert promotion_check(by_loss).endswith("champion: run old v2, val_loss 0.1")
+    assert promotion_check(by_loss).endswith("champion: run old v2, val_loss 0.1 on its own data")
 
 
 def test_strings_from_the_pointer_are_bounded_and_printable(tmp_path: Path) -> None:

@@ -174,8 +174,9 @@ def test_bounds_a_figure_can_meet_are_kept(text: str) -> None:
 
 
 def test_the_first_champion_is_compared_with_chance() -> None:
-    """No champion: `beats_champion` needs val_accuracy above the majority-class rate plus a
-    margin of max(0.05, two standard errors), at most half the majority's error."""
+    """`beats_champion` needs val_accuracy above the majority-class rate plus a margin of
+    max(0.05, two standard errors), at most half the majority's error, with or without a
+    champion."""
     chance = chance_of((10, 10, 10))  # the issue's 30 validation images of 3 classes
     assert chance is not None and chance.rate == pytest.approx(1 / 3)
     assert chance.margin == pytest.approx(2 * (1 / 3 * 2 / 3 / 30) ** 0.5)  # 0.1721
@@ -192,9 +193,17 @@ def test_the_first_champion_is_compared_with_chance() -> None:
     by_loss = decide(parse_gate("beats_champion"), {"val_loss": 0.1}, None, "val_loss", False,
                      chance)  # fmt: skip
     assert not by_loss.promoted and "val_accuracy missing does not beat" in by_loss.reason
-    # With a champion, or a threshold-only gate, chance is not asked.
-    assert decide(parse_gate("beats_champion"), {"val_accuracy": 0.3}, {"val_accuracy": 0.2},
+    # With a champion too: one scoring 0.2 on these rows (another task's labels, found by a
+    # red-team pass) is not beaten by a model at chance.
+    over = decide(parse_gate("beats_champion"), {"val_accuracy": 0.3}, {"val_accuracy": 0.2},
+                  "val_accuracy", True, chance)  # fmt: skip
+    assert not over.promoted and over.reason == (
+        "val_accuracy 0.3000 does not beat the majority-class rate 0.3333 + 0.1721 "
+        "(beating the champion too)"
+    )
+    assert decide(parse_gate("beats_champion"), {"val_accuracy": 0.6}, {"val_accuracy": 0.5},
                   "val_accuracy", True, chance).promoted  # fmt: skip
+    # A threshold-only gate does not ask it.
     assert decide(parse_gate("val_accuracy>=0.3"), {"val_accuracy": 0.3}, None,
                   "val_accuracy", True, chance).promoted  # fmt: skip
     # Large sets: the 0.05 floor; skewed data: half the majority's error, still reachable.
