@@ -256,7 +256,7 @@ def _reason(
     if gate.beats_champion and champion is not None:
         word = ">" if higher_is_better else "<"
         per_class = passed_text(classes)  # the thresholds as before: the comparison says it
-        return f"{metric} {_show(value)} {word} {_show(champion)}" + (
+        return f"{metric} {_show(value)} {word} the champion's {_show(champion)}" + (
             f", {per_class}" if per_class else ""
         )
     if gate.beats_champion:

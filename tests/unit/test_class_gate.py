@@ -254,7 +254,7 @@ def test_on_the_validation_split_the_champion_is_compared_on_this_runs_rows() ->
     promoted = judge("beats_champion", run, scores({"cat": 0.9, "dog": 0.8}, accuracy=0.85),
                      champion_metrics={"val_accuracy": 0.99})  # fmt: skip
     assert promoted.promoted and promoted.reason == (
-        "val_accuracy 0.95 > 0.85 [on the valid data (40 rows)]"
+        "val_accuracy 0.95 > the champion's 0.85 [on the valid data (40 rows)]"
     )
     # val_loss, lower is better, from the same two evaluations (0.3 each in `scores`): a tie.
     loss = decide(parse_gate("beats_champion"), {"val_loss": 0.1}, {"val_loss": 0.5}, "val_loss",

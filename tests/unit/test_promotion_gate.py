@@ -112,7 +112,7 @@ def test_thresholds_and_both_conditions() -> None:
     failed = _decide("beats_champion and val_accuracy>=0.95", 0.94, 0.9)
     assert not failed.promoted and failed.reason == "val_accuracy 0.94 is not >= 0.95"
     both = _decide("beats_champion and val_accuracy>=0.9", 0.962, 0.955)
-    assert both.promoted and both.reason == "val_accuracy 0.962 > 0.955"
+    assert both.promoted and both.reason == "val_accuracy 0.962 > the champion's 0.955"
     record = both.record()
     assert record["value"] == 0.962 and record["champion_value"] == 0.955
     assert record["thresholds"][0]["passed"] is True
@@ -125,7 +125,7 @@ def test_a_missing_metric_never_passes() -> None:
 
 def test_the_last_line() -> None:
     assert outcome_line(_decide("beats_champion", 0.962, 0.955), 7, 6) == (
-        "promoted v7 (val_accuracy 0.962 > 0.955)"
+        "promoted v7 (val_accuracy 0.962 > the champion's 0.955)"
     )
     assert outcome_line(_decide("beats_champion", 0.95, 0.955), None, 6).startswith("kept v6: ")
 

@@ -24,7 +24,7 @@ from tests.unit.kube_cli_support import (
 
 __all__ = ["api", "rayjob_name", "values_file"]  # fixtures used by name below
 
-LINE = "promoted v7 (val_accuracy 0.962 > 0.955)"
+LINE = "promoted v7 (val_accuracy 0.962 > the champion's 0.955)"
 
 
 @dataclass(frozen=True)

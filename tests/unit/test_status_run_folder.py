@@ -166,7 +166,7 @@ def test_status_says_a_finished_runs_interruptions_then_its_outcome(
     run_dir = _run_dir(tmp_path / "volume", rayjob_name)
     _attempts(run_dir, _preempted(), _preempted(500))
     summary = {"status": "succeeded", "interruptions": [_preempted()],
-               "promotion": {"line": "promoted v2 (val_accuracy 0.96 > 0.95)"}}  # fmt: skip
+               "promotion": {"line": "promoted v2 (val_accuracy 0.96 > the champion's 0.95)"}}  # fmt: skip
     run_folder.write_summary(run_dir, summary)
     api.rayjob_statuses = [SUCCEEDED]
     submit(capsys, values_file)
@@ -175,7 +175,7 @@ def test_status_says_a_finished_runs_interruptions_then_its_outcome(
     below = out.split("\n\n")[0].splitlines()[2:]  # after the header and the one row
     assert below == [
         f"{rayjob_name}: {WORDS}",  # the summary's one, not the attempts' two
-        f"{rayjob_name}: promoted v2 (val_accuracy 0.96 > 0.95)",
+        f"{rayjob_name}: promoted v2 (val_accuracy 0.96 > the champion's 0.95)",
     ]
 
 
