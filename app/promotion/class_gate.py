@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from app.runfolder.class_names import one_form
-from app.settings.gate import ClassThreshold, Gate, exact
+from app.settings.gate import CLASS_DROP, ClassThreshold, Gate, exact
 
 VALIDATION_NOTE = (
     "judged on the validation data the best checkpoint was selected on; add a test/ split for "
@@ -221,5 +221,7 @@ def passed_text(checks: list[dict[str, Any]]) -> str:
         if c["value"] is None:
             continue
         where = f" (class {c['class']})" if c["class"] is not None and "[" not in c["term"] else ""
+        if c["term"] == CLASS_DROP and c["value"] <= 0:  # the largest "drop" is a gain
+            where = " (no class below the champion's recall)"
         parts.append(f"{c['term']} {c['value']:.4f}{where} {c['op']} {exact(c['threshold'])}")
     return ", ".join(parts)

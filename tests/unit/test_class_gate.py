@@ -166,7 +166,12 @@ def test_class_drop_compares_each_class_with_the_champion_on_the_same_rows() -> 
     )
     assert failed.classes[0]["class"] == "dog" and failed.classes[0]["champion_recall"] == 0.9
     within = judge("class_drop<=0.06", run, champion, champion_metrics={"val_accuracy": 0.9})
-    assert within.promoted
+    assert within.promoted and "class_drop 0.0500 (class dog) <= 0.06" in within.reason
+    # Every class at or above the champion's: the largest "drop" is a gain, and no class fell.
+    gained = judge("class_drop<=0.02", scores({"cat": 0.95, "dog": 0.95, "eel": 0.99}), champion,
+                   champion_metrics={"val_accuracy": 0.9})  # fmt: skip
+    assert gained.promoted, gained.reason
+    assert "class_drop -0.0500 (no class below the champion's recall) <= 0.02" in gained.reason
 
 
 def test_a_class_drop_of_exactly_the_margin_is_judged_on_the_counts_not_on_floats() -> None:

@@ -70,7 +70,11 @@ def test_the_champion_moves_only_when_the_gate_passes(
 
     better = _promote(tmp_path, "better", 0.95)
     assert better["promoted"] is True
-    assert capsys.readouterr().out.strip().endswith("promoted v2 (val_accuracy 0.95 > the champion's 0.9)")
+    assert (
+        capsys.readouterr()
+        .out.strip()
+        .endswith("promoted v2 (val_accuracy 0.95 > the champion's 0.9)")
+    )
     assert _pointer(tmp_path)["version"] == 2 and _pointer(tmp_path)["run_name"] == "better"
 
     # The same finished run promoted again (a rerun): nothing moves, it says so.

@@ -165,8 +165,9 @@ def test_status_says_a_finished_runs_interruptions_then_its_outcome(
 ) -> None:
     run_dir = _run_dir(tmp_path / "volume", rayjob_name)
     _attempts(run_dir, _preempted(), _preempted(500))
+    line = "promoted v2 (val_accuracy 0.96 > the champion's 0.95)"
     summary = {"status": "succeeded", "interruptions": [_preempted()],
-               "promotion": {"line": "promoted v2 (val_accuracy 0.96 > the champion's 0.95)"}}  # fmt: skip
+               "promotion": {"line": line}}  # fmt: skip
     run_folder.write_summary(run_dir, summary)
     api.rayjob_statuses = [SUCCEEDED]
     submit(capsys, values_file)
