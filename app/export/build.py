@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import time
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from app.data.schema import DatasetInfo
+from app.errors import ConfigError
 from app.export import signature
 from app.export.card import (
     CARD_FILE,
@@ -31,6 +33,7 @@ from app.export.card import (
     FORMATS,
     WEIGHTS_FILE,
     card_json,
+    read_card,
 )
 from app.redact import redact
 from app.runfolder import checkpoints
@@ -151,12 +154,34 @@ def build_card(
                 "mean": list(info.mean),
                 "std": list(info.std),
             },
-            "checkpoint": {"path": str(best.path), "epoch": best.epoch, "metrics": best.metrics},
-            "data": data_fingerprint(info),
+            "checkpoint": _checkpoint(best),
+            "data": _trained_on(settings, info, best),
             "settings": settings.redacted(),
             "versions": versions(),
         }
     )
+
+
+def _checkpoint(best: checkpoints.CheckpointRef) -> dict[str, Any]:
+    return {"path": str(best.path), "epoch": best.epoch, "metrics": best.metrics}
+
+
+def _trained_on(
+    settings: TrainSettings, info: DatasetInfo, best: checkpoints.CheckpointRef
+) -> dict[str, Any]:
+    """The fingerprint of the data `best` was trained on. A rerun that trains nothing exports
+    the same checkpoint again: the fingerprint its first export took, as it was trained, is
+    kept (an evaluation then tells files changed since, rather than calling today's files the
+    ones trained on); otherwise today's."""
+    try:
+        earlier = read_card(settings.run_dir / EXPORT_DIR, settings.run_dir)
+    except ConfigError:  # none yet, or one that does not read: today's files
+        return data_fingerprint(info)
+    same = json.dumps(earlier.get("checkpoint"), sort_keys=True) == json.dumps(
+        redact(_checkpoint(best)), sort_keys=True
+    )
+    data = earlier.get("data")
+    return data if same and isinstance(data, dict) else data_fingerprint(info)
 
 
 def data_fingerprint(info: DatasetInfo) -> dict[str, Any]:

@@ -638,3 +638,34 @@ def test_an_earlier_verdict_is_restated_from_what_its_record_can_mean(
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert said in line and "\x1b" not in line and len(line) < 500, line
     assert _pointer(tmp_path)["run_name"] == "new"
+
+
+def test_a_rerun_that_trains_nothing_keeps_the_fingerprint_of_the_data_trained_on(
+    tmp_path: Path,
+) -> None:
+    """A finished run rerun (a new gate) exports its best checkpoint again: the card's data
+    fingerprint is the one taken when that checkpoint was trained, not of files changed since,
+    or an evaluation would call the changed files the ones trained on (found by a red-team
+    pass). A new best checkpoint is fingerprinted anew."""
+    data = tmp_path / "data"
+    for split in ("train", "valid"):
+        (data / split).mkdir(parents=True)
+        (data / split / "part-0.parquet").write_bytes(b"rows of " + split.encode())
+    info = dataclasses.replace(INFO, path=data)
+
+    def card() -> dict:
+        return json.loads((tmp_path / "r" / EXPORT_DIR / CARD_FILE).read_text())
+
+    make_run(tmp_path, "r", 0.9, info=info)
+    promote_run(settings_for(tmp_path, "r"), info, {"status": "succeeded"})
+    trained_on = card()["data"]
+    assert trained_on["file_count"] == 2
+    (data / "valid" / "part-0.parquet").write_bytes(b"")  # emptied since
+    promote_run(
+        settings_for(tmp_path, "r", promote_if="val_accuracy>=0.5"), info, {"status": "succeeded"}
+    )
+    assert card()["data"] == trained_on
+    make_run(tmp_path, "r", 0.95, epoch=2, info=info)  # trained on the files as they are now
+    promote_run(settings_for(tmp_path, "r"), info, {"status": "succeeded"})
+    assert card()["checkpoint"]["epoch"] == 2
+    assert card()["data"]["files_sha256"] != trained_on["files_sha256"]
