@@ -10,6 +10,7 @@ the target, and only then moved into place. Nothing is written through a symlink
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,9 +22,28 @@ from app.errors import ConfigError
 from app.k8s import render, values_yaml
 from app.storage.location import expand
 
+# What Go's YAML reader (kubectl, kustomize, Argo CD, Flux: go-yaml through sigs.k8s.io/yaml)
+# reads as a number or a boolean where PyYAML reads a string, so PyYAML writes it plain:
+# `namespace: 0800` is the number 800 there, `MYVAR: y` true, `LR: 1e-3` 0.001. PyYAML quotes
+# what its own reader would misread (yes, on, 0x1F, 1_000, 2001-12-14) by itself.
+_GO_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_GO_PREFIXED = re.compile(r"[-+]?0[bBoOxX][0-9a-fA-F_]+")
+_GO_BOOLEANS = frozenset({"y", "Y", "n", "N"})
+_STR = "tag:yaml.org,2002:str"  # a number of the manifest is a number: written plain
+
+
+def go_reads_otherwise(text: str) -> bool:
+    """Whether Go's YAML reader takes plain `text` for something other than a string."""
+    return (
+        text in _GO_BOOLEANS
+        or _GO_NUMBER.fullmatch(text.replace("_", "")) is not None
+        or _GO_PREFIXED.fullmatch(text) is not None
+    )
+
 
 class _ExactDumper(yaml.SafeDumper):
-    """PyYAML's dumper, except that a string holding U+0085 (NEL) is written double-quoted.
+    """PyYAML's dumper, except that a string holding U+0085 (NEL) is written double-quoted,
+    and one Go's YAML reader would take for a number or a boolean is quoted.
 
     PyYAML writes NEL raw inside a single-quoted scalar, where every YAML 1.1 reader (kubectl's
     go-yaml, PyYAML's own loader) reads a line break and folds it into a space: an env value
@@ -33,6 +53,8 @@ class _ExactDumper(yaml.SafeDumper):
 
     def analyze_scalar(self, scalar: str) -> Any:
         analysis = super().analyze_scalar(scalar)
+        if getattr(self.event, "tag", None) == _STR and go_reads_otherwise(scalar):
+            analysis.allow_flow_plain = analysis.allow_block_plain = False
         if "\x85" in scalar:
             analysis.allow_flow_plain = analysis.allow_block_plain = False
             analysis.allow_single_quoted = analysis.allow_block = False

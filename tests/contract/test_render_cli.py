@@ -105,6 +105,39 @@ def test_rendered_text_reads_back_as_helm_renders_it(tmp_path: Path) -> None:
     assert helm_python.values_from_yaml(written)["data"] == helm["data"]
 
 
+# Strings PyYAML reads as strings, so writes plain, and Go's YAML reader (kubectl, kustomize,
+# Argo CD) reads as numbers or booleans: `namespace: 0800` failed to decode in kubectl, an env
+# `y` became true, `1e-3` 0.001 (found by a red-team pass).
+GO_AMBIGUOUS = {"ZERO": "0800", "EIGHT": "08", "Y_LOWER": "y", "N_UPPER": "N", "EXP": "1e-3",
+                "BIG": "1E3", "OCT": "0o17", "UNDER": "1_0", "DOT": ".5", "PLUS": "+7"}  # fmt: skip
+
+
+def test_strings_go_reads_as_numbers_or_booleans_are_quoted(tmp_path: Path) -> None:
+    from app.k8s.manifests_out import go_reads_otherwise
+
+    assert all(go_reads_otherwise(v) for v in GO_AMBIGUOUS.values())
+    assert not any(go_reads_otherwise(v) for v in ("0800a", "v1", "yes-no", "1.2.3", "e3", "-"))
+    path = tmp_path / "values.yaml"
+    env = "".join(f"  {key}: {json.dumps(value)}\n" for key, value in GO_AMBIGUOUS.items())
+    path.write_text(
+        f"nodePools:\n  cpu: {{gpusPerWorker: 0, tolerations: []}}\nenv:\n{env}"
+        "labels: {team: '08'}\nrayAuth: {existingSecret: demo-ray-auth}\n"
+    )
+    args = ("render", "--release", "demo", "-n", "0800", "-f", str(path))
+    result = trainctl(*args)
+    assert result.code == 0, result.text
+    # Read back by Go's YAML reader (Helm's, as kubectl's), one document at a time.
+    docs = [helm_python.values_from_yaml(d) for d in re.split(r"(?m)^---$", result.out)]
+    docs = [d for d in docs if d]
+    assert docs and all(d["metadata"]["namespace"] == "0800" for d in docs)
+    assert all(d["metadata"]["labels"]["team"] == "08" for d in docs)
+    (config,) = [d for d in docs if d.get("kind") == "ConfigMap"]
+    assert GO_AMBIGUOUS.items() <= config["data"].items()
+    assert trainctl(*args, "--out", str(tmp_path / "o")).code == 0
+    written = (tmp_path / "o" / "cpu" / "configmap.yaml").read_text(encoding="utf-8")
+    assert GO_AMBIGUOUS.items() <= helm_python.values_from_yaml(written)["data"].items()
+
+
 def test_bad_values_exit_2_with_the_key_and_no_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("train:\n  epochs: 0\n  lern_rate: 0.1\nnodePools:\n  a: {replicas: two}\n")
