@@ -36,7 +36,8 @@ from app.formatting import csv_text, shown
 from app.storage.entries import Kind, kind_within, refuse_link
 from app.storage.location import (
     RunPath,
-    ensure_writable,
+    check_writable,
+    make_folders,
     parse_location,
     store_errors,
     write_atomic,
@@ -94,7 +95,7 @@ def output_location(out: str, endpoint: str | None, overwrite: bool = False) -> 
         raise ConfigError(f"--out {out!r}: no file name before {where.name}")
     try:
         found = kind_within(where, "--out")  # a bucket answers within its probe's deadline
-    except NotADirectoryError:  # a file on the way: named as such by ensure_writable below
+    except NotADirectoryError:  # a file on the way: named as such below
         found = None
     if found is Kind.DIR:
         raise ConfigError(
@@ -111,8 +112,9 @@ def output_location(out: str, endpoint: str | None, overwrite: bool = False) -> 
             f"--out {out!r}: inside an export folder, which holds only what its {CARD_FILE} "
             "lists; write predictions elsewhere"
         )
-    # Its folder created and proved writable now, not found unwritable after the scoring.
-    ensure_writable(where.parent, "--out")  # "--out=<its folder>: exists but is not a folder"
+    # Proved writable now, not found unwritable after the scoring; a local folder is created
+    # only when the predictions are written: a refused input leaves nothing behind.
+    check_writable(where.parent, "--out")
     return where
 
 
@@ -154,6 +156,7 @@ def batch_predict(
         data = encode(found, destination, len(export.card["class_names"]))
         try:
             with store_errors(destination, "--out"):
+                make_folders(destination.parent)
                 write_atomic(destination, data)
         except OSError as err:  # a volume's, since the probe: full, gone, read-only now
             why = err.strerror or str(err)

@@ -339,6 +339,12 @@ def test_predict_on_a_folder_without_images_is_refused(run: Path, tmp_path: Path
     result = trainctl("predict", str(run), str(tmp_path / "imgs"), "--out", str(tmp_path / "p.csv"))
     assert_refused(result, 2, "no image files in")
     assert not (tmp_path / "p.csv").exists()
+    # --out's folders are created only to write the predictions (a red-team pass found them
+    # left behind by a refusal, one at the filesystem's root).
+    nested = tmp_path / "new" / "deep" / "p.csv"
+    result = trainctl("predict", str(run), str(tmp_path / "imgs"), "--out", str(nested))
+    assert_refused(result, 2, "no image files in")
+    assert not (tmp_path / "new").exists()
 
 
 def test_file_names_that_are_not_utf8_are_refused_before_scoring(run: Path, tmp_path: Path) -> None:
