@@ -402,6 +402,12 @@ def _weights(settings: TrainSettings, found: Found) -> str:
     from app.training.weights import by_name, check_weights, weights_source
 
     source = weights_source(settings)
+    if source is None and settings.freeze == "backbone" and settings.warm_start is None:
+        raise Advice(
+            "TRAIN_FREEZE=backbone with neither TRAIN_WEIGHTS nor TRAIN_WARM_START: only the "
+            "new head trains, on a randomly initialised backbone that never learns; give "
+            "pretrained weights, or TRAIN_FREEZE=none"
+        )
     if source is None or by_name(source):
         return check_weights(settings, found.info)
     if not exists_within(source, "TRAIN_WEIGHTS", settings.storage_timeout_s):

@@ -155,3 +155,26 @@ def test_labels_out_of_range_are_not_counted_twice(tmp_path: Path) -> None:
     info = inspect_dataset(root)
     parquet.write(root / "train" / "part-1.parquet", parquet.images(2), np.array([7, -1]))
     assert sum(class_counts(info).train) == parquet.ROWS["train"]
+
+
+def test_a_frozen_backbone_without_weights_to_keep_is_warned_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TRAIN_FREEZE=backbone with nothing to start from trains a head on random features
+    (found by a red-team pass): `check` WARNs, `train` warns once before Ray starts."""
+    image_folder(tmp_path / "shapes", per_class=(30, 10))
+    code, verdicts, text = _check(
+        tmp_path, str(tmp_path / "shapes"), dataset="folder", model="cnn", freeze="backbone",
+        global_batch_size="8",
+    )  # fmt: skip
+    assert code == 0, text
+    assert verdicts["weights"].startswith(
+        "WARN TRAIN_FREEZE=backbone with neither TRAIN_WEIGHTS nor TRAIN_WARM_START"
+    ), text
+    settings = TrainSettings(
+        _env_file=None, dataset="folder", model="cnn", data_path=tmp_path / "shapes",
+        storage_path=tmp_path / "runs", freeze="backbone", global_batch_size=8,
+    )  # fmt: skip
+    preflight_for_training(settings)
+    err = capsys.readouterr().err
+    assert err.count("trainctl: warning:") == 1 and "only the new head trains" in err
