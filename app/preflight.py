@@ -196,10 +196,42 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
     if found.info is not None:  # the data inspected: each trial's model held to it, as tune does
         trials_fit_the_data(per_trial, found.info)
         fits = ", each trial's model fits the data"
-    return (
+    said = (
         f"{len(trials)} trials over {', '.join(space)} ({settings.tune_scheduler}), each "
         f"trial's settings valid{fits}"
     )
+    if advice := _trials_advice(per_trial, found.info):
+        raise Advice(f"{said}; but {advice}")
+    return said
+
+
+def _trials_advice(per_trial: dict[str, TrainSettings], info: DatasetInfo | None) -> str | None:
+    """What the steps and weights checks would warn on for the trials' own settings (the
+    base settings' batch size or freeze may be one no trial uses)."""
+    from app.training.steps import MIN_STEPS, few_steps
+
+    said = []
+    if info is not None:
+        batches = sorted(
+            {t.global_batch_size for t in per_trial.values()
+             if few_steps(info.train_rows, t.global_batch_size, t.workers.max)}
+        )  # fmt: skip
+        if batches:
+            shown = ", ".join(str(b) for b in batches)
+            said.append(
+                f"trials at TRAIN_GLOBAL_BATCH_SIZE {shown} get fewer than {MIN_STEPS} "
+                f"optimizer steps per epoch from {info.train_rows:,} train rows"
+            )
+    frozen = [
+        trial_id for trial_id, t in per_trial.items()
+        if t.freeze == "backbone" and t.weights is None and t.warm_start is None
+    ]  # fmt: skip
+    if frozen:
+        said.append(
+            f"{len(frozen)} trial(s) freeze a backbone with neither TRAIN_WEIGHTS nor "
+            f"TRAIN_WARM_START (first {frozen[0]}): only a head trains on random features"
+        )
+    return "; ".join(said) or None
 
 
 def trials_fit_the_data(per_trial: dict[str, TrainSettings], info: DatasetInfo) -> None:

@@ -178,3 +178,20 @@ def test_a_frozen_backbone_without_weights_to_keep_is_warned_on(
     preflight_for_training(settings)
     err = capsys.readouterr().err
     assert err.count("trainctl: warning:") == 1 and "only the new head trains" in err
+
+
+def test_a_sweep_is_warned_on_for_its_trials_own_batch_sizes_and_freezing(tmp_path: Path) -> None:
+    """The steps and weights warnings read the base settings, which no trial may use: a grid
+    with a batch of 64 on 90 rows (1 step per epoch) said `ok` (found by a red-team pass)."""
+    image_folder(tmp_path / "shapes", per_class=(30, 10))
+    space = tmp_path / "space.yaml"
+    space.write_text("global_batch_size: {grid: [64, 8]}\nfreeze: {choice: [backbone]}\n")
+    code, verdicts, text = _check(
+        tmp_path, str(tmp_path / "shapes"), dataset="folder", model="cnn", global_batch_size="8",
+        tune_space=str(space), tune_samples="1", run_name="sweep",
+    )  # fmt: skip
+    assert code == 0, text
+    assert verdicts["steps"].startswith("ok 90 train rows at TRAIN_GLOBAL_BATCH_SIZE=8"), text
+    assert verdicts["sweep"].startswith("WARN 2 trials over global_batch_size, freeze"), text
+    assert "trials at TRAIN_GLOBAL_BATCH_SIZE 64 get fewer than" in verdicts["sweep"], text
+    assert "2 trial(s) freeze a backbone with neither TRAIN_WEIGHTS" in verdicts["sweep"], text
