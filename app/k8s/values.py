@@ -330,6 +330,13 @@ def _wrong_type(err: Any, where: str) -> str | None:
         )
     if err.validator_value == "boolean" and isinstance(err.instance, str):
         return f"{where}: {err.instance!r} is text, and true or false is wanted: write it unquoted"
+    wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+    if "object" in wanted and not {"number", "integer", "string"} & set(wanted):
+        # A number or a word where a mapping belongs: how to write a number is no help there.
+        about = err.schema.get("description") if isinstance(err.schema, dict) else None
+        return f"{where}: {canonical.scalar(err.instance)} is not a mapping, and one is wanted" + (
+            f" ({about})" if isinstance(about, str) and len(about) <= 200 else ""
+        )
     if isinstance(err.instance, str) and _is_number(err.instance):
         quoted = f"{where}: {err.message}: in a values file write {err.instance} unquoted"
         if isinstance(strvals.typed_value(err.instance), int):

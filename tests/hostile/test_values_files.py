@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from app.k8s.values import set_path
-from tests.contract.k8s_support import HelmFailed, helm_template
+from tests.contract.k8s_support import EXAMPLES, HelmFailed, helm_template
 from tests.hostile.support import assert_refused, files_under, trainctl
 from tests.support import REPO
 
@@ -201,6 +201,18 @@ def test_malformed_set_is_exit_2_naming_it(tmp_path: Path, option: str, expressi
     result = trainctl("render", "-f", str(path), option, expression, "--out", str(out))
     assert_refused(result, 2, option, repr(expression)[1:-1][:30])
     assert files_under(out) == []
+
+
+@pytest.mark.parametrize("option", ["--set", "--set-json"])
+def test_a_number_where_a_mapping_belongs_says_a_mapping_is_wanted(
+    tmp_path: Path, option: str
+) -> None:
+    """Said "write 0.1 unquoted; give it with --set-json", which failed again in the same
+    words (found by a red-team pass): a sweep's distribution is a mapping."""
+    sweep = EXAMPLES / "values-nightly-sweep.yaml"
+    result = trainctl("render", "-f", str(sweep), option, "tune.space.lr=0.1")
+    assert_refused(result, 2, "tune.space.lr: 0.1 is not a mapping, and one is wanted")
+    assert "loguniform" in result.err and "unquoted" not in result.err
 
 
 def test_submit_refuses_a_malformed_set_before_reaching_a_cluster(tmp_path: Path) -> None:
