@@ -222,10 +222,7 @@ def _trials_advice(per_trial: dict[str, TrainSettings], info: DatasetInfo | None
                 f"trials at TRAIN_GLOBAL_BATCH_SIZE {shown} get fewer than {MIN_STEPS} "
                 f"optimizer steps per epoch from {info.train_rows:,} train rows"
             )
-    frozen = [
-        trial_id for trial_id, t in per_trial.items()
-        if t.freeze == "backbone" and t.weights is None and t.warm_start is None
-    ]  # fmt: skip
+    frozen = [trial_id for trial_id, t in per_trial.items() if _head_on_random_features(t)]
     if frozen:
         said.append(
             f"{len(frozen)} trial(s) freeze a backbone with neither TRAIN_WEIGHTS nor "
@@ -433,19 +430,26 @@ def _weights(settings: TrainSettings, found: Found) -> str:
     """TRAIN_WEIGHTS resolves, is cached or downloads, loads, and fits (app/training/weights)."""
     from app.training.weights import by_name, check_weights, weights_source
 
-    source = weights_source(settings)
-    if source is None and settings.freeze == "backbone" and settings.warm_start is None:
+    if _head_on_random_features(settings):
         raise Advice(
             "TRAIN_FREEZE=backbone with neither TRAIN_WEIGHTS nor TRAIN_WARM_START: only the "
             "new head trains, on a randomly initialised backbone that never learns; give "
             "pretrained weights, or TRAIN_FREEZE=none"
         )
+    source = weights_source(settings)
     if source is None or by_name(source):
         return check_weights(settings, found.info)
     if not exists_within(source, "TRAIN_WEIGHTS", settings.storage_timeout_s):
         raise ConfigError(f"TRAIN_WEIGHTS={redact_uri(str(source))}: no such file")
     with store_errors(source, "TRAIN_WEIGHTS"):  # only a bucket's client raises here
         return check_weights(settings, found.info)
+
+
+def _head_on_random_features(settings: TrainSettings) -> bool:
+    """A frozen backbone with nothing to start from: only a head trains, on random features."""
+    return (
+        settings.freeze == "backbone" and settings.weights is None and settings.warm_start is None
+    )
 
 
 def workers_problem(settings: TrainSettings, info: DatasetInfo) -> str | None:

@@ -37,7 +37,6 @@ from app.storage.entries import Kind, kind_within, refuse_link
 from app.storage.location import (
     RunPath,
     check_writable,
-    make_folders,
     parse_location,
     store_errors,
     write_atomic,
@@ -156,7 +155,7 @@ def batch_predict(
         data = encode(found, destination, len(export.card["class_names"]))
         try:
             with store_errors(destination, "--out"):
-                make_folders(destination.parent)
+                destination.parent.mkdir(parents=True, exist_ok=True)  # a bucket has none
                 write_atomic(destination, data)
         except OSError as err:  # a volume's, since the probe: full, gone, read-only now
             why = err.strerror or str(err)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.promotion.class_gate import Judged, judge_classes, passed_text
+from app.promotion.class_gate import Judged, Scores, judge_classes, passed_text
 from app.settings.gate import Gate, exact
 
 # What the first champion is compared with chance on, whatever TRAIN_CHECKPOINT_METRIC is: the
@@ -178,8 +178,7 @@ def _on_data(
             f"the gate is judged on the held-out test data, whose evaluation failed "
             f"({judged.problem})"
         ]  # fmt: skip
-    on_test = {CHANCE_METRIC: judged.run.accuracy, "val_loss": judged.run.loss}
-    metrics = {**metrics, **on_test}
+    metrics = {**metrics, **_as_metrics(judged.run)}
     if champion_metrics is None:
         return metrics, None, []
     if judged.champion is None:
@@ -189,8 +188,12 @@ def _on_data(
                 f"the champion could not be scored on the test data ({judged.champion_problem})"
             )
         return metrics, champion_metrics, failed
-    theirs = {CHANCE_METRIC: judged.champion.accuracy, "val_loss": judged.champion.loss}
-    return metrics, {**champion_metrics, **theirs}, []
+    return metrics, {**champion_metrics, **_as_metrics(judged.champion)}, []
+
+
+def _as_metrics(scores: Scores) -> dict[str, float]:
+    """An evaluation's figures under the names of the epoch record's that they stand for."""
+    return {CHANCE_METRIC: scores.accuracy, "val_loss": scores.loss}
 
 
 def _unscored_on_valid(
@@ -236,8 +239,8 @@ def _compared(
     if judged.held_out or not gate.beats_champion:
         return value, champion, True
     assert judged.run is not None  # a champion is scored only on rows the run was scored on
-    pick = "accuracy" if metric == CHANCE_METRIC else "loss"
-    return getattr(judged.run, pick), getattr(judged.champion, pick), True
+    ours, theirs = _as_metrics(judged.run), _as_metrics(judged.champion)
+    return ours.get(metric), theirs.get(metric), True
 
 
 def _reason(

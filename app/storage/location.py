@@ -86,18 +86,12 @@ def ensure_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEO
 def check_writable(path: RunPath, variable: str) -> None:
     """Prove a file can be written in folder `path` without creating anything (ConfigError
     otherwise): a bucket's probe; on a volume, a probe file in the nearest folder that exists.
-    `make_folders` creates it when the file is written."""
+    The caller creates it when the file is written."""
     if isinstance(path, ObjectPath):
         return ensure_bucket_writable(path, variable, DEFAULT_TIMEOUT_S)
     if problem := local_write_problem(path):
         raise ConfigError(f"{variable}={path}: not writable ({problem})")
     return None
-
-
-def make_folders(path: RunPath) -> None:
-    """Folder `path` and those above it, where a store has folders (a bucket has none)."""
-    if not isinstance(path, ObjectPath):
-        path.mkdir(parents=True, exist_ok=True)
 
 
 def free_bytes(path: RunPath) -> int | None:
