@@ -418,6 +418,11 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"nodePools": {"a": {"cpusPerWorker": "0m"}}},
         {"dataPool": {"enabled": True, "cpusPerWorker": "0"}},
         {"dataPool": {"enabled": True, "cpusPerWorker": "0.0"}},
+        # Nor a count no node has, which Ray would be started with: bounded, in either spelling.
+        {"nodePools": {"a": {"cpusPerWorker": 1e300}}},
+        {"nodePools": {"a": {"cpusPerWorker": "1e300"}}},
+        {"dataPool": {"enabled": True, "cpusPerWorker": 10000}},
+        {"dataPool": {"enabled": True, "cpusPerWorker": "10000000m"}},
         {"storage": {"mountPath": "relative/path"}},
         {"storage": {"runsSubPath": "../escape"}},
         {"env": {"WANDB_API_KEY": "secret-value"}},
@@ -560,10 +565,12 @@ def test_rule_failures_carry_the_same_message_in_both_engines(tmp_path: Path) ->
 def test_number_formats_match_go(number: float) -> None:
     values = {
         "rayJob": {"runtimeEnv": {"x": number, "s": "<&>"}},
-        "nodePools": {"p": {"cpusPerWorker": number}},
+        # A pod's CPUs are fewer than 10000: a larger number is shown as a GPU-hour price.
+        "nodePools": {"p": {"cpusPerWorker": number if number < 10000 else 1}},
         "head": {"rayStartParams": {"num-cpus": "1"}},  # Ray Data's CPU, beside a tiny pod
     }
-    values["train"] = {"lr": number} if 0 < number <= 10 else {}
+    setting = "lr" if 0 < number <= 10 else "gpu_hour_price"
+    values["train"] = {setting: number} if number <= 1_000_000 else {}
     (job,) = [o for o in helm_render(values) if o["kind"] == "RayJob"]
     assert job["spec"]["runtimeEnvYAML"] == canonical.go_json(values["rayJob"]["runtimeEnv"])
     _, (group,) = (
@@ -571,10 +578,11 @@ def test_number_formats_match_go(number: float) -> None:
         job["spec"]["rayClusterSpec"]["workerGroupSpecs"],
     )
     worker = group["template"]["spec"]["containers"][0]
-    assert worker["resources"]["limits"]["cpu"] == canonical.scalar(number)
+    if number < 10000:
+        assert worker["resources"]["limits"]["cpu"] == canonical.scalar(number)
     if values["train"]:
         data = next(o for o in helm_render(values) if o["kind"] == "ConfigMap")["data"]
-        assert data["TRAIN_LR"] == canonical.scalar(number)
+        assert data[f"TRAIN_{setting.upper()}"] == canonical.scalar(number)
 
 
 def test_canonical_text_is_unambiguous() -> None:
