@@ -423,6 +423,8 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"nodePools": {"a": {"cpusPerWorker": "1e300"}}},
         {"dataPool": {"enabled": True, "cpusPerWorker": 10000}},
         {"dataPool": {"enabled": True, "cpusPerWorker": "10000000m"}},
+        {"head": {"cpu": "1e300"}},
+        {"head": {"cpu": 0}},
         {"storage": {"mountPath": "relative/path"}},
         {"storage": {"runsSubPath": "../escape"}},
         {"env": {"WANDB_API_KEY": "secret-value"}},

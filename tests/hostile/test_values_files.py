@@ -536,7 +536,7 @@ def test_a_long_name_and_a_quoted_boolean_say_what_is_allowed(tmp_path: Path) ->
     ("assignment", "said"),
     [
         ("dataPool.cpusPerWorker=0", "dataPool.cpusPerWorker: 0 is not allowed: it must be "
-                                     "greater than 0 (CPUs per Ray worker pod"),
+                                     "greater than 0 (CPUs of a Ray pod"),
         ("dataPool.replicas=5000", "dataPool.replicas: 5000 is not allowed: it must be at most "
                                    "1000"),
         ("dataPool.maxReplicas=null", "dataPool.maxReplicas: null (an empty value) is not "
