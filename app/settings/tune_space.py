@@ -110,6 +110,8 @@ class _SpaceLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[str, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults`, YAML's merge: the keys given here override its own
             key, line = self.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
             if not isinstance(key, str):
                 continue  # parse_space names a key that is not a setting's name

@@ -574,3 +574,14 @@ def test_the_trials_training_when_the_sweep_stops_say_interrupted(tmp_path: Path
     assert [r["status"] for r in rows] == ["succeeded", "interrupted", "pending"]
     summary = read_summary(settings.run_dir / "trials" / "trial-0002")
     assert summary is not None and "stopped by Ctrl-C" in summary["error"]
+
+
+def test_yaml_merge_keys_are_read_as_yaml_reads_them(tmp_path: Path) -> None:
+    """`<<: *shared`, YAML's merge: PyYAML's raw "could not determine a constructor for the tag
+    'tag:yaml.org,2002:merge'" came back as "not YAML" (a red-team pass)."""
+    space = tmp_path / "space.yaml"
+    space.write_text("lr: &rates {grid: [0.1, 0.01]}\nweight_decay:\n  <<: {uniform: [0.0, 0.1]}\n")
+    loaded = load_space(space, BASE)
+    assert (loaded["lr"].kind, loaded["weight_decay"].kind) == ("grid", "uniform")
+    space.write_text("lr: {uniform: [0.1, 0.2]}\nweight_decay: {<<: {grid: [0.1]}, grid: [0.2]}\n")
+    assert load_space(space, BASE)["weight_decay"].values == (0.2,)  # given here overrides merged
