@@ -110,7 +110,8 @@ def promote_run(
     except _Kept as kept:
         decision = gate.Decision(False, str(kept), metric, None, None, str(settings.promote_if))
         promotion.update(decision.record())
-        line = f"kept the champion: not promoted ({kept})"
+        kept_what = f"v{kept.version}" if kept.version else "the champion"
+        line = f"kept {kept_what}: not promoted ({kept})"
         version = None
     except _Failed as failed:
         _fail(settings, summary, promotion, str(failed))
@@ -149,7 +150,11 @@ def _publish(
 
 
 class _Kept(Exception):
-    """Nothing to gate: the champion stays, for the reason given."""
+    """Nothing to gate: the champion stays, for the reason given (its version, where read)."""
+
+    def __init__(self, reason: str, version: int | None = None) -> None:
+        super().__init__(reason)
+        self.version = version
 
 
 class _Failed(Exception):
@@ -434,7 +439,7 @@ def _what_the_swap_did(
         return f"promoted v{version} (already the champion)", decision, version, None
     promotion["champion_before"] = before.get("run_name")
     if outcome.kept:
-        raise _Kept(outcome.kept)
+        raise _Kept(outcome.kept, before.get("version"))
     decision = outcome.decision
     assert decision is not None
     promotion.update(decision.record())

@@ -355,7 +355,7 @@ def test_a_champion_is_replaced_only_by_a_model_of_its_task(
     pets = promote_run(settings_for(tmp_path, "pets", **gate), CATS_AND_DOGS, {"status": "ok"})
     assert pets["promoted"] is False and _pointer(tmp_path) == pointer
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
-        f"trainctl: kept the champion: not promoted (another task: champion digits-cnn v1 "
+        f"trainctl: kept v1: not promoted (another task: champion digits-cnn v1 "
         f"{TASK_DIGITS}; this run [cat, dog] 1x8x8 (new: cat, dog; missing: 0, 1, 2, 3, 4 ...); "
         "use another TRAIN_MODEL_NAME for a new task)"
     )
