@@ -110,12 +110,14 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     for name, check in todo:
         try:
             detail = check(settings, found)
-        # One line per verdict, whatever a setting or a file's name holds (a newline in
-        # TRAIN_STORAGE_PATH printed a line of its own that read as another check's verdict).
+        # One line per problem, whatever a setting or a file's name holds (a newline in
+        # TRAIN_STORAGE_PATH printed a line of its own that read as another check's verdict);
+        # several problems of one check, a line each, rather than one line run together.
         except ConfigError as err:
             problems.extend(err.problems)
             found.failed.add(name)
-            click.echo(printable_line(f"FAIL  {name}: {'; '.join(err.problems)}"))
+            for problem in err.problems:
+                click.echo(printable_line(f"FAIL  {name}: {problem}"))
         except Warned as warning:
             click.echo(printable_line(f"WARN  {name}: {warning}"))
         else:

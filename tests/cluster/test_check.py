@@ -138,9 +138,14 @@ def _with_cluster(failure: Failure) -> bool:
 
 
 def _verdicts(result: subprocess.CompletedProcess[str]) -> dict[str, tuple[str, str]]:
-    """check name -> (ok | WARN | FAIL, detail), from the lines `trainctl check` prints."""
+    """check name -> (ok | WARN | FAIL, detail), from the lines `trainctl check` prints (a
+    check with several problems prints a FAIL line for each: their details joined)."""
     lines = re.findall(r"^(ok|WARN|FAIL)\s+(\w+): (.*)$", result.stdout, flags=re.MULTILINE)
-    return {name: (verdict, detail) for verdict, name, detail in lines}
+    verdicts: dict[str, tuple[str, str]] = {}
+    for verdict, name, detail in lines:
+        said = verdicts.get(name)
+        verdicts[name] = (verdict, f"{said[1]}; {detail}" if said else detail)
+    return verdicts
 
 
 @pytest.fixture(scope="module")

@@ -219,6 +219,11 @@ def test_check_holds_the_space_and_every_trial_to_the_settings(
     (tmp_path / "space.yaml").write_text("lr: {loguniform: [1e-4, 1e-2]}\n")
     result = trainctl("check", "--skip-cluster")
     assert "ok    sweep: 8 trials over lr (asha)" in result.out, result.text
+    # Two problems, a FAIL line each (they were run together on one line, joined by "; ").
+    (tmp_path / "space.yaml").write_text("bogus: {grid: [1]}\nother: {grid: [2]}\n")
+    result = trainctl("check", "--skip-cluster")
+    failed = [line for line in result.out.splitlines() if line.startswith("FAIL")]
+    assert [line.split(": ", 2)[2][:6] for line in failed] == ["bogus:", "other:"], result.text
 
 
 @pytest.mark.parametrize(
