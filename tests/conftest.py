@@ -155,11 +155,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker gains nothing: tried, 18 minutes against 19.5 on the slower machine, and the
     token-auth test's own head node missed Ray's fixed 30 s start window.
 
-    Where the time goes (2026-12-03, `make test` 10 min 49 s): both cores were 93% busy, 1,205
-    CPU-seconds, so only less CPU work makes it shorter, not more overlap. A digits run on this
-    cluster costs about 30 CPU-seconds, most of it processes Ray starts for it (the controller,
-    workers importing torch, Ray Data's tasks and actors), little of it training. Tried without
-    a measurable gain: one OpenMP thread per process, and the raylets' memory monitor off.
+    Where the time goes (2026-12-04, 11 min 12 s, every process's CPU sampled each second):
+    1,257 CPU-seconds busy, 82 idle (most of that in the last two minutes, where the tests
+    that wait on deadlines and servers run). Ray's own processes took 530 (the controllers,
+    Ray Data's and Ray Train's actors and tasks, each a new Python process importing ray.train
+    or ray.data, and the clusters' daemons), the training workers 199, the `trainctl` drivers
+    188, the two pytest workers 198, the MLflow and S3 servers 57. A digits run costs about 30
+    CPU-seconds, most of it processes Ray starts for it, little of it training; an idle actor
+    costs 0.3 CPU-seconds a minute. So only fewer runs make it shorter, not more overlap.
+    Tried without a measurable gain: one OpenMP thread per process, the raylets' memory monitor
+    off, and a slower metrics export.
     """
     for item in items:
         if "ray_cluster" not in getattr(item, "fixturenames", ()):
