@@ -41,7 +41,7 @@ class ImageError(ValueError):
     """An image cannot be read or used; the message names it and says why."""
 
 
-class TooManyPixels(ImageError):
+class TooManyPixelsError(ImageError):
     """An image declaring more than MAX_PIXELS pixels."""
 
 
@@ -59,7 +59,7 @@ def open_image(data: bytes, where: object) -> Image.Image:
         # Pillow's own text quotes its limit (twice ours, for the error): only its count here.
         counted = re.search(r"\((\d+) pixels\)", str(err))
         size = f"{int(counted.group(1)):,} pixels: " if counted else ""
-        raise TooManyPixels(
+        raise TooManyPixelsError(
             f"{shown(where)}: {size}over the {MAX_PIXELS:,} pixels allowed for one image (a "
             "decompression bomb, or a photograph to downscale first)"
         ) from None
@@ -72,7 +72,7 @@ def open_image(data: bytes, where: object) -> Image.Image:
     width, height = image.size
     if width * height > MAX_PIXELS:
         image.close()
-        raise TooManyPixels(
+        raise TooManyPixelsError(
             f"{shown(where)}: {width}x{height} pixels, over the {MAX_PIXELS:,} allowed for one "
             "image (a decompression bomb, or a photograph to downscale first)"
         )

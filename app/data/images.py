@@ -26,7 +26,13 @@ import pyarrow.compute as pc
 from PIL import Image
 
 # ImageError is every image reader's error; it is re-exported from here.
-from app.data.image_decode import COLOR_MODES, GRAY_MODES, ImageError, TooManyPixels, open_image
+from app.data.image_decode import (
+    COLOR_MODES,
+    GRAY_MODES,
+    ImageError,
+    TooManyPixelsError,
+    open_image,
+)
 
 SHAPE_KEY = b"trainctl.image_shape"
 TENSOR_EXTENSIONS = (
@@ -268,7 +274,7 @@ def _open(data: bytes | None, row: int) -> Image.Image:
         raise ImageError(f"row {row}: not PNG or JPEG bytes")
     try:
         return open_image(data, f"row {row}")
-    except TooManyPixels:
+    except TooManyPixelsError:
         raise
     except ImageError as err:
         why = str(err).removeprefix(f"row {row}: ")

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from app.data.image_decode import ImageError
 from app.runfolder.checkpoints import CheckpointRef
 from app.runfolder.folder import REFUSED_KEY, recorded_tracking
 from app.storage.location import RunPath
@@ -121,8 +122,14 @@ def root_cause(err: BaseException) -> str:
 
 
 def is_bad_image(cause: str, err: BaseException) -> bool:
-    """A worker's image decode failure, whose row is block-relative: the file must be found."""
-    return "ImageError" in cause or any("ImageError" in str(e) for e in _chain(err))
+    """A worker's image decode failure, whose row is block-relative: the file must be found.
+    Any kind of ImageError: a remote traceback names the raised class only (a decompression
+    bomb's TooManyPixelsError ended as Ray Data's advice on retries, naming no file)."""
+    texts = [cause, *(str(e) for e in _chain(err))]
+    return any(name in text for name in _BAD_IMAGE_ERRORS for text in texts)
+
+
+_BAD_IMAGE_ERRORS = tuple(kind.__name__ for kind in (ImageError, *ImageError.__subclasses__()))
 
 
 def is_refused_read(err: BaseException) -> bool:

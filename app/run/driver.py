@@ -253,7 +253,9 @@ def _cause(err: BaseException, settings: TrainSettings, info: DatasetInfo) -> st
 
         where = dataset_kind(settings.dataset).locate_bad_image(info)
         if bad_image:
-            cause = f"bad image in {where or 'the data'}: {cause}"
+            said = cause.split(": ", 1)[-1]  # the decoder's message, less its class's name
+            found = where or "the data"
+            cause = f"bad image in {found}" if said in found else f"bad image in {found}: {cause}"
         elif where:
             cause = f"unreadable data in {where}"
     return cause

@@ -130,6 +130,20 @@ def test_a_bad_image_met_by_a_workers_ray_data_iterator_is_named() -> None:
         "ImageError: row 15 is not a decodable PNG/JPEG image (Truncated File Read)"
     ), cause
     assert decisions.is_bad_image(cause, failed)
+    # A decompression bomb's own kind of ImageError: named too (it ended as Ray Data's advice
+    # on retries, naming no file, found by a red-team pass).
+    bomb = remote.replace("raise ImageError(", "raise TooManyPixelsError(").replace(
+        "app.data.image_decode.ImageError: row 15 is not a decodable PNG/JPEG image (Truncated "
+        "File Read)",
+        "app.data.image_decode.TooManyPixelsError: /data/train/x/bomb.png: 900,000,000 pixels",
+    )
+    task_error = RayTaskError(
+        "ReadFiles->MapBatches(to_folder_rows)", bomb, UserCodeException(advice)
+    ).as_instanceof_cause()
+    failed = WorkerGroupError(f"[Rank 0]\n{task_error}", {0: task_error})
+    cause = decisions.root_cause(failed)
+    assert cause == "TooManyPixelsError: /data/train/x/bomb.png: 900,000,000 pixels", cause
+    assert decisions.is_bad_image(cause, failed)
     # Without an ImageError anywhere, the innermost error's last line stays the cause.
     plain = WorkerGroupError("[Rank 1]\nboom", {1: ValueError("x\nthe reason")})
     assert decisions.root_cause(plain) == "ValueError: the reason"
