@@ -266,6 +266,11 @@ def _why(err: OSError | ValueError) -> str:
     return (err.strerror if isinstance(err, OSError) else None) or str(err)
 
 
+# What a channel's normalization may be: a training run records its data's (std below 1e-6 is
+# recorded as 1) or its weights' own (ImageNet's), all well inside these.
+_NORMALIZATION = {"mean": (-10.0, 10.0), "std": (1e-6, 10.0)}
+
+
 def card_problem(card: Any) -> str | None:
     """What makes `card` unusable for prediction, or None."""
     if not isinstance(card, dict):
@@ -303,7 +308,9 @@ def card_problem(card: Any) -> str | None:
     for name, value in (("height", height), ("width", width)):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIDE:
             return f"input.{name} must be a whole number 1..{MAX_SIDE}"
-    for name in ("mean", "std"):
+    # Pixels are read as 0..1 and normalized as (x - mean) / std in float32: a NaN, an infinity
+    # or a std of 1e-300 there scored every image NaN, and NaN's argmax still answered a class.
+    for name, (low, high) in _NORMALIZATION.items():
         values = input_.get(name)
         if (
             not isinstance(values, list)
@@ -311,8 +318,8 @@ def card_problem(card: Any) -> str | None:
             or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
         ):
             return f"input.{name} must hold {channels} numbers, one per channel"
-    if any(v == 0 for v in input_["std"]):
-        return "input.std must not be 0"
+        if not all(low <= v <= high for v in values):  # False for NaN
+            return f"input.{name} must hold numbers from {low:g} to {high:g} (pixels read as 0..1)"
     names = card.get("class_names")
     if (
         not isinstance(names, list)

@@ -8,6 +8,7 @@ The run is real: a cnn checkpoint put through the promotion step, which writes t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -187,7 +188,7 @@ def test_a_card_edited_after_the_run_exported_it_is_refused(run: Path, tmp_path:
     another mean shifted every prediction, and predict answered with exit 0."""
     card_file = run / "export" / "model_card.json"
     card = json.loads(card_file.read_text())
-    card["input"]["mean"] = [50.0]
+    card["input"]["mean"] = [0.9]  # within the bounds of any card: only the sha256 tells
     card_file.write_text(json.dumps(card))
     image = folder(tmp_path / "imgs", ["a"], per_class=1) / "a" / "0.png"
     data = folder(tmp_path / "test", CLASSES)
@@ -203,6 +204,37 @@ def test_a_card_edited_after_the_run_exported_it_is_refused(run: Path, tmp_path:
             "summary.json: promotion.export.card_sha256",
         )  # fmt: skip
     assert not (tmp_path / "p.csv").exists()
+    no_eval_written(run)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("std", [1e-300], "input.std must hold numbers from 1e-06 to 10"),
+        ("mean", [float("nan")], "input.mean must hold numbers from -10 to 10"),
+        ("mean", [1e308], "input.mean must hold numbers from -10 to 10"),
+    ],
+)
+def test_a_card_whose_normalization_makes_no_number_is_refused(
+    run: Path, tmp_path: Path, field: str, value: list[float], said: str
+) -> None:
+    """A writer of the storage who rewrites the card and the summary's sha256 of it together
+    (no signing key): a std of 1e-300 or a NaN mean scored every image NaN, predict printed
+    `nan` (and `NaN` in --json, which is not JSON) and evaluate an accuracy from NaN's argmax,
+    all with exit 0 (a red-team pass)."""
+    card_file = run / "export" / "model_card.json"
+    card = json.loads(card_file.read_text())
+    card["input"][field] = value
+    card_file.write_text(json.dumps(card))
+    summary_file = run / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["promotion"]["export"]["card_sha256"] = hashlib.sha256(
+        card_file.read_bytes()
+    ).hexdigest()
+    summary_file.write_text(json.dumps(summary))
+    image = folder(tmp_path / "imgs", ["a"], per_class=1) / "a" / "0.png"
+    assert_refused(trainctl("predict", str(run), str(image), "--json"), 2, said)
+    assert_refused(trainctl("evaluate", str(run), str(folder(tmp_path / "test", CLASSES))), 2, said)
     no_eval_written(run)
 
 
