@@ -140,6 +140,18 @@ def read_pointer(path: RunPath) -> dict[str, Any] | None:
     return parse_pointer(path, data)
 
 
+def last_version(pointer: dict[str, Any], where: object) -> str | None:
+    """Why no promotion can follow the champion `pointer`, or None: its version is the last a
+    pointer may hold, and the next would be refused by every reader of it."""
+    if pointer.get("version") != MAX_VERSION:
+        return None
+    return (
+        f"the champion's pointer {where} is at v{MAX_VERSION:,}, the last version a pointer may "
+        "hold, so no promotion can follow it: remove the pointer (the next run that passes the "
+        "gate becomes v1) or use another TRAIN_MODEL_NAME"
+    )
+
+
 def parse_pointer(path: RunPath, data: bytes | None) -> dict[str, Any] | None:
     """The pointer in `data` (None: there is none); PointerDamaged when it is not one."""
     if data is None:

@@ -53,6 +53,9 @@ def promotion_check(settings: TrainSettings, info: DatasetInfo | None = None) ->
             pointer = None if absent else champion.read_pointer(path)
     except champion.PointerDamaged as err:
         raise ConfigError(damaged(str(err))) from None
+    last = pointer and champion.last_version(pointer, one_line(str(path), 500))
+    if last:  # every run would train and then keep it
+        raise ConfigError(f"{last}; a run would train and then keep the champion, not promoted")
     line = describe(settings.promote_if, pointer, settings.checkpoint_metric, path)
     if pointer is None:
         held_out = info is not None and info.test_rows is not None

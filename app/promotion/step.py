@@ -398,8 +398,10 @@ def move_champion(
                 outcome.decision = judge(None)
             return None
         if current is not None:
-            outcome.kept = _task_problem(current, candidate, settings) or _nothing_to_beat(
-                current, settings
+            outcome.kept = (
+                champion.last_version(current, _pointer(settings))
+                or _task_problem(current, candidate, settings)
+                or _nothing_to_beat(current, settings)
             )
             if outcome.kept:
                 return None

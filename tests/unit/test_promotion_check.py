@@ -252,6 +252,25 @@ def test_the_step_keeps_the_champion_on_what_check_fails(tmp_path: Path) -> None
     )
 
 
+def test_a_champion_at_the_last_version_is_kept_and_check_says_why(tmp_path: Path) -> None:
+    """At v1,000,000,000 a promotion wrote v1,000,000,001, which every reader of the pointer
+    then refused, `check` included (a red-team pass): the step keeps it, saying why, and check
+    fails on it before a run trains."""
+    from app.promotion.champion import MAX_VERSION
+    from app.promotion.step import promote_run
+
+    _write(tmp_path, {"version": MAX_VERSION, "run_name": "old", "metrics": {"val_accuracy": 0.1}})
+    said = _failure(settings_for(tmp_path, "r"))
+    assert f"at v{MAX_VERSION:,}, the last version a pointer may hold" in said, said
+    assert "a run would train and then keep the champion, not promoted" in said
+    make_run(tmp_path, "r", 0.99)
+    summary = promote_run(settings_for(tmp_path, "r"), INFO, {"status": "succeeded"})
+    assert summary["promoted"] is False
+    assert "the last version a pointer may hold" in summary["promotion"]["reason"]
+    assert summary["promotion"]["line"].startswith(f"kept v{MAX_VERSION}: not promoted")
+    assert json.loads(_pointer_file(tmp_path).read_text())["version"] == MAX_VERSION
+
+
 def _unguarded(settings: TrainSettings) -> str:
     """The line of a gate that never compares with the champion, said as a warning."""
     with pytest.raises(UnguardedChampion) as said:
