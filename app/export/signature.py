@@ -132,17 +132,19 @@ def check(folder: RunPath, root: RunPath, card_bytes: bytes, key: Ed25519PublicK
     try:
         text = read_bounded(path, root, MAX_SIGNATURE_BYTES).decode("utf-8")
         record = bounded_json.loads(text, MAX_SIGNATURE_BYTES)
-        signature = base64.b64decode(str(record["signature"]), validate=True)
+        if not isinstance(record, dict) or not isinstance(record.get("signature"), str):
+            raise ValueError("no `signature` text in it")  # `{}` said only ('signature')
+        signature = base64.b64decode(record["signature"], validate=True)
         signed_by = record.get("key_id")
     except FileNotFoundError:
         raise ConfigError(
-            f"{folder}: no {SIGNATURE_FILE}: the export is not signed (it was made without "
-            f"TRAIN_SIGNING_KEY, and stays so), and TRAIN_VERIFY_KEY (key {expected}) loads "
-            "only signed ones"
+            f"{folder}: no {SIGNATURE_FILE}: the export is not signed (made without "
+            "TRAIN_SIGNING_KEY, or its signature was removed since), and TRAIN_VERIFY_KEY (key "
+            f"{expected}) loads only signed ones; not loaded"
         ) from None
     except safe_fs.LinkRefused:
         raise
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except (OSError, ValueError, TypeError, AttributeError) as err:
         why = one_line(str(err), 200)
         raise ConfigError(f"{path}: unreadable signature ({why}); not loaded") from None
     try:

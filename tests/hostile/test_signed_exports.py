@@ -127,6 +127,8 @@ def test_an_unsigned_export_and_unsigned_warm_starts_are_refused(
     monkeypatch.setenv("TRAIN_VERIFY_KEY", str(public))
     result = trainctl("predict", str(run), image)
     assert_refused(result, 2, f"no {SIGNATURE_FILE}: the export is not signed", "TRAIN_SIGNING_KEY")
+    # A signed export whose signature was deleted reads the same: nothing tells them apart.
+    assert "or its signature was removed since" in result.text
     checkpoint = next(run.glob("checkpoint_epoch_*"))
     for source in (str(checkpoint), str(checkpoint / "model.pt"), str(run)):
         settings = settings_for(tmp_path / "runs", "next", warm_start=source)
@@ -285,6 +287,10 @@ def test_a_signed_export_in_another_runs_folder_is_refused(
         ("[" * 3000, "nested"),  # was a RecursionError: an internal error, exit 1
         (json.dumps({"signature": "AAAA", "key_id": "\x1b]0;pwned\x07"}), "\\x1b]0;pwned"),
         (json.dumps({"signature": "AAAA"}), "does not verify"),
+        # It said `unreadable signature ('signature')`, a KeyError's bare text (a red-team pass).
+        ("{}", "unreadable signature (no `signature` text in it)"),
+        (json.dumps({"signature": 5}), "unreadable signature (no `signature` text in it)"),
+        ("[1]", "unreadable signature (no `signature` text in it)"),
     ],
 )
 def test_a_hostile_signature_file_is_refused_and_never_drives_the_terminal(
