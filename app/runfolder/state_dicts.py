@@ -104,9 +104,14 @@ def load_problem(err: BaseException) -> str:
         found = re.search(
             r"(unsupported GLOBAL [^\n]*?|Unsupported global: [^\n]*?)\.?\n", str(err)
         )
-        what = f" ({found.group(1)})" if found else ""
+        if found:  # a function or class to call: what a planted file carries
+            return (
+                f"UnpicklingError: it holds more than tensors ({found.group(1)}), which would "
+                "run code if loaded: it is not loaded"
+            )
+        # Random bytes, a damaged file, a pickle of plain Python data: nothing to call.
         return (
-            f"UnpicklingError: it holds more than tensors{what}, which would run code if "
-            "loaded: it is not loaded"
+            "UnpicklingError: not a file of tensors torch.save wrote (damaged, or another kind "
+            "of file): it is not loaded"
         )
     return f"{type(err).__name__}: {err}"

@@ -133,6 +133,17 @@ def test_a_plain_pickle_is_refused_without_torchs_warning(
     assert not marker.exists()
 
 
+def test_a_damaged_weights_file_is_called_damaged_not_code(run: Path, image: str) -> None:
+    """Random bytes read "it holds more than tensors, which would run code if loaded", the
+    words for a planted payload (a red-team pass): only a file naming something to call is."""
+    weights = run / "export" / "weights.pt"
+    weights.write_bytes(b"\x80\x02" + bytes(range(256)) * 8)
+    _vouch(run / "export", "weights.pt")
+    result = trainctl("predict", str(run), image)
+    assert_refused(result, 2, "UnpicklingError: not a file of tensors torch.save wrote")
+    assert "run code" not in result.text and "weights_only" not in result.text
+
+
 def _sympy_payload(program: bytes, marker: Path) -> bytes:
     """The program with Python in a symbolic shape expression: torch.export.load hands it to
     sympy.sympify, which evaluates it. No pickle involved."""
