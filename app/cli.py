@@ -521,6 +521,8 @@ def predict_cmd(
         found = result.predictions
         if out is not None and (found or not result.skipped):
             click.echo(result.line())
+        elif result.not_images:  # stdout holds the predictions alone: the count goes aside
+            click.echo(f"trainctl: {result.passed_over()}", err=True)
         if not found and result.skipped:  # nothing scored: a failed batch, not an empty one
             from app.errors import RunFailed
 

@@ -63,13 +63,14 @@ class BatchResult:
         skipped = f", {len(self.skipped):,} skipped" if self.skipped else ""
         count = len(self.predictions)
         images = "image" if count == 1 else "images"
-        passed = (
-            f" ({self.not_images:,} other file(s) not read: not images by name, hidden, or not "
-            "regular files)"
-            if self.not_images
-            else ""
-        )
+        passed = f" ({self.passed_over()})" if self.not_images else ""
         return f"trainctl: predicted {count:,} {images}{skipped}{where}{passed}"
+
+    def passed_over(self) -> str:
+        return (
+            f"{self.not_images:,} other file(s) not read: not images by name, hidden, or not "
+            "regular files (a FIFO, socket or device)"
+        )
 
 
 def takes_batch_path(images: Sequence[str], out: str | None, pool: bool = False) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -318,6 +319,16 @@ def test_predict_out_names_each_row_by_its_own_path_and_replaces_only_with_overw
     same = [k for k in rows[str(data / "0" / first)] if k != "image"]
     link = rows[str(data / "0" / "link.png")]
     assert [link[k] for k in same] == [rows[str(data / "0" / first)][k] for k in same]
+    # Without --out, stdout holds the predictions alone, and a file passed over is counted
+    # aside: a FIFO named like an image was dropped without a word (a red-team pass).
+    os.mkfifo(data / "0" / "stream.png")
+    shown = trainctl("predict", run, str(data))
+    assert shown.code == 0, shown.text
+    assert len(shown.out.splitlines()) == 3, shown.text
+    assert "trainctl: 1 other file(s) not read: not images by name, hidden, or not regular " in (
+        shown.err
+    ), shown.text
+    (data / "0" / "stream.png").unlink()
 
     for name in (first, second):
         (data / "0" / name).write_bytes(b"not an image")

@@ -413,7 +413,7 @@ def test_predict_says_how_many_files_it_passed_over(tmp_path: Path) -> None:
     _, paths, passed = _listed(parse_location(str(data), None))
     assert (paths, passed) == ([("a/0.png", "a/0.png"), ("a/1.png", "a/1.png")], 2)
     line = BatchResult([], [], None, passed).line()
-    assert "(2 other file(s) not read: not images by name, hidden, or not regular files)" in line
+    assert "(2 other file(s) not read: not images by name, hidden, or not regular files (a " in line
 
 
 def test_predict_few_files_stays_on_the_single_process_path(run: Path, tmp_path: Path) -> None:
