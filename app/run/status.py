@@ -223,7 +223,10 @@ def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:
             for entry in first_met.checked(summary.get("time_to_threshold"))
         ]
     result.interruptions = _interruptions(summary, attempts, final)
-    result.accelerator_hours = _hours(summary, attempts, progress, final, now)
+    # Counted on up to now only while a driver runs: a damaged summary's status (unknown) is
+    # no reason to think one does, and its figure grew with the clock (a red-team pass).
+    live = result.status == "running"
+    result.accelerator_hours = _hours(summary, attempts, progress, final or not live, now)
     return result
 
 

@@ -309,6 +309,25 @@ def test_a_running_run_is_read_from_its_live_records(tmp_path: Path) -> None:
     assert status.promotion is None and status.problems == []
 
 
+def test_a_damaged_status_is_not_counted_on_with_the_clock(tmp_path: Path) -> None:
+    """A summary whose status is damaged (an object): its usage was counted on up to now as if
+    a driver ran, a figure that grew with every look (a red-team pass). Only the record."""
+    run_dir = _running(tmp_path)
+    summary = json.loads((run_dir / run_folder.SUMMARY_FILE).read_text())
+    run_folder.write_summary(run_dir, {**summary, "status": {"a": 1}})
+    status = run_status.read_run(run_dir, now=NOW)
+    assert status.status == "unknown" and "damaged (status" in status.problems[0]
+    assert status.accelerator_hours == {
+        "kind": "cpu",
+        "hours": 1.0,
+        "workers": 2,
+        "per_worker": 2.0,
+    }
+    assert (
+        run_status.read_run(run_dir, now=NOW + 3600).accelerator_hours == status.accelerator_hours
+    )
+
+
 def test_a_run_silent_for_long_says_what_that_usually_means(tmp_path: Path) -> None:
     status = run_status.read_run(_running(tmp_path, last_seen=NOW - 7200), now=NOW)
     assert status.status == "running" and status.status_text() == "running (silent 2h00m)"
