@@ -29,7 +29,10 @@ def decode(metadata: dict[bytes, bytes] | None) -> tuple[str, ...]:
         return ()
     if len(raw) > MAX_BYTES:
         raise ValueError(f"{CLASS_NAMES_KEY.decode()} is over {MAX_BYTES:,} bytes")
-    names = bounded_json.loads(raw.decode("utf-8", "replace"), MAX_BYTES)
+    try:
+        names = bounded_json.loads(raw.decode("utf-8", "replace"), MAX_BYTES)
+    except ValueError as err:  # json's own words alone did not say which metadata was damaged
+        raise ValueError(f"{CLASS_NAMES_KEY.decode()} in its schema is not JSON ({err})") from None
     if (
         not isinstance(names, list)
         or not 2 <= len(names) <= MAX_CLASSES

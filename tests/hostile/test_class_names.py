@@ -32,9 +32,10 @@ NFC = unicodedata.normalize("NFC", "café")
 NFD = unicodedata.normalize("NFD", "café")
 
 
-def _named_parquet(root: Path, names: list[str]) -> None:
-    """The test data (4 classes) with `names` in the schema metadata, as prepare-data writes."""
-    metadata = {CLASS_NAMES_KEY: json.dumps(names).encode()}
+def _named_parquet(root: Path, names: list[str], raw: bytes | None = None) -> None:
+    """The test data (4 classes) with `names` in the schema metadata, as prepare-data writes
+    (or `raw`, these bytes there instead)."""
+    metadata = {CLASS_NAMES_KEY: json.dumps(names).encode() if raw is None else raw}
     for split, rows in data.ROWS.items():
         images = data.images(rows)
         column = pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(images))
@@ -121,3 +122,14 @@ def test_a_model_card_naming_a_class_twice(tmp_path: Path) -> None:
 def test_folders_differing_only_in_case_are_two_classes(tmp_path: Path) -> None:
     image_folder(tmp_path, per_class=(1, 1), classes=("A", "a"))
     assert list_folder(tmp_path).class_names == ("A", "a")
+
+
+def test_parquet_class_names_that_are_not_json_are_named_as_such(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """It said only json's words ("Expecting property name enclosed in double quotes"), not
+    which metadata they were about (a red-team pass)."""
+    _named_parquet(tmp_path / "data", [], raw=b"{not json")
+    _env(monkeypatch, tmp_path)
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "trainctl.class_names in its schema is not JSON (Expecting")
