@@ -35,7 +35,7 @@ from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows, parquet_rows
 from app.formatting import shown
 from app.runfolder.class_names import one_form
 from app.storage.location import RunPath, parse_location, store_errors
-from app.storage.reading import reader_source
+from app.storage.reading import present, reader_source
 
 if TYPE_CHECKING:
     import ray.data
@@ -209,8 +209,9 @@ def data_folder(
 
 def _data_folder(location: RunPath, card: dict[str, Any], allow_missing: bool) -> EvalData:
     if not location.is_dir():
+        what = "not a folder" if present(location) else "no such folder"
         raise ConfigError(
-            f"{shown(location)}: not a folder; give a folder of class folders "
+            f"{shown(location)}: {what}; give a folder of class folders "
             "(DATA/<class>/<image>) or of Parquet files (image and label columns)"
         )
     listing = list_class_folder(location)

@@ -190,7 +190,8 @@ def run_export(run_dir: RunPath, *, as_recorded: bool = True) -> Verified:
                 f"eval/: give the run folder, {shown(run_dir.parent)}"
             )
         if not run_dir.is_dir():
-            raise ConfigError(f"{shown(run_dir)}: no such run folder; give a run folder (or URI)")
+            what = "is a file, not a run folder" if present(run_dir) else "no such run folder"
+            raise ConfigError(f"{shown(run_dir)}: {what}; give a run folder (or URI)")
         from app.runfolder.folder import read_summary
 
         missing = f"{shown(run_dir)}: no {EXPORT_DIR}/{CARD_FILE}"

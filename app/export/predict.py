@@ -98,6 +98,11 @@ def export_folder(where: RunPath) -> tuple[RunPath, RunPath]:
             f"{shown(where)}: is a file; give the run folder or its {EXPORT_DIR}/ folder, whose "
             f"{CARD_FILE} says which files to load"
         )
+    if found is None:  # it said "<where>/export: no model_card.json"
+        raise ConfigError(
+            f"{shown(where)}: no such run or export folder; give a run folder, its "
+            f"{EXPORT_DIR}/ folder, or champion:<name>"
+        )
     folder = where if present(where / CARD_FILE) else where / EXPORT_DIR
     return folder, where
 

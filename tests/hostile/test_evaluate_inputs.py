@@ -106,7 +106,17 @@ def test_a_folder_without_images_is_refused(run: Path, tmp_path: Path, make: obj
 
 def test_a_missing_data_folder_is_refused(run: Path, tmp_path: Path) -> None:
     result = trainctl("evaluate", str(run), str(tmp_path / "nowhere"))
-    assert_refused(result, 2, "nowhere: not a folder")
+    assert_refused(result, 2, "nowhere: no such folder")
+    # Each path named for what it is (a red-team pass: "not a folder" for a missing one, "no
+    # such run folder" for a file, "<run>/export: no model_card.json" for a missing run).
+    (tmp_path / "a.png").write_bytes(b"x")
+    assert_refused(
+        trainctl("evaluate", str(run), str(tmp_path / "a.png")), 2, "a.png: not a folder"
+    )
+    result = trainctl("evaluate", str(tmp_path / "a.png"), str(tmp_path))
+    assert_refused(result, 2, "a.png: is a file, not a run folder")
+    result = trainctl("predict", str(tmp_path / "runs" / "nope"), str(tmp_path / "a.png"))
+    assert_refused(result, 2, "nope: no such run or export folder")
 
 
 def test_a_datasets_root_is_refused_with_the_split_to_give(run: Path, tmp_path: Path) -> None:
@@ -173,7 +183,7 @@ def test_a_file_of_the_export_named_as_the_model_says_what_to_give(
     # It read <weights.pt>/export/model_card.json and said "Not a directory".
     assert_refused(result, 2, "weights.pt: is a file; give the run folder or its export/")
     result = trainctl("predict", str(run / "export" / "weights.pt" / "x"), str(image))
-    assert_refused(result, 2, "weights.pt/x/export/model_card.json", "Not a directory")
+    assert_refused(result, 2, "weights.pt/x: no such run or export folder")
 
 
 def test_an_altered_export_is_refused_before_anything_is_scored(run: Path, tmp_path: Path) -> None:
