@@ -157,7 +157,7 @@ def parse_pointer(path: RunPath, data: bytes | None) -> dict[str, Any] | None:
     if data is None:
         return None
     try:
-        pointer = bounded_json.loads(data.decode("utf-8"), MAX_POINTER_BYTES)
+        pointer = bounded_json.loads(data.decode("utf-8"), MAX_POINTER_BYTES, unique_keys=True)
     except ValueError as err:  # not UTF-8, not JSON, too deep
         raise PointerDamaged(f"{path}: unreadable champion pointer ({err})") from None
     version = pointer.get("version") if isinstance(pointer, dict) else None

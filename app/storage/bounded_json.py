@@ -35,11 +35,22 @@ def depth(text: str) -> int:
     return deepest
 
 
-def loads(text: str, max_chars: int | None = None) -> Any:
+def loads(text: str, max_chars: int | None = None, *, unique_keys: bool = False) -> Any:
     """json.loads, or ValueError when `text` is longer than max_chars or nests deeper than
-    MAX_DEPTH (checked before parsing, so the parser never recurses that far)."""
+    MAX_DEPTH (checked before parsing, so the parser never recurses that far), or, with
+    `unique_keys`, holds an object naming a key twice (Python keeps the last, other readers
+    the first: a record two readers would read differently)."""
     if max_chars is not None and len(text) > max_chars:
         raise ValueError(f"{len(text):,} characters, over the {max_chars:,} allowed")
     if (found := depth(text)) > MAX_DEPTH:
         raise ValueError(f"nested {found} levels deep, over the {MAX_DEPTH} allowed")
-    return json.loads(text)
+    return json.loads(text, object_pairs_hook=_once if unique_keys else None)
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            raise ValueError(f"the key {json.dumps(key)[:60]} is given twice")
+        record[key] = value
+    return record

@@ -208,6 +208,8 @@ DAMAGED = [
     ("metrics-text", b'{"version": 3, "metrics": "val_accuracy 0.9"}', "`metrics` is not an"),
     ("too-big", b'{"version": 3, "pad": "' + b"x" * (2 << 20) + b'"}', "over the"),
     ("deep", b"[" * 100_000, "unreadable champion pointer"),
+    # Python's json keeps the last (v99), other readers the first (a red-team pass).
+    ("key-twice", b'{"version": 3, "version": 99}', 'the key "version" is given twice'),
 ]
 
 
