@@ -20,10 +20,10 @@ CRDS := $(PYTHON_BIN) tests/kuberay_crds.py
 # `make bench-smoke` (CI runs both). Override with e.g. PYTEST_ARGS='-n 0 tests/unit'.
 PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=30 -m "not bench_smoke"
 
-.PHONY: help setup run test bench-smoke parity fresh-clone-test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down clean
+.PHONY: help setup run test bench-smoke parity fresh-clone-test lint fmt docs manifests image crds bench lock kind-up kind-test kind-down
 
 help:  ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	@echo "installing pinned dependencies into $(VENV) (about 3 minutes the first time)..."
