@@ -196,8 +196,10 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
         same_trials(settings, before, trials, space)
     fits = ""
     if found.info is not None:  # the data inspected: each trial's model held to it, as tune does
-        trials_fit_the_data(per_trial, found.info)
-        fits = ", each trial's model fits the data"
+        trials_fit_the_data(per_trial, found.info, found.warm_start)
+        fits = ", each trial's model fits the data" + (
+            " and the warm start" if found.warm_start is not None else ""
+        )
     said = (
         f"{len(trials)} trials over {', '.join(space)} ({settings.tune_scheduler}), each "
         f"trial's settings valid{fits}"
@@ -233,10 +235,12 @@ def _trials_advice(per_trial: dict[str, TrainSettings], info: DatasetInfo | None
     return "; ".join(said) or None
 
 
-def trials_fit_the_data(per_trial: dict[str, TrainSettings], info: DatasetInfo) -> None:
-    """Each trial's model checked against the data as `train` checks a run's, before Ray
-    starts: found inside a trial, the problem was a traceback in Tune's log and a trial
-    that never trained."""
+def trials_fit_the_data(
+    per_trial: dict[str, TrainSettings], info: DatasetInfo, warm_start: Any = None
+) -> None:
+    """Each trial's model checked against the data as `train` checks a run's, and against the
+    warm start's weights where one is given, before Ray starts: found inside a trial, the
+    problem was a traceback in Tune's log and a trial that never trained."""
     from app.training.model import model_problem
 
     problems = [
@@ -244,6 +248,10 @@ def trials_fit_the_data(per_trial: dict[str, TrainSettings], info: DatasetInfo) 
         for trial_id, trial in per_trial.items()
         if (problem := model_problem(trial.model, info, trial.vit_patch))
     ]
+    if warm_start is not None and not problems:
+        from app.run.warm_start import trials_fit_problems
+
+        problems = trials_fit_problems(warm_start, per_trial, info)
     if problems:
         raise ConfigError(problems)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,27 @@ def resolve(settings: TrainSettings, info: DatasetInfo | None) -> WarmStart:
                 f"TRAIN_WARM_START={source} does not fit TRAIN_MODEL={settings.model}: {problem}"
             )
     return warm
+
+
+def trials_fit_problems(
+    warm: WarmStart, per_trial: Mapping[str, TrainSettings], info: DatasetInfo
+) -> list[str]:
+    """A sweep's trials whose model the warm start does not fit, one line each: a space that
+    varies `model` passed check with the base model's fit, and each other model's trials
+    then failed in Tune with a traceback (a red-team pass)."""
+    weights = _weights(warm)
+    found: dict[tuple[str, int | None], str | None] = {}
+    problems = []
+    for trial_id, trial in per_trial.items():
+        shape = (trial.model, trial.vit_patch)
+        if shape not in found:
+            found[shape] = fit_problem(weights, _model_shapes(trial, info))
+        if problem := found[shape]:
+            problems.append(
+                f"{trial_id}: TRAIN_WARM_START={warm.source} does not fit TRAIN_MODEL="
+                f"{trial.model}: {problem}"
+            )
+    return problems
 
 
 def _weights(warm: WarmStart) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     _no_planted_links(sweep_dir, trials)
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
-    trials_fit_the_data(per_trial, info)
+    trials_fit_the_data(per_trial, info, ready.warm_start)
     stopped = {k: v for k, v in mapping(before.get("stopped")).items() if isinstance(v, dict)}
     sweep = _Sweep(settings, space, trials, stopped, before)
     rows = sweep.rows()

@@ -197,6 +197,39 @@ def test_a_trial_whose_model_cannot_take_the_data_is_refused_before_ray(
     assert_refused(result, 2, "FAIL  sweep", "trial-0001: TRAIN_VIT_PATCH=3 does not divide")
 
 
+def test_a_warm_start_that_only_some_trials_models_take_is_refused_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A cnn's weights as the warm start of a space that varies `model`: check said ok with
+    the base model's fit, and resnet18's trials then failed in Tune with a traceback, the
+    sweep saying "rerun to resume" with exit 0 (a red-team pass)."""
+    import torch
+
+    from app.data.kinds import prepare_dataset
+    from app.data.schema import inspect_dataset
+    from app.training.model import build_model
+
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    prepare_dataset("digits", tmp_path / "data" / "digits")
+    info = inspect_dataset(tmp_path / "data" / "digits")
+    torch.save(build_model("cnn", info).state_dict(), tmp_path / "cnn.pt")
+    (tmp_path / "space.yaml").write_text("model: {choice: [cnn, resnet18]}\n")
+    for key, value in {
+        "TRAIN_TUNE_SAMPLES": "1", "TRAIN_TUNE_SCHEDULER": "grid", "TRAIN_MODEL": "cnn",
+        "TRAIN_DATASET": "digits", "TRAIN_DATA_PATH": str(tmp_path / "data"),
+        "TRAIN_WARM_START": str(tmp_path / "cnn.pt"),
+    }.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  sweep", "does not fit TRAIN_MODEL=resnet18")
+    assert "does not fit TRAIN_MODEL=cnn" not in result.text
+    result = trainctl("tune")
+    assert_refused(
+        result, 2, f"TRAIN_WARM_START={tmp_path / 'cnn.pt'} does not fit TRAIN_MODEL=resnet18"
+    )
+    assert not (sweep_dir / "trials").exists() and not (sweep_dir / "tune").exists()
+
+
 def test_a_trial_folder_planted_as_a_link_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
