@@ -3,8 +3,8 @@
 The names torchvision knows come from torchvision_names.py, generated from the pinned
 torchvision, so these checks give the same "did you mean" wherever the settings are read:
 `trainctl train`, and `render`/`submit` before anything reaches a cluster. What needs torch
-(whether the weights belong to TRAIN_MODEL, whether a file's tensors fit the model) is
-preflight's, in app/training/weights.py.
+(whether a file's tensors fit the model, downloading named weights) is preflight's, in
+app/training/weights.py; whether named weights belong to TRAIN_MODEL is told by their names.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import difflib
 import re
 
 from app.errors import did_you_mean
-from app.settings.torchvision_names import CLASSIFIERS, WEIGHTS
+from app.settings.torchvision_names import CLASSIFIERS, WEIGHTS, WEIGHTS_OF
 from app.storage.location import RunPath, location_setting, parse_location
 
 # The tutorial's models keep their meaning even where torchvision has the same name (resnet18).
@@ -51,6 +51,24 @@ def weights_name_problem(value: str) -> str | None:
         return None
     hint = did_you_mean(value, WEIGHTS, "see torchvision's model documentation")
     return f"{value!r} is not a torchvision weights name{hint}"
+
+
+def weights_pairing_problem(model: str, value: str) -> str | None:
+    """Why the torchvision weights named `value` are not TRAIN_MODEL's, or None: by their
+    names alone, so that `render` and `submit` refuse what the pods' `check` would."""
+    if model in ("cnn", "vit"):
+        return (
+            f"TRAIN_WEIGHTS={value}: TRAIN_MODEL={model} is the tutorial's model, which has no "
+            "torchvision weights; use a torchvision model (vit_b_16 for a ViT) or a file"
+        )
+    family = WEIGHTS_OF.get(model)
+    if family is None or value == DEFAULT_WEIGHTS or value.split(".", 1)[0] == family:
+        return None
+    members = [name.split(".", 1)[1] for name in WEIGHTS if name.startswith(family + ".")]
+    return (
+        f"TRAIN_WEIGHTS={value} are not weights for TRAIN_MODEL={model}; its weights are "
+        f"{family}.<{'|'.join(members)}>"
+    )
 
 
 def check_weights(value: str) -> str:

@@ -50,6 +50,7 @@ from app.settings.model_names import (
     is_weights_name,
     weights_location,
     weights_name_problem,
+    weights_pairing_problem,
 )
 from app.storage.location import RunPath, with_endpoint
 from app.storage.reading import open_below
@@ -83,19 +84,10 @@ def weights_source(settings: TrainSettings) -> WeightsEnum | RunPath | None:
         return with_endpoint(weights_location(value), settings.storage_endpoint)
     from torchvision.models import get_model_weights
 
-    if settings.model in ("cnn", "vit"):
-        raise ConfigError(
-            f"TRAIN_WEIGHTS={value}: TRAIN_MODEL={settings.model} is the tutorial's model, which "
-            "has no torchvision weights; use a torchvision model (vit_b_16 for a ViT) or a file"
-        )
+    if problem := weights_pairing_problem(settings.model, value):
+        raise ConfigError(problem)
     family = get_model_weights(settings.model)
-    weights = family.DEFAULT if value == DEFAULT_WEIGHTS else _weights_by_name(value)
-    if type(weights) is not family:
-        raise ConfigError(
-            f"TRAIN_WEIGHTS={value} are not weights for TRAIN_MODEL={settings.model}; "
-            f"its weights are {family.__name__}.<{'|'.join(family.__members__)}>"
-        )
-    return weights
+    return family.DEFAULT if value == DEFAULT_WEIGHTS else _weights_by_name(value)
 
 
 def by_name(source: WeightsEnum | RunPath | None) -> TypeGuard[WeightsEnum]:

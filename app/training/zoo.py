@@ -123,6 +123,15 @@ def torchvision_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return classifiers, tuple(weights)
 
 
+def weights_families() -> dict[str, str]:
+    """Each classifier's weights enum (`resnet50` -> `ResNet50_Weights`)."""
+    import torchvision
+    from torchvision.models import get_model_weights
+
+    names = torchvision.models.list_models(module=torchvision.models)
+    return {name: get_model_weights(name).__name__ for name in names}
+
+
 NAMES_FILE = Path(__file__).resolve().parents[1] / "settings" / "torchvision_names.py"
 
 
@@ -151,6 +160,10 @@ def names_module() -> str:
         _NAMES_HEADER.format(version=version)
         + f"CLASSIFIERS = (\n{listed(classifiers)})\n"
         + f"WEIGHTS = (\n{listed(weights)})\n"
+        + "# Each classifier's weights enum: TRAIN_WEIGHTS names one of its members.\n"
+        + "WEIGHTS_OF = {\n"
+        + "".join(f'    "{model}": "{family}",\n' for model, family in weights_families().items())
+        + "}\n"
     )
 
 

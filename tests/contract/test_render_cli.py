@@ -21,7 +21,7 @@ from app.k8s.train_values import values_key
 from app.settings import TrainSettings, cadence
 from app.settings.env import load_settings
 from tests.contract.k8s_support import CHART, EXAMPLES, HelmFailed, helm_template
-from tests.hostile.support import trainctl
+from tests.hostile.support import assert_refused, trainctl
 
 TRAINCTL = [sys.executable, "-m", "app"]
 
@@ -289,6 +289,37 @@ def test_a_model_name_is_refused_by_the_schema_in_both_engines_with_a_suggestion
     assert f"train.model: {local}" in result.err and "did you mean resnet18?" in local
     with pytest.raises(HelmFailed, match="train/model"):
         helm_template([path], set_values=("train.model=resnet1800",))
+
+
+def test_settings_the_pods_check_refuses_by_name_are_refused_at_render(tmp_path: Path) -> None:
+    """Weights of another model, and a sweep warm-started from champion:<name>: render said
+    ok, and the pods' `check` refused them once their GPUs were scheduled (a red-team pass).
+    Refused by name, in the words `check` uses."""
+    from app.training.weights import weights_source
+
+    path = _pools_file(tmp_path)
+    for model, weights in [
+        ("resnet50", "ResNet18_Weights.DEFAULT"),
+        ("cnn", "ResNet18_Weights.DEFAULT"),
+    ]:
+        result = trainctl(
+            "render", "-f", str(path), "--set", f"train.model={model},train.weights={weights}"
+        )
+        with pytest.raises(ConfigError) as checked:  # what `check` says on the pods
+            weights_source(TrainSettings(_env_file=None, model=model, weights=weights))
+        assert_refused(result, 2, f"train.weights: {checked.value.problems[0]}")
+    fits = trainctl(
+        "render",
+        "-f",
+        str(path),
+        "--set",
+        "train.model=resnet50,train.weights=ResNet50_Weights.IMAGENET1K_V2",
+    )
+    assert fits.code == 0, fits.text
+    sweep = ("tune.enabled=true", "train.warm_start=champion:digits-cnn")
+    result = trainctl("render", "-f", str(path), "--set", ",".join(sweep), "--set-json",
+                      'tune.space={"lr": {"loguniform": [0.0001, 0.1]}}')  # fmt: skip
+    assert_refused(result, 2, "train.warm_start: TRAIN_WARM_START=champion:digits-cnn: a sweep's")
 
 
 @pytest.mark.parametrize(
