@@ -105,7 +105,9 @@ class ModelSettings(BaseModel):
         "(its best checkpoint), a checkpoint folder or its model.pt, an export folder (its "
         "weights.pt), or champion:<model-name> (the champion under TRAIN_STORAGE_PATH). "
         "Checksums are verified and the task (class names, channels, input size) must be this "
-        "run's, before Ray starts. Ignored when the run resumes from its own checkpoints.",
+        "run's, before Ray starts. Ignored when the run resumes from its own checkpoints. A "
+        "sweep's trials take a folder or file, not champion:<model-name>, and every model its "
+        "space names must fit it.",
     )
 
     weights: str | None = Field(
