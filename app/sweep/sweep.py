@@ -301,15 +301,20 @@ def concurrent_trials(settings: TrainSettings, todo: int) -> tuple[int, str]:
     memory hold; and why, in words."""
     import ray
 
+    from app.data.pool import pool_from
+
+    nodes = ray.nodes()
     head_memory = next(
         (
             node["Resources"].get("memory")
-            for node in ray.nodes()
+            for node in nodes
             if node.get("Alive") and HEAD_MARKER in node.get("Resources", {})
         ),
         None,
     )
-    return trials_at_once(settings, ray.cluster_resources(), todo, head_memory)
+    pool = pool_from(nodes)
+    data_cpus = pool.cpus if pool is not None else 0.0
+    return trials_at_once(settings, ray.cluster_resources(), todo, head_memory, data_cpus)
 
 
 # What one running trial holds in the head's memory: its driver and its Ray Train controller,
@@ -338,11 +343,16 @@ def _head_holds(head_memory: float | None, on_head: int) -> str:
 
 
 def trials_at_once(
-    settings: TrainSettings, resources: dict[str, float], todo: int, head_memory: float | None
+    settings: TrainSettings,
+    resources: dict[str, float],
+    todo: int,
+    head_memory: float | None,
+    pool_cpus: float = 0.0,
 ) -> tuple[int, str]:
     """TRAIN_TUNE_CONCURRENT, warning where the head's memory (bytes; None where it is not
     known) holds fewer; else as many trials as the cluster's `resources` and the head's memory
-    hold (at least one). And why, in words."""
+    hold (at least one). And why, in words. `pool_cpus`: the data pool's, among `resources`
+    but never a training worker's (its nodes refuse them), and reading the data there."""
     from app.ray_cluster import DATA_CPUS
 
     on_head = trials_on_head(head_memory)
@@ -356,14 +366,16 @@ def trials_at_once(
         return concurrent, "TRAIN_TUNE_CONCURRENT"
     workers = settings.workers.max
     cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
-    fits = (cpus - DATA_CPUS) // (workers * settings.cpus_per_worker)
+    kept = pool_cpus if pool_cpus > 0 else DATA_CPUS
+    fits = (cpus - kept) // (workers * settings.cpus_per_worker)
     held = f"{workers} worker(s) x {settings.cpus_per_worker:g} CPU"
     if settings.use_gpu:
         fits = min(fits, gpus // workers)
         held = f"{workers} worker(s) x 1 GPU"
+    reading = f"{kept:g} on the data pool" if pool_cpus > 0 else f"{DATA_CPUS} kept"
     why = (
-        f"a trial holds {held}; the cluster has {cpus:g} CPUs, {DATA_CPUS} kept for reading "
-        f"data, and {gpus:g} GPUs"
+        f"a trial holds {held}; the cluster has {cpus:g} CPUs, {reading} for reading data, "
+        f"and {gpus:g} GPUs"
     )
     if on_head is not None and on_head < fits:
         fits = on_head

@@ -409,6 +409,10 @@ def test_trials_at_once_are_what_the_cluster_holds_said_with_why() -> None:
     )
     assert trials_at_once(BASE, {"CPU": 11.0}, todo=3, head_memory=None)[0] == 3  # no more
     assert trials_at_once(BASE, {"CPU": 3.0}, todo=3, head_memory=None)[0] == 1  # always one
+    # A data pool's 16 CPUs (2 nodes of 8) are the cluster's too, but no training worker's: 3
+    # training CPUs hold one trial, not 8 (a red-team pass), and the data is read there.
+    fits, why = trials_at_once(BASE, {"CPU": 19.0}, todo=8, head_memory=None, pool_cpus=16.0)
+    assert fits == 1 and "the cluster has 19 CPUs, 16 on the data pool for reading data" in why
     gpu = BASE.model_copy(update={"use_gpu": True})
     fits, why = trials_at_once(gpu, {"CPU": 64.0, "GPU": 5.0}, todo=8, head_memory=None)
     assert fits == 2 and "a trial holds 2 worker(s) x 1 GPU" in why and "5 GPUs" in why
