@@ -7,12 +7,14 @@ Tests drive `follow` with a scripted API (the one thing allowed to be faked) and
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.errors import EXIT_FAILED, EXIT_OK
+from app.formatting import one_line
 from app.k8s.diagnose import needs_look
 from app.k8s.status import JobView, Verdict, judge, progress_line
 from app.runfolder import folder as run_folder
@@ -148,6 +150,31 @@ def follow(
 
 def _why(lines: tuple[str, ...], label: str) -> list[str]:
     return [f"  {label}: {line}" for line in lines]
+
+
+def sweep_line(record: Mapping[str, Any], run_dir: RunPath) -> str:
+    """What a sweep's folder says about the finished sweep, in one line: a sweep writes
+    sweep.json, not summary.json, and `submit --wait` said "no summary yet" of every one.
+    Another writer's text: every field escaped and bounded."""
+    listed = record.get("trials")
+    trials = [t for t in listed if isinstance(t, Mapping)] if isinstance(listed, list) else []
+    counts: dict[str, int] = {}
+    for trial in trials:
+        status = one_line(str(trial.get("status")), 20)
+        counts[status] = counts.get(status, 0) + 1
+    found = record.get("best")
+    best: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    value = best.get("best")
+    shown = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    figure = f" ({value:.4f})" if shown else ""
+    statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    return (
+        f"sweep {one_line(str(record.get('sweep', run_dir.name)), 100)} "
+        f"{one_line(str(record.get('status', 'unknown')), 30)}: {len(trials)} trial(s)"
+        f"{f' ({statuses})' if statuses else ''}, best "
+        f"{one_line(str(best.get('trial', '-')), 40)}{figure}; "
+        f"record {run_dir / run_folder.SWEEP_FILE}"
+    )
 
 
 def summary_line(summary: Mapping[str, Any] | None, run_dir: RunPath) -> str:

@@ -52,19 +52,22 @@ def run_lines(
 ) -> list[str]:
     """What `rayjob`'s run folder says, where it can be read from here: its interruptions,
     then a finished run's promotion line; nothing where the folder cannot be located."""
-    from app.runfolder.folder import ATTEMPTS_FILE, read_jsonl, read_summary
+    from app.runfolder.folder import ATTEMPTS_FILE, read_jsonl, read_summary, read_sweep
 
+    sweep = None
     try:
         run_dir = _run_dir(rayjob, configmaps, storage_mount)
         if run_dir is None:
             return []
         summary = read_summary(run_dir) if finished(rayjob) else None
+        if summary is None and finished(rayjob):  # a sweep's folder: its promotion line
+            sweep = read_sweep(run_dir)
         final = isinstance((summary or {}).get("interruptions"), list)
         attempts = [] if final else read_jsonl(run_dir / ATTEMPTS_FILE)
     except (TrainctlError, OSError, ValueError, KeyError) as err:
         return [f"run folder not readable from here ({one_line(str(err), 200)})"]
     lines = interruption_lines(rayjob, summary, attempts)
-    outcome = promotion_line(summary)
+    outcome = promotion_line(summary or sweep)
     return lines + ([outcome] if outcome else [])
 
 

@@ -15,7 +15,7 @@ from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedO
 from app.formatting import format_duration
 from app.k8s import deprecated
 from app.k8s.cluster import AlreadyExists, Cluster
-from app.k8s.follow import follow, summary_line
+from app.k8s.follow import follow, summary_line, sweep_line
 from app.k8s.outcome import promotion_line
 from app.k8s.plan import (
     CREATE_ONLY,
@@ -30,7 +30,7 @@ from app.k8s.plan import (
 )
 from app.k8s.stuck import why_stuck
 from app.k8s.value_warnings import value_warnings
-from app.runfolder.folder import read_summary
+from app.runfolder.folder import read_summary, read_sweep
 
 if TYPE_CHECKING:
     from app.storage.location import RunPath
@@ -163,9 +163,11 @@ def _wait(request: SubmitRequest, job: _Job, echo: Callable[[str], None]) -> Non
         echo(f"stopped waiting; RayJob {name} keeps running (trainctl status -n {namespace})")
         raise
     summary = read_summary(run_dir) if run_dir is not None else None
+    # A sweep's folder holds sweep.json, whose promotion line is the sweep's (one per sweep).
+    sweep = read_sweep(run_dir) if run_dir is not None and summary is None else None
     if run_dir is not None:
-        echo(summary_line(summary, run_dir))
-    outcome_line = promotion_line(summary)
+        echo(sweep_line(sweep, run_dir) if sweep else summary_line(summary, run_dir))
+    outcome_line = promotion_line(summary or sweep)
     if outcome.verdict is None:
         raise WaitTimedOut(
             f"--timeout {request.timeout_s:g}s ran out after {format_duration(outcome.elapsed_s)}; "

@@ -69,6 +69,37 @@ def test_status_shows_each_finished_runs_outcome(
     assert code == EXIT_OK and LINE not in out
 
 
+def test_a_sweeps_job_ends_with_the_sweeps_line_and_promotion(
+    finished: FinishedRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep's folder holds sweep.json, not summary.json: `submit --wait` said "no summary
+    yet" and no promotion line, the last line the nightly sweep's CronJob shows (a red-team
+    pass); `status` showed no outcome either."""
+    run_dir = Path(finished.mount) / "runs" / finished.name
+    (run_dir / "summary.json").unlink()
+    record = {
+        "sweep": finished.name, "status": "succeeded", "metric": "val_accuracy",
+        "trials": [{"trial": "trial-0001", "status": "succeeded"},
+                   {"trial": "trial-0002", "status": "stopped"}],
+        "best": {"trial": "trial-0001", "best": 0.95}, "promoted": True,
+        "promotion": {"line": LINE},
+    }  # fmt: skip
+    (run_dir / "sweep.json").write_text(json.dumps(record))
+    finished.api.rayjob_statuses = [RUNNING, SUCCEEDED]
+    code, out, _ = submit(capsys, finished.values_file, "--wait", "--storage-mount", finished.mount)
+    assert code == EXIT_OK
+    lines = out.strip().splitlines()
+    assert lines[-1] == LINE, out
+    said = (
+        f"sweep {finished.name} succeeded: 2 trial(s) (1 stopped, 1 succeeded), best trial-0001 "
+        f"(0.9500); record {run_dir / 'sweep.json'}"
+    )
+    assert said in lines, out
+    assert "no summary yet" not in out
+    code, out, _ = trainctl(capsys, "status", "--storage-mount", finished.mount)
+    assert code == EXIT_OK and f"\n{finished.name}: {LINE}" in out
+
+
 def test_the_line_is_redacted_and_absent_before_a_promotion() -> None:
     assert promotion_line(None) is None and promotion_line({"status": "running"}) is None
     secret = {"promotion": {"line": "kept v1: not promoted (s3://user:pw@h/b unreadable)"}}
