@@ -223,6 +223,11 @@ def write_manifests(
     out_dir are left alone. The Ray token Secret the chart generates is written only with
     `with_secret` (ConfigError saying how to provide it otherwise).
     """
+    if str(out_dir) == "-":  # `-f -` reads stdin; `--out -` made a folder named "-"
+        raise ConfigError(
+            "--out -: --out names the folder render writes a folder per pool into; for the "
+            "manifests on stdout, leave --out out"
+        )
     pools = _pool_files(values, release=release, namespace=namespace)
     secrets = sorted({o["metadata"]["name"] for f in pools.values() for o in f.values()
                       if o["kind"] == "Secret"})  # fmt: skip
@@ -232,6 +237,11 @@ def write_manifests(
     _no_symlink(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out={out_dir}: exists but is not a folder")
+    if _is_pool_folder(out_dir):  # it nested pools inside a pool, which the next render refused
+        raise ConfigError(
+            f"--out={out_dir}: is a pool's folder of an earlier render; give the folder that "
+            f"holds the pools' folders, {out_dir.parent}"
+        )
     for pool in pools:
         folder = out_dir / pool
         _no_symlink(folder)
@@ -281,8 +291,13 @@ def earlier_pools(out_dir: Path, pools: list[str]) -> list[Path]:
         if folder.name not in pools
         and folder.is_dir()
         and not folder.is_symlink()
-        and all((folder / name).is_file() for name in ("kustomization.yaml", "rayjob.yaml"))
+        and _is_pool_folder(folder)
     )
+
+
+def _is_pool_folder(folder: Path) -> bool:
+    """A folder an earlier render wrote for one pool."""
+    return all((folder / name).is_file() for name in ("kustomization.yaml", "rayjob.yaml"))
 
 
 def _move_into_place(staging: Path, out_dir: Path, pools: list[str]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.hostile.support import assert_refused, files_under, trainctl
+from tests.support import REPO
 
 BIG = str(2**64)
 # (variable, value, text the message must contain)
@@ -171,6 +172,8 @@ def test_prepare_data_bad_options(tmp_path: Path, args: list[str], needle: str) 
 RENDER_CASES = [
     (["--out", "a-file"], "exists but is not a folder"),
     (["--out", "~nosuchuser-xyz/m"], "~nosuchuser-xyz names no user"),
+    # `-f -` reads stdin: `--out -` made a folder named "-" (a red-team pass).
+    (["--out", "-"], "--out -: --out names the folder render writes a folder per pool into"),
     (["--out", "m", "--release", "demo\n"], "release name"),
     (["--out", "m", "-n", "ml\n"], "namespace"),
     (["--out", "m", "-n", "../kube-system"], "namespace"),
@@ -190,6 +193,18 @@ def test_render_bad_options_and_files(tmp_path: Path, args: list[str], needle: s
     (tmp_path / "alias.yaml").write_text("labels: *nowhere\n")
     before = files_under(tmp_path)
     assert_refused(trainctl("render", *args), 2, needle)
+    assert files_under(tmp_path) == before
+
+
+def test_render_into_a_pool_folder_of_an_earlier_render_is_refused(tmp_path: Path) -> None:
+    """`--out m/a100` nested every pool inside the a100 folder, and the next `render --out m`
+    then refused a100's foreign files (a red-team pass)."""
+    values = str(REPO / "examples" / "values-three-pools.yaml")
+    first = trainctl("render", "-f", values, "--out", str(tmp_path / "m"))
+    assert first.code == 0, first.text
+    before = files_under(tmp_path)
+    result = trainctl("render", "-f", values, "--out", str(tmp_path / "m" / "a100"))
+    assert_refused(result, 2, "is a pool's folder of an earlier render", str(tmp_path / "m"))
     assert files_under(tmp_path) == before
 
 
