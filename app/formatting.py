@@ -55,6 +55,11 @@ def format_duration(seconds: float) -> str:
 CUT_MARGIN = 64  # what one_line keeps past its limit before redacting: what masks shorten
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 trial`, `2 trials`: an English count of a noun whose plural takes an s."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def one_line(text: str, limit: int) -> str:
     """A string from storage many hands write (a run folder, a champion pointer), as printed:
     redacted, control characters escaped, cut to `limit` characters; it can neither leak a

@@ -32,7 +32,7 @@ from app.cpus import usable_cpus
 from app.data.kind import DatasetKind
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
-from app.formatting import printable_line
+from app.formatting import counted, printable_line
 from app.promotion.check import UnguardedChampion, promotion_check
 from app.promotion.gate_check import GateAdvice, gate_check
 from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray
@@ -137,9 +137,10 @@ class Ready:
     join_cluster: Callable[[], str]
 
 
-def preflight_for_training(settings: TrainSettings) -> Ready:
+def preflight_for_training(settings: TrainSettings, *, own_folder: bool = False) -> Ready:
     """`trainctl train`: the same checks but the cluster's, stopping at the first problem (which
-    the run folder records, as an invalid start); what they found."""
+    the run folder records, as an invalid start, made for it where the caller owns it: a
+    sweep's trial); what they found."""
     found = Found()
     try:
         for _name, check in checks(prepare=True, rows_per_worker=False):
@@ -150,7 +151,7 @@ def preflight_for_training(settings: TrainSettings) -> Ready:
             except Warned:  # said when the run starts (what is switched off)
                 pass
     except ConfigError as err:
-        record_invalid(settings.run_dir, err)
+        record_invalid(settings.run_dir, err, own_folder=own_folder)
         raise
     info = found.info
     assert info is not None  # the dataset check sets it or raises
@@ -201,8 +202,8 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
             " and the warm start" if found.warm_start is not None else ""
         )
     said = (
-        f"{len(trials)} trials over {', '.join(space)} ({settings.tune_scheduler}), each "
-        f"trial's settings valid{fits}"
+        f"{counted(len(trials), 'trial')} over {', '.join(space)} ({settings.tune_scheduler}), "
+        f"each trial's settings valid{fits}"
     )
     if advice := _trials_advice(per_trial, found.info):
         raise Advice(f"{said}; but {advice}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.errors import EXIT_FAILED, EXIT_OK
-from app.formatting import one_line
+from app.formatting import counted, one_line
 from app.k8s.diagnose import needs_look
 from app.k8s.status import JobView, Verdict, judge, progress_line
 from app.runfolder import folder as run_folder
@@ -170,7 +170,7 @@ def sweep_line(record: Mapping[str, Any], run_dir: RunPath) -> str:
     statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     return (
         f"sweep {one_line(str(record.get('sweep', run_dir.name)), 100)} "
-        f"{one_line(str(record.get('status', 'unknown')), 30)}: {len(trials)} trial(s)"
+        f"{one_line(str(record.get('status', 'unknown')), 30)}: {counted(len(trials), 'trial')}"
         f"{f' ({statuses})' if statuses else ''}, best "
         f"{one_line(str(best.get('trial', '-')), 40)}{figure}; "
         f"record {run_dir / run_folder.SWEEP_FILE}"

@@ -418,8 +418,10 @@ def record_interrupted(run_dir: RunPath, why: str) -> bool:
     return True
 
 
-def record_invalid(run_dir: RunPath, err: ConfigError) -> None:
-    """Where the run folder already exists, leave the reason there; never create it for this.
+def record_invalid(run_dir: RunPath, err: ConfigError, *, own_folder: bool = False) -> None:
+    """Where the run folder already exists, leave the reason there; never create it for this,
+    unless the caller owns the folder (`own_folder`: a sweep's trial, whose folder is the
+    sweep's, and where the sweep reads each trial's status).
 
     A folder without a run's record (or with an invalid start's) is marked invalid. A run that
     already has a record keeps it, status and error included: a rerun refused before it started
@@ -432,7 +434,9 @@ def record_invalid(run_dir: RunPath, err: ConfigError) -> None:
         return  # planted links: leave the folder as found, for a person to look at
 
     try:
-        if not run_dir.is_dir():
+        if own_folder:
+            run_dir.mkdir(parents=True, exist_ok=True)  # a bucket's prefix: its first object
+        elif not run_dir.is_dir():
             return
     except OSError:  # an unreachable store is itself the error being reported
         return

@@ -23,6 +23,7 @@ from app.storage.location import RunPath, write_atomic, write_json
 TRIALS_CSV = "trials.csv"
 PLOT_FILE = "sweep.png"
 DONE = ("succeeded", "stopped")  # a trial in one of these is not trained again
+FAILED = ("failed", "invalid")  # trained again by a rerun, but said apart from the unfinished
 HIGHER_IS_BETTER = {"val_accuracy": True, "val_loss": False}
 
 
@@ -57,9 +58,16 @@ def trial_row(
         "final": values[-1] if values else None,
         "best": (max(best) if higher else min(best)) if best else None,
         "duration_s": finite(summary.get("duration_s")),
+        "error": _error(summary) if status in FAILED else None,
         "run_dir": str(folder),
         "tracking": run_folder.recorded_tracking(summary),
     }
+
+
+def _error(summary: dict[str, Any]) -> str | None:
+    """Why a trial failed, as its summary says (another writer's text: one escaped line)."""
+    error = summary.get("error")
+    return one_line(error, 300) if isinstance(error, str) and error else None
 
 
 def stopped_by(scheduler: str, judged: Any, trained: int) -> str:

@@ -25,7 +25,7 @@ import click
 
 from app.data.schema import DatasetInfo
 from app.errors import RunFailed
-from app.formatting import finite
+from app.formatting import counted, finite
 from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
@@ -38,7 +38,7 @@ from app.settings.tune_space import Dimension
 from app.storage.entries import refuse_link
 from app.storage.location import RunPath, storage_options
 from app.sweep import parent_run, results
-from app.sweep.results import DONE, HIGHER_IS_BETTER, mapping
+from app.sweep.results import DONE, FAILED, HIGHER_IS_BETTER, mapping
 
 TUNE_DIR = "tune"
 # Each trial's driver, as much of it as Tune needs a request for: a hundredth of the marker
@@ -62,7 +62,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     rows = sweep.rows()
     todo = [t for t, row in zip(trials, rows, strict=True) if row["status"] not in DONE]
     _say(
-        f"sweep {settings.run_name}: {len(trials)} trial{'' if len(trials) == 1 else 's'}, "
+        f"sweep {settings.run_name}: {counted(len(trials), 'trial')}, "
         f"{len(trials) - len(todo)} done, "
         f"{len(todo)} to train ({settings.tune_scheduler}, {settings.checkpoint_metric}) in "
         f"{sweep_dir}"
@@ -399,6 +399,8 @@ def _conclude(
     sweep.extra["duration_s"] = round(time.monotonic() - started, 2)
     record = sweep.write("running")
     pending = [r["trial"] for r in record["trials"] if r["status"] not in DONE]
+    failed = [_failed_line(r) for r in record["trials"] if r["status"] in FAILED]
+    unfinished = [r["trial"] for r in record["trials"] if r["status"] not in (*DONE, *FAILED)]
     _plot(settings, sweep, record)
     best = record["best"]
     if best is None:
@@ -406,11 +408,15 @@ def _conclude(
         sweep.parent.finish("failed", None)
         raise RunFailed(
             [f"sweep {settings.run_name}: no trial trained to the end; nothing to promote",
+             *failed,
              f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
         )  # fmt: skip
     _say(f"best: {best['trial']} ({settings.checkpoint_metric} {best['best']:.4g})")
-    if pending:
-        _say(f"{len(pending)} trial(s) did not finish ({', '.join(pending)}): rerun to resume")
+    for line in failed:
+        _say(line)
+    if unfinished:
+        said = f"{counted(len(unfinished), 'trial')} did not finish ({', '.join(unfinished)})"
+        _say(f"{said}: rerun to resume")
     try:
         summary = promote_best(settings, per_trial[best["trial"]], info)
     finally:
@@ -421,6 +427,12 @@ def _conclude(
         record = sweep.write(status)
         sweep.parent.finish(status, record)
     return summary
+
+
+def _failed_line(row: dict[str, Any]) -> str:
+    """A trial that failed or was refused, with its reason: a rerun trains it again, but only
+    a change (of its values, of the data) makes it end otherwise."""
+    return f"{row['trial']} {row['status']}: {row.get('error') or 'no reason recorded'}"
 
 
 def _trial(sweep: _Sweep, row: dict[str, Any]) -> Trial:

@@ -49,7 +49,10 @@ def run_trial(
     settings = trials[config["trial"]]
     for key, value in env.items():
         os.environ.setdefault(key, value)
-    ready = preflight_for_training(settings)  # what `trainctl train` checks, per trial
+    # What `trainctl train` checks, per trial. A refusal is recorded in the trial's folder,
+    # made for it if need be: the sweep reads each trial's status there, and a trial refused
+    # before its first start read `pending`, which a rerun was said to resume.
+    ready = preflight_for_training(settings, own_folder=True)
     run_training(
         settings, ready.info, join_cluster=ready.join_cluster, warm_start=ready.warm_start,
         promote=False, callbacks=[EpochReports(settings.checkpoint_metric)],

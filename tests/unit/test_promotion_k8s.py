@@ -91,7 +91,7 @@ def test_a_sweeps_job_ends_with_the_sweeps_line_and_promotion(
     lines = out.strip().splitlines()
     assert lines[-1] == LINE, out
     said = (
-        f"sweep {finished.name} succeeded: 2 trial(s) (1 stopped, 1 succeeded), best trial-0001 "
+        f"sweep {finished.name} succeeded: 2 trials (1 stopped, 1 succeeded), best trial-0001 "
         f"(0.9500); record {run_dir / 'sweep.json'}"
     )
     assert said in lines, out

@@ -589,3 +589,34 @@ def test_yaml_merge_keys_are_read_as_yaml_reads_them(tmp_path: Path) -> None:
     assert (loaded["lr"].kind, loaded["weight_decay"].kind) == ("grid", "uniform")
     space.write_text("lr: {uniform: [0.1, 0.2]}\nweight_decay: {<<: {grid: [0.1]}, grid: [0.2]}\n")
     assert load_space(space, BASE)["weight_decay"].values == (0.2,)  # given here overrides merged
+
+
+def test_a_trial_refused_before_its_first_start_is_recorded_and_said_apart(tmp_path: Path) -> None:
+    """A trial whose own settings failed `train`'s checks inside Tune had no folder yet: it
+    read `pending`, and the sweep said to rerun it to resume (a red-team pass). Its folder is
+    the sweep's, so the refusal is recorded there, and the sweep names it, with its reason."""
+    from app.sweep.results import trial_row
+    from app.sweep.sweep import _failed_line
+    from app.sweep.trial import run_trial
+
+    sweep_dir = tmp_path / "runs" / "nightly"
+    trial = Trial(2, {"lr": 0.01})
+    settings = TrainSettings(
+        dataset="folder", data_path=tmp_path / "no-images", storage_path=sweep_dir / "trials",
+        run_name=trial.trial_id,
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        run_trial({"trial": trial.trial_id}, {trial.trial_id: settings}, env={})
+    row = trial_row(sweep_dir, trial, "val_accuracy", {})
+    assert row["status"] == "invalid", row
+    said = "; ".join(refused.value.problems)  # cut to one line of 300 characters in the row
+    assert row["error"] and said.startswith(row["error"].removesuffix("...")), row["error"]
+    assert str(tmp_path / "no-images") in row["error"]
+    assert _failed_line(row) == f"trial-0002 invalid: {row['error']}"
+    # A trial folder that is not the sweep's own is still left as found by `train`'s refusal.
+    from app.preflight import preflight_for_training
+
+    elsewhere = settings.model_copy(update={"run_name": "typo"})
+    with pytest.raises(ConfigError):
+        preflight_for_training(elsewhere)
+    assert not (sweep_dir / "trials" / "typo").exists()
