@@ -22,7 +22,6 @@ from app.k8s.values import merged_pool
 from app.settings import ENV_PREFIX, TrainSettings
 from app.settings.env import check_env
 from app.settings.model_names import is_weights_name, weights_pairing_problem
-from app.settings.tune_plan import warm_start_problem
 from app.settings.tune_space import CHART_KEYS, parse_space
 
 # Where the chart takes each derived variable from (app/k8s/train_schema.py's DERIVED).
@@ -73,10 +72,6 @@ def problems(configs: Mapping[str, Mapping[str, str]], values: Mapping[str, Any]
         if settings is not None and TUNE_SPACE_KEY in data:
             for line in _space_problems(data[TUNE_SPACE_KEY], settings):
                 pools.setdefault(line, []).append(pool)
-            if problem := warm_start_problem(settings):
-                pools.setdefault(f"{values_key('warm_start', pool, values)}: {problem}", []).append(
-                    pool
-                )
         if settings is not None and (problem := _weights_problem(settings)):
             pools.setdefault(f"{values_key('weights', pool, values)}: {problem}", []).append(pool)
     return [

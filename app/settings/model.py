@@ -106,8 +106,8 @@ class ModelSettings(BaseModel):
         "weights.pt), or champion:<model-name> (the champion under TRAIN_STORAGE_PATH). "
         "Checksums are verified and the task (class names, channels, input size) must be this "
         "run's, before Ray starts. Ignored when the run resumes from its own checkpoints. A "
-        "sweep's trials take a folder or file, not champion:<model-name>, and every model its "
-        "space names must fit it.",
+        "sweep resolves it once and starts every trial from the same weights (a champion "
+        "promoted meanwhile changes nothing); every model its space names must fit it.",
     )
 
     weights: str | None = Field(

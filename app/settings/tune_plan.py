@@ -20,7 +20,6 @@ from pydantic import ValidationError
 
 from app.errors import ConfigError
 from app.settings import TrainSettings
-from app.settings.model import ChampionRef
 from app.settings.tune import MAX_TRIALS
 from app.settings.tune_space import SPACE, Dimension, load_space, settings_message
 from app.storage.location import RunPath
@@ -125,25 +124,12 @@ def trial_settings(base: TrainSettings, trial: Trial, sweep_dir: RunPath) -> Tra
         raise ConfigError(f"{SPACE}: {trial.trial_id} ({shown}): {settings_message(err)}") from None
 
 
-def warm_start_problem(settings: TrainSettings) -> str | None:
-    """Why a sweep cannot start its trials from TRAIN_WARM_START as given, or None (also asked
-    by `render` and `submit`, where the pods' `check` would refuse it)."""
-    if not isinstance(settings.warm_start, ChampionRef):
-        return None
-    return (
-        f"TRAIN_WARM_START={settings.warm_start}: a sweep's trials live in the sweep's "
-        "folder, where champion:<name> is not looked up; give the champion's export folder"
-    )
-
-
 def plan_sweep(
     settings: TrainSettings,
 ) -> tuple[dict[str, Dimension], list[Trial], dict[str, TrainSettings]]:
     """The space, the trials and each trial's settings, all checked: ConfigError (exit 2)."""
     if settings.tune_space is None:
         raise ConfigError(f"{SPACE} is not set: `trainctl tune` needs a search space file")
-    if problem := warm_start_problem(settings):
-        raise ConfigError(problem)
     space = load_space(settings.tune_space, settings)
     trials = draw(space, settings.tune_samples, settings.seed, settings.tune_scheduler)
     per_trial = {t.trial_id: trial_settings(settings, t, settings.run_dir) for t in trials}

@@ -39,6 +39,9 @@ from app.storage.entries import refuse_link
 from app.storage.location import RunPath, storage_options
 from app.sweep import parent_run, results
 from app.sweep.results import DONE, FAILED, HIGHER_IS_BETTER, mapping
+from app.sweep.warm_start import RECORD_KEY as WARM_START_KEY
+from app.sweep.warm_start import pin_champion
+from app.training.warm_weights import WarmStart
 
 TUNE_DIR = "tune"
 # Each trial's driver, as much of it as Tune needs a request for: a hundredth of the marker
@@ -57,8 +60,12 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
     trials_fit_the_data(per_trial, info, ready.warm_start)
+    per_trial, pinned, warm_record = pin_champion(settings, ready.warm_start, before, per_trial)
     stopped = {k: v for k, v in mapping(before.get("stopped")).items() if isinstance(v, dict)}
     sweep = _Sweep(settings, space, trials, stopped, before)
+    if warm_record is not None:
+        sweep.extra[WARM_START_KEY] = warm_record
+        _say(f"every trial starts from {warm_record['described']}")
     rows = sweep.rows()
     todo = [t for t, row in zip(trials, rows, strict=True) if row["status"] not in DONE]
     _say(
@@ -70,17 +77,21 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     if todo:
         ready.join_cluster()  # joins or starts Ray; one trial must fit
         sweep.write("running")
-        _tune_until_sigterm(settings, sweep, todo, per_trial)
+        _tune_until_sigterm(settings, sweep, todo, per_trial, pinned)
     return _conclude(settings, sweep, per_trial, info, started)
 
 
 def _tune_until_sigterm(
-    settings: TrainSettings, sweep: _Sweep, todo: list[Trial], per_trial: dict[str, TrainSettings]
+    settings: TrainSettings,
+    sweep: _Sweep,
+    todo: list[Trial],
+    per_trial: dict[str, TrainSettings],
+    pinned: WarmStart | None,
 ) -> None:
     """The trials, trained by Ray Tune; SIGTERM (an evicted head) ends the sweep cleanly."""
     with sigterm_interrupts():
         try:
-            _tune(settings, sweep, todo, per_trial)
+            _tune(settings, sweep, todo, per_trial, pinned)
         except KeyboardInterrupt:
             by = "Ctrl-C" if not SIGTERM_SEEN.is_set() else "SIGTERM"
             sweep.interrupt_running(f"the sweep was stopped by {by}; rerun the sweep to go on")
@@ -187,7 +198,11 @@ class _Sweep:
 
 
 def _tune(
-    settings: TrainSettings, sweep: _Sweep, todo: list[Trial], per_trial: dict[str, TrainSettings]
+    settings: TrainSettings,
+    sweep: _Sweep,
+    todo: list[Trial],
+    per_trial: dict[str, TrainSettings],
+    pinned: WarmStart | None,
 ) -> None:
     from ray import tune
 
@@ -196,7 +211,7 @@ def _tune(
     metric = settings.checkpoint_metric
     trainable = tune.with_parameters(
         run_trial, trials={t.trial_id: per_trial[t.trial_id] for t in todo},
-        env=forwarded_env(os.environ),
+        env=forwarded_env(os.environ), pinned=pinned,
     )  # fmt: skip
     # The trial's function only drives its TorchTrainer (as `trainctl train`'s process does):
     # the workers hold the CPUs and GPUs, and TRAIN_TUNE_CONCURRENT bounds the trials. It runs on

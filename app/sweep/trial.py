@@ -17,6 +17,7 @@ from typing import Any
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from app.settings import TrainSettings
+from app.training.warm_weights import WarmStart
 
 # What the trial's driver (a Tune actor, perhaps on another node) needs from the sweep's
 # environment that the cluster's own environment may lack: the trackers' switches.
@@ -40,11 +41,16 @@ def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def run_trial(
-    config: dict[str, Any], trials: dict[str, TrainSettings], env: dict[str, str]
+    config: dict[str, Any],
+    trials: dict[str, TrainSettings],
+    env: dict[str, str],
+    pinned: WarmStart | None = None,
 ) -> None:
-    """The Tune trainable: trial config["trial"], trained as a normal run in its folder."""
+    """The Tune trainable: trial config["trial"], trained as a normal run in its folder;
+    `pinned`: the champion the sweep resolved for every trial (app/sweep/warm_start.py)."""
     from app.preflight import preflight_for_training
     from app.run.driver import run_training
+    from app.sweep.warm_start import same_weights
 
     settings = trials[config["trial"]]
     for key, value in env.items():
@@ -53,7 +59,8 @@ def run_trial(
     # made for it if need be: the sweep reads each trial's status there, and a trial refused
     # before its first start read `pending`, which a rerun was said to resume.
     ready = preflight_for_training(settings, own_folder=True)
+    warm = ready.warm_start if pinned is None else same_weights(ready.warm_start, pinned)
     run_training(
-        settings, ready.info, join_cluster=ready.join_cluster, warm_start=ready.warm_start,
+        settings, ready.info, join_cluster=ready.join_cluster, warm_start=warm,
         promote=False, callbacks=[EpochReports(settings.checkpoint_metric)],
     )  # fmt: skip

@@ -303,7 +303,7 @@ def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
 
     monkeypatch.setattr(sweep_module, "_tune", pressed)
     with pytest.raises(KeyboardInterrupt):
-        sweep_module._tune_until_sigterm(BASE, record, [], {})  # type: ignore[arg-type]
+        sweep_module._tune_until_sigterm(BASE, record, [], {}, None)  # type: ignore[arg-type]
     said = capsys.readouterr().out
     assert f"stopped by Ctrl-C; sweep folder {BASE.run_dir} is consistent: rerun" in said
     assert recorded == [
@@ -319,7 +319,7 @@ def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
     monkeypatch.setattr(sweep_module, "_tune", terminated)
     try:
         with pytest.raises(sweep_module.Interrupted, match="stopped by SIGTERM; sweep folder"):
-            sweep_module._tune_until_sigterm(BASE, record, [], {})  # type: ignore[arg-type]
+            sweep_module._tune_until_sigterm(BASE, record, [], {}, None)  # type: ignore[arg-type]
     finally:
         signals.SIGTERM_SEEN.clear()
 

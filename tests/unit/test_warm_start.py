@@ -324,3 +324,50 @@ def test_a_champion_pointer_that_says_otherwise_than_its_card_is_no_warm_start(
         tmp_path, "champion:digits-cnn", "the pointer says otherwise than the model card",
         'its run is "someone-else", the card\'s "r"',
     )  # fmt: skip
+
+
+def test_a_sweep_starts_every_trial_from_the_champion_it_read_once(
+    tmp_path: Path, champion_run: Path
+) -> None:
+    """champion:<name> for a sweep: its trials' storage is the sweep's trials folder, where no
+    champion lives, so the sweep resolves the champion once and hands every trial the copy the
+    pointer named and the weights it verified (app/sweep/warm_start.py); `render` refused it."""
+    from app.settings.tune_plan import Trial, trial_settings
+    from app.sweep.warm_start import pin_champion, same_weights
+
+    sweep = settings_for(tmp_path, "nightly", warm_start="champion:digits-cnn")
+    warm = resolve(sweep, INFO)
+    drawn = (Trial(1, {"lr": 0.01}), Trial(2, {"lr": 0.1}))
+    trials = {t.trial_id: trial_settings(sweep, t, sweep.run_dir) for t in drawn}
+    with pytest.raises(ConfigError, match="no champion digits-cnn under TRAIN_STORAGE_PATH"):
+        resolve(trials["trial-0001"], INFO)  # unpinned: looked up in the trials folder
+    pinned_trials, pinned, record = pin_champion(sweep, warm, {}, trials)
+    assert pinned is warm
+    assert record == {"source": "champion:digits-cnn", "sha256": warm.sha256,
+                      "described": "champion digits-cnn v1 (run r, epoch 1)"}  # fmt: skip
+    for trial_id, trial in pinned_trials.items():
+        assert trial.run_dir == trials[trial_id].run_dir and trial.lr == trials[trial_id].lr
+        own = resolve(trial, INFO)  # the trial's own check of the copy, as `train` does
+        assert (own.file, own.sha256) == (warm.file, warm.sha256)
+        assert same_weights(own, pinned) is pinned  # the trial logs `champion digits-cnn v1`
+
+    # A champion promoted while the sweep runs changes nothing for its trials...
+    make_run(tmp_path, "better", 0.95, seed=1)
+    assert promote_run(settings_for(tmp_path, "better"), INFO, {})["champion_version"] == 2
+    assert resolve(pinned_trials["trial-0002"], INFO).sha256 == warm.sha256
+    # ...and a rerun after it is refused: the trials left would start from other weights.
+    newer = resolve(sweep, INFO)
+    assert newer.sha256 != warm.sha256
+    with pytest.raises(ConfigError) as refused:
+        pin_champion(sweep, newer, {"warm_start": record}, trials)
+    said = refused.value.problems[0]
+    assert "trials started from champion digits-cnn v1 (run r, epoch 1)" in said, said
+    assert "now champion digits-cnn v2 (run better, epoch 1)" in said and "new sweep" in said
+    assert pin_champion(sweep, warm, {"warm_start": record}, trials)[1] is warm  # same: goes on
+    # A copy that gives other weights when a trial checks it is not loaded.
+    altered = dataclasses.replace(warm, sha256="0" * 64)
+    with pytest.raises(ConfigError, match="altered, and not loaded"):
+        same_weights(altered, pinned)
+    # Any other warm start is each trial's own, resolved as `train` resolves it.
+    export = settings_for(tmp_path, "nightly", warm_start=str(champion_run / "export"))
+    assert pin_champion(export, resolve(export, INFO), {}, trials) == (trials, None, None)
