@@ -537,6 +537,14 @@ def local_cluster_check(settings: TrainSettings, found: Found) -> str:
     )
 
 
+def _pool_cpus() -> float:
+    """The connected cluster's data-pool CPUs: counted in its CPUs, never a worker's."""
+    from app.data.pool import find_data_pool
+
+    pool = find_data_pool()
+    return pool.cpus if pool is not None else 0.0
+
+
 def _ray_version() -> str:
     return metadata.version("ray")
 
@@ -547,7 +555,7 @@ def cluster_check(settings: TrainSettings, found: Found) -> str:
     import ray
 
     connect_ray(settings)
-    check_capacity(settings)
+    check_capacity(settings, _pool_cpus)
     # After capacity: a request the cluster can never hold is the first thing to fix.
     problem = workers_problem(settings, found.info) if found.info else None
     if problem:

@@ -8,7 +8,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import click
 
@@ -255,8 +255,10 @@ def wait_for_address(address: str, timeout_s: float) -> None:
             time.sleep(delay)
 
 
-def check_capacity(settings: TrainSettings) -> None:
-    """Refuse a request the cluster can never hold, instead of waiting for it forever."""
+def check_capacity(settings: TrainSettings, pool_cpus: Callable[[], float] = lambda: 0.0) -> None:
+    """Refuse a request the cluster can never hold, instead of waiting for it forever.
+    `pool_cpus`: the data pool's CPUs as the cluster stands (app/data/pool.py), which no
+    training worker is placed on."""
     import ray
     import ray.data
 
@@ -265,7 +267,7 @@ def check_capacity(settings: TrainSettings) -> None:
     joined = settings.ray_address or os.environ.get("RAY_ADDRESS")
     deadline = time.monotonic() + (settings.capacity_wait_s if joined else 0)
     while True:
-        missing = capacity_problems(settings, ray.cluster_resources())
+        missing = capacity_problems(settings, ray.cluster_resources(), pool_cpus())
         if not missing or time.monotonic() >= deadline:
             break
         time.sleep(1)  # nodes of a just-started cluster may still be joining
@@ -273,15 +275,20 @@ def check_capacity(settings: TrainSettings) -> None:
         raise ConfigError(missing)
 
 
-def capacity_problems(settings: TrainSettings, resources: dict[str, float]) -> list[str]:
+def capacity_problems(
+    settings: TrainSettings, resources: dict[str, float], pool_cpus: float = 0.0
+) -> list[str]:
+    """What the cluster's `resources` can never hold of the run's workers; `pool_cpus` of its
+    CPUs are the data pool's, whose nodes take no training worker."""
     workers = settings.workers.min
     problems = []
     cpus = workers * settings.cpus_per_worker
-    if resources.get("CPU", 0) < cpus:
+    if resources.get("CPU", 0) - pool_cpus < cpus:
+        pool = f", {pool_cpus:g} of them on the data pool (no training there)" if pool_cpus else ""
         problems.append(
             f"TRAIN_NUM_WORKERS={settings.num_workers} x TRAIN_CPUS_PER_WORKER="
             f"{settings.cpus_per_worker:g} needs {cpus:g} CPUs; the Ray cluster has "
-            f"{resources.get('CPU', 0):g}"
+            f"{resources.get('CPU', 0):g}{pool}"
         )
     if settings.use_gpu and resources.get("GPU", 0) < workers:
         problems.append(

@@ -156,7 +156,7 @@ def test_train_with_more_workers_than_rows_is_refused_before_training(
         raise AssertionError("training started")
 
     monkeypatch.setattr(preflight, "connect_ray", lambda settings: None)
-    monkeypatch.setattr(preflight, "check_capacity", lambda settings: None)
+    monkeypatch.setattr(preflight, "check_capacity", lambda settings, pool_cpus: None)
     monkeypatch.setattr(run, "_fit", never)
     data.good(tmp_path / "data")
     _settings_env(monkeypatch, tmp_path, TRAIN_NUM_WORKERS="30", TRAIN_RUN_NAME="r")

@@ -80,3 +80,23 @@ def test_place_scopes_ray_data_to_the_pool_and_caps_its_cpus_at_a_known_ceiling(
     unknown = DataPool(2, 16.0).place(ExecutionOptions())
     assert unknown.label_selector == {KEY: VALUE}
     assert unknown.resource_limits == ExecutionOptions().resource_limits
+
+
+def test_the_capacity_check_leaves_the_pools_cpus_out_of_the_workers() -> None:
+    """A cluster of 2 training CPUs beside a 16-CPU pool holds no 4-CPU request: `check` and
+    `train` said it fit (18 CPUs), and the workers then waited for CPUs no node would give
+    them (a red-team pass). The pool's CPUs are named in the refusal."""
+    from app.ray_cluster import capacity_problems
+    from app.settings import TrainSettings
+
+    settings = TrainSettings(_env_file=None, num_workers="2", cpus_per_worker=2)
+    nodes = [_node(2.0), _node(8.0, DATA), _node(8.0, DATA)]
+    pool = pool_from(nodes)
+    assert pool is not None
+    resources = {"CPU": 18.0}
+    assert capacity_problems(settings, resources) == []  # the pool's CPUs counted as workers'
+    assert capacity_problems(settings, resources, pool.cpus) == [
+        "TRAIN_NUM_WORKERS=2 x TRAIN_CPUS_PER_WORKER=2 needs 4 CPUs; the Ray cluster has 18, "
+        "16 of them on the data pool (no training there)"
+    ]
+    assert capacity_problems(settings, {"CPU": 20.0}, pool.cpus) == []  # 4 for training
