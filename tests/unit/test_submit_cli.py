@@ -102,6 +102,17 @@ def test_an_empty_run_tag_exits_2_and_creates_nothing(
     assert api.writes() == []
 
 
+def test_a_run_tag_no_label_can_hold_is_refused_in_words(
+    api: FakeKubeApi, values_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal quoted the schema's regex, under a values key the command line never named."""
+    code, out, err = submit(capsys, values_file, "--run-tag=bad tag!", "--wait")
+    assert code == EXIT_INVALID and "Traceback" not in out + err
+    assert "runTag: 'bad tag!' is not allowed: " in err and "`trainctl submit --run-tag`" in err
+    assert "Up to 63 letters, digits" in err and "[A-Za-z0-9]" not in err
+    assert api.writes() == []
+
+
 # The chart's schema refuses the model too (an enum); the message is the settings' own. Only the
 # settings judge the gate and the batch against the pool's workers, on its ConfigMap as rendered.
 REFUSED_TRAIN_VALUES = [
