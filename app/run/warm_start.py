@@ -27,6 +27,7 @@ from the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -51,6 +52,8 @@ from app.runfolder import checkpoints, retention
 from app.runfolder.state_dicts import (
     MODEL_FILE,
     fit_problem,
+    shapes_of,
+    shapes_problem,
     tensor_problem,
 )
 from app.settings import TrainSettings
@@ -88,7 +91,7 @@ def resolve(settings: TrainSettings, info: DatasetInfo | None) -> WarmStart:
             raise ConfigError(
                 f"TRAIN_WARM_START={source} does not fit TRAIN_MODEL={settings.model}: {problem}"
             )
-    return warm
+    return dataclasses.replace(warm, shapes=tuple(shapes_of(weights).items()))
 
 
 def trials_fit_problems(
@@ -97,13 +100,13 @@ def trials_fit_problems(
     """A sweep's trials whose model the warm start does not fit, one line each: a space that
     varies `model` passed check with the base model's fit, and each other model's trials
     then failed in Tune with a traceback (a red-team pass)."""
-    weights = _weights(warm)
+    shapes = dict(warm.shapes) if warm.shapes else shapes_of(_weights(warm))
     found: dict[tuple[str, int | None], str | None] = {}
     problems = []
     for trial_id, trial in per_trial.items():
         shape = (trial.model, trial.vit_patch)
         if shape not in found:
-            found[shape] = fit_problem(weights, _model_shapes(trial, info))
+            found[shape] = shapes_problem(shapes, _model_shapes(trial, info))
         if problem := found[shape]:
             problems.append(
                 f"{trial_id}: TRAIN_WARM_START={warm.source} does not fit TRAIN_MODEL="

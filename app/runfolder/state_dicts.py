@@ -27,7 +27,18 @@ def fit_problem(model_state: Any, expected: dict[str, torch.Size]) -> str | None
     """How a state dict differs from the model's {name: shape}; None when it loads as is."""
     if not isinstance(model_state, dict):
         return f"{MODEL_FILE} holds a {type(model_state).__name__}, not a state dict"
-    shapes = {k: tuple(v.shape) for k, v in model_state.items() if hasattr(v, "shape")}
+    return shapes_problem(shapes_of(model_state), expected)
+
+
+def shapes_of(model_state: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """{name: shape} of a state dict's tensors: all a fit check needs of it."""
+    return {k: tuple(v.shape) for k, v in model_state.items() if hasattr(v, "shape")}
+
+
+def shapes_problem(
+    shapes: dict[str, tuple[int, ...]], expected: dict[str, torch.Size]
+) -> str | None:
+    """How weights of these {name: shape} differ from the model's; None when they load as is."""
     want = {k: tuple(v) for k, v in expected.items()}
     if shapes == want:
         return None

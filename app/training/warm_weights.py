@@ -27,6 +27,9 @@ class WarmStart:
     file: RunPath
     sha256: str
     vouched_by: str  # what recorded sha256: "its model card", "its meta.json", "preflight"
+    # {name: shape} of the weights, as preflight loaded them: a sweep's trials' models are
+    # judged against these, without loading the file again.
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def load_weights(self) -> dict[str, Any]:
         """The state dict, from the bytes read now, once they are the bytes verified."""

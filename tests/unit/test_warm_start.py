@@ -371,3 +371,31 @@ def test_a_sweep_starts_every_trial_from_the_champion_it_read_once(
     # Any other warm start is each trial's own, resolved as `train` resolves it.
     export = settings_for(tmp_path, "nightly", warm_start=str(champion_run / "export"))
     assert pin_champion(export, resolve(export, INFO), {}, trials) == (trials, None, None)
+
+
+def test_a_sweeps_trials_are_fitted_to_the_weights_preflight_loaded_once(
+    tmp_path: Path, champion_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`check` and `tune` loaded the warm start's file twice: once to resolve it, again to fit
+    each trial's model. The shapes resolve() read serve the trials."""
+    from app.run.warm_start import trials_fit_problems
+    from app.settings.tune_plan import Trial, trial_settings
+
+    loads: list[Path] = []
+    load_weights = WarmStart.load_weights
+
+    def counted(self: WarmStart) -> dict[str, Any]:
+        loads.append(Path(str(self.file)))
+        return load_weights(self)
+
+    monkeypatch.setattr(WarmStart, "load_weights", counted)
+    sweep = settings_for(tmp_path, "nightly", warm_start=str(champion_run / "export"))
+    warm = resolve(sweep, INFO)
+    assert loads == [champion_run / "export" / "weights.pt"]
+    assert dict(warm.shapes) and all(isinstance(s, tuple) for _, s in warm.shapes)
+    drawn = [Trial(1, {"model": "cnn"}), Trial(2, {"model": "resnet18"})]
+    trials = {t.trial_id: trial_settings(sweep, t, sweep.run_dir) for t in drawn}
+    problems = trials_fit_problems(warm, trials, INFO)
+    assert len(loads) == 1  # not loaded again
+    assert [p.split(":")[0] for p in problems] == ["trial-0002"], problems
+    assert "does not fit TRAIN_MODEL=resnet18" in problems[0]
