@@ -152,8 +152,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     on a two-core machine where a digits run costs 45 CPU-seconds (10 to 12 where it cost 31,
     20 where it cost 47; 36 on one where `import torch` alone took 4.3 CPU-seconds, 69 s from
     launch to exit in `python -m bench.startup`). The suite keeps both cores busy, so a third
-    worker gains nothing: tried, 18 minutes against 19.5 on the slower machine, and the
-    token-auth test's own head node missed Ray's fixed 30 s start window.
+    worker gains nothing: tried twice, 18 minutes against 19.5 on the slower machine (where the
+    token-auth test's own head node then missed Ray's fixed 30 s start window), and 11:04
+    against 10:47 here (2026-12-04): the cores were busy throughout either way, and the third
+    worker's tests, run beside the clusters', added about 75 CPU-seconds (each session cluster
+    idles at about 4 CPU-seconds a minute, and every wait polls for longer).
 
     Where the time goes (2026-12-04, 11 min 12 s, every process's CPU sampled each second):
     1,257 CPU-seconds busy, 82 idle (most of that in the last two minutes, where the tests
