@@ -195,6 +195,13 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
     before = read_sweep(settings.run_dir, damaged="`trainctl tune` rebuilds it")
     if before:  # a rerun: it must continue the sweep, as `trainctl tune` will refuse otherwise
         same_trials(settings, before, trials, space)
+        if found.warm_start is not None:  # from the weights its trials started from
+            from app.run.warm_start import champion_moved
+            from app.runfolder.sweep_records import WARM_START_KEY, left_to_train
+
+            left = left_to_train(settings.run_dir, trials, settings.checkpoint_metric, before)
+            if left and (problem := champion_moved(found.warm_start, before.get(WARM_START_KEY))):
+                raise ConfigError(problem)
     fits = ""
     if found.info is not None:  # the data inspected: each trial's model held to it, as tune does
         trials_fit_the_data(per_trial, found.info, found.warm_start)

@@ -246,17 +246,18 @@ def head_without_cpus(cluster: object) -> Iterator[None]:
 
 def actor_nodes(cluster: object, class_name: str) -> list[str | None]:
     """The node of every actor of `class_name` the cluster has started, alive or not (None:
-    never placed)."""
+    never placed). Ray lists a class defined in a function by its name or by its qualified
+    name (Tune's trial actors: `ImplicitFunc`, or `wrap_function.<locals>.ImplicitFunc`, from
+    one run of the same sweep to the next): either is the class's."""
     from ray.util.state import list_actors
 
     actors = list_actors(
         address=cluster.address,  # type: ignore[attr-defined]
-        filters=[("class_name", "=", class_name)],
         limit=10_000,
         detail=True,
         raise_on_missing_output=False,
     )
-    return [actor.node_id for actor in actors]
+    return [a.node_id for a in actors if a.class_name.rsplit(".", 1)[-1] == class_name]
 
 
 def train_workers(cluster: object) -> list[Any]:

@@ -44,6 +44,7 @@ from app.export.card import (
     as_its_run_recorded,
     card_problem,
 )
+from app.formatting import one_line
 from app.promotion import champion
 from app.promotion.champion_task import TaskUnknown, vouched_card
 from app.promotion.task import Task
@@ -303,3 +304,19 @@ def _model_shapes(settings: TrainSettings, info: DatasetInfo) -> dict[str, Any]:
     from app.training.weights import shapes_and_head
 
     return shapes_and_head(settings, info)[0]
+
+
+def champion_moved(warm: WarmStart, earlier: Any) -> str | None:
+    """Why the trials left of a sweep cannot start from `warm`, the champion as it is now,
+    where its sweep.json recorded (`earlier`) that they started from other weights; or None."""
+    was = earlier.get("sha256") if isinstance(earlier, dict) else None
+    if not isinstance(was, str) or was == warm.sha256:
+        return None
+    described = earlier.get("described") if isinstance(earlier, dict) else None
+    return (
+        f"TRAIN_WARM_START={warm.source}: this sweep's trials started from "
+        f"{one_line(described, 200) if isinstance(described, str) else 'other weights'} "
+        f"(sha256 {one_line(was[:12], 20)}); it is now {warm.described} (sha256 "
+        f"{warm.sha256[:12]}), and the trials left would start from other weights than the "
+        "ones trained. Start a new sweep (another TRAIN_RUN_NAME)"
+    )

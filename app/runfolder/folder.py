@@ -57,9 +57,10 @@ MAX_SUMMARY_BYTES = 16 << 20
 # classes.json: app/runfolder/class_names.py (which imports this module, hence the literal).
 EXPORT_DIR = "export"  # the run's export (app/export/card.py): its files are checked too
 EVAL_DIR = "eval"  # `trainctl evaluate`'s reports, eval/<name>/ (app/evaluation/report.py)
-# A sweep's folder (app/sweep/results.py) holds this where a run's holds summary.json: told
-# apart here, so that commands given a sweep instead of a run can say so.
+# A sweep's folder (app/runfolder/sweep_records.py) holds this where a run's holds
+# summary.json: told apart here, so that commands given a sweep instead of a run can say so.
 SWEEP_FILE = "sweep.json"
+TRIALS_DIR = "trials"
 MAX_SWEEP_BYTES = 16 * 1024 * 1024
 OWN_NAMES = (
     SUMMARY_FILE,

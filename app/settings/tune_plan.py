@@ -19,12 +19,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.errors import ConfigError
+from app.runfolder.folder import TRIALS_DIR as TRIALS_DIR  # a sweep's trial folders
 from app.settings import TrainSettings
 from app.settings.tune import MAX_TRIALS
 from app.settings.tune_space import SPACE, Dimension, load_space, settings_message
 from app.storage.location import RunPath
-
-TRIALS_DIR = "trials"
 
 
 @dataclass(frozen=True)

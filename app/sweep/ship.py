@@ -28,10 +28,10 @@ from app.runfolder.folder import (
     write_final_summary,
 )
 from app.runfolder.summary import build_summary, plot_curves
+from app.runfolder.sweep_records import stopped_by
 from app.runfolder.usage import from_training_clock
 from app.settings import TrainSettings
 from app.storage.location import RunPath
-from app.sweep.results import stopped_by
 
 
 class TrialOfSweep(TrainSettings):

@@ -10,10 +10,10 @@ from app.formatting import format_duration, shown
 from app.redact import redact
 from app.run.status import STALE_S, read_run
 from app.runfolder.folder import read_sweep
+from app.runfolder.sweep_records import DONE, SWEEP_FILE, record_metric, table
 from app.settings.tune_plan import TRIAL_NAME, TRIALS_DIR
 from app.storage.location import RunPath
 from app.storage.reading import present
-from app.sweep.results import DONE, SWEEP_FILE, record_metric, table
 
 ENDED = (*DONE, "failed")  # a trial row written once the trial had ended
 

@@ -2,7 +2,7 @@
 
 A sweep is a run folder of run folders, <TRAIN_STORAGE_PATH>/<TRAIN_RUN_NAME>/:
 
-    sweep.json, trials.csv, sweep.png   the sweep's records (app/sweep/results.py)
+    sweep.json, trials.csv, sweep.png   the sweep's records (app/runfolder/sweep_records.py)
     trials/trial-0001/ ...              one normal run folder per trial
     tune/                               Ray Tune's own experiment files (not read back)
 
@@ -30,16 +30,16 @@ from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
 from app.runfolder import folder as run_folder
+from app.runfolder import sweep_records as results
 from app.runfolder.folder import read_summary, read_sweep, recorded_tracking, refuse_the_other_kind
+from app.runfolder.sweep_records import DONE, FAILED, HIGHER_IS_BETTER, WARM_START_KEY
 from app.settings import TrainSettings
 from app.settings.tune_continuation import kept_alike, same_trials
 from app.settings.tune_plan import TRIALS_DIR, Trial, plan_sweep
 from app.settings.tune_space import Dimension
 from app.storage.entries import refuse_link
 from app.storage.location import RunPath, storage_options
-from app.sweep import parent_run, results
-from app.sweep.results import DONE, FAILED, HIGHER_IS_BETTER, mapping
-from app.sweep.warm_start import RECORD_KEY as WARM_START_KEY
+from app.sweep import parent_run
 from app.sweep.warm_start import pin_champion
 from app.training.warm_weights import WarmStart
 
@@ -60,14 +60,16 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
     trials_fit_the_data(per_trial, info, ready.warm_start)
-    per_trial, pinned, warm_record = pin_champion(settings, ready.warm_start, before, per_trial)
-    stopped = {k: v for k, v in mapping(before.get("stopped")).items() if isinstance(v, dict)}
-    sweep = _Sweep(settings, space, trials, stopped, before)
-    if warm_record is not None:
-        sweep.extra[WARM_START_KEY] = warm_record
-        _say(f"every trial starts from {warm_record['described']}")
+    sweep = _Sweep(settings, space, trials, results.recorded_stopped(before), before)
     rows = sweep.rows()
     todo = [t for t, row in zip(trials, rows, strict=True) if row["status"] not in DONE]
+    per_trial, pinned, warm_record = pin_champion(
+        settings, ready.warm_start, before, per_trial, trials_left=bool(todo)
+    )
+    if warm_record is not None:
+        sweep.extra[WARM_START_KEY] = warm_record
+    if pinned is not None:
+        _say(f"every trial starts from {pinned.described}")
     _say(
         f"sweep {settings.run_name}: {counted(len(trials), 'trial')}, "
         f"{len(trials) - len(todo)} done, "

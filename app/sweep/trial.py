@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from app.settings import TrainSettings
-from app.training.warm_weights import WarmStart
+
+if TYPE_CHECKING:
+    from app.training.warm_weights import WarmStart
 
 # What the trial's driver (a Tune actor, perhaps on another node) needs from the sweep's
 # environment that the cluster's own environment may lack: the trackers' switches.

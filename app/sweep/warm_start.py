@@ -9,8 +9,10 @@ a trial checks that copy as `train` checks an export folder and loads only the b
 verified. A champion promoted while the sweep runs changes nothing for its trials.
 
 A rerun of a sweep continues its trials from the same weights or not at all: sweep.json keeps
-the sha256 the sweep started from, and a rerun whose champion has moved on is refused (exit 2),
-as a rerun whose settings changed is (app/settings/tune_continuation.py).
+the sha256 the sweep started from, and a rerun with trials left to train whose champion has
+moved on is refused (exit 2) by `tune` and `check`, as a rerun whose settings changed is
+(app/settings/tune_continuation.py). A rerun with none left (a RayJob retried after the sweep
+promoted its best, which moved the champion itself) trains nothing and goes on.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 from app.errors import ConfigError
+from app.run.warm_start import champion_moved
+from app.runfolder.sweep_records import WARM_START_KEY as RECORD_KEY
 from app.settings import TrainSettings
 from app.settings.model import ChampionRef
 from app.training.warm_weights import WarmStart
-
-RECORD_KEY = "warm_start"  # in sweep.json
 
 
 def pin_champion(
@@ -30,24 +32,20 @@ def pin_champion(
     warm: WarmStart | None,
     before: dict[str, Any],
     per_trial: dict[str, TrainSettings],
+    trials_left: bool,
 ) -> tuple[dict[str, TrainSettings], WarmStart | None, dict[str, Any] | None]:
     """(each trial's settings starting from the champion's copy, the WarmStart every trial
     loads, what sweep.json records of it); the settings as they were for any other warm
-    start, which each trial resolves as `train` does."""
+    start, which each trial resolves as `train` does. `trials_left`: whether any trial is
+    still to train (none: the record is kept as it was, whatever the champion is now)."""
     if not isinstance(settings.warm_start, ChampionRef):
         return per_trial, None, None
-    assert warm is not None  # preflight resolved it, or refused the sweep
     earlier = before.get(RECORD_KEY)
-    was = earlier.get("sha256") if isinstance(earlier, dict) else None
-    if isinstance(was, str) and was != warm.sha256:
-        described = earlier.get("described") if isinstance(earlier, dict) else None
-        raise ConfigError(
-            f"TRAIN_WARM_START={warm.source}: this sweep's trials started from "
-            f"{described if isinstance(described, str) else 'another champion'} (weights sha256 "
-            f"{was[:12]}), the champion is now {warm.described} (sha256 {warm.sha256[:12]}): "
-            "the trials left would start from other weights than the ones trained. Start a new "
-            "sweep (another TRAIN_RUN_NAME)"
-        )
+    if not trials_left:
+        return per_trial, None, earlier if isinstance(earlier, dict) else None
+    assert warm is not None  # preflight resolved it, or refused the sweep
+    if problem := champion_moved(warm, earlier):
+        raise ConfigError(problem)
     copy = warm.file.parent  # champions/<name>/<sha>/, its weights.pt the card lists
     pinned = {k: s.model_copy(update={"warm_start": copy}) for k, s in per_trial.items()}
     record = {"source": warm.source, "described": warm.described, "sha256": warm.sha256}

@@ -287,3 +287,35 @@ def test_status_shows_a_damaged_or_hostile_sweep_record_safely(
     assert says in result.text, result.text
     assert "\x1b" not in result.text and "\x07" not in result.text
     assert "No run folders" not in result.text
+
+
+def test_a_warm_started_sweep_rerun_after_the_champion_moved_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Its trials left would start from other weights than the trials trained: refused by
+    `tune` and by `check` (which passed it, a red-team pass). With no trial left (a RayJob
+    retried after the sweep promoted its best, moving the champion itself), it goes on."""
+    from app.promotion.step import promote_run
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    storage = tmp_path / "runs"
+    make_run(storage, "r", 0.9)
+    assert promote_run(settings_for(storage, "r"), INFO, {})["champion_version"] == 1
+    monkeypatch.setenv("TRAIN_WARM_START", "champion:digits-cnn")
+    monkeypatch.setenv("TRAIN_MODEL", "cnn")
+    monkeypatch.setenv("TRAIN_DATA_PATH", str(tmp_path / "data"))
+    started = {"source": "champion:digits-cnn", "sha256": "ab" * 32,
+               "described": "champion digits-cnn v0 (run old, epoch 1)"}  # fmt: skip
+    (sweep_dir / "sweep.json").write_text(json.dumps({"trials": [], "warm_start": started}))
+    said = ("this sweep's trials started from champion digits-cnn v0 (run old, epoch 1) "
+            "(sha256 abababababab); it is now champion digits-cnn v1 (run r, epoch 1)")  # fmt: skip
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  sweep", said, "Start a new sweep (another TRAIN_RUN_NAME)")
+    assert_refused(trainctl("tune"), 2, said)
+    assert sorted(p.name for p in sweep_dir.iterdir()) == ["sweep.json"]
+    for trial in ("trial-0001", "trial-0002"):  # every trial ended: nothing starts from it
+        (sweep_dir / "trials" / trial).mkdir(parents=True)
+        (sweep_dir / "trials" / trial / "summary.json").write_text('{"status": "succeeded"}')
+    result = trainctl("check", "--skip-cluster")
+    assert "ok    sweep: 2 trials over lr" in result.out, result.text

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from app.errors import ConfigError
+from app.runfolder.sweep_records import best_row, importance, table, trials_csv
 from app.settings import TrainSettings
 from app.settings.tune_plan import Trial, draw, trial_settings
 from app.settings.tune_space import MAX_SPACE_BYTES, VARIABLE, load_space, parse_space
-from app.sweep.results import best_row, importance, table, trials_csv
 
 BASE = TrainSettings.model_validate({"num_workers": "2", "storage_path": "/store"})
 
@@ -230,7 +230,7 @@ def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from app.runfolder.folder import read_sweep, record_epoch
-    from app.sweep.results import trial_row
+    from app.runfolder.sweep_records import trial_row
     from tests.promotion_support import make_run
 
     sweep_dir = tmp_path / "sweep"
@@ -452,7 +452,7 @@ def test_the_sweep_plot_marks_the_trial_it_ships(
     succeeded trial near it. Matplotlib draws for real; its annotations are recorded."""
     from matplotlib.axes import Axes
 
-    from app.sweep.results import plot
+    from app.runfolder.sweep_records import plot
 
     named: list[str] = []
     real = Axes.annotate
@@ -488,7 +488,7 @@ def test_a_trials_damaged_tracking_record_names_no_run_to_adopt(
     import json
 
     from app.runfolder.folder import mlflow_run_id
-    from app.sweep.results import trial_row
+    from app.runfolder.sweep_records import trial_row
 
     folder = tmp_path / "sweep" / "trials" / "trial-0001"
     folder.mkdir(parents=True)
@@ -502,7 +502,7 @@ def test_a_trials_tracking_record_keeps_each_tracker_run(tmp_path: Path) -> None
     import json
 
     from app.runfolder.folder import mlflow_run_id
-    from app.sweep.results import trial_row
+    from app.runfolder.sweep_records import trial_row
 
     folder = tmp_path / "sweep" / "trials" / "trial-0001"
     folder.mkdir(parents=True)
@@ -520,7 +520,7 @@ def test_a_stop_record_of_another_type_is_not_quoted_or_read_as_a_time(tmp_path:
     import json
 
     from app.runfolder.folder import record_epoch
-    from app.sweep.results import stopped_by
+    from app.runfolder.sweep_records import stopped_by
     from app.sweep.ship import mark_stopped
     from tests.promotion_support import INFO, make_run, settings_for
 
@@ -540,7 +540,7 @@ def test_a_trials_status_of_another_kind_trains_it_on(tmp_path: Path, status: ob
     import json
 
     from app.runfolder.folder import record_epoch
-    from app.sweep.results import DONE, trial_row
+    from app.runfolder.sweep_records import DONE, trial_row
 
     folder = tmp_path / "sweep" / "trials" / "trial-0001"
     folder.mkdir(parents=True)
@@ -560,7 +560,7 @@ def test_the_trials_training_when_the_sweep_stops_say_interrupted(tmp_path: Path
     import json
 
     from app.runfolder.folder import read_summary
-    from app.sweep.results import trial_row
+    from app.runfolder.sweep_records import trial_row
     from app.sweep.sweep import _Sweep
 
     settings = TrainSettings.model_validate(
@@ -595,7 +595,7 @@ def test_a_trial_refused_before_its_first_start_is_recorded_and_said_apart(tmp_p
     """A trial whose own settings failed `train`'s checks inside Tune had no folder yet: it
     read `pending`, and the sweep said to rerun it to resume (a red-team pass). Its folder is
     the sweep's, so the refusal is recorded there, and the sweep names it, with its reason."""
-    from app.sweep.results import trial_row
+    from app.runfolder.sweep_records import trial_row
     from app.sweep.sweep import _failed_line
     from app.sweep.trial import run_trial
 
@@ -606,7 +606,7 @@ def test_a_trial_refused_before_its_first_start_is_recorded_and_said_apart(tmp_p
         run_name=trial.trial_id,
     )  # fmt: skip
     with pytest.raises(ConfigError) as refused:
-        run_trial({"trial": trial.trial_id}, {trial.trial_id: settings}, env={})
+        run_trial({"trial": trial.trial_id}, {trial.trial_id: settings}, env={}, pinned=None)
     row = trial_row(sweep_dir, trial, "val_accuracy", {})
     assert row["status"] == "invalid", row
     said = "; ".join(refused.value.problems)  # cut to one line of 300 characters in the row

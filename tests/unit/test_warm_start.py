@@ -341,7 +341,7 @@ def test_a_sweep_starts_every_trial_from_the_champion_it_read_once(
     trials = {t.trial_id: trial_settings(sweep, t, sweep.run_dir) for t in drawn}
     with pytest.raises(ConfigError, match="no champion digits-cnn under TRAIN_STORAGE_PATH"):
         resolve(trials["trial-0001"], INFO)  # unpinned: looked up in the trials folder
-    pinned_trials, pinned, record = pin_champion(sweep, warm, {}, trials)
+    pinned_trials, pinned, record = pin_champion(sweep, warm, {}, trials, trials_left=True)
     assert pinned is warm
     assert record == {"source": "champion:digits-cnn", "sha256": warm.sha256,
                       "described": "champion digits-cnn v1 (run r, epoch 1)"}  # fmt: skip
@@ -359,18 +359,24 @@ def test_a_sweep_starts_every_trial_from_the_champion_it_read_once(
     newer = resolve(sweep, INFO)
     assert newer.sha256 != warm.sha256
     with pytest.raises(ConfigError) as refused:
-        pin_champion(sweep, newer, {"warm_start": record}, trials)
+        pin_champion(sweep, newer, {"warm_start": record}, trials, trials_left=True)
     said = refused.value.problems[0]
     assert "trials started from champion digits-cnn v1 (run r, epoch 1)" in said, said
     assert "now champion digits-cnn v2 (run better, epoch 1)" in said and "new sweep" in said
-    assert pin_champion(sweep, warm, {"warm_start": record}, trials)[1] is warm  # same: goes on
+    same = pin_champion(sweep, warm, {"warm_start": record}, trials, trials_left=True)
+    assert same[1] is warm  # the same champion: the trials left go on from it
+    # No trial left (the sweep's own promotion moved the champion): nothing to start, the
+    # record kept as the trials trained.
+    done = pin_champion(sweep, newer, {"warm_start": record}, trials, trials_left=False)
+    assert done == (trials, None, record)
     # A copy that gives other weights when a trial checks it is not loaded.
     altered = dataclasses.replace(warm, sha256="0" * 64)
     with pytest.raises(ConfigError, match="altered, and not loaded"):
         same_weights(altered, pinned)
     # Any other warm start is each trial's own, resolved as `train` resolves it.
     export = settings_for(tmp_path, "nightly", warm_start=str(champion_run / "export"))
-    assert pin_champion(export, resolve(export, INFO), {}, trials) == (trials, None, None)
+    unpinned = pin_champion(export, resolve(export, INFO), {}, trials, trials_left=True)
+    assert unpinned == (trials, None, None)
 
 
 def test_a_sweeps_trials_are_fitted_to_the_weights_preflight_loaded_once(

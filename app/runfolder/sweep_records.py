@@ -10,21 +10,36 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
 
 from app.formatting import csv_text, finite, one_line
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
+from app.runfolder.folder import TRIALS_DIR
 from app.runfolder.summary import STATUS_WORDS
-from app.settings.tune_plan import TRIALS_DIR, Trial
 from app.storage.location import RunPath, write_atomic, write_json
 
 TRIALS_CSV = "trials.csv"
+WARM_START_KEY = "warm_start"  # in sweep.json: the champion its trials start from (app/sweep/)
 PLOT_FILE = "sweep.png"
 DONE = ("succeeded", "stopped")  # a trial in one of these is not trained again
 FAILED = ("failed", "invalid")  # trained again by a rerun, but said apart from the unfinished
 HIGHER_IS_BETTER = {"val_accuracy": True, "val_loss": False}
+
+
+class Trial(Protocol):
+    """A drawn trial, as these records read it (app/settings/tune_plan.py's Trial)."""
+
+    @property
+    def trial_id(self) -> str: ...
+
+    @property
+    def values(self) -> Mapping[str, Any]: ...
+
+
+T = TypeVar("T", bound=Trial)
 
 
 def trial_dir(sweep_dir: RunPath, trial: Trial) -> RunPath:
@@ -62,6 +77,19 @@ def trial_row(
         "run_dir": str(folder),
         "tracking": run_folder.recorded_tracking(summary),
     }
+
+
+def recorded_stopped(before: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """sweep.json's `stopped`: the trials the scheduler stopped, and when."""
+    return {k: v for k, v in mapping(before.get("stopped")).items() if isinstance(v, dict)}
+
+
+def left_to_train(
+    sweep_dir: RunPath, trials: list[T], metric: str, before: dict[str, Any]
+) -> list[T]:
+    """The trials a rerun of the sweep recorded in `before` trains (any not ended)."""
+    stopped = recorded_stopped(before)
+    return [t for t in trials if trial_row(sweep_dir, t, metric, stopped)["status"] not in DONE]
 
 
 def _error(summary: dict[str, Any]) -> str | None:
