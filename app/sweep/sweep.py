@@ -17,6 +17,7 @@ a single run is (app/promotion/step.py): one promotion per sweep, none per trial
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -228,6 +229,11 @@ def _tune(
     # table, a TensorBoard command into Ray's temporary session folder); the classic engine at
     # verbose 0 prints nothing, and the sweep's own lines give the progress (trial_reported).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # A failed trial is said in one line by the sweep (trial_ended) and its reason in the
+    # sweep's last lines, from the trial's own folder; Tune printed its traceback (some 50
+    # lines of Ray's frames) and "Trials did not complete" besides.
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    logging.getLogger("ray.tune.tune").addFilter(_NotIncompleteTrials())
     # Tune's own Ctrl-C handler ends fit() as if the sweep had finished, and the best trial so
     # far would be promoted with exit 0: Ctrl-C stops the sweep here instead, as in `train`.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
@@ -250,6 +256,11 @@ def _tune(
         ),
     )
     tuner.fit()
+
+
+class _NotIncompleteTrials(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Trials did not complete")
 
 
 def _quiet_progress() -> Any:
@@ -429,11 +440,6 @@ def _conclude(
              f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
         )  # fmt: skip
     _say(f"best: {best['trial']} ({settings.checkpoint_metric} {best['best']:.4g})")
-    for line in failed:
-        _say(line)
-    if unfinished:
-        said = f"{counted(len(unfinished), 'trial')} did not finish ({', '.join(unfinished)})"
-        _say(f"{said}: rerun to resume")
     try:
         summary = promote_best(settings, per_trial[best["trial"]], info)
     finally:
@@ -443,6 +449,15 @@ def _conclude(
         status = "succeeded" if not pending else "incomplete"
         record = sweep.write(status)
         sweep.parent.finish(status, record)
+    if pending:  # exit 1: a RayJob's retry (or a rerun) trains them, and nothing reads as done
+        unended = f"{counted(len(unfinished), 'trial')} did not finish ({', '.join(unfinished)})"
+        raise RunFailed(
+            [f"sweep {settings.run_name} incomplete: {counted(len(pending), 'trial')} of "
+             f"{len(record['trials'])} did not end, and the best of the others was judged",
+             *failed,
+             *([f"{unended}: rerun the sweep to resume them"] if unfinished else []),
+             f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
+        )  # fmt: skip
     return summary
 
 

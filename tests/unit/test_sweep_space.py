@@ -620,3 +620,45 @@ def test_a_trial_refused_before_its_first_start_is_recorded_and_said_apart(tmp_p
     with pytest.raises(ConfigError):
         preflight_for_training(elsewhere)
     assert not (sweep_dir / "trials" / "typo").exists()
+
+
+def test_an_incomplete_sweep_judges_its_best_then_exits_1_naming_each_trial_left(
+    tmp_path: Path,
+) -> None:
+    """A sweep whose Tune run ended with a trial refused said "rerun to resume" and exited 0
+    (a red-team pass): a RayJob read it as done and nothing retried. Now its best is still
+    judged, and the sweep ends with exit 1 and why, each trial left named."""
+    import json
+
+    from app.errors import RunFailed
+    from app.runfolder.folder import read_sweep
+    from app.settings.tune_plan import trial_settings
+    from app.sweep.sweep import _conclude, _Sweep
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text("lr: {grid: [0.01, 0.1, 0.2]}\n")
+    settings = settings_for(tmp_path / "runs", "nightly", tune_space=space_file)
+    space = load_space(space_file, settings)
+    trials = draw(space, 1, settings.seed, settings.tune_scheduler)  # the grid, once
+    per_trial = {t.trial_id: trial_settings(settings, t, settings.run_dir) for t in trials}
+    folders = settings.run_dir / "trials"
+    make_run(folders, "trial-0001", 0.9)
+    (folders / "trial-0001" / "summary.json").write_text('{"status": "succeeded"}')
+    (folders / "trial-0002").mkdir()
+    (folders / "trial-0002" / "summary.json").write_text(
+        json.dumps({"status": "invalid", "error": "TRAIN_LR=0.1: \x1b[31mrefused"})
+    )
+    sweep = _Sweep(settings, space, trials, {}, {})
+    with pytest.raises(RunFailed) as ended:
+        _conclude(settings, sweep, per_trial, INFO, 0.0)
+    assert ended.value.problems == [
+        "sweep nightly incomplete: 2 trials of 3 did not end, and the best of the others was "
+        "judged",
+        "trial-0002 invalid: TRAIN_LR=0.1: \\x1b[31mrefused",
+        "1 trial did not finish (trial-0003): rerun the sweep to resume them",
+        f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)",
+    ]
+    record = read_sweep(settings.run_dir)
+    assert record is not None and record["status"] == "incomplete"
+    assert record["best"]["trial"] == "trial-0001" and record["promoted"] is True
