@@ -237,7 +237,7 @@ def _trials_advice(per_trial: dict[str, TrainSettings], info: DatasetInfo | None
     frozen = [trial_id for trial_id, t in per_trial.items() if _head_on_random_features(t)]
     if frozen:
         said.append(
-            f"{len(frozen)} trial(s) freeze a backbone with neither TRAIN_WEIGHTS nor "
+            f"{counted(len(frozen), 'trial')} freeze a backbone with neither TRAIN_WEIGHTS nor "
             f"TRAIN_WARM_START (first {frozen[0]}): only a head trains on random features"
         )
     return "; ".join(said) or None
@@ -268,9 +268,10 @@ def _settings(settings: TrainSettings, found: Found) -> str:
     workers = settings.workers
     scale = f"{workers.min}-{workers.max} (elastic)" if workers.elastic else str(workers.max)
     device = "GPU" if settings.use_gpu else "CPU"
+    noun = "worker" if not workers.elastic and workers.max == 1 else "workers"
     return (
         f"{settings.model} on {settings.dataset}, {settings.epochs} epochs, {scale} {device} "
-        f"worker(s), run {settings.run_name}"
+        f"{noun}, run {settings.run_name}"
     )
 
 
@@ -532,7 +533,7 @@ def local_cluster_check(settings: TrainSettings, found: Found) -> str:
         raise ConfigError(missing or [problem])
     cpus, machine = int(resources.get("CPU", 0)), usable_cpus()
     if cpus > machine.usable:
-        workers = f"{settings.workers.max} workers x {settings.cpus_per_worker:g} CPU"
+        workers = f"{counted(settings.workers.max, 'worker')} x {settings.cpus_per_worker:g} CPU"
         held = (
             f"{cpus} CPU slots ({workers} + {DATA_CPUS} for reading data) on {machine.describe()}"
         )

@@ -224,7 +224,7 @@ def _tune(
     # On a worker pod the trial could not load the keys, and a signed sweep failed every trial.
     trainable = tune.with_resources(trainable, TRIAL_DRIVER)
     concurrent, why = concurrent_trials(settings, len(todo))
-    _say(f"{concurrent} trial(s) at a time ({why})")
+    _say(f"{counted(concurrent, 'trial')} at a time ({why})")
     # Tune's default output engine prints a banner whatever `verbose` says (a configuration
     # table, a TensorBoard command into Ray's temporary session folder); the classic engine at
     # verbose 0 prints nothing, and the sweep's own lines give the progress (trial_reported).
@@ -364,9 +364,9 @@ def trials_on_head(head_memory: float | None) -> int | None:
 
 def _head_holds(head_memory: float | None, on_head: int) -> str:
     return (
-        f"the head's {(head_memory or 0) / GIB:.1f} GiB of memory holds {on_head} trial(s) at "
-        f"once (each trial's driver and Ray Train controller run there, about "
-        f"{HEAD_GIB_PER_TRIAL:g} GiB a trial)"
+        f"the head's {(head_memory or 0) / GIB:.1f} GiB of memory holds "
+        f"{counted(on_head, 'trial')} at once (each trial's driver and Ray Train controller "
+        f"run there, about {HEAD_GIB_PER_TRIAL:g} GiB a trial)"
     )
 
 
@@ -396,10 +396,10 @@ def trials_at_once(
     cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
     kept = pool_cpus if pool_cpus > 0 else DATA_CPUS
     fits = (cpus - kept) // (workers * settings.cpus_per_worker)
-    held = f"{workers} worker(s) x {settings.cpus_per_worker:g} CPU"
+    held = f"{counted(workers, 'worker')} x {settings.cpus_per_worker:g} CPU"
     if settings.use_gpu:
         fits = min(fits, gpus // workers)
-        held = f"{workers} worker(s) x 1 GPU"
+        held = f"{counted(workers, 'worker')} x 1 GPU"
     reading = f"{kept:g} on the data pool" if pool_cpus > 0 else f"{DATA_CPUS} kept"
     why = (
         f"a trial holds {held}; the cluster has {cpus:g} CPUs, {reading} for reading data, "

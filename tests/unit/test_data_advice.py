@@ -194,4 +194,4 @@ def test_a_sweep_is_warned_on_for_its_trials_own_batch_sizes_and_freezing(tmp_pa
     assert verdicts["steps"].startswith("ok 90 train rows at TRAIN_GLOBAL_BATCH_SIZE=8"), text
     assert verdicts["sweep"].startswith("WARN 2 trials over global_batch_size, freeze"), text
     assert "trials at TRAIN_GLOBAL_BATCH_SIZE 64 get fewer than" in verdicts["sweep"], text
-    assert "2 trial(s) freeze a backbone with neither TRAIN_WEIGHTS" in verdicts["sweep"], text
+    assert "2 trials freeze a backbone with neither TRAIN_WEIGHTS" in verdicts["sweep"], text

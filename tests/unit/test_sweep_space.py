@@ -404,7 +404,7 @@ def test_trials_at_once_are_what_the_cluster_holds_said_with_why() -> None:
     fits, why = trials_at_once(BASE, {"CPU": 11.0}, todo=8, head_memory=None)
     assert fits == 4
     assert why == (
-        "a trial holds 2 worker(s) x 1 CPU; the cluster has 11 CPUs, 2 kept for reading data, "
+        "a trial holds 2 workers x 1 CPU; the cluster has 11 CPUs, 2 kept for reading data, "
         "and 0 GPUs; TRAIN_TUNE_CONCURRENT sets it"
     )
     assert trials_at_once(BASE, {"CPU": 11.0}, todo=3, head_memory=None)[0] == 3  # no more
@@ -415,7 +415,7 @@ def test_trials_at_once_are_what_the_cluster_holds_said_with_why() -> None:
     assert fits == 1 and "the cluster has 19 CPUs, 16 on the data pool for reading data" in why
     gpu = BASE.model_copy(update={"use_gpu": True})
     fits, why = trials_at_once(gpu, {"CPU": 64.0, "GPU": 5.0}, todo=8, head_memory=None)
-    assert fits == 2 and "a trial holds 2 worker(s) x 1 GPU" in why and "5 GPUs" in why
+    assert fits == 2 and "a trial holds 2 workers x 1 GPU" in why and "5 GPUs" in why
 
 
 def test_trials_at_once_are_bounded_by_what_the_heads_memory_holds() -> None:
@@ -428,7 +428,7 @@ def test_trials_at_once_are_bounded_by_what_the_heads_memory_holds() -> None:
     resources = {"CPU": 512.0, "GPU": 64.0}
     fits, why = trials_at_once(gpu, resources, todo=40, head_memory=5.6 * GIB)
     assert fits == trials_on_head(5.6 * GIB) == 3
-    assert "the head's 5.6 GiB of memory holds 3 trial(s) at once" in why, why
+    assert "the head's 5.6 GiB of memory holds 3 trials at once" in why, why
     assert why.endswith("TRAIN_TUNE_CONCURRENT sets it")
     roomy = trials_at_once(gpu, resources, todo=40, head_memory=200 * GIB)
     assert roomy[0] == 32 and "head" not in roomy[1]  # the GPUs bound it there
