@@ -54,6 +54,7 @@ from app.runfolder.folder import (
     MAX_RECORDS_BYTES,
     SUMMARY_FILE,
     SWEEP_FILE,
+    TRIALS_DIR,
     holds_run_records,
     read_record_file,
     read_summary,
@@ -132,7 +133,6 @@ def sweep_best_trial(folder: RunPath) -> RunPath | None:
     folder below it; None where `folder` is no sweep or its record names no exported trial.
     Only the trial's id is taken from the record: the folder is the sweep's own trials/<id>,
     and its export is then verified as any run's."""
-    from app.settings.tune_plan import TRIALS_DIR  # loads the settings model: only sweeps need it
 
     try:
         record = bounded_json.loads(
@@ -152,10 +152,11 @@ def sweep_problem(folder: RunPath) -> str | None:
     """Where `folder` (a folder given for its export, or that export/) is a sweep's, or one of
     its trials it did not export: what to give instead (a sweep has no export of its own, and
     exports its best trial only)."""
-    from app.settings.tune_plan import TRIALS_DIR  # loads the settings model: only sweeps need it
 
     sweep = folder.parent if folder.name == EXPORT_DIR else folder
     if sweep.parent.name == TRIALS_DIR and present(sweep.parent.parent / SWEEP_FILE):
+        if sweep_best_trial(sweep.parent.parent) is None:  # the sweep's folder answers nothing
+            return sweep_problem(sweep.parent.parent)
         return (
             f"{sweep}: a trial the sweep {sweep.parent.parent} did not export (a sweep exports "
             f"only its best trial); give the sweep's folder, which predicts and evaluates with "
@@ -163,10 +164,13 @@ def sweep_problem(folder: RunPath) -> str | None:
         )
     if not present(sweep / SWEEP_FILE):
         return None
+    # Asked where the sweep's record names no exported best trial (sweep_best_trial): its
+    # trials are not all ended, or none trained to the end. Its trials' folders then hold no
+    # export either, and pointing there sent the user back here.
     return (
-        f"{sweep}: a sweep's folder (`trainctl tune`), which has no export of its own; give "
-        f"one of its trials, {sweep}/trials/<trial> (`trainctl status {sweep}` names the "
-        "best), or champion:<model-name> where the sweep promoted it"
+        f"{sweep}: a sweep's folder (`trainctl tune`) that has exported no trial yet (it "
+        f"exports its best once every trial has ended: `trainctl status {sweep}` shows them); "
+        "rerun the sweep to finish it, or give champion:<model-name> where a sweep promoted one"
     )
 
 
@@ -181,7 +185,6 @@ def _signed_for_its_run(folder: RunPath, card: dict[str, Any]) -> None:
     # removing it let another run's signed export be answered as this run's.
     if not holds_run_records(folder.parent):
         return
-    from app.settings.tune_plan import TRIALS_DIR  # loads the settings model: only keys need it
 
     run = folder.parent
     owners = {run.name}

@@ -57,7 +57,7 @@ def run_identity(run_dir: RunPath) -> str:
     sweep too (every sweep has a trial-0001). Not the whole path: a volume mounted elsewhere,
     or a bucket named with another endpoint, holds the same run, and the driver and Ray's
     controller spell a bucket's paths each their own way."""
-    from app.settings.tune_plan import TRIALS_DIR
+    from app.runfolder.folder import TRIALS_DIR
 
     if run_dir.parent.name == TRIALS_DIR:
         return f"{run_dir.parent.parent.name}/{TRIALS_DIR}/{run_dir.name}"

@@ -85,14 +85,20 @@ def test_a_card_relabelled_against_its_run_is_refused(run: Path, image: str, cha
     assert not (run / "eval").exists()  # nothing written over the run's own evaluation
 
 
-def test_a_sweeps_folder_is_pointed_to_its_trials(tmp_path: Path, image: str) -> None:
-    """A sweep has no export of its own: its trials do (and the champion it promoted)."""
+def test_a_sweep_that_exported_no_trial_says_to_finish_it(tmp_path: Path, image: str) -> None:
+    """A sweep's folder answers with its best trial's export; before it has one, the sweep
+    pointed to its trials, and each trial back to the sweep (a red-team pass)."""
     sweep = tmp_path / "runs" / "nightly"
-    (sweep / "trials").mkdir(parents=True)
+    (sweep / "trials" / "trial-0001").mkdir(parents=True)
     (sweep / "sweep.json").write_text("{}")
+    needles = ("a sweep's folder", "has exported no trial yet", "rerun the sweep", "champion:")
     for command in (("predict", str(sweep), image), ("evaluate", str(sweep), "--split", "valid")):
+        assert_refused(trainctl(*command), 2, *needles)
+    trial = str(sweep / "trials" / "trial-0001")
+    for command in (("predict", trial, image), ("evaluate", trial, "--split", "valid")):
         result = trainctl(*command)
-        assert_refused(result, 2, "a sweep's folder", f"{sweep}/trials/<trial>", "champion:")
+        assert_refused(result, 2, *needles)
+        assert "give the sweep's folder" not in result.text
 
 
 # --- code execution ----------------------------------------------------------------------------
@@ -364,4 +370,4 @@ def test_predict_and_evaluate_on_a_sweep_use_the_trial_it_exported(
         (sweep / "sweep.json").write_text(json.dumps({"best": {"trial": hostile}}))
         for command in (("predict", str(sweep), image), ("evaluate", str(sweep), "--split=valid")):
             refused = trainctl(*command)
-            assert_refused(refused, 2, "a sweep's folder", f"{sweep}/trials/<trial>")
+            assert_refused(refused, 2, "a sweep's folder", "has exported no trial yet")
