@@ -130,6 +130,7 @@ class _Sweep:
         before: dict[str, Any],
     ) -> None:
         self.settings, self.space, self.trials, self.stopped = settings, space, trials, stopped
+        self.judged: dict[str, int] = {}  # trial id -> the epoch the scheduler stopped it at
         self.parent = parent_run.ParentRun.start(settings, recorded_tracking(before))
         self.extra: dict[str, Any] = {}
         started_at = finite(before.get("started_at"))  # a damaged record's is not carried
@@ -188,9 +189,16 @@ class _Sweep:
         epoch = int(last.get("epoch") or 0)
         trial = next(t for t in self.trials if t.trial_id == trial_id)
         ended = results.trial_row(self.settings.run_dir, trial, self.settings.checkpoint_metric, {})
-        # Stopped: it reported epochs (a trial that had trained them all reports none when it
-        # concludes on a rerun) but fewer than TRAIN_EPOCHS, and its driver did not end it.
-        if not error and 0 < epoch < self.settings.epochs and ended["status"] == "running":
+        # Stopped: the scheduler said so (a trial Tune ends because the sweep is stopping was
+        # recorded stopped, and never trained again), it reported epochs but fewer than
+        # TRAIN_EPOCHS, and its driver did not end it.
+        stopped = trial_id in self.judged
+        if (
+            stopped
+            and not error
+            and 0 < epoch < self.settings.epochs
+            and ended["status"] == "running"
+        ):
             # The scheduler's verdict, kept before anything else: a rerun does not retrain it.
             self.stopped[trial_id] = {"epoch": epoch, "time_s": last.get("time_total_s")}
             by = results.stopped_by(self.settings.tune_scheduler, epoch, ended["epochs"])
@@ -243,7 +251,7 @@ def _tune(
         tune_config=tune.TuneConfig(
             metric=metric,
             mode="max" if HIGHER_IS_BETTER[metric] else "min",
-            scheduler=_scheduler(settings),
+            scheduler=_scheduler(settings, sweep.judged),
             max_concurrent_trials=concurrent,
             reuse_actors=False,
         ),
@@ -277,11 +285,15 @@ def _quiet_progress() -> Any:
     return QuietProgress()
 
 
-def _scheduler(settings: TrainSettings) -> Any:
+def _scheduler(settings: TrainSettings, judged: dict[str, int] | None = None) -> Any:
+    """Tune's scheduler for TRAIN_TUNE_SCHEDULER; `judged` collects, by trial id, the epoch
+    whose result the scheduler stopped each trial at: the only trials the sweep records as
+    stopped (a trial Tune ends as the sweep itself stops is interrupted, and trains again)."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
     if settings.tune_scheduler != "asha":
         return FIFOScheduler()
+    verdicts = judged if judged is not None else {}
 
     class LastEpochEndsItself(ASHAScheduler):  # type: ignore[misc]
         """ASHA, except at TRAIN_EPOCHS: a rung there (grace period x reduction factor^k equal
@@ -293,6 +305,8 @@ def _scheduler(settings: TrainSettings) -> Any:
             action = super().on_trial_result(tune_controller, trial, result)
             if result.get("epoch", 0) >= settings.epochs:
                 return TrialScheduler.CONTINUE
+            if action == TrialScheduler.STOP:
+                verdicts[trial.config["trial"]] = int(result.get("epoch", 0))
             return str(action)
 
     return LastEpochEndsItself(

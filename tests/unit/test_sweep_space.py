@@ -265,11 +265,14 @@ def test_asha_stops_behind_a_rung_but_never_at_the_last_epoch() -> None:
 
     from app.sweep.sweep import _scheduler
 
+    judged: dict[str, int] = {}
+
     def decisions(epochs: int) -> list[str]:
         settings = TrainSettings(epochs=epochs, tune_grace_period=1, tune_reduction_factor=2)
-        scheduler = _scheduler(settings)
+        scheduler = _scheduler(settings, judged)
         scheduler.set_search_properties("val_accuracy", "max")
-        ahead, behind = SimpleNamespace(trial_id="a"), SimpleNamespace(trial_id="b")
+        ahead = SimpleNamespace(trial_id="a", config={"trial": "trial-0001"})
+        behind = SimpleNamespace(trial_id="b", config={"trial": "trial-0002"})
         for trial in (ahead, behind):
             scheduler.on_trial_add(None, trial)
         first = scheduler.on_trial_result(None, ahead, {"epoch": 1, "val_accuracy": 0.9})
@@ -277,8 +280,35 @@ def test_asha_stops_behind_a_rung_but_never_at_the_last_epoch() -> None:
         return [first, second]
 
     continue_, stop = TrialScheduler.CONTINUE, TrialScheduler.STOP
-    assert decisions(epochs=4) == [continue_, stop]  # epoch 1 is a rung before the last
     assert decisions(epochs=1) == [continue_, continue_]  # epoch 1 is the last: it ends itself
+    assert judged == {}
+    assert decisions(epochs=4) == [continue_, stop]  # epoch 1 is a rung before the last
+    assert judged == {"trial-0002": 1}  # the verdict the sweep records a stop by
+
+
+def test_a_trial_tune_ends_as_the_sweep_stops_is_not_recorded_as_stopped(tmp_path: Path) -> None:
+    """Tune ends the running trials as a stopped sweep unwinds: they were recorded stopped by
+    ASHA, never trained again, and the sweep said so against trials.csv (a red-team pass).
+    Only a trial the scheduler stopped is."""
+    from app.runfolder.folder import record_epoch
+    from app.sweep.sweep import _Sweep
+
+    settings = TrainSettings(
+        _env_file=None, storage_path=tmp_path / "runs", run_name="nightly", epochs=3
+    )  # fmt: skip
+    trials = [Trial(1, {"lr": 0.01}), Trial(2, {"lr": 0.1})]
+    for trial in trials:
+        folder = settings.run_dir / "trials" / trial.trial_id
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text('{"status": "running"}')
+        record_epoch(folder, {"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5})
+    sweep = _Sweep(settings, {}, trials, {}, {})
+    sweep.judged["trial-0002"] = 1  # ASHA's verdict at epoch 1
+    for trial in trials:
+        sweep.trial_ended(trial.trial_id, {"epoch": 1}, error=False)
+    assert list(sweep.stopped) == ["trial-0002"]
+    statuses = {row["trial"]: row["status"] for row in sweep.rows()}
+    assert statuses == {"trial-0001": "running", "trial-0002": "stopped"}
 
 
 def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
