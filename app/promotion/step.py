@@ -274,6 +274,13 @@ def _judged_before(
         return False  # a new gate is a new question: judge again
     if previous.get("pointer") != str(_pointer(settings)):
         return False  # another TRAIN_MODEL_NAME: another champion to judge against
+    # An evaluation the gate needed failed (the champion's copy altered, say): no verdict was
+    # made, only a refusal that no longer holds once it is fixed.
+    judged_on = previous.get("judged_on")
+    if isinstance(judged_on, dict) and any(
+        judged_on.get(k) for k in ("problem", "champion_problem")
+    ):
+        return False
     judged = previous.get("checkpoint")
     if isinstance(judged, dict):  # the checkpoint judged, by its epoch and figures
         return judged.get("epoch") == best.epoch and judged.get("metrics") == best.metrics

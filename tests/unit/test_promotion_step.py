@@ -669,3 +669,26 @@ def test_a_rerun_that_trains_nothing_keeps_the_fingerprint_of_the_data_trained_o
     promote_run(settings_for(tmp_path, "r"), info, {"status": "succeeded"})
     assert card()["checkpoint"]["epoch"] == 2
     assert card()["data"]["files_sha256"] != trained_on["files_sha256"]
+
+
+def test_a_verdict_made_without_the_figures_it_needed_is_made_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rerun restated "judged before: the champion could not be scored (sha256 ... does
+    not match)" after the champion's copy was put right (a red-team pass): a verdict an
+    evaluation failure made is judged again; any other stands."""
+    _promote(tmp_path, "champ", 0.95)
+    assert _promote(tmp_path, "new", 0.90)["promoted"] is False
+    summary = json.loads((tmp_path / "new" / "summary.json").read_text())
+    capsys.readouterr()
+    _rerun(tmp_path, "new")
+    assert "judged before" in capsys.readouterr().out
+    for failed in ({"champion_problem": "sha256 2d93 does not match"}, {"problem": "no data"}):
+        judged_on = {"split": "valid", "rows": 10, **failed}
+        summary["promotion"]["judged_on"] = judged_on
+        (tmp_path / "new" / "summary.json").write_text(json.dumps(summary))
+        assert _rerun(tmp_path, "new")["promoted"] is False
+        said = capsys.readouterr().out
+        assert "judged before" not in said and "val_accuracy 0.9 is not > the champion's 0.95" in (
+            said
+        ), said
