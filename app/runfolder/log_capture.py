@@ -79,6 +79,12 @@ def next_attempt(run_dir: RunPath) -> int:
 _recent = threading.local()
 
 
+# Ray Data's progress bars in a process that is not the Ray job's driver (a sweep's trial
+# runs in a Tune actor) are printed as JSON lines with this mark, for the driver to draw as
+# bars: in a log file they were most of its lines.
+RAY_PROGRESS_BAR = "__ray_tqdm_magic_token__"
+
+
 class _Tee(io.TextIOBase):
     """A text stream that writes through to the original and, by whole lines, to the log."""
 
@@ -119,6 +125,8 @@ class _Tee(io.TextIOBase):
                 if not hasattr(_recent, "lines"):
                     _recent.lines = collections.deque(maxlen=64)
                 for line in lines:
+                    if RAY_PROGRESS_BAR in line:  # a bar's state for a Ray driver to draw
+                        continue
                     record = logging.LogRecord("trainctl", logging.INFO, "", 0, line, None, None)
                     self.handler.handle(record)
                     _recent.lines.append(line)

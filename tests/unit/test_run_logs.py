@@ -34,6 +34,23 @@ def test_capture_tees_output_and_writes_the_traceback(
     assert sys.stdout is not None and not isinstance(sys.stdout, run_logs._Tee)
 
 
+def test_rays_progress_bar_lines_stay_on_screen_not_in_the_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep trial's driver.log was mostly Ray Data's bar states, raw JSON (a red-team pass):
+    lines Ray's own driver draws as bars, from a process that is not it."""
+    import json
+
+    log = tmp_path / "driver.log"
+    bar = json.dumps({"__magic_token__": "__ray_tqdm_magic_token__", "x": 3, "pos": 0})
+    with run_logs.capture(log, 1.0, "driver"):
+        print("epoch 1/2")
+        print(bar)
+        print("epoch 2/2")
+    assert capsys.readouterr().out == f"epoch 1/2\n{bar}\nepoch 2/2\n"  # for Ray to draw
+    assert log.read_text().splitlines()[1:] == ["epoch 1/2", "epoch 2/2"]
+
+
 def test_expected_errors_are_written_as_messages(tmp_path: Path) -> None:
     log = tmp_path / "driver.log"
     with pytest.raises(RunFailed), run_logs.capture(log, 1.0, "driver"):
