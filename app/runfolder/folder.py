@@ -29,7 +29,7 @@ from app.errors import ConfigError, RunFailed
 from app.runfolder.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
 from app.storage.entries import entries, links, not_a_link
-from app.storage.location import RunPath, append_line, write_atomic, write_json
+from app.storage.location import RunPath, append_line, strict_json, write_atomic, write_json
 from app.storage.probe import StoreUnavailable
 from app.storage.reading import present_within, read_bounded
 
@@ -162,11 +162,11 @@ def _warn_once(path: RunPath, message: str) -> None:
 
 
 def _append(path: RunPath, record: dict[str, Any]) -> None:
-    append_line(path, json.dumps(record))
+    append_line(path, strict_json(record))
 
 
 def _rewrite(path: RunPath, records: list[dict[str, Any]]) -> None:
-    write_atomic(path, "".join(json.dumps(r) + "\n" for r in records).encode())
+    write_atomic(path, "".join(strict_json(r) + "\n" for r in records).encode())
 
 
 def start_attempt(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -140,7 +141,27 @@ def write_atomic(path: RunPath, data: bytes, root: RunPath | None = None) -> Non
 
 
 def write_json(path: RunPath, value: Any, root: RunPath | None = None) -> None:
-    write_atomic(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode(), root)
+    write_atomic(path, (strict_json(value, indent=2) + "\n").encode(), root)
+
+
+def strict_json(value: Any, indent: int | None = None) -> str:
+    """JSON as the standard has it: a NaN or an infinity (a diverged run's loss) written as
+    null, where Python wrote `NaN`, which jq, JavaScript and most readers refuse. trainctl's
+    readers take either as a missing figure (app/formatting.py `finite`)."""
+    try:
+        return json.dumps(value, indent=indent, allow_nan=False)
+    except ValueError:  # rare: only then is the value walked
+        return json.dumps(_finite_or_null(value), indent=indent, allow_nan=False)
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v) for v in value]
+    return value
 
 
 def rename_dir(folder: RunPath, target: RunPath) -> None:

@@ -61,3 +61,26 @@ def test_a_line_cut_short_by_a_kill_is_ignored(tmp_path: Path) -> None:
     with (tmp_path / run_folder.METRICS_FILE).open("a") as handle:
         handle.write('{"epoch": 2, "train_lo')
     assert [row["epoch"] for row in run_folder.epochs(tmp_path)] == [1]
+
+
+def test_a_diverged_runs_records_are_json_a_reader_takes(tmp_path: Path) -> None:
+    """metrics.jsonl and summary.json held `NaN` for a diverged run's loss (a red-team pass):
+    Python reads it, jq and JavaScript refuse the file. Written as null; trainctl reads a
+    null as the missing figure it read a NaN as."""
+    import json
+    import math
+
+    from app.runfolder.folder import epochs, read_summary, record_epoch, write_summary
+
+    record_epoch(tmp_path, {"epoch": 1, "val_loss": math.nan, "val_accuracy": 0.1})
+    write_summary(tmp_path, {"status": "succeeded", "metrics": {"val_loss": -math.inf}})
+    for name in ("metrics.jsonl", "summary.json"):
+        text = (tmp_path / name).read_text()
+        assert "NaN" not in text and "Infinity" not in text
+        json.loads(text.splitlines()[0] if name.endswith("l") else text, parse_constant=_refuse)
+    assert epochs(tmp_path)[0]["val_loss"] is None and epochs(tmp_path)[0]["val_accuracy"] == 0.1
+    assert (read_summary(tmp_path) or {})["metrics"] == {"val_loss": None}
+
+
+def _refuse(constant: str) -> None:
+    raise AssertionError(f"{constant} is not JSON")
