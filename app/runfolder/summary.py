@@ -101,9 +101,16 @@ def plot_curves(run_dir: RunPath) -> RunPath | None:
         ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(run_dir.name)
+    return save_figure(fig, run_dir / CURVES_FILE, dpi=110)
+
+
+def save_figure(fig: Any, path: RunPath, dpi: int) -> RunPath:
+    """A matplotlib figure as a PNG at `path`, written whole (a reader never sees half), and
+    closed."""
+    import matplotlib.pyplot as plt
+
     image = io.BytesIO()
-    fig.savefig(image, format="png", dpi=110)
+    fig.savefig(image, format="png", dpi=dpi)
     plt.close(fig)
-    path = run_dir / CURVES_FILE
     write_atomic(path, image.getvalue())
     return path

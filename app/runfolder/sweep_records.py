@@ -18,7 +18,7 @@ from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
 from app.runfolder.folder import TRIALS_DIR
-from app.runfolder.summary import STATUS_WORDS
+from app.runfolder.summary import STATUS_WORDS, save_figure
 from app.storage.location import RunPath, write_atomic, write_json
 
 TRIALS_CSV = "trials.csv"
@@ -293,12 +293,7 @@ def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]
         "star the trial shipped"
     )
     fig.tight_layout()
-    image = io.BytesIO()
-    fig.savefig(image, format="png", dpi=100)
-    plt.close(fig)
-    path = sweep_dir / PLOT_FILE
-    write_atomic(path, image.getvalue())
-    return path
+    return save_figure(fig, sweep_dir / PLOT_FILE, dpi=100)
 
 
 def _finite(value: Any) -> bool:
