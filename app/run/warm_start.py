@@ -309,10 +309,11 @@ def _model_shapes(settings: TrainSettings, info: DatasetInfo) -> dict[str, Any]:
 def champion_moved(warm: WarmStart, earlier: Any) -> str | None:
     """Why the trials left of a sweep cannot start from `warm`, the champion as it is now,
     where its sweep.json recorded (`earlier`) that they started from other weights; or None."""
-    was = earlier.get("sha256") if isinstance(earlier, dict) else None
+    if not isinstance(earlier, dict):
+        return None
+    was, described = earlier.get("sha256"), earlier.get("described")
     if not isinstance(was, str) or was == warm.sha256:
         return None
-    described = earlier.get("described") if isinstance(earlier, dict) else None
     return (
         f"TRAIN_WARM_START={warm.source}: this sweep's trials started from "
         f"{one_line(described, 200) if isinstance(described, str) else 'other weights'} "

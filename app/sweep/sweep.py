@@ -62,8 +62,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     info: DatasetInfo = ready.info
     trials_fit_the_data(per_trial, info, ready.warm_start)
     sweep = _Sweep(settings, space, trials, results.recorded_stopped(before), before)
-    rows = sweep.rows()
-    todo = [t for t, row in zip(trials, rows, strict=True) if row["status"] not in DONE]
+    todo = results.left_to_train(sweep_dir, trials, settings.checkpoint_metric, before)
     per_trial, pinned, warm_record = pin_champion(
         settings, ready.warm_start, before, per_trial, trials_left=bool(todo)
     )
@@ -241,7 +240,7 @@ def _tune(
     # sweep's last lines, from the trial's own folder; Tune printed its traceback (some 50
     # lines of Ray's frames) and "Trials did not complete" besides.
     os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
-    logging.getLogger("ray.tune.tune").addFilter(_NotIncompleteTrials())
+    logging.getLogger("ray.tune.tune").addFilter(_NOT_INCOMPLETE_TRIALS)  # once: one object
     # Tune's own Ctrl-C handler ends fit() as if the sweep had finished, and the best trial so
     # far would be promoted with exit 0: Ctrl-C stops the sweep here instead, as in `train`.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
@@ -269,6 +268,9 @@ def _tune(
 class _NotIncompleteTrials(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Trials did not complete")
+
+
+_NOT_INCOMPLETE_TRIALS = _NotIncompleteTrials()
 
 
 def _quiet_progress() -> Any:
