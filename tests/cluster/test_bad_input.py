@@ -3,8 +3,10 @@ code, never a traceback, and nothing written to the run folder but that message.
 
 Exit 2 is everything found before training starts (settings, storage, data, cluster capacity);
 exit 1 is what only running finds (a download that fails). Most cases stop before Ray starts.
-The cases that reach Ray run as their own processes, a few at a time (the cluster-capacity ones
-mostly wait for nodes that never come); the others through the CLI's entry point in this process.
+Every case runs through the CLI's entry point in this process (app.cli.run, what `main` exits
+with): the same code without a Python, torch and Ray start each. The cases that reach the cluster
+find this process already joined to it as a driver (`ray_session`), as `trainctl train` would
+have joined it, and are refused by the capacity check that follows.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import pytest
 from app.runfolder.folder import REFUSED_KEY
 from tests import parquet_support as data
 from tests.hostile.support import trainctl_with
-from tests.support import explain, run_trainctl, trainctl_env
+from tests.support import explain, trainctl_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -220,19 +221,16 @@ def _run_case(case: Case, tmp: Path, address: str, base: dict[str, str]) -> Outc
         (run_dir / "metrics.jsonl").write_text('{"epoch": 1, "val_accuracy": 0.5}\n')
         run_before = _files(run_dir)
     env = {**trainctl_env(base, **settings), **case.extra_env}
-    if case.cluster:
-        return Outcome(run_trainctl("train", env=env, cwd=tmp, timeout=240), tmp, run_before)
-    # Refused before Ray starts: through the CLI's entry point in this process (app.cli.run,
-    # what `main` exits with), the same code without a Python and torch start each (about 4 s
-    # of a core, 47 times); the environment, proxies included, is the process's while it runs.
+    # Without a Python and torch start each (about 3 s of a core, 52 times); the environment,
+    # proxies included, is the process's while it runs, so the cases run one at a time.
     return Outcome(trainctl_with(env, tmp, "train"), tmp, run_before)
 
 
 @pytest.fixture(scope="module")
 def outcomes(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Future[Outcome]]]:
-    """Every selected case, run once for the module; a test waits for its own."""
+) -> dict[str, Outcome]:
+    """Every selected case, run once for the module."""
     selected = [
         item.callspec.params["case"]
         for item in request.session.items
@@ -243,28 +241,19 @@ def outcomes(
     address = ""
     if any(case.cluster for case in selected):
         address = request.getfixturevalue("ray_cluster").address
-    base = dict(os.environ)  # read here, on pytest's thread, not on the pool's
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        # The cluster cases as processes on the pool (they mostly wait for capacity); the rest
-        # one after another on this thread meanwhile (they set the process's environment).
-        outcomes = {
-            case.id: pool.submit(_run_case, case, tmp_path_factory.mktemp(case.id), address, base)
-            for case in selected
-            if case.cluster
-        }
-        for case in selected:
-            if not case.cluster:
-                done: Future[Outcome] = Future()
-                done.set_result(_run_case(case, tmp_path_factory.mktemp(case.id), address, base))
-                outcomes[case.id] = done
-        yield outcomes
+        request.getfixturevalue("ray_session")
+    base = dict(os.environ)
+    return {
+        case.id: _run_case(case, tmp_path_factory.mktemp(case.id), address, base)
+        for case in selected
+    }
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_bad_input_is_refused_with_one_clear_message(
-    case: Case, outcomes: dict[str, Future[Outcome]]
+    case: Case, outcomes: dict[str, Outcome]
 ) -> None:
-    outcome = outcomes[case.id].result()
+    outcome = outcomes[case.id]
     result, tmp = outcome.result, outcome.tmp
     why = explain(result)
     assert result.returncode == case.code, why

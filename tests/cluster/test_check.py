@@ -2,7 +2,7 @@
 fails on its own problem with exit 2, the check named, the others still reported.
 
 Real CLI, real files, the shared multi-node cluster (the good setup and the cluster's own
-failures; the other failures skip the cluster check and run in this process). A wrong installed
+failures; the other failures skip the cluster check). A wrong installed
 version is a real distribution record (a dist-info folder) earlier on the path, as a stray
 install would be.
 """
@@ -124,17 +124,20 @@ def _check(failure: Failure, tmp: Path, address: str, base: dict[str, str]) -> R
         **{k: v.replace("{tmp}", str(tmp)) for k, v in failure.settings.items()},
     }
     env = {**trainctl_env(base, **settings), **(failure.env(tmp) if failure.env else {})}
-    if _with_cluster(failure):
+    if _as_process(failure):
         return run_trainctl("check", env=env, cwd=tmp, timeout=240), tmp
+    if failure.check == "cluster":  # this process is joined to the cluster (`ray_session`)
+        return trainctl_with(env, tmp, "check"), tmp
     return trainctl_with(env, tmp, "check", "--skip-cluster"), tmp
 
 
-def _with_cluster(failure: Failure) -> bool:
-    """The good setup, the cluster's own failures and a stray install (which needs its own
-    interpreter's path) run `trainctl check` as a process, cluster check included. The other
-    failures go through the CLI's entry point in this process with --skip-cluster: the same
-    checks without a Python and torch start each (and without a Ray connection in pytest)."""
-    return failure.check in ("", "cluster", "versions")
+def _as_process(failure: Failure) -> bool:
+    """The good setup (`trainctl check` whole, as the RayJob runs it, joining the cluster) and
+    a stray install (which needs its own interpreter's path) run as processes. The failures go
+    through the CLI's entry point in this process: the same checks without a Python and torch
+    start each; the cluster's own failures with this process joined to the cluster as a driver,
+    the others with --skip-cluster."""
+    return failure.check in ("", "versions")
 
 
 def _verdicts(result: subprocess.CompletedProcess[str]) -> dict[str, tuple[str, str]]:
@@ -150,9 +153,9 @@ def _verdicts(result: subprocess.CompletedProcess[str]) -> dict[str, tuple[str, 
 
 @pytest.fixture(scope="module")
 def outcomes(
-    ray_cluster: object, tmp_path_factory: pytest.TempPathFactory
+    ray_cluster: object, ray_session: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Future[Result]]]:
-    """Every case at once on a few threads: the cluster ones mostly wait for capacity."""
+    """The process cases on a pool while the others run here, one after another."""
     address = ray_cluster.address  # type: ignore[attr-defined]
     good = Failure("all-good", "", "")
     base = dict(os.environ)  # read here, on pytest's thread, not on the pool's
@@ -160,11 +163,11 @@ def outcomes(
         outcomes = {
             case.id: pool.submit(_check, case, tmp_path_factory.mktemp(case.id), address, base)
             for case in [good, *FAILURES]
-            if _with_cluster(case)
+            if _as_process(case)
         }
         # The rest one after another on this thread (they set the process's environment).
         for case in FAILURES:
-            if not _with_cluster(case):
+            if not _as_process(case):
                 done: Future[Result] = Future()
                 done.set_result(_check(case, tmp_path_factory.mktemp(case.id), address, base))
                 outcomes[case.id] = done
@@ -211,7 +214,8 @@ def test_each_check_fails_on_its_own_problem(
     message = failure.message.replace("{tmp}", str(tmp))
     assert message in verdicts[failure.check][1], why
     # The other checks still ran and said so: one problem never hides another.
-    expected = set(CHECKS) if _with_cluster(failure) else set(CHECKS) - {"cluster"}
+    with_cluster = failure.check in ("cluster", "versions")
+    expected = set(CHECKS) if with_cluster else set(CHECKS) - {"cluster"}
     assert set(verdicts) == expected, why
     assert "trainctl: invalid input:" in result.stderr and message in result.stderr, why
 
