@@ -49,7 +49,8 @@ def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
             f"{gate.class_drop} (each class's recall against the champion's export scored on "
             "the same rows; while there is no champion it passes)"
         )
-    said = f"{gate}: " + "; ".join(terms)
+    # One term is the gate itself: said once, not as `gate: gate`.
+    said = terms[0] if len(terms) == 1 else f"{gate}: " + "; ".join(terms)
     recorded = sorted({t.metric for t in gate.thresholds if t.metric not in MEASURED})
     if test_rows is not None:
         data = f"the held-out test data ({test_rows:,} rows)"

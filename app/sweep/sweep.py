@@ -455,7 +455,7 @@ def _conclude(
              *failed,
              f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
         )  # fmt: skip
-    _say(f"best: {best['trial']} ({settings.checkpoint_metric} {best['best']:.4g})")
+    _say(f"best: {best['trial']} ({settings.checkpoint_metric} {best['best']:.4f})")
     try:
         summary = promote_best(settings, per_trial[best["trial"]], info)
     finally:

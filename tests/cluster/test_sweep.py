@@ -226,6 +226,10 @@ def test_the_best_trial_is_promoted_once_for_the_sweep(sweep: Sweep) -> None:
     promoted = [t for t in TRIALS if "promotion" in _summary(sweep.sweep_dir / "trials" / t)]
     assert promoted == [best]  # never one per trial
     assert "promoted v1" in sweep.rerun.stdout  # type: ignore[union-attr]
+    # The best trial's figure as its own run's lines show figures: four places, not `.4g`.
+    figure = sweep.record["best"]["best"]
+    said = f"best: {best} (val_accuracy {figure:.4f})"
+    assert said in sweep.rerun.stdout, sweep.rerun.stdout  # type: ignore[union-attr]
 
 
 def test_mlflow_has_one_parent_run_with_a_child_per_trial(sweep: Sweep) -> None:

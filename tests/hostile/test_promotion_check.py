@@ -205,6 +205,9 @@ def test_gate_terms_every_model_meets_or_that_reward_worse_are_warned_of(
     result = trainctl("check", "--skip-cluster")
     assert result.code == 0, result.text
     (line,) = [line for line in result.out.splitlines() if " gate: " in line]
+    # A gate of one term is said once (it read `gate: min_class_f1>=0.5: min_class_f1>=0.5`).
+    stated = line.split(" gate: ", 1)[1].split("; but ", 1)[0]
+    assert stated.startswith(gate) and stated.count(gate) == 1, line
     if advice is None:
         assert line.startswith("ok    gate: "), line
     else:
