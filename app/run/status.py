@@ -30,7 +30,7 @@ from app.formatting import finite, format_duration, one_line, one_path
 from app.redact import redact
 from app.run import first_met
 from app.runfolder import folder as run_folder
-from app.runfolder import interruptions, usage
+from app.runfolder import interruptions, sweep_records, usage
 from app.runfolder.epoch_record import CORE_METRICS, REQUIRED
 from app.runfolder.log_capture import LOGS_DIR
 from app.runfolder.retention import higher_is_better
@@ -404,7 +404,7 @@ class Listing:
     timed_out: bool
     problems: list[str]
     deadline_s: float = LIST_DEADLINE_S
-    sweeps: list[str] = field(default_factory=list)  # sweep folders: each a folder of runs
+    sweeps: list[dict[str, Any]] = field(default_factory=list)  # sweep_records.brief each
 
     def record(self) -> dict[str, Any]:
         return {
@@ -412,7 +412,8 @@ class Listing:
             "runs": [run.record() for run in self.runs],
             "folders": self.folders,
             "not_run_folders": self.not_runs,
-            "sweeps": self.sweeps,
+            "sweeps": [sweep["name"] for sweep in self.sweeps],
+            "sweep_states": self.sweeps,
             "not_read": self.not_read,
             "timed_out": self.timed_out,
             "problems": self.problems,
@@ -437,7 +438,7 @@ def list_runs(
         problems.append(f"{_path(root)}: listing took over {deadline_s:g} s")
         return Listing(_path(root), [], 0, 0, 0, True, problems, deadline_s)
     runs: list[RunStatus] = []
-    sweeps: list[str] = []
+    sweeps: list[dict[str, Any]] = []
     read = not_runs = 0
     timed_out = False
     for name in names:
@@ -460,8 +461,8 @@ def list_runs(
         if isinstance(found, RunStatus):
             runs.append(found)
             problems += found.problems
-        elif found == "sweep":
-            sweeps.append(name)
+        elif isinstance(found, dict):
+            sweeps.append(sweep_records.brief(name, found))
         else:
             not_runs += 1
     unread = len(names) - read
@@ -470,10 +471,13 @@ def list_runs(
     )
 
 
-def _read_if_run(run_dir: RunPath, now: float | None) -> RunStatus | str | None:
-    """The run's status; "sweep" for a sweep's folder; None for any other folder."""
+def _read_if_run(run_dir: RunPath, now: float | None) -> RunStatus | dict[str, Any] | None:
+    """The run's status; a sweep's folder's sweep.json; None for any other folder."""
     kind = _folder_kind(run_dir)
-    return read_run(run_dir, now) if kind == "run" else kind
+    if kind == "sweep":
+        unread = {"status": f"{run_folder.SWEEP_FILE} unreadable"}
+        return run_folder.read_sweep(run_dir, damaged=None) or unread
+    return read_run(run_dir, now) if kind == "run" else None
 
 
 def _candidates(root: RunPath, problems: list[str]) -> list[str]:
@@ -597,9 +601,10 @@ def listing_notes(listing: Listing, limit: int) -> list[str]:
         )
     if listing.sweeps:
         notes.append(
-            f"(sweeps, each a folder of trial runs: {', '.join(listing.sweeps)}; "
-            f"`trainctl status {listing.root}/<sweep>` shows one)"
+            f"sweeps, each a folder of trial runs (`trainctl status {listing.root}/<sweep>` "
+            "shows one):"
         )
+        notes += [f"  {sweep_records.brief_line(sweep)}" for sweep in listing.sweeps]
     if listing.not_runs:
         folders = "folder" if listing.not_runs == 1 else "folders"
         notes.append(f"({listing.not_runs} {folders} without run records skipped)")

@@ -263,21 +263,23 @@ def mlflow_run_id(tracking: Mapping[str, Any]) -> str | None:
 
 
 def read_sweep(
-    sweep_dir: RunPath, damaged: str = "rebuilt from the trials' folders"
+    sweep_dir: RunPath, damaged: str | None = "rebuilt from the trials' folders"
 ) -> dict[str, Any] | None:
     """sweep.json as last written; None when there is none. A damaged one is not fatal: every
     trial's own folder says what it did, and the sweep is rebuilt from them (`damaged`: what
-    the caller does instead, said after the problem)."""
+    the caller does instead, said after the problem; None: nothing said)."""
     path = sweep_dir / SWEEP_FILE
     try:
         record = bounded_json.loads(read_record_file(path, MAX_SWEEP_BYTES).decode("utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as err:
-        print(f"trainctl: {path} is damaged ({type(err).__name__}); {damaged}")
+        if damaged is not None:
+            print(f"trainctl: {path} is damaged ({type(err).__name__}); {damaged}")
         return None
     if not isinstance(record, dict):
-        print(f"trainctl: {path} is damaged (not a JSON object); {damaged}")
+        if damaged is not None:
+            print(f"trainctl: {path} is damaged (not a JSON object); {damaged}")
         return None
     return record
 

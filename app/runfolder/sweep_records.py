@@ -180,6 +180,33 @@ def table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def brief(name: str, record: dict[str, Any]) -> dict[str, Any]:
+    """One sweep as a storage listing shows it: its status as sweep.json last said it, how
+    many of its trials ended, its best trial. Escaped and typed as `table` is."""
+    rows = [_shown_row(r) for r in _listed(record.get("trials")) if isinstance(r, dict)]
+    best = mapping(record.get("best"))
+    return {
+        "name": _text(name),
+        "status": _text(record.get("status", "?")),
+        "trials": len(rows),
+        "ended": sum(r["status"] in DONE for r in rows),
+        "metric": record_metric(record),
+        "best_trial": _text(best["trial"]) if isinstance(best.get("trial"), str) else None,
+        "best": finite(best.get("best")),
+    }
+
+
+def brief_line(sweep: dict[str, Any]) -> str:
+    """`nightly: succeeded, 4 of 4 trials ended, best trial-0002 (val_accuracy 0.9526)`."""
+    said = f"{sweep['name']}: {sweep['status']}"
+    if sweep["trials"]:
+        said += f", {sweep['ended']} of {sweep['trials']} trials ended"
+    if sweep["best_trial"] is not None:
+        figure = _figure(sweep["best"]) or "missing"
+        said += f", best {sweep['best_trial']} ({sweep['metric']} {figure})"
+    return said
+
+
 def _shown_row(row: dict[str, Any]) -> dict[str, Any]:
     """A sweep.json trial row as the table shows it: texts escaped, figures numbers or None."""
     values = mapping(row.get("values"))

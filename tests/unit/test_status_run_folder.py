@@ -374,16 +374,35 @@ def test_a_storage_folder_names_the_sweeps_it_holds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Sweeps were skipped as folders without run records: `status runs` said "No run
-    folders" over a storage folder holding only sweeps."""
+    folders" over a storage folder holding only sweeps. Then they were named without their
+    state: each is now said with its status, its trials ended and its best, as sweep.json
+    says; a damaged sweep.json (many hands write the folder) is said as such."""
     storage = tmp_path / "runs"
     (storage / "nightly" / "trials").mkdir(parents=True)
-    (storage / "nightly" / "sweep.json").write_text("{}")
+    (storage / "nightly" / "sweep.json").write_text(json.dumps({
+        "sweep": "nightly", "status": "incomplete", "metric": "val_loss",
+        "trials": [{"trial": "trial-0001", "status": "succeeded", "best": 0.21},
+                   {"trial": "trial-0002", "status": "stopped", "best": 0.9},
+                   {"trial": "trial-0003", "status": "failed", "best": None}, "not a row"],
+        "best": {"trial": "trial-0001", "best": 0.21},
+    }))  # fmt: skip
+    (storage / "weekly").mkdir()
+    (storage / "weekly" / "sweep.json").write_text('{"status": "running", "trials": [')
     code, out, err = trainctl(capsys, "status", "--storage", str(storage))
     assert code == EXIT_OK, err
-    assert "(sweeps, each a folder of trial runs: nightly;" in out, out
-    assert "without run records" not in out, out
+    assert f"sweeps, each a folder of trial runs (`trainctl status {storage}/<sweep>`" in out, out
+    lines = out.splitlines()
+    assert "  nightly: incomplete, 2 of 3 trials ended, best trial-0001 (val_loss 0.2100)" in lines
+    assert "  weekly: sweep.json unreadable" in lines, out
+    assert "without run records" not in out and "damaged" not in out + err, out
     code, out, err = trainctl(capsys, "status", "--storage", str(storage), "--json")
-    assert json.loads(out)["sweeps"] == ["nightly"] and json.loads(out)["not_run_folders"] == 0
+    listing = json.loads(out)
+    assert sorted(listing["sweeps"]) == ["nightly", "weekly"] and listing["not_run_folders"] == 0
+    states = {state["name"]: state for state in listing["sweep_states"]}
+    assert states["nightly"] == {
+        "name": "nightly", "status": "incomplete", "trials": 3, "ended": 2,
+        "metric": "val_loss", "best_trial": "trial-0001", "best": 0.21,
+    }  # fmt: skip
 
 
 def test_a_running_sweep_shows_its_trials_as_their_folders_say(
