@@ -100,6 +100,7 @@ def _train(
     run_dir = settings.run_dir
     settings, info = _resolved(settings, info)
     latest = resume.usable_checkpoint(settings, info, _say)
+    resume.restore_epoch_line(run_dir, latest, _say)
     start = decisions.plan_start(latest, settings.epochs, rule_of(settings))
     _say(start.announcement(settings.run_name, run_dir, settings.epochs))
     if warm_line := decisions.warm_start_line(start, warm_start):

@@ -19,7 +19,9 @@ from app.data.schema import DatasetInfo
 from app.export.witness import witnessed
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
+from app.runfolder.epoch_record import CORE_METRICS
 from app.settings import TrainSettings
+from app.storage.location import RunPath
 
 
 def usable_checkpoint(
@@ -37,6 +39,31 @@ def usable_checkpoint(
             return ref
         checkpoints.set_aside(ref.path, problem, say)
     return None
+
+
+def restore_epoch_line(
+    run_dir: RunPath, latest: checkpoints.CheckpointRef | None, say: Callable[[str], None]
+) -> None:
+    """metrics.jsonl's line for the newest checkpoint's epoch, where it lacks it.
+
+    Rank 0 writes an epoch's line once the epoch's checkpoint is reported. The run's last
+    checkpoint is committed inside that report (its copy is synchronous), so a driver or worker
+    killed between the two (Ctrl-C on a sweep, a node lost) left a committed final epoch without
+    its line, and the rerun, which finds the run finished, never wrote it: a metric lost
+    silently. The checkpoint recorded the epoch's figures in its meta.json; the line is written
+    again from them, saying so (`restored_from`)."""
+    if latest is None or latest.kind != "epoch" or latest.epoch < 1:
+        return
+    if any(record["epoch"] == latest.epoch for record in run_folder.epochs(run_dir)):
+        return
+    line = {name: None for name in CORE_METRICS} | latest.metrics
+    run_folder.record_epoch(
+        run_dir, {**line, "epoch": latest.epoch, "restored_from": latest.path.name}
+    )
+    say(
+        f"epoch {latest.epoch} had no line in {run_folder.METRICS_FILE} (stopped between its "
+        f"checkpoint and its line): restored from checkpoint {latest.path.name}"
+    )
 
 
 def model_shapes(settings: TrainSettings, info: DatasetInfo) -> dict[str, Any]:

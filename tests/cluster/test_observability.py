@@ -108,14 +108,17 @@ def test_a_rerun_after_the_last_checkpoint_closes_the_open_tracker_run(
     interrupted_run: InterruptedRun, tmp_path: Path
 ) -> None:
     """A driver killed after its last checkpoint leaves status running in summary.json and the
-    MLflow run open; the rerun has nothing to train, and closes that same run. On a copy of
-    the shared run folder (the other tests read the original)."""
+    MLflow run open; the rerun has nothing to train, and closes that same run. Killed before
+    the last epoch's metrics line too, the rerun writes that line from the checkpoint. On a
+    copy of the shared run folder (the other tests read the original)."""
     from mlflow.tracking import MlflowClient
 
     run_dir = tmp_path / "runs" / RUN
     shutil.copytree(interrupted_run.run_dir, run_dir)
     summary = read_summary(run_dir)
     (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    *kept, last = (run_dir / "metrics.jsonl").read_text().splitlines()
+    (run_dir / "metrics.jsonl").write_text("".join(f"{line}\n" for line in kept))
     client = MlflowClient(tracking_uri=interrupted_run.mlflow_uri)
     run_id = summary["tracking"]["mlflow"]["run_id"]
     client.update_run(run_id, status="RUNNING")
@@ -123,6 +126,11 @@ def test_a_rerun_after_the_last_checkpoint_closes_the_open_tracker_run(
     result = run_trainctl("train", env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, explain(result)
     assert "nothing to train" in result.stdout
+    final = json.loads(last)
+    restored = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(restored) == len(kept) + 1 and restored[-1]["epoch"] == final["epoch"], restored
+    assert restored[-1]["val_accuracy"] == final["val_accuracy"], (restored[-1], final)
+    assert f"epoch {final['epoch']} had no line in metrics.jsonl" in result.stdout, explain(result)
     assert client.get_run(run_id).info.status == "FINISHED"
     experiment = client.get_experiment_by_name(EXPERIMENT)
     assert len(client.search_runs([experiment.experiment_id])) == 1

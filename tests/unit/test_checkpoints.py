@@ -152,3 +152,32 @@ def test_a_pickle_in_a_checkpoint_is_named_without_torchs_advice_to_load_it_anyw
     problem = str(checkpoints.resume_problem(ref, {"weight": torch.Size([3, 4])}))
     assert "holds more than tensors" in problem and "it is not loaded" in problem, problem
     assert "weights_only" not in problem and not marker.exists()
+
+
+def test_a_final_epoch_without_its_metrics_line_gets_it_back_from_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A sweep stopped by Ctrl-C as a trial finished its last epoch left the epoch's checkpoint
+    committed and no line in metrics.jsonl; the rerun found the trial finished and never wrote
+    it (found by a red-team pass). The line is restored from the checkpoint's own figures."""
+    from app.run.resume import restore_epoch_line
+    from app.runfolder import folder as run_folder
+
+    run_folder.record_epoch(tmp_path, {"epoch": 1, "train_loss": 0.9, "val_loss": 0.8,
+                                       "val_accuracy": 0.4})  # fmt: skip
+    _write(tmp_path / checkpoint_names.dir_name(2), 2, 0.75)  # no train_loss recorded in it
+    latest = checkpoints.scan(tmp_path).latest
+    said: list[str] = []
+    restore_epoch_line(tmp_path, latest, said.append)
+    first, second = run_folder.epochs(tmp_path)
+    assert first["val_accuracy"] == 0.4
+    assert second["epoch"] == 2 and second["val_accuracy"] == 0.75 and second["val_loss"] == 0.25
+    assert second["train_loss"] is None and second["restored_from"] == "checkpoint_epoch_0002"
+    assert said == [
+        "epoch 2 had no line in metrics.jsonl (stopped between its checkpoint and its line): "
+        "restored from checkpoint checkpoint_epoch_0002"
+    ]
+    restore_epoch_line(tmp_path, latest, said.append)  # the line is there: nothing to do
+    assert len(run_folder.epochs(tmp_path)) == 2 and len(said) == 1
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(line) for line in lines)
