@@ -7,6 +7,7 @@ storage, so that every branch has a unit test (tests/unit/test_driver_decisions.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -238,6 +239,24 @@ def _figures(metrics: Mapping[str, Any], metric: str) -> str:
     """The checkpoint metric's value, then val_accuracy's where that is not the metric."""
     names = [metric] + (["val_accuracy"] if metric != "val_accuracy" else [])
     return ", ".join(f"{name} {metrics[name]:.4f}" for name in names if name in metrics)
+
+
+def diverged_line(epochs: Sequence[Mapping[str, Any]], lr: float) -> str | None:
+    """What the driver says when training diverged: the training loss not a finite number
+    (NaN or infinite, written as null in metrics.jsonl) from some epoch to the last. The run
+    still ends as it would (the best checkpoint, the gate that keeps a worse model from the
+    champion), but its epoch lines alone do not say why its figures stopped moving."""
+    since = None
+    for record in epochs:
+        loss = record.get("train_loss")
+        finite = isinstance(loss, int | float) and math.isfinite(loss)
+        since = None if finite else (since or record.get("epoch"))
+    if since is None:
+        return None
+    return (
+        f"training diverged: train_loss was not a finite number (NaN or infinite) from epoch "
+        f"{since} on; a lower TRAIN_LR (now {lr:g}) usually keeps it finite"
+    )
 
 
 def compile_fell_back(compile_setting: str, epochs: Sequence[Mapping[str, Any]]) -> bool:

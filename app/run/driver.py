@@ -407,8 +407,11 @@ def _finish(
     )
     kept = [ref for ref in good if ref.path not in removed]
     summary = _summary(settings, status, started, invocation, resumed, error, kept)
-    if decisions.compile_fell_back(settings.compile, run_folder.epochs(run_dir)):
+    epochs = run_folder.epochs(run_dir)
+    if decisions.compile_fell_back(settings.compile, epochs):
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
+    if diverged := decisions.diverged_line(epochs, settings.lr):
+        _say(diverged)
     try:
         curves = plot_curves(run_dir)
     except Exception as err:  # a plot must never leave the summary at "running"
