@@ -692,7 +692,7 @@ def compare_cmd(runs: tuple[str, ...], out: str | None, overwrite: bool, as_json
     """Runs side by side: the settings that differ, final and best metrics, time and
     accelerator-hours, per-class recall from each run's newest evaluation (eval/*/), and one
     PNG with their validation accuracy and loss curves overlaid. Each RUN: a run folder, its
-    URI, or a run's name under TRAIN_STORAGE_PATH."""
+    URI, or a run's name under TRAIN_STORAGE_PATH; a sweep's folder stands for its trials."""
     import json
 
     from app.evaluation.compare import compare

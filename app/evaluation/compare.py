@@ -28,7 +28,8 @@ from app.evaluation.report import run_evaluations
 from app.formatting import finite, json_safe, shown
 from app.runfolder import folder as run_folder
 from app.runfolder.summary import STATUS_WORDS
-from app.storage.entries import Kind, kind, not_a_link
+from app.settings.tune_plan import TRIAL_NAME
+from app.storage.entries import Kind, entries, kind, not_a_link
 from app.storage.location import RunPath, local_write_problem, parse_location, write_atomic
 from app.storage.reading import present
 
@@ -162,16 +163,26 @@ def compare(runs: Sequence[str], out: str | None, overwrite: bool = False) -> Co
     someone's image, as `predict --out` refuses to)."""
     from app.settings.env import run_location, settings_environ, storage_access
 
-    if not 2 <= len(runs) <= MAX_RUNS:
+    if not 1 <= len(runs) <= MAX_RUNS:
         raise ConfigError(f"give 2 to {MAX_RUNS} runs to compare ({len(runs)} given)")
     env = settings_environ()
     endpoint, _ = storage_access(env)
     destination = _plot_location(out or "compare.png", endpoint, replace=overwrite or not out)
-    locations = [run_location(run, env) for run in runs]
+    given = [not_a_link(run_location(run, env)) for run in runs]
+    labelled = [found for where in given for found in _runs_in(where)]
+    if not 2 <= len(labelled) <= MAX_RUNS:
+        sweeps = any(label is not None for _, label in labelled)
+        raise ConfigError(
+            f"give 2 to {MAX_RUNS} runs to compare ({len(labelled)} given"
+            + (", a sweep's trials counted each" if sweeps else "")
+            + ")"
+            + ("; name the trials to compare, trials/trial-NNNN" if sweeps else "")
+        )
+    locations = [where for where, _ in labelled]
     twice = sorted({str(where) for where in locations if locations.count(where) > 1})
     if twice:
         raise ConfigError(f"{', '.join(twice)}: given more than once; give each run once")
-    found = [_read(not_a_link(where)) for where in locations]
+    found = [_read(where, label) for where, label in labelled]
     keys = sorted({k for r in found for k in r.settings} - set(IGNORED_SETTINGS))
     # A run whose settings record is missing or damaged differs in nothing it can show: it
     # would list every setting as differing. It shows "unknown" where the others differ.
@@ -220,16 +231,29 @@ def _plot_location(out: str, endpoint: str | None, *, replace: bool) -> RunPath:
     return where
 
 
-def _read(run_dir: RunPath) -> RunFigures:
+def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None]]:
+    """The run folder given, or a sweep's trials, each labelled `sweep/trial-NNNN` (every
+    sweep's trials are named alike); ConfigError for a sweep none of whose trials has
+    started."""
+    if run_folder.read_summary(where) is not None or not present(where / run_folder.SWEEP_FILE):
+        return [(where, None)]  # a run folder, or what _read names as not one
+    trials = [
+        entry.path
+        for entry in entries(where / run_folder.TRIALS_DIR)
+        if entry.kind is Kind.DIR and TRIAL_NAME.fullmatch(entry.name)
+    ]
+    if not trials:
+        raise ConfigError(
+            f"{shown(where)}: a sweep's folder, none of whose trials has started yet: rerun "
+            f"`trainctl tune` (`trainctl status {shown(where)}` shows it)"
+        )
+    return [(trial, f"{where.name}/{trial.name}") for trial in trials]
+
+
+def _read(run_dir: RunPath, label: str | None = None) -> RunFigures:
     summary = run_folder.read_summary(run_dir)
     epochs = run_folder.epochs(run_dir)
     if summary is None and not epochs:
-        if present(run_dir / run_folder.SWEEP_FILE):
-            raise ConfigError(
-                f"{shown(run_dir)}: a sweep's folder; compare its trials, "
-                f"{shown(run_dir)}/trials/trial-NNNN (`trainctl status {shown(run_dir)}` lists "
-                "them, best first)"
-            )
         raise ConfigError(
             f"{shown(run_dir)}: not a run folder (no summary.json or metrics.jsonl); give run "
             "folders (or their s3:// / gs:// URIs)"
@@ -239,7 +263,7 @@ def _read(run_dir: RunPath) -> RunFigures:
     sizes = [s.get("world_size") for s in starts if isinstance(s.get("world_size"), int)]
     figures = RunFigures(
         run_dir=run_dir,
-        name=str(summary.get("run_name") or run_dir.name),
+        name=label or str(summary.get("run_name") or run_dir.name),
         summary=summary,
         epochs=epochs,
         workers=sizes[-1] if sizes else None,

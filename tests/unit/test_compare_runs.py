@@ -206,7 +206,7 @@ def test_where_the_runs_or_the_plot_cannot_be_is_refused_before_reading(tmp_path
     (tmp_path / "sweep").mkdir()
     (tmp_path / "sweep" / "sweep.json").write_text("{}")
     cases = {
-        (str(tmp_path / "sweep"),): "a sweep's folder; compare its trials",
+        (str(tmp_path / "sweep"),): "a sweep's folder, none of whose trials has started yet",
         ("--out", str(tmp_path / "d.png")): "is a folder; name the PNG file to write",
         ("--out", str(a / "summary.json" / "c.png")): "summary.json: exists but is not a folder",
         (str(a),): "given more than once",
@@ -310,3 +310,31 @@ def test_an_out_already_there_is_replaced_only_with_overwrite(
     for _ in range(2):
         assert trainctl("compare", str(a), str(b)).code == 0
     assert (tmp_path / "compare.png").read_bytes().startswith(PNG)
+
+
+def test_a_sweeps_folder_stands_for_its_trials_each_named_by_sweep_and_trial(
+    tmp_path: Path,
+) -> None:
+    """`compare runs/nightly` was refused, naming the trials to give one by one; two sweeps'
+    trials are all named trial-NNNN, so each is labelled `sweep/trial-NNNN`."""
+    sweep = tmp_path / "nightly"
+    (sweep / "trials").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    make_run(sweep / "trials", "trial-0001", lr=0.1, accuracies=[0.5, 0.7], duration_s=10)
+    make_run(sweep / "trials", "trial-0002", lr=0.01, accuracies=[0.4, 0.45], duration_s=10)
+    (sweep / "trials" / "notes").mkdir()  # not a trial: left out
+    base = make_run(tmp_path, "base", lr=0.001, accuracies=[0.6], duration_s=10)
+    result = trainctl("compare", str(sweep), str(base), "--json", "--out", str(tmp_path / "c.png"))
+    assert result.code == 0, result.text
+    shown = json.loads(result.out)
+    names = [run["run"] for run in shown["runs"]]
+    assert names == ["nightly/trial-0001", "nightly/trial-0002", "base"], shown
+    assert "lr" in shown["settings_differing"], shown
+    assert (tmp_path / "c.png").read_bytes().startswith(PNG)
+    # Alone, a sweep of one trial is one run: the count is said with what it counted.
+    (sweep / "trials" / "trial-0002" / "summary.json").unlink()
+    (sweep / "trials" / "trial-0002" / "metrics.jsonl").unlink()
+    (sweep / "trials" / "trial-0002" / "attempts.jsonl").unlink()
+    (sweep / "trials" / "trial-0002").rmdir()
+    alone = trainctl("compare", str(sweep))
+    assert alone.code == 2 and "(1 given, a sweep's trials counted each)" in alone.text, alone.text
