@@ -240,7 +240,7 @@ def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None]]:
     trials = [
         entry.path
         for entry in entries(where / run_folder.TRIALS_DIR)
-        if entry.kind is Kind.DIR and TRIAL_NAME.fullmatch(entry.name)
+        if entry.kind is Kind.DIR and TRIAL_NAME.fullmatch(entry.name) and _started(entry.path)
     ]
     if not trials:
         raise ConfigError(
@@ -248,6 +248,13 @@ def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None]]:
             f"`trainctl tune` (`trainctl status {shown(where)}` shows it)"
         )
     return [(trial, f"{where.name}/{trial.name}") for trial in trials]
+
+
+def _started(trial: RunPath) -> bool:
+    """A trial that has written a run record; a sweep still running has folders that have not
+    (Tune made them), and they would refuse the whole comparison."""
+    records = (run_folder.SUMMARY_FILE, run_folder.METRICS_FILE)
+    return any(present(trial / name) for name in records)
 
 
 def _read(run_dir: RunPath, label: str | None = None) -> RunFigures:

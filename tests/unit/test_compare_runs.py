@@ -323,6 +323,7 @@ def test_a_sweeps_folder_stands_for_its_trials_each_named_by_sweep_and_trial(
     make_run(sweep / "trials", "trial-0001", lr=0.1, accuracies=[0.5, 0.7], duration_s=10)
     make_run(sweep / "trials", "trial-0002", lr=0.01, accuracies=[0.4, 0.45], duration_s=10)
     (sweep / "trials" / "notes").mkdir()  # not a trial: left out
+    (sweep / "trials" / "trial-0003").mkdir()  # not started yet (a sweep still running): too
     base = make_run(tmp_path, "base", lr=0.001, accuracies=[0.6], duration_s=10)
     result = trainctl("compare", str(sweep), str(base), "--json", "--out", str(tmp_path / "c.png"))
     assert result.code == 0, result.text
