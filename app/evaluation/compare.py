@@ -235,7 +235,9 @@ def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None]]:
     """The run folder given, or a sweep's trials, each labelled `sweep/trial-NNNN` (every
     sweep's trials are named alike); ConfigError for a sweep none of whose trials has
     started."""
-    if run_folder.read_summary(where) is not None or not present(where / run_folder.SWEEP_FILE):
+    # A run folder's summary is read once, by _read: only a folder holding sweep.json is
+    # looked into here.
+    if not present(where / run_folder.SWEEP_FILE) or run_folder.read_summary(where) is not None:
         return [(where, None)]  # a run folder, or what _read names as not one
     trials = [
         entry.path
