@@ -188,10 +188,12 @@ def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:
 
 def _sweep(settings: TrainSettings, found: Found) -> str:
     from app.runfolder.folder import read_sweep
+    from app.runfolder.sweep_records import refuse_planted_trials
     from app.settings.tune_continuation import same_trials
     from app.settings.tune_plan import plan_sweep
 
     space, trials, per_trial = plan_sweep(settings)
+    refuse_planted_trials(settings.run_dir, trials)
     before = read_sweep(settings.run_dir, damaged="`trainctl tune` rebuilds it")
     if before:  # a rerun: it must continue the sweep, as `trainctl tune` will refuse otherwise
         same_trials(settings, before, trials, space)

@@ -19,6 +19,7 @@ from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
 from app.runfolder.folder import TRIALS_DIR
 from app.runfolder.summary import STATUS_WORDS, save_figure
+from app.storage.entries import refuse_link
 from app.storage.location import RunPath, write_atomic, write_json
 
 TRIALS_CSV = "trials.csv"
@@ -44,6 +45,13 @@ T = TypeVar("T", bound=Trial)
 
 def trial_dir(sweep_dir: RunPath, trial: Trial) -> RunPath:
     return sweep_dir / TRIALS_DIR / trial.trial_id
+
+
+def refuse_planted_trials(sweep_dir: RunPath, trials: list[T]) -> None:
+    """A trial folder planted as a link is refused (LinkRefused, exit 2), never trained
+    through: by `trainctl tune`, and by `check` before it."""
+    for trial in trials:  # a bucket has no links
+        refuse_link(trial_dir(sweep_dir, trial), sweep_dir.parent)
 
 
 def trial_row(

@@ -36,10 +36,9 @@ from app.runfolder.folder import read_summary, read_sweep, recorded_tracking, re
 from app.runfolder.sweep_records import DONE, FAILED, HIGHER_IS_BETTER, WARM_START_KEY
 from app.settings import TrainSettings
 from app.settings.tune_continuation import kept_alike, same_trials
-from app.settings.tune_plan import TRIALS_DIR, Trial, plan_sweep
+from app.settings.tune_plan import Trial, plan_sweep
 from app.settings.tune_space import Dimension
-from app.storage.entries import refuse_link
-from app.storage.location import RunPath, storage_options
+from app.storage.location import storage_options
 from app.sweep import parent_run
 from app.sweep.warm_start import pin_champion
 from app.training.warm_weights import WarmStart
@@ -57,7 +56,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     space, trials, per_trial = plan_sweep(settings)
     before = read_sweep(sweep_dir) or {}
     same_trials(settings, before, trials, space)
-    _no_planted_links(sweep_dir, trials)
+    results.refuse_planted_trials(sweep_dir, trials)
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
     trials_fit_the_data(per_trial, info, ready.warm_start)
@@ -109,12 +108,6 @@ def _tune_until_sigterm(
                 f"stopped by SIGTERM; sweep folder {settings.run_dir} is consistent: rerun to "
                 "continue the sweep"
             ) from None
-
-
-def _no_planted_links(sweep_dir: RunPath, trials: list[Trial]) -> None:
-    """A trial folder planted as a link is refused (exit 2), never trained through."""
-    for trial in trials:  # a bucket has no links
-        refuse_link(sweep_dir / TRIALS_DIR / trial.trial_id, sweep_dir.parent)
 
 
 class _Sweep:

@@ -237,6 +237,8 @@ def test_a_trial_folder_planted_as_a_link_is_refused(
     (tmp_path / "elsewhere").mkdir()
     (sweep_dir / "trials").mkdir()
     (sweep_dir / "trials" / "trial-0002").symlink_to(tmp_path / "elsewhere")
+    # check says what tune will refuse (it passed, and tune then refused the folder).
+    assert_refused(trainctl("check", "--skip-cluster"), 2, "FAIL  sweep", "trial-0002", "link")
     assert_refused(trainctl("tune"), 2, "trial-0002")
     assert files_under(tmp_path / "elsewhere") == []
 
