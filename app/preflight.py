@@ -190,7 +190,7 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
     from app.runfolder.folder import read_sweep
     from app.runfolder.sweep_records import refuse_planted_trials
     from app.settings.tune_continuation import same_trials
-    from app.settings.tune_plan import plan_sweep
+    from app.settings.tune_plan import plan_sweep, unused_settings
 
     space, trials, per_trial = plan_sweep(settings)
     refuse_planted_trials(settings.run_dir, trials)
@@ -214,7 +214,9 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
         f"{counted(len(trials), 'trial')} over {', '.join(space)} ({settings.tune_scheduler}), "
         f"each trial's settings valid{fits}"
     )
-    if advice := _trials_advice(per_trial, found.info):
+    if advice := "; ".join(
+        filter(None, [unused_settings(settings, space), _trials_advice(per_trial, found.info)])
+    ):
         raise Advice(f"{said}; but {advice}")
     return said
 

@@ -24,6 +24,11 @@ DELETE_SELF = (
     "DeleteCluster or DeleteWorkers, or shutdownAfterJobFinishes (docs/gitops.md)."
 )
 
+DRAWN = (
+    "WARNING: tune.space draws {keys} anew for every trial, so the value in train (or a pool's "
+    "train) is not used; take it out of one of them."
+)
+
 
 def value_warnings(values: dict[str, Any]) -> list[str]:
     """NOTES.txt's WARNING lines of these values, in its order."""
@@ -40,4 +45,25 @@ def value_warnings(values: dict[str, Any]) -> list[str]:
     rules = [*rules, strategy.get("onSuccess"), strategy.get("onFailure")]
     if any(isinstance(r, dict) and r.get("policy") == "DeleteSelf" for r in rules):
         found.append(DELETE_SELF)
+    if drawn := _drawn_and_fixed(values):
+        found.append(DRAWN.format(keys=", ".join(drawn)))
     return found
+
+
+def _drawn_and_fixed(values: dict[str, Any]) -> list[str]:
+    """The tune.space keys that train: or an enabled pool's train: also sets, sorted (as Go
+    ranges over a map). A pool's train replaces poolDefaults.train whole, like its other keys."""
+    tune = _mapping(values.get("tune"))
+    if not tune.get("enabled"):
+        return []
+    defaults = _mapping(values.get("poolDefaults"))
+    fixed = set(_mapping(values.get("train")))
+    for given in _mapping(values.get("nodePools")).values():
+        pool = {**defaults, **_mapping(given)}
+        if pool.get("enabled", True):  # the chart's default, in values not merged with it
+            fixed |= set(_mapping(pool.get("train")))
+    return sorted(set(_mapping(tune.get("space"))) & fixed)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from app.errors import ConfigError
 from app.runfolder.folder import TRIALS_DIR as TRIALS_DIR  # a sweep's trial folders
 from app.settings import TrainSettings
+from app.settings.train import env_name
 from app.settings.tune import MAX_TRIALS
 from app.settings.tune_space import SPACE, Dimension, load_space, settings_message
 from app.storage.location import RunPath
@@ -121,6 +122,17 @@ def trial_settings(base: TrainSettings, trial: Trial, sweep_dir: RunPath) -> Tra
     except ValidationError as err:
         shown = ", ".join(f"{k}={v!r}" for k, v in trial.values.items())
         raise ConfigError(f"{SPACE}: {trial.trial_id} ({shown}): {settings_message(err)}") from None
+
+
+def unused_settings(settings: TrainSettings, space: dict[str, Dimension]) -> str | None:
+    """The settings given (environment, .env, the chart's train:) that the space draws anew for
+    every trial, so that no trial trains with them; None when there are none."""
+    given = [key for key in space if key in settings.model_fields_set]
+    if not given:
+        return None
+    shown = ", ".join(f"{env_name(key)}={getattr(settings, key)}" for key in given)
+    verb = "is" if len(given) == 1 else "are"
+    return f"{shown} {verb} not used: every trial draws its own {', '.join(given)} ({SPACE})"
 
 
 def plan_sweep(

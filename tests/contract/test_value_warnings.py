@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
-from app.k8s.value_warnings import DELETE_SELF, LATEST, value_warnings
+from app.k8s.value_warnings import DELETE_SELF, DRAWN, LATEST, value_warnings
 from tests.contract.k8s_support import helm_notes
 
 POOL: dict[str, Any] = {"nodePools": {"a100": {}}, "rayAuth": {"existingSecret": "mine"}}
 KEEP = {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0}
+DRAWN_KEYS = ("lr", "lr, weight_decay")
+SPACE = {"lr": {"loguniform": [0.001, 0.1]}, "weight_decay": {"uniform": [0, 0.2]}}
 CASES = {
     "latest": ({"image": {"tag": "latest"}}, [LATEST]),
     "latest-pinned": ({"image": {"tag": "latest", "digest": "sha256:" + "a" * 64}}, []),
@@ -65,6 +67,32 @@ CASES = {
         },
         [],
     ),
+    # A red-team pass: a pool's train.lr beside tune.space.lr rendered without a word, and no
+    # trial trained with it.
+    "drawn-and-pool-train": (
+        {
+            "tune": {"enabled": True, "space": SPACE},
+            "train": {"epochs": 3},
+            "nodePools": {"a100": {"train": {"lr": 0.01, "weight_decay": 0.1}}},
+        },
+        [DRAWN.format(keys="lr, weight_decay")],
+    ),
+    "drawn-and-train": (
+        {"tune": {"enabled": True, "space": SPACE}, "train": {"lr": 0.01}},
+        [DRAWN.format(keys="lr")],
+    ),
+    "drawn-only-in-a-disabled-pool": (
+        {
+            "tune": {"enabled": True, "space": SPACE},
+            "nodePools": {"a100": {}, "l4": {"enabled": False, "train": {"lr": 0.01}}},
+        },
+        [],
+    ),
+    "drawn-and-fixed-but-no-sweep": ({"tune": {"space": SPACE}, "train": {"lr": 0.01}}, []),
+    "drawn-and-fixed-apart": (
+        {"tune": {"enabled": True, "space": SPACE}, "train": {"epochs": 3}},
+        [],
+    ),
 }
 
 
@@ -80,6 +108,6 @@ def test_helm_and_render_warn_alike(more: dict, said: list[str], tmp_path: Path)
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert render.returncode == 0, render.stderr
-    for line in (LATEST, DELETE_SELF):
+    for line in (LATEST, DELETE_SELF, *[DRAWN.format(keys=k) for k in DRAWN_KEYS]):
         assert (line in notes.splitlines()) == (line in said), (line, notes)
         assert (f"trainctl: {line}" in render.stderr.splitlines()) == (line in said), render.stderr

@@ -321,3 +321,26 @@ def test_a_warm_started_sweep_rerun_after_the_champion_moved_on(
         (sweep_dir / "trials" / trial / "summary.json").write_text('{"status": "succeeded"}')
     result = trainctl("check", "--skip-cluster")
     assert "ok    sweep: 2 trials over lr" in result.out, result.text
+
+
+def test_a_setting_the_space_draws_is_said_to_be_unused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TRAIN_LR set beside a space that draws lr: every trial trains with its own draw, and the
+    setting was dropped without a word (a pool's train.lr in the chart, likewise)."""
+    _sweep_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("TRAIN_LR", "0.05")
+    unused = "TRAIN_LR=0.05 is not used: every trial draws its own lr (TRAIN_TUNE_SPACE)"
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0 and "WARN  sweep: 2 trials over lr (asha)" in result.out, result.text
+    assert unused in result.out, result.text
+    # tune says it before anything else can stop it (here: data that is not there)
+    monkeypatch.setenv("TRAIN_DATASET", "parquet")
+    monkeypatch.setenv("TRAIN_DATA_PATH", str(tmp_path / "missing"))
+    result = trainctl("tune")
+    assert result.code == 2 and f"trainctl: warning: {unused}" in result.err, result.text
+    monkeypatch.delenv("TRAIN_LR")  # the default is the base of no trial either: nothing to say
+    assert "is not used" not in trainctl("tune").text
+    monkeypatch.delenv("TRAIN_DATASET")
+    monkeypatch.delenv("TRAIN_DATA_PATH")
+    assert "ok    sweep: 2 trials over lr" in trainctl("check", "--skip-cluster").out
