@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.k8s.canonical import scalar
+from app.k8s.capacity import amount
+from app.k8s.values import coalesce, default_values, enabled_pools
+
 LATEST = (
     "WARNING: image.tag is latest and image.digest is empty: nodes that pulled it before keep "
     "their copy (pullPolicy IfNotPresent) beside new nodes pulling the moved tag, and a moved tag "
@@ -29,9 +33,16 @@ DRAWN = (
     "train) is not used; take it out of one of them."
 )
 
+SHM = (
+    "WARNING: sharedMemorySize {size} is not below the memory of {pods}: /dev/shm is counted in "
+    "the pod's memory limit, so filling it gets the pod OOMKilled before its size limit is "
+    "reached; keep sharedMemorySize well below each pod's memory."
+)
+
 
 def value_warnings(values: dict[str, Any]) -> list[str]:
-    """NOTES.txt's WARNING lines of these values, in its order."""
+    """NOTES.txt's WARNING lines of these values (over the chart's defaults), in its order."""
+    values = coalesce(default_values(), values)
     found = []
     image = values.get("image") or {}
     if str(image.get("tag")) == "latest" and not image.get("digest"):
@@ -47,7 +58,27 @@ def value_warnings(values: dict[str, Any]) -> list[str]:
         found.append(DELETE_SELF)
     if drawn := _drawn_and_fixed(values):
         found.append(DRAWN.format(keys=", ".join(drawn)))
+    if small := _pods_within_shm(values):
+        found.append(SHM.format(size=scalar(values.get("sharedMemorySize")), pods=small))
     return found
+
+
+def _pods_within_shm(values: dict[str, Any]) -> str:
+    """The pods' memory keys (the head, each enabled pool, the data pool) whose quantity is not
+    above sharedMemorySize, each with its value, in NOTES.txt's order; empty for none."""
+    pods = enabled_pools(values)
+    if not pods:  # nothing renders, NOTES says only that
+        return ""
+    memory = {"head.memory": (values.get("head") or {}).get("memory")}
+    for name, pool in pods.items():
+        memory[f"nodePools.{name}.memoryPerWorker"] = pool.get("memoryPerWorker")
+    data = values.get("dataPool") or {}
+    if data.get("enabled"):
+        memory["dataPool.memoryPerWorker"] = data.get("memoryPerWorker")
+    shm = amount(values.get("sharedMemorySize"))
+    return ", ".join(
+        f"{key} {scalar(quantity)}" for key, quantity in memory.items() if shm >= amount(quantity)
+    )
 
 
 def _drawn_and_fixed(values: dict[str, Any]) -> list[str]:
@@ -56,12 +87,9 @@ def _drawn_and_fixed(values: dict[str, Any]) -> list[str]:
     tune = _mapping(values.get("tune"))
     if not tune.get("enabled"):
         return []
-    defaults = _mapping(values.get("poolDefaults"))
     fixed = set(_mapping(values.get("train")))
-    for given in _mapping(values.get("nodePools")).values():
-        pool = {**defaults, **_mapping(given)}
-        if pool.get("enabled", True):  # the chart's default, in values not merged with it
-            fixed |= set(_mapping(pool.get("train")))
+    for pool in enabled_pools(values).values():
+        fixed |= set(_mapping(pool.get("train")))
     return sorted(set(_mapping(tune.get("space"))) & fixed)
 
 

@@ -12,12 +12,18 @@ from typing import Any
 
 import pytest
 
-from app.k8s.value_warnings import DELETE_SELF, DRAWN, LATEST, value_warnings
+from app.k8s.value_warnings import DELETE_SELF, DRAWN, LATEST, SHM, value_warnings
 from tests.contract.k8s_support import helm_notes
 
 POOL: dict[str, Any] = {"nodePools": {"a100": {}}, "rayAuth": {"existingSecret": "mine"}}
 KEEP = {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0}
 DRAWN_KEYS = ("lr", "lr, weight_decay")
+SHM_ALL = "head.memory 8Gi, nodePools.a100.memoryPerWorker 32Gi, dataPool.memoryPerWorker 16Gi"
+SHM_SAID = {
+    "40Gi": SHM_ALL,
+    "32Gi": "nodePools.a100.memoryPerWorker 32Gi",
+    "9000M": "head.memory 8Gi, nodePools.a100.memoryPerWorker 8Gi",
+}
 SPACE = {"lr": {"loguniform": [0.001, 0.1]}, "weight_decay": {"uniform": [0, 0.2]}}
 CASES = {
     "latest": ({"image": {"tag": "latest"}}, [LATEST]),
@@ -89,6 +95,20 @@ CASES = {
         [],
     ),
     "drawn-and-fixed-but-no-sweep": ({"tune": {"space": SPACE}, "train": {"lr": 0.01}}, []),
+    # /dev/shm is pod memory: a size at or over a pod's limit is an OOMKill, not a size limit.
+    "shm-over-every-pod": (
+        {"sharedMemorySize": "40Gi", "dataPool": {"enabled": True, "memoryPerWorker": "16Gi"}},
+        [SHM.format(size="40Gi", pods=SHM_ALL)],
+    ),
+    "shm-equal-to-the-pools": (
+        {"sharedMemorySize": "32Gi", "head": {"memory": "64Gi"}},
+        [SHM.format(size="32Gi", pods="nodePools.a100.memoryPerWorker 32Gi")],
+    ),
+    "shm-in-another-unit": (
+        {"sharedMemorySize": "9000M", "nodePools": {"a100": {"memoryPerWorker": "8Gi"}}},
+        [SHM.format(size="9000M", pods="head.memory 8Gi, nodePools.a100.memoryPerWorker 8Gi")],
+    ),
+    "shm-below-every-pod": ({"sharedMemorySize": "4Gi"}, []),
     "drawn-and-fixed-apart": (
         {"tune": {"enabled": True, "space": SPACE}, "train": {"epochs": 3}},
         [],
@@ -108,6 +128,7 @@ def test_helm_and_render_warn_alike(more: dict, said: list[str], tmp_path: Path)
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert render.returncode == 0, render.stderr
-    for line in (LATEST, DELETE_SELF, *[DRAWN.format(keys=k) for k in DRAWN_KEYS]):
+    shm = [SHM.format(size=k, pods=v) for k, v in SHM_SAID.items()]
+    for line in (LATEST, DELETE_SELF, *[DRAWN.format(keys=k) for k in DRAWN_KEYS], *shm):
         assert (line in notes.splitlines()) == (line in said), (line, notes)
         assert (f"trainctl: {line}" in render.stderr.splitlines()) == (line in said), render.stderr
