@@ -37,10 +37,11 @@ from app.promotion.check import UnguardedChampion, promotion_check
 from app.promotion.gate_check import GateAdvice, gate_check
 from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray
 from app.redact import redact_uri
-from app.runfolder.folder import record_invalid, refuse_links
+from app.runfolder.folder import failed_on_data, record_invalid, refuse_links
 from app.settings import TrainSettings
 from app.storage.buckets import ObjectPath
 from app.storage.location import (
+    RunPath,
     ensure_reachable,
     ensure_writable,
     free_bytes,
@@ -333,6 +334,7 @@ def _dataset_in(
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
     info, note = kind.ensure(folder, settings)
     found.info = info
+    _still_bad(kind, info, settings.run_dir)
     problem = class_names_problem(settings.run_dir, info.class_names, info.path)
     problem = problem or model_problem(settings.model, info, settings.vit_patch)
     if rows_per_worker:
@@ -345,6 +347,21 @@ def _dataset_in(
         + f", {info.height}x{info.width}x{info.channels} images ({info.layout}), "
         f"{info.num_classes} classes" + (f"; {note}" if note else "")
     )
+
+
+def _still_bad(kind: DatasetKind, info: DatasetInfo, run_dir: RunPath) -> None:
+    """ConfigError where the run's last attempt failed on its data and the data is still bad:
+    a retry (KubeRay's backoffLimit, a rerun) would train until it met the same image again,
+    since the checks above decode only a sample. Data fixed since, or a search that runs out
+    of time, goes on."""
+    if failed_on_data(run_dir) is None:
+        return
+    where = kind.locate_bad_image(info)
+    if where is not None:
+        raise ConfigError(
+            f"the run's last attempt failed on its data, and it is still bad: {where}; fix or "
+            "remove it, then rerun (a retry would only fail the same way, after training to it)"
+        )
 
 
 def _steps(settings: TrainSettings, found: Found) -> str:

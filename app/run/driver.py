@@ -27,6 +27,7 @@ from app.runfolder import folder as run_folder
 from app.runfolder import log_capture as run_logs
 from app.runfolder.class_names import record as record_class_names
 from app.runfolder.folder import (
+    BAD_DATA_KEY,
     SummaryNotWritten,
     read_summary,
     recorded_tracking,
@@ -231,35 +232,60 @@ def _stopped(
         return Interrupted(
             f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
         )
-    cause = _cause(err, settings, info)
-    _finish(settings, "failed", started, invocation, resume_from, cause, trackers=trackers)
-    logs = run_logs.attempt_dir(run_dir, attempt)
+    cause, bad_data = _cause(err, settings, info)
+    _finish(
+        settings, "failed", started, invocation, resume_from, cause, trackers=trackers,
+        bad_data=bad_data,
+    )  # fmt: skip
     return RunFailed(
         [
             f"training failed: {cause}",
             f"checkpoints and summary: {run_dir}",
-            f"driver and worker logs: {logs}/ (`trainctl logs {run_dir} --worker N`, "
-            "N = 0 for rank 0; --driver for the driver's)",
+            _logs_line(run_dir, attempt),
         ]
     )
 
 
-def _cause(err: BaseException, settings: TrainSettings, info: DatasetInfo) -> str:
+def _logs_line(run_dir: RunPath, attempt: int) -> str:
+    """Where this attempt's logs are, naming only the ones it wrote: a run that failed before
+    its workers trained has the driver's alone (`--worker 0` then answered 'no worker-0.log')."""
+    logs = run_logs.attempt_dir(run_dir, attempt)
+    try:
+        ranks = run_logs.worker_ranks(run_dir, attempt)
+    except (OSError, TrainctlError):  # the store itself may be what failed: say the usual
+        ranks = [0]
+    if not ranks:
+        return (
+            f"driver log: {logs}/driver.log (`trainctl logs {run_dir} --driver`); no worker "
+            "wrote a log in this attempt"
+        )
+    shown = f"N = {ranks[0]}" if len(ranks) == 1 else f"N = {ranks[0]} to {ranks[-1]}"
+    return (
+        f"driver and worker logs: {logs}/ (`trainctl logs {run_dir} --worker N`, {shown}, the "
+        "worker's rank; --driver for the driver's)"
+    )
+
+
+def _cause(
+    err: BaseException, settings: TrainSettings, info: DatasetInfo
+) -> tuple[str, str | None]:
     """The failure in one line; for a bad image, the file (and row) it came from; for a file
-    Ray Data's reader refused, that file and why."""
+    Ray Data's reader refused, that file and why. Second: where the data is bad, when the
+    failure was the data's (recorded, so that a retry looks there before training again)."""
     cause = decisions.root_cause(err)
     bad_image = decisions.is_bad_image(cause, err)
-    if bad_image or decisions.is_refused_read(err):
-        from app.data.kinds import dataset_kind
+    if not (bad_image or decisions.is_refused_read(err)):
+        return cause, None
+    from app.data.kinds import dataset_kind
 
-        where = dataset_kind(settings.dataset).locate_bad_image(info)
-        if bad_image:
-            said = cause.split(": ", 1)[-1]  # the decoder's message, less its class's name
-            found = where or "the data"
-            cause = f"bad image in {found}" if said in found else f"bad image in {found}: {cause}"
-        elif where:
-            cause = f"unreadable data in {where}"
-    return cause
+    where = dataset_kind(settings.dataset).locate_bad_image(info)
+    if bad_image:
+        said = cause.split(": ", 1)[-1]  # the decoder's message, less its class's name
+        found = where or "the data"
+        cause = f"bad image in {found}" if said in found else f"bad image in {found}: {cause}"
+    elif where:
+        cause = f"unreadable data in {where}"
+    return cause, where or "the data"
 
 
 def _conclude(
@@ -396,8 +422,10 @@ def _finish(
     resumed: RunPath | None,
     error: str | None = None,
     trackers: Trackers | None = None,
+    bad_data: str | None = None,
 ) -> tuple[dict[str, Any], list[checkpoints.CheckpointRef]]:
-    """The run's summary written; returned with the verified checkpoints retention kept."""
+    """The run's summary written; returned with the verified checkpoints retention kept.
+    `bad_data`: where the data a failed run met is bad (app/preflight.py looks there again)."""
     run_dir = settings.run_dir
     # Every checkpoint hashed once, for all uses below; with a signing key, only those this
     # run's workers wrote (app/export/witness.py).
@@ -407,6 +435,8 @@ def _finish(
     )
     kept = [ref for ref in good if ref.path not in removed]
     summary = _summary(settings, status, started, invocation, resumed, error, kept)
+    if bad_data is not None:
+        summary[BAD_DATA_KEY] = bad_data
     epochs = run_folder.epochs(run_dir)
     if decisions.compile_fell_back(settings.compile, epochs):
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")

@@ -37,6 +37,9 @@ SUMMARY_FILE = "summary.json"
 # summary.json: the last start refused before it began, beside an earlier run's record
 # (record_invalid); {"error", "time"}.
 REFUSED_KEY = "refused_start"
+# summary.json of a run that failed on its data: where the bad image or unreadable file is, as
+# the driver located it; the next start of the run looks again before it trains.
+BAD_DATA_KEY = "bad_data"
 METRICS_FILE = "metrics.jsonl"
 ATTEMPTS_FILE = "attempts.jsonl"
 CURVES_FILE = "curves.png"
@@ -227,6 +230,14 @@ def epochs(run_dir: RunPath) -> list[dict[str, Any]]:
 
 def attempts(run_dir: RunPath, invocation: str) -> list[dict[str, Any]]:
     return [r for r in read_jsonl(run_dir / ATTEMPTS_FILE) if r.get("invocation") == invocation]
+
+
+def failed_on_data(run_dir: RunPath) -> str | None:
+    """Where the run's last attempt found its data bad (BAD_DATA_KEY), while its record says it
+    failed so; None otherwise (a damaged or foreign value included)."""
+    summary = read_summary(run_dir) or {}
+    where = summary.get(BAD_DATA_KEY)
+    return where if summary.get("status") == "failed" and isinstance(where, str) else None
 
 
 def read_summary(run_dir: RunPath) -> dict[str, Any] | None:

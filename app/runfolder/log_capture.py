@@ -61,6 +61,19 @@ def attempts(run_dir: RunPath) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
+WORKER_LOG = re.compile(r"^worker-(\d+)\.log$")
+
+
+def worker_ranks(run_dir: RunPath, attempt: int) -> list[int]:
+    """The ranks that wrote a log in this attempt (none where the run failed before its
+    workers trained: a bad setting on a worker, data Ray could not read)."""
+    folder = attempt_dir(run_dir, attempt)
+    if refuse_link(folder, run_dir) is not Kind.DIR:
+        return []
+    found = (WORKER_LOG.match(e.name) for e in entries(folder, run_dir) if e.kind is Kind.FILE)
+    return sorted(int(m.group(1)) for m in found if m)
+
+
 def log_root(path: RunPath) -> RunPath:
     """The run folder a log path lies in (<run>/logs/attempt-K/name), else the log's folder:
     where a log's opens start on a volume (app/storage/safe_fs.py)."""

@@ -154,7 +154,15 @@ def test_failure_during_training_exits_1_with_cause_and_locations(
     run_dir = tmp_path / "runs" / "parquet-cnn"
     assert f"driver and worker logs: {run_dir}/logs/attempt-1/" in result.stderr
     assert "Traceback" not in result.stderr
-    assert read_summary(run_dir)["status"] == "failed"
+    summary = read_summary(run_dir)
+    assert summary["status"] == "failed"
+    assert summary["bad_data"].startswith(f"{broken}: row 15"), summary
+
+    # A retry (KubeRay's backoffLimit) stops before Ray: the image is still bad.
+    retry = run_trainctl("train", env=env, cwd=tmp_path)
+    assert retry.returncode == 2, explain(retry)
+    assert f"failed on its data, and it is still bad: {broken}: row 15" in retry.stderr
+    assert read_summary(run_dir)["bad_data"] == summary["bad_data"]  # kept for the next retry
 
     # The worker's traceback, which Ray only ships to the driver, outlives the cluster in the
     # run folder. A rank that fails first makes Ray stop the other, which on a busy machine

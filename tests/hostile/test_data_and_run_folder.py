@@ -191,6 +191,40 @@ def test_corrupt_image_deep_in_a_file_is_named_with_file_and_row(tmp_path: Path)
     assert "PNG" in found
 
 
+def test_a_run_that_failed_on_its_data_starts_again_only_once_it_is_fixed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A red-team pass: a bad image past preflight's sample failed the run (exit 1) after it
+    trained to it, and a KubeRay backoffLimit retry, which `check` passed again, trained to it
+    again. The driver records where the data is bad (tests/cluster/test_train.py makes that
+    record for real); the run's next start looks there first."""
+    broken = data.bad_image_past_the_sample(tmp_path / "data")
+    _settings_env(monkeypatch, tmp_path, TRAIN_RUN_NAME="r")
+    assert "ok    dataset: " in trainctl("check", "--skip-cluster").out  # the sample passes
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    where = f"{broken}: row 15: not a readable image"
+    record = {"status": "failed", "error": f"bad image in {where}", "bad_data": where}
+    (run_dir / "summary.json").write_text(json.dumps(record))
+    still = f"the run's last attempt failed on its data, and it is still bad: {broken}: row 15"
+    assert_refused(trainctl("check", "--skip-cluster"), 2, f"FAIL  dataset: {still}")
+
+    def never(*args: object) -> None:
+        raise AssertionError("Ray started")
+
+    monkeypatch.setattr(preflight, "connect_ray", never)
+    assert_refused(trainctl("train"), 2, still)
+    assert not (run_dir / "logs").exists()  # no attempt began
+
+    # Another failure's record is not searched: the sample's verdict stands.
+    (run_dir / "summary.json").write_text(json.dumps({**record, "bad_data": None}))
+    assert "ok    dataset: " in trainctl("check", "--skip-cluster").out
+    # Fixed (the bad file taken out): the run may start again.
+    (run_dir / "summary.json").write_text(json.dumps(record))
+    broken.unlink()
+    assert "ok    dataset: " in trainctl("check", "--skip-cluster").out
+
+
 def test_a_file_its_reader_refuses_is_named_in_one_line(tmp_path: Path) -> None:
     damaged = data.damaged_page_past_the_sample(tmp_path)
     found = dataset_kind("parquet").locate_bad_image(inspect_dataset(tmp_path))

@@ -237,3 +237,23 @@ def test_a_log_in_a_bucket_is_uploaded_and_continued_by_a_restart(
     assert run_logs.attempts(root) == [1]
     found = log_lookup.log_file(root, worker=0, attempt=None)
     assert list(log_lookup.read_lines(found))[-1] == "after a restart"
+
+
+def test_a_failed_runs_hint_names_only_the_logs_its_attempt_wrote(tmp_path: Path) -> None:
+    """A red-team pass: a run that failed before its workers trained said `--worker N, N = 0`,
+    and `trainctl logs RUN --worker 0` then answered 'no worker-0.log'."""
+    from app.run.driver import _logs_line
+
+    attempt = tmp_path / "logs" / "attempt-2"
+    attempt.mkdir(parents=True)
+    (attempt / "driver.log").write_text("d\n")
+    assert _logs_line(tmp_path, 2) == (
+        f"driver log: {attempt}/driver.log (`trainctl logs {tmp_path} --driver`); no worker "
+        "wrote a log in this attempt"
+    )
+    for rank in (0, 1):
+        (attempt / f"worker-{rank}.log").write_text("w\n")
+    (attempt / "worker-1.log.1").write_text("rotated\n")  # an older file is not a rank
+    line = _logs_line(tmp_path, 2)
+    assert line.startswith(f"driver and worker logs: {attempt}/ (`trainctl logs {tmp_path} ")
+    assert "--worker N`, N = 0 to 1, the worker's rank; --driver" in line, line
