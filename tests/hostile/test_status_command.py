@@ -112,6 +112,22 @@ def test_links_are_refused_never_followed(tmp_path: Path) -> None:
     assert_refused(result, 2, "planted: is a symbolic link; trainctl never reads a run folder")
 
 
+def test_a_storage_folder_reached_through_a_link_is_listed(tmp_path: Path) -> None:
+    """The operator names the storage root (a volume mounted behind a link), as they name
+    TRAIN_STORAGE_PATH, which `train` and `check` follow: `status --storage` refused it
+    (a red-team pass). Links below it stay refused."""
+    _run(tmp_path / "runs", "r")
+    (tmp_path / "mounted").symlink_to(tmp_path / "runs")
+    for given in ("mounted", "mounted/"):
+        result = trainctl("status", "--storage", str(tmp_path / given))
+        assert result.code == 0, result.text
+        assert result.out.splitlines()[1].split()[:2] == ["r", "succeeded"], result.out
+    assert trainctl("status", "r", "--storage", str(tmp_path / "mounted")).code == 0
+    (tmp_path / "runs" / "planted").symlink_to(tmp_path / "runs" / "r")
+    result = trainctl("status", "--storage", str(tmp_path / "mounted"))
+    assert_refused(result, 2, "planted: is a symbolic link; trainctl never reads a run folder")
+
+
 def test_unprintable_and_undecodable_names_are_shown_escaped(tmp_path: Path) -> None:
     storage = tmp_path / "runs"
     storage.mkdir()
