@@ -7,10 +7,11 @@ refused, only the first document counts, and map keys become strings. Like Helm,
 `yes`, `no`, `on` and `off` are booleans (go-yaml v2 keeps YAML 1.1's booleans; quote them for
 strings). tests/contract/test_values_args.py holds this module to Helm's own reader.
 
-Two of these readings surprise people, so `load` notes them where it meets them (render and
+Three of these readings surprise people, so `load` notes them where it meets them (render and
 submit print them as WARNING lines, with the file and line): a number with a leading 0
-(`epochs: 010` is 8, octal) and a key that is one of YAML 1.1's word booleans (`yes:` becomes
-the key "true"). Helm reads both the same way and says nothing.
+(`epochs: 010` is 8, octal), a key that is one of YAML 1.1's word booleans (`yes:` becomes
+the key "true"), and a key given twice in one mapping (the last wins: a merge conflict's
+leftover `train:` drops the first). Helm reads them the same way and says nothing.
 
 Loading is PyYAML's SafeLoader underneath (it never constructs objects from tags), plus
 go-yaml's alias budget: a document whose aliases expand it past 400,000 nodes, mostly by
@@ -115,7 +116,18 @@ class HelmValuesLoader(yaml.SafeLoader):
         self.notes: list[tuple[int, int, str]] = []  # (line, column, what it says)
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[str, int] = {}  # a key's text -> the line it was first given on
         for key, _ in node.value:
+            if isinstance(key, ScalarNode) and key.value != "<<":
+                line = key.start_mark.line + 1
+                if key.value in first:
+                    said = (
+                        f"the key {key.value} is given twice in one mapping (first on line "
+                        f"{first[key.value]}); the last one wins, as in Helm, so the first is "
+                        "dropped"
+                    )
+                    self.notes.append((line, key.start_mark.column, said))
+                first.setdefault(key.value, line)
             if key.tag == _PLAIN and key.value in _BOOLS and key.value.lower() not in _WORDS:
                 meant = "true" if _BOOLS[key.value] else "false"
                 said = (

@@ -126,6 +126,30 @@ def test_leading_zeros_and_word_boolean_keys_are_read_as_in_helm_and_said_with_t
     )  # fmt: skip
 
 
+def test_a_key_given_twice_is_read_as_in_helm_and_said_with_both_lines(tmp_path: Path) -> None:
+    """A red-team pass: `train: {epochs: 3}` and, below it, `train: {lr: 0.1}` (a merge
+    conflict's leftover) rendered without a word, and the run trained the default 10 epochs.
+    Helm keeps the last one too; render says which line's was dropped."""
+    text = POOL + "train: {epochs: 3}\ntrain: {lr: 0.1}\nrunAnnotations: {a: x, c: w, a: z}\n"
+    path = _file(tmp_path, text)
+    result = trainctl("render", "-f", str(path))
+    assert result.code == 0, result.text
+    objects = _objects(result.out)
+    helm = helm_template([path], release="trainctl", namespace="default")
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    (helm_config,) = [o for o in helm if o["kind"] == "ConfigMap"]
+    assert "TRAIN_EPOCHS" not in config["data"] and "TRAIN_EPOCHS" not in helm_config["data"]
+    assert config["data"]["TRAIN_LR"] == helm_config["data"]["TRAIN_LR"] == "0.1"
+    (job,) = [o for o in objects if o["kind"] == "RayJob"]
+    assert job["metadata"]["annotations"]["a"] == "z"
+    assert result.err.splitlines()[:2] == [
+        f"trainctl: WARNING: values file {path}, line 5: the key train is given twice in one "
+        "mapping (first on line 4); the last one wins, as in Helm, so the first is dropped",
+        f"trainctl: WARNING: values file {path}, line 6: the key a is given twice in one "
+        "mapping (first on line 6); the last one wins, as in Helm, so the first is dropped",
+    ]
+
+
 def test_infinity_is_refused_as_helm_refuses_it(tmp_path: Path) -> None:
     path = _file(tmp_path, POOL + "train: {lr: .inf}\n")
     assert_refused(trainctl("render", "-f", str(path)), 2, str(path), ".inf")
