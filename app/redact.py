@@ -14,6 +14,25 @@ import re
 from typing import Any
 
 MASK = "***"
+# Credentials known by their form, whatever names them: a PEM private key, a token with its
+# issuer's prefix (GitHub, Hugging Face, AWS access key IDs, OpenAI-style sk-, Slack, GitLab),
+# a JWT. The chart's schema refuses the same forms (app/k8s/names.py KNOWN_CREDENTIAL, built
+# from these in RE2's syntax); here they are masked in any text shown.
+PRIVATE_KEY = r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
+TOKEN_FORMS = (
+    r"gh[pousr]_[A-Za-z0-9]{30,}",
+    r"github_pat_[A-Za-z0-9_]{30,}",
+    r"hf_[A-Za-z0-9]{30,}",
+    r"AKIA[0-9A-Z]{16}",
+    r"sk-[A-Za-z0-9_-]{20,}",
+    r"xox[abposr]-[A-Za-z0-9-]{10,}",
+    r"glpat-[A-Za-z0-9_-]{20,}",
+)
+JWT = r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."
+# The whole key, to its END line (or to the end of the text, where it was cut); a token or a
+# JWT with its signature.
+_PRIVATE_KEY_BLOCK = re.compile(PRIVATE_KEY + r"(?:.*?-----END [A-Z ]*PRIVATE KEY-----|.*)", re.S)
+_TOKEN = re.compile(rf"(?<![A-Za-z0-9_])(?:{'|'.join(TOKEN_FORMS)}|{JWT}[A-Za-z0-9_-]*)")
 # A URI inside free text: scheme://, then anything up to whitespace, a quote or angle bracket.
 # Look-alikes (`s3:/KEY:SECRET@b`, `s3:\\b`) are refused as paths, and echoed in the refusal:
 # one or more slashes or backslashes after the scheme count too.
@@ -59,7 +78,10 @@ def redact_uri(uri: str) -> str:
 
 def redact_text(text: str) -> str:
     """Free text (a log line, an error message) with every URI, credential-named assignment
-    and authorization header value in it redacted."""
+    and authorization header value in it redacted, and every credential known by its form."""
+    if "-----BEGIN" in text:
+        text = _PRIVATE_KEY_BLOCK.sub(MASK, text)
+    text = _TOKEN.sub(MASK, text)
     if ":" not in text and "=" not in text:
         return text
     text = _URI_IN_TEXT.sub(lambda match: redact_uri(match.group(0)), text)

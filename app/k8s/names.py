@@ -13,6 +13,7 @@ from typing import Any
 
 from app.dns import DNS_LABEL as _DNS_LABEL
 from app.errors import ConfigError
+from app.redact import JWT, PRIVATE_KEY, TOKEN_FORMS
 
 # A DNS-1123 label: a namespace, a RayJob or pod name.
 DNS_LABEL = rf"^{_DNS_LABEL}$"
@@ -55,11 +56,7 @@ URI_PASSWORD = r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@ ]*:[^/?#@ ]*@"
 # No \b or \s: RE2 (Helm's) reads them as ASCII only, Python as Unicode.
 _EDGE = "(^|[^A-Za-z0-9_])"
 KNOWN_CREDENTIAL = (
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
-    rf"|{_EDGE}(gh[pousr]_[A-Za-z0-9]{{30,}}|github_pat_[A-Za-z0-9_]{{30,}}|hf_[A-Za-z0-9]{{30,}}"
-    r"|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
-    r"|glpat-[A-Za-z0-9_-]{20,})"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."
+    f"{PRIVATE_KEY}|{_EDGE}({'|'.join(TOKEN_FORMS)})|{JWT}"
     r"|[?&]([Aa]ccess_)?([Tt]oken|[Pp]ass(wor)?d|[Pp]wd|[Ss]ecret|[Aa]pi_?[Kk]ey|[Ss]ig)=[^&# ]"
 )
 # An HTTP Authorization value (`Bearer <token>`, `Basic <base64>`, in any case): a scheme and

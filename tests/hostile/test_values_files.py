@@ -583,3 +583,15 @@ def test_bounds_nulls_and_pool_names_say_what_is_allowed_in_one_line(
     assert result.text.count("\n  - ") == 1, result.text
     for raw in ("None", "minimum of", "does not match", "set dataPool.autoscaling to true"):
         assert raw not in result.text, result.text
+
+
+def test_a_private_key_given_as_a_setting_is_refused_without_being_shown(tmp_path: Path) -> None:
+    """A red-team pass: the refusal quoted the whole key, into the CI log."""
+    key = tmp_path / "key.pem"
+    key.write_text(
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n"
+    )
+    values = _file(tmp_path, POOL)
+    result = trainctl("render", "-f", str(values), "--set-file", f"train.model_name={key}")
+    assert_refused(result, 2, "train.model_name: TRAIN_MODEL_NAME='***\\n': must be 1-64")
+    assert "PRIVATE KEY" not in result.text and "MIIE" not in result.text

@@ -105,3 +105,33 @@ def test_a_long_key_name_still_hides_its_value() -> None:
     assert redact_text("x" * 100 + "_password=hunter2") == "x" * 100 + "_password=***"
     masked = redact_text("h" * 100 + "ttps://user:pw@host/p?api_token=abc")
     assert "pw@" not in masked and "abc" not in masked
+
+
+PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n"
+GITHUB = "ghp_" + "a1B2" * 9
+HF = "hf_" + "Zq9x" * 9
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (PEM, "***\n"),
+        (
+            f"TRAIN_MODEL_NAME='{PEM}': must be 1-64 letters",
+            "TRAIN_MODEL_NAME='***\n': must be 1-64 letters",
+        ),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIE... (cut)", "***"),  # no END line: all of it
+        (f"name {GITHUB} refused", "name *** refused"),
+        (f"TRAIN_RUN_NAME='{HF}'", "TRAIN_RUN_NAME='***'"),
+        ("key AKIAIOSFODNN7EXAMPLE given", "key *** given"),
+        ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig", "***"),
+    ],
+)
+def test_credentials_known_by_their_form_are_masked_wherever_they_stand(
+    text: str, shown: str
+) -> None:
+    """A red-team pass: `render --set-file train.model_name=key.pem` quoted the whole private
+    key in its refusal, into a CI log; the chart's schema already refuses these forms by name
+    (app/k8s/names.py KNOWN_CREDENTIAL), and now no message shows them."""
+    assert redact_text(text) == shown
+    assert redact_text("sk-learn and hf_hub and AKIA alone") == "sk-learn and hf_hub and AKIA alone"
