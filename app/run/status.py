@@ -23,7 +23,6 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from app.errors import ConfigError
@@ -39,7 +38,7 @@ from app.runfolder.summary import STATUS_WORDS
 from app.settings.run import RESERVED_RUN_NAMES
 from app.storage import bounded_json, safe_fs
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
-from app.storage.entries import Kind, entries, kind_within, not_a_link
+from app.storage.entries import Kind, entries, followed, kind_within, not_a_link
 from app.storage.location import RunPath, ensure_reachable, within
 
 STALE_S = 15 * 60  # progress.json is written every few seconds while rank 0 trains
@@ -528,7 +527,8 @@ def show_status(
     if target is None:
         assert storage is not None
         where = storage_location(storage, f"--storage {redact(storage)}", endpoint)
-        path = _folder(_followed(where), "--storage", timeout)
+        # The root named may be a link (a mounted volume), as TRAIN_STORAGE_PATH may be.
+        path = _folder(followed(where), "--storage", timeout)
     elif storage is not None and "/" not in target and "://" not in target:
         if target in ("", ".", ".."):
             raise ConfigError(f"run name {target!r}: give a run folder's name under --storage")
@@ -545,13 +545,6 @@ def show_status(
         show_run(one, echo, as_json)
     else:  # a folder of run folders (the storage root), listed (a sweep's: app/sweep/status)
         show_listing(list_runs(path, limit=limit), echo, as_json, limit)
-
-
-def _followed(root: RunPath) -> RunPath:
-    """The storage root the operator named, followed where it is itself a link (a volume
-    mounted behind one), as `train` follows TRAIN_STORAGE_PATH; the run folders below it are
-    never read through a link."""
-    return root.resolve() if isinstance(root, Path) and root.is_symlink() else root
 
 
 def _folder(path: RunPath, variable: str, timeout: float) -> RunPath:

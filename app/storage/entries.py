@@ -101,6 +101,15 @@ def not_a_link(location: RunPath) -> RunPath:
     return location
 
 
+def followed(location: RunPath) -> RunPath:
+    """`location`, or the folder it links to where it is itself a link: for a root an operator
+    names (a volume mounted behind a link), below which nothing is read through links. A
+    bucket has no links."""
+    if isinstance(location, Path) and location.is_symlink():
+        return location.resolve()
+    return location
+
+
 def no_link_below(location: RunPath, root: RunPath) -> RunPath:
     """`location` itself, refused (LinkRefused) where it, or a folder between `root` and it,
     is a link: what is read there stays below `root`. A bucket has no links."""
