@@ -24,6 +24,15 @@ QUALIFIED_NAME = rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?{_NAME}$"
 QUALIFIED_NAME_MAX = 253 + 1 + 63
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 LABEL_VALUE_MAX = 63
+QUALIFIED_NAME_SAID = (
+    "a qualified name, [prefix/]name: the name 1-63 letters, digits, '-', '_' or '.', starting "
+    "and ending with a letter or digit; the prefix, where given, a DNS subdomain (lowercase "
+    "labels joined by dots), as in example.com/team"
+)
+LABEL_VALUE_SAID = (
+    "a label value: empty, or at most 63 letters, digits, '-', '_' or '.', starting and ending "
+    "with a letter or digit"
+)
 # Kubernetes allows 256 KiB for all annotations of an object together.
 ANNOTATION_VALUE_MAX = 262_144
 # Characters Go's YAML writer (sigs.k8s.io/yaml: Helm's toYaml, and `kubectl get -o yaml` or
@@ -90,10 +99,17 @@ def schema_definitions() -> dict[str, Any]:
         "type": "string",
         "pattern": QUALIFIED_NAME,
         "maxLength": QUALIFIED_NAME_MAX,
+        # Said in a refusal instead of the pattern (app/k8s/values.py _refused_by_pattern).
+        "description": QUALIFIED_NAME_SAID,
         # The prefix is a DNS subdomain: 253 characters at most (RE2 has no lookahead).
         "not": {"pattern": "^[^/]{254,}/", "description": "a prefix over 253 characters"},
     }
-    label_value = {"type": "string", "pattern": LABEL_VALUE, "maxLength": LABEL_VALUE_MAX}
+    label_value = {
+        "type": "string",
+        "pattern": LABEL_VALUE,
+        "maxLength": LABEL_VALUE_MAX,
+        "description": LABEL_VALUE_SAID,
+    }
     return {
         "labels": {
             "type": "object",

@@ -523,6 +523,28 @@ def test_images_and_accounts_that_fail_after_scheduling_are_refused_at_render(
 
 
 @pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"labels": {"team name": "ml"}}, "labels: 'team name' is not allowed: a qualified name"),
+        ({"labels": {"team": "a_b_"}}, "labels.team: 'a_b_' is not allowed: a label value"),
+        ({"nodePools": {"l4": {"nodeSelector": {"a b": "x"}}}},
+         "nodePools.l4.nodeSelector: 'a b' is not allowed: a qualified name"),
+        ({"nodePools": {"l4": {"acceleratorType": "NVIDIA L4"}}},
+         "nodePools.l4.acceleratorType: 'NVIDIA L4' is not allowed: Ray's accelerator type"),
+    ],
+)  # fmt: skip
+def test_label_keys_values_and_accelerator_types_are_refused_in_words(
+    values: dict, says: str, tmp_path: Path
+) -> None:
+    """A red-team pass: these were refused with the schema's regular expression quoted."""
+    from app.k8s.values import coalesce
+
+    helm, ours = refusals(coalesce({"nodePools": {"l4": {"gpusPerWorker": 1}}}, values), tmp_path)
+    assert helm and any(line.startswith(says) for line in ours), ours
+    assert "does not match" not in "\n".join(ours)
+
+
+@pytest.mark.parametrize(
     "repository",
     [
         "trainctl", "rayproject/ray", "nvcr.io/nvidia/pytorch", "localhost:5000/trainctl",
