@@ -91,6 +91,22 @@ def shown(text: object) -> str:
     return value if value.isprintable() else repr(value)
 
 
+def yaml_problem(err: Exception) -> str:
+    """A YAML parse error in one line: the line and column, then PyYAML's words (its message
+    spans lines, which a one-line refusal printed as literal \\n); a tab, YAML's most common
+    trap, says so."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None)
+    if mark is None or not problem:
+        return one_line(str(err), 200)
+    context = getattr(err, "context", None)
+    said = f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    said += f" ({context})" if context else ""
+    if "'\\t'" in problem:
+        said += "; YAML indents with spaces, never tabs"
+    return one_line(said, 300)
+
+
 def printable_line(text: str) -> str:
     """One line as trainctl prints it: control characters (a newline that would start a line of
     its own, forging a `check` verdict or a problem; an escape sequence that recolours the

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from app.errors import ConfigError
+from app.formatting import yaml_problem
 from app.k8s import canonical, names, strvals, values_yaml
 from app.redact import redact_text
 
@@ -211,7 +212,7 @@ def read_values_file(path: Path, notes: list[str] | None = None) -> dict[str, An
     try:
         data = values_yaml.load(text, surprises)
     except yaml.YAMLError as err:
-        raise ConfigError(f"values file {path} is not valid YAML: {err}") from None
+        raise ConfigError(f"values file {path} is not valid YAML: {yaml_problem(err)}") from None
     except RecursionError:
         raise ConfigError(f"values file {path} is nested too deeply to be values") from None
     if data is None:

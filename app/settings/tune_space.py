@@ -30,7 +30,7 @@ import yaml
 from pydantic import ValidationError
 
 from app.errors import ConfigError, did_you_mean
-from app.formatting import shown
+from app.formatting import shown, yaml_problem
 from app.settings import ENV_PREFIX, TrainSettings
 from app.settings.model import ModelSettings
 from app.storage import safe_fs
@@ -91,9 +91,10 @@ def load_space(path: Path, base: TrainSettings) -> dict[str, Dimension]:
         data = yaml.load(raw.decode("utf-8"), Loader=_SpaceLoader)  # a SafeLoader
     except _KeyTwice as err:
         raise ConfigError(f"{where}: {err}") from None
-    except (UnicodeDecodeError, yaml.YAMLError) as err:
-        first = " ".join(str(err).split())[:200]
-        raise ConfigError(f"{where}: not YAML ({first})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: not YAML ({yaml_problem(err)})") from None
     except RecursionError:
         raise ConfigError(f"{where}: nested too deeply to be a space") from None
     return parse_space(data, base, where)

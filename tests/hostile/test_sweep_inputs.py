@@ -344,3 +344,13 @@ def test_a_setting_the_space_draws_is_said_to_be_unused(
     monkeypatch.delenv("TRAIN_DATASET")
     monkeypatch.delenv("TRAIN_DATA_PATH")
     assert "ok    sweep: 2 trials over lr" in trainctl("check", "--skip-cluster").out
+
+
+def test_a_space_with_a_tab_is_said_in_one_line_with_its_place(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "space.yaml").write_text("lr:\n\t{uniform: [0.1, 1]}\n")
+    monkeypatch.setenv("TRAIN_TUNE_SPACE", str(tmp_path / "space.yaml"))
+    result = trainctl("tune")
+    assert_refused(result, 2, "not YAML (line 2, column 1: found character", "never tabs")
+    assert "<unicode string>" not in result.text

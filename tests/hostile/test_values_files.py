@@ -595,3 +595,16 @@ def test_a_private_key_given_as_a_setting_is_refused_without_being_shown(tmp_pat
     result = trainctl("render", "-f", str(values), "--set-file", f"train.model_name={key}")
     assert_refused(result, 2, "train.model_name: TRAIN_MODEL_NAME='***\\n': must be 1-64")
     assert "PRIVATE KEY" not in result.text and "MIIE" not in result.text
+
+
+def test_a_tab_is_said_in_one_line_with_its_place(tmp_path: Path) -> None:
+    """A red-team pass: PyYAML's message spans lines, and the one-line refusal showed them as
+    literal \\n sequences."""
+    path = _file(tmp_path, "nodePools:\n  a:\n\tgpusPerWorker: 0\n")
+    result = trainctl("render", "-f", str(path))
+    assert_refused(
+        result, 2, f"values file {path} is not valid YAML: line 3, column 1: found character "
+        "'\\t' that cannot start any token (while scanning for the next token); YAML indents "
+        "with spaces, never tabs",
+    )  # fmt: skip
+    assert "\\n" not in result.err
