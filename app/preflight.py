@@ -35,7 +35,7 @@ from app.errors import ConfigError
 from app.formatting import counted, printable_line
 from app.promotion.check import UnguardedChampion, promotion_check
 from app.promotion.gate_check import GateAdvice, gate_check
-from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray
+from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray, oversubscribed
 from app.redact import redact_uri
 from app.runfolder.folder import failed_on_data, record_invalid, refuse_links
 from app.settings import TrainSettings
@@ -560,10 +560,13 @@ def local_cluster_check(settings: TrainSettings, found: Found) -> str:
         )
     else:
         held = f"{cpus} CPUs ({machine.describe()})"
-    return (
+    said = (
         f"local, started by `trainctl train`, not by check: {held}, "
         f"{resources.get('GPU', 0):g} GPUs (Ray {_ray_version()})"
     )
+    if advice := oversubscribed(settings):
+        raise Advice(f"{said}; but {advice}")
+    return said
 
 
 def _pool_cpus() -> float:

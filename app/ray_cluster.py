@@ -51,6 +51,8 @@ def connect_ray(settings: TrainSettings) -> None:
         wait_for_address(address, settings.ray_connect_timeout)
     if ray.is_initialized():
         return
+    if not address and (said := oversubscribed(settings)):  # a local cluster: said once
+        click.echo(f"trainctl: warning: {said}", err=True)
     join_or_start(address, num_cpus=local_num_cpus(settings))
 
 
@@ -66,6 +68,26 @@ def local_num_cpus(settings: TrainSettings) -> int:
     share the cores rather than wait for one another."""
     need = math.ceil(settings.workers.max * settings.cpus_per_worker) + DATA_CPUS
     return max(usable_cpus().usable, need)
+
+
+# Training workers per usable CPU past which a local cluster is more likely a mistake than a
+# plan: each worker is a process of its own holding torch, and they all take turns on the cores.
+WORKERS_PER_CPU = 2
+
+
+def oversubscribed(settings: TrainSettings) -> str | None:
+    """Why the local cluster `train` starts is a poor home for this many workers (it is sized
+    to hold them all, so nothing else says so); None where it is not."""
+    machine = usable_cpus()
+    workers = settings.workers.max
+    if workers <= WORKERS_PER_CPU * machine.usable:
+        return None
+    return (
+        f"{workers} training workers on {machine.describe()}: each is a process of its own "
+        "holding torch (about 1 GiB of memory), taking turns on the cores, so the run is slower "
+        f"than with fewer; set TRAIN_NUM_WORKERS to {machine.usable} or fewer here, or "
+        "TRAIN_RAY_ADDRESS to train on a cluster"
+    )
 
 
 def local_resources(settings: TrainSettings) -> dict[str, float] | None:

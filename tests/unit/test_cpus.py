@@ -147,6 +147,16 @@ def test_check_judges_the_local_cluster_without_starting_it(tmp_path: Path) -> N
         assert f"{machine.usable} CPUs ({machine.describe()}), 0 GPUs" in line, line
     assert "started by `trainctl train`, not by check" in line
     assert ray.is_initialized() == started  # no cluster was started, none joined
+    # Sized to hold them all, the local cluster takes 64 workers on a few cores: said, not
+    # refused (a red-team pass: `ok` for 64 torch processes on a 2-core machine).
+    many = str(2 * machine.usable + 1)
+    env_many = {**env, "TRAIN_NUM_WORKERS": many, "TRAIN_GLOBAL_BATCH_SIZE": "64"}
+    result = trainctl_with(env_many, tmp_path, "check")
+    line = next(x for x in result.stdout.splitlines() if x.startswith("WARN  cluster: "))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"but {many} training workers on {machine.describe()}: each is a process" in line
+    assert f"set TRAIN_NUM_WORKERS to {machine.usable} or fewer here" in line, line
+    assert ray.is_initialized() == started
     # The capacity rules are the running cluster's: no GPU here, no such accelerator.
     for extra, said in (
         ({"TRAIN_USE_GPU": "true"}, "needs 2 GPUs; the Ray cluster has 0"),
