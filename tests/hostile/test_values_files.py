@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -93,6 +94,18 @@ def test_dates_stay_strings_and_y_n_are_booleans_as_in_helm(tmp_path: Path) -> N
     assert config["data"]["TRAIN_TENSORBOARD"] == "true"
 
 
+def _rendered_by_both(path: Path) -> tuple[Any, dict, dict, dict]:
+    """`render -f path` (its result, RayJob and ConfigMap) and Helm's ConfigMap of the file."""
+    result = trainctl("render", "-f", str(path))
+    assert result.code == 0, result.text
+    objects = _objects(result.out)
+    helm = helm_template([path], release="trainctl", namespace="default")
+    (job,) = [o for o in objects if o["kind"] == "RayJob"]
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    (helm_config,) = [o for o in helm if o["kind"] == "ConfigMap"]
+    return result, job, config, helm_config
+
+
 def test_leading_zeros_and_word_boolean_keys_are_read_as_in_helm_and_said_with_their_line(
     tmp_path: Path,
 ) -> None:
@@ -101,14 +114,8 @@ def test_leading_zeros_and_word_boolean_keys_are_read_as_in_helm_and_said_with_t
     a reading is refused (an env var named "true"), the note stands beside the refusal."""
     text = POOL + 'train: {epochs: 010, lr: 0.01}\nrunAnnotations:\n  yes: "0042"\n'
     path = _file(tmp_path, text)
-    result = trainctl("render", "-f", str(path))
-    assert result.code == 0, result.text
-    objects = _objects(result.out)
-    helm = helm_template([path], release="trainctl", namespace="default")
-    (config,) = [o for o in objects if o["kind"] == "ConfigMap"]
-    (helm_config,) = [o for o in helm if o["kind"] == "ConfigMap"]
+    result, job, config, helm_config = _rendered_by_both(path)
     assert config["data"]["TRAIN_EPOCHS"] == helm_config["data"]["TRAIN_EPOCHS"] == "8"
-    (job,) = [o for o in objects if o["kind"] == "RayJob"]
     assert job["metadata"]["annotations"]["true"] == "0042"
     assert result.err.splitlines()[:2] == [
         f"trainctl: WARNING: values file {path}, line 4: 010 is read as the octal number 8 (a "
@@ -132,15 +139,9 @@ def test_a_key_given_twice_is_read_as_in_helm_and_said_with_both_lines(tmp_path:
     Helm keeps the last one too; render says which line's was dropped."""
     text = POOL + "train: {epochs: 3}\ntrain: {lr: 0.1}\nrunAnnotations: {a: x, c: w, a: z}\n"
     path = _file(tmp_path, text)
-    result = trainctl("render", "-f", str(path))
-    assert result.code == 0, result.text
-    objects = _objects(result.out)
-    helm = helm_template([path], release="trainctl", namespace="default")
-    (config,) = [o for o in objects if o["kind"] == "ConfigMap"]
-    (helm_config,) = [o for o in helm if o["kind"] == "ConfigMap"]
+    result, job, config, helm_config = _rendered_by_both(path)
     assert "TRAIN_EPOCHS" not in config["data"] and "TRAIN_EPOCHS" not in helm_config["data"]
     assert config["data"]["TRAIN_LR"] == helm_config["data"]["TRAIN_LR"] == "0.1"
-    (job,) = [o for o in objects if o["kind"] == "RayJob"]
     assert job["metadata"]["annotations"]["a"] == "z"
     assert result.err.splitlines()[:2] == [
         f"trainctl: WARNING: values file {path}, line 5: the key train is given twice in one "
