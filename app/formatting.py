@@ -26,6 +26,12 @@ def finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def mapping(value: Any) -> dict[str, Any]:
+    """A part of a record another hand wrote (a summary, sweep.json, values) that should be a
+    mapping; {} for anything else (a damaged file, a value of another type)."""
+    return value if isinstance(value, dict) else {}
+
+
 def json_safe(value: Any) -> Any:
     """`value` with every number that strict JSON cannot hold (NaN, infinities, integers past
     a float) replaced by None, for `--json` output that any parser reads."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from app.errors import ConfigError
 from app.evaluation.report import run_evaluations
-from app.formatting import finite, json_safe, shown
+from app.formatting import finite, json_safe, mapping, shown
 from app.runfolder import folder as run_folder
 from app.runfolder.summary import STATUS_WORDS
 from app.settings.tune_plan import TRIAL_NAME
@@ -54,7 +54,7 @@ class RunFigures:
 
     @property
     def settings(self) -> dict[str, Any]:
-        return _mapping(self.summary.get("settings"))
+        return mapping(self.summary.get("settings"))
 
     def record(self, differing: Sequence[str]) -> dict[str, Any]:
         best = self.summary.get("best") if isinstance(self.summary.get("best"), dict) else None
@@ -66,7 +66,7 @@ class RunFigures:
             "epochs_completed": self.summary.get("epochs_completed"),
             "epochs_target": self.summary.get("epochs_target"),
             "settings": {key: self.settings.get(key) for key in differing},
-            "final": _mapping(self.summary.get("metrics")),
+            "final": mapping(self.summary.get("metrics")),
             "best": best,
             "duration_s": self.summary.get("duration_s"),
             "accelerator_hours": self.hours,
@@ -75,10 +75,10 @@ class RunFigures:
             else {
                 "name": evaluation.get("name"),
                 "created": evaluation.get("created"),
-                "data": _mapping(evaluation.get("data")).get("location"),
+                "data": mapping(evaluation.get("data")).get("location"),
                 "rows": evaluation.get("rows"),
                 "accuracy": evaluation.get("accuracy"),
-                "macro_f1": _mapping(evaluation.get("macro")).get("f1"),
+                "macro_f1": mapping(evaluation.get("macro")).get("f1"),
                 "per_class": _per_class(evaluation),
             },
         }
@@ -109,12 +109,12 @@ class Comparison:
         for key in self.differing:
             values = [_value(r.settings.get(key)) if r.settings else "unknown" for r in self.runs]
             rows.append((f"setting {key}", _where_they_differ(values)))
-        metrics = sorted({k for r in self.runs for k in _mapping(r.summary.get("metrics"))})
+        metrics = sorted({k for r in self.runs for k in mapping(r.summary.get("metrics"))})
         for key in metrics:
             rows.append(
                 (
                     f"final {key}",
-                    [_number(_mapping(r.summary.get("metrics")).get(key)) for r in self.runs],
+                    [_number(mapping(r.summary.get("metrics")).get(key)) for r in self.runs],
                 )
             )
         rows.append(("best", [_best(r.summary) for r in self.runs]))
@@ -132,7 +132,7 @@ class Comparison:
                 (
                     "eval macro F1",
                     [
-                        _number(_mapping(_mapping(r.evaluation).get("macro")).get("f1"))
+                        _number(mapping(mapping(r.evaluation).get("macro")).get("f1"))
                         for r in self.runs
                     ],
                 )
@@ -291,7 +291,7 @@ def accelerator_hours(summary: dict[str, Any], workers: int | None) -> dict[str,
         recorded = recorded.get("hours", recorded.get("value"))
     if (hours := finite(recorded)) is not None:
         return {"hours": hours, "source": "recorded"}
-    settings = _mapping(summary.get("settings"))
+    settings = mapping(summary.get("settings"))
     duration = finite(summary.get("duration_s"))
     count = workers or _workers_setting(settings.get("num_workers"))
     if duration is None or count is None:
@@ -371,11 +371,6 @@ def _curves(runs: list[RunFigures]) -> bytes:
 
 def _value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    """A record's object, or {} where a damaged record holds something else."""
-    return value if isinstance(value, dict) else {}
 
 
 def _number(value: Any) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.formatting import mapping
 from app.k8s.canonical import scalar
 from app.k8s.capacity import amount
 from app.k8s.values import coalesce, default_values, enabled_pools
@@ -84,14 +85,10 @@ def _pods_within_shm(values: dict[str, Any]) -> str:
 def _drawn_and_fixed(values: dict[str, Any]) -> list[str]:
     """The tune.space keys that train: or an enabled pool's train: also sets, sorted (as Go
     ranges over a map). A pool's train replaces poolDefaults.train whole, like its other keys."""
-    tune = _mapping(values.get("tune"))
+    tune = mapping(values.get("tune"))
     if not tune.get("enabled"):
         return []
-    fixed = set(_mapping(values.get("train")))
+    fixed = set(mapping(values.get("train")))
     for pool in enabled_pools(values).values():
-        fixed |= set(_mapping(pool.get("train")))
-    return sorted(set(_mapping(tune.get("space"))) & fixed)
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+        fixed |= set(mapping(pool.get("train")))
+    return sorted(set(mapping(tune.get("space"))) & fixed)

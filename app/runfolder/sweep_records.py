@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
-from app.formatting import csv_text, finite, one_line
+from app.formatting import csv_text, finite, mapping, one_line
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
@@ -231,11 +231,6 @@ def _shown_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def mapping(value: Any) -> dict[str, Any]:
-    """A part of sweep.json that should be a mapping; {} for anything else (a damaged file)."""
-    return value if isinstance(value, dict) else {}
 
 
 def _text(value: Any) -> str:
