@@ -434,10 +434,10 @@ def _finish(
         run_dir, keep=settings.checkpoints_to_keep, metric=settings.checkpoint_metric, good=good
     )
     kept = [ref for ref in good if ref.path not in removed]
-    summary = _summary(settings, status, started, invocation, resumed, error, kept)
+    epochs = run_folder.epochs(run_dir)  # read once: the summary's figures, and the notes below
+    summary = _summary(settings, status, started, invocation, resumed, error, kept, epochs)
     if bad_data is not None:
         summary[BAD_DATA_KEY] = bad_data
-    epochs = run_folder.epochs(run_dir)
     if decisions.compile_fell_back(settings.compile, epochs):
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
     if diverged := decisions.diverged_line(epochs, settings.lr):
@@ -470,12 +470,13 @@ def _summary(
     resumed: RunPath | None,
     error: str | None,
     kept: list[checkpoints.CheckpointRef],
+    trained: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The final summary's figures: the run's own, its restarts, and its accelerator-hours."""
+    """The final summary's figures: the run's own, its restarts, and its accelerator-hours.
+    `trained`: metrics.jsonl's epochs, every driver's (a killed driver's training clock too)."""
     run_dir = settings.run_dir
     starts = run_folder.attempts(run_dir, invocation) if invocation else []
     before = read_summary(run_dir) or {}  # the running summary: what earlier drivers recorded
-    trained = run_folder.epochs(run_dir)  # their training clock: what a killed driver left
     this_driver_s = time.monotonic() - started
     summary = build_summary(
         run_dir,
