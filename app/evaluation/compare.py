@@ -172,11 +172,10 @@ def compare(runs: Sequence[str], out: str | None, overwrite: bool = False) -> Co
     labelled = [found for where in given for found in _runs_in(where)]
     if not 2 <= len(labelled) <= MAX_RUNS:
         sweeps = any(label is not None for _, label in labelled)
+        counted = ", a sweep's trials counted each" if sweeps else ""
+        hint = "; name the trials to compare, trials/trial-NNNN" if sweeps else ""
         raise ConfigError(
-            f"give 2 to {MAX_RUNS} runs to compare ({len(labelled)} given"
-            + (", a sweep's trials counted each" if sweeps else "")
-            + ")"
-            + ("; name the trials to compare, trials/trial-NNNN" if sweeps else "")
+            f"give 2 to {MAX_RUNS} runs to compare ({len(labelled)} given{counted}){hint}"
         )
     locations = [where for where, _ in labelled]
     twice = sorted({str(where) for where in locations if locations.count(where) > 1})
