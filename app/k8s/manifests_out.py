@@ -10,6 +10,7 @@ the target, and only then moved into place. Nothing is written through a symlink
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -268,13 +269,21 @@ def write_manifests(
         for pool, files in pools.items():
             (staging / pool).mkdir()
             for name, obj in files.items():
-                (staging / pool / name).write_text(_dump(obj), encoding="utf-8")
+                _write(staging / pool / name, _dump(obj), private=obj.get("kind") == "Secret")
         _move_into_place(staging, out_dir, list(pools))
     except OSError as err:
         raise ConfigError(f"--out={out_dir}: cannot write ({err})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return [out_dir / pool / name for pool, files in pools.items() for name in files]
+
+
+def _write(path: Path, text: str, private: bool) -> None:
+    """A Secret's file is its owner's alone (0600) from its first byte: it holds the Ray
+    token, and the other files of a render are read by whatever applies them."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
 
 
 def earlier_pools(out_dir: Path, pools: list[str]) -> list[Path]:

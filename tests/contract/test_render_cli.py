@@ -43,6 +43,8 @@ def test_render_writes_a_kustomization_per_pool(tmp_path: Path) -> None:
     proc = _run(*args, "--with-secret")
     assert proc.returncode == 0, proc.stderr
     assert (out / "pool-a" / "secret.yaml").is_file()
+    # The token is its owner's alone (it was world-readable: a red-team pass).
+    assert (out / "pool-a" / "secret.yaml").stat().st_mode & 0o777 == 0o600
     assert "kubectl apply -k" in proc.stdout
     assert sorted(p.name for p in out.iterdir()) == ["pool-a", "pool-b"]
     kustomization = yaml.safe_load((out / "pool-a" / "kustomization.yaml").read_text())
