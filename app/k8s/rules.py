@@ -144,6 +144,22 @@ EMPTY_DATA_POOL = (
 )
 
 
+# The autoscaler's rights go to whatever account the head runs as (docs/kubernetes.md).
+DEFAULT_ACCOUNT_AUTOSCALER = (
+    "dataPool.autoscaling with the namespace's default ServiceAccount: KubeRay binds its "
+    "autoscaler's Role (create and delete the namespace's pods) to the head's account, so every "
+    "pod running as default there would get those rights; let the chart create one "
+    "(serviceAccount.create: true, name empty) or name another (serviceAccount.name)"
+)
+
+
+def _account_name(values: dict[str, Any]) -> str:
+    """The Ray pods' ServiceAccount as the chart names it (trainctl.serviceAccountName), where
+    only "default" matters here."""
+    account = values.get("serviceAccount") or {}
+    return str(account.get("name") or ("" if account.get("create") else "default"))
+
+
 def _data_pool_problems(values: dict[str, Any], scheduler: str) -> list[str]:
     data = values.get("dataPool") or {}
     problems = []
@@ -157,6 +173,8 @@ def _data_pool_problems(values: dict[str, Any], scheduler: str) -> list[str]:
         low, high = int(data.get("minReplicas") or 0), int(data.get("maxReplicas") or 0)
         if low > high:
             problems.append(f"dataPool.minReplicas ({low}) is above dataPool.maxReplicas ({high})")
+        if _account_name(values) == "default":
+            problems.append(DEFAULT_ACCOUNT_AUTOSCALER)
         if low == 0:
             problems.append(EMPTY_DATA_POOL)
     if data.get("enabled") and DATA_GROUP in enabled_pools(values):

@@ -244,6 +244,16 @@ REFUSED = [
         _with(FIXED, nodePools={"data": {"gpusPerWorker": 1}}),
         "nodePools.data: with dataPool.enabled",
     ),
+    # KubeRay gives the autoscaler's Role to the head's account: the namespace's default one
+    # would hand every pod there the rights to create and delete pods (a red-team pass).
+    (
+        _with(AUTOSCALED, serviceAccount={"create": False}),
+        "dataPool.autoscaling with the namespace's default ServiceAccount",
+    ),
+    (
+        _with(AUTOSCALED, serviceAccount={"create": False, "name": "default"}),
+        "dataPool.autoscaling with the namespace's default ServiceAccount",
+    ),
     (_with({**FIXED, "replicas": 0}), "dataPool.replicas"),
     (_with({**FIXED, "gpusPerWorker": 1}), "dataPool"),
 ]
@@ -260,7 +270,8 @@ def test_what_cannot_work_is_refused_by_both_engines(
     with pytest.raises(ConfigError) as ours:
         render_objects(load_values([path]), release="demo", namespace="ml")
     assert any(says in problem for problem in ours.value.problems), ours.value.problems
-    if "cannot work" in says or "nodePools.data" in says or "(5)" in says or "is 0" in says:
+    chart_rules = ("cannot work", "nodePools.data", "(5)", "is 0", "default ServiceAccount")
+    if any(rule in says for rule in chart_rules):
         (problem,) = ours.value.problems  # a chart rule: Helm fails with the same words
         assert problem in str(helm.value)
 

@@ -30,6 +30,9 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- if gt (int $data.minReplicas) (int $data.maxReplicas) -}}
 {{- fail (printf "dataPool.minReplicas (%d) is above dataPool.maxReplicas (%d)" (int $data.minReplicas) (int $data.maxReplicas)) -}}
 {{- end -}}
+{{- if eq (include "trainctl.serviceAccountName" .) "default" -}}
+{{- fail "dataPool.autoscaling with the namespace's default ServiceAccount: KubeRay binds its autoscaler's Role (create and delete the namespace's pods) to the head's account, so every pod running as default there would get those rights; let the chart create one (serviceAccount.create: true, name empty) or name another (serviceAccount.name)" -}}
+{{- end -}}
 {{- if eq (int $data.minReplicas) 0 -}}
 {{- fail "dataPool.minReplicas is 0: a run that starts with no data node up decodes on the training nodes for the whole run, and no task then asks the autoscaler for a data node, so the pool is never used; set dataPool.minReplicas to 1 or more" -}}
 {{- end -}}
