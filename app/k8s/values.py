@@ -237,10 +237,25 @@ def validate(values: dict[str, Any]) -> None:
         for e in errors
         if not (e.validator in ("not", "enum") and tuple(e.absolute_path) in mistyped)
     ]
+    # A name two rules refuse (RAY_AUTH_TOKEN: Ray's, and credential-like) is told the first
+    # one, in the schema's order: the second's advice (secretEnv:) would be wrong for it.
+    seen: set[tuple[Any, ...]] = set()
+    errors = [e for e in errors if not _named_again(e, seen)]
     if errors:
         # A refused value may be a credential given in the wrong place: never echoed whole.
         # One line each: a value failing two rules (type and enum) may be described alike.
         raise ConfigError(list(dict.fromkeys(redact_text(_describe(err)) for err in errors)))
+
+
+def _named_again(err: Any, seen: set[tuple[Any, ...]]) -> bool:
+    """Whether `err` refuses a key's name that an earlier rule already refused."""
+    if err.validator != "not" or "propertyNames" not in err.schema_path:
+        return False
+    name = (*err.absolute_path, err.instance)
+    if name in seen:
+        return True
+    seen.add(name)
+    return False
 
 
 @cache

@@ -351,21 +351,32 @@ def test_a_label_the_chart_sets_itself_is_refused_in_both_engines(tmp_path: Path
     assert mine.code == 0 and "team: ml" in mine.out, mine.text  # a key of its own stays yours
 
 
-@pytest.mark.parametrize(
-    "key", ["TRAIN_PROMOTE_IF", "train_num_workers", "AWS_SECRET_ACCESS_KEY", "RAY_AUTH_TOKEN"]
-)
+ENV_NAME_RULES = {
+    "TRAIN_PROMOTE_IF": "TRAIN_* settings go in train:, where both engines check them",
+    "train_num_workers": "TRAIN_* settings go in train:, where both engines check them",
+    "AWS_SECRET_ACCESS_KEY": "a credential-like name (a token, password, secret or key) goes in "
+    "secretEnv:",
+    "RAY_AUTH_TOKEN": "Ray's token and auth mode are the chart's (rayAuth:)",
+    "LD_LIBRARY_PATH": "the image, Kubernetes or Ray set this variable for the pods to work",
+    "NVIDIA_VISIBLE_DEVICES": "the image, Kubernetes or Ray set this variable for the pods to work",
+}
+
+
+@pytest.mark.parametrize("key", list(ENV_NAME_RULES))
 def test_runtime_env_vars_follow_envs_rules_in_both_engines(tmp_path: Path, key: str) -> None:
     """The job's runtime_env env_vars reach its entrypoint: a TRAIN_* there overrode the
     settings both engines had checked (a gate that always passes, workers the pods cannot
-    hold), and a credential sat in the RayJob's text. Refused as in env:, saying where each
-    goes; other variables and runtime_env fields pass through."""
+    hold), and a credential sat in the RayJob's text. Refused as in env:, saying by which rule
+    (one line, the first rule's, for a name two rules refuse); other variables and runtime_env
+    fields pass through."""
     path = _pools_file(tmp_path)
     value = f'rayJob.runtimeEnv={{"env_vars": {{"{key}": "x"}}}}'
     result = trainctl("render", "-f", str(path), "--set-json", value)
     assert result.code == 2, result.text
-    assert f"rayJob.runtimeEnv.env_vars: '{key}' is not allowed: TRAIN_* settings go in train:" in (
-        result.err
-    )
+    (problem,) = result.err.splitlines()[1:]
+    assert problem.startswith(
+        f"  - rayJob.runtimeEnv.env_vars: '{key}' is not allowed: {ENV_NAME_RULES[key]}"
+    ), result.err
     with pytest.raises(HelmFailed, match=f"invalid propertyName .{key}."):
         helm_template([path], set_json=(value,))
     plain = 'rayJob.runtimeEnv={"env_vars": {"OMP_NUM_THREADS": "2"}, "pip": ["rich"]}'
@@ -485,3 +496,21 @@ def test_a_train_value_holding_a_nul_is_refused_before_a_pod_that_cannot_start(
     assert result.code == 2, result.text
     assert "TRAIN_TORCH_HOME holds a NUL character" in result.err, result.err
     assert not out.exists()
+
+
+def test_plain_variables_may_be_lowercase_or_merely_contain_token(tmp_path: Path) -> None:
+    """curl reads only the lowercase proxy variables, Ray's own flags are RAY_<lowercase>,
+    and TOKENIZERS_PARALLELISM (Hugging Face) is no credential: all three were refused, the
+    first two with a bare regular expression (a red-team pass)."""
+    path = _pools_file(tmp_path)
+    plain = {
+        "http_proxy": "http://proxy:3128",
+        "RAY_memory_monitor_refresh_ms": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    result = trainctl("render", "-f", str(path), "--set-json", f"env={json.dumps(plain)}")
+    assert result.code == 0, result.text
+    helm = helm_template([path], set_json=(f"env={json.dumps(plain)}",))
+    for objects in ([o for o in yaml.safe_load_all(result.out) if o], helm):
+        configs = [o for o in objects if o["kind"] == "ConfigMap" and "http_proxy" in o["data"]]
+        assert configs and all(plain.items() <= c["data"].items() for c in configs)

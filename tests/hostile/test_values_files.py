@@ -111,7 +111,7 @@ def test_leading_zeros_and_word_boolean_keys_are_read_as_in_helm_and_said_with_t
 ) -> None:
     """`epochs: 010` is 8 to Helm (octal) and a `yes:` key is the key "true": read so here too,
     and render says so on stderr, naming the file and line; quoted, neither is said. Where such
-    a reading is refused (an env var named "true"), the note stands beside the refusal."""
+    a reading is refused (a `train:` key "true"), the note stands beside the refusal."""
     text = POOL + 'train: {epochs: 010, lr: 0.01}\nrunAnnotations:\n  yes: "0042"\n'
     path = _file(tmp_path, text)
     result, job, config, helm_config = _rendered_by_both(path)
@@ -126,9 +126,9 @@ def test_leading_zeros_and_word_boolean_keys_are_read_as_in_helm_and_said_with_t
     quoted = _file(tmp_path, POOL + 'train: {epochs: 10}\nrunAnnotations: {"yes": "0042"}\n')
     said = trainctl("render", "-f", str(quoted))
     assert said.code == 0 and "WARNING" not in said.err, said.text
-    refused = _file(tmp_path, POOL + "rayJob: {runtimeEnv: {env_vars: {on: x}}}\n")
+    refused = _file(tmp_path, POOL + "train: {on: x}\n")
     assert_refused(
-        trainctl("render", "-f", str(refused)), 2, "rayJob.runtimeEnv.env_vars: 'true' does not",
+        trainctl("render", "-f", str(refused)), 2, "train: Additional properties are not allowed",
         f"WARNING: values file {refused}, line 4: the key on is read as the boolean true",
     )  # fmt: skip
 
