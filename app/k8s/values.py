@@ -371,8 +371,10 @@ def _wrong_type(err: Any, where: str) -> str | None:
 def _refused_by_not(err: Any, where: str) -> str | None:
     rule = err.validator_value
     if rule.get("pattern") in CREDENTIAL_FORMS:
-        # Refused for being a credential: the value is never quoted back, masked or not.
-        return f"{where}: not allowed: {rule['description']}"
+        # Refused for being a credential: the value is never quoted back, masked or not. No
+        # colon after the key: redact_text masks the word after `MY_TOKEN:` (it read `***
+        # allowed`, a red-team pass).
+        return f"{where} holds a value that is not allowed: {rule['description']}"
     if "description" in rule:
         if isinstance(err.instance, dict | list):  # the rule says what of it is refused
             return f"{where}: {rule['description']}"

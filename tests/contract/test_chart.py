@@ -586,3 +586,17 @@ def test_pull_secrets_take_names_or_kubernetes_own_form_in_both_engines(tmp_path
         "imagePullSecrets.0: {'name': 'Bad_Name'} is not allowed: A Secret's name (lowercase "
         "letters, digits, '-' and '.', at most 253), given as regcred or as {name: regcred}."
     ]
+
+
+def test_a_credential_under_a_credential_name_is_refused_in_whole_words(tmp_path: Path) -> None:
+    """The value's refusal read `env.MY_TOKEN: *** allowed: a credential by its form`: the
+    masking of `MY_TOKEN: <word>` took its "not" (a red-team pass)."""
+    token = CREDENTIALS_BY_FORM["github"]
+    values = {"nodePools": {"l4": {"gpusPerWorker": 1}}, "env": {"MY_TOKEN": token}}
+    _, ours = refusals(values, tmp_path)
+    assert any(
+        line.startswith("env.MY_TOKEN holds a value that is not allowed: a credential by its form")
+        for line in ours
+    ), ours
+    assert "env: 'MY_TOKEN' is not allowed: a credential-like name" in "\n".join(ours)
+    assert token not in "\n".join(ours)
