@@ -331,6 +331,20 @@ def _wrong_type(err: Any, where: str) -> str | None:
         wanted = err.validator_value
         wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
         return f"{where}: null (an empty value) is not allowed here: {_a(wanted)} is wanted"
+    if isinstance(err.instance, float) and _typed_by_set(err.instance, err.validator_value):
+        # Only a file makes a number of 2.10 (Helm's --set keeps a decimal as text), and YAML
+        # drops its trailing zero: quoting what it read back would tag 2.1, not 2.10.
+        text = canonical.scalar(err.instance)
+        trap = (
+            f'unquoted, YAML reads {text}0 as the number {text} too: "{text}0" keeps it'
+            if "." in text
+            else f"YAML read the number {text}"
+        )
+        return (
+            f"{where}: {text} is a number, and text is wanted: quote it in the values file as "
+            f"you mean it ({trap}); --set and --set-string keep a value with a decimal point "
+            "as text"
+        )
     if _typed_by_set(err.instance, err.validator_value):
         text = canonical.scalar(err.instance)
         kind = "a boolean" if isinstance(err.instance, bool) else "a number"

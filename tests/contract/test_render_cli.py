@@ -514,3 +514,23 @@ def test_plain_variables_may_be_lowercase_or_merely_contain_token(tmp_path: Path
     for objects in ([o for o in yaml.safe_load_all(result.out) if o], helm):
         configs = [o for o in objects if o["kind"] == "ConfigMap" and "http_proxy" in o["data"]]
         assert configs and all(plain.items() <= c["data"].items() for c in configs)
+
+
+def test_a_decimal_tag_is_told_to_be_quoted_as_meant_not_as_yaml_read_it(tmp_path: Path) -> None:
+    """`tag: 2.10` reached the schema as 2.1, and the refusal said to quote "2.1" (another
+    image) and that --set reads it as a number, which Helm's --set does not (a red-team
+    pass): both engines keep `--set image.tag=2.10` as the text 2.10."""
+    path = _pools_file(tmp_path)
+    values = tmp_path / "tag.yaml"
+    values.write_text("image: {repository: ghcr.io/acme/trainctl, tag: 2.10}\n")
+    result = trainctl("render", "-f", str(path), "-f", str(values))
+    assert result.code == 2, result.text
+    assert (
+        "image.tag: 2.1 is a number, and text is wanted: quote it in the values file as you mean "
+        'it (unquoted, YAML reads 2.10 as the number 2.1 too: "2.10" keeps it); --set and '
+        "--set-string keep a value with a decimal point as text"
+    ) in result.err
+    kept = trainctl("render", "-f", str(path), "--set", "image.tag=2.10")
+    assert kept.code == 0 and "trainctl:2.10\n" in kept.out, kept.text
+    helm = helm_template([path], set_values=("image.tag=2.10",))
+    assert any("trainctl:2.10" in json.dumps(o) for o in helm if o["kind"] == "RayJob")
