@@ -31,6 +31,15 @@ from tests.kind.helm_driver import helm_deletes
 
 KEEP = ("helm.sh/resource-policy", "keep")
 RUN_KINDS = ("RayJob", "ConfigMap", "NetworkPolicy")
+SHARED = ("Secret", "ServiceAccount")  # the chart's, when it creates them
+
+
+def shared_by_runs(obj: dict[str, Any]) -> bool:
+    """The auth Secret and ServiceAccount every run's pods start with (not the schedule's)."""
+    component = obj["metadata"]["labels"].get("app.kubernetes.io/component")
+    return obj["kind"] in SHARED and component in ("ray", "ray-auth")
+
+
 GITOPS_PREFIXES = ("argocd.argoproj.io/", "kustomize.toolkit.fluxcd.io/")
 THREE_POOLS = load_yaml(EXAMPLES / "values-three-pools.yaml")
 
@@ -82,6 +91,8 @@ def test_each_run_object_is_kept_and_nothing_else_is(path: Path, tmp_path: Path)
         if (values.get("storage") or {}).get("keepOnUninstall", True):
             claims = of_kind(objects, "PersistentVolumeClaim")
             expected |= {("PersistentVolumeClaim", c["metadata"]["name"]) for c in claims}
+        # What every run's pods start with stays while a run restarts its pods.
+        expected |= {(o["kind"], o["metadata"]["name"]) for o in objects if shared_by_runs(o)}
         assert kept == expected, f"{engine}: {path.name}"
 
 
@@ -131,14 +142,21 @@ def test_helm_upgrade_with_a_changed_value_deletes_nothing_of_the_old_run() -> N
 
 
 def test_helm_uninstall_deletes_the_release_but_leaves_every_run() -> None:
-    old = helm_render(load_yaml(VALUES_FILES[1]), release="train", namespace="ml")  # values-cpu
+    """A run still going keeps going, and a pod it restarts (a spot reclaim, a retry) still
+    starts: Helm deleted the auth Secret and the ServiceAccount its pods start with (a red-team
+    pass), while the docs said runs went on. Only the schedule goes."""
+    old = helm_render(load_yaml(EXAMPLES / "values-nightly-sweep.yaml"), release="train")
+    assert {"Secret", "ServiceAccount", "CronJob"} <= {o["kind"] for o in old}
     deleted = set(helm_deletes(old, []))
-    assert deleted  # the auth Secret and the Ray ServiceAccount go
-    assert not {kind for kind, _ in deleted} & {*RUN_KINDS, "PersistentVolumeClaim"}
-    assert {kind for kind, _ in deleted} == {"Secret", "ServiceAccount"}
+    runs = {(kind, name) for name in run_names(old) for kind in RUN_KINDS}
+    assert runs and not runs & deleted, deleted
+    assert "PersistentVolumeClaim" not in {kind for kind, _ in deleted}
+    assert not {(o["kind"], o["metadata"]["name"]) for o in old if shared_by_runs(o)} & deleted
+    assert "CronJob" in {kind for kind, _ in deleted}
 
 
 CLEANUP = "delete rayjobs,configmaps,networkpolicies -l app.kubernetes.io/instance="
+SHARED_CLEANUP = "delete secrets,serviceaccounts -l app.kubernetes.io/instance="
 
 
 def test_the_documented_cleanup_selects_exactly_the_kept_runs() -> None:
@@ -152,12 +170,20 @@ def test_the_documented_cleanup_selects_exactly_the_kept_runs() -> None:
         if o["kind"] in RUN_KINDS
         and o["metadata"]["labels"]["app.kubernetes.io/instance"] == "train"
     }
-    kept_runs = {(o["kind"], o["metadata"]["name"]) for o in objects if is_kept(o)} - {
-        (o["kind"], o["metadata"]["name"]) for o in of_kind(objects, "PersistentVolumeClaim")
+    kept_runs = {
+        (o["kind"], o["metadata"]["name"])
+        for o in objects
+        if is_kept(o) and o["kind"] != "PersistentVolumeClaim" and not shared_by_runs(o)
     }
     assert selected == kept_runs
     for doc in ("charts/trainctl/templates/NOTES.txt", "docs/kubernetes.md", "docs/gitops.md"):
         assert CLEANUP in (REPO / doc).read_text(), f"{doc} does not give the cleanup command"
+    # After `helm uninstall`, the shared objects it keeps go with one more line.
+    shared = [o for o in objects if shared_by_runs(o)]
+    assert shared and all(
+        o["metadata"]["labels"]["app.kubernetes.io/instance"] == "train" for o in shared
+    )
+    assert SHARED_CLEANUP in (REPO / "docs/kubernetes.md").read_text()
 
 
 def test_gitops_never_prunes_or_deletes_the_claim(tmp_path: Path) -> None:

@@ -251,6 +251,7 @@ def test_what_every_pool_folder_shares_is_never_pruned_by_gitops(tmp_path: Path)
     _, python = rendered_alike(path)
     by_kind = {obj["kind"]: obj["metadata"].get("annotations") for obj in python.values()}
     assert by_kind["ServiceAccount"] == {
+        "helm.sh/resource-policy": "keep",
         **KEPT_BY_GITOPS,
         "argocd.argoproj.io/sync-options": "Prune=false",
         "x/y": "z",
