@@ -31,7 +31,7 @@ from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
 from app.evaluation.scoring import ScoringOptions, check_resources, connect, scored_batches
 from app.export.card import CARD_FILE, Verified, verified
-from app.export.predict import Prediction, export_folder
+from app.export.predict import Prediction, check_loads, export_folder
 from app.formatting import csv_text, shown
 from app.storage.entries import Kind, kind_within, refuse_link
 from app.storage.location import (
@@ -136,6 +136,7 @@ def batch_predict(
     folder, root = export_folder(target)
     with store_errors(folder, "RUN_OR_EXPORT"):
         export = verified(folder, root, card_sha256)
+    check_loads(export)
     groups, not_images = [], 0
     for image in images:
         with store_errors(_location(image, endpoint), "IMAGE_OR_FOLDER"):

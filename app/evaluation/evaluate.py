@@ -2,7 +2,9 @@
 figures and mistakes written to `<run>/eval/<name>/`.
 
 Before Ray starts: the export is verified (app/export/card.py: every file against the card's
-sha256; nothing is loaded otherwise), the data is listed and its classes checked against the
+sha256; nothing is loaded otherwise) and its weights loaded once into the card's model
+(app/export/predict.py, check_loads: a pickle, another model or NaN is refused here, not by
+every actor), the data is listed and its classes checked against the
 run's (app/evaluation/data.py), --name is checked, and the cluster must be able to hold the
 actor pool asked for (--gpus where it has no GPU: exit 2, naming what it has). Then the rows
 are read and decoded in Ray Data's tasks and scored by an actor pool
@@ -56,6 +58,7 @@ from app.evaluation.scoring import (
     scored_batches,
 )
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, sweep_problem, verified
+from app.export.predict import check_loads
 from app.formatting import shown
 from app.storage.entries import not_a_link
 from app.storage.location import RunPath, store_errors
@@ -144,6 +147,7 @@ def evaluate_command(
     endpoint, _ = storage_access(settings_environ())
     with store_errors(run_dir, "RUN"):
         export = run_export(run_dir)
+    check_loads(export)
     card = export.card
     if split is not None:
         source = run_split(card, split, endpoint)

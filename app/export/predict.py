@@ -152,6 +152,14 @@ def card_info(card: dict[str, Any]) -> Any:
     )  # fmt: skip
 
 
+def check_loads(export: Verified) -> None:
+    """ConfigError unless the export's weights load into its card's model here: run before Ray
+    starts, so that weights that pass their checksums but not the load (written with the card:
+    another architecture, NaN, a pickle) are refused with exit 2, not by every actor of a pool
+    as an internal error. Each actor then loads the same verified bytes."""
+    load_model(export)
+
+
 def load_model(export: Verified) -> Any:
     """The card's model with weights.pt's verified bytes loaded into it, in eval mode."""
     from app.runfolder.state_dicts import (

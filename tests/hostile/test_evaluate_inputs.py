@@ -217,6 +217,65 @@ def test_a_card_edited_after_the_run_exported_it_is_refused(run: Path, tmp_path:
     no_eval_written(run)
 
 
+def _rewrite_with_card(run: Path, weights: bytes) -> None:
+    """weights.pt replaced, and the card and summary.json updated to vouch for it: what only
+    a writer of the whole run folder could do (without signing, nothing tells)."""
+    export = run / "export"
+    (export / "weights.pt").write_bytes(weights)
+    card = json.loads((export / "model_card.json").read_text())
+    card["files"]["weights.pt"] = hashlib.sha256(weights).hexdigest()
+    card_bytes = json.dumps(card).encode()
+    (export / "model_card.json").write_bytes(card_bytes)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["promotion"]["export"]["card_sha256"] = hashlib.sha256(card_bytes).hexdigest()
+    (run / "summary.json").write_text(json.dumps(summary))
+
+
+class _Runs:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("true",))
+
+
+@pytest.mark.parametrize("kind", ["pickle", "another-model", "nan"])
+def test_weights_vouched_for_but_not_loadable_are_refused_before_ray(
+    run: Path, tmp_path: Path, kind: str
+) -> None:
+    """evaluate and predict's actor pool loaded the weights only in each actor: weights whose
+    checksums the card vouched for, but that hold a pickle, another model or NaN, failed with
+    `internal error: ActorDiedError` and Ray's traceback, exit 1 (a red-team pass). They are
+    loaded once before Ray starts, and refused as `predict IMAGE` refuses them."""
+    import io
+
+    import torch
+
+    state = torch.load(run / "export" / "weights.pt", weights_only=True)
+    if kind == "pickle":
+        buffer = io.BytesIO()
+        torch.save({"x": _Runs()}, buffer)
+        weights, said = buffer.getvalue(), "cannot be loaded as a state dict"
+    else:
+        key = next(iter(state))
+        if kind == "nan":
+            state[key] = torch.full_like(state[key], float("nan"))
+            said = "NaN"
+        else:
+            state[key] = torch.zeros(3, 3)
+            said = "does not fit the card's"
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        weights = buffer.getvalue()
+    _rewrite_with_card(run, weights)
+    image = folder(tmp_path / "imgs", ["a"], per_class=1) / "a" / "0.png"
+    for command in (
+        ("evaluate", str(run), str(folder(tmp_path / "test", CLASSES))),
+        ("predict", str(run), str(image.parent), "--out", str(tmp_path / "p.csv")),
+        ("predict", str(run), str(image)),
+    ):
+        assert_refused(trainctl(*command), 2, "weights.pt", said)
+    assert not (tmp_path / "p.csv").exists()
+    no_eval_written(run)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "said"),
     [
