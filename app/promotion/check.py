@@ -117,6 +117,7 @@ def _tasks(
         except ValueError:
             return ""
     from app.export.card import verified
+    from app.export.predict import check_loads
 
     where = one_line(str(path), 500)
     try:
@@ -128,7 +129,8 @@ def _tasks(
             "promoted: remove the pointer or use another TRAIN_MODEL_NAME"
         ) from None
     try:  # every file the card lists: the gate scores the champion's copy on the run's rows
-        verified(folder, card_sha256=str(pointer["card_sha256"]))
+        # Loaded too: weights the card vouches for may still not load (NaN, another model).
+        check_loads(verified(folder, card_sha256=str(pointer["card_sha256"])))
     except ConfigError as err:
         why = one_line("; ".join(err.problems), 500)
         raise ConfigError(

@@ -177,6 +177,44 @@ def test_a_champion_copy_whose_weights_were_altered_fails_the_check(tmp_path: Pa
     assert said.endswith("put the copy back from the champion run's export, or remove the pointer")
 
 
+def test_a_champion_copy_whose_vouched_weights_do_not_load_fails_the_check(
+    tmp_path: Path,
+) -> None:
+    """NaN weights with a card and pointer rewritten to vouch for them: every checksum holds,
+    `check` said ok, and each run then trained and kept the champion, which it could not score
+    (a red-team pass). The check loads the copy's weights as the gate would."""
+    import hashlib
+    import shutil
+
+    import torch
+
+    from app.promotion.step import promote_run
+
+    make_run(tmp_path, "first", 0.962)
+    promote_run(settings_for(tmp_path, "first"), INFO, {"status": "succeeded"})
+    pointer = json.loads(_pointer_file(tmp_path).read_text())
+    copy = Path(pointer["export"])
+    state = torch.load(copy / "weights.pt", weights_only=True)
+    state = {
+        key: torch.full_like(value, float("nan")) if value.is_floating_point() else value
+        for key, value in state.items()
+    }
+    torch.save(state, copy / "weights.pt")
+    card = json.loads((copy / "model_card.json").read_text())
+    card["files"]["weights.pt"] = hashlib.sha256((copy / "weights.pt").read_bytes()).hexdigest()
+    card_bytes = json.dumps(card).encode()
+    (copy / "model_card.json").write_bytes(card_bytes)
+    digest = hashlib.sha256(card_bytes).hexdigest()
+    moved = shutil.move(copy, copy.parent / digest)  # a copy is found by its card's sha256
+    pointer.update(card_sha256=digest, export=str(moved))
+    _pointer_file(tmp_path).write_text(json.dumps(pointer))
+    said = _failure_with(settings_for(tmp_path, "r"), INFO)
+    assert said.startswith(f"{_pointer_file(tmp_path)}: the champion's copy fails its check ("), (
+        said
+    )
+    assert "weights.pt" in said and "NaN" in said, said
+
+
 def test_no_champion_yet_and_nothing_written(tmp_path: Path) -> None:
     line = promotion_check(settings_for(tmp_path, "r"))
     assert (
