@@ -136,7 +136,6 @@ def batch_predict(
     folder, root = export_folder(target)
     with store_errors(folder, "RUN_OR_EXPORT"):
         export = verified(folder, root, card_sha256)
-    check_loads(export)
     groups, not_images = [], 0
     for image in images:
         with store_errors(_location(image, endpoint), "IMAGE_OR_FOLDER"):
@@ -149,6 +148,7 @@ def batch_predict(
             f"no image files in {', '.join(shown(i) for i in images)} (images: .jpg, .png, "
             ".bmp, .tif, .webp ...)"
         )
+    check_loads(export)
     connect()
     check_resources(options)
     dataset = rows_dataset(groups, export.card)

@@ -288,14 +288,16 @@ def _with_fingerprint(found: EvalData, root: RunPath, recorded: dict[str, Any]) 
     from app.data.schema import DatasetInfo
     from app.export.build import data_fingerprint
 
-    expected = recorded.get("files_sha256")
+    # A card written before modification times were fingerprinted has names and sizes only.
+    key = "stamps_sha256" if isinstance(recorded.get("stamps_sha256"), str) else "files_sha256"
+    expected = recorded.get(key)
     if not isinstance(expected, str):
         return found
     info = DatasetInfo(
         channels=0, height=0, width=0, num_classes=0, train_rows=0, valid_rows=0, layout="",
         mean=(), std=(), path=root,
     )  # fmt: skip
-    return replace(found, same_data=data_fingerprint(info)["files_sha256"] == expected)
+    return replace(found, same_data=data_fingerprint(info)[key] == expected)
 
 
 def _location(value: str, endpoint: str | None, label: str) -> RunPath:

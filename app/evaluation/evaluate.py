@@ -147,7 +147,6 @@ def evaluate_command(
     endpoint, _ = storage_access(settings_environ())
     with store_errors(run_dir, "RUN"):
         export = run_export(run_dir)
-    check_loads(export)
     card = export.card
     if split is not None:
         source = run_split(card, split, endpoint)
@@ -160,6 +159,7 @@ def evaluate_command(
     if source.rows == 0:
         raise ConfigError(f"{source.describe()}: no rows to evaluate")
     out = eval_folder(run_dir, name or default_name(source.location, source.split))
+    check_loads(export)
     connect()
     check_resources(options)
     return evaluate(
@@ -177,7 +177,8 @@ def split_eval_name(name: str | None, source: EvalData) -> tuple[str | None, str
     split = source.split
     changed = f"{split}-changed"
     return changed, (
-        f"the {split} split's files changed since the run trained: scored into "
+        f"the {split} split's files changed since the run trained (their names, sizes or "
+        f"modification times): scored into "
         f"eval/{changed}/, the run's own eval/{split}/ kept"
     )
 

@@ -39,7 +39,7 @@ from app.redact import redact
 from app.runfolder import checkpoints
 from app.settings import TrainSettings
 from app.storage.location import RunPath, write_atomic
-from app.storage.reading import file_size, walk_files
+from app.storage.reading import file_stamp, walk_files
 
 MAX_BATCH = 65_536  # the exported program's dynamic batch dimension: 1..MAX_BATCH
 MAX_LISTED_FILES = 2_000  # beyond this the fingerprint keeps only the hash of the full list
@@ -185,24 +185,29 @@ def _trained_on(
 
 
 def data_fingerprint(info: DatasetInfo) -> dict[str, Any]:
-    """The training and validation files, with sizes, and a sha256 over that list: a rerun on
-    changed data gets another fingerprint without anyone reading the data again."""
+    """The training and validation files, with sizes, and sha256s over that list: a rerun on
+    changed data gets another fingerprint without anyone reading the data again.
+    `files_sha256` covers names and sizes; `stamps_sha256` their modification times too, so
+    that a file written again to the same size is a change (a red-team pass: `--split valid`
+    then replaced the run's own record with figures of other images)."""
     root = info.path
-    listed: list[tuple[str, int]] = []
+    listed: list[tuple[str, int, int]] = []
     for split in ("train", "valid"):
         if root is None:
             break
         folder = root / split
         for path in sorted(walk_files(folder), key=str) if folder.is_dir() else []:
-            listed.append((f"{split}/{_relative(path, folder)}", file_size(path)))
-    digest = hashlib.sha256("\n".join(f"{p}\t{s}" for p, s in listed).encode()).hexdigest()
+            listed.append((f"{split}/{_relative(path, folder)}", *file_stamp(path)))
+    names = "\n".join(f"{p}\t{s}" for p, s, _ in listed)
+    stamps = "\n".join(f"{p}\t{s}\t{m}" for p, s, m in listed)
     return {
         "path": "" if root is None else str(root),
         "train_rows": info.train_rows,
         "valid_rows": info.valid_rows,
-        "files_sha256": digest,
+        "files_sha256": hashlib.sha256(names.encode()).hexdigest(),
+        "stamps_sha256": hashlib.sha256(stamps.encode()).hexdigest(),
         "file_count": len(listed),
-        "files": [{"path": p, "bytes": s} for p, s in listed[:MAX_LISTED_FILES]],
+        "files": [{"path": p, "bytes": s} for p, s, _ in listed[:MAX_LISTED_FILES]],
     }
 
 

@@ -162,10 +162,14 @@ class ObjectPath:
         return self._type() == pafs.FileType.File
 
     def size(self) -> int:
+        return self.stamp()[0]
+
+    def stamp(self) -> tuple[int, int]:
+        """(size in bytes, last-modified time in ns), from one request."""
         info = self.fs.get_file_info(self.key)
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(f"{self.uri} does not exist")
-        return int(info.size or 0)
+        return int(info.size or 0), int(info.mtime_ns or 0)
 
     def iterdir(self) -> Iterator[ObjectPath]:
         selector = pafs.FileSelector(self.key, allow_not_found=True)

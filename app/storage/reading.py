@@ -105,6 +105,15 @@ def file_size(path: RunPath) -> int:
     return path.stat().st_size
 
 
+def file_stamp(path: RunPath) -> tuple[int, int]:
+    """A file's (size in bytes, modification time in ns), on a volume or in a bucket: what
+    changes when the file is written again, even to the same size."""
+    if isinstance(path, ObjectPath):
+        return path.stamp()
+    status = path.stat()
+    return status.st_size, status.st_mtime_ns
+
+
 def sequential_chunks(path: RunPath, chunk: int) -> Iterator[bytes] | None:
     """A bucket object's bytes through pyarrow's input stream (cheaper than random access for
     a whole read); None on a volume, where the random-access file is as good."""

@@ -144,8 +144,43 @@ def test_a_split_whose_files_changed_is_scored_beside_the_runs_record(
     assert chosen == expected
     if expected == "valid-changed":
         assert note == (
-            "the valid split's files changed since the run trained: scored into "
-            "eval/valid-changed/, the run's own eval/valid/ kept"
+            "the valid split's files changed since the run trained (their names, sizes or "
+            "modification times): scored into eval/valid-changed/, the run's own eval/valid/ "
+            "kept"
         )
     else:
         assert note is None
+
+
+def test_a_file_written_again_to_the_same_size_is_a_change_of_the_data(tmp_path: Path) -> None:
+    """The fingerprint covered names and sizes only: three validation images replaced by
+    others of the same size read as the files trained on, and `--split valid` replaced the
+    run's own eval/valid/ with their figures (a red-team pass). A card written before the
+    times were fingerprinted is still read by names and sizes."""
+    import dataclasses
+    import os
+
+    from app.evaluation.data import ImageFiles, _with_fingerprint
+    from app.export.build import data_fingerprint
+    from app.storage.location import parse_location
+    from tests.promotion_support import INFO
+
+    data = tmp_path / "data"
+    for split in ("train", "valid"):
+        (data / split).mkdir(parents=True)
+        (data / split / "a.png").write_bytes(b"one image")
+    root = parse_location(str(data))
+    recorded = data_fingerprint(dataclasses.replace(INFO, path=root))
+    source = ImageFiles(parse_location(str(data / "valid")), rows=1, split="valid")
+    assert _with_fingerprint(source, root, recorded).same_data is True
+
+    image = data / "valid" / "a.png"
+    stat = image.stat()
+    image.write_bytes(b"two image")  # another image, the same size
+    os.utime(image, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    now = data_fingerprint(dataclasses.replace(INFO, path=root))
+    assert now["files_sha256"] == recorded["files_sha256"]
+    assert now["stamps_sha256"] != recorded["stamps_sha256"]
+    assert _with_fingerprint(source, root, recorded).same_data is False
+    older = {k: v for k, v in recorded.items() if k != "stamps_sha256"}
+    assert _with_fingerprint(source, root, older).same_data is True
