@@ -145,11 +145,10 @@ class Comparison:
         lines = [label.ljust(width) + "".join(_cell(v) for v in values) for label, values in rows]
         if self.plot is not None:  # whole, not cut to a cell: it is a path to open
             lines.append("curves".ljust(width) + shown(self.plot))
-        shown_names = {r.evaluation["name"] for r in self.runs if r.evaluation}
-        if len(shown_names) > 1:
+        if why := _different_data([r.evaluation for r in self.runs if r.evaluation]):
             lines.append(
-                "* the evaluations are of different data (no name every run has): evaluate each "
-                "run on the same data with one --name to compare them"
+                f"* the evaluations are of different data ({why}): evaluate each run on the "
+                "same data with one --name to compare them"
             )
         if any(r.hours and r.hours.get("source") != "recorded" for r in self.runs):
             lines.append("* derived: duration x workers (the run recorded no accelerator_hours)")
@@ -192,16 +191,33 @@ def compare(runs: Sequence[str], out: str | None, overwrite: bool = False) -> Co
     return Comparison(found, differing, destination)
 
 
+def _data_of(evaluation: dict[str, Any]) -> str:
+    return str(mapping(evaluation.get("data")).get("location"))
+
+
+def _different_data(evaluations: list[dict[str, Any]]) -> str | None:
+    """Why the evaluations shown side by side are not of one data set, or None. A name every
+    run has is not enough: `valid` and `test` are each run's own dataset's."""
+    if len({e["name"] for e in evaluations}) > 1:
+        return "no name every run has"
+    places = sorted({_data_of(e) for e in evaluations})
+    if len(places) > 1:
+        return f"{evaluations[0]['name']} is {', '.join(shown(p) for p in places)}"
+    return None
+
+
 def _choose_evaluations(runs: Sequence[RunFigures]) -> None:
-    """Each run's evaluation to show: of one name every run that has evaluations has (the one
-    written last), so that the figures side by side are of the same data; where those runs
-    share none, each run's newest (the table says they differ). A run with none (stopped
-    before its run-end evaluation) shows none, and changes nothing of what the others show."""
+    """Each run's evaluation to show: of one name every run that has evaluations has, of the
+    same data for all where a name is (the one written last among those), so that the figures
+    side by side are of the same data; where those runs share none, each run's newest (the
+    table says they differ). A run with none (stopped before its run-end evaluation) shows
+    none, and changes nothing of what the others show."""
     evaluated = [run for run in runs if run.evaluations]
     named = [{e["name"]: e for e in run.evaluations} for run in evaluated]
     common = set.intersection(*(set(n) for n in named)) if named else set()
     if common:
-        name = max(common, key=lambda n: max(found[n]["time"] for found in named))
+        alike = {n for n in common if len({_data_of(found[n]) for found in named}) == 1}
+        name = max(alike or common, key=lambda n: max(found[n]["time"] for found in named))
         for run, found in zip(evaluated, named, strict=True):
             run.evaluation = found[name]
         return

@@ -56,7 +56,9 @@ def make_run(
     return run_dir
 
 
-def add_eval(run_dir: Path, name: str, recalls: dict[str, float], at: float) -> None:
+def add_eval(
+    run_dir: Path, name: str, recalls: dict[str, float], at: float, data: str = "/data/test"
+) -> None:
     metrics = {
         "name": name,
         "time": at,
@@ -64,7 +66,7 @@ def add_eval(run_dir: Path, name: str, recalls: dict[str, float], at: float) -> 
         "rows": 10,
         "accuracy": sum(recalls.values()) / len(recalls),
         "macro": {"f1": 0.5},
-        "data": {"location": "/data/test"},
+        "data": {"location": data},
         "per_class": [
             {"class": c, "index": i, "precision": 1.0, "recall": r, "f1": r, "support": 5}
             for i, (c, r) in enumerate(recalls.items())
@@ -339,3 +341,29 @@ def test_a_sweeps_folder_stands_for_its_trials_each_named_by_sweep_and_trial(
     (sweep / "trials" / "trial-0002").rmdir()
     alone = trainctl("compare", str(sweep))
     assert alone.code == 2 and "(1 given, a sweep's trials counted each)" in alone.text, alone.text
+
+
+def test_evaluations_of_one_name_but_other_data_are_not_taken_for_the_same(
+    tmp_path: Path,
+) -> None:
+    """`valid` and `test` are each run's own dataset's: two runs on different datasets were
+    shown side by side on `test` with no word that the data differ (a red-team pass). A name
+    of the same data for every run is preferred; where none is, the table names the folders."""
+    a = make_run(tmp_path, "a", lr=0.001, accuracies=[0.5], duration_s=60)
+    b = make_run(tmp_path, "b", lr=0.01, accuracies=[0.6], duration_s=60)
+    add_eval(a, "test", {"cat": 0.9, "dog": 0.5}, at=3000.0, data="/data/shapes/test")
+    add_eval(b, "test", {"cat": 0.8, "star": 0.5}, at=3000.0, data="/data/shapes-b/test")
+    out = str(tmp_path / "c.png")
+    table = trainctl("compare", str(a), str(b), "--out", out).out
+    assert (
+        "* the evaluations are of different data (test is /data/shapes-b/test, "
+        "/data/shapes/test): evaluate each run on the same data with one --name to compare them"
+    ) in table, table
+    add_eval(a, "mine", {"cat": 0.7, "dog": 0.5}, at=1000.0, data="/data/shared")
+    add_eval(b, "mine", {"cat": 0.6, "dog": 0.4}, at=1000.0, data="/data/shared")
+    found = json.loads(
+        trainctl("compare", str(a), str(b), "--out", out, "--overwrite", "--json").out
+    )
+    assert [r["evaluation"]["name"] for r in found["runs"]] == ["mine", "mine"]
+    table = trainctl("compare", str(a), str(b), "--out", out, "--overwrite").out
+    assert "different data" not in table, table
