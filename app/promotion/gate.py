@@ -144,9 +144,15 @@ def decide(
     classes, class_failed, notes = judge_classes(gate, judged, champion_metrics is not None)
     failed += class_failed
     reason = _reason(gate, failed, checks, classes, metric, value, champion, higher_is_better)
+    # Every verdict on a split's rows says which, and that the validation data selected the
+    # checkpoint: a first champion on it was promoted without a word of it (a red-team pass).
     on_rows = gate.per_class or (gate.beats_champion and champion_metrics is not None)
-    if judged is not None and (judged.held_out or on_rows):
-        reason += f" [on {judged.where()}]"
+    if judged is not None and (judged.held_out or on_rows or judged.run is not None):
+        reason += f" [on {judged.where()}" + (
+            "]"
+            if judged.held_out
+            else ", which selected the best checkpoint: a test/ split gives a held-out judgement]"
+        )
     if notes:
         reason += "; " + "; ".join(notes)
     if not comparable:

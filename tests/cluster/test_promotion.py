@@ -51,7 +51,11 @@ MODEL_DEFINITION = {
 
 def test_the_run_ends_with_its_export_and_promotion(finished_run: FinishedRun) -> None:
     last = finished_run.result.stdout.strip().splitlines()[-1]
-    assert last == "trainctl: promoted v1 (no champion yet)", explain(finished_run.result)
+    # Judged on the validation data, which selected the checkpoint (digits has no test/).
+    assert last == (
+        "trainctl: promoted v1 (no champion yet [on the valid data (359 rows), which selected "
+        "the best checkpoint: a test/ split gives a held-out judgement])"
+    ), explain(finished_run.result)
     summary = read_summary(finished_run.run_dir)
     assert summary["promoted"] is True and summary["champion_version"] == 1
     assert summary["promotion"]["export"]["format"] == "torch.export"

@@ -11,6 +11,9 @@ from app.promotion.class_gate import VALIDATION_NOTE, Judged, Scores
 from app.promotion.gate import decide
 from app.settings.gate import ClassThreshold, Gate, Threshold, parse_gate
 
+# A verdict judged on the validation data says that data selected the best checkpoint.
+SELECTED_TAIL = "which selected the best checkpoint: a test/ split gives a held-out judgement]"
+
 
 @pytest.mark.parametrize(
     ("text", "gate"),
@@ -101,7 +104,7 @@ def test_a_floor_on_every_class_names_the_class_below_it() -> None:
     assert failed.reason.startswith(
         "min_class_recall: class 'dog' recall 0.6000 is not >= 0.8 (support 10)"
     )
-    assert "[on the valid data (40 rows)]" in failed.reason
+    assert "[on the valid data (40 rows), " + SELECTED_TAIL in failed.reason
     assert failed.classes == [{"term": "min_class_recall", "figure": "recall", "op": ">=",
                                "threshold": 0.8, "data": "valid", "class": "dog",
                                "value": 0.6, "passed": False}]  # fmt: skip
@@ -253,13 +256,14 @@ def test_on_the_validation_split_the_champion_is_compared_on_this_runs_rows() ->
                  champion_metrics={"val_accuracy": 0.9})  # fmt: skip
     assert not kept.promoted
     assert kept.reason == (
-        "val_accuracy 0.95 is not > the champion's 0.97 [on the valid data (40 rows)]"
+        "val_accuracy 0.95 is not > the champion's 0.97 [on the valid data (40 rows), "
+        + SELECTED_TAIL
     )
     assert (kept.record()["value"], kept.record()["champion_value"]) == (0.95, 0.97)
     promoted = judge("beats_champion", run, scores({"cat": 0.9, "dog": 0.8}, accuracy=0.85),
                      champion_metrics={"val_accuracy": 0.99})  # fmt: skip
     assert promoted.promoted and promoted.reason == (
-        "val_accuracy 0.95 > the champion's 0.85 [on the valid data (40 rows)]"
+        "val_accuracy 0.95 > the champion's 0.85 [on the valid data (40 rows), " + SELECTED_TAIL
     )
     # val_loss, lower is better, from the same two evaluations (0.3 each in `scores`): a tie.
     loss = decide(parse_gate("beats_champion"), {"val_loss": 0.1}, {"val_loss": 0.5}, "val_loss",
@@ -271,7 +275,7 @@ def test_on_the_validation_split_the_champion_is_compared_on_this_runs_rows() ->
                      champion_problem="altered copy")  # fmt: skip
     assert not unscored.promoted and unscored.reason == (
         "the champion could not be scored on this run's validation data (altered copy) "
-        "[on the valid data (40 rows)]"
+        "[on the valid data (40 rows), " + SELECTED_TAIL
     )
     assert unscored.record()["champion_value"] is None
     failed = judge("beats_champion", None, champion_metrics={"val_accuracy": 0.5}, problem="oom")
@@ -328,3 +332,14 @@ def test_a_champion_not_scored_on_the_test_rows_records_no_figure_beside_the_run
                    champion=scores({"cat": 0.9}, accuracy=0.83),
                    champion_metrics={"val_accuracy": 0.87})  # fmt: skip
     assert not scored.promoted and scored.record()["champion_value"] == 0.83
+
+
+def test_a_first_champion_says_what_data_it_was_judged_on() -> None:
+    """`promoted v1 (no champion yet)` said nothing of the data, while the docs said the verdict
+    tells a judgement on the validation data that selected the checkpoint (a red-team pass)."""
+    run = scores({"cat": 0.95, "dog": 0.95}, accuracy=0.95)
+    first = judge("beats_champion", run)
+    assert first.promoted
+    assert first.reason == "no champion yet [on the valid data (40 rows), " + SELECTED_TAIL
+    held_out = judge("val_accuracy>=0.5", run, split="test")
+    assert held_out.reason == "val_accuracy 0.95 >= 0.5 [on the test data (40 rows)]"
