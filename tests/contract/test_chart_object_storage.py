@@ -48,6 +48,9 @@ S3 = {
 GCS = {"storage": {"type": "gcs", "bucket": "ml_runs", "credentialsSecret": "gcs-key"}, **POOLS}
 KEY_DIR = "/var/run/secrets/trainctl/gcs"
 
+# The Ray pods' account stays through `helm uninstall` while a run still going needs it.
+KEPT_ON_UNINSTALL = {"helm.sh/resource-policy": "keep"}
+
 
 def _ray_pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return [
@@ -163,7 +166,11 @@ def test_workload_identity_needs_no_secret_and_an_empty_prefix_no_double_slash(
     (account,) = of_kind(objects, "ServiceAccount")
     # "true" stays a string; beside the user's, what keeps GitOps from pruning the account
     # one retired pool folder shares with the others (tests/contract/test_render_parity.py).
-    assert account["metadata"]["annotations"] == {**KEPT_BY_GITOPS, **annotations}
+    assert account["metadata"]["annotations"] == {
+        **KEPT_ON_UNINSTALL,
+        **KEPT_BY_GITOPS,
+        **annotations,
+    }
     assert account["automountServiceAccountToken"] is False
 
 
@@ -177,6 +184,7 @@ def test_irsa_annotation_on_the_created_account(tmp_path: Path) -> None:
     objects = _both(values, tmp_path)
     (account,) = of_kind(objects, "ServiceAccount")
     assert account["metadata"]["annotations"] == {
+        **KEPT_ON_UNINSTALL,
         **KEPT_BY_GITOPS,
         "eks.amazonaws.com/role-arn": role,
     }
