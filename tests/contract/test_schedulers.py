@@ -152,6 +152,11 @@ def test_each_scheduler_renders_what_kuberay_documents(case: str, tmp_path: Path
     job = _job(values)
     assert _scheduler_labels(job) == labels(job)
     assert job["spec"].get("suspend", False) is (scheduler["name"] == "kueue")
+    # Created suspended for Kueue, which admits it by flipping spec.suspend: Flux's drift
+    # correction wrote true back at each interval (a red-team pass). Created once, never
+    # updated by Flux (a changed config is another name).
+    flux = job["metadata"]["annotations"].get("kustomize.toolkit.fluxcd.io/ssa")
+    assert flux == ("IfNotPresent" if scheduler["name"] == "kueue" else None)
     assert _priority_classes(job) == {pod_class}
     assert list(crd_validator("rayjobs").iter_errors(job)) == []
     assert unknown_fields(job, crd_schema("rayjobs"), "") == []

@@ -300,6 +300,12 @@ metadata:
     {{- with include "trainctl.schedulerLabels" . | trim }}{{ . | nindent 4 }}{{ end }}
   annotations:
     {{- include "trainctl.runAnnotations" . | nindent 4 }}
+    {{- if and (eq (include "trainctl.scheduler" .root | fromJson).name "kueue") (not (hasKey $v.runAnnotations "kustomize.toolkit.fluxcd.io/ssa")) }}
+    {{- /* Kueue admits the RayJob by setting spec.suspend to false; Flux's drift correction
+           would write the manifest's true back at each interval, and KubeRay would tear the
+           running cluster down. Created once, never updated: a changed config is a new name. */}}
+    kustomize.toolkit.fluxcd.io/ssa: "IfNotPresent"
+    {{- end }}
 spec:
   entrypoint: {{ ternary $v.tune.entrypoint $job.entrypoint (eq $v.tune.enabled true) | quote }}
   {{- with $job.runtimeEnv }}
