@@ -600,3 +600,31 @@ def test_a_credential_under_a_credential_name_is_refused_in_whole_words(tmp_path
     ), ours
     assert "env: 'MY_TOKEN' is not allowed: a credential-like name" in "\n".join(ours)
     assert token not in "\n".join(ours)
+
+
+@pytest.mark.parametrize(
+    "mount",
+    ["/dev/shm", "/etc/trainctl", "/home/ray", "/home/ray/trainctl", "/tmp", "/usr/x", "/home"],
+)
+def test_the_volume_is_not_mounted_on_or_over_a_folder_the_pods_need(
+    mount: str, tmp_path: Path
+) -> None:
+    """/dev/shm collided with the chart's own mount (the API server refuses the pod), the
+    schedule's /etc/trainctl made every nightly Job's pod invalid, and /home/ray hid the
+    image's Python: each rendered cleanly in both engines (a red-team pass)."""
+    values = {"nodePools": {"l4": {"gpusPerWorker": 1}}, "storage": {"mountPath": mount}}
+    helm, ours = refusals(values, tmp_path)
+    assert "mountPath" in helm
+    (problem,) = ours
+    assert problem.startswith(
+        f"storage.mountPath: {mount!r} is not allowed: the shared volume may not be mounted on a "
+        "system folder or over one"
+    )
+    assert problem.endswith("mount it elsewhere, e.g. /mnt/trainctl"), problem
+
+
+@pytest.mark.parametrize("mount", ["/mnt/shared", "/data", "/home/alice/runs", "/var/lib/runs"])
+def test_a_volume_mounted_elsewhere_renders(mount: str) -> None:
+    values = {"nodePools": {"l4": {"gpusPerWorker": 1}}, "storage": {"mountPath": mount}}
+    job = next(o for o in helm_render(values) if o["kind"] == "RayJob")
+    assert mount in json.dumps(job)
