@@ -628,3 +628,61 @@ def test_a_volume_mounted_elsewhere_renders(mount: str) -> None:
     values = {"nodePools": {"l4": {"gpusPerWorker": 1}}, "storage": {"mountPath": mount}}
     job = next(o for o in helm_render(values) if o["kind"] == "RayJob")
     assert mount in json.dumps(job)
+
+
+DELETION_REFUSED = {
+    # (deletionStrategy, what trainctl says of it): each rendered in both engines, and the API
+    # server refused the RayJob, failing the GitOps sync (a red-team pass).
+    "unknown-policy": (
+        {"deletionRules": [{"policy": "DeleteEverything", "condition": {"jobStatus": "FAILED"}}]},
+        "'DeleteEverything' is not one of",
+    ),
+    "unknown-status": (
+        {"deletionRules": [{"policy": "DeleteCluster", "condition": {"jobStatus": "DONE"}}]},
+        "'DONE' is not one of ['SUCCEEDED', 'FAILED']",
+    ),
+    "unknown-key": ({"bogus": 1}, "'bogus' was unexpected"),
+    "both-kinds": (
+        {
+            "onSuccess": {"policy": "DeleteCluster"},
+            "onFailure": {"policy": "DeleteNone"},
+            "deletionRules": [{"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED"}}],
+        },
+        "the legacy onSuccess/onFailure policies and deletionRules cannot be used together",
+    ),
+    "half-legacy": ({"onSuccess": {"policy": "DeleteCluster"}}, "onSuccess and onFailure"),
+    "both-conditions": (
+        {
+            "deletionRules": [
+                {
+                    "policy": "DeleteSelf",
+                    "condition": {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed"},
+                }
+            ]
+        },
+        "a deletion condition takes jobStatus or jobDeploymentStatus, not both",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", DELETION_REFUSED)
+def test_a_deletion_strategy_is_held_to_kuberays_crd(case: str, tmp_path: Path) -> None:
+    strategy, says = DELETION_REFUSED[case]
+    job = {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0}
+    values = {
+        "nodePools": {"l4": {"gpusPerWorker": 1}},
+        "rayJob": {**job, "deletionStrategy": strategy},
+    }
+    helm, ours = refusals(values, tmp_path)
+    assert "deletionStrategy" in helm
+    assert any(line.startswith("rayJob.deletionStrategy") and says in line for line in ours), ours
+    kept = {
+        "deletionRules": [
+            {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 60}},
+            {"policy": "DeleteSelf", "condition": {"jobDeploymentStatus": "Failed"}},
+        ]
+    }
+    values["rayJob"]["deletionStrategy"] = kept
+    (rendered,) = of_kind(helm_render(values), "RayJob")
+    assert rendered["spec"]["deletionStrategy"] == kept
+    assert list(crd_validator("rayjobs").iter_errors(rendered)) == []

@@ -291,7 +291,6 @@ def test_line_break_characters_render_alike(brk: str, meant: str, tmp_path: Path
 # messages name it; Helm's name it as a JSON pointer.
 FREE_FORM = [
     "networkPolicy.dashboardFrom.0.k",
-    "rayJob.deletionStrategy.onFailure.policy",
     "metrics.scraper.namespaceSelector.matchExpressions.0.values.0",
     "rayJob.historyServerOptions.collectorOptions.env.0.name",
 ]

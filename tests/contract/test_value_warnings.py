@@ -58,8 +58,6 @@ CASES = {
         },
         [DELETE_SELF],
     ),
-    # Free-form: KubeRay's CRD judges its shape; both engines render it and warn of nothing.
-    "rules-not-a-list": ({"rayJob": {**KEEP, "deletionStrategy": {"deletionRules": 5}}}, []),
     "delete-cluster": (
         {
             "rayJob": {
