@@ -89,8 +89,18 @@ def _values_file(tmp_path: Path, values: dict[str, Any]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("field", sorted(MAPS))
-@pytest.mark.parametrize("key", HOSTILE, ids=IDS)
+# A variable's name has no length limit (a label key's name part has 63): `k` x 64 is a
+# plain variable, as lowercase names are (http_proxy).
+VALID_FOR = {("env", "k" * 64)}
+CASES = [
+    pytest.param(field, key, id=f"{key_id}-{field}")
+    for key, key_id in zip(HOSTILE, IDS, strict=True)
+    for field in sorted(MAPS)
+    if (field, key) not in VALID_FOR
+]
+
+
+@pytest.mark.parametrize(("field", "key"), CASES)
 def test_hostile_key_is_refused_naming_it_and_nothing_is_written(
     tmp_path: Path, field: str, key: str
 ) -> None:
