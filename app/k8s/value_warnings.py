@@ -5,6 +5,9 @@ the Helm side; tests/contract/test_value_warnings.py holds the two alike).
 - A mutable `latest` tag without a digest: replacement nodes pull the moved tag while nodes
   that pulled it earlier keep theirs (IfNotPresent), so one Ray cluster runs two images, and a
   moved tag changes no RayJob name, so GitOps starts no run for it.
+- A RayJob that keeps its Ray cluster with nothing to delete it: its GPUs stay held.
+- Token auth off: the job API runs any admitted pod's code, with the pods' volume and secrets;
+  and a dashboard rule that lets nobody in, where KubeRay's operator must reach it.
 - A deletion rule with DeleteSelf: GitOps (Argo CD self-heal, Flux) creates the deleted RayJob
   again at its next sync, and it trains again, a GPU cluster start each time.
 """
@@ -18,6 +21,10 @@ from app.k8s.canonical import scalar
 from app.k8s.capacity import amount
 from app.k8s.values import coalesce, default_values, enabled_pools
 
+KEPT_CLUSTER = (
+    "WARNING: rayJob.shutdownAfterJobFinishes is false and no rayJob.deletionStrategy is set: a "
+    "kept run's Ray cluster stays up, holding its GPUs, until its RayJob is deleted."
+)
 LATEST = (
     "WARNING: image.tag is latest and image.digest is empty: nodes that pulled it before keep "
     "their copy (pullPolicy IfNotPresent) beside new nodes pulling the moved tag, and a moved tag "
@@ -34,6 +41,19 @@ DRAWN = (
     "train) is not used; take it out of one of them."
 )
 
+NO_AUTH = (
+    "WARNING: rayAuth.enabled is false: each run's Ray job API (port 8265 on its head) runs the "
+    "code of {who}, with the shared volume and the secretEnv credentials the Ray pods hold; keep "
+    "token auth on."
+)
+ANY_ADMITTED = "any pod networkPolicy.dashboardFrom lets in"
+ANY_POD = "any pod in the cluster (networkPolicy.enabled is false too)"
+DASHBOARD_SHUT = (
+    "WARNING: networkPolicy.dashboardFrom is empty: the KubeRay operator cannot reach a run's "
+    "dashboard (port 8265), so it never learns the job's status and the run ends in "
+    "JobStatusCheckTimeoutExceeded; let the operator's pods in, as the chart's default rule does."
+)
+
 SHM = (
     "WARNING: sharedMemorySize {size} is not below the memory of {pods}: /dev/shm is counted in "
     "the pod's memory limit, so filling it gets the pod OOMKilled before its size limit is "
@@ -45,6 +65,9 @@ def value_warnings(values: dict[str, Any]) -> list[str]:
     """NOTES.txt's WARNING lines of these values (over the chart's defaults), in its order."""
     values = coalesce(default_values(), values)
     found = []
+    job = values.get("rayJob") or {}
+    if not job.get("shutdownAfterJobFinishes") and not job.get("deletionStrategy"):
+        found.append(KEPT_CLUSTER)
     image = values.get("image") or {}
     if str(image.get("tag")) == "latest" and not image.get("digest"):
         found.append(LATEST)
@@ -61,6 +84,11 @@ def value_warnings(values: dict[str, Any]) -> list[str]:
         found.append(DRAWN.format(keys=", ".join(drawn)))
     if small := _pods_within_shm(values):
         found.append(SHM.format(size=scalar(values.get("sharedMemorySize")), pods=small))
+    policy = values.get("networkPolicy") or {}
+    if not (values.get("rayAuth") or {}).get("enabled"):
+        found.append(NO_AUTH.format(who=ANY_ADMITTED if policy.get("enabled") else ANY_POD))
+    if policy.get("enabled") and not policy.get("dashboardFrom"):
+        found.append(DASHBOARD_SHUT)
     return found
 
 

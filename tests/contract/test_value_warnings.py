@@ -12,7 +12,18 @@ from typing import Any
 
 import pytest
 
-from app.k8s.value_warnings import DELETE_SELF, DRAWN, LATEST, SHM, value_warnings
+from app.k8s.value_warnings import (
+    ANY_ADMITTED,
+    ANY_POD,
+    DASHBOARD_SHUT,
+    DELETE_SELF,
+    DRAWN,
+    KEPT_CLUSTER,
+    LATEST,
+    NO_AUTH,
+    SHM,
+    value_warnings,
+)
 from tests.contract.k8s_support import helm_notes
 
 POOL: dict[str, Any] = {"nodePools": {"a100": {}}, "rayAuth": {"existingSecret": "mine"}}
@@ -111,6 +122,14 @@ CASES = {
         {"tune": {"enabled": True, "space": SPACE}, "train": {"epochs": 3}},
         [],
     ),
+    # A red-team pass: these three reached Helm's NOTES.txt or nobody, never `render`.
+    "kept-cluster": ({"rayJob": KEEP}, [KEPT_CLUSTER]),
+    "no-auth": ({"rayAuth": {"enabled": False}}, [NO_AUTH.format(who=ANY_ADMITTED)]),
+    "no-auth-no-policy": (
+        {"rayAuth": {"enabled": False}, "networkPolicy": {"enabled": False}},
+        [NO_AUTH.format(who=ANY_POD)],
+    ),
+    "dashboard-shut": ({"networkPolicy": {"dashboardFrom": []}}, [DASHBOARD_SHUT]),
 }
 
 
@@ -127,6 +146,8 @@ def test_helm_and_render_warn_alike(more: dict, said: list[str], tmp_path: Path)
     )  # fmt: skip
     assert render.returncode == 0, render.stderr
     shm = [SHM.format(size=k, pods=v) for k, v in SHM_SAID.items()]
-    for line in (LATEST, DELETE_SELF, *[DRAWN.format(keys=k) for k in DRAWN_KEYS], *shm):
+    auth = [NO_AUTH.format(who=who) for who in (ANY_ADMITTED, ANY_POD)]
+    drawn = [DRAWN.format(keys=k) for k in DRAWN_KEYS]
+    for line in (KEPT_CLUSTER, LATEST, DELETE_SELF, *drawn, *shm, *auth, DASHBOARD_SHUT):
         assert (line in notes.splitlines()) == (line in said), (line, notes)
         assert (f"trainctl: {line}" in render.stderr.splitlines()) == (line in said), render.stderr
