@@ -686,3 +686,17 @@ def test_a_deletion_strategy_is_held_to_kuberays_crd(case: str, tmp_path: Path) 
     (rendered,) = of_kind(helm_render(values), "RayJob")
     assert rendered["spec"]["deletionStrategy"] == kept
     assert list(crd_validator("rayjobs").iter_errors(rendered)) == []
+
+
+@pytest.mark.parametrize("size", ["0", "0Gi", "0.0Ti", ".0", 0])
+def test_a_claim_of_no_storage_is_refused(size: object, tmp_path: Path) -> None:
+    """`storage.size: "0"` rendered in both engines; the API server refuses such a claim and
+    every Ray pod then waits for it until the run's deadline (a red-team pass)."""
+    values = {"nodePools": {"l4": {"gpusPerWorker": 1}}, "storage": {"size": size}}
+    helm, ours = refusals(values, tmp_path)
+    assert "size" in helm
+    (problem,) = ours
+    assert problem.startswith("storage.size: ") and "0" in problem, problem
+    sized = {**values, "storage": {"size": "0.5Ti"}}
+    (claim,) = of_kind(helm_render(sized), "PersistentVolumeClaim")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "0.5Ti"
