@@ -94,6 +94,12 @@ class EvalReport:
         skipped = m["skipped"]["count"]
         if skipped:
             parts.append(f"{skipped:,} skipped")
+        passed = m["data"].get("files_skipped_by_name")
+        if passed:  # as `predict` says it: a .gif or a hidden file was left out without a word
+            parts.append(
+                f"{passed:,} other file(s) not read: not images by name, hidden, or outside the "
+                "class folders"
+            )
         recorded = m.get("recorded")
         if recorded:
             same = "same" if recorded["val_accuracy"] == m["accuracy"] else "differs"

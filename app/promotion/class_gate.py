@@ -154,7 +154,8 @@ def without_rows(judged: Judged) -> list[str]:
 def _unjudged_text(unjudged: list[str], judged: Judged) -> str:
     listed = ", ".join(repr(n) for n in unjudged[:5]) + (" ..." if len(unjudged) > 5 else "")
     return (
-        f"{len(unjudged)} class(es) have no rows in {judged.where()} ({listed}), so nothing "
+        f"{len(unjudged)} {'class has' if len(unjudged) == 1 else 'classes have'} no rows in "
+        f"{judged.where()} ({listed}), so nothing "
         f"judges them: add {judged.split}/ images of them"
     )
 

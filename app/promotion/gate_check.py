@@ -117,10 +117,10 @@ def _check_classes(gate: Gate, info: DatasetInfo) -> None:
     empty = tuple(n for n, count in zip(names, counts or (), strict=False) if not count)
     if every and empty:
         problems.append(
-            f"TRAIN_PROMOTE_IF {' and '.join(every)} judges every class, and {len(empty)} have "
-            f"no rows in {split}/ ({_listed(empty)}), so nothing would judge them and the "
-            f"gate would keep the champion; add {split} images of them, or judge named classes "
-            "only (recall[CLASS]>=...)"
+            f"TRAIN_PROMOTE_IF {' and '.join(every)} judges every class, and {len(empty)} "
+            f"{'has' if len(empty) == 1 else 'have'} no rows in {split}/ ({_listed(empty)}), so "
+            f"nothing would judge them and the gate would keep the champion; add {split} images "
+            "of them, or judge named classes only (recall[CLASS]>=...)"
         )
     if problems:
         raise ConfigError(problems)

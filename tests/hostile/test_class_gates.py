@@ -79,7 +79,7 @@ def test_a_gate_on_every_class_with_a_class_missing_from_test_stops_before_ray(
         (data / "test" / name / "a.png").write_bytes(image_bytes(3, 1, "PNG"))
     result = trainctl(*command)
     assert_refused(
-        result, 2, "judges every class, and 1 have no rows in test/ (eel)",
+        result, 2, "judges every class, and 1 has no rows in test/ (eel)",
         "add test images of them, or judge named classes only",
     )  # fmt: skip
     assert joined == []

@@ -126,7 +126,7 @@ def test_a_class_without_rows_fails_every_term_that_judges_it() -> None:
     floor = judge("min_class_recall>=0.8", run)
     assert not floor.promoted
     assert floor.reason.startswith(
-        "min_class_recall: 1 class(es) have no rows in the valid data (40 rows) ('dog'), so "
+        "min_class_recall: 1 class has no rows in the valid data (40 rows) ('dog'), so "
         "nothing judges them: add valid/ images of them"
     )
     assert floor.classes[0]["class"] == "dog" and floor.classes[0]["passed"] is False
@@ -140,12 +140,12 @@ def test_a_class_without_rows_fails_every_term_that_judges_it() -> None:
     # own class list says which are missing.
     unseen = judge("min_class_recall>=0.5", scores({"cat": 0.9, "dog": 0.9}), split="test",
                    classes=("cat", "dog", "eel"))  # fmt: skip
-    assert not unseen.promoted and "1 class(es) have no rows in the test data" in unseen.reason
+    assert not unseen.promoted and "1 class has no rows in the test data" in unseen.reason
     assert "('eel')" in unseen.reason
     champion = scores({"cat": 0.9, "dog": 0.9, "eel": 0.9})
     drop = judge("class_drop<=0.02", scores({"cat": 0.95, "dog": 0.95}), champion,
                  champion_metrics={"val_accuracy": 0.9}, classes=("cat", "dog", "eel"))  # fmt: skip
-    assert not drop.promoted and drop.reason.startswith("class_drop: 1 class(es) have no rows")
+    assert not drop.promoted and drop.reason.startswith("class_drop: 1 class has no rows")
     both = "min_class_recall>=0.5 and class_drop<=0.02"
     whole = judge(both, scores({"cat": 0.95, "dog": 0.9}), champion,
                   champion_metrics={"val_accuracy": 0.9}, classes=("cat", "dog"))  # fmt: skip

@@ -184,3 +184,22 @@ def test_a_file_written_again_to_the_same_size_is_a_change_of_the_data(tmp_path:
     assert _with_fingerprint(source, root, recorded).same_data is False
     older = {k: v for k, v in recorded.items() if k != "stamps_sha256"}
     assert _with_fingerprint(source, root, older).same_data is True
+
+
+def test_the_summary_line_counts_the_files_passed_over_by_name(tmp_path: Path) -> None:
+    """A .gif, an .svg or a hidden file in DATA was left out of an evaluation without a word
+    on the line (only metrics.json counted it), while `predict` says it (a red-team pass)."""
+    from app.evaluation.evaluate import EvalReport
+    from app.storage.location import parse_location
+
+    metrics = {
+        "run_name": "r", "rows": 10, "accuracy": 0.5, "correct": 5, "macro": {"f1": 0.5},
+        "expected_calibration_error": 0.1, "skipped": {"count": 0},
+        "data": {"location": str(tmp_path), "files_skipped_by_name": 3},
+    }  # fmt: skip
+    line = EvalReport(parse_location(str(tmp_path / "eval")), metrics).line()
+    assert "3 other file(s) not read: not images by name, hidden, or outside the class folders" in (
+        line
+    )
+    metrics["data"]["files_skipped_by_name"] = 0
+    assert "not read" not in EvalReport(parse_location(str(tmp_path)), metrics).line()
