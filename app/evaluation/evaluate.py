@@ -60,7 +60,8 @@ from app.evaluation.scoring import (
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, sweep_problem, verified
 from app.export.predict import check_loads
 from app.formatting import shown
-from app.storage.entries import not_a_link
+from app.runfolder.folder import RUN_RECORDS, TRIALS_DIR
+from app.storage.entries import entries, not_a_link
 from app.storage.location import RunPath, store_errors
 from app.storage.reading import present
 
@@ -206,15 +207,29 @@ def run_export(run_dir: RunPath, *, as_recorded: bool = True) -> Verified:
         from app.runfolder.folder import read_summary
 
         missing = f"{shown(run_dir)}: no {EXPORT_DIR}/{CARD_FILE}"
-        if (read_summary(run_dir) or {}).get("status") == "succeeded":
-            # A sweep's trials export only the best one: training it again would change nothing.
+        if problem := sweep_problem(run_dir):  # a sweep, or a trial it did not export
+            raise ConfigError(problem)
+        summary = read_summary(run_dir)
+        names = {entry.name for entry in entries(run_dir)}
+        if not names & set(RUN_RECORDS) and not any(n.startswith("checkpoint_") for n in names):
+            # Nothing of a run (/tmp, a data folder): "finish it" would send the user astray.
             raise ConfigError(
-                f"{missing}; the run succeeded without one (a sweep's trial other than its best "
-                "is not exported): evaluate the sweep's best trial, or a run that has one"
+                f"{missing}, and none of a run's records ({', '.join(RUN_RECORDS)}, "
+                "checkpoints): not a run folder; give the folder a run wrote "
+                "(TRAIN_STORAGE_PATH/TRAIN_RUN_NAME), or its URI"
+            )
+        if (summary or {}).get("status") == "succeeded":
+            if run_dir.parent.name == TRIALS_DIR:  # training a trial again would change nothing
+                raise ConfigError(
+                    f"{missing}; the run succeeded without one (a sweep's trial other than its "
+                    "best is not exported): evaluate the sweep's best trial, or a run that has one"
+                )
+            raise ConfigError(
+                f"{missing}; the run succeeded, and its export/ was removed since: evaluate "
+                "another run, or train again under a new TRAIN_RUN_NAME"
             )
         raise ConfigError(
-            sweep_problem(run_dir)
-            or f"{missing}; a run exports its best checkpoint when it succeeds: finish it "
+            f"{missing}; a run exports its best checkpoint when it succeeds: finish it "
             "(`trainctl train` with the same TRAIN_RUN_NAME resumes it), or evaluate another run"
         )
     # Opened below the run folder: neither export/ nor a file in it is read through a link.

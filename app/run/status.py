@@ -32,7 +32,6 @@ from app.run import first_met
 from app.runfolder import folder as run_folder
 from app.runfolder import interruptions, sweep_records, usage
 from app.runfolder.epoch_record import CORE_METRICS, REQUIRED
-from app.runfolder.log_capture import LOGS_DIR
 from app.runfolder.retention import higher_is_better
 from app.runfolder.summary import STATUS_WORDS
 from app.settings.run import RESERVED_RUN_NAMES
@@ -44,13 +43,6 @@ from app.storage.location import RunPath, ensure_reachable, within
 STALE_S = 15 * 60  # progress.json is written every few seconds while rank 0 trains
 LIST_DEADLINE_S = 30.0  # a whole listing, however many runs and however slow the store
 MAX_ENTRIES = 1_000_000  # names looked at in a storage folder
-RECORDS = (
-    run_folder.SUMMARY_FILE,
-    run_folder.METRICS_FILE,
-    run_folder.ATTEMPTS_FILE,
-    run_folder.PROGRESS_FILE,
-    LOGS_DIR,
-)
 NOT_RUNS = RESERVED_RUN_NAMES  # the champion pointers live beside the run folders
 FINAL = ("succeeded", "failed", "interrupted", "invalid", "stopped")
 MAX_NAME = 120  # characters of a run name, as shown
@@ -166,7 +158,7 @@ def _folder_kind(path: RunPath) -> str | None:
         return None
     except PermissionError:
         return "run"  # there, but not readable: the read names why
-    if names & set(RECORDS):
+    if names & set(run_folder.RUN_RECORDS):
         return "run"
     return "sweep" if run_folder.SWEEP_FILE in names else None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -646,3 +647,20 @@ def test_a_path_too_long_for_the_file_system_is_invalid_input(run: Path, tmp_pat
     ):
         result = trainctl(*args)
         assert_refused(result, 2, "...nnnnnnnn", "too long for the file system")
+
+
+def test_a_folder_that_is_no_run_or_a_run_whose_export_was_removed_is_told_so(
+    run: Path, tmp_path: Path
+) -> None:
+    """`evaluate /tmp` was told to finish the run with `trainctl train`, and a plain run whose
+    export/ was removed was called a sweep's unexported trial (a red-team pass)."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("not a run")
+    result = trainctl("evaluate", str(plain), "--split", "valid")
+    assert_refused(result, 2, "none of a run's records", "not a run folder")
+    assert "trainctl train" not in result.text
+    shutil.rmtree(run / "export")
+    result = trainctl("evaluate", str(run), "--split", "valid")
+    assert_refused(result, 2, "the run succeeded, and its export/ was removed since")
+    assert "sweep" not in result.text
