@@ -267,11 +267,33 @@ def load(text: str, notes: list[str] | None = None) -> Any:
     try:
         node = loader.get_node() if loader.check_node() else None
         data = loader.construct_document(node) if node is not None else None
+        if node is not None:
+            _second_document(loader)
     finally:
         loader.dispose()
     if notes is not None:  # in the file's order; an alias repeats what it points at
         notes.extend(f"line {line}: {said}" for line, _, said in sorted(set(loader.notes)))
     return _json_keys(data)
+
+
+SECOND_DOCUMENT = (
+    "a second YAML document starts here (after ---), and nothing in it is read: Helm reads a "
+    "values file's first document only; merge it into the first, or give it as a file of its "
+    "own (-f)"
+)
+
+
+def _second_document(loader: HelmValuesLoader) -> None:
+    """Notes a document after the first that holds anything: silently dropped, as by Helm."""
+    try:
+        if not loader.check_node():
+            return
+        line = loader.peek_event().start_mark.line + 1
+        node = loader.get_node()
+    except yaml.YAMLError:  # what follows is not read either way; the first document stands
+        return
+    if node is not None and not (isinstance(node, yaml.ScalarNode) and node.value == ""):
+        loader.notes.append((line, 0, SECOND_DOCUMENT))
 
 
 def _json_keys(value: Any) -> Any:

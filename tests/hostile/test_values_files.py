@@ -133,6 +133,22 @@ def test_leading_zeros_and_word_boolean_keys_are_read_as_in_helm_and_said_with_t
     )  # fmt: skip
 
 
+def test_a_second_document_is_dropped_as_in_helm_and_said_with_its_line(tmp_path: Path) -> None:
+    """`---` and a second document below it (two files pasted into one) were dropped without
+    a word, as Helm drops them (a red-team pass); an empty one after a last `---` is no news."""
+    path = _file(tmp_path, POOL + "train: {epochs: 3}\n---\ntrain: {epochs: 5}\n")
+    result, _, config, helm_config = _rendered_by_both(path)
+    assert config["data"]["TRAIN_EPOCHS"] == helm_config["data"]["TRAIN_EPOCHS"] == "3"
+    assert result.err.splitlines()[0] == (
+        f"trainctl: WARNING: values file {path}, line 5: a second YAML document starts here "
+        "(after ---), and nothing in it is read: Helm reads a values file's first document "
+        "only; merge it into the first, or give it as a file of its own (-f)"
+    )
+    ended = _file(tmp_path, "---\n" + POOL + "---\n")
+    said = trainctl("render", "-f", str(ended))
+    assert said.code == 0 and "WARNING" not in said.err, said.text
+
+
 def test_a_key_given_twice_is_read_as_in_helm_and_said_with_both_lines(tmp_path: Path) -> None:
     """A red-team pass: `train: {epochs: 3}` and, below it, `train: {lr: 0.1}` (a merge
     conflict's leftover) rendered without a word, and the run trained the default 10 epochs.
