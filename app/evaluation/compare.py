@@ -438,17 +438,24 @@ def _eval_name(evaluation: dict[str, Any] | None) -> str:
 
 
 def _where_they_differ(values: list[str]) -> list[str]:
-    """A setting's values, each cut to start a little before the first character where they
-    differ when one is too long for its cell: `/data/shapes` and `/data/shapes2` were both
-    shown as `/data/sh…`, the very difference the row is there for hidden."""
+    """A setting's values, each too long for its cell cut to start at the word (or path part)
+    where they begin to differ: `/data/shapes` and `/data/shapes2` were both shown as
+    `/data/sh…`, and `beats_champion` beside `beats_champion and class_drop<=0.02` as `…pion`
+    and `…pion and class_drop…` (red-team passes). A value that fits is shown whole."""
     if all(len(v) < CELL for v in values):
         return values
     columns = enumerate(zip(*values, strict=False))
     differ = next((i for i, chars in columns if len(set(chars)) > 1), min(map(len, values)))
-    start = max(0, differ - CELL // 2)
-    if any(len(v) - start >= CELL for v in values):  # cut at both ends: the difference first
-        start = max(0, differ - 4)
-    return [("…" + v[start:]) if start else v for v in values]
+    return [v if len(v) < CELL else _from_word(v, differ) for v in values]
+
+
+def _from_word(value: str, differ: int) -> str:
+    """`value` from the start of the word holding character `differ` (…-prefixed), or from a
+    few characters before it where no word starts near."""
+    boundary = max(value.rfind(" ", 0, differ + 1), value.rfind("/", 0, differ + 1))
+    start = boundary + 1 if boundary >= 0 and differ - boundary < CELL - 2 else differ - 4
+    start = max(0, start)
+    return ("…" + value[start:]) if start else value
 
 
 def _cell(value: str) -> str:

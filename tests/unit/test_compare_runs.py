@@ -267,7 +267,7 @@ def test_a_long_setting_is_shown_where_the_runs_differ(tmp_path: Path) -> None:
     paths = {"a": "/srv/team-vision/datasets/shapes", "b": "/srv/team-vision/datasets/shapes2"}
     row = _setting_row(tmp_path, "data_path", paths)
     cells = row.removeprefix("setting data_path").split()
-    assert cells == ["…sets/shapes", "…sets/shapes2"], row
+    assert cells == ["…shapes", "…shapes2"], row
 
 
 def test_a_setting_cut_at_both_ends_shows_where_the_runs_differ(tmp_path: Path) -> None:
@@ -276,7 +276,16 @@ def test_a_setting_cut_at_both_ends_shows_where_the_runs_differ(tmp_path: Path) 
     gates = {"a": "beats_champion and min_class_recall>=0.5",
              "b": "beats_champion and recall[square]>=0.5"}  # fmt: skip
     row = _setting_row(tmp_path, "promote_if", gates)
-    assert "…and min_class_recal" in row and "…and recall[square]>" in row, row
+    assert "…min_class_recall>=" in row and "…recall[square]>=0.5" in row, row
+
+
+def test_a_gate_that_adds_a_term_is_shown_whole_and_from_its_new_term(tmp_path: Path) -> None:
+    """`beats_champion` beside `beats_champion and class_drop<=0.02` read `…pion` and
+    `…pion and class_drop…` (a red-team pass)."""
+    gates = {"a": "beats_champion", "b": "beats_champion and class_drop<=0.02"}
+    row = _setting_row(tmp_path, "promote_if", gates)
+    cells = row.removeprefix("setting promote_if").split(None, 1)
+    assert cells == ["beats_champion", "…and class_drop<=0.02"], row
 
 
 def test_a_run_stopped_by_sigterm_is_stopped_as_status_says(tmp_path: Path) -> None:
