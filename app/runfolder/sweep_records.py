@@ -145,7 +145,7 @@ def trials_csv(rows: list[dict[str, Any]], metric: str) -> str:
     for r in rows:
         writer.writerow(
             [r["trial"], r["status"], *(csv_text(r["values"].get(k, "")) for k in keys),
-             r["epochs"], _cell(r["final"]), _cell(r["best"]), _cell(r["duration_s"])]
+             r["epochs"], *(shown_value(r[k]) for k in ("final", "best", "duration_s"))]
         )  # fmt: skip
     return out.getvalue()
 
@@ -221,7 +221,7 @@ def _shown_row(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "trial": _text(row.get("trial")),
         "status": _text(row.get("status")),
-        "values": {_text(k): _text(_cell(v)) for k, v in values.items()},
+        "values": {_text(k): _text(shown_value(v)) for k, v in values.items()},
         "epochs": _text(row.get("epochs")),
         "final": finite(row.get("final")),
         "best": finite(row.get("best")),
@@ -330,7 +330,8 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _cell(value: Any) -> str:
+def shown_value(value: Any) -> str:
+    """A trial's drawn value as the table and the sweep's lines show it."""
     if value is None:
         return ""
     if isinstance(value, float):

@@ -125,6 +125,7 @@ class _Sweep:
     ) -> None:
         self.settings, self.space, self.trials, self.stopped = settings, space, trials, stopped
         self.judged: dict[str, int] = {}  # trial id -> the epoch the scheduler stopped it at
+        self.introduced: set[str] = set()  # trials whose drawn values a line has named
         self.parent = parent_run.ParentRun.start(settings, recorded_tracking(before))
         self.extra: dict[str, Any] = {}
         started_at = finite(before.get("started_at"))  # a damaged record's is not carried
@@ -176,7 +177,21 @@ class _Sweep:
         metric = self.settings.checkpoint_metric
         value = result.get(metric)
         figure = f"{metric} {value:.4f}" if isinstance(value, int | float) else f"no {metric}"
-        _say(f"{trial_id}: epoch {result.get('epoch')}/{self.settings.epochs}, {figure}")
+        _say(
+            f"{self._named(trial_id)}: epoch {result.get('epoch')}/{self.settings.epochs}, {figure}"
+        )
+
+    def _named(self, trial_id: str) -> str:
+        """`trial-0002 (lr 0.003, weight_decay 0.0213)` in a trial's first line, its id after:
+        the lines said which trial, never what it tried (a red-team pass)."""
+        if trial_id in self.introduced:
+            return trial_id
+        self.introduced.add(trial_id)
+        trial = next((t for t in self.trials if t.trial_id == trial_id), None)
+        if trial is None or not trial.values:
+            return trial_id
+        drawn = ", ".join(f"{k} {results.shown_value(v)}" for k, v in trial.values.items())
+        return f"{trial_id} ({drawn})"
 
     def trial_ended(self, trial_id: str, last: dict[str, Any] | None, error: bool) -> None:
         last = last or {}

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from app.runfolder.sweep_records import shown_value
 from tests.support import (
     actor_nodes,
     explain,
@@ -134,10 +135,14 @@ def test_the_killed_sweep_continues_without_retraining_finished_trials(sweep: Sw
     assert sorted(statuses) == TRIALS
     assert set(statuses.values()) <= {"succeeded", "stopped"}, statuses
     assert sweep.record["status"] == "succeeded"
-    # Progress, trial by trial: each epoch the rerun's trials reported, and how each ended.
+    # Progress, trial by trial: each epoch the rerun's trials reported, and how each ended;
+    # a trial's first line names the values it drew.
+    rows = {row["trial"]: row for row in sweep.record["trials"]}
     for trial in restarted:
+        drawn = ", ".join(f"{k} {shown_value(v)}" for k, v in rows[trial]["values"].items())
+        assert drawn.startswith("lr ") and "weight_decay " in drawn, drawn
         # Epoch 1, or only 2 where the killed sweep had checkpointed the trial's first epoch.
-        assert f"trainctl: {trial}: epoch " in sweep.rerun.stdout, explain(sweep.rerun)
+        assert f"trainctl: {trial} ({drawn}): epoch " in sweep.rerun.stdout, explain(sweep.rerun)
         ended = "stopped by asha after epoch" if statuses[trial] == "stopped" else "succeeded"
         assert f"trainctl: {trial}: {ended}" in sweep.rerun.stdout, explain(sweep.rerun)
     assert "Configuration for experiment" not in sweep.rerun.stdout  # Tune's banner
