@@ -46,6 +46,7 @@ MAX_ENTRIES = 1_000_000  # names looked at in a storage folder
 NOT_RUNS = RESERVED_RUN_NAMES  # the champion pointers live beside the run folders
 FINAL = ("succeeded", "failed", "interrupted", "invalid", "stopped")
 MAX_NAME = 120  # characters of a run name, as shown
+MAX_CHAMPIONS = 100  # pointers listed under a storage folder
 PATH_CHARS = 300
 
 
@@ -397,11 +398,13 @@ class Listing:
     problems: list[str]
     deadline_s: float = LIST_DEADLINE_S
     sweeps: list[dict[str, Any]] = field(default_factory=list)  # sweep_records.brief each
+    champions: list[dict[str, Any]] = field(default_factory=list)  # _champions
 
     def record(self) -> dict[str, Any]:
         return {
             "storage": self.root,
             "runs": [run.record() for run in self.runs],
+            "champions": self.champions,
             "folders": self.folders,
             "not_run_folders": self.not_runs,
             "sweeps": [sweep["name"] for sweep in self.sweeps],
@@ -458,9 +461,45 @@ def list_runs(
         else:
             not_runs += 1
     unread = len(names) - read
+    left = end - time.monotonic()
+    champions: list[dict[str, Any]] = []
+    if left > 0 and not timed_out:
+        try:
+            champions = call_with_deadline(lambda: _champions(root), left, str(root))
+        except DeadlineExceeded:
+            timed_out = True
     return Listing(
-        _path(root), runs, len(names), not_runs, unread, timed_out, problems, deadline_s, sweeps
-    )
+        _path(root), runs, len(names), not_runs, unread, timed_out, problems, deadline_s, sweeps,
+        champions,
+    )  # fmt: skip
+
+
+def _champions(root: RunPath) -> list[dict[str, Any]]:
+    """Each champion under `root` as its pointer names it (model, version, run), or why its
+    pointer cannot be read: `promoted v1` in a run's row stays true after a later run became
+    v2, and nothing said which run the pointer now names (a red-team pass). Shown as the
+    pointer says; what loads a champion verifies it (app/promotion/champion.py)."""
+    from app.promotion.champion import PointerDamaged, champion_names, pointer_path, read_pointer
+
+    found: list[dict[str, Any]] = []
+    try:
+        names = champion_names(root)
+    except (OSError, ValueError, ConfigError):
+        return found
+    for name in names[:MAX_CHAMPIONS]:
+        try:
+            pointer = read_pointer(pointer_path(root, name)) or {}
+        except (PointerDamaged, OSError, ValueError) as err:
+            found.append({"model": one_line(name, MAX_NAME), "problem": one_line(str(err), 300)})
+            continue
+        found.append(
+            {
+                "model": one_line(name, MAX_NAME),
+                "version": pointer.get("version"),
+                "run": one_line(str(pointer.get("run_name", "?")), MAX_NAME),
+            }
+        )
+    return found
 
 
 def _read_if_run(run_dir: RunPath, now: float | None) -> RunStatus | dict[str, Any] | None:
@@ -592,6 +631,13 @@ def listing_notes(listing: Listing, limit: int) -> list[str]:
         notes.append(
             f"({listing.not_read} more folders not read: --limit {limit} reached; newest first)"
         )
+    if listing.champions:
+        notes.append(f"champions ({listing.root}/champions/, as each pointer says):")
+        notes += [
+            f"  {c['model']}: "
+            + (c["problem"] if "problem" in c else f"v{c['version']}, run {c['run']}")
+            for c in listing.champions
+        ]
     if listing.sweeps:
         notes.append(
             f"sweeps, each a folder of trial runs (`trainctl status {listing.root}/<sweep>` "

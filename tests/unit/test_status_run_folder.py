@@ -496,3 +496,28 @@ def test_without_kubernetes_status_and_logs_point_to_the_run_folders(
     assert "`trainctl status --storage runs`, or `trainctl status runs/NAME`" in err
     code, _, err = trainctl(capsys, "logs", "digits-cnn")
     assert code == EXIT_CLUSTER and "`trainctl logs runs/digits-cnn` (or --storage)" in err
+
+
+def test_a_storage_listing_names_the_run_each_champion_pointer_names(tmp_path: Path) -> None:
+    """The first champion's row still read `promoted v1` after another run became v2, and
+    nothing said which run the pointer named (a red-team pass): the listing says it, and an
+    unreadable pointer is named without failing the listing."""
+    from app.promotion.step import promote_run
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    make_run(tmp_path, "first", 0.8)
+    promote_run(settings_for(tmp_path, "first"), INFO, {"status": "succeeded"})
+    make_run(tmp_path, "second", 0.9)
+    promote_run(settings_for(tmp_path, "second"), INFO, {"status": "succeeded"})
+    (tmp_path / "champions" / "other-model.json").write_text("{not json")
+    listing = run_status.list_runs(tmp_path, limit=10)
+    (champion, damaged) = sorted(listing.champions, key=lambda c: c["model"])
+    assert champion == {"model": "digits-cnn", "version": 2, "run": "second"}, listing.champions
+    assert damaged["model"] == "other-model" and "unreadable champion pointer" in damaged["problem"]
+    lines: list[str] = []
+    run_status.show_listing(listing, lines.append, as_json=False, limit=10)
+    text = "\n".join(lines)
+    assert f"champions ({tmp_path}/champions/, as each pointer says):" in text, text
+    assert "  digits-cnn: v2, run second" in text, text
+    record = json.loads(json.dumps(listing.record()))
+    assert record["champions"][0] == champion
