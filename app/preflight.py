@@ -366,15 +366,15 @@ def _still_bad(kind: DatasetKind, info: DatasetInfo, run_dir: RunPath) -> None:
 
 def _steps(settings: TrainSettings, found: Found) -> str:
     """Optimizer steps per epoch, and Advice when they are too few to learn from."""
-    from app.training.steps import few_steps, steps_per_epoch
+    from app.training.steps import few_steps, steps_with, uneven_split
 
     if found.info is None:
         return "not judged: the dataset is not inspected yet"
-    rows, batch = found.info.train_rows, settings.global_batch_size
-    advice = few_steps(rows, batch, settings.workers.max)
+    rows, batch, workers = found.info.train_rows, settings.global_batch_size, settings.workers
+    advice = few_steps(rows, batch, workers.max) or uneven_split(batch, workers.max)
     if advice:
         raise Advice(advice)
-    steps = steps_per_epoch(rows, batch)
+    steps = steps_with(rows, batch, workers.max)
     per_epoch = f"{steps:,} optimizer steps per epoch"
     return f"{rows:,} train rows at TRAIN_GLOBAL_BATCH_SIZE={batch}: {per_epoch}"
 

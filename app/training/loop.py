@@ -43,7 +43,7 @@ from app.training.model import build_model, uses_channels_last
 from app.training.plan import WorkerPlan
 from app.training.run_clock import RunClock
 from app.training.sample_log import log_samples
-from app.training.steps import steps_per_epoch as epoch_steps
+from app.training.steps import per_worker_batch, steps_with
 from app.training.validation import all_reduce, autocast, evaluate
 from app.training.weights import apply_weights
 from app.training.worker_hooks import EpochHook, worker_hooks
@@ -120,11 +120,12 @@ class Data:
     @classmethod
     def of(cls, plan: WorkerPlan, worker: Worker) -> Data:
         settings = plan.settings
-        steps = epoch_steps(plan.info.train_rows, settings.global_batch_size)
+        batch = settings.global_batch_size
+        steps = steps_with(plan.info.train_rows, batch, worker.world)  # the steps this world runs
         return cls(
             train=ray.train.get_dataset_shard("train"),
             valid=ray.train.get_dataset_shard("valid"),
-            batch_size=max(1, settings.global_batch_size // worker.world),
+            batch_size=per_worker_batch(batch, worker.world),
             schedule=cosine_with_warmup(settings.lr, steps, steps * settings.epochs),
         )
 

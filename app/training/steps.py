@@ -14,9 +14,36 @@ MIN_STEPS = 10  # per epoch: fewer and a cosine schedule barely moves the weight
 
 
 def steps_per_epoch(train_rows: int, global_batch_size: int) -> int:
-    """What the loop runs per epoch (app/training/loop.py): every row once, the last batch
-    partial; the count does not depend on the number of workers."""
+    """What the loop runs per epoch (app/training/loop.py) where a step takes
+    `global_batch_size` rows: every row once, the last batch partial."""
     return max(1, math.ceil(train_rows / global_batch_size))
+
+
+def per_worker_batch(global_batch_size: int, world: int) -> int:
+    """Each worker's batch: TRAIN_GLOBAL_BATCH_SIZE split among `world` workers, the remainder
+    dropped (3 over 2 workers: 1 each, so a step takes 2 rows)."""
+    return max(1, global_batch_size // world)
+
+
+def steps_with(train_rows: int, global_batch_size: int, world: int) -> int:
+    """The steps per epoch `world` workers run: a step takes per_worker_batch x world rows.
+    The schedule counted with TRAIN_GLOBAL_BATCH_SIZE itself, and where it does not divide
+    among the workers the cosine reached 0 with a third of the run still to train (a red-team
+    pass: 3 over 2 workers)."""
+    return steps_per_epoch(train_rows, per_worker_batch(global_batch_size, world) * world)
+
+
+def uneven_split(global_batch_size: int, world: int) -> str | None:
+    """A warning where TRAIN_GLOBAL_BATCH_SIZE does not divide among `world` workers (the most
+    an elastic range runs), or None."""
+    if global_batch_size % world == 0:
+        return None
+    taken = per_worker_batch(global_batch_size, world) * world
+    return (
+        f"TRAIN_GLOBAL_BATCH_SIZE={global_batch_size} does not divide among {world} workers: "
+        f"each takes {global_batch_size // world}, so a step trains on {taken} rows, not "
+        f"{global_batch_size}; give a multiple of the worker count"
+    )
 
 
 def few_steps(train_rows: int, global_batch_size: int, max_workers: int) -> str | None:

@@ -14,7 +14,14 @@ from app.data.kinds.image_folder import inspect_folder
 from app.data.schema import inspect_dataset
 from app.preflight import preflight_for_training
 from app.settings import TrainSettings
-from app.training.steps import MIN_STEPS, few_steps, steps_per_epoch
+from app.training.steps import (
+    MIN_STEPS,
+    few_steps,
+    per_worker_batch,
+    steps_per_epoch,
+    steps_with,
+    uneven_split,
+)
 from tests import parquet_support as parquet
 from tests.folder_support import image_bytes, image_folder
 from tests.hostile.support import trainctl_with
@@ -42,6 +49,37 @@ def test_steps_per_epoch_and_when_they_are_too_few() -> None:
         "10 is typical: the data is too small for 10 steps of at least one row per worker "
         "(4 workers); add data or use fewer workers"
     )
+
+
+def test_a_batch_that_does_not_divide_among_the_workers_is_counted_as_it_trains() -> None:
+    """3 over 2 workers is 1 each, 2 rows a step: 30 steps per epoch of 60 rows, where the
+    schedule counted 20, so the learning rate reached 0 with a third of the run to go (a
+    red-team pass). The schedule now counts the steps the workers run, and check warns."""
+    assert per_worker_batch(3, 2) == 1 and steps_with(60, 3, 2) == 30
+    assert steps_with(60, 4, 2) == steps_per_epoch(60, 4) == 15  # an even split changes nothing
+    assert steps_with(60, 128, 1) == 1
+    assert uneven_split(3, 2) == (
+        "TRAIN_GLOBAL_BATCH_SIZE=3 does not divide among 2 workers: each takes 1, so a step "
+        "trains on 2 rows, not 3; give a multiple of the worker count"
+    )
+    assert uneven_split(128, 2) is None and uneven_split(7, 1) is None
+
+
+def test_check_warns_of_an_uneven_split_and_counts_the_real_steps(tmp_path: Path) -> None:
+    image_folder(tmp_path / "shapes", per_class=(30, 10))
+    code, verdicts, text = _check(
+        tmp_path, str(tmp_path / "shapes"), dataset="folder", model="cnn",
+        global_batch_size="9", num_workers="2",
+    )  # fmt: skip
+    assert code == 0, text
+    assert verdicts["steps"] == f"WARN {uneven_split(9, 2)}", text
+    code, verdicts, text = _check(
+        tmp_path, str(tmp_path / "shapes"), dataset="folder", model="cnn",
+        global_batch_size="8", num_workers="2",
+    )  # fmt: skip
+    assert verdicts["steps"] == (
+        "ok 90 train rows at TRAIN_GLOBAL_BATCH_SIZE=8: 12 optimizer steps per epoch"
+    ), text
 
 
 def test_class_counts_of_an_image_folder_and_of_parquet(tmp_path: Path) -> None:
