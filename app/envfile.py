@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import unicodedata
 from collections.abc import Iterator
@@ -74,7 +75,12 @@ def check_env_file(path: Path, known: set[str]) -> list[str]:
         return [f"{path}:{line}: not UTF-8 text (byte {err.start}); save the file as UTF-8"]
     problems = []
     seen: dict[str, int] = {}
+    defined: set[str] = set()  # the keys above the line, which python-dotenv expands too
+    above: Binding | None = None
     for line, binding in _bindings(text):
+        if above is not None and above.key is not None and above.value is not None:
+            defined.add(above.key)
+        above = binding
         original = binding.original.string
         if binding.error:
             shown = original.strip().splitlines()[0][:60] if original.strip() else ""
@@ -94,8 +100,30 @@ def check_env_file(path: Path, known: set[str]) -> list[str]:
         elif key.upper() not in known:
             hint = did_you_mean(key.upper(), known, "run `trainctl env` for the list")
             problems.append(f"{path}:{line}: {key} is not a trainctl setting{hint}")
+        elif unset := _unset_references(binding.value, defined):
+            problems.append(
+                f"{path}:{line}: {key} uses {', '.join('${' + n + '}' for n in unset)}, not set "
+                "in the environment or above in this file: python-dotenv would put nothing in "
+                "its place; set it, give a default (${NAME:-value}), or write the value out"
+            )
         seen.setdefault(key, line)
     return problems
+
+
+# python-dotenv's interpolation (dotenv.variables): ${NAME}, or ${NAME:-default}.
+_REFERENCE = re.compile(r"\$\{(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")
+
+
+def _unset_references(value: str, defined: set[str]) -> list[str]:
+    """The ${NAME} references in `value` that python-dotenv would expand to nothing: a
+    `TRAIN_DATA_PATH=${ROOT}/data` with ROOT unset trained on /data (a red-team pass)."""
+    return [
+        match["name"]
+        for match in _REFERENCE.finditer(value)
+        if match["default"] is None
+        and match["name"] not in os.environ
+        and match["name"] not in defined
+    ]
 
 
 def setting_lines(path: Path) -> dict[str, int]:

@@ -106,6 +106,10 @@ DOTENV_CASES = [
     (b"TRAIN_MODEL=\xff\xfe\n", ".env:1: not UTF-8"),
     (b"TRAIN_MODEL=cnn\nTRAIN_EPOCHS=\xe9\n", ".env:2: not UTF-8"),
     (b"\xff\xfeT\x00R\x00", ".env:1: not UTF-8"),
+    # python-dotenv expands ${NAME}: an unset one became nothing, and the run trained on /d
+    # (a red-team pass).
+    ("TRAIN_DATA_PATH=${TRAINCTL_TEST_UNSET}/d\n", ".env:1: TRAIN_DATA_PATH uses ${TRAINCTL_TES"),
+    ("TRAIN_EPOCHS=${NOPE_A}${NOPE_B}\n", "uses ${NOPE_A}, ${NOPE_B}, not set"),
 ]
 
 
@@ -135,6 +139,20 @@ def test_a_bad_value_the_environment_overrides_in_dotenv_is_named_as_the_environ
 def test_dotenv_that_is_a_folder_is_refused(tmp_path: Path) -> None:
     (tmp_path / ".env").mkdir()
     assert_refused(trainctl("check", "--skip-cluster"), 2, ".env: is a folder")
+
+
+def test_dotenv_references_to_what_is_set_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.settings.env import load_settings
+
+    monkeypatch.setenv("TRAINCTL_TEST_EPOCHS", "4")
+    (tmp_path / ".env").write_text(
+        "ROOT=/srv\nTRAIN_EPOCHS=${TRAINCTL_TEST_EPOCHS}\nTRAIN_DATA_PATH=${ROOT}/data\n"
+        "TRAIN_SEED=${TRAINCTL_TEST_UNSET:-7}\n"
+    )
+    settings = load_settings()
+    assert (settings.epochs, str(settings.data_path), settings.seed) == (4, "/srv/data", 7)
 
 
 def test_dotenv_keys_of_other_tools_and_good_lines_pass(tmp_path: Path) -> None:
