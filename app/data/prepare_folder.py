@@ -58,7 +58,7 @@ def prepare_from_folder(
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out={out}: exists but is not a folder")
     if not force and is_present(out):
-        return f"{out} already holds a dataset; use --force to replace it"
+        return _already_there(out, redact_uri(str(root)), size)
     listing = list_folder(root)
     out.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(out.parent / f".{out.name}.lock"):
@@ -75,6 +75,26 @@ def prepare_from_folder(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return _summary(f"folder {redact_uri(str(root))}", out, meta)
+
+
+def _already_there(out: Path, source: str, size: int) -> str:
+    """The line for an --out already prepared from this folder at this size; ConfigError where
+    its marker records another folder or size: `prepare-data ... --image-size 48 && train`
+    said the dataset was there, exit 0, and trained on the 32-pixel one (a red-team pass)."""
+    try:
+        meta = json.loads((out / MARKER).read_text(encoding="utf-8"))
+        held = (str(meta["source"]), int(meta["image_shape"][0]))
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        raise ConfigError(
+            f"--out={out}: already holds a dataset that does not say what it was prepared from "
+            f"({MARKER} is missing or unreadable); use --force to replace it"
+        ) from None
+    if held != (source, size):
+        raise ConfigError(
+            f"--out={out}: already holds {held[1]}x{held[1]} images from {held[0]}, not the "
+            f"{size}x{size} from {source} asked for; give another --out, or --force to replace it"
+        )
+    return f"{out} already holds this dataset ({size}x{size} from {source}); --force rewrites it"
 
 
 def _refuse_out_in_source(root: RunPath, out: Path) -> None:

@@ -198,6 +198,30 @@ def test_prepare_from_folder_keeps_the_class_names_and_pixels(tmp_path: Path) ->
     assert table.column("label").to_pylist() == [0] * 4 + [1] * 4 + [2] * 4
 
 
+def test_prepare_from_folder_over_another_preparation_is_refused(tmp_path: Path) -> None:
+    """`--image-size 48` over a folder prepared at 32 said "already holds a dataset", exit 0,
+    and a `prepare-data ... && train` trained on the 32-pixel one (a red-team pass)."""
+    from app.errors import ConfigError
+
+    image_folder(tmp_path / "src")
+    image_folder(tmp_path / "other")
+    prepare_from_folder(str(tmp_path / "src"), tmp_path / "out", size=16)
+    same = prepare_from_folder(str(tmp_path / "src"), tmp_path / "out", size=16)
+    assert same == (
+        f"{tmp_path / 'out'} already holds this dataset (16x16 from {tmp_path / 'src'}); "
+        "--force rewrites it"
+    )
+    for source, size in (("src", 24), ("other", 16)):
+        with pytest.raises(ConfigError) as refused:
+            prepare_from_folder(str(tmp_path / source), tmp_path / "out", size=size)
+        assert str(refused.value).endswith(
+            f"already holds 16x16 images from {tmp_path / 'src'}, not the {size}x{size} from "
+            f"{tmp_path / source} asked for; give another --out, or --force to replace it"
+        ), refused.value
+    again = prepare_from_folder(str(tmp_path / "src"), tmp_path / "out", size=24, force=True)
+    assert "24x24x3 uint8 images" in again
+
+
 def test_prepare_from_folder_keeps_the_held_out_test_split(tmp_path: Path) -> None:
     """Its test/ was dropped (found by a red-team pass): after the conversion the README
     suggests for speed, the promotion gate was judged on valid/, the data the checkpoint was
