@@ -27,7 +27,6 @@ from typing import Any
 
 from app.errors import ConfigError, RunFailed
 from app.runfolder.epoch_record import REQUIRED
-from app.runfolder.log_capture import LOGS_DIR
 from app.storage import bounded_json, safe_fs
 from app.storage.entries import entries, links, not_a_link
 from app.storage.location import RunPath, append_line, strict_json, write_atomic, write_json
@@ -59,6 +58,7 @@ MAX_SUMMARY_BYTES = 16 << 20
 # The names trainctl reads or writes in a run folder (checkpoint folders by their prefixes):
 # none of them may be a link (`refuse_links`).
 # classes.json: app/runfolder/class_names.py (which imports this module, hence the literal).
+LOGS_DIR = "logs"  # the run's logs, logs/attempt-K/ (app/runfolder/log_capture.py writes them)
 # What makes a folder a run's: any of these records (a run's first start writes some of them).
 RUN_RECORDS = (SUMMARY_FILE, METRICS_FILE, ATTEMPTS_FILE, PROGRESS_FILE, LOGS_DIR)
 EXPORT_DIR = "export"  # the run's export (app/export/card.py): its files are checked too

@@ -32,11 +32,10 @@ from typing import TextIO
 
 from app.errors import TrainctlError
 from app.runfolder import log_handlers
+from app.runfolder.folder import LOGS_DIR
 from app.storage import safe_fs
 from app.storage.entries import Kind, entries, refuse_link
 from app.storage.location import RunPath
-
-LOGS_DIR = "logs"
 
 ATTEMPT_PATTERN = re.compile(r"^attempt-(\d+)$")
 
