@@ -38,10 +38,10 @@ def uneven_split(global_batch_size: int, world: int) -> str | None:
     an elastic range runs), or None."""
     if global_batch_size % world == 0:
         return None
-    taken = per_worker_batch(global_batch_size, world) * world
+    each = per_worker_batch(global_batch_size, world)
     return (
         f"TRAIN_GLOBAL_BATCH_SIZE={global_batch_size} does not divide among {world} workers: "
-        f"each takes {global_batch_size // world}, so a step trains on {taken} rows, not "
+        f"each takes {each}, so a step trains on {each * world} rows, not "
         f"{global_batch_size}; give a multiple of the worker count"
     )
 
