@@ -48,8 +48,9 @@ def uneven_split(global_batch_size: int, world: int) -> str | None:
 
 def few_steps(train_rows: int, global_batch_size: int, max_workers: int) -> str | None:
     """A warning naming the batch size, the rows and a batch size that gives MIN_STEPS (at
-    least one row per worker), or None when the epoch has enough steps."""
-    steps = steps_per_epoch(train_rows, global_batch_size)
+    least one row per worker), or None when the epoch has enough steps. Counted as the
+    `max_workers` workers run them (steps_with), as the schedule and the check's line are."""
+    steps = steps_with(train_rows, global_batch_size, max_workers)
     if steps >= MIN_STEPS:
         return None
     said = (
