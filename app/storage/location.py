@@ -69,7 +69,9 @@ def ensure_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEO
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"{variable}={path}: cannot create the folder ({err.strerror})") from None
+        # A link to nothing reads as missing yet cannot be made: mkdir says only "File exists".
+        cause = broken_link(path) or err.strerror
+        raise ConfigError(f"{variable}={path}: cannot create the folder ({cause})") from None
     if not path.is_dir():
         raise ConfigError(f"{variable}={path}: exists but is not a folder")
     probe = path / f".trainctl-write-test-{uuid.uuid4().hex}"
@@ -305,6 +307,8 @@ def local_write_problem(path: RunPath) -> str | None:
     ensure_writable's)."""
     if isinstance(path, ObjectPath):
         return None
+    if link := broken_link(path):
+        return link
     folder = path
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -316,6 +320,15 @@ def local_write_problem(path: RunPath) -> str | None:
         probe.unlink()
     except OSError as err:
         return f"{folder}: {err.strerror}"
+    return None
+
+
+def broken_link(path: Path) -> str | None:
+    """Which of `path` and the folders above it is a symbolic link to nothing, said with its
+    target; None where none is."""
+    for step in (path, *path.parents):
+        if step.is_symlink() and not step.exists():
+            return f"{step} is a link to {os.readlink(step)}, which does not exist"
     return None
 
 

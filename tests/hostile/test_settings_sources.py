@@ -253,3 +253,22 @@ def test_check_refuses_a_data_path_train_could_not_write_the_dataset_to(
         f"({tmp_path}/a-file: exists but is not a folder)",
     )  # fmt: skip
     assert (tmp_path / "a-file").read_text() == "not a folder\n"
+
+
+@pytest.mark.parametrize("variable", ["TRAIN_STORAGE_PATH", "TRAIN_DATA_PATH"])
+def test_a_link_to_nothing_on_the_way_is_named_with_its_target(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str
+) -> None:
+    """A symbolic link whose target is gone (a volume not mounted yet) reads as missing, so
+    `check` said the data would be written there, and creating the folder then failed with a
+    bare "File exists" (found by a red-team pass)."""
+    (tmp_path / "volume").symlink_to(tmp_path / "not-mounted")
+    monkeypatch.setenv("TRAIN_DATASET", "digits")
+    monkeypatch.setenv(variable, str(tmp_path / "volume" / "x"))
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(
+        result, 2, f"{variable}={tmp_path}/volume/x", "cannot create the folder "
+        f"({tmp_path}/volume is a link to {tmp_path}/not-mounted, which does not exist)",
+    )  # fmt: skip
+    assert "File exists" not in result.text
+    assert not (tmp_path / "not-mounted").exists()
