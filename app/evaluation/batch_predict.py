@@ -114,7 +114,7 @@ def output_location(out: str, endpoint: str | None, overwrite: bool = False) -> 
         )
     # Proved writable now, not found unwritable after the scoring; a local folder is created
     # only when the predictions are written: a refused input leaves nothing behind.
-    check_writable(where.parent, "--out")
+    check_writable(where.parent, "--out", out)
     return where
 
 

@@ -86,14 +86,15 @@ def ensure_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEO
         probe.unlink(missing_ok=True)
 
 
-def check_writable(path: RunPath, variable: str) -> None:
+def check_writable(path: RunPath, variable: str, given: str | None = None) -> None:
     """Prove a file can be written in folder `path` without creating anything (ConfigError
     otherwise): a bucket's probe; on a volume, a probe file in the nearest folder that exists.
-    The caller creates it when the file is written."""
+    The caller creates it when the file is written. `given` is what the user wrote (a file in
+    `path`), named in the message in place of the folder."""
     if isinstance(path, ObjectPath):
         return ensure_bucket_writable(path, variable, DEFAULT_TIMEOUT_S)
     if problem := local_write_problem(path):
-        raise ConfigError(f"{variable}={path}: not writable ({problem})")
+        raise ConfigError(f"{variable}={given or path}: not writable ({problem})")
     return None
 
 

@@ -398,7 +398,9 @@ def test_predict_out_may_not_be_a_folder(run: Path, tmp_path: Path) -> None:
     [
         # its folder is a file ("--out's folder=..." read as a setting: found by a red-team pass)
         ("a-file.csv/p.csv", "a-file.csv: exists but is not a folder"),
-        ("/proc/p.csv", "not writable"),  # a folder no file can be created in, even by root
+        # A folder no file can be created in, even by root: the file given is named, not only
+        # its folder (found by a red-team pass).
+        ("/proc/p.csv", "--out=/proc/p.csv: not writable (/proc: "),
         (".csv", "no file name before .csv"),  # would write a hidden ./.csv
         # A dataset's file, say, named by mistake: replaced, it was lost.
         ("a-file.csv", "already exists; give a new file name, or --overwrite to replace it"),
