@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 from app.storage.location import RunPath
 
@@ -72,20 +73,44 @@ def just_in_time(
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         progress = run_folder.read_progress(run_dir)
-        jit = progress.get("jit")
-        if (
-            progress.get("invocation") == invocation
-            and isinstance(jit, dict)
-            and jit.get("reason") == "stopped"
-            and float(progress.get("time", 0)) >= asked
-        ):
-            said = (
-                f"just-in-time checkpoint at step {jit.get('step')} "
-                f"in {float(jit.get('checkpoint_s', 0)):.1f} s"
-            )
+        answer = stop_answer(progress, invocation, asked)
+        if answer == "trained_out":
+            return TRAINED_OUT
+        if answer == "checkpoint":
+            jit = progress["jit"]
+            said = f"just-in-time checkpoint at step {jit.get('step')}"
+            if isinstance(seconds := jit.get("checkpoint_s"), int | float):
+                said += f" in {seconds:.1f} s"
             return said + (await_witness(run_dir, jit.get("checkpoint"), deadline) if signs else "")
         time.sleep(0.2)
     return f"no just-in-time checkpoint within {wait_s:.0f} s; the last committed one stays"
+
+
+# Said when the stop came after the workers' last epoch (a Ctrl-C as the run ends): no step is
+# left to checkpoint, and waiting the full JIT_WAIT_S for one only delayed the exit.
+TRAINED_OUT = (
+    "no just-in-time checkpoint needed: the workers had trained their last epoch; "
+    "a rerun resumes from its checkpoint"
+)
+
+
+def stop_answer(progress: dict[str, Any], invocation: str, asked: float) -> str | None:
+    """What this invocation's workers answered a stop asked at `asked` (epoch seconds), as
+    progress.json (rank 0's, the storage's: anything may be in it) says: "checkpoint" (the
+    just-in-time one is committed), "trained_out" (their loop had ended), or None (not yet)."""
+    if progress.get("invocation") != invocation:
+        return None
+    if progress.get("trained_out") == invocation:
+        return "trained_out"
+    jit, written = progress.get("jit"), progress.get("time")
+    if (
+        isinstance(jit, dict)
+        and jit.get("reason") == "stopped"
+        and isinstance(written, int | float)
+        and written >= asked
+    ):
+        return "checkpoint"
+    return None
 
 
 def await_witness(run_dir: RunPath, name: object, deadline: float) -> str:

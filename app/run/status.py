@@ -111,7 +111,7 @@ class RunStatus:
         if self.promotion:
             out.append(f"  promotion:       {self.promotion['line'] or _promotion_word(self)}")
         counts = self.interruptions
-        out.append(f"  interruptions:   {_interruptions_text(counts)}")
+        out.append(f"  interruptions:   {_interruptions_text(counts, self.status)}")
         out += [f"                   {line}" for line in counts.get("lines", [])]
         if self.accelerator_hours:
             out.append(f"  usage:           {usage.in_words(self.accelerator_hours)}")
@@ -682,9 +682,11 @@ def _promotion_word(run: RunStatus) -> str:
     return "promoted" if promotion["promoted"] else "not promoted"
 
 
-def _interruptions_text(counts: Mapping[str, Any]) -> str:
+def _interruptions_text(counts: Mapping[str, Any], status: str) -> str:
     if not counts.get("count"):
-        return "none"
+        # An ending is recorded as an interruption by the rerun that resumes after it.
+        ended = status in ("stopped", "failed")
+        return "none recorded yet: a rerun records how this one ended" if ended else "none"
     words = (("preemptions", "preempted"), ("failures", "failed"), ("stopped", "stopped"))
     parts = [f"{counts[key]} {word}" for key, word in words if counts.get(key)]
     parts.append(f"{counts['steps_lost']} steps lost")

@@ -74,6 +74,10 @@ def train(plan: WorkerPlan, on_epoch: EpochHook) -> None:
         metrics = validate_epoch(plan, worker, parts, data, state, sums, epoch)
         if end_epoch(plan, worker, parts, state, watch, epoch, metrics, on_epoch):
             break  # every rank: the decision comes from figures they all share
+    if worker.rank == 0:  # a stop asked from now on waits for no just-in-time checkpoint
+        run_folder.write_progress(
+            plan.settings.run_dir, plan.invocation, trained_out=plan.invocation
+        )
 
 
 # --- where and with what this worker trains ---------------------------------------------------

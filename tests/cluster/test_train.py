@@ -81,6 +81,11 @@ def test_two_workers_train_and_leave_a_complete_run_folder(finished_run: Finishe
     lines = [line for line in result.stdout.splitlines() if last in line]
     assert lines and "ETA" in lines[0] and "val_acc" in lines[0], explain(result)
     assert " img/s " in lines[0], explain(result)
+    # Its workers said their loop had ended: a Ctrl-C as such a run ends waits for no
+    # just-in-time checkpoint (app/run/signals.py).
+    progress = json.loads((run_dir / "progress.json").read_text())
+    invocations = [json.loads(line)["invocation"] for line in (run_dir / "attempts.jsonl").open()]
+    assert progress["trained_out"] == progress["invocation"] == invocations[-1], progress
 
 
 def test_a_run_alone_starts_no_placement_group_cleaner(finished_run: FinishedRun) -> None:

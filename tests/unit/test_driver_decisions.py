@@ -335,3 +335,29 @@ def test_a_run_whose_loss_went_nan_is_said_to_have_diverged_from_that_epoch() ->
         is None
     )
     assert decisions.diverged_line([], lr=0.1) is None
+
+
+@pytest.mark.parametrize(
+    ("progress", "answer"),
+    [
+        ({}, None),  # nothing written yet
+        # A just-in-time checkpoint of this stop, and one left by an earlier stop.
+        ({"invocation": "me", "time": 20.0, "jit": {"reason": "stopped", "step": 7}}, "checkpoint"),
+        ({"invocation": "me", "time": 5.0, "jit": {"reason": "stopped", "step": 7}}, None),
+        ({"invocation": "me", "time": 20.0, "jit": {"reason": "preemption"}}, None),
+        # The workers' loop had ended before the stop was asked (a Ctrl-C as the run ends):
+        # found by a red-team pass, where the driver waited its full 60 s for a checkpoint.
+        ({"invocation": "me", "time": 5.0, "trained_out": "me"}, "trained_out"),
+        ({"invocation": "me", "time": 20.0, "trained_out": "an-earlier-driver"}, None),
+        ({"invocation": "other", "time": 20.0, "trained_out": "other"}, None),
+        # progress.json is the storage's: anything may be in it.
+        ({"invocation": "me", "time": "soon", "jit": {"reason": "stopped"}}, None),
+        ({"invocation": "me", "time": 20.0, "jit": ["stopped"]}, None),
+    ],
+)
+def test_a_stop_is_answered_by_a_checkpoint_of_it_or_by_workers_done_training(
+    progress: dict[str, object], answer: str | None
+) -> None:
+    from app.run.signals import stop_answer
+
+    assert stop_answer(progress, "me", asked=10.0) == answer

@@ -294,6 +294,28 @@ def test_a_finished_run_folder_says_each_figure_with_its_label(tmp_path: Path) -
     assert status.problems == []
 
 
+@pytest.mark.parametrize(
+    ("ended", "error"), [("interrupted", "stopped by Ctrl-C"), ("failed", "x")]
+)
+def test_a_stopped_run_says_its_ending_is_recorded_by_the_rerun(
+    tmp_path: Path, ended: str, error: str
+) -> None:
+    """ "interruptions: none" under "status: stopped" read as a contradiction (found by a
+    red-team pass): an ending becomes an interruption when a rerun resumes after it."""
+    run_dir = tmp_path / "cut"
+    run_folder.write_summary(
+        run_dir, {"status": ended, "run_name": "cut", "error": error, "interruptions": []}
+    )
+    run_folder.start_attempt(
+        run_dir, invocation="a", start_epoch=1, world_size=1, restored_from=None
+    )
+    lines = run_status.read_run(run_dir, now=NOW).lines()
+    said = "  interruptions:   none recorded yet: a rerun records how this one ended"
+    assert said in lines, lines
+    done = run_status.read_run(_finished(tmp_path / "other"), now=NOW).lines()
+    assert not any("recorded yet" in line for line in done), done
+
+
 def test_a_running_run_is_read_from_its_live_records(tmp_path: Path) -> None:
     status = run_status.read_run(_running(tmp_path), now=NOW)
     assert (status.status, status.silent_s) == ("running", 5.0)
