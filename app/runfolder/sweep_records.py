@@ -119,10 +119,21 @@ def stopped_by(scheduler: str, judged: Any, trained: int) -> str:
     return said
 
 
-def best_row(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
-    """The trial with the best metric among those that trained to the end (a stopped trial
-    was judged worse by the scheduler; a failed one has no verdict to trust)."""
-    done = [r for r in rows if r["status"] == "succeeded" and r["best"] is not None]
+def trained_out(row: Mapping[str, Any], epochs: Any) -> bool:
+    """Whether a trial's row says it trained to the end, TRAIN_EPOCHS of them: it succeeded, or
+    the scheduler's stop reached its workers only after the last epoch (short epochs: Ray
+    Train's report returns before Tune judges it). A trial stopped earlier was judged worse by
+    the scheduler on fewer epochs; a failed one has no verdict to trust."""
+    if row.get("status") == "succeeded":
+        return True
+    done, target = row.get("epochs"), epochs
+    counts = all(isinstance(n, int) and not isinstance(n, bool) for n in (done, target))
+    return row.get("status") == "stopped" and counts and 0 < target <= done
+
+
+def best_row(rows: list[dict[str, Any]], metric: str, epochs: int) -> dict[str, Any] | None:
+    """The trial with the best metric among those that trained to the end (`trained_out`)."""
+    done = [r for r in rows if trained_out(r, epochs) and r["best"] is not None]
     if not done:
         return None
     sign = 1 if HIGHER_IS_BETTER[metric] else -1
@@ -162,13 +173,16 @@ def table(record: dict[str, Any]) -> str:
     heads the table above the one exported. sweep.json lies in a folder
     many hands write: a field of another type than trainctl writes is shown as missing, and
     every text is escaped (one_line), so it can neither crash the table nor drive a terminal."""
-    rows = [_shown_row(r) for r in _listed(record.get("trials")) if isinstance(r, dict)]
+    listed = [r for r in _listed(record.get("trials")) if isinstance(r, dict)]
+    rows = [_shown_row(r) for r in listed]
     metric = record_metric(record)
     keys = list(dict.fromkeys(k for r in rows for k in r["values"]))
     head = ["TRIAL", "STATUS", *(k.upper() for k in keys), "EPOCHS", "FINAL", "BEST", "TIME"]
     sign = -1 if HIGHER_IS_BETTER[metric] else 1
+    for shown, row in zip(rows, listed, strict=True):
+        shown["shippable"] = trained_out(row, record.get("epochs"))
     ordered = sorted(
-        rows, key=lambda r: (r["status"] != "succeeded", r["best"] is None, sign * (r["best"] or 0))
+        rows, key=lambda r: (not r["shippable"], r["best"] is None, sign * (r["best"] or 0))
     )
     body = [
         [r["trial"], r["status"], *(r["values"].get(k, "") for k in keys), r["epochs"],

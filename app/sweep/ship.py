@@ -19,6 +19,7 @@ from app.data.schema import DatasetInfo
 from app.export.witness import witnessed
 from app.formatting import finite
 from app.promotion.step import promote_run
+from app.run.resume import restore_epoch_line
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import (
@@ -76,16 +77,22 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
     from app.training.accel import resolve
 
     run_dir = trial.run_dir
+    say = partial(_say_of, run_dir.name)
+    good = checkpoints.scan(run_dir).good
     if trial.signing_key is not None:
         # Tune ends a stopped trial's driver, and Ray Train's controller with it, maybe before
         # the controller witnessed the checkpoint of an epoch the workers trained after the
         # scheduler's verdict: set aside now, with the reason, not left for the next reader.
-        say = partial(_say_of, run_dir.name)
-        witnessed(checkpoints.scan(run_dir).good, trial.signing_key, say)
+        good = witnessed(good, trial.signing_key, say)
     trial, _ = resolve(trial, info)
     before = read_summary(run_dir) or {}
     if before.get("status") == "stopped":
         return
+    # Tune's stop can end the workers between an epoch's checkpoint and its metrics line, as a
+    # killed driver does: the line is written from the checkpoint, or the trial's records
+    # disagreed (two epochs in metrics.jsonl, three in its summary and checkpoints).
+    ended = [ref for ref in good if ref.kind == "epoch"]
+    restore_epoch_line(run_dir, max(ended, key=lambda ref: ref.epoch, default=None), say)
     trained = run_folder.epochs(run_dir)
     summary = build_summary(
         run_dir,

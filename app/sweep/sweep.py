@@ -147,7 +147,7 @@ class _Sweep:
     def write(self, status: str) -> dict[str, Any]:
         s = self.settings
         rows = self.rows()
-        best = results.best_row(rows, s.checkpoint_metric)
+        best = results.best_row(rows, s.checkpoint_metric, s.epochs)
         record = {
             "sweep": s.run_name,
             "sweep_dir": str(s.run_dir),
@@ -465,7 +465,12 @@ def _conclude(
              *failed,
              f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
         )  # fmt: skip
-    _say(f"best: {best['trial']} ({settings.checkpoint_metric} {best['best']:.4f})")
+    said = f"best: {best['trial']} ({settings.checkpoint_metric} {best['best']:.4f})"
+    if best["status"] == "stopped":  # trained out before the scheduler's stop reached it
+        said += (
+            f"; the scheduler's stop reached it after its last epoch: all {settings.epochs} trained"
+        )
+    _say(said)
     try:
         summary = promote_best(settings, per_trial[best["trial"]], info)
     finally:

@@ -189,9 +189,9 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
         _row("trial-0003", "succeeded", 0.9, 0.1),
         _row("trial-0004", "failed", None, 0.2),
     ]
-    assert best_row(rows, "val_accuracy")["trial"] == "trial-0003"  # type: ignore[index]
-    assert best_row(rows, "val_loss")["trial"] == "trial-0001"  # type: ignore[index]
-    assert best_row(rows[1:2], "val_accuracy") is None
+    assert best_row(rows, "val_accuracy", 3)["trial"] == "trial-0003"  # type: ignore[index]
+    assert best_row(rows, "val_loss", 3)["trial"] == "trial-0001"  # type: ignore[index]
+    assert best_row(rows[1:2], "val_accuracy", 3) is None
     assert importance(rows)[0] == "lr"  # model never changes
     # A learning rate that decides everything, beside a weight decay that does not matter
     # (its every value distinct: grouping by value alone would call it decisive).
@@ -224,6 +224,27 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
     # Every figure with four decimals, as the epoch lines say them (0.4 stood beside 0.6167).
     assert lines[0].endswith("best trial-0003 (0.9000)"), lines[0]
     assert lines[2].split()[5:7] == ["0.9000", "0.9000"], lines[2]
+
+
+def test_a_trial_the_stop_reached_after_its_last_epoch_counts_as_trained_to_the_end() -> None:
+    """With short epochs, a trial the scheduler stopped at its epoch-1 rung trained on to
+    TRAIN_EPOCHS before the stop reached its workers, to the best figure of the sweep; the
+    sweep shipped a worse trial, and the table listed the better one below it as if it could
+    not be shipped (found by a red-team pass)."""
+    rows = [
+        _row("trial-0001", "succeeded", 0.86, 0.01),
+        {**_row("trial-0003", "stopped", 0.93, 0.07), "epochs": 3},  # all 3 trained
+        _row("trial-0002", "stopped", 0.99, 0.02),  # stopped at epoch 2 of 3: not shipped
+    ]
+    assert best_row(rows, "val_accuracy", 3)["trial"] == "trial-0003"  # type: ignore[index]
+    assert best_row(rows, "val_accuracy", 4)["trial"] == "trial-0001"  # type: ignore[index]
+    record = {"sweep": "s", "status": "succeeded", "metric": "val_accuracy", "epochs": 3,
+              "trials": rows, "best": rows[1]}  # fmt: skip
+    lines = table(record).splitlines()
+    assert [line.split()[0] for line in lines[2:]] == ["trial-0003", "trial-0001", "trial-0002"]
+    # A record another hand wrote, its epochs not a number: no trial stopped counts.
+    for epochs in ("3", None, True, -1):
+        assert table({**record, "epochs": epochs}).splitlines()[2].startswith("trial-0001")
 
 
 def test_a_damaged_sweep_record_or_trial_is_rebuilt_from_the_trials_folders(
@@ -401,6 +422,33 @@ def test_a_trial_that_trained_past_its_rung_says_which_epoch_the_stop_reached(
         "asha after epoch 1; epoch 2 had trained before the stop reached the workers"
     )
     assert summary["epochs_completed"] == 2
+
+
+def test_a_stopped_trial_whose_last_epoch_has_no_line_gets_it_from_its_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tune's stop ended the workers between epoch 3's checkpoint and its metrics line: the
+    trial's metrics.jsonl said two epochs, its summary and checkpoints three, and `status` put
+    epoch 2's figure beside epoch 3's (found by a red-team pass)."""
+    import json
+
+    from app.runfolder.folder import epochs, record_epoch
+    from app.sweep.ship import mark_stopped
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    for epoch, accuracy in ((1, 0.3), (2, 0.66), (3, 0.93)):
+        run_dir = make_run(tmp_path, "trial-0003", accuracy, epoch=epoch)
+        if epoch < 3:
+            record_epoch(run_dir, {"epoch": epoch, "train_loss": 1.0, "val_loss": 1.0,
+                                   "val_accuracy": accuracy})  # fmt: skip
+    mark_stopped(settings_for(tmp_path, "trial-0003"), {"epoch": 1, "time_s": 2.5}, INFO)
+    lines = epochs(run_dir)
+    assert [(r["epoch"], r["val_accuracy"]) for r in lines] == [(1, 0.3), (2, 0.66), (3, 0.93)]
+    assert lines[-1]["restored_from"] == "checkpoint_epoch_0003"
+    assert "trial-0003: epoch 3 had no line in metrics.jsonl" in capsys.readouterr().out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["epochs_completed"] == 3
+    assert summary["stopped_by"].endswith("epoch 3 had trained before the stop reached the workers")
 
 
 def test_tunes_progress_printer_is_silenced_where_it_printed_raw_lines(
