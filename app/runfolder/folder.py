@@ -422,19 +422,6 @@ def _own(name: str) -> bool:
     return name in OWN_NAMES or name.startswith(OWN_PREFIXES) or name.startswith(".summary")
 
 
-def record_interrupted(run_dir: RunPath, why: str) -> bool:
-    """A run whose driver was ended from outside, before it could say so (a sweep's trial, its
-    driver gone with the sweep's Ray job): a summary still `running` says `interrupted`, and
-    why, as the run's own driver says on Ctrl-C or SIGTERM. Whether it did."""
-    summary = read_summary(run_dir)
-    if summary is None or summary.get("status") != "running":
-        return False
-    summary.update(status="interrupted", error=why)
-    with contextlib.suppress(OSError):  # the sweep's record says it either way
-        write_summary(run_dir, summary)
-    return True
-
-
 def record_invalid(run_dir: RunPath, err: ConfigError, *, own_folder: bool = False) -> None:
     """Where the run folder already exists, leave the reason there; never create it for this,
     unless the caller owns the folder (`own_folder`: a sweep's trial, whose folder is the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from typing import Any
 
@@ -76,6 +77,32 @@ def build_summary(
     if error:
         summary["error"] = error
     return summary
+
+
+def record_interrupted(run_dir: RunPath, why: str) -> bool:
+    """A run whose driver was ended from outside, before it could say so (a sweep's trial, its
+    driver gone with the sweep's Ray job): a summary still `running` says `interrupted`, and
+    why, with the figures its folder holds, as the run's own driver says them on Ctrl-C or
+    SIGTERM. Without them `status` read the trial as none of its epochs trained. The
+    checkpoints are read as their meta.json records them: no weights are hashed while the
+    sweep stops. Whether it did."""
+    summary = run_folder.read_summary(run_dir)
+    if summary is None or summary.get("status") != "running":
+        return False
+    settings = summary.get("settings")
+    metric = settings.get("checkpoint_metric") if isinstance(settings, dict) else None
+    target = summary.get("epochs_target")
+    figures = build_summary(
+        run_dir, status="interrupted", run_name=str(summary.get("run_name", run_dir.name)),
+        target_epochs=target if isinstance(target, int) else 0, settings={}, duration_s=0.0,
+        failures=0, restored_from=None, metric=metric if metric == "val_loss" else "val_accuracy",
+        error=why, good=checkpoints.recorded(run_dir),
+    )  # fmt: skip
+    ran = ("epochs_completed", "metrics", "best", "checkpoint", "interruptions", "curves")
+    summary.update({key: figures[key] for key in ran}, status="interrupted", error=why)
+    with contextlib.suppress(OSError):  # the sweep's record says it either way
+        run_folder.write_summary(run_dir, summary)
+    return True
 
 
 def plot_curves(run_dir: RunPath) -> RunPath | None:

@@ -193,9 +193,13 @@ def table(record: dict[str, Any]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
              for line in [head, *body]]  # fmt: skip
     best = mapping(record.get("best"))
+    said = (
+        f"best {_text(best['trial'])} ({_figure(finite(best.get('best')))})"
+        if "trial" in best
+        else "no trial trained to the end yet"
+    )
     lines.insert(0, f"sweep {_text(record.get('sweep'))}: {_text(record.get('status', '?'))}, "
-                    f"metric {metric}, best {_text(best.get('trial', '-'))} "
-                    f"({_figure(finite(best.get('best')))})")  # fmt: skip
+                    f"metric {metric}, {said}")  # fmt: skip
     promotion = mapping(record.get("promotion")).get("line")
     if promotion:
         lines.append(f"promotion: {_text(promotion)}")

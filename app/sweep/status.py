@@ -10,12 +10,16 @@ from app.formatting import format_duration, shown
 from app.redact import redact
 from app.run.status import STALE_S, read_run
 from app.runfolder.folder import read_sweep
+from app.runfolder.summary import STATUS_WORDS
 from app.runfolder.sweep_records import DONE, SWEEP_FILE, record_metric, table
 from app.settings.tune_plan import TRIAL_NAME, TRIALS_DIR
 from app.storage.location import RunPath
 from app.storage.reading import present
 
 ENDED = (*DONE, "failed")  # a trial row written once the trial had ended
+# A trial read from its folder is said in the sweep's words (summary.json's): an interrupted
+# trial showed as `stopped`, the word of a trial the scheduler stopped and will not resume.
+RECORDED = {word: status for status, word in STATUS_WORDS.items()}
 
 
 def show_sweep(
@@ -76,7 +80,8 @@ def _live(record: dict[str, Any], sweep_dir: RunPath) -> tuple[dict[str, Any], l
             live.append(row)
             continue
         live.append(
-            {**row, "status": run.status, "epochs": run.epochs_completed or 0,
+            {**row, "status": RECORDED.get(run.status, run.status),
+             "epochs": run.epochs_completed or 0,
              "final": (run.last_epoch or {}).get(metric), "best": (run.best or {}).get(metric)}
         )  # fmt: skip
         if run.silent_s is not None and run.silent_s >= STALE_S:

@@ -30,9 +30,9 @@ from app.formatting import counted, finite
 from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
-from app.runfolder import folder as run_folder
 from app.runfolder import sweep_records as results
 from app.runfolder.folder import read_summary, read_sweep, recorded_tracking, refuse_the_other_kind
+from app.runfolder.summary import record_interrupted
 from app.runfolder.sweep_records import DONE, FAILED, HIGHER_IS_BETTER, WARM_START_KEY
 from app.settings import TrainSettings
 from app.settings.tune_continuation import kept_alike, same_trials
@@ -142,7 +142,7 @@ class _Sweep:
         job, before they can record it; each summary then says interrupted, and why, rather
         than `running` for good."""
         for trial in self.trials:
-            run_folder.record_interrupted(results.trial_dir(self.settings.run_dir, trial), why)
+            record_interrupted(results.trial_dir(self.settings.run_dir, trial), why)
 
     def write(self, status: str) -> dict[str, Any]:
         s = self.settings

@@ -543,3 +543,36 @@ def test_a_storage_listing_names_the_run_each_champion_pointer_names(tmp_path: P
     assert "  digits-cnn: v2, run second" in text, text
     record = json.loads(json.dumps(listing.record()))
     assert record["champions"][0] == champion
+
+
+def test_a_sweep_stopped_mid_trial_shows_that_trial_interrupted_with_what_it_trained(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sweep's SIGTERM marked its running trial interrupted by flipping the status alone:
+    `status` then showed it `stopped` (the word of a trial the scheduler stopped, never
+    resumed) with 0 epochs and no figures, and the sweep's best as `- ()`, though its folder
+    held two epochs and their checkpoints (found by a red-team pass)."""
+    from app.runfolder.summary import record_interrupted
+    from tests.promotion_support import make_run
+
+    sweep = tmp_path / "runs" / "nightly"
+    trial = _running(sweep / "trials", "trial-0001")
+    for epoch, loss in ((1, 0.9), (2, 0.5), (3, 0.7)):
+        make_run(sweep / "trials", "trial-0001", 1 - loss, epoch=epoch, loss=loss)
+    assert record_interrupted(trial, "the sweep was stopped by SIGTERM; rerun the sweep to go on")
+    summary = json.loads((trial / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["epochs_completed"] == 3
+    assert summary["best"]["epoch"] == 2 and summary["best"]["val_loss"] == 0.5  # val_loss ranks
+    assert summary["settings"]["checkpoint_metric"] == "val_loss"  # the rest is kept
+    row = {"trial": "trial-0001", "status": "running", "values": {"lr": 0.01}, "epochs": 0}
+    record = {"sweep": "nightly", "status": "interrupted", "metric": "val_loss", "trials": [row]}
+    (sweep / "sweep.json").write_text(json.dumps(record))
+    code, out, err = trainctl(capsys, "status", str(sweep))
+    assert code == EXIT_OK, err
+    lines = out.splitlines()
+    assert (
+        lines[0] == "sweep nightly: interrupted, metric val_loss, no trial trained to the end yet"
+    )
+    assert lines[2].split()[:6] == ["trial-0001", "interrupted", "0.01", "3", "0.7000", "0.5000"]
+    # Only a trial still `running` is marked: an ended one keeps its driver's own words.
+    assert not record_interrupted(trial, "again")
