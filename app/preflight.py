@@ -100,6 +100,7 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
     """`trainctl check`: every check, each verdict printed; ConfigError with all problems."""
     found = Found()
     todo = checks(prepare=False, rows_per_worker=not connect)
+    todo[[name for name, _ in todo].index("storage")] = ("storage", _storage_of_check)
     # Per-class counts (reading a Parquet dataset's label columns again): `check` only.
     todo.insert([name for name, _ in todo].index("steps") + 1, ("classes", _classes))
     todo.append(("promotion", _promotion))
@@ -188,11 +189,13 @@ def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:
 
 
 def _sweep(settings: TrainSettings, found: Found) -> str:
-    from app.runfolder.folder import read_sweep
+    from app.runfolder.folder import read_sweep, refuse_the_other_kind
     from app.runfolder.sweep_records import refuse_planted_trials
     from app.settings.tune_continuation import same_trials
     from app.settings.tune_plan import plan_sweep, unused_settings
 
+    # As `trainctl tune` refuses first: a sweep never continues into a training run's folder.
+    refuse_the_other_kind(settings.run_dir, sweep=True, timeout_s=settings.storage_timeout_s)
     space, trials, per_trial = plan_sweep(settings)
     refuse_planted_trials(settings.run_dir, trials)
     before = read_sweep(settings.run_dir, damaged="`trainctl tune` rebuilds it")
@@ -286,6 +289,17 @@ def _storage(settings: TrainSettings, found: Found) -> str:
     space = "the store reports no free space" if free is None else f"{human_bytes(free)} free"
     refuse_links(settings.run_dir)  # as `train` does before it reads the run folder
     return f"{settings.storage_path} writable, {space}"
+
+
+def _storage_of_check(settings: TrainSettings, found: Found) -> str:
+    """`check`'s storage verdict: also whether `train` would refuse the run folder as a
+    sweep's (`tune` refuses the other way round in the sweep check)."""
+    from app.runfolder.folder import refuse_the_other_kind
+
+    said = _storage(settings, found)
+    if settings.tune_space is None:
+        refuse_the_other_kind(settings.run_dir, sweep=False, timeout_s=settings.storage_timeout_s)
+    return said
 
 
 def _tracking(settings: TrainSettings, found: Found) -> str:

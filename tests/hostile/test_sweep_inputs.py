@@ -165,19 +165,25 @@ def test_a_sweep_into_a_runs_folder_and_a_run_into_a_sweeps_are_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A sweep run into a run's folder hid the run from `status`; a run trained into a
-    sweep's mixed into its records."""
+    sweep's mixed into its records. `check` (the RayJob's first step) refuses each as the
+    command does: it passed both (found by a red-team pass)."""
     sweep_dir = _sweep_env(monkeypatch, tmp_path)
     (sweep_dir / "attempts.jsonl").write_text('{"attempt": 1}\n')  # a run trained here
-    result = trainctl("tune")
-    assert_refused(result, 2, "a training run's folder", "give the sweep another TRAIN_RUN_NAME")
-    assert files_under(sweep_dir) == ["attempts.jsonl"]
+    for command in (["tune"], ["check", "--skip-cluster"]):
+        result = trainctl(*command)
+        assert_refused(
+            result, 2, "a training run's folder", "give the sweep another TRAIN_RUN_NAME"
+        )
+        assert files_under(sweep_dir) == ["attempts.jsonl"]
 
     (sweep_dir / "attempts.jsonl").unlink()
     (sweep_dir / "sweep.json").write_text(json.dumps({"trials": []}))
     monkeypatch.setenv("TRAIN_DATASET", "synthetic")
-    result = trainctl("train")
-    assert_refused(result, 2, "a sweep's folder", "continue the sweep with `trainctl tune`")
-    assert files_under(sweep_dir) == ["sweep.json"]
+    monkeypatch.delenv("TRAIN_TUNE_SPACE")
+    for command in (["train"], ["check", "--skip-cluster"]):
+        result = trainctl(*command)
+        assert_refused(result, 2, "a sweep's folder", "continue the sweep with `trainctl tune`")
+        assert files_under(sweep_dir) == ["sweep.json"]
 
 
 def test_a_trial_whose_model_cannot_take_the_data_is_refused_before_ray(
