@@ -8,7 +8,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -60,30 +60,55 @@ def just_in_time(
     """After SIGTERM: ask this invocation's workers for a just-in-time checkpoint and wait, up
     to `wait_s`, until rank 0 says it is committed (and, where the run `signs`, witnessed).
     Returns what happened, in words."""
+    return just_in_time_each([(run_dir, invocation)], wait_s, signs=signs)[0]
+
+
+def just_in_time_each(
+    runs: Sequence[tuple[RunPath, str]],
+    wait_s: float = JIT_WAIT_S,
+    *,
+    signs: bool = False,
+    ask: Callable[[str], None] | None = None,
+) -> list[str]:
+    """`just_in_time` for several runs at once (a stopped sweep's training trials): every
+    stop asked first, then all awaited together, within one `wait_s`. What happened to each,
+    in words, in `runs`' order. `ask`: how an invocation's workers are asked (Ray's key-value
+    store, which they poll: app/training/checkpoint_watch.py)."""
     from app.runfolder import folder as run_folder
     from app.training.checkpoint_watch import request_stop
 
-    if not run_folder.attempts(run_dir, invocation):
-        return "no just-in-time checkpoint (no worker had started training)"
+    ask = ask or request_stop
+    said: dict[int, str] = {}
     asked = time.time()
-    try:
-        request_stop(invocation)
-    except Exception as err:  # Ray already gone: the last committed checkpoint is what is left
-        return f"no just-in-time checkpoint (Ray is gone: {type(err).__name__})"
+    for index, (run_dir, invocation) in enumerate(runs):
+        if not run_folder.attempts(run_dir, invocation):
+            said[index] = "no just-in-time checkpoint (no worker had started training)"
+            continue
+        try:
+            ask(invocation)
+        except Exception as err:  # Ray already gone: the last committed checkpoint is left
+            said[index] = f"no just-in-time checkpoint (Ray is gone: {type(err).__name__})"
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        progress = run_folder.read_progress(run_dir)
-        answer = stop_answer(progress, invocation, asked)
-        if answer == "trained_out":
-            return TRAINED_OUT
-        if answer == "checkpoint":
-            jit = progress["jit"]
-            said = f"just-in-time checkpoint at step {jit.get('step')}"
-            if isinstance(seconds := jit.get("checkpoint_s"), int | float):
-                said += f" in {seconds:.1f} s"
-            return said + (await_witness(run_dir, jit.get("checkpoint"), deadline) if signs else "")
+    while len(said) < len(runs) and time.monotonic() < deadline:
+        for index, (run_dir, invocation) in enumerate(runs):
+            if index in said:
+                continue
+            progress = run_folder.read_progress(run_dir)
+            answer = stop_answer(progress, invocation, asked)
+            if answer == "trained_out":
+                said[index] = TRAINED_OUT
+            elif answer == "checkpoint":
+                said[index] = _checkpoint_line(run_dir, progress["jit"], deadline, signs)
         time.sleep(0.2)
-    return f"no just-in-time checkpoint within {wait_s:.0f} s; the last committed one stays"
+    missed = f"no just-in-time checkpoint within {wait_s:.0f} s; the last committed one stays"
+    return [said.get(index, missed) for index in range(len(runs))]
+
+
+def _checkpoint_line(run_dir: RunPath, jit: dict[str, Any], deadline: float, signs: bool) -> str:
+    said = f"just-in-time checkpoint at step {jit.get('step')}"
+    if isinstance(seconds := jit.get("checkpoint_s"), int | float):
+        said += f" in {seconds:.1f} s"
+    return said + (await_witness(run_dir, jit.get("checkpoint"), deadline) if signs else "")
 
 
 # Said when the stop came after the workers' last epoch (a Ctrl-C as the run ends): no step is

@@ -87,6 +87,21 @@ def trial_row(
     }
 
 
+def training_trials(sweep_dir: RunPath, trials: list[T]) -> list[tuple[T, RunPath, str]]:
+    """The trials whose drivers are training (their summary says `running`), each with its
+    folder and its newest worker group's invocation (attempts.jsonl): what a stop asks for a
+    just-in-time checkpoint by."""
+    found = []
+    for trial in trials:
+        folder = trial_dir(sweep_dir, trial)
+        summary = run_folder.read_summary(folder) or {}
+        starts = run_folder.read_jsonl(folder / run_folder.ATTEMPTS_FILE)
+        invocation = starts[-1].get("invocation") if starts else None
+        if summary.get("status") == "running" and isinstance(invocation, str):
+            found.append((trial, folder, invocation))
+    return found
+
+
 def recorded_stopped(before: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """sweep.json's `stopped`: the trials the scheduler stopped, and when."""
     return {k: v for k, v in mapping(before.get("stopped")).items() if isinstance(v, dict)}

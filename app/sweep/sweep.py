@@ -29,7 +29,7 @@ from app.errors import RunFailed
 from app.formatting import counted, finite
 from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
-from app.run.signals import SIGTERM_SEEN, sigterm_interrupts
+from app.run.signals import SIGTERM_SEEN, just_in_time_each, sigterm_interrupts
 from app.runfolder import sweep_records as results
 from app.runfolder.folder import read_summary, read_sweep, recorded_tracking, refuse_the_other_kind
 from app.runfolder.summary import record_interrupted
@@ -97,6 +97,8 @@ def _tune_until_sigterm(
             _tune(settings, sweep, todo, per_trial, pinned)
         except KeyboardInterrupt:
             by = "Ctrl-C" if not SIGTERM_SEEN.is_set() else "SIGTERM"
+            if SIGTERM_SEEN.is_set():
+                sweep.checkpoint_training()
             sweep.interrupt_running(f"the sweep was stopped by {by}; rerun the sweep to go on")
             sweep.write("interrupted")
             sweep.parent.finish("incomplete", None)
@@ -136,6 +138,18 @@ class _Sweep:
         return [
             results.trial_row(self.settings.run_dir, t, metric, self.stopped) for t in self.trials
         ]
+
+    def checkpoint_training(self) -> None:
+        """After SIGTERM (an evicted head), as a run's driver does: each training trial's
+        workers asked for a just-in-time checkpoint, all awaited together within JIT_WAIT_S.
+        Ray Tune leaves its trials running while a KeyboardInterrupt unwinds it (it cleans up
+        on an Exception only); they end with this driver's Ray job. Without it, each resumed
+        from its last committed checkpoint and trained the steps after it again."""
+        training = results.training_trials(self.settings.run_dir, self.trials)
+        runs = [(folder, invocation) for _, folder, invocation in training]
+        signs = self.settings.signing_key is not None
+        for (trial, _, _), line in zip(training, just_in_time_each(runs, signs=signs), strict=True):
+            _say(f"{trial.trial_id}: {line}")
 
     def interrupt_running(self, why: str) -> None:
         """The trials training when the sweep stopped: their drivers end with the sweep's Ray

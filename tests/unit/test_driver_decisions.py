@@ -3,6 +3,7 @@ train, how an ending is classified, and what the summary says (app/run/decisions
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -361,3 +362,49 @@ def test_a_stop_is_answered_by_a_checkpoint_of_it_or_by_workers_done_training(
     from app.run.signals import stop_answer
 
     assert stop_answer(progress, "me", asked=10.0) == answer
+
+
+def test_a_stop_asks_every_run_first_then_awaits_them_together(tmp_path: Path) -> None:
+    """A stopped sweep's training trials, each asked for a just-in-time checkpoint, as a run's
+    driver asks its own; before, a SIGTERM'd sweep asked none, and each trial resumed from its
+    last committed checkpoint and trained the steps after it again (found by a red-team pass).
+    The workers are played by what their rank 0 writes (app/training/loop.py): progress.json."""
+    from app.run.signals import TRAINED_OUT, just_in_time_each
+    from app.runfolder import folder as run_folder
+
+    runs = []
+    for name in ("checkpoints", "trained-out", "silent", "never-started"):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        if name != "never-started":
+            run_folder.start_attempt(
+                run_dir, invocation=name, start_epoch=1, world_size=2, restored_from=None
+            )
+        runs.append((run_dir, name))
+    asked: list[str] = []
+
+    def workers(invocation: str) -> None:
+        asked.append(invocation)
+        run_dir = tmp_path / invocation
+        if invocation == "checkpoints":
+            jit = {"reason": "stopped", "step": 412, "checkpoint_s": 1.5}
+            run_folder.write_progress(run_dir, invocation, epoch=3, step=412, jit=jit)
+        elif invocation == "trained-out":
+            run_folder.write_progress(run_dir, invocation, trained_out=invocation)
+
+    began = time.monotonic()
+    lines = just_in_time_each(runs, wait_s=2.0, ask=workers)
+    assert asked == ["checkpoints", "trained-out", "silent"]  # each asked once, none twice
+    assert lines == [
+        "just-in-time checkpoint at step 412 in 1.5 s",
+        TRAINED_OUT,
+        "no just-in-time checkpoint within 2 s; the last committed one stays",
+        "no just-in-time checkpoint (no worker had started training)",
+    ]
+    assert time.monotonic() - began < 60  # one shared wait, not one per run
+
+    def gone(invocation: str) -> None:
+        raise ConnectionError("the cluster is gone")
+
+    said = just_in_time_each(runs[:1], wait_s=2.0, ask=gone)
+    assert said == ["no just-in-time checkpoint (Ray is gone: ConnectionError)"]

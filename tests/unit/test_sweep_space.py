@@ -347,6 +347,7 @@ def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
         write=recorded.append,
         parent=SimpleNamespace(finish=lambda *_: recorded.append("closed")),
         interrupt_running=lambda why: recorded.append(why),
+        checkpoint_training=lambda: recorded.append("just-in-time checkpoints asked"),
     )
 
     def pressed(*_: object) -> None:
@@ -368,11 +369,20 @@ def test_a_sweep_stopped_by_ctrl_c_or_sigterm_says_its_folder_is_consistent(
         raise signals.StopForSigterm("SIGTERM")
 
     monkeypatch.setattr(sweep_module, "_tune", terminated)
+    recorded.clear()
     try:
         with pytest.raises(sweep_module.Interrupted, match="stopped by SIGTERM; sweep folder"):
             sweep_module._tune_until_sigterm(BASE, record, [], {}, None)  # type: ignore[arg-type]
     finally:
         signals.SIGTERM_SEEN.clear()
+    # SIGTERM (an evicted head) asks the training trials for just-in-time checkpoints first,
+    # as a run's driver does; a trial resumed from its last committed one (a red-team pass).
+    assert recorded == [
+        "just-in-time checkpoints asked",
+        "the sweep was stopped by SIGTERM; rerun the sweep to go on",
+        "interrupted",
+        "closed",
+    ]
 
 
 def test_a_stopped_trial_records_the_settings_and_hours_it_trained_with(tmp_path: Path) -> None:
@@ -740,3 +750,24 @@ def test_an_incomplete_sweep_judges_its_best_then_exits_1_naming_each_trial_left
     record = read_sweep(settings.run_dir)
     assert record is not None and record["status"] == "incomplete"
     assert record["best"]["trial"] == "trial-0001" and record["promoted"] is True
+
+
+def test_the_trials_a_stop_asks_for_checkpoints_are_those_training(tmp_path: Path) -> None:
+    """Each with its newest worker group's invocation: what its workers answer a stop by."""
+    from app.runfolder import folder as run_folder
+    from app.runfolder.sweep_records import training_trials
+
+    trials = [Trial(n, {"lr": 0.01 * n}) for n in (1, 2, 3, 4)]
+    for trial, status, starts in (
+        (trials[0], "running", ["first", "second"]),  # resumed once: the second group trains
+        (trials[1], "succeeded", ["done"]),
+        (trials[2], "running", []),  # its driver started, no worker group yet
+    ):
+        folder = tmp_path / "trials" / trial.trial_id
+        run_folder.write_summary(folder, {"status": status})
+        for invocation in starts:
+            run_folder.start_attempt(
+                folder, invocation=invocation, start_epoch=1, world_size=1, restored_from=None
+            )
+    found = training_trials(tmp_path, trials)
+    assert found == [(trials[0], tmp_path / "trials" / "trial-0001", "second")]
