@@ -610,7 +610,10 @@ def show_listing(listing: Listing, echo: Callable[[str], None], as_json: bool, l
     if as_json:
         echo(json.dumps(listing.record(), indent=2))
     else:
-        echo(table(listing.runs) if listing.runs else f"No run folders in {listing.root}.")
+        if listing.runs:
+            echo(table(listing.runs))
+        elif not listing.sweeps:  # sweeps alone are listed below, not "no run folders"
+            echo(f"No run folders in {listing.root}.")
         for note in listing_notes(listing, limit):
             echo(note)
         for run in listing.runs:  # below the table, as `trainctl status` does for RayJobs

@@ -417,6 +417,7 @@ def test_a_storage_folder_names_the_sweeps_it_holds(
     assert "  nightly: incomplete, 2 of 3 trials ended, best trial-0001 (val_loss 0.2100)" in lines
     assert "  weekly: sweep.json unreadable" in lines, out
     assert "without run records" not in out and "damaged" not in out + err, out
+    assert "No run folders" not in out, out  # it went on to list two sweeps (a red-team pass)
     code, out, err = trainctl(capsys, "status", "--storage", str(storage), "--json")
     listing = json.loads(out)
     assert sorted(listing["sweeps"]) == ["nightly", "weekly"] and listing["not_run_folders"] == 0
