@@ -501,13 +501,13 @@ def predict_cmd(
     from app.settings.env import run_location, settings_environ, storage_access
 
     env = settings_environ()  # read once: the champion is looked up where its export is read
-    endpoint, _ = storage_access(env)
+    endpoint, timeout = storage_access(env)
     card_sha256 = None
     if target.startswith("champion:"):
         model, pointer, _ = _champion(target.removeprefix("champion:"), env, endpoint)
         card_sha256 = str(pointer["card_sha256"])
     else:
-        model = _sweeps_best(run_location(target, env), "predicting with")
+        model = _sweeps_best(run_location(target, env), "predicting with", timeout)
     if takes_batch_path(images, out, pool=gpus or actors is not None):
         from app.evaluation.scoring import ScoringOptions
 
@@ -516,7 +516,7 @@ def predict_cmd(
         )
         result = batch_predict(
             model, images, top_k, out=out, options=options, strict=strict,
-            endpoint=endpoint, card_sha256=card_sha256, overwrite=overwrite,
+            endpoint=endpoint, card_sha256=card_sha256, overwrite=overwrite, timeout=timeout,
         )  # fmt: skip
         found = result.predictions
         if out is not None and (found or not result.skipped):
@@ -538,7 +538,7 @@ def predict_cmd(
     else:
         from app.export.predict import predict
 
-        found = predict(model, images, top_k, endpoint, card_sha256)
+        found = predict(model, images, top_k, endpoint, card_sha256, timeout)
     if as_json:
         click.echo(json.dumps({"predictions": [p.record() for p in found]}, indent=2))
     else:
@@ -606,12 +606,19 @@ def _holds_card(run_dir: RunPath, card_sha256: str) -> bool:
     return True
 
 
-def _sweeps_best(where: RunPath, doing: str) -> RunPath:
+def _sweeps_best(where: RunPath, doing: str, timeout: float) -> RunPath:
     """`where` itself, or where it is a sweep's folder, its best trial (the one the sweep
-    exported), said on stderr ("X is a sweep: <doing> its best trial, ...")."""
+    exported), said on stderr ("X is a sweep: <doing> its best trial, ..."). A bucket answers
+    within `timeout` (TRAIN_STORAGE_TIMEOUT_S) or is refused naming its store: a store down or
+    silent read as no sweep after a minute of the client's retries."""
+    import contextlib
+
     from app.export.card import sweep_best_trial
     from app.formatting import shown
+    from app.storage.entries import kind_within
 
+    with contextlib.suppress(NotADirectoryError):  # a file on the way: the caller names it
+        kind_within(where, "RUN_OR_EXPORT", timeout)
     best = sweep_best_trial(where)
     if best is None:
         return where
@@ -662,10 +669,10 @@ def evaluate_cmd(
     from app.settings.env import run_location, settings_environ, storage_access
 
     env = settings_environ()
-    endpoint, _ = storage_access(env)
+    endpoint, timeout = storage_access(env)
     if run_dir.startswith("champion:"):
         raise _champion_is_a_run(run_dir.removeprefix("champion:"), env, endpoint)
-    run = _sweeps_best(run_location(run_dir, env), "evaluating")  # its eval/ is the trial's
+    run = _sweeps_best(run_location(run_dir, env), "evaluating", timeout)  # eval/: the trial's
     options = ScoringOptions(
         batch_size=batch_size, actors=actors, gpus=gpus, cpus_per_actor=cpus_per_actor
     )

@@ -41,6 +41,7 @@ from app.storage.location import (
     store_errors,
     write_atomic,
 )
+from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.reading import present
 
 if TYPE_CHECKING:
@@ -129,11 +130,13 @@ def batch_predict(
     endpoint: str | None = None,
     card_sha256: str | None = None,
     overwrite: bool = False,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> BatchResult:
     """`endpoint`: TRAIN_STORAGE_ENDPOINT, for a target, images or `out` in an S3-compatible
-    store; `card_sha256`: what the export's card must hash to (a champion pointer's)."""
+    store; `card_sha256`: what the export's card must hash to (a champion pointer's);
+    `timeout`: TRAIN_STORAGE_TIMEOUT_S, for the target's first answer."""
     destination = output_location(out, endpoint, overwrite) if out is not None else None
-    folder, root = export_folder(target)
+    folder, root = export_folder(target, timeout)
     with store_errors(folder, "RUN_OR_EXPORT"):
         export = verified(folder, root, card_sha256)
     groups, not_images = [], 0

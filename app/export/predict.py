@@ -27,8 +27,9 @@ from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
 from app.errors import ConfigError
 from app.export.card import CARD_FILE, EXPORT_DIR, WEIGHTS_FILE, Verified, verified
 from app.formatting import shown
-from app.storage.entries import Kind, kind
+from app.storage.entries import Kind, kind_within
 from app.storage.location import RunPath
+from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.reading import present, read_bounded
 
 MAX_TOP_K = 1000
@@ -62,10 +63,12 @@ def predict(
     top_k: int,
     endpoint: str | None = None,
     card_sha256: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> list[Prediction]:
     """`target`: a run folder or its export/ (app/settings/env.run_location); `endpoint`:
     TRAIN_STORAGE_ENDPOINT, for images in an S3-compatible store; `card_sha256`: what the
-    export's card must hash to (a champion pointer's)."""
+    export's card must hash to (a champion pointer's); `timeout`: TRAIN_STORAGE_TIMEOUT_S, for
+    a bucket's first answer."""
     if not 1 <= top_k <= MAX_TOP_K:
         raise ConfigError(f"--top-k {top_k}: must be 1..{MAX_TOP_K}")
     # As batch prediction refuses them: a lone surrogate in --json is not JSON a strict reader
@@ -74,7 +77,7 @@ def predict(
         raise ConfigError([f"{shown(image)}: its name is not UTF-8; {NOT_UTF8}" for image in bad])
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
-    folder, root = export_folder(target)
+    folder, root = export_folder(target, timeout)
     export = verified(folder, root, card_sha256)
     card = export.card
     first = input_batch(chunks[0], card)  # a bad first image is named before anything loads
@@ -85,12 +88,14 @@ def predict(
     return found
 
 
-def export_folder(where: RunPath) -> tuple[RunPath, RunPath]:
+def export_folder(where: RunPath, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[RunPath, RunPath]:
     """The export folder `where` names (an export folder, or a run folder holding export/),
     local or in a bucket, and the folder below which its files are opened: `where` itself, so
     that neither export/ nor a file in it is read through a link."""
     try:
-        found = kind(where)
+        # A bucket's first request answers within its deadline, or the refusal names the store
+        # and what to fix: a store down was an internal error, a silent one a two-minute wait.
+        found = kind_within(where, "RUN_OR_EXPORT", timeout)
     except NotADirectoryError:  # a file on the way: named as the card not found below
         found = None
     if found is Kind.FILE:  # it read <file>/export/model_card.json
