@@ -98,22 +98,33 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     as_path = storage_location(run, f"run {redact(run)!r}", endpoint)
     if _asked(is_dir_within, as_path / LOGS_DIR, "RUN", timeout):
         return not_a_link(as_path)
+    if "/" in run:  # a path or URI: never looked up again as a name under the storage
+        _refuse_a_sweep(as_path, run, timeout)
+        raise ConfigError(
+            f"run {redact(run)!r}: {as_path} is no run folder with logs (it has no "
+            f"{LOGS_DIR}/ folder); give a run folder's path, or a run's name with --storage"
+        )
     if storage is None:
         storage = storage_path_setting(env)
     candidate = storage_location(storage, f"--storage {redact(storage)}", endpoint) / run
     for folder in (as_path, candidate):
-        if _asked(present_within, folder / SWEEP_FILE, "RUN", timeout):  # its trials have logs
-            raise ConfigError(
-                f"run {redact(run)!r}: {folder} is a sweep's folder; each trial is a run with "
-                f"its own logs: trainctl logs {folder / TRIALS_DIR}/<trial> (`trainctl status "
-                f"{folder}` lists them)"
-            )
+        _refuse_a_sweep(folder, run, timeout)
     if _asked(is_dir_within, candidate, "--storage", timeout):
         return not_a_link(candidate)
     raise ConfigError(
         f"run {redact(run)!r}: neither {as_path} nor {candidate} is a run folder with logs; "
         "give the run folder's path, or --storage where the volume is mounted"
     )
+
+
+def _refuse_a_sweep(folder: RunPath, run: str, timeout: float) -> None:
+    """A sweep's folder has no logs of its own: ConfigError naming where its trials' are."""
+    if _asked(present_within, folder / SWEEP_FILE, "RUN", timeout):  # its trials have logs
+        raise ConfigError(
+            f"run {redact(run)!r}: {folder} is a sweep's folder; each trial is a run with "
+            f"its own logs: trainctl logs {folder / TRIALS_DIR}/<trial> (`trainctl status "
+            f"{folder}` lists them)"
+        )
 
 
 def _asked(

@@ -21,6 +21,7 @@ from app.runfolder import log_capture as run_logs
 from app.runfolder import log_reader
 from app.storage import safe_fs
 from tests.hostile.support import assert_refused, trainctl
+from tests.s3_support import S3Server
 
 REPO = Path(app.__file__).resolve().parents[1]
 MiB = 1 << 20
@@ -248,3 +249,21 @@ def test_logs_of_a_sweep_point_to_its_trials(tmp_path: Path) -> None:
     assert_refused(
         result, 2, "is a sweep's folder", f"trainctl logs {tmp_path / 'sweep' / 'trials'}/<trial>"
     )
+
+
+def test_a_run_given_by_its_uri_is_never_looked_up_again_under_the_storage(
+    monkeypatch: pytest.MonkeyPatch, s3_server: S3Server
+) -> None:
+    """A URI that held no run was looked up again as a name under TRAIN_STORAGE_PATH, and the
+    refusal named `s3://b/runs/s3://b/runs/nope/sweep.json: Empty path component` (found by a
+    red-team pass)."""
+    bucket = s3_server.bucket("logs-by-uri")
+    bucket.write("runs/r1/summary.json", b"{}")
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", s3_server.endpoint)
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://logs-by-uri/runs")
+    for run in ("s3://logs-by-uri/runs/nope", "s3://logs-by-uri/runs/r1"):
+        result = trainctl("logs", run)
+        assert_refused(
+            result, 2, f"run '{run}': {run} is no run folder with logs (it has no logs/ folder)"
+        )
+        assert "s3://logs-by-uri/runs/s3:" not in result.text and "Empty path" not in result.text
