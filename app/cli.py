@@ -504,7 +504,7 @@ def predict_cmd(
     endpoint, timeout = storage_access(env)
     card_sha256 = None
     if target.startswith("champion:"):
-        model, pointer, _ = _champion(target.removeprefix("champion:"), env, endpoint)
+        model, pointer, _ = _champion(target.removeprefix("champion:"), env, endpoint, timeout)
         card_sha256 = str(pointer["card_sha256"])
     else:
         model = _sweeps_best(run_location(target, env), "predicting with", timeout)
@@ -547,7 +547,7 @@ def predict_cmd(
 
 
 def _champion(
-    name: str, env: Mapping[str, str], endpoint: str | None
+    name: str, env: Mapping[str, str], endpoint: str | None, timeout: float
 ) -> tuple[RunPath, dict[str, Any], RunPath]:
     """(the champion's export folder, the pointer that names it, the storage folder holding
     both), from TRAIN_STORAGE_PATH (through `endpoint`, TRAIN_STORAGE_ENDPOINT, for an
@@ -556,6 +556,7 @@ def _champion(
     from app.promotion.champion import PointerDamaged, champion_export
     from app.settings.env import storage_location, storage_path_setting
     from app.settings.model import champion_ref
+    from app.storage.entries import bucket_there
 
     try:
         name = champion_ref(f"champion:{name}").name  # a TRAIN_MODEL_NAME, nothing else
@@ -565,17 +566,21 @@ def _champion(
     try:
         copy, pointer = champion_export(storage, name, endpoint)
     except PointerDamaged as err:
+        # "No champion yet" where the bucket itself is missing or silent would mislead.
+        bucket_there(storage, "TRAIN_STORAGE_PATH", timeout)
         raise ConfigError(f"champion:{name}: {err}") from None
     return copy, pointer, storage
 
 
-def _champion_is_a_run(name: str, env: Mapping[str, str], endpoint: str | None) -> Exception:
+def _champion_is_a_run(
+    name: str, env: Mapping[str, str], endpoint: str | None, timeout: float
+) -> Exception:
     """`evaluate champion:NAME`: evaluate writes its report into a run folder's eval/, so it
     takes the champion's run, which this names (predict takes champion:NAME itself)."""
     from app.errors import ConfigError
     from app.formatting import one_line
 
-    _, pointer, storage = _champion(name, env, endpoint)  # a champion there, pointer and copy
+    _, pointer, storage = _champion(name, env, endpoint, timeout)  # a champion: pointer, copy
     run = one_line(str(pointer.get("run_name") or "?"), 100)  # another writer's text
     said = (
         f"champion:{name}: evaluate scores a run's export and writes its report into that "
@@ -671,7 +676,7 @@ def evaluate_cmd(
     env = settings_environ()
     endpoint, timeout = storage_access(env)
     if run_dir.startswith("champion:"):
-        raise _champion_is_a_run(run_dir.removeprefix("champion:"), env, endpoint)
+        raise _champion_is_a_run(run_dir.removeprefix("champion:"), env, endpoint, timeout)
     run = _sweeps_best(run_location(run_dir, env), "evaluating", timeout)  # eval/: the trial's
     options = ScoringOptions(
         batch_size=batch_size, actors=actors, gpus=gpus, cpus_per_actor=cpus_per_actor

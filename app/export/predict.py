@@ -27,7 +27,7 @@ from app.data.image_decode import MAX_FILE_BYTES, ImageError, decode_image
 from app.errors import ConfigError
 from app.export.card import CARD_FILE, EXPORT_DIR, WEIGHTS_FILE, Verified, verified
 from app.formatting import shown
-from app.storage.entries import Kind, kind_within
+from app.storage.entries import Kind, bucket_there, kind_within
 from app.storage.location import RunPath
 from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.reading import present, read_bounded
@@ -104,6 +104,7 @@ def export_folder(where: RunPath, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[R
             f"{CARD_FILE} says which files to load"
         )
     if found is None:  # it said "<where>/export: no model_card.json"
+        bucket_there(where, "RUN_OR_EXPORT", timeout)
         raise ConfigError(
             f"{shown(where)}: no such run or export folder; give a run folder, its "
             f"{EXPORT_DIR}/ folder, or champion:<name>"

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 from app.storage import safe_fs
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath
-from app.storage.probe import DEFAULT_TIMEOUT_S, probe
+from app.storage.probe import DEFAULT_TIMEOUT_S, probe, reachable
 
 
 class Kind(enum.Enum):
@@ -83,6 +83,13 @@ def kind_within(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S
     if isinstance(path, ObjectPath):
         return probe(path, variable, seconds, lambda: kind(path.with_budget(seconds)))
     return kind(path)
+
+
+def bucket_there(path: RunPath, variable: str, seconds: float = DEFAULT_TIMEOUT_S) -> None:
+    """Where nothing was found at `path`: in a bucket, StoreUnavailable naming a bucket that
+    does not exist (a typo in its name read as no such run folder, or no champion yet)."""
+    if isinstance(path, ObjectPath):
+        reachable(path, variable, seconds)
 
 
 def refuse_link(path: RunPath, root: RunPath | None = None) -> Kind | None:

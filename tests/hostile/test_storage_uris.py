@@ -235,3 +235,29 @@ def test_logs_never_prints_a_secret_given_in_storage_or_run(tmp_path: Path) -> N
         assert_refused(result, 2, "credentials do not belong")
         for part in AWS_SECRET_SHAPE.split("/"):
             assert part not in result.text, result.text
+
+
+def test_a_missing_bucket_is_named_not_read_as_no_run_or_no_champion_yet(
+    monkeypatch: pytest.MonkeyPatch, s3_server: S3Server
+) -> None:
+    """A typo in a bucket's name read as "no such run or export folder", and under
+    `champion:` as "there is no champion there yet" (found by a red-team pass)."""
+    s3_server.bucket("models-here")
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", s3_server.endpoint)
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://modles-here/runs")  # the typo
+    missing = "bucket 'modles-here' does not exist (create it, or fix the name)"
+    for args in (
+        ("predict", "champion:pets", "x.png"),
+        ("predict", "s3://modles-here/runs/r1", "x.png"),
+        ("predict", "s3://modles-here/runs/r1", "x.png", "--out", "p.csv"),
+        ("evaluate", "champion:pets"),
+    ):
+        result = trainctl(*args)
+        assert_refused(result, 2, missing)
+        assert "no champion" not in result.text and "no such run" not in result.text
+    # The bucket there, nothing in it: said as before.
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://models-here/runs")
+    result = trainctl("predict", "champion:pets", "x.png")
+    assert_refused(result, 2, "no champion pets (no pointer there)")
+    result = trainctl("predict", "s3://models-here/runs/r1", "x.png")
+    assert_refused(result, 2, "no such run or export folder")
