@@ -313,3 +313,24 @@ def test_a_name_near_the_file_systems_limit_is_written_whole(tmp_path: Path) -> 
     assert conditional.create(tmp_path / ("m" * 250), b"x", tmp_path)
     assert len(safe_fs.temporary_name("n" * 255)) <= 255
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m" * 250, name]  # nothing left over
+
+
+def test_a_key_no_path_names_is_passed_over_and_counted(bucket: Bucket) -> None:
+    """S3 keys may hold "//" or "." and ".." segments; pyarrow's client reads another key for
+    them or refuses the name. Listed as files, they were refused partway through a prediction
+    as "does not exist" (the object was there) or "Empty path component", and in a dataset
+    past the files `check` samples (found by a red-team pass)."""
+    import urllib.request
+
+    from app.storage.buckets import locate
+    from tests.support import open_local
+
+    bucket.write("data/train/cat/1.png", b"img")
+    for key in ("data/train/cat//2.png", "data/train/cat/./3.png", "data/train/dog/../4.png"):
+        # Written as S3 stores any key: one PUT of that path, not normalised by a client.
+        put = urllib.request.Request(f"{bucket.endpoint}/{bucket.name}/{key}", b"img", method="PUT")
+        with open_local(put, timeout=10) as answer:
+            assert answer.status == 200
+    tree = walk(locate(f"s3://{bucket.name}/data", bucket.endpoint), "train", 60.0)
+    assert tree.files == [(("cat", "1.png"), "train/cat/1.png")]
+    assert tree.others == 3
