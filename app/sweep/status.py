@@ -14,7 +14,7 @@ from app.runfolder.summary import STATUS_WORDS
 from app.runfolder.sweep_records import DONE, SWEEP_FILE, record_metric, table
 from app.settings.tune_plan import TRIAL_NAME, TRIALS_DIR
 from app.storage.location import RunPath
-from app.storage.reading import present
+from app.storage.reading import present_within
 
 ENDED = (*DONE, "failed")  # a trial row written once the trial had ended
 # A trial read from its folder is said in the sweep's words (summary.json's): an interrupted
@@ -31,13 +31,15 @@ def show_sweep(
 
     if target is None or target in ("", ".", ".."):
         return False
-    endpoint, _ = storage_access(settings_environ())
+    endpoint, timeout = storage_access(settings_environ())
     if storage is not None and "/" not in target and "://" not in target:
         path = storage_location(storage, f"--storage {redact(storage)}", endpoint) / target
     else:
         path = storage_location(target, f"RUN_DIR {redact(target)!r}", endpoint)
     try:
-        if not present(path / SWEEP_FILE):
+        # Within the deadline: a silent store was asked for a minute of the client's retries
+        # here, then refused by the run folder's reading as silent "within 10 s".
+        if not present_within(path / SWEEP_FILE, "RUN_DIR", timeout):
             return False
     except (OSError, ValueError):
         return False

@@ -54,6 +54,7 @@ def _endpoint(server: socket.socket) -> str:
         ("predict", "s3://b-1/runs/r", "x.png"),
         ("predict", "s3://b-1/runs/r", "x.png", "--out", "p.csv"),
         ("evaluate", "s3://b-1/runs/r", "--split", "valid"),
+        ("status", "s3://b-1/runs/r"),  # it said "within 1 s" after a minute's retries
     ],
     ids=lambda c: "-".join(c[:1] + c[3:4]),
 )
