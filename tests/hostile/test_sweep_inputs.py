@@ -360,3 +360,22 @@ def test_a_space_with_a_tab_is_said_in_one_line_with_its_place(
     result = trainctl("tune")
     assert_refused(result, 2, "not YAML (line 2, column 1: found character", "never tabs")
     assert "<unicode string>" not in result.text
+
+
+def test_a_grace_period_asha_never_ends_is_warned_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TRAIN_TUNE_GRACE_PERIOD=5 beside TRAIN_EPOCHS=2 was accepted without a word: ASHA
+    then stops no trial (found by a red-team pass)."""
+    _sweep_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("TRAIN_EPOCHS", "2")
+    monkeypatch.setenv("TRAIN_TUNE_GRACE_PERIOD", "5")
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0, result.text
+    assert "WARN  sweep: 2 trials over lr (asha)" in result.out, result.text
+    assert "TRAIN_TUNE_GRACE_PERIOD=5 is not below TRAIN_EPOCHS=2: ASHA judges" in result.out
+    for grace, scheduler in (("1", "asha"), ("5", "random")):  # ASHA can stop; no ASHA
+        monkeypatch.setenv("TRAIN_TUNE_GRACE_PERIOD", grace)
+        monkeypatch.setenv("TRAIN_TUNE_SCHEDULER", scheduler)
+        result = trainctl("check", "--skip-cluster")
+        assert "GRACE_PERIOD" not in result.out, result.text
