@@ -102,6 +102,12 @@ def training_trials(sweep_dir: RunPath, trials: list[T]) -> list[tuple[T, RunPat
     return found
 
 
+def checkpointed(sweep_dir: RunPath, trial: Trial) -> bool:
+    """Whether the trial's folder holds a checkpoint its next start resumes from (as its meta
+    records it; the start verifies it)."""
+    return bool(checkpoints.recorded(trial_dir(sweep_dir, trial)))
+
+
 def recorded_stopped(before: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """sweep.json's `stopped`: the trials the scheduler stopped, and when."""
     return {k: v for k, v in mapping(before.get("stopped")).items() if isinstance(v, dict)}

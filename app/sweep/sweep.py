@@ -71,11 +71,13 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
         sweep.extra[WARM_START_KEY] = warm_record
     if pinned is not None:
         _say(f"every trial starts from {pinned.described}")
+    # A rerun's trials that checkpointed resume where they stopped, each from its own folder.
+    resuming = sum(bool(results.checkpointed(sweep_dir, trial)) for trial in todo)
     _say(
         f"sweep {settings.run_name}: {counted(len(trials), 'trial')}, "
-        f"{len(trials) - len(todo)} done, "
-        f"{len(todo)} to train ({settings.tune_scheduler}, {settings.checkpoint_metric}) in "
-        f"{sweep_dir}"
+        f"{len(trials) - len(todo)} done, {len(todo)} to train"
+        + (f" ({resuming} resuming from their checkpoints)" if resuming else "")
+        + f" ({settings.tune_scheduler}, {settings.checkpoint_metric}) in {sweep_dir}"
     )
     if todo:
         ready.join_cluster()  # joins or starts Ray; one trial must fit

@@ -55,6 +55,7 @@ class Sweep:
     cleaners_started: int = 0  # Ray Train's placement-group cleaners the rerun's trials started
     signing_key: Path | None = None
     trial_driver_nodes: list[str | None] = field(default_factory=list)  # Tune's trial actors' nodes
+    checkpointed_before_rerun: list[str] = field(default_factory=list)  # holding a checkpoint
     head_node: str = ""
 
 
@@ -102,6 +103,9 @@ def sweep(
             run.killed_code = driver.wait(timeout=60)
         run.finished_before_kill = _finished(run.sweep_dir)
         run.attempts_before_kill = {t: _attempts(run.sweep_dir / "trials" / t) for t in TRIALS}
+        run.checkpointed_before_rerun = [
+            t for t in TRIALS if list((run.sweep_dir / "trials" / t).glob("checkpoint_*/meta.json"))
+        ]
 
         cleaners = placement_group_cleaners(ray_cluster)
         run.rerun = run_trainctl("tune", env=env, cwd=tmp, timeout=900)
@@ -126,6 +130,12 @@ def test_the_killed_sweep_continues_without_retraining_finished_trials(sweep: Sw
     assert sweep.finished_before_kill
     restarted = _restarted(sweep)
     assert restarted, sweep.attempts_after  # the kill left work for the rerun
+    # The rerun says how many of those it trains resume from their own checkpoints.
+    resuming = len(set(restarted) & set(sweep.checkpointed_before_rerun))
+    said = (
+        f" to train ({resuming} resuming from their checkpoints) (" if resuming else " to train ("
+    )
+    assert said in sweep.rerun.stdout, explain(sweep.rerun)
     for trial in sweep.finished_before_kill:
         # Its one driver start: the rerun did not start it again.
         assert sweep.attempts_after[trial] == sweep.attempts_before_kill[trial] == 1, trial
