@@ -11,8 +11,10 @@ and is counted on stderr (--strict: exit 2 at the first, nothing written).
 
 The output, one row per image, sorted by image: `image` (its path or URI), then the top-k
 classes and probabilities, most probable first (Parquet: `classes` and `probabilities`
-lists; CSV: class_1, probability_1, ... class_k, probability_k), and `error`. It is written
-whole (a rename on a volume, one PUT in a bucket): a reader never sees half of it.
+lists; CSV: class_1, probability_1, ... class_k, probability_k), and `error`. A Parquet
+file's schema metadata names the model that scored it (`trainctl.model_card_sha256`, its model
+and run names). It is written whole (a rename on a volume, one PUT in a bucket): a reader never
+sees half of it.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def batch_predict(
     dataset = rows_dataset(groups, export.card)
     found = _gather(scored_batches(dataset, export, _with_top_k(options, top_k)), export, strict)
     if destination is not None:
-        data = encode(found, destination, len(export.card["class_names"]))
+        data = encode(found, destination, len(export.card["class_names"]), provenance(export))
         try:
             with store_errors(destination, "--out"):
                 destination.parent.mkdir(parents=True, exist_ok=True)  # a bucket has none
@@ -274,8 +276,25 @@ def _gather(
     return found
 
 
-def encode(found: list[tuple[Prediction, str]], destination: RunPath, classes: int) -> bytes:
-    """The output file's bytes, Parquet or CSV by `destination`'s suffix (see the module)."""
+def provenance(export: Verified) -> dict[str, str]:
+    """Which model scored the rows, for a Parquet file's schema metadata: the card's sha256
+    (what a champion pointer and an evaluation name a model by), its model and run names."""
+    card = export.card
+    said = {"trainctl.model_card_sha256": export.card_sha256}
+    for key in ("model_name", "run_name", "architecture"):
+        if isinstance(card.get(key), str):
+            said[f"trainctl.{key}"] = card[key]
+    return said
+
+
+def encode(
+    found: list[tuple[Prediction, str]],
+    destination: RunPath,
+    classes: int,
+    provenance: dict[str, str] | None = None,
+) -> bytes:
+    """The output file's bytes, Parquet or CSV by `destination`'s suffix (see the module); a
+    Parquet file's schema carries `provenance` (CSV has no place for it)."""
     import pyarrow as pa
 
     k = min(max((len(p.top) for p, _ in found), default=1), classes)
@@ -295,7 +314,7 @@ def encode(found: list[tuple[Prediction, str]], destination: RunPath, classes: i
                 ),
                 "error": pa.array(errors, pa.string()),
             }
-        )
+        ).replace_schema_metadata(provenance or {})
         sink = io.BytesIO()
         pq.write_table(table, sink)
         return sink.getvalue()

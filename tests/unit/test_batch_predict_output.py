@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from pathlib import Path
 
@@ -40,6 +41,26 @@ def test_parquet_holds_lists_of_classes_and_probabilities() -> None:
         {"image": "/d/c.png", "classes": ["dog", "cat"], "probabilities": [0.5, 0.5],
          "error": None},
     ]  # fmt: skip
+
+
+def test_parquet_names_the_model_that_scored_it(tmp_path: Path) -> None:
+    """A scored file could not be traced to its model (found by a red-team pass): its schema
+    metadata names the card's sha256, as a champion pointer and an evaluation do."""
+    from app.evaluation.batch_predict import provenance
+    from app.export.card import CARD_FILE, verified
+    from app.promotion.step import promote_run
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    make_run(tmp_path / "runs", "r", 0.9)
+    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
+    folder = tmp_path / "runs" / "r" / "export"
+    export = verified(folder)
+    data = encode(FOUND, Path("p.parquet"), classes=2, provenance=provenance(export))
+    said = pq.read_schema(io.BytesIO(data)).metadata
+    card = hashlib.sha256((folder / CARD_FILE).read_bytes()).hexdigest()
+    assert said[b"trainctl.model_card_sha256"] == card.encode()
+    assert said[b"trainctl.architecture"] == export.card["architecture"].encode()
+    assert said[b"trainctl.run_name"] == export.card["run_name"].encode()
 
 
 @pytest.mark.parametrize("name", ["p.csv", "P.CSV"])
