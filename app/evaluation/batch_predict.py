@@ -31,7 +31,13 @@ import numpy as np
 from app.data.folder_listing import NOT_UTF8, is_utf8, list_images
 from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
-from app.evaluation.scoring import ScoringOptions, check_resources, connect, scored_batches
+from app.evaluation.scoring import (
+    ScoringOptions,
+    check_resources,
+    connect,
+    scored_batches,
+    with_progress,
+)
 from app.export.card import CARD_FILE, Verified, verified
 from app.export.predict import Prediction, check_loads, export_folder
 from app.formatting import csv_text, shown
@@ -157,7 +163,8 @@ def batch_predict(
     connect()
     check_resources(options)
     dataset = rows_dataset(groups, export.card)
-    found = _gather(scored_batches(dataset, export, _with_top_k(options, top_k)), export, strict)
+    batches = scored_batches(dataset, export, _with_top_k(options, top_k))
+    found = _gather(with_progress(batches, total, "images", _to_stderr), export, strict)
     if destination is not None:
         data = encode(found, destination, len(export.card["class_names"]), provenance(export))
         try:
@@ -173,6 +180,12 @@ def batch_predict(
         destination,
         not_images,
     )
+
+
+def _to_stderr(line: str) -> None:  # stdout holds the predictions where --out is not given
+    import click
+
+    click.echo(line, err=True)
 
 
 def _with_top_k(options: ScoringOptions, top_k: int) -> ScoringOptions:

@@ -56,6 +56,7 @@ from app.evaluation.scoring import (
     connect,
     precision_of,
     scored_batches,
+    with_progress,
 )
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, sweep_problem, verified
 from app.export.predict import check_loads
@@ -278,7 +279,8 @@ def evaluate(
     started, wall = time.monotonic(), time.time()
     card = export.card
     names = list(card["class_names"])
-    found = _gather(scored_batches(rows, export, options), strict, max_mistakes, row_prefix)
+    batches = with_progress(scored_batches(rows, export, options), None, "rows", _to_stderr)
+    found = _gather(batches, strict, max_mistakes, row_prefix)
     if found.skipped:
         unit = "row" if row_prefix else "file"
         _warn_skipped(found.skipped, found.skipped_listed, f"{strict_hint} {unit}", unit)
@@ -449,6 +451,10 @@ def _reason(file: str | None, row: int | None, error: str, parquet: tuple[str, s
     if parquet is not None and file is not None:
         return f"{shown(parquet[1] + file)}: row {row}: {error}"
     return error  # an image file's reason names it already
+
+
+def _to_stderr(line: str) -> None:  # stdout may hold --json
+    click.echo(line, err=True)
 
 
 def _warn_skipped(skipped: int, listed: list[dict[str, Any]], strict_hint: str, unit: str) -> None:

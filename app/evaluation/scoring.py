@@ -19,7 +19,8 @@ the very hits training counted.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -184,6 +185,32 @@ def scored_batches(
     scorer = Scorer(export, options.top_k, use_gpu=False, threads=torch.get_num_threads())
     for batch in rows.iter_batches(batch_size=options.batch_size, batch_format="numpy"):
         yield scorer(batch)
+
+
+PROGRESS_EVERY_S = 10.0  # a progress line at most this often: a few per minute of scoring
+
+
+def with_progress(
+    batches: Iterator[dict[str, np.ndarray]],
+    total: int | None,
+    unit: str,
+    say: Callable[[str], None],
+    every_s: float = PROGRESS_EVERY_S,
+) -> Iterator[dict[str, np.ndarray]]:
+    """`batches` (scored ones: each has `top_index`) as they come, saying every `every_s`
+    seconds how many rows are scored, of `total` where it is known, and how fast: a batch of
+    thousands of files showed nothing for a minute (found by a red-team pass)."""
+    started = last = time.monotonic()
+    done = 0
+    for batch in batches:
+        done += len(batch["top_index"])
+        now = time.monotonic()
+        if now - last >= every_s:
+            last = now
+            of = f" of {total:,} {unit} ({done / total:.0%})" if total else f" {unit}"
+            rate = done / max(now - started, 1e-9)
+            say(f"trainctl: scored {done:,}{of}, {rate:,.0f}/s")
+        yield batch
 
 
 def default_actors(options: ScoringOptions) -> int:

@@ -83,3 +83,28 @@ def test_csv_cells_a_spreadsheet_would_run_are_written_as_text_and_parquet_keeps
     table = pq.read_table(io.BytesIO(encode(found, Path("p.parquet"), classes=2)))
     assert table.to_pylist()[0]["image"] == "=HYPERLINK(x).png"
     assert table.to_pylist()[0]["classes"] == ["@SUM(1)", "-cat"]
+
+
+def test_scoring_says_its_progress_as_batches_come() -> None:
+    """3,000 files were scored with nothing on the terminal for most of a minute (found by a
+    red-team pass): every PROGRESS_EVERY_S, how many rows are scored, of how many, how fast."""
+    import numpy as np
+
+    from app.evaluation.scoring import with_progress
+
+    batches = [{"top_index": np.zeros((n, 2), np.int64)} for n in (256, 256, 88)]
+    said: list[str] = []
+    passed = list(with_progress(iter(batches), 600, "images", said.append, every_s=0.0))
+    assert passed == batches  # every batch on, unchanged, in order
+    assert [line.split(",")[0] for line in said] == [
+        "trainctl: scored 256 of 600 images (43%)",
+        "trainctl: scored 512 of 600 images (85%)",
+        "trainctl: scored 600 of 600 images (100%)",
+    ]
+    assert all(line.endswith("/s") for line in said)
+    said.clear()
+    list(with_progress(iter(batches), None, "rows", said.append, every_s=0.0))
+    assert said[-1].startswith("trainctl: scored 600 rows, ")
+    said.clear()  # a scoring shorter than the period says nothing
+    list(with_progress(iter(batches), 600, "images", said.append, every_s=3600.0))
+    assert said == []
