@@ -482,6 +482,8 @@ def _conclude(
              f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
         )  # fmt: skip
     said = f"best: {best['trial']} ({settings.checkpoint_metric} {best['best']:.4f})"
+    if drawn := ", ".join(f"{k} {results.shown_value(v)}" for k, v in best["values"].items()):
+        said += f" with {drawn}"  # what won, not only which trial
     if best["status"] == "stopped":  # trained out before the scheduler's stop reached it
         said += (
             f"; the scheduler's stop reached it after its last epoch: all {settings.epochs} trained"

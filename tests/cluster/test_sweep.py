@@ -243,7 +243,9 @@ def test_the_best_trial_is_promoted_once_for_the_sweep(sweep: Sweep) -> None:
     assert "promoted v1" in sweep.rerun.stdout  # type: ignore[union-attr]
     # The best trial's figure as its own run's lines show figures: four places, not `.4g`.
     figure = sweep.record["best"]["best"]
-    said = f"best: {best} (val_accuracy {figure:.4f})"
+    values = sweep.record["best"]["values"]
+    drawn = f"lr {shown_value(values['lr'])}, weight_decay {shown_value(values['weight_decay'])}"
+    said = f"best: {best} (val_accuracy {figure:.4f}) with {drawn}"  # what won, not only which
     assert said in sweep.rerun.stdout, sweep.rerun.stdout  # type: ignore[union-attr]
 
 
