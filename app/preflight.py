@@ -210,6 +210,13 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
                 raise ConfigError(problem)
     fits = ""
     if found.info is not None:  # the data inspected: each trial's model held to it, as tune does
+        if before:  # and a rerun's data held to what its trials trained on, as tune does
+            from app.export.build import data_fingerprint
+            from app.runfolder.sweep_records import data_of, data_problem
+
+            data = data_of(data_fingerprint(found.info))
+            if problem := data_problem(before, data, settings.data_path):
+                raise ConfigError(problem)
         trials_fit_the_data(per_trial, found.info, found.warm_start)
         fits = ", each trial's model fits the data" + (
             " and the warm start" if found.warm_start is not None else ""

@@ -102,6 +102,35 @@ def training_trials(sweep_dir: RunPath, trials: list[T]) -> list[tuple[T, RunPat
     return found
 
 
+DATA_KEY = "data"  # in sweep.json: the data its trials trained on, as data_of records it
+
+
+def data_of(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    """What sweep.json keeps of the data's fingerprint (app/export/build.data_fingerprint):
+    its files' names and sizes and its rows, not their times, which a copy to another volume
+    (a laptop's data, then a RayJob's) does not keep."""
+    return {k: fingerprint.get(k) for k in ("files_sha256", "train_rows", "valid_rows")}
+
+
+def data_problem(before: Mapping[str, Any], now: Mapping[str, Any], data_path: Any) -> str | None:
+    """Why a rerun of the sweep recorded in `before` may not train on the data `now` (data_of
+    it), None where it may (the same files, or a record from before sweeps kept one). For an
+    image folder or Parquet files TRAIN_DATA_PATH is the data, and paths may change between
+    reruns: trials trained on other files would be ranked against each other."""
+    kept = before.get(DATA_KEY)
+    if not isinstance(kept, Mapping) or not isinstance(kept.get("files_sha256"), str):
+        return None
+    if kept.get("files_sha256") == now.get("files_sha256"):
+        return None
+    rows = f"{_text(kept.get('train_rows'))} train and {_text(kept.get('valid_rows'))} valid rows"
+    return (
+        f"TRAIN_DATA_PATH={_text(data_path)}: not the data this sweep's trials trained on (its "
+        f"files' names or sizes differ; then {rows}, now {now.get('train_rows')} and "
+        f"{now.get('valid_rows')}), and a sweep compares trials trained alike: restore that "
+        "data to continue the sweep, or give a new TRAIN_RUN_NAME"
+    )
+
+
 def checkpointed(sweep_dir: RunPath, trial: Trial) -> bool:
     """Whether the trial's folder holds a checkpoint its next start resumes from (as its meta
     records it; the start verifies it)."""

@@ -25,7 +25,8 @@ from typing import Any
 import click
 
 from app.data.schema import DatasetInfo
-from app.errors import RunFailed
+from app.errors import ConfigError, RunFailed
+from app.export.build import data_fingerprint
 from app.formatting import counted, finite
 from app.preflight import preflight_for_training, trials_fit_the_data
 from app.run.driver import Interrupted
@@ -61,8 +62,12 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     results.refuse_planted_trials(sweep_dir, trials)
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
+    data = results.data_of(data_fingerprint(info))
+    if problem := results.data_problem(before, data, settings.data_path):
+        raise ConfigError(problem)
     trials_fit_the_data(per_trial, info, ready.warm_start)
     sweep = _Sweep(settings, space, trials, results.recorded_stopped(before), before)
+    sweep.extra[results.DATA_KEY] = data
     todo = results.left_to_train(sweep_dir, trials, settings.checkpoint_metric, before)
     per_trial, pinned, warm_record = pin_champion(
         settings, ready.warm_start, before, per_trial, trials_left=bool(todo)

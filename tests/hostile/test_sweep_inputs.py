@@ -379,3 +379,41 @@ def test_a_grace_period_asha_never_ends_is_warned_on(
         monkeypatch.setenv("TRAIN_TUNE_SCHEDULER", scheduler)
         result = trainctl("check", "--skip-cluster")
         assert "GRACE_PERIOD" not in result.out, result.text
+
+
+def test_a_rerun_on_other_files_is_refused_before_any_trial_trains(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """For an image folder TRAIN_DATA_PATH is the data, and paths may change between reruns:
+    a rerun on a copy missing a third of train/ went on, and the sweep would have ranked
+    trials trained on other files against each other (found by a red-team pass)."""
+    from app.data.kinds import dataset_kind
+    from app.export.build import data_fingerprint
+    from app.runfolder.sweep_records import data_of
+    from app.settings.env import load_settings
+    from tests.folder_support import image_folder
+
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    image_folder(tmp_path / "shapes")
+    monkeypatch.setenv("TRAIN_DATASET", "folder")
+    monkeypatch.setenv("TRAIN_MODEL", "cnn")
+    monkeypatch.setenv("TRAIN_DATA_PATH", str(tmp_path / "shapes"))
+    settings = load_settings()
+    kind = dataset_kind(settings.dataset)
+    info, _ = kind.ensure(kind.location(settings.data_path), settings)
+    record = {"trials": [], "data": data_of(data_fingerprint(info))}  # what its trials had
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0 and "sweep: 2 trials over lr" in result.out, result.text
+
+    for stale in sorted((tmp_path / "shapes" / "train").rglob("*.png"))[:4]:
+        stale.unlink()  # the copy it resumes on lacks some files
+    said = (
+        f"TRAIN_DATA_PATH={tmp_path / 'shapes'}: not the data this sweep's trials trained on "
+        f"(its files' names or sizes differ; then {info.train_rows} train and "
+        f"{info.valid_rows} valid rows, now {info.train_rows - 4} and {info.valid_rows})"
+    )
+    for command in (["check", "--skip-cluster"], ["tune"]):
+        result = trainctl(*command)
+        assert_refused(result, 2, said, "restore that data to continue the sweep")
+    assert files_under(sweep_dir) == ["sweep.json"]

@@ -771,3 +771,17 @@ def test_the_trials_a_stop_asks_for_checkpoints_are_those_training(tmp_path: Pat
             )
     found = training_trials(tmp_path, trials)
     assert found == [(trials[0], tmp_path / "trials" / "trial-0001", "second")]
+
+
+def test_a_sweep_record_without_its_data_or_with_damage_there_asks_nothing() -> None:
+    """sweep.json from before sweeps kept their data, or damaged by another writer: a rerun
+    is not refused for it; a record of other files is."""
+    from app.runfolder.sweep_records import data_problem
+
+    now = {"files_sha256": "a" * 64, "train_rows": 90, "valid_rows": 30}
+    for before in ({}, {"data": "x"}, {"data": {"files_sha256": 7}}, {"data": now}):
+        assert data_problem(before, now, "/data/shapes") is None
+    other = {"data": {**now, "files_sha256": "b" * 64, "train_rows": "\x1b[31m"}}
+    said = data_problem(other, now, "/data/shapes")
+    assert said is not None and said.startswith("TRAIN_DATA_PATH=/data/shapes: not the data")
+    assert "\x1b" not in said  # another writer's text, escaped
