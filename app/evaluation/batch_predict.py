@@ -164,7 +164,7 @@ def batch_predict(
     check_resources(options)
     dataset = rows_dataset(groups, export.card)
     batches = scored_batches(dataset, export, _with_top_k(options, top_k))
-    found = _gather(with_progress(batches, total, "images", _to_stderr), export, strict)
+    found = _gather(with_progress(batches, total, "images"), export, strict)
     if destination is not None:
         data = encode(found, destination, len(export.card["class_names"]), provenance(export))
         try:
@@ -180,12 +180,6 @@ def batch_predict(
         destination,
         not_images,
     )
-
-
-def _to_stderr(line: str) -> None:  # stdout holds the predictions where --out is not given
-    import click
-
-    click.echo(line, err=True)
 
 
 def _with_top_k(options: ScoringOptions, top_k: int) -> ScoringOptions:

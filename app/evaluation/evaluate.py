@@ -279,7 +279,7 @@ def evaluate(
     started, wall = time.monotonic(), time.time()
     card = export.card
     names = list(card["class_names"])
-    batches = with_progress(scored_batches(rows, export, options), None, "rows", _to_stderr)
+    batches = with_progress(scored_batches(rows, export, options), None, "rows")
     found = _gather(batches, strict, max_mistakes, row_prefix)
     if found.skipped:
         unit = "row" if row_prefix else "file"
@@ -451,10 +451,6 @@ def _reason(file: str | None, row: int | None, error: str, parquet: tuple[str, s
     if parquet is not None and file is not None:
         return f"{shown(parquet[1] + file)}: row {row}: {error}"
     return error  # an image file's reason names it already
-
-
-def _to_stderr(line: str) -> None:  # stdout may hold --json
-    click.echo(line, err=True)
 
 
 def _warn_skipped(skipped: int, listed: list[dict[str, Any]], strict_hint: str, unit: str) -> None:

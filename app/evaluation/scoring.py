@@ -194,12 +194,14 @@ def with_progress(
     batches: Iterator[dict[str, np.ndarray]],
     total: int | None,
     unit: str,
-    say: Callable[[str], None],
+    say: Callable[[str], None] | None = None,
     every_s: float = PROGRESS_EVERY_S,
 ) -> Iterator[dict[str, np.ndarray]]:
     """`batches` (scored ones: each has `top_index`) as they come, saying every `every_s`
     seconds how many rows are scored, of `total` where it is known, and how fast: a batch of
-    thousands of files showed nothing for a minute (found by a red-team pass)."""
+    thousands of files showed nothing for a minute (found by a red-team pass). `say`: stderr
+    by default, since stdout may hold the predictions or --json."""
+    say = say or _to_stderr
     started = last = time.monotonic()
     done = 0
     for batch in batches:
@@ -211,6 +213,12 @@ def with_progress(
             rate = done / max(now - started, 1e-9)
             say(f"trainctl: scored {done:,}{of}, {rate:,.0f}/s")
         yield batch
+
+
+def _to_stderr(line: str) -> None:
+    import click
+
+    click.echo(line, err=True)
 
 
 def default_actors(options: ScoringOptions) -> int:
