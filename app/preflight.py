@@ -210,13 +210,8 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
                 raise ConfigError(problem)
     fits = ""
     if found.info is not None:  # the data inspected: each trial's model held to it, as tune does
-        if before:  # and a rerun's data held to what its trials trained on, as tune does
-            from app.export.build import data_fingerprint
-            from app.runfolder.sweep_records import data_of, data_problem
-
-            data = data_of(data_fingerprint(found.info))
-            if problem := data_problem(before, data, settings.data_path):
-                raise ConfigError(problem)
+        if before:  # a rerun's data held to what its trials trained on, as tune does
+            sweep_data(before, found.info, settings)
         trials_fit_the_data(per_trial, found.info, found.warm_start)
         fits = ", each trial's model fits the data" + (
             " and the warm start" if found.warm_start is not None else ""
@@ -262,6 +257,20 @@ def _trials_advice(per_trial: dict[str, TrainSettings], info: DatasetInfo | None
             f"TRAIN_WARM_START (first {frozen[0]}): only a head trains on random features"
         )
     return "; ".join(said) or None
+
+
+def sweep_data(
+    before: dict[str, Any], info: DatasetInfo, settings: TrainSettings
+) -> dict[str, Any]:
+    """What sweep.json keeps of the data (sweep_records.data_of); ConfigError where the sweep
+    recorded in `before` trained its trials on other files (sweep_records.data_problem)."""
+    from app.export.build import data_fingerprint
+    from app.runfolder.sweep_records import data_of, data_problem
+
+    data = data_of(data_fingerprint(info))
+    if problem := data_problem(before, data, settings.data_path):
+        raise ConfigError(problem)
+    return data
 
 
 def trials_fit_the_data(

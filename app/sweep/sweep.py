@@ -25,10 +25,9 @@ from typing import Any
 import click
 
 from app.data.schema import DatasetInfo
-from app.errors import ConfigError, RunFailed
-from app.export.build import data_fingerprint
+from app.errors import RunFailed
 from app.formatting import counted, finite
-from app.preflight import preflight_for_training, trials_fit_the_data
+from app.preflight import preflight_for_training, sweep_data, trials_fit_the_data
 from app.run.driver import Interrupted
 from app.run.signals import SIGTERM_SEEN, just_in_time_each, sigterm_interrupts
 from app.runfolder import sweep_records as results
@@ -62,9 +61,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     results.refuse_planted_trials(sweep_dir, trials)
     ready = preflight_for_training(settings)  # storage, trackers, the data (prepared once)
     info: DatasetInfo = ready.info
-    data = results.data_of(data_fingerprint(info))
-    if problem := results.data_problem(before, data, settings.data_path):
-        raise ConfigError(problem)
+    data = sweep_data(before, info, settings)  # a rerun on other files is refused
     trials_fit_the_data(per_trial, info, ready.warm_start)
     sweep = _Sweep(settings, space, trials, results.recorded_stopped(before), before)
     sweep.extra[results.DATA_KEY] = data
