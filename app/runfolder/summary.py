@@ -41,17 +41,43 @@ def build_summary(
     """Assemble the summary from what is on storage, so it is true whoever trained the epochs.
     `good` and `epochs`: the checkpoints and metrics.jsonl lines, where the caller read them
     already (one reading, so that the figures agree with what the caller concluded from it)."""
-    epochs = run_folder.epochs(run_dir) if epochs is None else epochs
-    good = checkpoints.scan(run_dir).good if good is None else good
-    last = epochs[-1] if epochs else {}
-    # `best` is ranked the way checkpoints are kept: by TRAIN_CHECKPOINT_METRIC.
-    best_ref = next(iter(retention.ranked(good, metric)), None)
+    figures = run_figures(run_dir, metric, good, epochs)
     summary: dict[str, Any] = {
         "status": status,
         "run_name": run_name,
         "run_dir": str(run_dir),
-        "epochs_completed": good[0].epoch if good else 0,
+        "epochs_completed": figures["epochs_completed"],
         "epochs_target": target_epochs,
+        "metrics": figures["metrics"],
+        "best": figures["best"],
+        "checkpoint": figures["checkpoint"],
+        "restored_from": restored_from,
+        "failures": failures,
+        "interruptions": figures["interruptions"],
+        "duration_s": round(duration_s, 2),
+        "curves": figures["curves"],
+        "settings": settings,
+    }
+    if error:
+        summary["error"] = error
+    return summary
+
+
+def run_figures(
+    run_dir: RunPath,
+    metric: str,
+    good: list[checkpoints.CheckpointRef] | None = None,
+    epochs: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The summary's figures of what the run folder holds: epochs completed, the last epoch's
+    metrics, the best checkpoint (ranked the way checkpoints are kept: by `metric`), the
+    newest checkpoint, every interruption (attempts.jsonl) and the curves' file."""
+    epochs = run_folder.epochs(run_dir) if epochs is None else epochs
+    good = checkpoints.scan(run_dir).good if good is None else good
+    last = epochs[-1] if epochs else {}
+    best_ref = next(iter(retention.ranked(good, metric)), None)
+    return {
+        "epochs_completed": good[0].epoch if good else 0,
         "metrics": {key: last[key] for key in CORE_METRICS if last.get(key) is not None},
         "best": (
             {
@@ -64,19 +90,12 @@ def build_summary(
             else None
         ),
         "checkpoint": str(good[0].path) if good else None,
-        "restored_from": restored_from,
-        "failures": failures,
         # Every preemption, failure and stop the run went through, from attempts.jsonl.
         "interruptions": interruptions.from_attempts(
             run_folder.read_jsonl(run_dir / run_folder.ATTEMPTS_FILE)
         ),
-        "duration_s": round(duration_s, 2),
         "curves": str(run_dir / CURVES_FILE) if epochs else None,
-        "settings": settings,
     }
-    if error:
-        summary["error"] = error
-    return summary
 
 
 def record_interrupted(run_dir: RunPath, why: str) -> bool:
@@ -91,15 +110,12 @@ def record_interrupted(run_dir: RunPath, why: str) -> bool:
         return False
     settings = summary.get("settings")
     metric = settings.get("checkpoint_metric") if isinstance(settings, dict) else None
-    target = summary.get("epochs_target")
-    figures = build_summary(
-        run_dir, status="interrupted", run_name=str(summary.get("run_name", run_dir.name)),
-        target_epochs=target if isinstance(target, int) else 0, settings={}, duration_s=0.0,
-        failures=0, restored_from=None, metric=metric if metric == "val_loss" else "val_accuracy",
-        error=why, good=checkpoints.recorded(run_dir),
-    )  # fmt: skip
-    ran = ("epochs_completed", "metrics", "best", "checkpoint", "interruptions", "curves")
-    summary.update({key: figures[key] for key in ran}, status="interrupted", error=why)
+    metric = metric if metric == "val_loss" else "val_accuracy"  # the summary is the storage's
+    summary.update(
+        run_figures(run_dir, metric, good=checkpoints.recorded(run_dir)),
+        status="interrupted",
+        error=why,
+    )
     with contextlib.suppress(OSError):  # the sweep's record says it either way
         run_folder.write_summary(run_dir, summary)
     return True
