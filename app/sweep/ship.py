@@ -78,16 +78,17 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
 
     run_dir = trial.run_dir
     say = partial(_say_of, run_dir.name)
-    good = checkpoints.scan(run_dir).good
+    good = None  # the verified checkpoints: every file hashed once, and only where needed
     if trial.signing_key is not None:
         # Tune ends a stopped trial's driver, and Ray Train's controller with it, maybe before
         # the controller witnessed the checkpoint of an epoch the workers trained after the
         # scheduler's verdict: set aside now, with the reason, not left for the next reader.
-        good = witnessed(good, trial.signing_key, say)
+        good = witnessed(checkpoints.scan(run_dir).good, trial.signing_key, say)
     trial, _ = resolve(trial, info)
     before = read_summary(run_dir) or {}
     if before.get("status") == "stopped":
         return
+    good = checkpoints.scan(run_dir).good if good is None else good
     # Tune's stop can end the workers between an epoch's checkpoint and its metrics line, as a
     # killed driver does: the line is written from the checkpoint, or the trial's records
     # disagreed (two epochs in metrics.jsonl, three in its summary and checkpoints).
@@ -104,6 +105,7 @@ def mark_stopped(trial: TrainSettings, stop: dict[str, Any], info: DatasetInfo) 
         failures=0,
         restored_from=None,
         metric=trial.checkpoint_metric,
+        good=good,
         epochs=trained,
     )
     last = max((row["epoch"] for row in trained if isinstance(row.get("epoch"), int)), default=0)
