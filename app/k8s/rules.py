@@ -14,7 +14,7 @@ from typing import Any
 from app.formatting import finite
 from app.k8s import capacity, deprecated
 from app.k8s.values import enabled_pools
-from app.settings.tune_plan import listed, too_many_trials
+from app.settings.tune_plan import listed, nothing_to_list, too_many_trials
 from app.settings.tune_space import RANGES
 
 MAX_RAYJOB_NAME = 47  # KubeRay's MaxRayJobNameLength: the cluster name adds a suffix to it
@@ -88,6 +88,7 @@ def values_problems(values: dict[str, Any]) -> list[str]:
                 "false), so no CronJob would retrain it: enable the pool or remove it from "
                 "schedule.pools"
             )
+    problems += _grid_without_lists(values.get("tune") or {})
     too_many = _sweep_too_large(values.get("tune") or {})
     if too_many:
         problems.append(too_many)
@@ -108,6 +109,21 @@ def _reversed_ranges(tune: dict[str, Any]) -> list[str]:
                 if low is not None and high is not None and low > high:
                     problems.append(f"tune.space.{key}: {kind} takes [low, high], low <= high")
     return problems
+
+
+def _grid_without_lists(tune: dict[str, Any]) -> list[str]:
+    """scheduler grid over a space of ranges only: `trainctl tune` refuses it in the job."""
+    if not tune.get("enabled"):
+        return []
+    kinds = {
+        str(key): str(kind)
+        for key, dimension in (tune.get("space") or {}).items()
+        if isinstance(dimension, dict)
+        for kind in dimension
+    }
+    scheduler = str(tune.get("scheduler") or "")
+    problem = nothing_to_list(scheduler, kinds, ("tune.space", "tune.scheduler"))
+    return [problem] if problem else []
 
 
 def _sweep_too_large(tune: dict[str, Any]) -> str | None:

@@ -37,14 +37,16 @@ class TuneSettings(BaseModel):
         "cluster's CPUs (and GPUs) hold, each trial taking TRAIN_NUM_WORKERS x "
         "TRAIN_CPUS_PER_WORKER CPUs (and a GPU per worker with TRAIN_USE_GPU), and as the "
         "head's memory holds (about 1.5 GiB a trial: its driver and Ray Train controller run "
-        "there). A number above what the head holds is kept, with a warning.",
+        "there). A number above what the cluster or the head holds is kept, with a warning "
+        "(Tune starts the others as trials end).",
     )
     tune_scheduler: Literal["asha", "random", "grid"] = Field(
         "asha",
         description="`trainctl tune`: asha stops trials that fall behind at each rung "
         "(TRAIN_TUNE_GRACE_PERIOD, TRAIN_TUNE_REDUCTION_FACTOR) on TRAIN_CHECKPOINT_METRIC; "
         "random and grid train every trial to TRAIN_EPOCHS (grid: the space's `grid:` and "
-        "`choice:` keys in every combination).",
+        "`choice:` keys in every combination, at least one of them; ranges are drawn per trial "
+        "beside them).",
     )
     tune_grace_period: int = Field(
         1,

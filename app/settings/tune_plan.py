@@ -49,6 +49,11 @@ def draw(space: dict[str, Dimension], samples: int, seed: int, scheduler: str) -
     each other (so more samples only add trials at the end)."""
     enumerated = [d for d in space.values() if listed(d.kind, scheduler)]
     drawn = [d for d in space.values() if not listed(d.kind, scheduler)]
+    nothing = nothing_to_list(
+        scheduler, {d.key: d.kind for d in space.values()}, (SPACE, "TRAIN_TUNE_SCHEDULER")
+    )
+    if nothing:
+        raise ConfigError(nothing)
     too_many = too_many_trials(
         [len(d.values) for d in enumerated], samples, (SPACE, "TRAIN_TUNE_SAMPLES")
     )
@@ -70,6 +75,21 @@ def draw(space: dict[str, Dimension], samples: int, seed: int, scheduler: str) -
 def listed(kind: str, scheduler: str) -> bool:
     """Whether a key of this distribution is listed in every combination, not drawn."""
     return kind == "grid" or (scheduler == "grid" and kind == "choice")
+
+
+def nothing_to_list(scheduler: str, kinds: dict[str, str], names: tuple[str, str]) -> str | None:
+    """Why the grid scheduler has nothing to enumerate (None when it has): every key of the
+    space (`kinds`: key -> distribution) is a range, so each trial would be a random draw, a
+    random sweep under another name. `names` as in `too_many_trials`."""
+    if scheduler != "grid" or not kinds or any(listed(k, scheduler) for k in kinds.values()):
+        return None
+    space, scheduler_name = names
+    ranges = ", ".join(f"{key}: {kind}" for key, kind in sorted(kinds.items()))  # as Helm ranges
+    return (
+        f"{scheduler_name}=grid lists every combination of the space's grid: and choice: keys, "
+        f"and {space} has none ({ranges}): list values with grid: or choice:, or set "
+        f"{scheduler_name}=random to draw each trial from the ranges"
+    )
 
 
 def too_many_trials(lengths: list[int], samples: int, names: tuple[str, str]) -> str | None:

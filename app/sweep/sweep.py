@@ -422,20 +422,38 @@ def trials_at_once(
     pool_cpus: float = 0.0,
 ) -> tuple[int, str]:
     """TRAIN_TUNE_CONCURRENT, warning where the head's memory (bytes; None where it is not
-    known) holds fewer; else as many trials as the cluster's `resources` and the head's memory
-    hold (at least one). And why, in words. `pool_cpus`: the data pool's, among `resources`
-    but never a training worker's (its nodes refuse them), and reading the data there."""
-    from app.ray_cluster import DATA_CPUS
-
+    known) or the cluster's `resources` hold fewer; else as many trials as the cluster's
+    `resources` and the head's memory hold (at least one). And why, in words. `pool_cpus`:
+    the data pool's, among `resources` but never a training worker's (its nodes refuse them),
+    and reading the data there."""
     on_head = trials_on_head(head_memory)
+    fits, why = _what_fits(settings, resources, pool_cpus)
     if settings.tune_concurrent:
         concurrent = max(1, min(settings.tune_concurrent, todo))
+        warnings = []
         if on_head is not None and concurrent > on_head:
-            return concurrent, (
-                f"TRAIN_TUNE_CONCURRENT; warning: {_head_holds(head_memory, on_head)}: "
-                "raise head.memory"
+            warnings.append(f"{_head_holds(head_memory, on_head)}: raise head.memory")
+        if concurrent > max(1, fits):
+            # Tune holds the others back until a trial ends: fewer train at once than said.
+            warnings.append(
+                f"the cluster holds {counted(max(1, int(fits)), 'trial')} at once ({why}): "
+                "the others wait for one to end"
             )
-        return concurrent, "TRAIN_TUNE_CONCURRENT"
+        return concurrent, "; ".join(
+            ["TRAIN_TUNE_CONCURRENT", *(f"warning: {w}" for w in warnings)]
+        )
+    if on_head is not None and on_head < fits:
+        fits = on_head
+        why = f"{why}; {_head_holds(head_memory, on_head)}"
+    return int(max(1, min(fits, todo))), f"{why}; TRAIN_TUNE_CONCURRENT sets it"
+
+
+def _what_fits(
+    settings: TrainSettings, resources: dict[str, float], pool_cpus: float
+) -> tuple[float, str]:
+    """How many trials the cluster's CPUs (and GPUs) hold at once, and why, in words."""
+    from app.ray_cluster import DATA_CPUS
+
     workers = settings.workers.max
     cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
     kept = pool_cpus if pool_cpus > 0 else DATA_CPUS
@@ -449,10 +467,7 @@ def trials_at_once(
         f"a trial holds {held}; the cluster has {cpus:g} CPUs, {reading} for reading data, "
         f"and {gpus:g} GPUs"
     )
-    if on_head is not None and on_head < fits:
-        fits = on_head
-        why = f"{why}; {_head_holds(head_memory, on_head)}"
-    return int(max(1, min(fits, todo))), f"{why}; TRAIN_TUNE_CONCURRENT sets it"
+    return fits, why
 
 
 def _conclude(

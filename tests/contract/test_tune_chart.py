@@ -129,6 +129,29 @@ def test_both_engines_refuse_a_range_whose_low_is_above_its_high(tmp_path: Path)
     assert expected in helm and problems == [expected], (helm, problems)
 
 
+def test_both_engines_refuse_the_grid_scheduler_over_ranges_only(tmp_path: Path) -> None:
+    """scheduler grid with no grid: or choice: key rendered, and each trial was a random draw:
+    a random sweep under another name, said nowhere (a red-team pass)."""
+    values = copy.deepcopy(SWEEP)
+    values["tune"].update(
+        scheduler="grid",
+        space={"weight_decay": {"uniform": [0.0, 0.1]}, "lr": {"loguniform": [1e-4, 1e-1]}},
+    )
+    helm, problems = refusals(values, tmp_path)
+    expected = (
+        "tune.scheduler=grid lists every combination of the space's grid: and choice: keys, "
+        "and tune.space has none (lr: loguniform, weight_decay: uniform): list values with "
+        "grid: or choice:, or set tune.scheduler=random to draw each trial from the ranges"
+    )
+    assert expected in helm and problems == [expected], (helm, problems)
+    # One listed key is a grid to enumerate, the ranges drawn per trial beside it: both render.
+    values["tune"]["space"]["lr"] = {"choice": [1e-3, 1e-2]}
+    assert of_kind(helm_render(values, release="train", namespace="ml"), "RayJob")
+    path = tmp_path / "values.yaml"
+    path.write_text(json.dumps(values))
+    assert render_objects(load_values([path]), release="train", namespace="ml")
+
+
 def test_render_holds_the_space_to_each_pools_settings(tmp_path: Path) -> None:
     """What only the settings model can judge, each pool's settings with the trial's value:
     a trial's batch smaller than its workers. Helm renders it; `trainctl render` refuses it

@@ -168,6 +168,20 @@ def test_grid_scheduler_enumerates_choices_and_bounds_the_total() -> None:
     assert len(draw(wide, 10, seed=0, scheduler="asha")) == 10_000  # the limit itself is allowed
 
 
+def test_the_grid_scheduler_over_ranges_only_is_refused_naming_them() -> None:
+    """Every trial of a grid over ranges was a random draw, said nowhere."""
+    space = parse_space({"lr": {"loguniform": [1e-4, 1e-1]}, "seed": {"randint": [0, 9]}}, BASE)
+    with pytest.raises(ConfigError) as refused:
+        draw(space, 4, seed=0, scheduler="grid")
+    assert str(refused.value) == (
+        "TRAIN_TUNE_SCHEDULER=grid lists every combination of the space's grid: and choice: "
+        "keys, and TRAIN_TUNE_SPACE has none (lr: loguniform, seed: randint): list values "
+        "with grid: or choice:, or set TRAIN_TUNE_SCHEDULER=random to draw each trial from the "
+        "ranges"
+    )
+    assert len(draw(space, 4, seed=0, scheduler="random")) == 4  # what it was, said so
+
+
 def test_a_trial_is_a_normal_run_in_the_sweeps_folder() -> None:
     trial = Trial(3, {"lr": 0.01})
     settings = trial_settings(BASE, trial, BASE.run_dir)
@@ -531,6 +545,25 @@ def test_trials_at_once_are_bounded_by_what_the_heads_memory_holds() -> None:
         8,
         "TRAIN_TUNE_CONCURRENT",
     )
+
+
+def test_more_trials_at_once_than_the_cluster_holds_are_kept_with_a_warning() -> None:
+    """TRAIN_TUNE_CONCURRENT=8 on a cluster that holds 2 trials said "8 trials at a time"; Tune
+    then ran 2 and queued the rest, said nowhere (a red-team pass)."""
+    from app.sweep.sweep import trials_at_once
+
+    asked = BASE.model_copy(update={"tune_concurrent": 8})
+    fits, why = trials_at_once(asked, {"CPU": 7.0}, todo=8, head_memory=None)
+    assert fits == 8
+    assert why == (
+        "TRAIN_TUNE_CONCURRENT; warning: the cluster holds 2 trials at once (a trial holds 2 "
+        "workers x 1 CPU; the cluster has 7 CPUs, 2 kept for reading data, and 0 GPUs): the "
+        "others wait for one to end"
+    )
+    # Within what it holds, or bounded by the trials there are: no warning.
+    assert trials_at_once(asked, {"CPU": 7.0}, todo=2, head_memory=None) == (
+        2, "TRAIN_TUNE_CONCURRENT"
+    )  # fmt: skip
 
 
 def test_the_sweep_plot_marks_the_trial_it_ships(

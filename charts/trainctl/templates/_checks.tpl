@@ -55,6 +55,19 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- end -}}
 {{- end -}}
 {{- if .Values.tune.enabled -}}
+{{- if and (eq .Values.tune.scheduler "grid") .Values.tune.space -}}
+{{- $listed := false -}}
+{{- $ranges := list -}}
+{{- range $key, $dimension := .Values.tune.space -}}
+{{- range $kind, $_ := $dimension -}}
+{{- if has $kind (list "grid" "choice") -}}{{- $listed = true -}}{{- end -}}
+{{- $ranges = append $ranges (printf "%s: %s" $key $kind) -}}
+{{- end -}}
+{{- end -}}
+{{- if not $listed -}}
+{{- fail (printf "tune.scheduler=grid lists every combination of the space's grid: and choice: keys, and tune.space has none (%s): list values with grid: or choice:, or set tune.scheduler=random to draw each trial from the ranges" (join ", " $ranges)) -}}
+{{- end -}}
+{{- end -}}
 {{- $combos := 1 -}}
 {{- range $key, $dimension := .Values.tune.space -}}
 {{- range $kind, $list := $dimension -}}
