@@ -190,6 +190,16 @@ def best_row(rows: list[dict[str, Any]], metric: str, epochs: int) -> dict[str, 
     return max(done, key=lambda r: (sign * r["best"], -int(r["trial"].split("-")[1])))
 
 
+def tied_with(rows: list[dict[str, Any]], best: dict[str, Any], epochs: int) -> list[str]:
+    """The other trials that trained to the end with exactly `best`'s metric: `best_row`
+    keeps the first drawn of them, which the sweep says rather than choosing in silence."""
+    return [
+        r["trial"]
+        for r in rows
+        if r["trial"] != best["trial"] and trained_out(r, epochs) and r["best"] == best["best"]
+    ]
+
+
 def write_records(sweep_dir: RunPath, record: dict[str, Any]) -> None:
     """sweep.json and trials.csv, each written whole."""
     write_json(sweep_dir / SWEEP_FILE, record)

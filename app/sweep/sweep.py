@@ -498,13 +498,7 @@ def _conclude(
              *failed,
              f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
         )  # fmt: skip
-    said = f"best: {best['trial']} ({settings.checkpoint_metric} {best['best']:.4f})"
-    if drawn := ", ".join(f"{k} {results.shown_value(v)}" for k, v in best["values"].items()):
-        said += f" with {drawn}"  # what won, not only which trial
-    if best["status"] == "stopped":  # trained out before the scheduler's stop reached it
-        said += (
-            f"; the scheduler's stop reached it after its last epoch: all {settings.epochs} trained"
-        )
+    said = best_line(record, settings.checkpoint_metric, settings.epochs)
     _say(said)
     try:
         summary = promote_best(settings, per_trial[best["trial"]], info)
@@ -525,6 +519,20 @@ def _conclude(
              f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
         )  # fmt: skip
     return summary
+
+
+def best_line(record: dict[str, Any], metric: str, epochs: int) -> str:
+    """`best: trial-0002 (val_accuracy 0.9000) with lr 0.003`: which trial won, with what, and
+    the trials it tied with."""
+    best = record["best"]
+    said = f"best: {best['trial']} ({metric} {best['best']:.4f})"
+    if drawn := ", ".join(f"{k} {results.shown_value(v)}" for k, v in best["values"].items()):
+        said += f" with {drawn}"  # what won, not only which trial
+    if tied := results.tied_with(record["trials"], best, epochs):
+        said += f"; tied with {', '.join(tied)}: the first drawn is kept"
+    if best["status"] == "stopped":  # trained out before the scheduler's stop reached it
+        said += f"; the scheduler's stop reached it after its last epoch: all {epochs} trained"
+    return said
 
 
 def _failed_line(row: dict[str, Any]) -> str:

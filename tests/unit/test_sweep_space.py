@@ -240,6 +240,28 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
     assert lines[2].split()[5:7] == ["0.9000", "0.9000"], lines[2]
 
 
+def test_a_tie_for_best_is_said_with_the_trial_kept() -> None:
+    """Two trials with the same best figure (common where the valid split is small): the first
+    drawn was shipped, and the sweep's line named it alone."""
+    from app.sweep.sweep import best_line
+
+    rows = [
+        _row("trial-0001", "succeeded", 0.8, 0.01),
+        _row("trial-0002", "succeeded", 0.9, 0.02),
+        _row("trial-0003", "stopped", 0.9, 0.03),  # stopped early: could not ship, no tie
+        _row("trial-0004", "succeeded", 0.9, 0.04),
+    ]
+    best = best_row(rows, "val_accuracy", 3)
+    assert best is not None and best["trial"] == "trial-0002"
+    line = best_line({"trials": rows, "best": best}, "val_accuracy", 3)
+    assert line == (
+        "best: trial-0002 (val_accuracy 0.9000) with lr 0.02, model cnn; tied with trial-0004: "
+        "the first drawn is kept"
+    )
+    alone = best_line({"trials": rows[:2], "best": best}, "val_accuracy", 3)
+    assert alone == "best: trial-0002 (val_accuracy 0.9000) with lr 0.02, model cnn"
+
+
 def test_a_trial_the_stop_reached_after_its_last_epoch_counts_as_trained_to_the_end() -> None:
     """With short epochs, a trial the scheduler stopped at its epoch-1 rung trained on to
     TRAIN_EPOCHS before the stop reached its workers, to the best figure of the sweep; the
