@@ -6,7 +6,8 @@ the last start had) and its evaluations, `eval/<name>/metrics.json` (a run's end
 evaluation is one of them): the one shown is of a name every run has, so that the figures side
 by side are of the same data (_choose_evaluations). Shown: the settings that
 differ, the final and best figures, time and accelerator-hours, and the classes whose recall
-differs most between the runs' evaluations; `--json` gives all of it, every class included.
+differs most between the runs' evaluations, and for a sweep's trials which one the sweep
+exported (sweep.json's best); `--json` gives all of it, every class included.
 One PNG overlays the runs' validation accuracy and losses per epoch.
 
 Accelerator-hours are summary.json's `accelerator_hours` where the run recorded them; else
@@ -51,6 +52,9 @@ class RunFigures:
     evaluations: list[dict[str, Any]]  # every evaluation of the run's own model
     evaluation: dict[str, Any] | None = None  # the one shown (compare's choice)
     hours: dict[str, Any] = field(default_factory=dict)
+    # A sweep's trial: whether it is the one the sweep exported and judged (sweep.json's best);
+    # None for a run of its own, or where sweep.json does not say.
+    sweeps_best: bool | None = None
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -70,6 +74,7 @@ class RunFigures:
             "best": best,
             "duration_s": self.summary.get("duration_s"),
             "accelerator_hours": self.hours,
+            "sweeps_best": self.sweeps_best,
             "evaluation": None
             if evaluation is None
             else {
@@ -106,6 +111,9 @@ class Comparison:
         rows: list[tuple[str, list[str]]] = [("run", [r.name for r in self.runs])]
         rows.append(("status", [_status(r.summary.get("status")) for r in self.runs]))
         rows.append(("epochs", [_epochs(r.summary) for r in self.runs]))
+        if any(r.sweeps_best is not None for r in self.runs):
+            marks = {True: "yes, exported", False: "no", None: ""}
+            rows.append(("sweep's best", [marks[r.sweeps_best] for r in self.runs]))
         for key in self.differing:
             values = [_value(r.settings.get(key)) if r.settings else "unknown" for r in self.runs]
             rows.append((f"setting {key}", _where_they_differ(values)))
@@ -170,17 +178,17 @@ def compare(runs: Sequence[str], out: str | None, overwrite: bool = False) -> Co
     given = [not_a_link(run_location(run, env)) for run in runs]
     labelled = [found for where in given for found in _runs_in(where)]
     if not 2 <= len(labelled) <= MAX_RUNS:
-        sweeps = any(label is not None for _, label in labelled)
+        sweeps = any(label is not None for _, label, _ in labelled)
         counted = ", a sweep's trials counted each" if sweeps else ""
         hint = "; name the trials to compare, trials/trial-NNNN" if sweeps else ""
         raise ConfigError(
             f"give 2 to {MAX_RUNS} runs to compare ({len(labelled)} given{counted}){hint}"
         )
-    locations = [where for where, _ in labelled]
+    locations = [where for where, _, _ in labelled]
     twice = sorted({str(where) for where in locations if locations.count(where) > 1})
     if twice:
         raise ConfigError(f"{', '.join(twice)}: given more than once; give each run once")
-    found = [_read(where, label) for where, label in labelled]
+    found = [_read(where, label, best) for where, label, best in labelled]
     keys = sorted({k for r in found for k in r.settings} - set(IGNORED_SETTINGS))
     # A run whose settings record is missing or damaged differs in nothing it can show: it
     # would list every setting as differing. It shows "unknown" where the others differ.
@@ -246,14 +254,14 @@ def _plot_location(out: str, endpoint: str | None, *, replace: bool) -> RunPath:
     return where
 
 
-def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None]]:
+def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None, bool | None]]:
     """The run folder given, or a sweep's trials, each labelled `sweep/trial-NNNN` (every
-    sweep's trials are named alike); ConfigError for a sweep none of whose trials has
-    started."""
+    sweep's trials are named alike) and marked whether it is the sweep's best; ConfigError for
+    a sweep none of whose trials has started."""
     # A run folder's summary is read once, by _read: only a folder holding sweep.json is
     # looked into here.
     if not present(where / run_folder.SWEEP_FILE) or run_folder.read_summary(where) is not None:
-        return [(where, None)]  # a run folder, or what _read names as not one
+        return [(where, None, _trial_is_best(where))]  # a run, or what _read names as not one
     trials = [
         entry.path
         for entry in entries(where / run_folder.TRIALS_DIR)
@@ -264,7 +272,35 @@ def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None]]:
             f"{shown(where)}: a sweep's folder, none of whose trials has started yet: rerun "
             f"`trainctl tune` (`trainctl status {shown(where)}` shows it)"
         )
-    return [(trial, f"{where.name}/{trial.name}") for trial in trials]
+    best = _best_trial(where)
+    return [
+        (trial, f"{where.name}/{trial.name}", None if best is None else trial.name == best)
+        for trial in trials
+    ]
+
+
+def _trial_is_best(run_dir: RunPath) -> bool | None:
+    """For a trial's folder given by itself (SWEEP/trials/trial-NNNN): whether it is its
+    sweep's best; None for any other run folder."""
+    sweep_dir = run_dir.parent.parent
+    if run_dir.parent.name != run_folder.TRIALS_DIR or not TRIAL_NAME.fullmatch(run_dir.name):
+        return None
+    if not present(sweep_dir / run_folder.SWEEP_FILE):
+        return None
+    best = _best_trial(sweep_dir)
+    return None if best is None else run_dir.name == best
+
+
+def _best_trial(sweep_dir: RunPath) -> str | None:
+    """The trial the sweep exported and judged, as sweep.json names it ("" where no trial
+    trained to the end); None where sweep.json cannot say (`trainctl status` of the sweep
+    names the damage)."""
+    record = run_folder.read_sweep(sweep_dir, damaged=None)
+    best = None if record is None else record.get("best")
+    if best is None and record is not None and "best" in record:
+        return ""
+    trial = mapping(best).get("trial")
+    return trial if isinstance(trial, str) else None
 
 
 def _started(trial: RunPath) -> bool:
@@ -274,7 +310,9 @@ def _started(trial: RunPath) -> bool:
     return any(present(trial / name) for name in records)
 
 
-def _read(run_dir: RunPath, label: str | None = None) -> RunFigures:
+def _read(
+    run_dir: RunPath, label: str | None = None, sweeps_best: bool | None = None
+) -> RunFigures:
     summary = run_folder.read_summary(run_dir)
     epochs = run_folder.epochs(run_dir)
     if summary is None and not epochs:
@@ -292,6 +330,7 @@ def _read(run_dir: RunPath, label: str | None = None) -> RunFigures:
         epochs=epochs,
         workers=sizes[-1] if sizes else None,
         evaluations=run_evaluations(run_dir),
+        sweeps_best=sweeps_best,
     )
     figures.hours = accelerator_hours(summary, figures.workers)
     return figures

@@ -352,6 +352,36 @@ def test_a_sweeps_folder_stands_for_its_trials_each_named_by_sweep_and_trial(
     assert alone.code == 2 and "(1 given, a sweep's trials counted each)" in alone.text, alone.text
 
 
+def test_the_trial_a_sweep_exported_is_marked(tmp_path: Path) -> None:
+    """A sweep's trials side by side did not say which one the sweep exported and judged: a
+    reader took the best-looking column for the one shipped (a red-team pass)."""
+    sweep = tmp_path / "nightly"
+    (sweep / "trials").mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"best": {"trial": "trial-0002"}}))
+    make_run(sweep / "trials", "trial-0001", lr=0.1, accuracies=[0.5, 0.7], duration_s=10)
+    make_run(sweep / "trials", "trial-0002", lr=0.01, accuracies=[0.4, 0.45], duration_s=10)
+    base = make_run(tmp_path, "base", lr=0.001, accuracies=[0.6], duration_s=10)
+    out = str(tmp_path / "c.png")
+    result = trainctl("compare", str(sweep), str(base), "--json", "--out", out, "--overwrite")
+    assert result.code == 0, result.text
+    assert [run["sweeps_best"] for run in json.loads(result.out)["runs"]] == [False, True, None]
+    table = trainctl("compare", str(sweep), str(base), "--out", out, "--overwrite")
+    row = next(line for line in table.out.splitlines() if line.startswith("sweep's best"))
+    assert row.split()[2:] == ["no", "yes,", "exported"], row
+    # A trial named by itself is marked too; a sweep that exported none marks every trial no.
+    one = trainctl(
+        "compare", str(sweep / "trials" / "trial-0002"), str(base), "--json", "--out", out,
+        "--overwrite",
+    )  # fmt: skip
+    assert [run["sweeps_best"] for run in json.loads(one.out)["runs"]] == [True, None], one.text
+    (sweep / "sweep.json").write_text(json.dumps({"best": None}))
+    none = trainctl("compare", str(sweep), "--json", "--out", out, "--overwrite")
+    assert [run["sweeps_best"] for run in json.loads(none.out)["runs"]] == [False, False]
+    (sweep / "sweep.json").write_text("{damaged")  # cannot say: not marked, JSON still whole
+    damaged = trainctl("compare", str(sweep), "--json", "--out", out, "--overwrite")
+    assert [run["sweeps_best"] for run in json.loads(damaged.out)["runs"]] == [None, None]
+
+
 def test_evaluations_of_one_name_but_other_data_are_not_taken_for_the_same(
     tmp_path: Path,
 ) -> None:
