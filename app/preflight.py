@@ -47,6 +47,7 @@ from app.storage.location import (
     free_bytes,
     human_bytes,
     local_write_problem,
+    prove_writable,
     store_errors,
     within,
 )
@@ -305,12 +306,19 @@ def _settings(settings: TrainSettings, found: Found) -> str:
     )
 
 
-def _storage(settings: TrainSettings, found: Found) -> str:
-    ensure_writable(settings.storage_path, "TRAIN_STORAGE_PATH", settings.storage_timeout_s)
-    free = free_bytes(settings.storage_path)
+def _storage(settings: TrainSettings, found: Found, *, create: bool = True) -> str:
+    """The storage folder is writable: made here for `train`; for `check`, which leaves
+    nothing behind (a mistyped path is not made), proved writable where it would be made."""
+    where, timeout_s = settings.storage_path, settings.storage_timeout_s
+    made = ""
+    if create:
+        ensure_writable(where, "TRAIN_STORAGE_PATH", timeout_s)
+    elif prove_writable(where, "TRAIN_STORAGE_PATH", timeout_s):
+        made = " (made by the first run)"
+    free = free_bytes(where)
     space = "the store reports no free space" if free is None else f"{human_bytes(free)} free"
     refuse_links(settings.run_dir)  # as `train` does before it reads the run folder
-    return f"{settings.storage_path} writable, {space}"
+    return f"{where} writable{made}, {space}"
 
 
 def _storage_of_check(settings: TrainSettings, found: Found) -> str:
@@ -318,7 +326,7 @@ def _storage_of_check(settings: TrainSettings, found: Found) -> str:
     sweep's (`tune` refuses the other way round in the sweep check)."""
     from app.runfolder.folder import refuse_the_other_kind
 
-    said = _storage(settings, found)
+    said = _storage(settings, found, create=False)
     if settings.tune_space is None:
         refuse_the_other_kind(settings.run_dir, sweep=False, timeout_s=settings.storage_timeout_s)
     return said

@@ -86,6 +86,26 @@ def ensure_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEO
         probe.unlink(missing_ok=True)
 
 
+def prove_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
+    """ensure_writable's verdict in its words, creating nothing (`check`, which leaves nothing
+    behind: a mistyped path is not made); a probe file goes into the nearest folder that
+    exists. True where writing first makes the folder (a bucket has none to make)."""
+    if isinstance(path, ObjectPath):
+        ensure_bucket_writable(path, variable, timeout)
+        return False
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{variable}={path}: exists but is not a folder")
+    problem = local_write_problem(path)
+    if problem and path.is_dir():
+        raise ConfigError(
+            f"{variable}={path}: not writable ({problem}); on Kubernetes check the volume's "
+            "access mode and the pod's fsGroup"
+        )
+    if problem:
+        raise ConfigError(f"{variable}={path}: cannot create the folder ({problem})")
+    return not path.is_dir()
+
+
 def check_writable(path: RunPath, variable: str, given: str | None = None) -> None:
     """Prove a file can be written in folder `path` without creating anything (ConfigError
     otherwise): a bucket's probe; on a volume, a probe file in the nearest folder that exists.

@@ -255,6 +255,33 @@ def test_check_refuses_a_data_path_train_could_not_write_the_dataset_to(
     assert (tmp_path / "a-file").read_text() == "not a folder\n"
 
 
+def test_check_makes_no_storage_folder_and_says_the_first_run_will(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`check` made TRAIN_STORAGE_PATH's folders while proving them writable: a mistyped path
+    left a tree of empty folders on the volume (a red-team pass). Where a folder existing is
+    in the way, its words are train's."""
+    monkeypatch.setenv("TRAIN_DATASET", "digits")
+    monkeypatch.setenv("TRAIN_DATA_PATH", str(tmp_path / "data"))
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path / "typo" / "runs"))
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0, result.text
+    said = f"ok    storage: {tmp_path}/typo/runs writable (made by the first run), "
+    assert said in result.out, result.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], result.text
+    (tmp_path / "runs").mkdir()  # there already: nothing to say of making it
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path / "runs"))
+    result = trainctl("check", "--skip-cluster")
+    assert f"ok    storage: {tmp_path}/runs writable, " in result.out, result.text
+    assert list((tmp_path / "runs").iterdir()) == []
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path / "a-file" / "runs"))
+    assert_refused(
+        trainctl("check", "--skip-cluster"), 2, f"TRAIN_STORAGE_PATH={tmp_path}/a-file/runs: "
+        f"cannot create the folder ({tmp_path}/a-file: exists but is not a folder)",
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("variable", ["TRAIN_STORAGE_PATH", "TRAIN_DATA_PATH"])
 def test_a_link_to_nothing_on_the_way_is_named_with_its_target(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str
