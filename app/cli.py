@@ -491,9 +491,10 @@ def predict_cmd(
     run code.
 
     \b
-    A few image files are classified in this process. Folders and bucket prefixes (every
-    image below them), more than 64 files, or --out: Ray Data batch inference on an actor
-    pool (joins TRAIN_RAY_ADDRESS or RAY_ADDRESS, else starts a local Ray).
+    A few image files (paths, or objects' URIs) are classified in this process. Folders and
+    bucket prefixes (every image below them), more than 64 files, or --out: Ray Data batch
+    inference on an actor pool (joins TRAIN_RAY_ADDRESS or RAY_ADDRESS, else starts a local
+    Ray).
     """
     import json
 

@@ -1,8 +1,9 @@
 """`trainctl predict` over folders and bucket prefixes: the top-k classes of every image, with
 Ray Data batch inference (app/evaluation/scoring.py), written to a Parquet or CSV file.
 
-A few files named one by one (fewer than FEW, no --out) stay on the single-process path of
-app/export/predict.py, which answers in about a second; anything else takes this one: each
+A few files named one by one (fewer than FEW, no --out; local or objects' URIs) stay on the
+single-process path of app/export/predict.py, which answers in about a second; anything else
+takes this one: each
 folder or prefix is listed (every image file below it, at any depth, by the listing rules of
 image-folder datasets: hidden and non-image files skipped and counted, no link leading out of
 it), the files are decoded in Ray Data's tasks by the training pipeline's code, and an actor
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.data.folder_listing import NOT_UTF8, is_utf8, list_images
+from app.data.folder_listing import IMAGE_EXTENSIONS, NOT_UTF8, is_utf8, list_images
 from app.errors import ConfigError
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
 from app.evaluation.scoring import (
@@ -85,10 +86,16 @@ class BatchResult:
 def takes_batch_path(images: Sequence[str], out: str | None, pool: bool = False) -> bool:
     """Whether `trainctl predict` runs on Ray: with --out or an actor-pool option (`pool`:
     --gpus, --actors), more than FEW files, or any folder or bucket prefix among them (a
-    bucket URI counts: listing it decides)."""
+    bucket URI counts unless it names an image file: a prefix is listed)."""
     if out is not None or pool or len(images) > FEW:
         return True
-    return any("://" in image or os.path.isdir(image) for image in images)
+    return any(_folder_or_prefix(image) for image in images)
+
+
+def _folder_or_prefix(image: str) -> bool:
+    if "://" in image:
+        return not image.lower().endswith(IMAGE_EXTENSIONS)
+    return os.path.isdir(image)
 
 
 def output_location(out: str, endpoint: str | None, overwrite: bool = False) -> RunPath:

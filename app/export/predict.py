@@ -28,7 +28,7 @@ from app.errors import ConfigError
 from app.export.card import CARD_FILE, EXPORT_DIR, WEIGHTS_FILE, Verified, verified
 from app.formatting import shown
 from app.storage.entries import Kind, bucket_there, kind_within
-from app.storage.location import RunPath
+from app.storage.location import RunPath, parse_location
 from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.reading import present, read_bounded
 
@@ -80,11 +80,13 @@ def predict(
     folder, root = export_folder(target, timeout)
     export = verified(folder, root, card_sha256)
     card = export.card
-    first = input_batch(chunks[0], card)  # a bad first image is named before anything loads
+    # A bad first image is named before anything loads.
+    first = input_batch(chunks[0], card, endpoint, timeout)
     module = load_model(export)
     found = _classify(module, first, chunks[0], card["class_names"], top_k)
     for chunk in chunks[1:]:
-        found += _classify(module, input_batch(chunk, card), chunk, card["class_names"], top_k)
+        batch = input_batch(chunk, card, endpoint, timeout)
+        found += _classify(module, batch, chunk, card["class_names"], top_k)
     return found
 
 
@@ -113,21 +115,45 @@ def export_folder(where: RunPath, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[R
     return folder, where
 
 
-def input_batch(images: Sequence[str], card: dict[str, Any]) -> Any:
-    """The image files as the card's model takes them: float32 NCHW at its size, normalized
-    with its mean and std; ConfigError naming the first file that is not a readable image."""
+def input_batch(
+    images: Sequence[str],
+    card: dict[str, Any],
+    endpoint: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Any:
+    """The image files (paths, or objects' URIs in a store at `endpoint`, each answering within
+    `timeout`) as the card's model takes them: float32 NCHW at its size, normalized with its
+    mean and std; ConfigError naming the first file that is not a readable image."""
     import numpy as np
     import torch
 
     spec = card["input"]
-    arrays = [_pixels(Path(image), spec) for image in images]
+    arrays = [_pixels(_image_file(image, endpoint, timeout), spec) for image in images]
     x = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).float() / 255.0
     mean = torch.tensor(spec["mean"], dtype=torch.float32).view(1, -1, 1, 1)
     std = torch.tensor(spec["std"], dtype=torch.float32).view(1, -1, 1, 1)
     return ((x - mean) / std).contiguous()
 
 
-def _pixels(path: Path, spec: dict[str, Any]) -> Any:
+def _image_file(image: str, endpoint: str | None, timeout: float) -> RunPath:
+    """Where `image` is read: a local path as given; an object named by its URI, which the
+    store says is there within `timeout` (or the refusal names the store)."""
+    if "://" not in image:
+        return Path(image)
+    try:
+        where = parse_location(image, endpoint)
+    except ValueError as err:
+        raise ConfigError(f"{shown(image)}: {err}") from None
+    found = kind_within(where, "the image", timeout)
+    if found is Kind.DIR:
+        raise ConfigError(f"{shown(image)}: a prefix; end it with / to score every image below it")
+    if found is None:
+        bucket_there(where, "the image", timeout)
+        raise ConfigError(f"{shown(image)}: no such object")
+    return where
+
+
+def _pixels(path: RunPath, spec: dict[str, Any]) -> Any:
     """One image as uint8 HxWxC at the card's size; ConfigError naming the file otherwise."""
     name = shown(path)  # a newline in a file name never starts a line of its own
     try:

@@ -90,6 +90,24 @@ def test_a_black_hole_data_bucket_is_named_as_the_data_path(
     assert "did not answer within 0.5 s" in result.text
 
 
+def test_a_black_hole_image_bucket_is_named_within_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, black_hole: socket.socket
+) -> None:
+    """An image named by its URI is read in this process (a local export): its store's first
+    answer has the same deadline as the export's."""
+    from app.promotion.step import promote_run
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    make_run(tmp_path / "runs", "r", 0.9)
+    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", _endpoint(black_hole))
+    monkeypatch.setenv("TRAIN_STORAGE_TIMEOUT_S", "1")
+    started = time.monotonic()
+    result = trainctl("predict", str(tmp_path / "runs" / "r"), "s3://images/seven.png")
+    assert_refused(result, 2, f"the store at {_endpoint(black_hole)} did not answer within 1 s")
+    assert time.monotonic() - started < 1 + MARGIN_S
+
+
 def test_gcs_without_any_identity_is_named_within_the_deadline(
     monkeypatch: pytest.MonkeyPatch, black_hole: socket.socket
 ) -> None:

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from app.evaluation.batch_predict import takes_batch_path
 from app.promotion import champion
 from app.promotion.step import promote_run
 from app.storage.buckets import ObjectPath
-from tests.hostile.support import trainctl
+from tests.hostile.support import assert_refused, trainctl
 from tests.promotion_support import INFO, make_run, settings_for
 from tests.s3_support import Bucket, S3Server
 
@@ -91,6 +92,22 @@ def test_promotion_and_prediction_on_object_storage(
     assert result.code == 0, result.text
     top = json.loads(result.out)["predictions"][0]["top"]
     assert len(top) == 2 and top[0]["probability"] >= top[1]["probability"]
+
+    # The image in the bucket too: a file named by its URI is classified in this process, as
+    # a local one is (it started a Ray for one image), to the same figures.
+    bucket.write("images/seven.png", image.read_bytes())
+    uri = bucket.uri("images/seven.png")
+    assert not takes_batch_path([uri], out=None)
+    assert takes_batch_path([bucket.uri("images")], out=None)  # a prefix is listed, on Ray
+    remote = trainctl("predict", bucket.uri("runs/r1"), uri, "--json", "--top-k", "2")
+    assert remote.code == 0, remote.text
+    (found,) = json.loads(remote.out)["predictions"]
+    assert found["image"] == uri and found["top"] == top
+    missing = trainctl("predict", bucket.uri("runs/r1"), bucket.uri("images/eight.png"))
+    assert_refused(missing, 2, f"{bucket.uri('images/eight.png')}: no such object")
+    bucket.write("images/odd.png/a.png", image.read_bytes())  # a prefix named like a file
+    prefix = trainctl("predict", bucket.uri("runs/r1"), bucket.uri("images/odd.png"))
+    assert_refused(prefix, 2, "odd.png: a prefix; end it with / to score every image below it")
 
 
 def test_check_fails_where_the_s3_client_for_the_pointer_is_missing(
