@@ -30,8 +30,14 @@ from app.formatting import finite, json_safe, mapping, shown
 from app.runfolder import folder as run_folder
 from app.runfolder.summary import STATUS_WORDS
 from app.settings.tune_plan import TRIAL_NAME
-from app.storage.entries import Kind, entries, kind, not_a_link
-from app.storage.location import RunPath, local_write_problem, parse_location, write_atomic
+from app.storage.entries import Kind, bucket_there, entries, kind, kind_within, not_a_link
+from app.storage.location import (
+    RunPath,
+    local_write_problem,
+    parse_location,
+    place_key,
+    write_atomic,
+)
 from app.storage.reading import present
 
 MAX_RUNS = 20
@@ -173,9 +179,9 @@ def compare(runs: Sequence[str], out: str | None, overwrite: bool = False) -> Co
     if not 1 <= len(runs) <= MAX_RUNS:
         raise ConfigError(f"give 2 to {MAX_RUNS} runs to compare ({len(runs)} given)")
     env = settings_environ()
-    endpoint, _ = storage_access(env)
+    endpoint, timeout = storage_access(env)
     destination = _plot_location(out or "compare.png", endpoint, replace=overwrite or not out)
-    given = [not_a_link(run_location(run, env)) for run in runs]
+    given = [_folder_there(run_location(run, env), timeout) for run in runs]
     labelled = [found for where in given for found in _runs_in(where)]
     if not 2 <= len(labelled) <= MAX_RUNS:
         sweeps = any(label is not None for _, label, _ in labelled)
@@ -184,8 +190,9 @@ def compare(runs: Sequence[str], out: str | None, overwrite: bool = False) -> Co
         raise ConfigError(
             f"give 2 to {MAX_RUNS} runs to compare ({len(labelled)} given{counted}){hint}"
         )
-    locations = [where for where, _, _ in labelled]
-    twice = sorted({str(where) for where in locations if locations.count(where) > 1})
+    # By place, not by spelling: runs/base and ../runs/base, or a run's name and its path.
+    places = [place_key(where) for where, _, _ in labelled]
+    twice = sorted({place for place in places if places.count(place) > 1})
     if twice:
         raise ConfigError(f"{', '.join(twice)}: given more than once; give each run once")
     found = [_read(where, label, best) for where, label, best in labelled]
@@ -251,6 +258,24 @@ def _plot_location(out: str, endpoint: str | None, *, replace: bool) -> RunPath:
         raise ConfigError(
             f"--out {out!r}: already exists; give a new file name, or --overwrite to replace it"
         )
+    return where
+
+
+def _folder_there(where: RunPath, timeout: float) -> RunPath:
+    """`where`, a folder that is there (a bucket answering within `timeout`, or the refusal
+    names the store: a store down was an internal error); refused by name where it is nothing,
+    a file or a link (nothing there was read as "not a run folder")."""
+    found = kind_within(where, "RUN", timeout)
+    if found is Kind.LINK:
+        not_a_link(where)  # refused, naming the link and its target
+    if found is None:
+        bucket_there(where, "RUN", timeout)
+        raise ConfigError(
+            f"{shown(where)}: no such folder; give run folders (or their s3:// / gs:// URIs), "
+            "a sweep's folder, or runs' names"
+        )
+    if found is not Kind.DIR:
+        raise ConfigError(f"{shown(where)}: {found.value}, not a run folder")
     return where
 
 

@@ -43,6 +43,12 @@ def local_absolute(path: Path) -> Path:
         raise ValueError(f"{str(path).split('/')[0]} names no user on this machine") from None
 
 
+def place_key(path: RunPath) -> str:
+    """One spelling per place, to tell one place given twice: a local path with `.` and `..`
+    resolved as written (links are not followed), a URI as it is."""
+    return str(path) if isinstance(path, ObjectPath) else os.path.normpath(path)
+
+
 def parse_location(value: str | os.PathLike[str], endpoint: str | None = None) -> RunPath:
     """The one parse of a storage setting: an ObjectPath for an s3:// or gs:// URI, else an
     absolute local path; ValueError for what only looks like either (app/storage/uris.py)."""

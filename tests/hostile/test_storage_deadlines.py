@@ -55,6 +55,7 @@ def _endpoint(server: socket.socket) -> str:
         ("predict", "s3://b-1/runs/r", "x.png", "--out", "p.csv"),
         ("evaluate", "s3://b-1/runs/r", "--split", "valid"),
         ("status", "s3://b-1/runs/r"),  # it said "within 1 s" after a minute's retries
+        ("compare", "s3://b-1/runs/a", "s3://b-1/runs/b"),  # an internal error, exit 1
     ],
     ids=lambda c: "-".join(c[:1] + c[3:4]),
 )

@@ -13,7 +13,7 @@ import pytest
 
 from app.evaluation.report import METRICS_FILE, report_files, write_folder
 from app.runfolder import folder as run_folder
-from tests.hostile.support import trainctl
+from tests.hostile.support import assert_refused, trainctl
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -350,6 +350,27 @@ def test_a_sweeps_folder_stands_for_its_trials_each_named_by_sweep_and_trial(
     (sweep / "trials" / "trial-0002").rmdir()
     alone = trainctl("compare", str(sweep))
     assert alone.code == 2 and "(1 given, a sweep's trials counted each)" in alone.text, alone.text
+
+
+def test_a_run_given_twice_by_other_spellings_is_refused_and_nothing_there_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`compare ../runs/base base` showed one run twice, side by side (a red-team pass); a
+    path to nothing was "not a run folder (no summary.json ...)"."""
+    base = make_run(tmp_path / "runs", "base", lr=0.1, accuracies=[0.5], duration_s=10)
+    other = make_run(tmp_path / "runs", "other", lr=0.01, accuracies=[0.6], duration_s=10)
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path / "runs"))
+    out = str(tmp_path / "c.png")
+    for spelled in ("base", "../runs/./base", str(base)):
+        twice = trainctl("compare", "../runs/base", spelled, str(other), "--out", out)
+        assert_refused(twice, 2, f"{base}: given more than once; give each run once")
+    missing = trainctl("compare", "../runs/nope", str(base), "--out", out)
+    assert_refused(missing, 2, "runs/nope: no such folder; give run folders")
+    assert "not a run folder" not in missing.text
+    afile = trainctl("compare", str(base / "summary.json"), str(base), "--out", out)
+    assert_refused(afile, 2, "summary.json: a regular file, not a run folder")
 
 
 def test_the_trial_a_sweep_exported_is_marked(tmp_path: Path) -> None:
