@@ -429,23 +429,41 @@ def trials_at_once(
     on_head = trials_on_head(head_memory)
     fits, why = _what_fits(settings, resources, pool_cpus)
     if settings.tune_concurrent:
-        concurrent = max(1, min(settings.tune_concurrent, todo))
+        asked = settings.tune_concurrent
+        concurrent = max(1, min(asked, todo))
+        said = "TRAIN_TUNE_CONCURRENT" if concurrent == asked else (
+            f"TRAIN_TUNE_CONCURRENT={asked}, for the {counted(todo, 'trial')} left to train"
+        )  # fmt: skip
         warnings = []
         if on_head is not None and concurrent > on_head:
             warnings.append(f"{_head_holds(head_memory, on_head)}: raise head.memory")
-        if concurrent > max(1, fits):
+        room, held = _room(settings, resources, pool_cpus)
+        if concurrent > room:
             # Tune holds the others back until a trial ends: fewer train at once than said.
-            warnings.append(
-                f"the cluster holds {counted(max(1, int(fits)), 'trial')} at once ({why}): "
-                "the others wait for one to end"
-            )
-        return concurrent, "; ".join(
-            ["TRAIN_TUNE_CONCURRENT", *(f"warning: {w}" for w in warnings)]
-        )
+            # (The CPUs kept for reading data are not reserved: trials may take them.)
+            warnings.append(f"{held}: the others wait for one to end")
+        return concurrent, "; ".join([said, *(f"warning: {w}" for w in warnings)])
     if on_head is not None and on_head < fits:
         fits = on_head
         why = f"{why}; {_head_holds(head_memory, on_head)}"
     return int(max(1, min(fits, todo))), f"{why}; TRAIN_TUNE_CONCURRENT sets it"
+
+
+def _room(
+    settings: TrainSettings, resources: dict[str, float], pool_cpus: float
+) -> tuple[int, str]:
+    """How many trials' workers the cluster can place at once, every CPU but the data pool's
+    taken (at least one), and that said in words."""
+    workers = settings.workers.max
+    cpus = resources.get("CPU", 0) - pool_cpus
+    room = cpus // (workers * settings.cpus_per_worker)
+    where, each = f"{cpus:g} CPUs for training", f"{settings.cpus_per_worker:g} CPU"
+    if settings.use_gpu:
+        room = min(room, resources.get("GPU", 0) // workers)
+        where, each = f"{resources.get('GPU', 0):g} GPUs", "1 GPU"
+    room = int(max(1, room))
+    trials = f"{counted(room, 'trial')} of {counted(workers, 'worker')} x {each}"
+    return room, f"the cluster's {where} hold {trials} at once"
 
 
 def _what_fits(

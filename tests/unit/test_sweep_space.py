@@ -571,20 +571,30 @@ def test_trials_at_once_are_bounded_by_what_the_heads_memory_holds() -> None:
 
 def test_more_trials_at_once_than_the_cluster_holds_are_kept_with_a_warning() -> None:
     """TRAIN_TUNE_CONCURRENT=8 on a cluster that holds 2 trials said "8 trials at a time"; Tune
-    then ran 2 and queued the rest, said nowhere (a red-team pass)."""
+    then ran 2 and queued the rest, said nowhere (a red-team pass). The CPUs kept for reading
+    data are no reservation: trials may take them (the warning said 1 where 2 ran, a second
+    pass), so the warning counts every CPU but a data pool's."""
     from app.sweep.sweep import trials_at_once
 
     asked = BASE.model_copy(update={"tune_concurrent": 8})
     fits, why = trials_at_once(asked, {"CPU": 7.0}, todo=8, head_memory=None)
     assert fits == 8
     assert why == (
-        "TRAIN_TUNE_CONCURRENT; warning: the cluster holds 2 trials at once (a trial holds 2 "
-        "workers x 1 CPU; the cluster has 7 CPUs, 2 kept for reading data, and 0 GPUs): the "
-        "others wait for one to end"
+        "TRAIN_TUNE_CONCURRENT; warning: the cluster's 7 CPUs for training hold 3 trials of 2 "
+        "workers x 1 CPU at once: the others wait for one to end"
     )
-    # Within what it holds, or bounded by the trials there are: no warning.
+    fits, why = trials_at_once(asked, {"CPU": 23.0}, todo=8, head_memory=None, pool_cpus=16.0)
+    assert "the cluster's 7 CPUs for training hold 3 trials" in why, why  # not the pool's
+    gpu = asked.model_copy(update={"use_gpu": True})
+    fits, why = trials_at_once(gpu, {"CPU": 64.0, "GPU": 4.0}, todo=8, head_memory=None)
+    assert why.endswith("the cluster's 4 GPUs hold 2 trials of 2 workers x 1 GPU at once: "
+                        "the others wait for one to end"), why  # fmt: skip
+    # Within its room: no warning. Above the trials left: lowered to them, and said.
+    assert trials_at_once(asked, {"CPU": 16.0}, todo=8, head_memory=None) == (
+        8, "TRAIN_TUNE_CONCURRENT"
+    )  # fmt: skip
     assert trials_at_once(asked, {"CPU": 7.0}, todo=2, head_memory=None) == (
-        2, "TRAIN_TUNE_CONCURRENT"
+        2, "TRAIN_TUNE_CONCURRENT=8, for the 2 trials left to train"
     )  # fmt: skip
 
 
