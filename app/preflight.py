@@ -166,6 +166,8 @@ def _promotion(settings: TrainSettings, found: Found) -> str:
     """The gate and the champion (app/promotion/check.py); WARN for a champion the gate never
     compares with, and for a gate that failed its own check (an `ok` here would read as if the
     gate it names were fine)."""
+    if "storage" in found.failed:  # the champions' pointers live there
+        return "not judged: the storage fails (above), where the champion's pointer is kept"
     try:
         line = promotion_check(settings, found.info)
     except UnguardedChampion as err:
@@ -378,8 +380,12 @@ def _dataset_in(
         return f"{settings.dataset} not prepared yet; `trainctl train` will write it to {folder}"
     info, note = kind.ensure(folder, settings)
     found.info = info
-    _still_bad(kind, info, settings.run_dir)
-    problem = class_names_problem(settings.run_dir, info.class_names, info.path)
+    problem = None
+    # The run folder's records: not read below a storage path that failed (a file there read
+    # as a damaged summary, `check` said, with a warning that no run could act on).
+    if "storage" not in found.failed:
+        _still_bad(kind, info, settings.run_dir)
+        problem = class_names_problem(settings.run_dir, info.class_names, info.path)
     problem = problem or model_problem(settings.model, info, settings.vit_patch)
     if rows_per_worker:
         problem = problem or workers_problem(settings, info)

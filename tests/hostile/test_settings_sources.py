@@ -282,6 +282,29 @@ def test_check_makes_no_storage_folder_and_says_the_first_run_will(
     )  # fmt: skip
 
 
+def test_a_storage_path_that_fails_is_not_read_by_the_checks_after_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TRAIN_STORAGE_PATH a file: besides its FAIL, `check` warned that <file>/<run>/summary.json
+    was damaged (no run could rewrite it) and said `ok promotion` for a champion pointer to
+    be written below the file (a red-team pass)."""
+    from app.data.kinds import prepare_dataset
+
+    prepare_dataset("digits", tmp_path / "data" / "digits")
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("TRAIN_DATASET", "digits")
+    monkeypatch.setenv("TRAIN_MODEL", "cnn")
+    monkeypatch.setenv("TRAIN_DATA_PATH", str(tmp_path / "data"))
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path / "a-file"))
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, f"FAIL  storage: TRAIN_STORAGE_PATH={tmp_path}/a-file: exists")
+    assert "damaged" not in result.text and "a-file/champions" not in result.text, result.text
+    assert "ok    promotion: not judged: the storage fails (above)" in result.out, result.text
+    assert [line for line in result.out.splitlines() if line.startswith("FAIL")] == [
+        f"FAIL  storage: TRAIN_STORAGE_PATH={tmp_path}/a-file: exists but is not a folder"
+    ]
+
+
 @pytest.mark.parametrize("variable", ["TRAIN_STORAGE_PATH", "TRAIN_DATA_PATH"])
 def test_a_link_to_nothing_on_the_way_is_named_with_its_target(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str
