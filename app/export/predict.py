@@ -138,12 +138,12 @@ def input_batch(
 def _image_file(image: str, endpoint: str | None, timeout: float) -> RunPath:
     """Where `image` is read: a local path as given; an object named by its URI, which the
     store says is there within `timeout` (or the refusal names the store)."""
-    if "://" not in image:
-        return Path(image)
-    try:
+    try:  # what only looks like a URI (s3:/b/x.png) is refused as TRAIN_STORAGE_PATH's is
         where = parse_location(image, endpoint)
     except ValueError as err:
         raise ConfigError(f"{shown(image)}: {err}") from None
+    if "://" not in image:
+        return Path(image)  # named as given in every message
     found = kind_within(where, "the image", timeout)
     if found is Kind.DIR:
         raise ConfigError(f"{shown(image)}: a prefix; end it with / to score every image below it")

@@ -105,6 +105,9 @@ def test_promotion_and_prediction_on_object_storage(
     assert found["image"] == uri and found["top"] == top
     missing = trainctl("predict", bucket.uri("runs/r1"), bucket.uri("images/eight.png"))
     assert_refused(missing, 2, f"{bucket.uri('images/eight.png')}: no such object")
+    # One slash short: a URI's typo, not a local file that is missing.
+    typo = trainctl("predict", bucket.uri("runs/r1"), uri.replace("://", ":/"))
+    assert_refused(typo, 2, "looks like a URI but is not one")
     bucket.write("images/odd.png/a.png", image.read_bytes())  # a prefix named like a file
     prefix = trainctl("predict", bucket.uri("runs/r1"), bucket.uri("images/odd.png"))
     assert_refused(prefix, 2, "odd.png: a prefix; end it with / to score every image below it")
