@@ -170,9 +170,11 @@ def _google_identity(seconds: float) -> None:
         http_answers(f"http://{host}", seconds)
     except OSError as err:
         raise StoreSettingError(
-            "no Google credentials: GOOGLE_APPLICATION_CREDENTIALS is not set, gcloud has no "
-            f"application-default credentials, and the metadata server {host} (GKE Workload "
-            f"Identity) did not answer ({_reason(err)}); set GOOGLE_APPLICATION_CREDENTIALS to "
+            # Not "credentials: NAME": redaction reads that as a secret's value, and masked
+            # the variable's name the message asks for.
+            "no Google credentials found (GOOGLE_APPLICATION_CREDENTIALS is not set, gcloud has "
+            f"no application-default credentials, and the metadata server {host} (GKE Workload "
+            f"Identity) did not answer: {_reason(err)}); set GOOGLE_APPLICATION_CREDENTIALS to "
             "a service-account key file, or give the pod a Workload Identity"
         ) from None
     _answered.add(f"http://{host}")
