@@ -99,6 +99,9 @@ def promote_run(
         if current is not None:  # a rerun of the champion run: nothing to export or move
             decision, version = _still_champion(settings, current, promotion)
             line = f"promoted v{version} (already the champion)"
+            if earlier := _first_judged(previous, version):
+                promotion["earlier"] = earlier
+                line = f"promoted v{version} (already the champion; first judged: {earlier})"
         elif best is not None and _judged_before(settings, best, previous):
             line, decision = _verdict_stands(settings, previous, promotion)  # type: ignore[arg-type]
         elif best is None:
@@ -257,6 +260,20 @@ def _still_champion(
     promotion["export"] = {"folder": current.get("export"),
                            "card_sha256": current.get("card_sha256")}  # fmt: skip
     return decision, version
+
+
+def _first_judged(previous: dict[str, Any] | None, version: int) -> str | None:
+    """Why this run was promoted to `version`, as its summary recorded it (each rerun carries
+    it on): a rerun of the champion run replaced the figures it was promoted on with "already
+    the champion" (a red-team pass)."""
+    if not isinstance(previous, dict) or previous.get("version") != version:
+        return None
+    if previous.get("earlier"):
+        return one_line(str(previous["earlier"]), MAX_REASON)
+    reason = previous.get("reason")
+    if not isinstance(reason, str) or reason.startswith("already the champion"):
+        return None
+    return one_line(reason, MAX_REASON)
 
 
 def _judged_before(

@@ -81,6 +81,17 @@ def test_the_champion_moves_only_when_the_gate_passes(
     again = promote_run(settings_for(tmp_path, "better"), INFO, {"status": "succeeded"})
     assert again["promoted"] is True and again["promotion"]["reason"] == "already the champion"
     assert _pointer(tmp_path)["version"] == 2
+    # Given the run's own record, a rerun keeps what it was promoted on (its line replaced
+    # the figures with "already the champion": a red-team pass), and so does a rerun of that.
+    first = better["promotion"]
+    rerun = promote_run(settings_for(tmp_path, "better"), INFO, {"status": "succeeded"}, first)
+    said = "promoted v2 (already the champion; first judged: val_accuracy 0.95 > the champion's 0.9"
+    assert rerun["promotion"]["line"].startswith(said), rerun["promotion"]["line"]
+    assert rerun["promotion"]["earlier"].startswith("val_accuracy 0.95 > the champion's 0.9")
+    twice = promote_run(
+        settings_for(tmp_path, "better"), INFO, {"status": "succeeded"}, rerun["promotion"]
+    )
+    assert twice["promotion"]["earlier"] == rerun["promotion"]["earlier"]
 
 
 def test_the_champion_runs_rerun_under_another_gate_is_judged_by_it(
