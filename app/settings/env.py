@@ -187,21 +187,27 @@ def settings_environ() -> dict[str, str]:
 
 def run_location(value: str, env: Mapping[str, str]) -> RunPath:
     """RUN on the command line (`evaluate`, `compare`, `predict`): a run folder's path or URI,
-    or, where it is a bare name and no such folder is here, the run of that name under
-    TRAIN_STORAGE_PATH, where `train` put it (through TRAIN_STORAGE_ENDPOINT for a bucket).
+    or, where it is a bare name (or a sweep's trial, SWEEP/trial-NNNN) and no such folder is
+    here, the run of that name under TRAIN_STORAGE_PATH, where `train` (or `tune`) put it
+    (through TRAIN_STORAGE_ENDPOINT for a bucket).
     A bare name that is neither is refused naming both places."""
     from app.formatting import one_path
+    from app.settings.tune_plan import TRIAL_NAME, TRIALS_DIR
     from app.storage.reading import is_dir_within
 
     endpoint, timeout = storage_access(env)
     label = f"RUN {redact(value)!r}"
     given = storage_location(value, label, endpoint)
     bare = value not in ("", ".", "..") and "/" not in value and os.sep not in value
-    if not bare or os.path.lexists(value):
+    # SWEEP/trial-NNNN, as `compare` and `status` label a sweep's trials: given back, it is
+    # that trial under TRAIN_STORAGE_PATH (its folder is SWEEP/trials/trial-NNNN).
+    sweep, _, trial = value.partition("/")
+    labelled = bool(sweep) and sweep not in (".", "..") and TRIAL_NAME.fullmatch(trial)
+    if not (bare or labelled) or os.path.lexists(value):
         return given
     variable = env_name("storage_path")
     storage = storage_location(storage_path_setting(env), variable, endpoint)
-    under = storage / value
+    under = storage / value if bare else storage / sweep / TRIALS_DIR / trial
     try:
         if is_dir_within(under, variable, timeout):
             return under

@@ -373,7 +373,9 @@ def test_a_run_given_twice_by_other_spellings_is_refused_and_nothing_there_is_na
     assert_refused(afile, 2, "summary.json: a regular file, not a run folder")
 
 
-def test_the_trial_a_sweep_exported_is_marked(tmp_path: Path) -> None:
+def test_the_trial_a_sweep_exported_is_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A sweep's trials side by side did not say which one the sweep exported and judged: a
     reader took the best-looking column for the one shipped (a red-team pass)."""
     sweep = tmp_path / "nightly"
@@ -389,6 +391,15 @@ def test_the_trial_a_sweep_exported_is_marked(tmp_path: Path) -> None:
     table = trainctl("compare", str(sweep), str(base), "--out", out, "--overwrite")
     row = next(line for line in table.out.splitlines() if line.startswith("sweep's best"))
     assert row.split()[2:] == ["no", "yes,", "exported"], row
+    # Given back as compare labels it (nightly/trial-0002: under TRAIN_STORAGE_PATH), the label
+    # was refused as no such folder (a red-team pass).
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path))
+    labelled = trainctl(
+        "compare", "nightly/trial-0002", str(base), "--json", "--out", out, "--overwrite"
+    )
+    assert labelled.code == 0, labelled.text
+    runs = json.loads(labelled.out)["runs"]
+    assert runs[0]["run_dir"] == str(sweep / "trials" / "trial-0002") and runs[0]["sweeps_best"]
     # A trial named by itself is marked too; a sweep that exported none marks every trial no.
     one = trainctl(
         "compare", str(sweep / "trials" / "trial-0002"), str(base), "--json", "--out", out,
