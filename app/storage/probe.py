@@ -228,7 +228,9 @@ def _describe(path: ObjectPath, where: str, err: BaseException) -> str:
         )
     if _UNREACHABLE.search(text):
         return f"{where}: the store at {url} cannot be reached ({_reason(err)}); check {check}"
-    return f"{where}: {_code(text)}"
+    # Any other answer: said as the store's, with where it came from (a bare RESOURCE_NOT_FOUND
+    # from an endpoint that is not an object store read as the whole reason: a red-team pass).
+    return f"{where}: the store at {url} answered {_code(text)}; check {check}"
 
 
 def _reason(err: BaseException) -> str:

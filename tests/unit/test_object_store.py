@@ -50,6 +50,11 @@ def test_object_paths_name_like_pathlib_and_pickle_without_a_client() -> None:
         ("AWS Error INVALID_ACCESS_KEY_ID during PutObject", "refused the credentials"),
         ("AWS Error NETWORK_CONNECTION during HeadBucket: curlCode: 7", "cannot be reached"),
         ("google::cloud::Status(PERMISSION_DENIED): HTTP status 403", "refused the credentials"),
+        # Anything else is the store's answer, said with the store it came from.
+        (
+            "AWS Error RESOURCE_NOT_FOUND during HeadBucket operation: No response body.",
+            "answered RESOURCE_NOT_FOUND; check TRAIN_STORAGE_ENDPOINT",
+        ),
     ],
 )
 def test_store_errors_are_described_by_kind(error: str, says: str) -> None:
