@@ -3,12 +3,12 @@ Ray Data batch inference (app/evaluation/scoring.py), written to a Parquet or CS
 
 A few files named one by one (fewer than FEW, no --out; local or objects' URIs) stay on the
 single-process path of app/export/predict.py, which answers in about a second; anything else
-takes this one: each
-folder or prefix is listed (every image file below it, at any depth, by the listing rules of
-image-folder datasets: hidden and non-image files skipped and counted, no link leading out of
-it), the files are decoded in Ray Data's tasks by the training pipeline's code, and an actor
-pool scores them. A file that cannot be used gets its reason in the output's `error` column
-and is counted on stderr (--strict: exit 2 at the first, nothing written).
+takes this one: each folder or prefix is listed (every image file below it, at any depth, by
+the listing rules of image-folder datasets: hidden and non-image files skipped and counted, no
+link leading out of it), the files are decoded in Ray Data's tasks by the training pipeline's
+code, and an actor pool scores them. A file that cannot be used gets its reason in the
+output's `error` column and is counted on stderr (--strict: exit 2 at the first, nothing
+written).
 
 The output, one row per image, sorted by image: `image` (its path or URI), then the top-k
 classes and probabilities, most probable first (Parquet: `classes` and `probabilities`

@@ -307,12 +307,9 @@ def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None, bool | None]]:
 def _trial_is_best(run_dir: RunPath) -> bool | None:
     """For a trial's folder given by itself (SWEEP/trials/trial-NNNN): whether it is its
     sweep's best; None for any other run folder."""
-    sweep_dir = run_dir.parent.parent
     if run_dir.parent.name != run_folder.TRIALS_DIR or not TRIAL_NAME.fullmatch(run_dir.name):
         return None
-    if not present(sweep_dir / run_folder.SWEEP_FILE):
-        return None
-    best = _best_trial(sweep_dir)
+    best = _best_trial(run_dir.parent.parent)  # None without a sweep.json there
     return None if best is None else run_dir.name == best
 
 
@@ -321,10 +318,11 @@ def _best_trial(sweep_dir: RunPath) -> str | None:
     trained to the end); None where sweep.json cannot say (`trainctl status` of the sweep
     names the damage)."""
     record = run_folder.read_sweep(sweep_dir, damaged=None)
-    best = None if record is None else record.get("best")
-    if best is None and record is not None and "best" in record:
+    if record is None:
+        return None
+    if "best" in record and record["best"] is None:
         return ""
-    trial = mapping(best).get("trial")
+    trial = mapping(record.get("best")).get("trial")
     return trial if isinstance(trial, str) else None
 
 

@@ -99,17 +99,17 @@ def prove_writable(path: RunPath, variable: str, timeout: float = DEFAULT_TIMEOU
     if isinstance(path, ObjectPath):
         ensure_bucket_writable(path, variable, timeout)
         return False
-    if path.exists() and not path.is_dir():
+    there = path.is_dir()
+    if path.exists() and not there:
         raise ConfigError(f"{variable}={path}: exists but is not a folder")
-    problem = local_write_problem(path)
-    if problem and path.is_dir():
+    if (problem := local_write_problem(path)) and there:
         raise ConfigError(
             f"{variable}={path}: not writable ({problem}); on Kubernetes check the volume's "
             "access mode and the pod's fsGroup"
         )
     if problem:
         raise ConfigError(f"{variable}={path}: cannot create the folder ({problem})")
-    return not path.is_dir()
+    return not there
 
 
 def check_writable(path: RunPath, variable: str, given: str | None = None) -> None:

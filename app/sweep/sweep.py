@@ -454,38 +454,40 @@ def _room(
 ) -> tuple[int, str]:
     """How many trials' workers the cluster can place at once, every CPU but the data pool's
     taken (at least one), and that said in words."""
-    workers = settings.workers.max
-    cpus = resources.get("CPU", 0) - pool_cpus
-    room = cpus // (workers * settings.cpus_per_worker)
-    where, each = f"{cpus:g} CPUs for training", f"{settings.cpus_per_worker:g} CPU"
-    if settings.use_gpu:
-        room = min(room, resources.get("GPU", 0) // workers)
-        where, each = f"{resources.get('GPU', 0):g} GPUs", "1 GPU"
-    room = int(max(1, room))
-    trials = f"{counted(room, 'trial')} of {counted(workers, 'worker')} x {each}"
-    return room, f"the cluster's {where} hold {trials} at once"
+    cpus, gpus = resources.get("CPU", 0) - pool_cpus, resources.get("GPU", 0)
+    room = int(max(1, _trials_on(settings, cpus, gpus)))
+    where = f"{gpus:g} GPUs" if settings.use_gpu else f"{cpus:g} CPUs for training"
+    return room, f"the cluster's {where} hold {counted(room, 'trial')} of {_held(settings)} at once"
 
 
 def _what_fits(
     settings: TrainSettings, resources: dict[str, float], pool_cpus: float
 ) -> tuple[float, str]:
-    """How many trials the cluster's CPUs (and GPUs) hold at once, and why, in words."""
+    """How many trials the cluster's CPUs (and GPUs) hold at once, CPUs kept for reading the
+    data, and why, in words."""
     from app.ray_cluster import DATA_CPUS
 
-    workers = settings.workers.max
     cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
     kept = pool_cpus if pool_cpus > 0 else DATA_CPUS
-    fits = (cpus - kept) // (workers * settings.cpus_per_worker)
-    held = f"{counted(workers, 'worker')} x {settings.cpus_per_worker:g} CPU"
-    if settings.use_gpu:
-        fits = min(fits, gpus // workers)
-        held = f"{counted(workers, 'worker')} x 1 GPU"
     reading = f"{kept:g} on the data pool" if pool_cpus > 0 else f"{DATA_CPUS} kept"
     why = (
-        f"a trial holds {held}; the cluster has {cpus:g} CPUs, {reading} for reading data, "
-        f"and {gpus:g} GPUs"
+        f"a trial holds {_held(settings)}; the cluster has {cpus:g} CPUs, {reading} for reading "
+        f"data, and {gpus:g} GPUs"
     )
-    return fits, why
+    return _trials_on(settings, cpus - kept, gpus), why
+
+
+def _trials_on(settings: TrainSettings, cpus: float, gpus: float) -> float:
+    """How many trials' workers `cpus` CPUs (and, with TRAIN_USE_GPU, `gpus` GPUs) hold."""
+    workers = settings.workers.max
+    fits = cpus // (workers * settings.cpus_per_worker)
+    return min(fits, gpus // workers) if settings.use_gpu else fits
+
+
+def _held(settings: TrainSettings) -> str:
+    """What one trial's workers hold: `2 workers x 1 CPU`, `4 workers x 1 GPU`."""
+    each = "1 GPU" if settings.use_gpu else f"{settings.cpus_per_worker:g} CPU"
+    return f"{counted(settings.workers.max, 'worker')} x {each}"
 
 
 def _conclude(
@@ -516,8 +518,7 @@ def _conclude(
              *failed,
              f"trials: {settings.run_dir}/trials.csv (`trainctl status {settings.run_dir}`)"]
         )  # fmt: skip
-    said = best_line(record, settings.checkpoint_metric, settings.epochs)
-    _say(said)
+    _say(best_line(record, settings.checkpoint_metric, settings.epochs))
     try:
         summary = promote_best(settings, per_trial[best["trial"]], info)
     finally:
