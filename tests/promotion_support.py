@@ -74,3 +74,13 @@ def settings_for(storage: Path, name: str, **extra: Any) -> Any:
         _env_file=None, dataset="digits", model="cnn", storage_path=storage, run_name=name,
         data_path=storage / "no-data", **extra,
     )  # fmt: skip
+
+
+def exported_run(storage: Path, name: str = "r", accuracy: float = 0.9) -> Path:
+    """<storage>/<name>: a finished run (make_run) with its real export, weights.pt, model.pt2
+    and the card, written by the promotion step itself (no Ray)."""
+    from app.promotion.step import promote_run
+
+    make_run(storage, name, accuracy)
+    promote_run(settings_for(storage, name), INFO, {"status": "succeeded"})
+    return storage / name

@@ -20,13 +20,12 @@ from app.data.class_meta import CLASS_NAMES_KEY
 from app.data.folder_listing import list_folder
 from app.data.schema import inspect_dataset
 from app.export.card import CARD_FILE, card_json
-from app.promotion.step import promote_run
 from app.runfolder import checkpoint_names, checkpoints
 from app.training.model import build_model
 from tests import parquet_support as data
 from tests.folder_support import image_folder
 from tests.hostile.support import assert_refused, trainctl
-from tests.promotion_support import INFO, make_run, settings_for
+from tests.promotion_support import exported_run
 
 NFC = unicodedata.normalize("NFC", "café")
 NFD = unicodedata.normalize("NFD", "café")
@@ -107,8 +106,7 @@ def test_a_checkpoint_naming_a_class_twice(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_a_model_card_naming_a_class_twice(tmp_path: Path) -> None:
-    make_run(tmp_path / "runs", "r", 0.9)
-    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
+    exported_run(tmp_path / "runs")
     card_path = tmp_path / "runs" / "r" / "export" / CARD_FILE
     card = json.loads(card_path.read_text())
     card["class_names"][3] = card["class_names"][1]

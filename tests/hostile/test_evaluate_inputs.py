@@ -21,18 +21,15 @@ import pytest
 from PIL import Image
 
 from app.data.class_meta import encode
-from app.promotion.step import promote_run
 from tests.hostile.support import assert_refused, files_under, trainctl
-from tests.promotion_support import INFO, make_run, settings_for
+from tests.promotion_support import exported_run, make_run
 
 CLASSES = [str(i) for i in range(10)]
 
 
 @pytest.fixture
 def run(tmp_path: Path) -> Path:
-    make_run(tmp_path / "runs", "r", 0.9)
-    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
-    return tmp_path / "runs" / "r"
+    return exported_run(tmp_path / "runs")
 
 
 def folder(root: Path, classes: list[str], per_class: int = 2) -> Path:

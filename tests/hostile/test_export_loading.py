@@ -30,15 +30,13 @@ from app.promotion.step import promote_run
 from app.storage import safe_fs
 from app.storage.location import local_copy
 from tests.hostile.support import Payload, assert_refused, malicious_torch_file, trainctl
-from tests.promotion_support import INFO, make_run, settings_for
+from tests.promotion_support import INFO, exported_run, make_run, settings_for
 
 
 @pytest.fixture
 def run(tmp_path: Path) -> Path:
     """A finished run with its real export (weights.pt, model.pt2, the card)."""
-    make_run(tmp_path / "runs", "r", 0.9)
-    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
-    return tmp_path / "runs" / "r"
+    return exported_run(tmp_path / "runs")
 
 
 @pytest.fixture
@@ -342,8 +340,7 @@ def test_predict_and_evaluate_on_a_sweep_use_the_trial_it_exported(
     is the sweep's own trials/<id>, verified as any run is."""
     import shutil
 
-    make_run(tmp_path / "runs", "r", 0.9)
-    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
+    exported_run(tmp_path / "runs")
     sweep = tmp_path / "sweeps" / "nightly"
     (sweep / "trials").mkdir(parents=True)
     shutil.copytree(tmp_path / "runs" / "r", sweep / "trials" / "trial-0002")

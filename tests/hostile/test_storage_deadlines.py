@@ -96,11 +96,9 @@ def test_a_black_hole_image_bucket_is_named_within_the_deadline(
 ) -> None:
     """An image named by its URI is read in this process (a local export): its store's first
     answer has the same deadline as the export's."""
-    from app.promotion.step import promote_run
-    from tests.promotion_support import INFO, make_run, settings_for
+    from tests.promotion_support import exported_run
 
-    make_run(tmp_path / "runs", "r", 0.9)
-    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
+    exported_run(tmp_path / "runs")
     monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", _endpoint(black_hole))
     monkeypatch.setenv("TRAIN_STORAGE_TIMEOUT_S", "1")
     started = time.monotonic()

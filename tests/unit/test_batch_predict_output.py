@@ -48,11 +48,9 @@ def test_parquet_names_the_model_that_scored_it(tmp_path: Path) -> None:
     metadata names the card's sha256, as a champion pointer and an evaluation do."""
     from app.evaluation.batch_predict import provenance
     from app.export.card import CARD_FILE, verified
-    from app.promotion.step import promote_run
-    from tests.promotion_support import INFO, make_run, settings_for
+    from tests.promotion_support import exported_run
 
-    make_run(tmp_path / "runs", "r", 0.9)
-    promote_run(settings_for(tmp_path / "runs", "r"), INFO, {"status": "succeeded"})
+    exported_run(tmp_path / "runs")
     folder = tmp_path / "runs" / "r" / "export"
     export = verified(folder)
     data = encode(FOUND, Path("p.parquet"), classes=2, provenance=provenance(export))
