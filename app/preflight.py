@@ -52,6 +52,7 @@ from app.storage.location import (
     within,
 )
 from app.storage.reading import exists_within
+from app.sweep_capacity import Room, connected_room, trials_at_once_in
 
 PINNED = ("ray", "torch", "torchvision")
 
@@ -63,6 +64,7 @@ class Found:
     info: DatasetInfo | None = None
     warm_start: Any = None  # app/training/warm_weights.WarmStart, resolved and verified
     failed: set[str] = field(default_factory=set)  # the checks that failed so far (`check`)
+    trials_left: int | None = None  # a sweep's trials still to train (`check` of a sweep)
 
 
 Check = Callable[[TrainSettings, Found], str]
@@ -193,7 +195,7 @@ def _warn_unpromotable(settings: TrainSettings, info: DatasetInfo) -> None:
 
 def _sweep(settings: TrainSettings, found: Found) -> str:
     from app.runfolder.folder import read_sweep, refuse_the_other_kind
-    from app.runfolder.sweep_records import refuse_planted_trials
+    from app.runfolder.sweep_records import WARM_START_KEY, left_to_train, refuse_planted_trials
     from app.settings.tune_continuation import same_trials
     from app.settings.tune_plan import plan_sweep, unused_settings
 
@@ -202,15 +204,16 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
     space, trials, per_trial = plan_sweep(settings)
     refuse_planted_trials(settings.run_dir, trials)
     before = read_sweep(settings.run_dir, damaged="`trainctl tune` rebuilds it")
+    left = trials
     if before:  # a rerun: it must continue the sweep, as `trainctl tune` will refuse otherwise
         same_trials(settings, before, trials, space)
-        if found.warm_start is not None:  # from the weights its trials started from
+        left = left_to_train(settings.run_dir, trials, settings.checkpoint_metric, before)
+        if left and found.warm_start is not None:  # from the weights its trials started from
             from app.run.warm_start import champion_moved
-            from app.runfolder.sweep_records import WARM_START_KEY, left_to_train
 
-            left = left_to_train(settings.run_dir, trials, settings.checkpoint_metric, before)
-            if left and (problem := champion_moved(found.warm_start, before.get(WARM_START_KEY))):
+            if problem := champion_moved(found.warm_start, before.get(WARM_START_KEY)):
                 raise ConfigError(problem)
+    found.trials_left = len(left)  # the cluster check judges how many train at once
     fits = ""
     if found.info is not None:  # the data inspected: each trial's model held to it, as tune does
         if before:  # a rerun's data held to what its trials trained on, as tune does
@@ -611,12 +614,13 @@ def local_cluster_check(settings: TrainSettings, found: Found) -> str:
     else:
         held = f"{cpus} CPUs ({machine.describe()})"
     said = (
-        f"local, started by `trainctl train`, not by check: {held}, "
+        f"local, started by `trainctl {'tune' if settings.tune_space else 'train'}`, not by "
+        f"check: {held}, "
         f"{resources.get('GPU', 0):g} GPUs (Ray {_ray_version()})"
     )
-    if advice := oversubscribed(settings):
-        raise Advice(f"{said}; but {advice}")
-    return said
+    # The local head is this machine: its memory bounds the trials' drivers as a head's does.
+    room = Room(resources, resources.get("memory"))
+    return _with_trials(settings, found, room, said, oversubscribed(settings))
 
 
 def _pool_cpus() -> float:
@@ -644,7 +648,30 @@ def cluster_check(settings: TrainSettings, found: Found) -> str:
         raise ConfigError(problem)
     resources = ray.cluster_resources()
     nodes = len([n for n in ray.nodes() if n.get("Alive")])
-    return (
+    said = (
         f"{nodes} node(s), {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs "
         f"(Ray {ray.__version__})"
     )
+    return _with_trials(settings, found, connected_room() if found.trials_left else None, said)
+
+
+def _with_trials(
+    settings: TrainSettings,
+    found: Found,
+    room: Room | None,
+    said: str,
+    advice: str | None = None,
+) -> str:
+    """The cluster's verdict `said`, with how many of a sweep's trials train at once there as
+    `trainctl tune` will count them; Advice where fewer can than TRAIN_TUNE_CONCURRENT asks
+    (Tune queues the rest, and the sweep takes longer than planned) or where `advice` says."""
+    said_all, problems = said, [advice] if advice else []
+    if found.trials_left and room is not None:
+        at_once = trials_at_once_in(settings, room, found.trials_left)
+        said_all = (
+            f"{said}; the sweep trains {counted(at_once.trials, 'trial')} at a time ({at_once.why})"
+        )
+        problems.extend(at_once.warnings)
+    if problems:
+        raise Advice(f"{said_all}; but {'; '.join(problems)}")
+    return said_all

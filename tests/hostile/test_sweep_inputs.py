@@ -417,3 +417,32 @@ def test_a_rerun_on_other_files_is_refused_before_any_trial_trains(
         result = trainctl(*command)
         assert_refused(result, 2, said, "restore that data to continue the sweep")
     assert files_under(sweep_dir) == ["sweep.json"]
+
+
+def test_check_says_how_many_trials_train_at_once_and_warns_above_the_room(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`tune` warned that TRAIN_TUNE_CONCURRENT asked for more trials than the cluster holds,
+    but only once Ray was up; `check`, which the chart runs first, said nothing of it."""
+    (tmp_path / "space.yaml").write_text("lr: {loguniform: [1e-4, 1e-2]}\n")
+    monkeypatch.setenv("TRAIN_TUNE_SPACE", str(tmp_path / "space.yaml"))
+    monkeypatch.setenv("TRAIN_NUM_WORKERS", "1")
+    monkeypatch.setenv("TRAIN_TUNE_SAMPLES", "40")
+    result = trainctl("check")
+    assert result.code == 0, result.text
+    cluster = next(
+        line for line in result.out.splitlines() if line.endswith("TUNE_CONCURRENT sets it)")
+    )
+    assert cluster.startswith("ok    cluster: local"), result.text
+    assert "; the sweep trains " in cluster and "(a trial holds 1 worker x 1 CPU;" in cluster
+    monkeypatch.setenv("TRAIN_TUNE_CONCURRENT", "40")
+    result = trainctl("check")
+    assert result.code == 0, result.text  # a warning: the sweep runs, more slowly than asked
+    cluster = next(line for line in result.out.splitlines() if " cluster: " in line)
+    assert cluster.startswith("WARN  cluster: local"), result.text
+    assert "; the sweep trains 40 trials at a time (TRAIN_TUNE_CONCURRENT); but " in cluster
+    assert cluster.endswith("of 1 worker x 1 CPU at once: the others wait for one to end"), cluster
+    # Without a sweep, the cluster's line says nothing of trials.
+    monkeypatch.delenv("TRAIN_TUNE_SPACE")
+    result = trainctl("check")
+    assert result.code == 0 and "trials" not in result.out, result.text

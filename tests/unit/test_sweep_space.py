@@ -522,7 +522,7 @@ def test_tunes_progress_printer_is_silenced_where_it_printed_raw_lines(
 
 
 def test_trials_at_once_are_what_the_cluster_holds_said_with_why() -> None:
-    from app.sweep.sweep import trials_at_once
+    from app.sweep_capacity import trials_at_once
 
     # 2 workers x 1 CPU per trial; 2 of the cluster's CPUs are kept for Ray Data's reads.
     fits, why = trials_at_once(BASE, {"CPU": 11.0}, todo=8, head_memory=None)
@@ -546,7 +546,7 @@ def test_trials_at_once_are_bounded_by_what_the_heads_memory_holds() -> None:
     """Each trial's driver and Ray Train controller run on the head: with concurrent 0, a
     sweep counted only the GPU pods, and a small head could be handed more trials than its
     memory holds, to be killed for memory with the whole sweep on it."""
-    from app.sweep.sweep import GIB, trials_at_once, trials_on_head
+    from app.sweep_capacity import GIB, trials_at_once, trials_on_head
 
     gpu = BASE.model_copy(update={"use_gpu": True})
     resources = {"CPU": 512.0, "GPU": 64.0}
@@ -574,7 +574,7 @@ def test_more_trials_at_once_than_the_cluster_holds_are_kept_with_a_warning() ->
     then ran 2 and queued the rest, said nowhere (a red-team pass). The CPUs kept for reading
     data are no reservation: trials may take them (the warning said 1 where 2 ran, a second
     pass), so the warning counts every CPU but a data pool's."""
-    from app.sweep.sweep import trials_at_once
+    from app.sweep_capacity import trials_at_once
 
     asked = BASE.model_copy(update={"tune_concurrent": 8})
     fits, why = trials_at_once(asked, {"CPU": 7.0}, todo=8, head_memory=None)
