@@ -9,11 +9,15 @@ the CLI's SIGTERM) surfaces within a slice, and a call that outlives its deadlin
 behind with a DeadlineExceeded naming what did not answer.
 
 A call left behind keeps running until its own client gives up: the clients given to it
-must have their own timeouts too, so that nothing waits on it for long at exit.
+must have their own timeouts too, so that nothing waits on it for long at exit. Those come
+from the same budget, so a client that gives up first has met the same deadline: its timeout
+is said as DeadlineExceeded too, never as the client's own error (which of the two comes first
+is a race on a loaded machine).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +26,8 @@ from typing import TypeVar
 T = TypeVar("T")
 
 SLICE_S = 0.1  # how often the waiting thread lets Python run signal handlers
+# A client's own timeout: a socket's (TimeoutError), curl's inside pyarrow's S3 client, gRPC's.
+_CLIENT_TIMED_OUT = re.compile(r"curlCode: 28|Timeout was reached|DEADLINE_EXCEEDED", re.I)
 
 
 class DeadlineExceeded(TimeoutError):
@@ -55,5 +61,17 @@ def call_with_deadline(fn: Callable[[], T], seconds: float, what: str) -> T:
     if worker.is_alive():
         raise DeadlineExceeded(what, seconds)
     if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
+        error = outcome["error"]
+        if client_timed_out(error):
+            raise DeadlineExceeded(what, seconds) from error
+        raise error  # type: ignore[misc]
     return outcome["value"]  # type: ignore[return-value]
+
+
+def client_timed_out(error: object) -> bool:
+    """`error` is a client giving up on an answer that did not come in time."""
+    if isinstance(error, DeadlineExceeded):
+        return False  # a nested deadline's: it names what did not answer itself
+    return isinstance(error, TimeoutError) or (
+        isinstance(error, OSError) and bool(_CLIENT_TIMED_OUT.search(str(error)))
+    )

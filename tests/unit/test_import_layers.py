@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "app.evaluation",
             "app.k8s",
             "app.ray_cluster",
+            "app.sweep_capacity",
         ),
     ),
     ("settings", ("app.settings",)),

@@ -230,6 +230,31 @@ def test_a_deadline_returns_results_raises_errors_and_gives_up() -> None:
     assert time.monotonic() - started < 1
 
 
+def test_a_client_that_gives_up_first_has_met_the_deadline() -> None:
+    """The clients a deadline wraps time out from the same budget: on a loaded machine curl's
+    stall timer fired first, and a bucket listing that stalled ended with pyarrow's raw OSError
+    instead of the listing's own message (which names the folder and what to do)."""
+    curl = OSError(
+        "When listing objects under key 'pets/train/' in bucket 'data': AWS Error "
+        "NETWORK_CONNECTION during ListObjectsV2 operation: curlCode: 28, Timeout was reached"
+    )
+    for error in (curl, TimeoutError("timed out"), OSError("DEADLINE_EXCEEDED: gcs")):
+
+        def give_up(error: Exception = error) -> None:
+            raise error
+
+        with pytest.raises(DeadlineExceeded, match=r"s3://data/pets: no answer within 5 s"):
+            call_with_deadline(give_up, 5, "s3://data/pets")
+    refused = OSError("AWS Error ACCESS_DENIED during ListObjectsV2 operation")
+
+    def deny() -> None:
+        raise refused
+
+    with pytest.raises(OSError) as raised:  # any other error is the client's own, as it was
+        call_with_deadline(deny, 5, "s3://data/pets")
+    assert raised.value is refused
+
+
 def test_a_store_error_never_carries_a_secret_with_slashes() -> None:
     secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
     err = OSError(f"AWS Error UNKNOWN during GetObject on http://AKIA:{secret}@minio:9000/b")
