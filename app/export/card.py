@@ -104,6 +104,7 @@ def _read_card(
     folder: RunPath, root: RunPath | None, card_sha256: str | None = None
 ) -> tuple[dict[str, Any], bytes]:
     path = folder / CARD_FILE
+    _not_beside_run_records(folder)
     try:
         text = read_bounded(path, root or folder, MAX_CARD_BYTES)
         found = hashlib.sha256(text).hexdigest()
@@ -174,6 +175,25 @@ def sweep_problem(folder: RunPath) -> str | None:
     )
 
 
+def _not_beside_run_records(folder: RunPath) -> None:
+    """An export is a folder of its own: a run's export/, or one kept apart from any run. A
+    card at the top of a run folder, beside its records, is neither: trainctl never writes one
+    there, and every check that holds a run's export/ to its run (the card its summary.json
+    recorded, its classes, the run a signed card names) looks at export/ only. Another run's
+    signed export copied to the top of a run folder was answered as that run's, and a card with
+    its class names reversed relabelled every prediction (a red-team pass)."""
+    if folder.name == EXPORT_DIR:
+        return
+    if not (holds_run_records(folder) or present(folder / EXPORT_DIR)):
+        return
+    raise ConfigError(
+        f"{folder}: a run folder with a {CARD_FILE} at its top, beside the run's records: a "
+        f"run's export is its {EXPORT_DIR}/ folder, and trainctl writes no card anywhere else in "
+        f"it; this one was put there by hand (copied or planted) and is not loaded. Remove it "
+        f"(and the files it lists) from the run folder, or give an export folder of its own"
+    )
+
+
 def _signed_for_its_run(folder: RunPath, card: dict[str, Any]) -> None:
     """Where cards are signed (TRAIN_VERIFY_KEY), a run's export/ holds its own run's card: a
     signed export copied into another run's folder, with that run's summary.json rewritten to
@@ -227,6 +247,7 @@ def as_its_run_recorded(folder: RunPath, card: dict[str, Any], card_bytes: bytes
     """A run's export/ (any other folder: nothing to compare) answers in its run's classes and
     is the card its run recorded; ConfigError naming what differs. What every reader of a run's
     export checks before loading it: `predict`, `evaluate`, a warm start."""
+    _not_beside_run_records(folder)
     _same_classes_as_its_run(folder, card)
     _the_card_its_run_recorded(folder, hashlib.sha256(card_bytes).hexdigest())
 

@@ -281,6 +281,43 @@ def test_a_signed_export_in_another_runs_folder_is_refused(
     assert trainctl("predict", str(kept), image).code == 0
 
 
+def test_an_export_planted_at_the_top_of_a_run_folder_is_refused(
+    tmp_path: Path, keys: tuple[Path, Path], image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run a's signed export files copied to the top of run b's folder, not into export/:
+    predict took the folder for an export of its own and answered with a's model as b, and a
+    warm start from b verified them; every check that holds a run's export to its run looks
+    at export/ only (a red-team pass). Without a key, a card there with its class names
+    reversed relabelled every prediction."""
+    private, public = keys
+    a = _promoted(tmp_path / "runs", "a", private)
+    b = _promoted(tmp_path / "runs", "b", private)
+    for planted in (a / "export").iterdir():
+        shutil.copy(planted, b / planted.name)
+    said = ("a run folder with a model_card.json at its top", "put there by hand",
+            "not loaded")  # fmt: skip
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path / "runs"))
+    for verify in (str(public), None):
+        if verify:
+            monkeypatch.setenv("TRAIN_VERIFY_KEY", verify)
+        else:
+            monkeypatch.delenv("TRAIN_VERIFY_KEY")
+        assert_refused(trainctl("predict", str(b), image), 2, *said)
+        monkeypatch.setenv("TRAIN_WARM_START", str(b))
+        assert_refused(trainctl("check", "--skip-cluster"), 2, "FAIL  warm_start", *said)
+        monkeypatch.delenv("TRAIN_WARM_START")
+    # Without the run's other records the folder is still b's: its export/ tells.
+    for record in b.iterdir():
+        if record.is_file() and record.name not in {p.name for p in (a / "export").iterdir()}:
+            record.unlink()
+    assert_refused(trainctl("predict", str(b), image), 2, *said)
+    # b's own export, named directly, still loads; so does an export folder kept on its own.
+    assert trainctl("predict", str(b / "export"), image).code == 0
+    kept = tmp_path / "models" / "a-model"
+    shutil.copytree(a / "export", kept)
+    assert trainctl("predict", str(kept), image).code == 0
+
+
 @pytest.mark.parametrize(
     ("signature", "needle"),
     [
