@@ -36,11 +36,25 @@ class Scores:
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any]) -> Scores:
+        figures = ("recall", "precision", "f1", "support", "predicted")
         per_class = {
-            str(c["class"]): {k: float(c[k]) for k in ("recall", "precision", "f1", "support")}
+            str(c["class"]): {k: float(c[k]) for k in figures if k in c}
             for c in metrics.get("per_class") or []
         }
         return cls(float(metrics["accuracy"]), float(metrics["loss"]), per_class)
+
+    @property
+    def rows(self) -> int:
+        return int(sum(c["support"] for c in self.per_class.values()))
+
+    def chance_agreement(self) -> float | None:
+        """The accuracy of answers drawn at random, as often per class as this model gave
+        them, against these rows' labels: sum over classes of (answered share x row share).
+        None where the per-class answers were not counted."""
+        rows = self.rows
+        if rows <= 0 or any("predicted" not in c for c in self.per_class.values()):
+            return None
+        return sum(c["predicted"] * c["support"] for c in self.per_class.values()) / rows**2
 
     def with_rows(self) -> dict[str, Mapping[str, float]]:
         return {name: c for name, c in self.per_class.items() if c["support"] > 0}

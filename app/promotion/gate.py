@@ -141,6 +141,10 @@ def decide(
                 f"{CHANCE_METRIC} {_show(found, 4)} does not beat the majority-class rate "
                 f"{chance.rate:.4f} + {chance.margin:.4g} ({why})"
             )
+    has_champion = champion_metrics is not None
+    champion_scored = judged.champion if judged is not None and has_champion else None
+    if champion_scored is not None and (disagreeing := labels_disagree(champion_scored, judged)):
+        failed.append(disagreeing)
     classes, class_failed, notes = judge_classes(gate, judged, champion_metrics is not None)
     failed += class_failed
     reason = _reason(gate, failed, checks, classes, metric, value, champion, higher_is_better)
@@ -161,6 +165,38 @@ def decide(
         not failed, reason, metric, value, champion, str(gate), checks, against_chance, classes,
         judged.record() if judged is not None else None,
     )  # fmt: skip
+
+
+# How many standard errors below chance agreement a champion's accuracy on the judged rows must
+# be to say that the rows and the champion disagree on what the classes are. A champion of the
+# same task scores above chance on new rows of it; a weak one, or one facing drifted data, near
+# it (within 3 standard errors all but about one time in 700).
+DISAGREEMENT_ERRORS = 3.0
+
+
+def labels_disagree(champion: Scores, judged: Judged | None) -> str | None:
+    """Why the judged rows cannot judge against this champion: its answers there agree with
+    the labels less often than answers drawn at random would (Scores.chance_agreement), by
+    more than DISAGREEMENT_ERRORS standard errors. Same class names, same input shape, yet
+    the rows label them otherwise than the champion's own data did: data relabelled (every
+    digit shifted by one), or another task under the same names. The champion then scores
+    near zero on the rows, and any run trained on them beat it (a red-team pass promoted such
+    a run over a champion that had scored 0.79 on its own data). None where they agree."""
+    expected, rows = champion.chance_agreement(), champion.rows
+    if expected is None or rows <= 0:
+        return None
+    error = math.sqrt(expected * (1 - expected) / rows)
+    if champion.accuracy >= expected - DISAGREEMENT_ERRORS * error:
+        return None
+    return (
+        f"the champion agrees with the labels of {judged.where() if judged else 'these rows'} "
+        f"less often than chance: accuracy "
+        f"{champion.accuracy:.4f} where answers drawn at random, as often per class as it gave "
+        f"them, would score {expected:.4f}; these rows label its class names otherwise than its "
+        "own data did (relabelled data, or another task under the same names), so no run "
+        "trained on them is judged against it. A relabelled dataset is a new task: give it its "
+        "own TRAIN_MODEL_NAME"
+    )
 
 
 def _on_data(

@@ -245,6 +245,58 @@ def test_the_registry_and_pointer_follow_the_gate(
     )
     assert (storage / "again" / "eval" / "test" / "metrics.json").is_file()
 
+    # The same digits with every label shifted by one: the same class names and image shape,
+    # another task. A run that learned them (the champion's own weights, its answers shifted
+    # alike) scores what the champion scored; the champion, scored on these rows, near 0. A
+    # red-team pass saw such a run promoted over it.
+    relabelled = _relabelled(finished_run.tmp / "data" / "digits", tmp_path / "relabelled")
+    _shifted_checkpoint(champion_checkpoint, storage / "shifted")
+    shifted, _ = promote("shifted", "beats_champion", inspect_dataset(relabelled))
+    assert shifted["evaluation"]["valid"]["accuracy"] == accuracy["better"]
+    assert shifted["evaluation"]["champion"]["valid"]["accuracy"] < 0.05
+    assert not shifted["promoted"], shifted["promotion"]
+    assert "the champion agrees with the labels of the valid data (359 rows) less often than " \
+        "chance" in shifted["promotion"]["reason"]  # fmt: skip
+    assert json.loads(pointer_file.read_text())["run_name"] == "better"
+
+
+def _relabelled(data: Path, target: Path) -> Path:
+    """A copy of the digits dataset whose labels are each shifted by one (a 3 labelled 4)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    shutil.copytree(data, target)
+    for part in sorted(target.glob("*/*.parquet")):
+        table = pq.read_table(part)
+        labels = pc.cast(pc.add(table["label"], 1), table.schema.field("label").type)
+        shifted = pc.if_else(pc.equal(labels, 10), pc.cast(0, labels.type), labels)
+        pq.write_table(
+            table.set_column(
+                table.schema.get_field_index("label"), table.schema.field("label"), shifted
+            ),
+            part,
+        )
+    return target
+
+
+def _shifted_checkpoint(checkpoint: Path, run_dir: Path) -> None:
+    """`checkpoint` with its output units rolled by one: it answers c + 1 where it answered c,
+    so on the relabelled digits it scores exactly what it scored on the digits."""
+    import torch
+
+    from app.runfolder import checkpoints
+
+    state, train_state = checkpoints.load_train_state(checkpoint)
+    ref = checkpoints.verify(checkpoint)
+    head = [k for k, v in state.items() if v.shape[:1] == (10,)][-2:]  # the last layer's
+    for key in head:
+        state[key] = torch.roll(state[key], 1, dims=0)
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    checkpoints.write_checkpoint(
+        run_dir / checkpoint.name, model_state=state, train_state=train_state, epoch=ref.epoch,
+        metrics=ref.metrics, class_names=tuple(meta.get("class_names", ())),
+    )  # fmt: skip
+
 
 def _with_test_split(data: Path, target: Path) -> Path:
     """A copy of the digits dataset with a test/ split of rows neither trained nor selected on:

@@ -224,3 +224,56 @@ def test_the_first_champion_is_compared_with_chance() -> None:
 )
 def test_a_class_floor_beside_a_named_class_that_can_meet_it_is_taken(text: str) -> None:
     assert str(parse_gate(text)) == text
+
+
+def _scores(pairs: list[tuple[int, int]], classes: int = 10) -> object:
+    """A model's Scores on rows given as (label, answer) pairs, through the evaluation's own
+    metrics (app/evaluation/metrics.py): what the gate reads of a scored champion."""
+    import numpy as np
+
+    from app.evaluation.metrics import Outcomes, summarize
+    from app.promotion.class_gate import Scores
+
+    labels = np.array([label for label, _ in pairs], dtype=np.int64)
+    answers = np.array([answer for _, answer in pairs], dtype=np.int64)
+    rows = len(pairs)
+    outcomes = Outcomes(labels, answers, np.ones(rows), answers[:, None], np.zeros(rows))
+    return Scores.of(summarize(outcomes, [str(c) for c in range(classes)]))
+
+
+def test_a_champion_that_disagrees_with_the_rows_labels_is_not_judged_on_them() -> None:
+    """Digits relabelled (every label shifted by one) keep the class names and the input shape:
+    the same task by both. The champion, 0.79 on its own data, scored 0.02 on these rows, and a
+    run trained on them was promoted over it (a red-team pass). Its answers agree with these
+    labels less often than answers drawn at random would: the rows disagree with it."""
+    from app.promotion.class_gate import Judged
+    from app.promotion.gate import labels_disagree
+
+    rows = [(label, label) for label in range(10) for _ in range(36)]  # 360 rows, 36 a class
+    shifted = _scores([((label + 1) % 10, answer) for label, answer in rows[:-7]]
+                      + [(answer, answer) for _, answer in rows[-7:]])  # fmt: skip
+    judged = Judged("valid", 360, run=_scores(rows), champion=shifted)
+    gate = parse_gate("beats_champion")
+    verdict = decide(gate, {"val_accuracy": 0.79}, {"val_accuracy": 0.79}, "val_accuracy", True,
+                     chance_of((36,) * 10), judged)  # fmt: skip
+    assert not verdict.promoted
+    assert "the champion agrees with the labels of the valid data (360 rows) less often than " \
+        "chance: accuracy 0.0194 where answers drawn at random, as often per class as it gave " \
+        "them, would score 0.1000" in verdict.reason, verdict.reason  # fmt: skip
+    assert "give it its own TRAIN_MODEL_NAME" in verdict.reason
+    # A champion of the same task, however weak on these rows, is judged on them as before:
+    # at chance, a little below it, or facing skewed rows it answers less skewed.
+    weak = [(label, label if i < 4 else (label + i) % 10) for label in range(10) for i in range(36)]
+    assert labels_disagree(_scores(weak), judged) is None  # 0.11
+    near = [(label, label if i < 2 else (label + i) % 10) for label in range(10) for i in range(36)]
+    assert labels_disagree(_scores(near), judged) is None  # 0.06, within 3 standard errors
+    skewed = [(0, 0)] * 300 + [(0, 1)] * 24 + [(1, 0)] * 30 + [(1, 1)] * 6  # 0.85, chance 0.76
+    assert labels_disagree(_scores(skewed, 2), judged) is None
+    better = decide(gate, {"val_accuracy": 0.8}, {"val_accuracy": 0.5}, "val_accuracy", True,
+                    chance_of((36,) * 10), Judged("valid", 360, run=_scores(rows),
+                                                  champion=_scores(weak)))  # fmt: skip
+    assert better.promoted, better.reason
+    # Answers not counted per class (a champion scored by an older trainctl): nothing to say.
+    from app.promotion.class_gate import Scores
+
+    assert Scores(0.0, 1.0, {"0": {"recall": 0.0, "support": 5.0}}).chance_agreement() is None
