@@ -103,7 +103,7 @@ def promote_run(
                 promotion["earlier"] = earlier
                 line = f"promoted v{version} (already the champion; first judged: {earlier})"
         elif best is not None and _judged_before(settings, best, previous):
-            line, decision = _verdict_stands(settings, previous, promotion)  # type: ignore[arg-type]
+            line, decision, version = _verdict_stands(settings, previous, promotion)  # type: ignore[arg-type]
         elif best is None:
             raise _Kept("no verified checkpoint to export")
         else:
@@ -119,6 +119,7 @@ def promote_run(
     except _Failed as failed:
         _fail(settings, summary, promotion, str(failed))
     promotion["line"] = line
+    promotion["promoted"] = decision.promoted  # what a rerun's verdict restates
     run_id = registry.enabled(recorded_tracking(summary))
     if run_id and published is not None:
         _publish(settings, run_id, published, decision, promotion)
@@ -314,29 +315,50 @@ def _judged_before(
 
 def _verdict_stands(
     settings: TrainSettings, previous: dict[str, Any], promotion: dict[str, Any]
-) -> tuple[str, gate.Decision]:
-    """The earlier verdict, restated: this run is not the champion (that case is handled
-    before), whether it was never promoted or was promoted and has since been replaced."""
+) -> tuple[str, gate.Decision, int | None]:
+    """The earlier verdict, restated, with the version it gave (None: not promoted). This run
+    is not the champion (that case is handled before): it was never promoted, or it was and
+    has since been replaced. Promoted then, it stays promoted, and its exit code with it: a
+    retried job of a run that did its job said `not promoted` and failed its pipeline under
+    TRAIN_NOT_PROMOTED_EXIT (a red-team pass)."""
     try:
         current = champion.read_pointer(_pointer(settings)) or {}
     except champion.PointerDamaged:
         current = {}
     was = previous.get("version")  # a record many hands can write: a version is a count
     was = was if isinstance(was, int) and not isinstance(was, bool) and was > 0 else None
-    if previous.get("earlier"):  # a rerun of a rerun: the first verdict, not a nested one
-        why = one_line(str(previous["earlier"]), MAX_REASON)
-    elif was:
-        why = f"v{was} of this run was replaced by run {current.get('run_name')}"
-    else:
-        why = one_line(str(previous.get("reason")), MAX_REASON)
+    if not _was_promoted(previous):
+        was = None  # the champion's run, kept under a stricter gate: its version, not promoted
+    # The first verdict's words, not a nested "judged before" (a rerun of a rerun).
+    first = previous.get("earlier") or previous.get("reason")
+    why = one_line(str(first), MAX_REASON)
     reason = f"judged before, same checkpoint and gate: {why}"
+    if was:
+        now, by = current.get("version"), one_line(str(current.get("run_name")), 100)
+        reason += (
+            f"; v{was} since replaced by v{now} of run {by}" if now
+            else f"; v{was} is no longer the champion"
+        )  # fmt: skip
     decision = gate.Decision(
-        False, reason, settings.checkpoint_metric, previous.get("value"),
+        bool(was), reason, settings.checkpoint_metric, previous.get("value"),
         previous.get("champion_value"), str(settings.promote_if), previous.get("thresholds") or [],
     )  # fmt: skip
     promotion.update(decision.record(), export=previous.get("export"), pointer=str(_pointer(
-        settings)), champion_before=current.get("run_name"), earlier=why)  # fmt: skip
-    return gate.outcome_line(decision, None, current.get("version")), decision
+        settings)), champion_before=previous.get("champion_before") if was else current.get(
+        "run_name"), earlier=why)  # fmt: skip
+    if was:
+        promotion["version"] = was
+    return gate.outcome_line(decision, was, current.get("version")), decision, was
+
+
+def _was_promoted(previous: dict[str, Any]) -> bool:
+    """Whether the verdict recorded in `previous` promoted the run: its `promoted`, or for a
+    record written before that was kept, the words its last line starts with."""
+    promoted = previous.get("promoted")
+    if isinstance(promoted, bool):
+        return promoted
+    line = previous.get("line")
+    return isinstance(line, str) and line.startswith("promoted v")
 
 
 def _export_and_gate(

@@ -291,16 +291,19 @@ def test_a_rerun_of_an_old_finished_run_does_not_take_the_champion_back(
     card = tmp_path / "old" / EXPORT_DIR / CARD_FILE
     card_bytes = card.read_bytes()
 
-    again = _rerun(tmp_path, "old", **gate)  # a retried job, a re-applied manifest
-    assert again["promoted"] is False
+    # A retried job, a re-applied manifest. Its verdict stands, promoted v1, and so does its
+    # exit code: it said `kept v2: not promoted` and exited 5 (a red-team pass).
+    again = _rerun(tmp_path, "old", not_promoted_exit="5", **gate)
+    assert again["promoted"] is True and again["champion_version"] == 1
+    assert again["promotion"]["version"] == 1 and again["promotion"]["champion_before"] is None
     assert _pointer(tmp_path)["run_name"] == "new" and _pointer(tmp_path)["version"] == 2
     assert card.read_bytes() == card_bytes  # not exported again either
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line == (
-        "trainctl: kept v2: not promoted (judged before, same checkpoint and gate: v1 of this "
-        "run was replaced by run new)"
+        "trainctl: promoted v1 (judged before, same checkpoint and gate: val_accuracy 0.9 >= 0.5; "
+        "v1 since replaced by v2 of run new)"
     )
-    assert _rerun(tmp_path, "old", **gate)["promoted"] is False  # and again, the same
+    again = _rerun(tmp_path, "old", not_promoted_exit="5", **gate)  # and again, the same
     assert capsys.readouterr().out.strip().splitlines()[-1] == line
 
     # Another gate is another question: the run is judged again.
@@ -645,7 +648,8 @@ def test_an_earlier_verdict_is_restated_from_what_its_record_can_mean(
     summary["promotion"].update(damage)
     (tmp_path / "old" / "summary.json").write_text(json.dumps(summary))
     capsys.readouterr()
-    assert _rerun(tmp_path, "old", **gate)["promoted"] is False
+    # Promoted then, promoted still; a version that is no count tells no promotion.
+    assert _rerun(tmp_path, "old", **gate)["promoted"] is ("version" not in damage)
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert said in line and "\x1b" not in line and len(line) < 500, line
     assert _pointer(tmp_path)["run_name"] == "new"
