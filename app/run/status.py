@@ -19,6 +19,7 @@ first where the store says which, and stops at LIST_DEADLINE_S whatever the stor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ from app.runfolder.epoch_record import CORE_METRICS, REQUIRED
 from app.runfolder.retention import higher_is_better
 from app.runfolder.summary import STATUS_WORDS
 from app.settings.run import RESERVED_RUN_NAMES
+from app.settings.tracking import MODEL_NAME_PATTERN
 from app.storage import bounded_json, safe_fs
 from app.storage.deadline import DeadlineExceeded, call_with_deadline
 from app.storage.entries import Kind, entries, followed, kind_within, not_a_link
@@ -67,7 +69,8 @@ class RunStatus:
     metric: str = "val_accuracy"  # TRAIN_CHECKPOINT_METRIC: what `best` is ranked by
     last_epoch: dict[str, Any] | None = None  # {epoch, <metric>, val_accuracy}
     best: dict[str, Any] | None = None  # {epoch, <metric>, val_accuracy}
-    promotion: dict[str, Any] | None = None  # {promoted, version, line}
+    promotion: dict[str, Any] | None = None  # {promoted, version, line, model}
+    champion_now: str | None = None  # where this run's promotion was since replaced: by what
     interruptions: dict[str, Any] = field(default_factory=dict)
     accelerator_hours: dict[str, Any] | None = None
     stopped_early: dict[str, Any] | None = None  # {reason, epoch, rule}
@@ -110,6 +113,8 @@ class RunStatus:
             out.append(label + first_met.in_words(entry, kind))
         if self.promotion:
             out.append(f"  promotion:       {self.promotion['line'] or _promotion_word(self)}")
+        if self.champion_now:
+            out.append(f"  champion now:    {self.champion_now}")
         counts = self.interruptions
         out.append(f"  interruptions:   {_interruptions_text(counts, self.status)}")
         out += [f"                   {line}" for line in counts.get("lines", [])]
@@ -323,11 +328,38 @@ def _promotion(summary: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     line = promotion.get("line")
     promoted = summary.get("promoted")
+    pointer = promotion.get("pointer")
+    # The model's name, from the pointer file's name; only a name TRAIN_MODEL_NAME allows.
+    model = pointer.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".json") if isinstance(
+        pointer, str) else None  # fmt: skip
     return {
         "promoted": promoted if isinstance(promoted, bool) else None,
         "version": _count(summary.get("champion_version")),
         "line": _shown(line, 300) if isinstance(line, str) else None,
+        "model": model if model and MODEL_NAME_PATTERN.match(model) else None,
     }
+
+
+def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
+    """Where the run's promotion has since been replaced, the champion its storage's pointer
+    names now (`v2 (run perm)`): its own line still says `promoted v1`, and nothing beside it
+    said v1 was no longer what a server following the pointer loads (a red-team pass). Read
+    from the run's own storage (its parent folder), never from a path its summary names."""
+    from app.promotion.champion import PointerDamaged, pointer_path, read_pointer
+
+    promotion = run.promotion or {}
+    if not (promotion.get("promoted") and promotion.get("version") and promotion.get("model")):
+        return None
+    try:
+        pointer = read_pointer(pointer_path(run_dir.parent, promotion["model"])) or {}
+    except (PointerDamaged, OSError, ValueError) as err:
+        return f"unknown: {_shown(str(err), 200)}"
+    version, by = _count(pointer.get("version")), _shown(str(pointer.get("run_name")), MAX_NAME)
+    if version is None:
+        return f"no champion {promotion['model']} under {_path(run_dir.parent)}"
+    if (version, by) == (promotion["version"], run.name):
+        return None
+    return f"{promotion['model']} v{version} (run {by}): v{promotion['version']} was replaced"
 
 
 def _stopped(record: Any) -> dict[str, Any] | None:
@@ -573,6 +605,10 @@ def show_status(
     except DeadlineExceeded:
         raise ConfigError(f"{_path(path)}: no answer within {LIST_DEADLINE_S:g} s") from None
     if isinstance(one, RunStatus):
+        with contextlib.suppress(DeadlineExceeded):  # the run is shown, with or without it
+            one.champion_now = call_with_deadline(
+                lambda: _champion_now(one, path), LIST_DEADLINE_S, str(path)
+            )
         show_run(one, echo, as_json)
     else:  # a folder of run folders (the storage root), listed (a sweep's: app/sweep/status)
         show_listing(list_runs(path, limit=limit), echo, as_json, limit)

@@ -303,6 +303,14 @@ def test_a_rerun_of_an_old_finished_run_does_not_take_the_champion_back(
         "trainctl: promoted v1 (judged before, same checkpoint and gate: val_accuracy 0.9 >= 0.5; "
         "v1 since replaced by v2 of run new)"
     )
+    # Its status says what replaced it: `promoted v1` alone read as the current champion.
+    from tests.hostile.support import trainctl
+
+    shown = trainctl("status", str(tmp_path / "old")).out
+    assert "  champion now:    digits-cnn v2 (run new): v1 was replaced\n" in shown, shown
+    assert "champion now" not in trainctl("status", str(tmp_path / "new")).out
+    record = json.loads(trainctl("status", str(tmp_path / "old"), "--json").out)
+    assert record["champion_now"] == "digits-cnn v2 (run new): v1 was replaced"
     again = _rerun(tmp_path, "old", not_promoted_exit="5", **gate)  # and again, the same
     assert capsys.readouterr().out.strip().splitlines()[-1] == line
 

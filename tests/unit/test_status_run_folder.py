@@ -375,6 +375,7 @@ def test_status_of_a_run_folder_and_of_a_storage_folder(
         "promoted": True,
         "version": 1,
         "line": "promoted v1 (no champion yet)",
+        "model": None,  # its summary names no pointer
     }
     assert record["accelerator_hours"]["hours"] == 12.5
     # A folder of runs: as --storage, or given as the path itself; and a run name under it.
