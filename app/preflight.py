@@ -301,14 +301,24 @@ def trials_fit_the_data(
 
 
 def _settings(settings: TrainSettings, found: Found) -> str:
+    from app.data.kinds import dataset_kind
+
     workers = settings.workers
     scale = f"{workers.min}-{workers.max} (elastic)" if workers.elastic else str(workers.max)
     device = "GPU" if settings.use_gpu else "CPU"
     noun = "worker" if not workers.elastic and workers.max == 1 else "workers"
-    return (
+    said = (
         f"{settings.model} on {settings.dataset}, {settings.epochs} epochs, {scale} {device} "
         f"{noun}, run {settings.run_name}"
     )
+    if settings.image_size and not dataset_kind(settings.dataset).sized_by_setting:
+        # A newcomer who set 64 believed the model saw 64-pixel images (a red-team pass).
+        raise Advice(
+            f"{said}; but TRAIN_IMAGE_SIZE={settings.image_size} does nothing here: it sizes "
+            f"image folders (TRAIN_DATASET=folder) only, and TRAIN_DATASET={settings.dataset} "
+            "is read at the size its images are stored at (the dataset line says which); unset it"
+        )
+    return said
 
 
 def _storage(settings: TrainSettings, found: Found, *, create: bool = True) -> str:

@@ -41,6 +41,9 @@ class DatasetKind(ABC):
     # Whether its splits are class folders of image files (listed, decoded when read), as
     # `trainctl evaluate --split` lists them again; otherwise Parquet files.
     image_files: bool = False
+    # Whether TRAIN_IMAGE_SIZE sets the size its images are read at; otherwise they are read
+    # at the size they are stored at, and the setting does nothing.
+    sized_by_setting: bool = False
 
     @abstractmethod
     def location(self, data_path: RunPath) -> RunPath:

@@ -233,3 +233,22 @@ def test_a_sweep_is_warned_on_for_its_trials_own_batch_sizes_and_freezing(tmp_pa
     assert verdicts["sweep"].startswith("WARN 2 trials over global_batch_size, freeze"), text
     assert "trials at TRAIN_GLOBAL_BATCH_SIZE 64 get fewer than" in verdicts["sweep"], text
     assert "2 trials freeze a backbone with neither TRAIN_WEIGHTS" in verdicts["sweep"], text
+
+
+def test_an_image_size_that_sizes_nothing_is_said(tmp_path: Path) -> None:
+    """TRAIN_IMAGE_SIZE sizes image folders only: with digits it passed `check` without a word,
+    and a newcomer believed the model saw 64-pixel images (a red-team pass)."""
+    code, verdicts, text = _check(tmp_path, str(tmp_path / "data"), dataset="synthetic",
+                                  model="cnn", image_size="64")  # fmt: skip
+    assert code == 0, text  # a warning: the run trains as it would without it
+    assert verdicts["settings"].startswith("WARN cnn on synthetic"), text
+    assert verdicts["settings"].endswith(
+        "but TRAIN_IMAGE_SIZE=64 does nothing here: it sizes image folders (TRAIN_DATASET=folder) "
+        "only, and TRAIN_DATASET=synthetic is read at the size its images are stored at (the "
+        "dataset line says which); unset it"
+    ), text
+    image_folder(tmp_path / "shapes", per_class=(30, 10))
+    code, verdicts, text = _check(tmp_path, str(tmp_path / "shapes"), dataset="folder",
+                                  model="cnn", image_size="64")  # fmt: skip
+    assert verdicts["settings"].startswith("ok cnn on folder, "), text
+    assert "64x64x3 images" in verdicts["dataset"], text

@@ -92,6 +92,7 @@ def _counts(files: tuple[tuple[str, int], ...], classes: int) -> tuple[int, ...]
 class ImageFolder(DatasetKind):
     name = "folder"
     image_files = True
+    sized_by_setting = True
 
     def location(self, data_path: RunPath) -> RunPath:
         return data_path
