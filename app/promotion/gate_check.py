@@ -65,18 +65,33 @@ def gate_check(settings: TrainSettings, info: DatasetInfo | None) -> str:
         said += f"; the recorded figures, {VALIDATION_NOTE}"
     if recorded:
         said += f"; {', '.join(recorded)}: the checkpoint's own training record"
-    if advice := _advice(gate):
+    if advice := _advice(gate, settings.lr):
         raise GateAdvice(f"{said}; but " + "; ".join(advice))
     return said
 
 
-def _advice(gate: Gate) -> list[str]:
-    """Terms every model meets, and terms that reward a worse one."""
+# The least value of an epoch record's field: every figure is a count, a rate, a time or a
+# loss, none below 0, and epochs count from 1.
+LEAST = {"epoch": 1.0}
+
+
+def _advice(gate: Gate, lr: float) -> list[str]:
+    """Terms every model meets, and terms that reward a worse one. `lr`: TRAIN_LR, the most
+    the cosine schedule's learning rate reaches, and so the most a checkpoint records."""
     found = []
     bounds = [(str(t), t.metric, t.op, t.value) for t in gate.thresholds]
     bounds += [(str(t), "score", t.op, t.value) for t in gate.classes]
     for term, metric, op, value in bounds:
         if metric not in ("val_accuracy", "val_loss", "score"):
+            # A bound on the training record that every checkpoint meets (`epoch>=1`,
+            # `lr<=1` under TRAIN_LR=0.001) judges nothing: said as `val_accuracy>=0` is.
+            least = LEAST.get(metric, 0.0)
+            if (op == ">=" and value <= least) or (op == ">" and value < least):
+                found.append(f"{term} holds for every model (no {metric} is below {least:g})")
+            elif metric == "lr" and ((op == "<=" and value >= lr) or (op == "<" and value > lr)):
+                found.append(
+                    f"{term} holds for every model (no checkpoint's lr is above TRAIN_LR={lr:g})"
+                )
             continue
         up = metric == "score" or higher_is_better(metric)
         if (op in (">=", ">")) != up:

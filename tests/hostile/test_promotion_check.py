@@ -192,6 +192,20 @@ def test_a_gate_that_never_compares_with_the_champion_is_warned_of(
         ),
         ("val_accuracy>=0.5 and class_drop<1", None),
         ("val_accuracy>=0.5 and train_loss<=0.5", None),
+        # The training record's bounds every checkpoint meets are said too (only val_accuracy
+        # and val_loss were: a red-team pass). TRAIN_LR is 0.001 here.
+        ("val_accuracy>=0.5 and epoch>=1", "epoch>=1 holds for every model (no epoch is below 1)"),
+        ("val_accuracy>=0.5 and epoch>0", "epoch>0 holds for every model (no epoch is below 1)"),
+        ("val_accuracy>=0.5 and epoch>=3", None),
+        (
+            "val_accuracy>=0.5 and epoch_time_s>=0",
+            "epoch_time_s>=0 holds for every model (no epoch_time_s is below 0)",
+        ),
+        (
+            "val_accuracy>=0.5 and lr<=1",
+            "lr<=1 holds for every model (no checkpoint's lr is above TRAIN_LR=0.001)",
+        ),
+        ("val_accuracy>=0.5 and lr<0.0005", None),
         ("min_class_f1>=0.5", None),
     ],
 )
