@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -313,6 +314,15 @@ def _describe(err: Any) -> str:
             f"{where}: {refused}; {canonical.scalar(err.instance)} is a boolean here: "
             f"{YAML_BOOLEANS}, so quote the word you meant"
         )
+    if refused and _held_as_a_float(err.instance):
+        # `epochs: 10...0` (43 digits) was said as TRAIN_EPOCHS='1e+42', "unable to parse
+        # string as an integer", of a number the user wrote as one (a red-team pass).
+        bounds = [f"{k} {err.schema[k]:g}" for k in ("minimum", "maximum") if k in err.schema]
+        allowed = f"; allowed: {', '.join(bounds)}" if bounds else ""
+        return (
+            f"{where}: {refused}; {canonical.scalar(err.instance)} is how Helm writes a whole "
+            f"number this large (it holds numbers in 64 bits){allowed}"
+        )
     if refused:
         # What `trainctl train` would say of it, which names the forms the setting takes.
         return f"{where}: {refused}"
@@ -482,6 +492,17 @@ def _settings_refusal(path: list[Any], value: Any) -> str | None:
     text = canonical.go_json(value) if isinstance(value, dict | list) else canonical.scalar(value)
     _, problems = check_env({name: text})
     return next((line for about, line in problems if about == name), None)
+
+
+def _held_as_a_float(value: Any) -> bool:
+    """A whole number the chart writes in float notation (1e+42): beyond what it holds
+    exactly, as YAML and Helm read an integer too large for 64 bits."""
+    return (
+        isinstance(value, float)
+        and math.isfinite(value)
+        and value.is_integer()
+        and "e" in canonical.scalar(value)
+    )
 
 
 def _typed_by_set(value: Any, types: Any) -> bool:

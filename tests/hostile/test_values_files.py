@@ -80,6 +80,26 @@ def test_exponent_numbers_are_numbers_as_in_helm(tmp_path: Path) -> None:
     )
 
 
+def test_an_integer_too_large_for_64_bits_is_said_as_what_it_became(tmp_path: Path) -> None:
+    """YAML reads an integer beyond 64 bits as a float, as Helm does: the refusal said
+    TRAIN_EPOCHS='1e+42' could not be parsed as an integer, of a number written as one (a
+    red-team pass). It says why the value reads so, and the setting's bounds; Helm refuses it."""
+    path = _file(tmp_path, POOL + "train: {epochs: " + "1" + "0" * 42 + "}\n")
+    assert_refused(
+        trainctl("render", "-f", str(path)), 2,
+        "train.epochs: TRAIN_EPOCHS='1e+42'",
+        "1e+42 is how Helm writes a whole number this large (it holds numbers in 64 bits); "
+        "allowed: minimum 1, maximum 100000",
+    )  # fmt: skip
+    with pytest.raises(HelmFailed):
+        helm_template([path])
+    # A fraction in float notation is a plain setting's refusal, without that note.
+    path = _file(tmp_path, POOL + "train: {epochs: 1.0e-5}\n")
+    result = trainctl("render", "-f", str(path))
+    assert_refused(result, 2, "TRAIN_EPOCHS='1e-05'")
+    assert "how Helm writes" not in result.text
+
+
 def test_dates_stay_strings_and_y_n_are_booleans_as_in_helm(tmp_path: Path) -> None:
     text = "runAnnotations: {x.io/day: 2024-05-01, x.io/at: 2024-05-01T10:00:00Z}\n"
     text += "train: {tensorboard: y}\nrayAuth: {enabled: n}\n"
