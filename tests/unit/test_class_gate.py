@@ -291,8 +291,9 @@ def test_scores_are_read_from_an_evaluations_metrics() -> None:
         {"class": "cat", "index": 0, "precision": 1.0, "recall": 0.5, "f1": 0.6667, "support": 4,
          "predicted": 2}]}  # fmt: skip
     found = Scores.of(metrics)
+    # Each class's answer count too: what the chance agreement of a champion is counted from.
     assert found.per_class == {"cat": {"recall": 0.5, "precision": 1.0, "f1": 0.6667,
-                                       "support": 4.0}}  # fmt: skip
+                                       "support": 4.0, "predicted": 2.0}}  # fmt: skip
     assert (found.accuracy, found.loss) == (0.5, 0.7)
 
 
