@@ -256,7 +256,7 @@ def table(record: dict[str, Any]) -> str:
     said = (
         f"best {_text(best['trial'])} ({_figure(finite(best.get('best')))})"
         if "trial" in best
-        else "no trial trained to the end yet"
+        else _none_finished(listed, record.get("epochs"))
     )
     lines.insert(0, f"sweep {_text(record.get('sweep'))}: {_text(record.get('status', '?'))}, "
                     f"metric {metric}, {said}")  # fmt: skip
@@ -264,6 +264,27 @@ def table(record: dict[str, Any]) -> str:
     if promotion:
         lines.append(f"promotion: {_text(promotion)}")
     return "\n".join(lines)
+
+
+def _none_finished(rows: list[dict[str, Any]], epochs: Any) -> str:
+    """The header of a sweep with no best trial yet. A trial stopped after its last epoch (the
+    sweep interrupted while the trial's run was ending) has trained every epoch: "no trial
+    trained to the end yet" read as false beside its row, and it ends at once on a rerun."""
+    every = (
+        [_text(r.get("trial")) for r in rows if r.get("status") == "interrupted"
+         and _count(r.get("epochs")) >= _count(epochs) > 0]
+    )  # fmt: skip
+    if not every:
+        return "no trial trained to the end yet"
+    shown = ", ".join(every[:3]) + (f" and {len(every) - 3} more" if len(every) > 3 else "")
+    return (
+        f"no trial finished yet ({shown} trained every epoch but did not end: rerun the sweep "
+        "to finish)"
+    )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def brief(name: str, record: dict[str, Any]) -> dict[str, Any]:

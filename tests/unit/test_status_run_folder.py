@@ -576,5 +576,15 @@ def test_a_sweep_stopped_mid_trial_shows_that_trial_interrupted_with_what_it_tra
         lines[0] == "sweep nightly: interrupted, metric val_loss, no trial trained to the end yet"
     )
     assert lines[2].split()[:6] == ["trial-0001", "interrupted", "0.01", "3", "0.7000", "0.5000"]
+    # Stopped after its last epoch (its run was ending): "no trial trained to the end" read as
+    # false beside a row of every epoch; a rerun ends it at once.
+    for epochs, header in (
+        (3, "no trial finished yet (trial-0001 trained every epoch but did not end: rerun the "
+            "sweep to finish)"),
+        (4, "no trial trained to the end yet"),
+    ):  # fmt: skip
+        (sweep / "sweep.json").write_text(json.dumps({**record, "epochs": epochs}))
+        code, out, err = trainctl(capsys, "status", str(sweep))
+        assert out.splitlines()[0] == f"sweep nightly: interrupted, metric val_loss, {header}"
     # Only a trial still `running` is marked: an ended one keeps its driver's own words.
     assert not record_interrupted(trial, "again")
