@@ -49,7 +49,8 @@ def same_trials(
         **({"tune_scheduler": before["scheduler"]} if "scheduler" in before else {}),
     }
     given = kept_alike(settings, space)
-    for field in sorted(set(recorded) & set(given)):
+    _samples_kept_or_raised(recorded.get("tune_samples"), settings.tune_samples, len(trials))
+    for field in sorted(set(recorded) & set(given) - {"tune_samples"}):
         if recorded[field] != given[field]:
             variable, kept = env_name(field), _shown(recorded[field])
             raise ConfigError(
@@ -71,6 +72,30 @@ def same_trials(
                 f"draw {drawn[name]}: keep the space and seed to continue the sweep, or give "
                 "a new TRAIN_RUN_NAME"
             )
+
+
+def samples_raised(before: dict[str, Any], settings: TrainSettings) -> int | None:
+    """The TRAIN_TUNE_SAMPLES the sweep recorded in `before`, where this rerun raises it."""
+    said = before.get("kept")
+    recorded = said.get("tune_samples") if isinstance(said, dict) else None
+    if isinstance(recorded, int) and not isinstance(recorded, bool):
+        return recorded if recorded < settings.tune_samples else None
+    return None
+
+
+def _samples_kept_or_raised(recorded: Any, given: int, trials: int) -> None:
+    """More samples continue a sweep: trials are drawn one after another, each from (seed,
+    number, key) alone, so the trials drawn so far stay as they are and the new ones follow
+    (a user asking for 5 more trials was refused as if they would be trained otherwise, a
+    red-team pass). Fewer would leave trials it may have trained out of its comparison."""
+    if not isinstance(recorded, int) or isinstance(recorded, bool) or given >= recorded:
+        return
+    raise ConfigError(
+        f"TRAIN_TUNE_SAMPLES={given}: this sweep drew TRAIN_TUNE_SAMPLES={recorded}, and fewer "
+        f"samples ({trials} trials) would leave trials it may have trained out of its "
+        f"comparison: keep TRAIN_TUNE_SAMPLES={recorded}, raise it to add trials (those drawn "
+        "so far stay as they are), or give a new TRAIN_RUN_NAME"
+    )
 
 
 def _shown(value: Any) -> str:

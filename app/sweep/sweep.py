@@ -35,7 +35,7 @@ from app.runfolder.folder import read_summary, read_sweep, recorded_tracking, re
 from app.runfolder.summary import record_interrupted
 from app.runfolder.sweep_records import DONE, FAILED, HIGHER_IS_BETTER, WARM_START_KEY
 from app.settings import TrainSettings
-from app.settings.tune_continuation import kept_alike, same_trials
+from app.settings.tune_continuation import kept_alike, same_trials, samples_raised
 from app.settings.tune_plan import Trial, plan_sweep, unused_settings
 from app.settings.tune_space import Dimension
 from app.storage.location import storage_options
@@ -73,10 +73,12 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
         _say(f"every trial starts from {pinned.described}")
     # A rerun's trials that checkpointed resume where they stopped, each from its own folder.
     resuming = sum(bool(results.checkpointed(sweep_dir, trial)) for trial in todo)
+    raised = samples_raised(before, settings)
     _say(
         f"sweep {settings.run_name}: {counted(len(trials), 'trial')}, "
         f"{len(trials) - len(todo)} done, {len(todo)} to train"
         + (f" ({resuming} resuming from their checkpoints)" if resuming else "")
+        + (f" (TRAIN_TUNE_SAMPLES raised from {raised}: the new trials follow)" if raised else "")
         + f" ({settings.tune_scheduler}, {settings.checkpoint_metric}) in {sweep_dir}"
     )
     if todo:

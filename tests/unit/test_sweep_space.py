@@ -850,3 +850,31 @@ def test_a_sweep_record_without_its_data_or_with_damage_there_asks_nothing() -> 
     said = data_problem(other, now, "/data/shapes")
     assert said is not None and said.startswith("TRAIN_DATA_PATH=/data/shapes: not the data")
     assert "\x1b" not in said  # another writer's text, escaped
+
+
+@pytest.mark.parametrize("scheduler", ["asha", "random", "grid"])
+def test_more_samples_continue_a_sweep_and_fewer_are_refused(scheduler: str) -> None:
+    """Asking a finished sweep for more trials was refused as if they would be trained
+    otherwise (a red-team pass): trials are drawn one after another from (seed, number, key)
+    alone, so those drawn so far stay as they are and the new ones follow."""
+    from app.settings.tune_continuation import kept_alike, same_trials, samples_raised
+
+    space = parse_space(
+        {"lr": {"loguniform": [1e-4, 1e-2]}, "model": {"choice": ["cnn", "resnet18"]}}, BASE
+    )
+    three = BASE.model_copy(update={"tune_samples": 3, "tune_scheduler": scheduler})
+    five = three.model_copy(update={"tune_samples": 5})
+    drawn = draw(space, 3, three.seed, scheduler)
+    record = {"kept": kept_alike(three, space),
+              "trials": [{"trial": t.trial_id, "values": t.values} for t in drawn]}  # fmt: skip
+    more = draw(space, 5, five.seed, scheduler)
+    assert more[: len(drawn)] == drawn and len(more) > len(drawn)
+    same_trials(five, record, more, space)  # continued
+    assert samples_raised(record, five) == 3 and samples_raised(record, three) is None
+    fewer = three.model_copy(update={"tune_samples": 2})
+    with pytest.raises(ConfigError) as refused:
+        same_trials(fewer, record, draw(space, 2, fewer.seed, scheduler), space)
+    assert str(refused.value).startswith(
+        "TRAIN_TUNE_SAMPLES=2: this sweep drew TRAIN_TUNE_SAMPLES=3, and fewer samples"
+    )
+    assert "keep TRAIN_TUNE_SAMPLES=3, raise it to add trials" in str(refused.value)
