@@ -522,8 +522,13 @@ def predict_cmd(
         found = result.predictions
         if out is not None and (found or not result.skipped):
             click.echo(result.line())
-        elif result.not_images:  # stdout holds the predictions alone: the count goes aside
-            click.echo(f"trainctl: {result.passed_over()}", err=True)
+        else:  # stdout holds the predictions alone: the counts go aside
+            if result.not_images:
+                click.echo(f"trainctl: {result.passed_over()}", err=True)
+            if result.twice:
+                from app.export.predict import named_twice
+
+                click.echo(f"trainctl: {named_twice(result.twice)}", err=True)
         if not found and result.skipped:  # nothing scored: a failed batch, not an empty one
             from app.errors import RunFailed
 

@@ -40,7 +40,7 @@ from app.evaluation.scoring import (
     with_progress,
 )
 from app.export.card import CARD_FILE, Verified, verified
-from app.export.predict import Prediction, check_loads, export_folder
+from app.export.predict import Prediction, check_loads, export_folder, image_key, named_twice
 from app.formatting import csv_text, shown
 from app.storage.entries import Kind, kind_within, refuse_link
 from app.storage.location import (
@@ -67,6 +67,7 @@ class BatchResult:
     skipped: list[tuple[str, str]]  # (image, reason)
     out: RunPath | None
     not_images: int = 0  # files the listing passed over: not images by name, hidden, FIFOs
+    twice: int = 0  # files named by two arguments (a folder and a file in it): scored once
 
     def line(self) -> str:
         where = f" -> {shown(self.out)}" if self.out is not None else ""
@@ -74,7 +75,8 @@ class BatchResult:
         count = len(self.predictions)
         images = "image" if count == 1 else "images"
         passed = f" ({self.passed_over()})" if self.not_images else ""
-        return f"trainctl: predicted {count:,} {images}{skipped}{where}{passed}"
+        twice = f" ({named_twice(self.twice)})" if self.twice else ""
+        return f"trainctl: predicted {count:,} {images}{skipped}{where}{passed}{twice}"
 
     def passed_over(self) -> str:
         return (
@@ -154,11 +156,21 @@ def batch_predict(
     folder, root = export_folder(target, timeout)
     with store_errors(folder, "RUN_OR_EXPORT"):
         export = verified(folder, root, card_sha256)
-    groups, not_images = [], 0
+    groups, not_images, seen, twice = [], 0, set(), 0
     for image in images:
         with store_errors(_location(image, endpoint), "IMAGE_OR_FOLDER"):
             where, paths, passed = _listed(_location(image, endpoint))
-        groups.append((where, paths))
+        # One row per image: a file named again (a folder and its files, `inbox/ inbox/*.png`)
+        # is scored once (it was scored and counted twice: a red-team pass).
+        kept = []
+        for listed, read in paths:
+            key = image_key(f"{str(where).rstrip('/')}/{listed}")
+            if key in seen:
+                twice += 1
+            else:
+                seen.add(key)
+                kept.append((listed, read))
+        groups.append((where, kept))
         not_images += passed
     total = sum(len(paths) for _, paths in groups)
     if total == 0:
@@ -186,6 +198,7 @@ def batch_predict(
         [(p.image, error) for p, error in found if error],
         destination,
         not_images,
+        twice,
     )
 
 

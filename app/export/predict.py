@@ -17,6 +17,8 @@ mean and std, per channel.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +59,32 @@ def _shown(text: str) -> str:
     return text if text.isprintable() else repr(text)
 
 
+def image_key(path: str) -> str:
+    """What names one image however an argument spells it (`./a.png`, `a.png`, an absolute
+    path; a URI as it is): two arguments with one key are one image."""
+    if "://" in path:
+        return path
+    return os.path.normpath(os.path.abspath(path))
+
+
+def distinct(images: Sequence[str]) -> tuple[list[str], int]:
+    """`images` once each, in their order, and how many repeats were dropped: one row per
+    image (`predict a.png a.png` answered twice, and `inbox/ inbox/*.png` scored every file
+    twice, each counted as an image: a red-team pass)."""
+    seen: set[str] = set()
+    kept = []
+    for image in images:
+        key = image_key(image)
+        if key not in seen:
+            seen.add(key)
+            kept.append(image)
+    return kept, len(images) - len(kept)
+
+
+def named_twice(count: int) -> str:
+    return f"{count:,} image(s) named more than once (by two arguments) were scored once"
+
+
 def predict(
     target: RunPath,
     images: Sequence[str],
@@ -75,6 +103,9 @@ def predict(
     # takes, and is not the file's name.
     if bad := [image for image in images if not is_utf8(image)]:
         raise ConfigError([f"{shown(image)}: its name is not UTF-8; {NOT_UTF8}" for image in bad])
+    images, twice = distinct(images)
+    if twice:
+        print(f"trainctl: {named_twice(twice)}", file=sys.stderr)
     # Bounded memory whatever the number of images: they are decoded and run in chunks.
     chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
     folder, root = export_folder(target, timeout)

@@ -310,9 +310,15 @@ def test_predict_out_names_each_row_by_its_own_path_and_replaces_only_with_overw
     out.write_text("yesterday's\n")
     run = str(finished_run.run_dir)
 
-    replaced = trainctl("predict", run, str(data), "--out", str(out), "--overwrite")
+    # A file named again beside its folder is one image, one row (it was scored and counted
+    # twice: a red-team pass).
+    again = str(data / "." / "0" / first)
+    replaced = trainctl("predict", run, str(data), again, "--out", str(out), "--overwrite")
     assert replaced.code == 0, replaced.text
     assert "predicted 3 images" in replaced.out, replaced.text
+    assert "(1 image(s) named more than once (by two arguments) were scored once)" in (
+        replaced.out
+    ), replaced.text
     assert out.read_text().startswith("image,"), out.read_text()[:200]
     rows = {row["image"]: row for row in csv.DictReader(out.open())}
     assert sorted(rows) == sorted(str(data / "0" / n) for n in (first, second, "link.png"))
@@ -322,9 +328,12 @@ def test_predict_out_names_each_row_by_its_own_path_and_replaces_only_with_overw
     # Without --out, stdout holds the predictions alone, and a file passed over is counted
     # aside: a FIFO named like an image was dropped without a word (a red-team pass).
     os.mkfifo(data / "0" / "stream.png")
-    shown = trainctl("predict", run, str(data))
+    shown = trainctl("predict", run, str(data), again)
     assert shown.code == 0, shown.text
     assert len(shown.out.splitlines()) == 3, shown.text
+    assert "trainctl: 1 image(s) named more than once (by two arguments) were scored once" in (
+        shown.err
+    ), shown.text
     assert "trainctl: 1 other file(s) not read: not images by name, hidden, or not regular " in (
         shown.err
     ), shown.text

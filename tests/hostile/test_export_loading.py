@@ -368,3 +368,14 @@ def test_predict_and_evaluate_on_a_sweep_use_the_trial_it_exported(
         for command in (("predict", str(sweep), image), ("evaluate", str(sweep), "--split=valid")):
             refused = trainctl(*command)
             assert_refused(refused, 2, "a sweep's folder", "has exported no trial yet")
+
+
+def test_an_image_named_twice_is_one_row(run: Path, image: str) -> None:
+    """`predict run a.png ./a.png` answered twice: one row per image, the repeat said."""
+    spelled = str(Path(image).parent / "." / Path(image).name)
+    result = trainctl("predict", str(run), image, spelled, "--json")
+    assert result.code == 0, result.text
+    assert [p["image"] for p in json.loads(result.out)["predictions"]] == [image]
+    assert "trainctl: 1 image(s) named more than once (by two arguments) were scored once" in (
+        result.err
+    ), result.text
