@@ -6,10 +6,13 @@ Ctrl-C end every phase of every command cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
+import sys
 import threading
+from collections.abc import Iterator
 from types import FrameType
 
 import click
@@ -33,11 +36,43 @@ def run_command(cli: click.Group, argv: list[str] | None = None) -> int:
     # while it trains, to record the run as interrupted).
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    joined_before = _ray_joined()
     try:
         return _run(cli, argv)
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+            if not joined_before:
+                _leave_ray()
+
+
+def _ray_joined() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def _leave_ray() -> None:
+    """Leave the Ray cluster this command joined, stopping the local one it started, before
+    the process exits, with Ctrl-C and SIGTERM held off: the command's work is done (or
+    stopped) by then. Left to Ray's exit hook, a Ctrl-C there cut the local cluster's shutdown
+    short, printed Ray's traceback and left exit code 0 (a red-team pass)."""
+    if not _ray_joined():
+        return
+    import ray
+
+    with signals_held():
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM ignored inside (main thread only), the handlers put back after."""
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
 
 
 def _run(cli: click.Group, argv: list[str] | None) -> int:

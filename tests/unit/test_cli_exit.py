@@ -28,3 +28,20 @@ def test_a_problem_is_one_printed_line_whatever_it_quotes(
         "  - found 'a\\n  - forged\\x1b[31m'",
         "  - a second\tproblem",
     ]
+
+
+def test_signals_held_ignores_ctrl_c_and_sigterm_then_puts_their_handlers_back() -> None:
+    """What the command's last step, leaving Ray, runs under: a Ctrl-C there is ignored, not a
+    KeyboardInterrupt inside Ray's shutdown."""
+    import os
+    import signal
+    import time
+
+    from app.cli_exit import signals_held
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with signals_held():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # delivered and ignored: nothing is raised here
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
