@@ -61,7 +61,10 @@ def _leave_ray() -> None:
     import ray
 
     with signals_held():
-        ray.shutdown()
+        try:
+            ray.shutdown()
+        except Exception as err:  # the command's work is done: its exit code stands
+            click.echo(f"trainctl: warning: leaving Ray: {type(err).__name__}: {err}", err=True)
 
 
 @contextlib.contextmanager
