@@ -142,10 +142,14 @@ def decide(
                 f"{chance.rate:.4f} + {chance.margin:.4g} ({why})"
             )
     has_champion = champion_metrics is not None
-    champion_scored = judged.champion if judged is not None and has_champion else None
-    if champion_scored is not None and (disagreeing := labels_disagree(champion_scored, judged)):
+    disagreeing = (
+        labels_disagree(judged.champion, judged)
+        if has_champion and judged is not None and judged.champion is not None
+        else None
+    )
+    if disagreeing:
         failed.append(disagreeing)
-    classes, class_failed, notes = judge_classes(gate, judged, champion_metrics is not None)
+    classes, class_failed, notes = judge_classes(gate, judged, has_champion)
     failed += class_failed
     reason = _reason(gate, failed, checks, classes, metric, value, champion, higher_is_better)
     # Every verdict on a split's rows says which, and that the validation data selected the
@@ -174,7 +178,7 @@ def decide(
 DISAGREEMENT_ERRORS = 3.0
 
 
-def labels_disagree(champion: Scores, judged: Judged | None) -> str | None:
+def labels_disagree(champion: Scores, judged: Judged) -> str | None:
     """Why the judged rows cannot judge against this champion: its answers there agree with
     the labels less often than answers drawn at random would (Scores.chance_agreement), by
     more than DISAGREEMENT_ERRORS standard errors. Same class names, same input shape, yet
@@ -182,15 +186,15 @@ def labels_disagree(champion: Scores, judged: Judged | None) -> str | None:
     digit shifted by one), or another task under the same names. The champion then scores
     near zero on the rows, and any run trained on them beat it (a red-team pass promoted such
     a run over a champion that had scored 0.79 on its own data). None where they agree."""
-    expected, rows = champion.chance_agreement(), champion.rows
-    if expected is None or rows <= 0:
+    expected = champion.chance_agreement()  # None without rows or answers counted
+    if expected is None:
         return None
-    error = math.sqrt(expected * (1 - expected) / rows)
+    error = math.sqrt(expected * (1 - expected) / champion.rows)
     if champion.accuracy >= expected - DISAGREEMENT_ERRORS * error:
         return None
     return (
-        f"the champion agrees with the labels of {judged.where() if judged else 'these rows'} "
-        f"less often than chance: accuracy "
+        f"the champion agrees with the labels of {judged.where()} less often than chance: "
+        f"accuracy "
         f"{champion.accuracy:.4f} where answers drawn at random, as often per class as it gave "
         f"them, would score {expected:.4f}; these rows label its class names otherwise than its "
         "own data did (relabelled data, or another task under the same names), so no run "

@@ -79,19 +79,20 @@ def _advice(gate: Gate, lr: float) -> list[str]:
     """Terms every model meets, and terms that reward a worse one. `lr`: TRAIN_LR, the most
     the cosine schedule's learning rate reaches, and so the most a checkpoint records."""
     found = []
+    for t in gate.thresholds:
+        if t.metric in MEASURED:
+            continue
+        # A bound on the training record that every checkpoint meets (`epoch>=1`, `lr<=1`
+        # under TRAIN_LR=0.001) judges nothing: said as `val_accuracy>=0` is.
+        least = LEAST.get(t.metric, 0.0)
+        if t.op in (">=", ">") and t.holds(least):
+            found.append(f"{t} holds for every model (no {t.metric} is below {least:g})")
+        elif t.metric == "lr" and t.op in ("<=", "<") and t.holds(lr):
+            found.append(f"{t} holds for every model (no checkpoint's lr is above TRAIN_LR={lr:g})")
     bounds = [(str(t), t.metric, t.op, t.value) for t in gate.thresholds]
     bounds += [(str(t), "score", t.op, t.value) for t in gate.classes]
     for term, metric, op, value in bounds:
         if metric not in ("val_accuracy", "val_loss", "score"):
-            # A bound on the training record that every checkpoint meets (`epoch>=1`,
-            # `lr<=1` under TRAIN_LR=0.001) judges nothing: said as `val_accuracy>=0` is.
-            least = LEAST.get(metric, 0.0)
-            if (op == ">=" and value <= least) or (op == ">" and value < least):
-                found.append(f"{term} holds for every model (no {metric} is below {least:g})")
-            elif metric == "lr" and ((op == "<=" and value >= lr) or (op == "<" and value > lr)):
-                found.append(
-                    f"{term} holds for every model (no checkpoint's lr is above TRAIN_LR={lr:g})"
-                )
             continue
         up = metric == "score" or higher_is_better(metric)
         if (op in (">=", ">")) != up:

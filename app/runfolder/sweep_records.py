@@ -176,9 +176,15 @@ def trained_out(row: Mapping[str, Any], epochs: Any) -> bool:
     the scheduler on fewer epochs; a failed one has no verdict to trust."""
     if row.get("status") == "succeeded":
         return True
+    return row.get("status") == "stopped" and every_epoch(row, epochs)
+
+
+def every_epoch(row: Mapping[str, Any], epochs: Any) -> bool:
+    """Whether a trial's row counts TRAIN_EPOCHS (`epochs`, as sweep.json records it) epochs
+    trained, both counts as a record many hands write may hold them."""
     done, target = row.get("epochs"), epochs
     counts = all(isinstance(n, int) and not isinstance(n, bool) for n in (done, target))
-    return row.get("status") == "stopped" and counts and 0 < target <= done
+    return counts and 0 < target <= done
 
 
 def best_row(rows: list[dict[str, Any]], metric: str, epochs: int) -> dict[str, Any] | None:
@@ -270,10 +276,11 @@ def _none_finished(rows: list[dict[str, Any]], epochs: Any) -> str:
     """The header of a sweep with no best trial yet. A trial stopped after its last epoch (the
     sweep interrupted while the trial's run was ending) has trained every epoch: "no trial
     trained to the end yet" read as false beside its row, and it ends at once on a rerun."""
-    every = (
-        [_text(r.get("trial")) for r in rows if r.get("status") == "interrupted"
-         and _count(r.get("epochs")) >= _count(epochs) > 0]
-    )  # fmt: skip
+    every = [
+        _text(r.get("trial"))
+        for r in rows
+        if r.get("status") == "interrupted" and every_epoch(r, epochs)
+    ]
     if not every:
         return "no trial trained to the end yet"
     shown = ", ".join(every[:3]) + (f" and {len(every) - 3} more" if len(every) > 3 else "")
@@ -281,10 +288,6 @@ def _none_finished(rows: list[dict[str, Any]], epochs: Any) -> str:
         f"no trial finished yet ({shown} trained every epoch but did not end: rerun the sweep "
         "to finish)"
     )
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def brief(name: str, record: dict[str, Any]) -> dict[str, Any]:

@@ -77,10 +77,13 @@ def same_trials(
 def samples_raised(before: dict[str, Any], settings: TrainSettings) -> int | None:
     """The TRAIN_TUNE_SAMPLES the sweep recorded in `before`, where this rerun raises it."""
     said = before.get("kept")
-    recorded = said.get("tune_samples") if isinstance(said, dict) else None
-    if isinstance(recorded, int) and not isinstance(recorded, bool):
-        return recorded if recorded < settings.tune_samples else None
-    return None
+    recorded = _samples(said.get("tune_samples") if isinstance(said, dict) else None)
+    return recorded if recorded is not None and recorded < settings.tune_samples else None
+
+
+def _samples(recorded: Any) -> int | None:
+    """A recorded TRAIN_TUNE_SAMPLES, where sweep.json holds a whole number there."""
+    return recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else None
 
 
 def _samples_kept_or_raised(recorded: Any, given: int, trials: int) -> None:
@@ -88,7 +91,8 @@ def _samples_kept_or_raised(recorded: Any, given: int, trials: int) -> None:
     number, key) alone, so the trials drawn so far stay as they are and the new ones follow
     (a user asking for 5 more trials was refused as if they would be trained otherwise, a
     red-team pass). Fewer would leave trials it may have trained out of its comparison."""
-    if not isinstance(recorded, int) or isinstance(recorded, bool) or given >= recorded:
+    recorded = _samples(recorded)
+    if recorded is None or given >= recorded:
         return
     raise ConfigError(
         f"TRAIN_TUNE_SAMPLES={given}: this sweep drew TRAIN_TUNE_SAMPLES={recorded}, and fewer "
