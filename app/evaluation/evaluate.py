@@ -60,7 +60,7 @@ from app.evaluation.scoring import (
 )
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, sweep_problem, verified
 from app.export.predict import check_loads
-from app.formatting import shown
+from app.formatting import finite, shown
 from app.runfolder.folder import RUN_RECORDS, TRIALS_DIR
 from app.storage.entries import entries, not_a_link
 from app.storage.location import RunPath, store_errors
@@ -311,7 +311,7 @@ def evaluate(
         "duration_s": round(time.monotonic() - started, 3),
     }
     recorded = (checkpoint.get("metrics") or {}).get("val_accuracy")
-    if data.get("split") == "valid" and isinstance(recorded, int | float):
+    if data.get("split") == "valid" and finite(recorded) is not None:
         metrics["recorded"] = {"val_accuracy": recorded, "epoch": checkpoint.get("epoch")}
     mistakes = [(m[2], m[3], names[m[4]], names[m[5]], m[0]) for m in found.mistakes]
     write_folder(out, report_files(metrics, _confusion(found.outcomes, names), mistakes), run_dir)

@@ -7,14 +7,13 @@ Tests drive `follow` with a scripted API (the one thing allowed to be faked) and
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from app.errors import EXIT_FAILED, EXIT_OK
-from app.formatting import counted, one_line
+from app.formatting import counted, finite, one_line
 from app.k8s.diagnose import needs_look
 from app.k8s.status import JobView, Verdict, judge, progress_line
 from app.runfolder import folder as run_folder
@@ -164,9 +163,8 @@ def sweep_line(record: Mapping[str, Any], run_dir: RunPath) -> str:
         counts[status] = counts.get(status, 0) + 1
     found = record.get("best")
     best: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    value = best.get("best")
-    shown = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    figure = f" ({value:.4f})" if shown else ""
+    value = finite(best.get("best"))
+    figure = f" ({value:.4f})" if value is not None else ""
     statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     return (
         f"sweep {one_line(str(record.get('sweep', run_dir.name)), 100)} "
@@ -184,11 +182,9 @@ def summary_line(summary: Mapping[str, Any] | None, run_dir: RunPath) -> str:
         return f"run folder {run_dir}: no summary yet ({path})"
     best = summary.get("best") or {}
     metric = best.get("metric", "val_accuracy")
-    value = best.get(metric)
+    value = finite(best.get(metric))
     best_text = (
-        f", best {metric} {value:.4f} at epoch {best.get('epoch')}"
-        if isinstance(value, int | float)
-        else ""
+        f", best {metric} {value:.4f} at epoch {best.get('epoch')}" if value is not None else ""
     )
     said = [in_words(r) for r in summary.get("interruptions") or [] if isinstance(r, dict)]
     return (

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.formatting import finite
 from app.promotion.class_gate import Judged, Scores, judge_classes, passed_text
 from app.settings.gate import Gate, exact
 
@@ -328,12 +329,7 @@ def _show(value: float | None, places: int | None = None) -> str:
 def number(value: Any) -> float | None:
     """A metric as the gate compares it: a finite number, or None (missing, text, an integer
     too large for a float: what a damaged pointer may hold)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        return float(value) if math.isfinite(value) else None
-    except OverflowError:
-        return None
+    return finite(value)
 
 
 def outcome_line(decision: Decision, version: int | None, champion_version: int | None) -> str:

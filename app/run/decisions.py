@@ -7,13 +7,13 @@ storage, so that every branch has a unit test (tests/unit/test_driver_decisions.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.data.image_decode import ImageError
+from app.formatting import finite
 from app.runfolder.checkpoints import CheckpointRef
 from app.runfolder.folder import REFUSED_KEY, recorded_tracking
 from app.storage.location import RunPath
@@ -249,8 +249,7 @@ def diverged_line(epochs: Sequence[Mapping[str, Any]], lr: float) -> str | None:
     since = None
     for record in epochs:
         loss = record.get("train_loss")
-        finite = isinstance(loss, int | float) and math.isfinite(loss)
-        since = None if finite else (since or record.get("epoch"))
+        since = None if finite(loss) is not None else (since or record.get("epoch"))
     if since is None:
         return None
     return (

@@ -12,11 +12,10 @@ stands (a resumed run keeps its first-met epoch). Pure functions over the record
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.formatting import format_duration
+from app.formatting import finite, format_duration
 from app.settings.gate import Gate, Threshold
 
 SOURCES = ("TRAIN_STOP_AT", "TRAIN_PROMOTE_IF")
@@ -131,4 +130,4 @@ def cost(hours: float, price: float) -> float | None:
 
 
 def number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return finite(value) is not None

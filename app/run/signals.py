@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
+from app.formatting import finite
 from app.storage.location import RunPath
 
 SIGTERM_SEEN = threading.Event()
@@ -106,7 +107,7 @@ def just_in_time_each(
 
 def _checkpoint_line(run_dir: RunPath, jit: dict[str, Any], deadline: float, signs: bool) -> str:
     said = f"just-in-time checkpoint at step {jit.get('step')}"
-    if isinstance(seconds := jit.get("checkpoint_s"), int | float):
+    if (seconds := finite(jit.get("checkpoint_s"))) is not None:
         said += f" in {seconds:.1f} s"
     return said + (await_witness(run_dir, jit.get("checkpoint"), deadline) if signs else "")
 

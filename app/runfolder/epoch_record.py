@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.formatting import format_duration
+from app.formatting import finite, format_duration
 
 
 @dataclass(frozen=True)
@@ -90,13 +90,12 @@ _eta_s = eta_s  # for epoch_line, whose argument of that name the callers pass b
 
 
 def is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return finite(value) is not None
 
 
 def pace(record: Mapping[str, Any]) -> float | None:
     """The record's own epoch time, where it has one."""
-    value = record.get("epoch_time_s")
-    return float(value) if is_number(value) else None
+    return finite(record.get("epoch_time_s"))
 
 
 def epoch_line(record: Mapping[str, Any], total: int, eta_s: float | None = None) -> str:

@@ -429,7 +429,7 @@ def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return finite(value) is not None
 
 
 def shown_value(value: Any) -> str:

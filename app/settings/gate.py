@@ -39,6 +39,7 @@ from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 from pydantic_settings import NoDecode
 
 from app.errors import did_you_mean
+from app.formatting import finite
 
 BEATS = "beats_champion"
 OPS = (">=", "<=", ">", "<")  # two-character operators first: ">=" is not ">" then "="
@@ -72,9 +73,8 @@ class Threshold:
     def met_by(self, figure: Any) -> bool:
         """Whether a figure read from a record meets this threshold; a missing, non-numeric or
         non-finite figure does not."""
-        if not isinstance(figure, int | float) or isinstance(figure, bool):
-            return False
-        return math.isfinite(figure) and self.holds(float(figure))
+        found = finite(figure)
+        return found is not None and self.holds(found)
 
     def __str__(self) -> str:
         return f"{self.metric}{self.op}{exact(self.value)}"

@@ -193,8 +193,8 @@ class _Sweep:
         """The sweep's progress, one line per epoch a trial reports (the trials' own epoch
         lines stay in their logs)."""
         metric = self.settings.checkpoint_metric
-        value = result.get(metric)
-        figure = f"{metric} {value:.4f}" if isinstance(value, int | float) else f"no {metric}"
+        value = finite(result.get(metric))
+        figure = f"{metric} {value:.4f}" if value is not None else f"no {metric}"
         _say(
             f"{self._named(trial_id)}: epoch {result.get('epoch')}/{self.settings.epochs}, {figure}"
         )

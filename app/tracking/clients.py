@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from app.formatting import finite
 from app.redact import redact_uri
 from app.runfolder.epoch_record import TRACKED_METRICS
 from app.settings import TrainSettings
@@ -32,7 +33,13 @@ def flat_params(settings: Mapping[str, Any]) -> dict[str, str]:
 
 
 def epoch_metrics(record: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(record[k]) for k in TRACKED_METRICS if isinstance(record.get(k), int | float)}
+    # NaN and infinities go to the trackers as the floats they are (a diverged loss is worth
+    # seeing there); an integer no float holds (a hand-edited record) cannot be sent at all.
+    return {
+        k: float(v)
+        for k in TRACKED_METRICS
+        if isinstance(v := record.get(k), float) or finite(v) is not None
+    }
 
 
 class _MLflow:

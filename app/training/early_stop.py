@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from app.formatting import finite
 from app.runfolder.retention import higher_is_better
 from app.settings import TrainSettings
 from app.settings.gate import Gate
@@ -85,7 +86,7 @@ class Progress:
             return cls()
         best = saved.get("best")
         return cls(
-            best=float(best) if isinstance(best, int | float) and math.isfinite(best) else None,
+            best=finite(best),
             best_epoch=int(saved.get("best_epoch") or 0),
             stale=int(saved.get("stale") or 0),
         )

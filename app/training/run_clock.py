@@ -10,11 +10,12 @@ the run's accelerator-hours in summary.json count all of it (app/runfolder/usage
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from app.formatting import finite
 
 
 @dataclass(frozen=True)
@@ -44,5 +45,5 @@ class RunClock:
 
 
 def _seconds(value: Any) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok and value >= 0 else 0.0
+    seconds = finite(value)
+    return seconds if seconds is not None and seconds >= 0 else 0.0

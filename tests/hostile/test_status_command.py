@@ -269,3 +269,63 @@ def test_any_field_of_a_real_summary_of_another_type_never_raises(tmp_path: Path
             result = trainctl("status", str(run_dir), "--json")
             assert result.code in (0, 2) and "internal error" not in result.text, (path, odd)
             assert "Traceback" not in result.text, (path, odd)
+
+
+def _numbers(value: object, prefix: tuple = ()) -> list[tuple]:
+    """The paths of every number (not a bool) in a JSON value."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [prefix]
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    return [path for key, inner in items for path in _numbers(inner, (*prefix, key))]
+
+
+def test_a_number_too_large_for_a_float_anywhere_in_a_run_folder_never_raises(
+    tmp_path: Path,
+) -> None:
+    """JSON holds integers of any size; Python reads 1 followed by 400 zeros as an int that no
+    float holds, and math.isfinite raises on it. A summary whose time to a threshold took such
+    a figure made `status` an internal error (exit 1), as did the epoch records' run clock."""
+    import time as clock
+
+    from app.promotion.step import promote_run
+    from app.run import driver
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    huge = 10**400
+    run_dir = make_run(tmp_path / "runs", "r", 0.9)
+    run_folder.record_epoch(run_dir, {"epoch": 1, "val_accuracy": 0.9, "run_time_s": 3.0})
+    settings = settings_for(tmp_path / "runs", "r")
+    summary, _ = driver._finish(settings, "succeeded", clock.monotonic(), "", None)
+    promote_run(settings, INFO, summary)
+    real = json.loads((run_dir / "summary.json").read_text())
+    real["time_to_threshold"] = [
+        {"threshold": "val_accuracy>=0.5", "settings": ["TRAIN_STOP_AT"], "epoch": 1,
+         "run_time_s": 3.0, "accelerator_hours": 0.001}
+    ]  # fmt: skip
+    numbers = _numbers(real)
+    assert ("time_to_threshold", 0, "run_time_s") in numbers and len(numbers) > 10
+    for path in numbers:
+        summary = json.loads(json.dumps(real))
+        inner = summary
+        for key in path[:-1]:
+            inner = inner[key]
+        inner[path[-1]] = huge
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        for args in ((), ("--json",)):
+            result = trainctl("status", str(run_dir), *args)
+            assert result.code == 0 and "internal error" not in result.text, (path, result.text)
+    (run_dir / "summary.json").write_text(json.dumps(real))
+    epoch = {"epoch": 1, "val_accuracy": huge, "train_loss": huge, "run_time_s": huge,
+             "worker_time_s": huge, "epoch_time_s": huge, "lr": huge}  # fmt: skip
+    (run_dir / "metrics.jsonl").write_text(json.dumps(epoch) + "\n")
+    for args in ((), ("--json",)):
+        result = trainctl("status", str(run_dir), *args)
+        assert result.code == 0 and "internal error" not in result.text, result.text

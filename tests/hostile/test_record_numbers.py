@@ -1,0 +1,75 @@
+"""Numbers in records another hand wrote that no float holds.
+
+JSON has integers of any size, and Python reads `1` followed by 400 zeros as an int; float()
+and math.isfinite raise OverflowError on it, and a format such as `{:.4f}` does too. Every reader
+of a run folder's, a sweep's or a progress file's figures takes such a number as missing, as it
+takes text or NaN (app/formatting.py `finite`), never as an internal error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.hostile.support import trainctl
+
+HUGE = 10**400
+
+
+def test_a_threshold_and_the_gate_take_it_as_missing() -> None:
+    from app.promotion.gate import number
+    from app.settings.gate import parse_gate
+
+    (threshold,) = parse_gate("val_accuracy>=0.5").thresholds
+    assert threshold.met_by(0.6) and not threshold.met_by(HUGE)
+    assert number(HUGE) is None and number(3) == 3.0
+
+
+def test_a_checkpoints_training_state_and_run_clock_start_afresh() -> None:
+    from app.training.early_stop import Progress
+    from app.training.run_clock import RunClock
+
+    assert Progress.of({"best": HUGE, "best_epoch": 2}).best is None
+    assert Progress.of({"best": 0.5}).best == 0.5
+    clock = RunClock.resumed({"run_time_s": HUGE, "worker_time_s": 12.5}, world=2, since=0.0)
+    assert (clock.before_s, clock.before_worker_s) == (0.0, 12.5)
+
+
+def test_epoch_lines_trackers_and_the_divergence_line_leave_it_out() -> None:
+    from app.run.decisions import diverged_line
+    from app.runfolder.epoch_record import epoch_line, pace
+    from app.tracking.clients import epoch_metrics
+
+    record = {"epoch": 1, "train_loss": HUGE, "val_accuracy": 0.75, "epoch_time_s": HUGE}
+    line = epoch_line(record, 3)
+    assert "75.00%" in line or "0.75" in line, line
+    assert pace(record) is None
+    assert epoch_metrics(record) == {"val_accuracy": 0.75}
+    nan = epoch_metrics({"train_loss": float("nan")})["train_loss"]
+    assert nan != nan  # a diverged loss still reaches the trackers, as the NaN it is
+    # A loss no float holds is no finite loss: the run says it diverged, as for NaN.
+    assert "diverged" in (diverged_line([record], lr=0.1) or "")
+
+
+def test_what_submit_wait_says_of_a_run_and_a_sweep_leaves_it_out(tmp_path: Path) -> None:
+    from app.k8s.follow import summary_line, sweep_line
+    from app.storage.location import parse_location
+
+    run_dir = parse_location(tmp_path)
+    summary = {"status": "succeeded", "best": {"metric": "val_accuracy", "val_accuracy": HUGE}}
+    assert "best val_accuracy" not in summary_line(summary, run_dir)
+    sweep = {"sweep": "s", "trials": [{"status": "succeeded"}], "best": {"best": HUGE}}
+    assert "sweep s" in sweep_line(sweep, run_dir)
+
+
+def test_status_of_a_sweep_whose_figures_no_float_holds(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    trial = {"trial": "trial-0001", "status": "succeeded", "values": {"lr": HUGE},
+             "best": HUGE, "epochs": HUGE, "run_time_s": HUGE, "duration_s": HUGE}  # fmt: skip
+    record = {"sweep": "s", "metric": "val_accuracy", "trials": [trial, {**trial, "best": 0.5}],
+              "best": {"trial": "trial-0001", "best": HUGE}}  # fmt: skip
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    for args in ((), ("--json",)):
+        result = trainctl("status", str(sweep_dir), *args)
+        assert result.code == 0 and "internal error" not in result.text, result.text
