@@ -310,9 +310,12 @@ def evaluate(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall)),
         "duration_s": round(time.monotonic() - started, 3),
     }
-    recorded = (checkpoint.get("metrics") or {}).get("val_accuracy")
+    figures = checkpoint.get("metrics") or {}
+    recorded = figures.get("val_accuracy")
     if data.get("split") == "valid" and finite(recorded) is not None:
         metrics["recorded"] = {"val_accuracy": recorded, "epoch": checkpoint.get("epoch")}
+        if (loss := finite(figures.get("val_loss"))) is not None:
+            metrics["recorded"]["val_loss"] = loss
     mistakes = [(m[2], m[3], names[m[4]], names[m[5]], m[0]) for m in found.mistakes]
     write_folder(out, report_files(metrics, _confusion(found.outcomes, names), mistakes), run_dir)
     return EvalReport(out, metrics)

@@ -181,6 +181,9 @@ def compact(report: EvalReport) -> dict[str, Any]:
     if recorded:  # the exact-reproduction property, checked on every run
         figures["recorded_val_accuracy"] = recorded["val_accuracy"]
         figures["reproduced"] = recorded["val_accuracy"] == m["accuracy"]
+        if "val_loss" in recorded:  # the loss, where a gate reads it (promotion/step.py)
+            figures["recorded_val_loss"] = recorded["val_loss"]
+            figures["loss"] = m["loss"]
     return figures
 
 

@@ -34,7 +34,7 @@ from app.errors import RunFailed, TrainctlError
 from app.export import signature
 from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES, WEIGHTS_FILE
 from app.export.witness import witnessed
-from app.formatting import one_line
+from app.formatting import finite, one_line
 from app.promotion import champion, champion_export, gate, pointer_signature, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.class_gate import Judged
@@ -382,6 +382,7 @@ def _export_and_gate(
     if evaluate:
         _say_evaluated(settings, run_end)
         _refuse_unreproduced(run_end)
+        _refuse_unreproduced_loss(settings, run_end)
     try:
         return move_champion(settings, info, best, export, promotion, run_end)
     except champion.PointerDamaged as err:  # `check` fails on it, in the same words
@@ -594,6 +595,30 @@ def _refuse_unreproduced(run_end: RunEnd) -> None:
         return
     raise _Kept(
         f"the exported checkpoint scores val_accuracy {measured:.4g} on the validation split, "
+        f"not the {recorded:.4g} its record says: the checkpoint's record or the validation "
+        "data changed since training, and no gate is judged on figures that do not reproduce"
+    )
+
+
+# How far the evaluation's val_loss may be from the recorded one, relative to it: the same
+# weights, rows and autocast, but other batches, so a GPU's kernels sum in another order.
+LOSS_TOLERANCE = 0.01
+
+
+def _refuse_unreproduced_loss(settings: TrainSettings, run_end: RunEnd) -> None:
+    """Keep the champion when a gate term on val_loss would read a recorded loss that scoring
+    the export's weights does not give (beyond LOSS_TOLERANCE): as for val_accuracy, the record
+    is what the gate reads, and an edited record must not promote a model."""
+    if not any(t.metric == "val_loss" for t in settings.promote_if.thresholds):
+        return
+    valid = run_end.record.get("valid") or {}
+    measured, recorded = finite(valid.get("loss")), finite(valid.get("recorded_val_loss"))
+    if measured is None or recorded is None:
+        return  # not evaluated: the evaluation's failure is said, and judged, on its own
+    if abs(measured - recorded) <= LOSS_TOLERANCE * max(abs(recorded), abs(measured)):
+        return
+    raise _Kept(
+        f"the exported checkpoint scores val_loss {measured:.4g} on the validation split, "
         f"not the {recorded:.4g} its record says: the checkpoint's record or the validation "
         "data changed since training, and no gate is judged on figures that do not reproduce"
     )

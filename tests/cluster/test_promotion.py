@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from app.promotion.step import LOSS_TOLERANCE
 from tests.support import REPO, FinishedRun, explain, read_summary
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -82,6 +83,10 @@ def test_the_run_end_evaluation_is_in_the_summary(finished_run: FinishedRun) -> 
     # The exact-reproduction property, on every run: the recorded figure, to the last digit.
     assert valid["accuracy"] == summary["best"]["val_accuracy"] == valid["recorded_val_accuracy"]
     assert valid["reproduced"] is True
+    # The loss too, within what a gate term on val_loss allows (promotion/step.py): the same
+    # weights and rows, scored in other batches than training's validation pass.
+    loss, recorded_loss = valid["loss"], valid["recorded_val_loss"]
+    assert abs(loss - recorded_loss) <= LOSS_TOLERANCE / 10 * recorded_loss, (loss, recorded_loss)
     assert set(valid["per_class"]) == {str(i) for i in range(10)}
     assert all(0 <= c["recall"] <= 1 and c["support"] > 0 for c in valid["per_class"].values())
     assert 0 <= valid["expected_calibration_error"] <= 1 and 0 < valid["macro_f1"] <= 1

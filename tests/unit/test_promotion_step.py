@@ -606,6 +606,37 @@ def test_figures_the_export_does_not_reproduce_keep_the_champion(
 
 
 @pytest.mark.parametrize(
+    ("gate", "measured", "recorded", "kept"),
+    [
+        ("val_loss<=0.1", 2.159, 0.05, True),  # meta.json's val_loss edited, its digest redone
+        ("val_loss<=0.1", 0.1005, 0.1, False),  # within 1%: other batches, another sum order
+        ("val_loss<=0.1", 0.1, 0.1, False),  # reproduced
+        ("val_accuracy>=0.5", 2.159, 0.05, False),  # no term reads the loss
+    ],
+)
+def test_a_recorded_val_loss_the_export_does_not_reproduce_keeps_the_champion(
+    tmp_path: Path, gate: str, measured: float, recorded: float, kept: bool
+) -> None:
+    """A gate term on val_loss read the checkpoint's recorded loss, which only its (public)
+    checksum protects: an edited record promoted a model whose loss was 40 times the bound."""
+    from types import SimpleNamespace
+
+    from app.promotion import step
+
+    settings = settings_for(tmp_path, "r", promote_if=gate)
+    valid = {"accuracy": 0.5, "recorded_val_accuracy": 0.5, "reproduced": True, "rows": 359,
+             "loss": measured, "recorded_val_loss": recorded}  # fmt: skip
+    run_end = SimpleNamespace(record={"valid": valid})
+    if not kept:
+        step._refuse_unreproduced_loss(settings, run_end)  # type: ignore[arg-type]
+        return
+    with pytest.raises(step._Kept) as err:
+        step._refuse_unreproduced_loss(settings, run_end)  # type: ignore[arg-type]
+    assert f"scores val_loss {measured:.4g}" in str(err.value)
+    assert f"not the {recorded:.4g} its record says" in str(err.value)
+
+
+@pytest.mark.parametrize(
     ("edit", "says"),
     [
         ({"run_name": "nightly-7"}, 'its run is "nightly-7", the card\'s "r"'),
