@@ -242,6 +242,26 @@ def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
     return None
 
 
+def never_met_by_the_run(gate: Gate, *, epochs: int, gpu: bool, compiles: bool) -> str | None:
+    """The first threshold that no checkpoint of a run with these settings could meet, and why;
+    None where each could. `_never_met` judges the bounds alone; these follow from the run:
+    its epochs count from 1 to `epochs`, `peak_gpu_gib` is recorded on a GPU only, and a run
+    that does not compile (`compiles`: TRAIN_COMPILE on, or auto on a GPU) records `compiled`
+    and `compile_s` as 0. A gate that can never pass keeps every champion after a whole run."""
+    for t in gate.thresholds:
+        # One bound: a floor is met where the last epoch meets it, a ceiling where the first does.
+        if t.metric == "epoch" and not (t.holds(1.0) or t.holds(float(epochs))):
+            return f"{t}: a checkpoint's epoch is 1 to TRAIN_EPOCHS={epochs}"
+        if t.metric == "peak_gpu_gib" and not gpu:
+            return f"{t}: peak_gpu_gib is recorded on a GPU only, and TRAIN_USE_GPU is false"
+        if t.metric in ("compiled", "compile_s") and not compiles and not t.holds(0.0):
+            return (
+                f"{t}: a run that does not compile records {t.metric} 0 (TRAIN_COMPILE off, or "
+                "auto on CPU)"
+            )
+    return None
+
+
 def _outside_classes(text: str) -> str:
     """`text` with each class name in brackets masked, its length kept: a class name may hold
     ` and ` or ` or `, which join nothing."""

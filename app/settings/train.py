@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from app.redact import redact
 from app.settings.data import DataSettings
+from app.settings.gate import never_met_by_the_run
 from app.settings.model import ChampionRef, ModelSettings, champion_ref
 from app.settings.run import RunSettings
 from app.settings.scaling import ScalingSettings
@@ -122,6 +123,14 @@ class TrainSettings(
                 f"{self.workers.max} workers of TRAIN_NUM_WORKERS={self.num_workers}; "
                 "every worker needs at least one sample per step"
             )
+        # TRAIN_STOP_AT reads only the validation and training losses and accuracy: no setting
+        # rules those out.
+        compiles = self.compile == "on" or (self.compile == "auto" and self.use_gpu)
+        never = never_met_by_the_run(
+            self.promote_if, epochs=self.epochs, gpu=self.use_gpu, compiles=compiles
+        )
+        if never:
+            raise ValueError(f"TRAIN_PROMOTE_IF can never be met by this run: {never}")
         if self.amp == "fp16" and not self.use_gpu:
             raise ValueError(
                 "TRAIN_AMP=fp16 needs TRAIN_USE_GPU=true; use TRAIN_AMP=bf16 or off on CPU"

@@ -241,6 +241,22 @@ def test_render_refuses_a_gate_train_refuses_with_its_message_per_pool(
     helm_template([_pools_file(tmp_path)], set_json=('train.promote_if="val_acc>=0.9"',))
 
 
+def test_render_refuses_a_gate_a_pools_own_settings_rule_out(tmp_path: Path) -> None:
+    """peak_gpu_gib is recorded on a GPU only: on a CPU pool the gate kept the champion after
+    every nightly run, with exit 0. Refused for the CPU pools, named by the keys it comes from."""
+    path = tmp_path / "pools.yaml"
+    path.write_text(
+        POOLS.replace("nodePools:\n", "nodePools:\n  gpu: {gpusPerWorker: 1, replicas: 2}\n")
+    )
+    result = trainctl("render", "-f", str(path), "--set", "train.promote_if=peak_gpu_gib<=10")
+    assert result.code == 2, result.text
+    said = "TRAIN_PROMOTE_IF can never be met by this run: peak_gpu_gib<=10: peak_gpu_gib is "
+    for pool in ("big", "small"):
+        assert f"pool {pool}: {said}" in result.err, result.err
+        assert f"TRAIN_USE_GPU is nodePools.{pool}.gpusPerWorker)" in result.err, result.err
+    assert "pool gpu" not in result.err  # its workers have GPUs: the figure is recorded
+
+
 def test_render_names_the_pool_whose_derived_settings_fail(tmp_path: Path) -> None:
     """The batch against TRAIN_NUM_WORKERS, which the chart derives per pool from replicas."""
     result = trainctl(
