@@ -28,7 +28,7 @@ from app.errors import ConfigError
 from app.evaluation.report import run_evaluations
 from app.formatting import finite, json_safe, mapping, shown
 from app.runfolder import folder as run_folder
-from app.runfolder.summary import STATUS_WORDS
+from app.runfolder.summary import STATUS_WORDS, series
 from app.settings.tune_plan import TRIAL_NAME
 from app.storage.entries import Kind, bucket_there, entries, kind, kind_within, not_a_link
 from app.storage.location import (
@@ -415,24 +415,36 @@ def _spread(values: list[float | None]) -> float:
 
 
 def _curves(runs: list[RunFigures]) -> bytes:
-    """Validation accuracy, and the losses (validation solid, training dashed), per epoch."""
+    """compare.png: `curves_figure` as PNG bytes."""
+    import matplotlib.pyplot as plt
+
+    fig = curves_figure(runs)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=110)
+    plt.close(fig)
+    return image.getvalue()
+
+
+def curves_figure(runs: list[RunFigures]) -> Any:
+    """Validation accuracy, and the losses (validation solid, training dashed), per epoch.
+    Every line has markers: a run of one epoch (a sweep's trial that ASHA stopped at its grace
+    period) is a single point, which a line alone does not draw."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and in pods
     import matplotlib.pyplot as plt
 
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
-    nan = float("nan")  # an epoch without a metric leaves a gap, not a crash
     for index, run in enumerate(runs):
         colour = f"C{index % 10}"
         xs = [int(r["epoch"]) for r in run.epochs]
         label = run.name if run.name.isprintable() else repr(run.name)
-        acc_ax.plot(xs, [r.get("val_accuracy", nan) for r in run.epochs], marker="o",
-                    markersize=3, color=colour, label=label)  # fmt: skip
-        loss_ax.plot(xs, [r.get("val_loss", nan) for r in run.epochs], color=colour,
-                     label=f"{label} validation")  # fmt: skip
-        loss_ax.plot(xs, [r.get("train_loss", nan) for r in run.epochs], color=colour,
-                     linestyle="--", label=f"{label} training")  # fmt: skip
+        acc_ax.plot(xs, series(run.epochs, "val_accuracy"), marker="o", markersize=3,
+                    color=colour, label=label)  # fmt: skip
+        loss_ax.plot(xs, series(run.epochs, "val_loss"), marker="o", markersize=3,
+                     color=colour, label=f"{label} validation")  # fmt: skip
+        loss_ax.plot(xs, series(run.epochs, "train_loss"), marker="o", markersize=3,
+                     color=colour, linestyle="--", label=f"{label} training")  # fmt: skip
     acc_ax.set(title="Validation accuracy", xlabel="epoch", ylabel="accuracy")
     loss_ax.set(title="Loss (validation solid, training dashed)", xlabel="epoch",
                 ylabel="cross-entropy")  # fmt: skip
@@ -440,10 +452,7 @@ def _curves(runs: list[RunFigures]) -> bytes:
         ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
     acc_ax.legend(fontsize=8)
-    image = io.BytesIO()
-    fig.savefig(image, format="png", dpi=110)
-    plt.close(fig)
-    return image.getvalue()
+    return fig
 
 
 def _value(value: Any) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 from typing import Any
 
+from app.formatting import finite
 from app.runfolder import checkpoints, interruptions, retention
 from app.runfolder import folder as run_folder
 from app.runfolder.epoch_record import CORE_METRICS
@@ -133,18 +135,23 @@ def plot_curves(run_dir: RunPath) -> RunPath | None:
 
     xs = [int(r["epoch"]) for r in epochs]
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    nan = float("nan")  # a line without a metric leaves a gap, not a crash
-    loss_ax.plot(xs, [r.get("train_loss", nan) for r in epochs], marker="o", label="train")
-    loss_ax.plot(xs, [r.get("val_loss", nan) for r in epochs], marker="o", label="validation")
+    loss_ax.plot(xs, series(epochs, "train_loss"), marker="o", label="train")
+    loss_ax.plot(xs, series(epochs, "val_loss"), marker="o", label="validation")
     loss_ax.set(title="Loss", xlabel="epoch", ylabel="cross-entropy")
     loss_ax.legend()
-    acc_ax.plot(xs, [r.get("val_accuracy", nan) for r in epochs], marker="o", color="tab:green")
+    acc_ax.plot(xs, series(epochs, "val_accuracy"), marker="o", color="tab:green")
     acc_ax.set(title="Validation accuracy", xlabel="epoch", ylabel="accuracy", ylim=(0, 1))
     for ax in (loss_ax, acc_ax):
         ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(run_dir.name)
     return save_figure(fig, run_dir / CURVES_FILE, dpi=110)
+
+
+def series(epochs: list[dict[str, Any]], metric: str) -> list[float]:
+    """One metric per epoch record, for a plot: NaN (a gap, not a crash) where a record has no
+    number a float holds."""
+    return [math.nan if (v := finite(r.get(metric))) is None else v for r in epochs]
 
 
 def save_figure(fig: Any, path: RunPath, dpi: int) -> RunPath:

@@ -30,15 +30,17 @@ def make_run(
 ) -> Path:
     run_dir = root / name
     run_dir.mkdir(parents=True)
+    # As a run writes them: the worker group's start, then its epochs (a start forgets the
+    # epochs from the one it starts at).
+    run_folder.start_attempt(
+        run_dir, invocation="i", start_epoch=1, world_size=world_size, restored_from=None
+    )
     for epoch, accuracy in enumerate(accuracies, 1):
         run_folder.record_epoch(
             run_dir,
             {"epoch": epoch, "train_loss": 2.0 / epoch, "val_loss": 1.5 / epoch,
              "val_accuracy": accuracy},
         )  # fmt: skip
-    run_folder.start_attempt(
-        run_dir, invocation="i", start_epoch=1, world_size=world_size, restored_from=None
-    )
     best = max(range(len(accuracies)), key=lambda i: accuracies[i])
     summary = {
         "status": "succeeded",
@@ -438,3 +440,29 @@ def test_evaluations_of_one_name_but_other_data_are_not_taken_for_the_same(
     assert [r["evaluation"]["name"] for r in found["runs"]] == ["mine", "mine"]
     table = trainctl("compare", str(a), str(b), "--out", out, "--overwrite").out
     assert "different data" not in table, table
+
+
+def test_a_run_of_one_epoch_is_drawn_in_both_panels(tmp_path: Path) -> None:
+    """A run of one epoch (a sweep's trial ASHA stopped at its grace period) is one point: its
+    losses were lines without markers, so the loss panel drew nothing of it (a red-team pass).
+    A figure no float holds (a hand-edited record) is a gap, not a crash."""
+    import matplotlib.pyplot as plt
+
+    from app.evaluation.compare import _read, curves_figure
+    from app.runfolder.summary import series
+    from app.storage.location import parse_location
+
+    long = make_run(tmp_path, "long", lr=0.1, accuracies=[0.5, 0.7], duration_s=60)
+    short = make_run(tmp_path, "short", lr=0.2, accuracies=[0.6], duration_s=30)
+    fig = curves_figure([_read(parse_location(p), p.name) for p in (long, short)])
+    try:
+        acc_ax, loss_ax = fig.axes
+        drawn = {line.get_label(): line for ax in (acc_ax, loss_ax) for line in ax.lines}
+        for label in ("short", "short validation", "short training"):
+            line = drawn[label]
+            assert line.get_marker() not in (None, "None", "", " "), label
+            assert list(line.get_xdata()) == [1], label
+    finally:
+        plt.close(fig)
+    values = series([{"val_loss": 10**400}, {"val_loss": "x"}, {"val_loss": 0.5}], "val_loss")
+    assert [str(v) for v in values] == ["nan", "nan", "0.5"]
