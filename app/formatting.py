@@ -26,6 +26,17 @@ def finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def whole(value: Any, least: int | None = None, most: int | None = None) -> int | None:
+    """A whole number read from a record another hand wrote (a count, an epoch, a version),
+    within least..most where given; None for anything else: a bool (JSON's true is no count),
+    a float (2.0), text."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    if (least is not None and value < least) or (most is not None and value > most):
+        return None
+    return value
+
+
 def mapping(value: Any) -> dict[str, Any]:
     """A part of a record another hand wrote (a summary, sweep.json, values) that should be a
     mapping; {} for anything else (a damaged file, a value of another type)."""

@@ -41,7 +41,7 @@ from typing import Any
 
 from app.errors import ConfigError
 from app.export import signature
-from app.formatting import one_line, shown
+from app.formatting import one_line, shown, whole
 from app.redact import redact
 from app.runfolder.class_names import (
     CLASSES_FILE,
@@ -321,7 +321,7 @@ def card_problem(card: Any) -> str | None:
     architecture, patch = card.get("architecture"), card.get("vit_patch", 0)
     if not isinstance(architecture, str) or not architecture:
         return "`architecture` must name the model (TRAIN_MODEL of the run)"
-    if not isinstance(patch, int) or isinstance(patch, bool) or not 0 <= patch <= MAX_SIDE:
+    if whole(patch, 0, MAX_SIDE) is None:
         return f"`vit_patch` must be a whole number 0..{MAX_SIDE}"
     input_ = card.get("input")
     if not isinstance(input_, dict):
@@ -330,7 +330,7 @@ def card_problem(card: Any) -> str | None:
     if type(channels) is not int or channels not in CHANNELS:
         return "input.channels must be 1 (grayscale) or 3 (RGB)"
     for name, value in (("height", height), ("width", width)):
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIDE:
+        if whole(value, 1, MAX_SIDE) is None:
             return f"input.{name} must be a whole number 1..{MAX_SIDE}"
     # Pixels are read as 0..1 and normalized as (x - mean) / std in float32: a NaN, an infinity
     # or a std of 1e-300 there scored every image NaN, and NaN's argmax still answered a class.

@@ -34,7 +34,7 @@ from typing import Any
 
 from app.errors import did_you_mean
 from app.export.card import CARD_FILE
-from app.formatting import one_line
+from app.formatting import one_line, whole
 from app.promotion.champion_export import LinkedCopy, named_by
 from app.promotion.champion_task import pointer_disagrees
 from app.settings.run import CHAMPIONS_DIR
@@ -161,7 +161,7 @@ def parse_pointer(path: RunPath, data: bytes | None) -> dict[str, Any] | None:
     except ValueError as err:  # not UTF-8, not JSON, too deep
         raise PointerDamaged(f"{path}: unreadable champion pointer ({err})") from None
     version = pointer.get("version") if isinstance(pointer, dict) else None
-    if not isinstance(version, int) or isinstance(version, bool):
+    if whole(version) is None:
         raise PointerDamaged(f"{path}: not a champion pointer (no whole-number `version`)")
     # A count of promotions: the next one numbers itself from it, and every line shows it.
     if not 1 <= version <= MAX_VERSION:

@@ -34,7 +34,7 @@ from app.errors import RunFailed, TrainctlError
 from app.export import signature
 from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES, WEIGHTS_FILE
 from app.export.witness import witnessed
-from app.formatting import finite, one_line
+from app.formatting import finite, one_line, whole
 from app.promotion import champion, champion_export, gate, pointer_signature, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.class_gate import Judged
@@ -326,7 +326,7 @@ def _verdict_stands(
     except champion.PointerDamaged:
         current = {}
     was = previous.get("version")  # a record many hands can write: a version is a count
-    was = was if isinstance(was, int) and not isinstance(was, bool) and was > 0 else None
+    was = whole(was, least=1)
     if not _was_promoted(previous):
         was = None  # the champion's run, kept under a stricter gate: its version, not promoted
     # The first verdict's words, not a nested "judged before" (a rerun of a rerun).

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.formatting import finite, format_duration
+from app.formatting import finite, format_duration, whole
 from app.settings.gate import Gate, Threshold
 
 SOURCES = ("TRAIN_STOP_AT", "TRAIN_PROMOTE_IF")
@@ -87,7 +87,7 @@ def _entry_ok(entry: Any) -> bool:
     if not isinstance(entry, Mapping) or not isinstance(entry.get("threshold"), str):
         return False
     epoch = entry.get("epoch")
-    if epoch is not None and not (isinstance(epoch, int) and not isinstance(epoch, bool)):
+    if epoch is not None and whole(epoch) is None:
         return False
     figures = [entry.get(k) for k in ("run_time_s", "accelerator_hours", "cost")]
     return all(v is None or (number(v) and v >= 0) for v in figures)

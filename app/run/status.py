@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.errors import ConfigError
-from app.formatting import finite, format_duration, one_line, one_path
+from app.formatting import finite, format_duration, one_line, one_path, whole
 from app.redact import redact
 from app.run import first_met
 from app.runfolder import folder as run_folder
@@ -748,9 +748,7 @@ def _path(path: object) -> str:
 
 def _count(value: Any, *, zero: bool = False) -> int | None:
     """A count as a run folder may hold it: a non-negative int below 10**15, else None."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value if (0 if zero else 1) <= value < interruptions.MAX_SHOWN_COUNT else None
+    return whole(value, 0 if zero else 1, interruptions.MAX_SHOWN_COUNT - 1)
 
 
 def _finite(value: Any) -> bool:

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.formatting import whole
+
 Cause = Literal["preemption", "failure", "stopped"]
 # Why a checkpoint was written, as train_state.pt records it.
 Reason = Literal["epoch", "interval", "preemption", "stopped"]
@@ -108,9 +110,8 @@ MAX_SHOWN_COUNT = 10**15  # past any real step count: a bigger number is damage,
 
 
 def _count(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_SHOWN_COUNT:
-        return str(value)
-    return "?"
+    count = whole(value, 0, MAX_SHOWN_COUNT - 1)
+    return "?" if count is None else str(count)
 
 
 def _seconds(value: Any) -> bool:

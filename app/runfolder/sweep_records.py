@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
-from app.formatting import csv_text, finite, mapping, one_line
+from app.formatting import csv_text, finite, mapping, one_line, whole
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
@@ -161,7 +161,7 @@ def stopped_by(scheduler: str, judged: Any, trained: int) -> str:
     holds: Ray Train's report returns before Tune has judged it, so a trial may train on an
     epoch past its rung before the stop reaches its workers. `judged` comes from sweep.json,
     which many hands write: what is no epoch number is not quoted."""
-    if isinstance(judged, bool) or not isinstance(judged, int) or judged < 1:
+    if (judged := whole(judged, least=1)) is None:
         return scheduler
     said = f"{scheduler} after epoch {judged}"
     if trained > judged:
@@ -182,9 +182,8 @@ def trained_out(row: Mapping[str, Any], epochs: Any) -> bool:
 def every_epoch(row: Mapping[str, Any], epochs: Any) -> bool:
     """Whether a trial's row counts TRAIN_EPOCHS (`epochs`, as sweep.json records it) epochs
     trained, both counts as a record many hands write may hold them."""
-    done, target = row.get("epochs"), epochs
-    counts = all(isinstance(n, int) and not isinstance(n, bool) for n in (done, target))
-    return counts and 0 < target <= done
+    done, target = whole(row.get("epochs")), whole(epochs, least=1)
+    return done is not None and target is not None and target <= done
 
 
 def best_row(rows: list[dict[str, Any]], metric: str, epochs: int) -> dict[str, Any] | None:

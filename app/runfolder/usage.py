@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from app.formatting import finite
+from app.formatting import finite, whole
 
 Kind = Literal["gpu", "cpu"]
 MAX_HOURS = 1e9  # past any real run: a bigger figure in a run folder is damage, not shown
@@ -160,7 +160,7 @@ def _number(value: Any) -> bool:
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_WORKERS
+    return whole(value, 1, MAX_WORKERS) is not None
 
 
 def _time(value: Any, end: float) -> bool:

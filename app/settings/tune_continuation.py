@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from app.errors import ConfigError
-from app.formatting import one_line
+from app.formatting import one_line, whole
 from app.settings import TrainSettings, env_name
 from app.settings.tune_plan import Trial
 from app.settings.tune_space import Dimension
@@ -83,7 +83,7 @@ def samples_raised(before: dict[str, Any], settings: TrainSettings) -> int | Non
 
 def _samples(recorded: Any) -> int | None:
     """A recorded TRAIN_TUNE_SAMPLES, where sweep.json holds a whole number there."""
-    return recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else None
+    return whole(recorded)
 
 
 def _samples_kept_or_raised(recorded: Any, given: int, trials: int) -> None:

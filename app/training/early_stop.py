@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from app.formatting import finite
+from app.formatting import finite, whole
 from app.runfolder.retention import higher_is_better
 from app.settings import TrainSettings
 from app.settings.gate import Gate
@@ -146,7 +146,7 @@ def recorded_stop(meta: Any) -> Stop | None:
     reason, epoch, rule = meta.get("reason"), meta.get("epoch"), meta.get("rule")
     if reason not in ("stop_at", "patience") or not isinstance(rule, str):
         return None
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+    if (epoch := whole(epoch, least=1)) is None:
         return None
     return Stop(reason, epoch, rule)
 

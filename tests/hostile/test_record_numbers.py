@@ -73,3 +73,17 @@ def test_status_of_a_sweep_whose_figures_no_float_holds(tmp_path: Path) -> None:
     for args in ((), ("--json",)):
         result = trainctl("status", str(sweep_dir), *args)
         assert result.code == 0 and "internal error" not in result.text, result.text
+
+
+def test_a_count_from_a_record_is_a_whole_number_in_its_range() -> None:
+    """One rule for every count, epoch and version a record holds: JSON's true is no count
+    (Python's bool is an int), and 2.0 is not a whole number there."""
+    from app.formatting import finite, whole
+
+    assert [whole(v) for v in (3, 0, -2, True, 2.0, "3", None, HUGE)] == [
+        3, 0, -2, None, None, None, None, HUGE
+    ]  # fmt: skip
+    assert whole(0, least=1) is None and whole(5, 1, 4) is None and whole(4, 1, 4) == 4
+    assert [finite(v) for v in (3, 0.5, True, float("nan"), float("inf"), HUGE, "1")] == [
+        3.0, 0.5, None, None, None, None, None
+    ]  # fmt: skip
