@@ -172,6 +172,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     135, no fewer CPU-seconds), no worker prestart (none are prestarted after the first
     driver anyway), and the tests that mostly wait (deadlines, server starts) moved to the
     front or the middle of a group: they then left a core idle there instead of at the end.
+    The same machine runs slower on some days: on 2026-12-05 commit 3be15c1, the one that
+    measured 10:47 on 2026-12-04, took 12:58, run just after the day's HEAD took 13:00.
     """
     for item in items:
         if "ray_cluster" not in getattr(item, "fixturenames", ()):
