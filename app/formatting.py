@@ -26,6 +26,15 @@ def finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def shown_figure(value: Any) -> float | None:
+    """A figure as a line prints it: any float, NaN and the infinities included (they say a
+    run diverged), or an int a float holds; None for anything else (text, a bool, an integer
+    past a float, on which a format such as `{:.4f}` raises)."""
+    if isinstance(value, float):
+        return value
+    return finite(value)
+
+
 def whole(value: Any, least: int | None = None, most: int | None = None) -> int | None:
     """A whole number read from a record another hand wrote (a count, an epoch, a version),
     within least..most where given; None for anything else: a bool (JSON's true is no count),

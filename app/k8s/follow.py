@@ -52,8 +52,8 @@ def advance(
     """One poll: new epoch lines, a progress line if the status changed, and the verdict."""
     lines: list[str] = []
     printed = set(state.printed)
-    for record in sorted(records, key=lambda r: (float(r.get("time", 0)), int(r["epoch"]))):
-        mark = (int(record["epoch"]), float(record.get("time", 0)))
+    for record in sorted(records, key=lambda r: (finite(r.get("time")) or 0.0, int(r["epoch"]))):
+        mark = (int(record["epoch"]), finite(record.get("time")) or 0.0)
         if mark not in printed:
             printed.add(mark)
             lines.append(epoch_line(record, total_epochs or int(record["epoch"])))

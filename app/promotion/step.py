@@ -600,22 +600,25 @@ def _refuse_unreproduced(run_end: RunEnd) -> None:
     )
 
 
-# How far the evaluation's val_loss may be from the recorded one, relative to it: the same
-# weights, rows and autocast, but other batches, so a GPU's kernels sum in another order.
+# How far the evaluation's val_loss may be from the recorded one (relative, with a floor for
+# losses near 0): the same weights and rows, but other batches and, for a run that trained in
+# bf16 on a GPU, the evaluation's own device and precision.
 LOSS_TOLERANCE = 0.01
+LOSS_FLOOR = 1e-3
 
 
 def _refuse_unreproduced_loss(settings: TrainSettings, run_end: RunEnd) -> None:
-    """Keep the champion when a gate term on val_loss would read a recorded loss that scoring
-    the export's weights does not give (beyond LOSS_TOLERANCE): as for val_accuracy, the record
-    is what the gate reads, and an edited record must not promote a model."""
-    if not any(t.metric == "val_loss" for t in settings.promote_if.thresholds):
-        return
+    """Keep the champion when a gate term on val_loss passes on the recorded loss but not on
+    the loss scoring the export's weights gives, beyond a near tie: as for val_accuracy, the
+    record is what the gate reads, and an edited record must not promote a model."""
+    terms = [t for t in settings.promote_if.thresholds if t.metric == "val_loss"]
     valid = run_end.record.get("valid") or {}
     measured, recorded = finite(valid.get("loss")), finite(valid.get("recorded_val_loss"))
-    if measured is None or recorded is None:
+    if not terms or measured is None or recorded is None:
         return  # not evaluated: the evaluation's failure is said, and judged, on its own
-    if abs(measured - recorded) <= LOSS_TOLERANCE * max(abs(recorded), abs(measured)):
+    if all(t.holds(measured) for t in terms):
+        return  # the measured loss passes the same terms: the verdict is the same
+    if abs(measured - recorded) <= max(LOSS_TOLERANCE * abs(recorded), LOSS_FLOOR):
         return
     raise _Kept(
         f"the exported checkpoint scores val_loss {measured:.4g} on the validation split, "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.data.image_decode import ImageError
-from app.formatting import finite
+from app.formatting import finite, shown_figure
 from app.runfolder.checkpoints import CheckpointRef
 from app.runfolder.folder import REFUSED_KEY, recorded_tracking
 from app.storage.location import RunPath
@@ -238,7 +238,8 @@ def outcome_line(run_name: str, status: str, summary: Mapping[str, Any], target:
 def _figures(metrics: Mapping[str, Any], metric: str) -> str:
     """The checkpoint metric's value, then val_accuracy's where that is not the metric."""
     names = [metric] + (["val_accuracy"] if metric != "val_accuracy" else [])
-    return ", ".join(f"{name} {metrics[name]:.4f}" for name in names if name in metrics)
+    figures = [(name, shown_figure(metrics.get(name))) for name in names]
+    return ", ".join(f"{name} {value:.4f}" for name, value in figures if value is not None)
 
 
 def diverged_line(epochs: Sequence[Mapping[str, Any]], lr: float) -> str | None:

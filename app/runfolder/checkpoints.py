@@ -170,7 +170,7 @@ def _recorded(folder: RunPath) -> tuple[CheckpointRef, dict[str, str]]:
         files, epoch = dict(meta["files"]), int(meta["epoch"])
         step = _meta_step(meta)
         metrics = {str(k): float(v) for k, v in dict(meta.get("metrics", {})).items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as err:
         raise ValueError(f"{META_FILE} is unreadable ({err})") from None
     if meta.get("meta_sha256") != _meta_digest(meta):
         raise ValueError(f"{META_FILE} does not match its recorded checksum (edited or damaged)")

@@ -9,11 +9,11 @@ from `FIELDS`. Free of storage, torch and Ray, so any of them imports it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.formatting import finite, format_duration
+from app.formatting import finite, format_duration, shown_figure, whole
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,23 @@ FIELDS: tuple[Field, ...] = (
 NAMES = tuple(f.name for f in FIELDS)
 CORE_METRICS = tuple(f.name for f in FIELDS if f.core)
 TRACKED_METRICS = tuple(f.name for f in FIELDS if f.tracked)
-# What a metrics line must hold to be read: a whole epoch number, and numbers (or null) for the
-# core figures. Anything else is a damaged line.
-REQUIRED: dict[str, Any] = {
-    "epoch": int,
-    **{name: (int, float, type(None)) for name in CORE_METRICS},
+# TRAIN_EPOCHS is at most this (app/settings/model.py), and so is an epoch record's epoch.
+MAX_EPOCHS = 100_000
+
+
+def _an_epoch(value: object) -> bool:
+    return whole(value, 1, MAX_EPOCHS) is not None
+
+
+def _a_figure(value: object) -> bool:
+    return value is None or shown_figure(value) is not None
+
+
+# What a metrics line must hold to be read: an epoch number TRAIN_EPOCHS allows, and numbers (or
+# null) for the core figures, each a number a float holds. Anything else is a damaged line.
+REQUIRED: dict[str, Callable[[object], bool]] = {
+    "epoch": _an_epoch,
+    **{name: _a_figure for name in CORE_METRICS},
 }
 ETA_GAUGE = (
     "trainctl_eta_seconds",
@@ -90,7 +102,7 @@ _eta_s = eta_s  # for epoch_line, whose argument of that name the callers pass b
 
 
 def is_number(value: object) -> bool:
-    return finite(value) is not None
+    return shown_figure(value) is not None
 
 
 def pace(record: Mapping[str, Any]) -> float | None:

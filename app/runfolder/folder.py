@@ -22,7 +22,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.errors import ConfigError, RunFailed
@@ -150,12 +150,8 @@ def _why(err: BaseException) -> str:
     return str(err)
 
 
-def _fits(record: dict[str, Any], required: dict[str, Any]) -> bool:
-    for key, kind in required.items():
-        value = record.get(key)
-        if isinstance(value, bool) or not isinstance(value, kind):
-            return False
-    return True
+def _fits(record: dict[str, Any], required: dict[str, Callable[[object], bool]]) -> bool:
+    return all(holds(record.get(key)) for key, holds in required.items())
 
 
 _WARNED: set[tuple[str, str]] = set()

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from app.runfolder.epoch_record import MAX_EPOCHS
 from app.settings.data import CacheMode
 from app.settings.model_names import check_model, check_weights, known_models
 from app.settings.tracking import MODEL_NAME_PATTERN
@@ -69,7 +70,7 @@ class ModelSettings(BaseModel):
         "classifier (resnet50, mobilenet_v3_small, efficientnet_b0, convnext_tiny, vit_b_16, "
         "...), whose head is sized to the data's classes.",
     )
-    epochs: int = Field(10, ge=1, le=100_000, description="Total epochs of the run.")
+    epochs: int = Field(10, ge=1, le=MAX_EPOCHS, description="Total epochs of the run.")
     global_batch_size: int = Field(
         128,
         ge=1,

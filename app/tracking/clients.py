@@ -32,6 +32,13 @@ def flat_params(settings: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def _wall(record: Mapping[str, Any]) -> float:
+    """When the epoch was recorded; now for a record without a time a float holds (a replayed
+    line edited by hand must not stop every later epoch from reaching the tracker)."""
+    wall = finite(record.get("time"))
+    return time.time() if wall is None else wall
+
+
 def epoch_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     # NaN and infinities go to the trackers as the floats they are (a diverged loss is worth
     # seeing there); an integer no float holds (a hand-edited record) cannot be sent at all.
@@ -87,7 +94,7 @@ class _MLflow:
     def log_epoch(self, record: Mapping[str, Any]) -> None:
         from mlflow.entities import Metric
 
-        stamp, step = int(float(record.get("time", time.time())) * 1000), int(record["epoch"])
+        stamp, step = int(_wall(record) * 1000), int(record["epoch"])
         metrics = [Metric(k, v, stamp, step) for k, v in epoch_metrics(record).items()]
         self.client.log_batch(self.run_id, metrics=metrics)
 
@@ -123,7 +130,7 @@ class _TensorBoard:
         self.local.sync()
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
-        step, wall = int(record["epoch"]), float(record.get("time", time.time()))
+        step, wall = int(record["epoch"]), _wall(record)
         for key, value in epoch_metrics(record).items():
             self.writer.add_scalar(key, value, step, walltime=wall)
         self.writer.flush()

@@ -290,6 +290,11 @@ TAMPER = [
         lambda f: _edit_meta(f, lambda m: m["metrics"].update(val_accuracy="high"), reseal=True),
         "unreadable",
     ),
+    (  # a metric no float holds: OverflowError escaped every reader of checkpoints
+        "metric-past-a-float",
+        lambda f: _edit_meta(f, lambda m: m["metrics"].update(val_loss=10**400), reseal=True),
+        "unreadable",
+    ),
     (
         "meta-is-a-folder",
         lambda f: ((f / "meta.json").unlink(), (f / "meta.json").mkdir()),

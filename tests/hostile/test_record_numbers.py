@@ -87,3 +87,50 @@ def test_a_count_from_a_record_is_a_whole_number_in_its_range() -> None:
     assert [finite(v) for v in (3, 0.5, True, float("nan"), float("inf"), HUGE, "1")] == [
         3.0, 0.5, None, None, None, None, None
     ]  # fmt: skip
+
+
+def test_an_epoch_record_out_of_range_is_a_damaged_line_and_a_diverged_loss_is_shown(
+    tmp_path: Path,
+) -> None:
+    """An epoch of 400 digits passed the metrics line's check (an int) and made `compare`
+    plot it (an internal error); a NaN loss is what a diverged run records and its epoch
+    line says so, as it did before figures were read through `finite`."""
+    from app.runfolder import folder as run_folder
+    from app.runfolder.epoch_record import epoch_line
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    lines = [
+        {"epoch": HUGE, "val_accuracy": 0.5},
+        {"epoch": 1, "val_accuracy": 0.5, "val_loss": HUGE},
+        {"epoch": 2, "val_accuracy": 0.6, "val_loss": 0.4, "time": HUGE},
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert [r["epoch"] for r in run_folder.epochs(run_dir)] == [2]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "val_accuracy": 0.4}) + "\n")
+    result = trainctl("compare", str(run_dir), str(other), "--out", str(tmp_path / "c.png"))
+    assert result.code == 0 and "internal error" not in result.text, result.text
+    line = epoch_line({"epoch": 3, "train_loss": float("nan"), "val_loss": float("inf")}, 10)
+    assert "train_loss nan" in line and "val_loss inf" in line, line
+
+
+def test_submit_wait_and_the_trackers_take_an_epochs_odd_time_as_unknown() -> None:
+    """`time` is no required field of an epoch line: 400 digits, null or text there ended
+    `submit --wait` in an internal error, and a tracker replaying the line failed on it at
+    every retry, holding back every later epoch."""
+    from app.k8s.follow import FollowState, advance
+    from app.tracking.clients import _wall
+
+    records = [{"epoch": 1, "val_accuracy": 0.5, "time": odd} for odd in (HUGE, None, "x")]
+    tick = advance(FollowState(), None, name="r", elapsed_s=1.0, records=records)
+    assert tick is not None
+    assert all(_wall(record) > 0 for record in records)
+
+
+def test_the_end_line_of_a_run_leaves_out_a_figure_no_float_holds() -> None:
+    from app.run.decisions import _figures
+
+    assert _figures({"val_loss": HUGE, "val_accuracy": 0.5}, "val_loss") == "val_accuracy 0.5000"
+    assert _figures({"val_loss": float("nan")}, "val_loss") == "val_loss nan"

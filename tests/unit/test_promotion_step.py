@@ -610,6 +610,9 @@ def test_figures_the_export_does_not_reproduce_keep_the_champion(
     [
         ("val_loss<=0.1", 2.159, 0.05, True),  # meta.json's val_loss edited, its digest redone
         ("val_loss<=0.1", 0.1005, 0.1, False),  # within 1%: other batches, another sum order
+        ("val_loss<=0.01", 0.0108, 0.0099, False),  # within the floor: bf16 near 0
+        ("val_loss<=0.1", 0.12, 0.09, True),  # beyond both, and the measured loss fails
+        ("val_loss<=0.1", 0.08, 0.05, False),  # differs, but the measured loss passes as well
         ("val_loss<=0.1", 0.1, 0.1, False),  # reproduced
         ("val_accuracy>=0.5", 2.159, 0.05, False),  # no term reads the loss
     ],
