@@ -242,9 +242,8 @@ def _paths(value: object, prefix: tuple = ()) -> list[tuple]:
     return found
 
 
-def test_any_field_of_a_real_summary_of_another_type_never_raises(tmp_path: Path) -> None:
-    """A summary.json the driver wrote (a finished, promoted run), each of its fields in turn
-    made a list, an object or null: `status` as a list was an internal error (exit 1)."""
+def _real_summary(tmp_path: Path) -> tuple[Path, dict]:
+    """A run folder and the summary.json its driver wrote: a finished, promoted run."""
     import time as clock
 
     from app.promotion.step import promote_run
@@ -256,16 +255,27 @@ def test_any_field_of_a_real_summary_of_another_type_never_raises(tmp_path: Path
     settings = settings_for(tmp_path / "runs", "r")
     summary, _ = driver._finish(settings, "succeeded", clock.monotonic(), "", None)
     promote_run(settings, INFO, summary)
-    real = json.loads((run_dir / "summary.json").read_text())
+    return run_dir, json.loads((run_dir / "summary.json").read_text())
+
+
+def _with(record: dict, path: tuple, value: object) -> dict:
+    """A copy of `record` with the field at `path` set to `value`."""
+    changed = json.loads(json.dumps(record))
+    inner = changed
+    for key in path[:-1]:
+        inner = inner[key]
+    inner[path[-1]] = value
+    return changed
+
+
+def test_any_field_of_a_real_summary_of_another_type_never_raises(tmp_path: Path) -> None:
+    """A summary.json the driver wrote (a finished, promoted run), each of its fields in turn
+    made a list, an object or null: `status` as a list was an internal error (exit 1)."""
+    run_dir, real = _real_summary(tmp_path)
     assert {"status", "best", "promotion", "accelerator_hours", "settings"} <= set(real)
     for path in _paths(real):
         for odd in (["x"], {"a": [1]}, None):
-            summary = json.loads(json.dumps(real))
-            inner = summary
-            for key in path[:-1]:
-                inner = inner[key]
-            inner[path[-1]] = odd
-            (run_dir / "summary.json").write_text(json.dumps(summary))
+            (run_dir / "summary.json").write_text(json.dumps(_with(real, path, odd)))
             result = trainctl("status", str(run_dir), "--json")
             assert result.code in (0, 2) and "internal error" not in result.text, (path, odd)
             assert "Traceback" not in result.text, (path, odd)
@@ -293,19 +303,8 @@ def test_a_number_too_large_for_a_float_anywhere_in_a_run_folder_never_raises(
     """JSON holds integers of any size; Python reads 1 followed by 400 zeros as an int that no
     float holds, and math.isfinite raises on it. A summary whose time to a threshold took such
     a figure made `status` an internal error (exit 1), as did the epoch records' run clock."""
-    import time as clock
-
-    from app.promotion.step import promote_run
-    from app.run import driver
-    from tests.promotion_support import INFO, make_run, settings_for
-
     huge = 10**400
-    run_dir = make_run(tmp_path / "runs", "r", 0.9)
-    run_folder.record_epoch(run_dir, {"epoch": 1, "val_accuracy": 0.9, "run_time_s": 3.0})
-    settings = settings_for(tmp_path / "runs", "r")
-    summary, _ = driver._finish(settings, "succeeded", clock.monotonic(), "", None)
-    promote_run(settings, INFO, summary)
-    real = json.loads((run_dir / "summary.json").read_text())
+    run_dir, real = _real_summary(tmp_path)
     real["time_to_threshold"] = [
         {"threshold": "val_accuracy>=0.5", "settings": ["TRAIN_STOP_AT"], "epoch": 1,
          "run_time_s": 3.0, "accelerator_hours": 0.001}
@@ -313,12 +312,7 @@ def test_a_number_too_large_for_a_float_anywhere_in_a_run_folder_never_raises(
     numbers = _numbers(real)
     assert ("time_to_threshold", 0, "run_time_s") in numbers and len(numbers) > 10
     for path in numbers:
-        summary = json.loads(json.dumps(real))
-        inner = summary
-        for key in path[:-1]:
-            inner = inner[key]
-        inner[path[-1]] = huge
-        (run_dir / "summary.json").write_text(json.dumps(summary))
+        (run_dir / "summary.json").write_text(json.dumps(_with(real, path, huge)))
         for args in ((), ("--json",)):
             result = trainctl("status", str(run_dir), *args)
             assert result.code == 0 and "internal error" not in result.text, (path, result.text)
