@@ -248,10 +248,11 @@ def never_met_by_the_run(gate: Gate, *, epochs: int, gpu: bool, compiles: bool) 
     its epochs count from 1 to `epochs`, `peak_gpu_gib` is recorded on a GPU only, and a run
     that does not compile (`compiles`: TRAIN_COMPILE on, or auto on a GPU) records `compiled`
     and `compile_s` as 0. A gate that can never pass keeps every champion after a whole run."""
+    on_epoch = [t for t in gate.thresholds if t.metric == "epoch"]
+    if on_epoch and not _some_epoch(on_epoch, epochs):
+        said = " and ".join(str(t) for t in on_epoch)
+        return f"{said}: a checkpoint's epoch is a whole number from 1 to TRAIN_EPOCHS={epochs}"
     for t in gate.thresholds:
-        # One bound: a floor is met where the last epoch meets it, a ceiling where the first does.
-        if t.metric == "epoch" and not (t.holds(1.0) or t.holds(float(epochs))):
-            return f"{t}: a checkpoint's epoch is 1 to TRAIN_EPOCHS={epochs}"
         if t.metric == "peak_gpu_gib" and not gpu:
             return f"{t}: peak_gpu_gib is recorded on a GPU only, and TRAIN_USE_GPU is false"
         if t.metric in ("compiled", "compile_s") and not compiles and not t.holds(0.0):
@@ -260,6 +261,17 @@ def never_met_by_the_run(gate: Gate, *, epochs: int, gpu: bool, compiles: bool) 
                 "auto on CPU)"
             )
     return None
+
+
+def _some_epoch(bounds: list[Threshold], epochs: int) -> bool:
+    """Whether a whole number from 1 to `epochs` meets every bound (`epoch>1 and epoch<2`: none)."""
+    low, high = 1, epochs
+    for t in bounds:
+        if t.op in (">=", ">"):
+            low = max(low, math.floor(t.value) + 1 if t.op == ">" else math.ceil(t.value))
+        else:
+            high = min(high, math.ceil(t.value) - 1 if t.op == "<" else math.floor(t.value))
+    return low <= high
 
 
 def _outside_classes(text: str) -> str:

@@ -80,9 +80,16 @@ def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> No
     [
         # A CPU run records no peak_gpu_gib: the gate kept the champion after the whole run.
         ({"TRAIN_PROMOTE_IF": "peak_gpu_gib<=10"}, "peak_gpu_gib is recorded on a GPU only"),
-        ({"TRAIN_PROMOTE_IF": "epoch>=3"}, "epoch>=3: a checkpoint's epoch is 1 to TRAIN_EPOCHS=2"),
-        ({"TRAIN_PROMOTE_IF": "epoch>2"}, "epoch>2: a checkpoint's epoch is 1 to TRAIN_EPOCHS=2"),
-        ({"TRAIN_PROMOTE_IF": "epoch<1"}, "epoch<1: a checkpoint's epoch is 1 to"),
+        (
+            {"TRAIN_PROMOTE_IF": "epoch>=3"},
+            "epoch>=3: a checkpoint's epoch is a whole number from 1 to TRAIN_EPOCHS=2",
+        ),
+        (
+            {"TRAIN_PROMOTE_IF": "epoch>2"},
+            "epoch>2: a checkpoint's epoch is a whole number from 1 to TRAIN_EPOCHS=2",
+        ),
+        ({"TRAIN_PROMOTE_IF": "epoch<1"}, "epoch<1: a checkpoint's epoch is a whole number from 1"),
+        ({"TRAIN_PROMOTE_IF": "epoch>1 and epoch<2"}, "epoch>1 and epoch<2: a checkpoint's epoch"),
         ({"TRAIN_PROMOTE_IF": "compiled>=1"}, "records compiled 0 (TRAIN_COMPILE off, or auto"),
         ({"TRAIN_PROMOTE_IF": "compile_s>0", "TRAIN_COMPILE": "off"}, "records compile_s 0"),
     ],
@@ -106,6 +113,7 @@ def test_a_gate_the_runs_own_settings_rule_out_is_refused(
     [
         {"TRAIN_PROMOTE_IF": "epoch>=2"},
         {"TRAIN_PROMOTE_IF": "epoch<=1 and val_accuracy>=0.5"},
+        {"TRAIN_PROMOTE_IF": "epoch>1.5 and epoch<=2"},
         {"TRAIN_PROMOTE_IF": "compiled<=0"},  # eager on CPU: met
         {"TRAIN_PROMOTE_IF": "compiled>=1", "TRAIN_COMPILE": "on"},
         {"TRAIN_PROMOTE_IF": "compiled>=1 and peak_gpu_gib<=70", "TRAIN_USE_GPU": "true"},
