@@ -606,12 +606,14 @@ def _champion_is_a_run(
 
 def _holds_card(run_dir: RunPath, card_sha256: str) -> bool:
     """Whether the run folder's export/ card is the one of that sha256 (read as every card is,
-    app/export/card.py); False where it is another, or cannot be read."""
+    app/export/card.py), or for a sweep's folder its best trial's (the one it exported, and
+    promotes under the sweep's name); False where it is another, or cannot be read."""
     from app.errors import ConfigError
-    from app.export.card import EXPORT_DIR, read_card
+    from app.export.card import EXPORT_DIR, read_card, sweep_best_trial
 
+    exported = sweep_best_trial(run_dir) or run_dir
     try:
-        read_card(run_dir / EXPORT_DIR, run_dir, card_sha256)
+        read_card(exported / EXPORT_DIR, exported, card_sha256)
     except ConfigError:
         return False
     return True

@@ -344,20 +344,24 @@ def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
     """Where the run's promotion has since been replaced, the champion its storage's pointer
     names now (`v2 (run perm)`): its own line still says `promoted v1`, and nothing beside it
     said v1 was no longer what a server following the pointer loads (a red-team pass). Read
-    from the run's own storage (its parent folder), never from a path its summary names."""
+    from the run's own storage (its parent folder; a sweep trial's is the sweep's), never from
+    a path its summary names."""
     from app.promotion.champion import PointerDamaged, pointer_path, read_pointer
 
     promotion = run.promotion or {}
     if not (promotion.get("promoted") and promotion.get("version") and promotion.get("model")):
         return None
+    storage, owners = run_dir.parent, {run.name}
+    if storage.name == run_folder.TRIALS_DIR:  # a sweep promotes its best trial, in its name
+        storage, owners = storage.parent.parent, {run.name, storage.parent.name}
     try:
-        pointer = read_pointer(pointer_path(run_dir.parent, promotion["model"])) or {}
+        pointer = read_pointer(pointer_path(storage, promotion["model"])) or {}
     except (PointerDamaged, OSError, ValueError) as err:
         return f"unknown: {_shown(str(err), 200)}"
     version, by = _count(pointer.get("version")), _shown(str(pointer.get("run_name")), MAX_NAME)
     if version is None:
-        return f"no champion {promotion['model']} under {_path(run_dir.parent)}"
-    if (version, by) == (promotion["version"], run.name):
+        return f"no champion {promotion['model']} under {_path(storage)}"
+    if version == promotion["version"] and by in owners:
         return None
     return f"{promotion['model']} v{version} (run {by}): v{promotion['version']} was replaced"
 

@@ -273,6 +273,36 @@ def test_a_store_that_refuses_the_pointer_keeps_the_run_unpromoted(tmp_path: Pat
     assert "champion pointer" in summary["promotion"]["reason"]
 
 
+def test_a_sweeps_promoted_trial_reads_the_champion_in_the_sweeps_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep promotes its best trial under the sweep's name, into the sweep's storage:
+    `status` of the trial looked for the pointer under <sweep>/trials ('no champion'), and
+    `evaluate champion:NAME` looked for the card in the sweep's folder, which has no export
+    of its own, and called the champion's export gone (both a red-team pass)."""
+    from app.sweep.ship import promotion_settings
+    from tests.hostile.support import trainctl
+
+    sweep_dir = tmp_path / "nightly"
+    make_run(sweep_dir / "trials", "trial-0001", 0.9)
+    (sweep_dir / "sweep.json").write_text(json.dumps({"best": {"trial": "trial-0001"}}))
+    settings = promotion_settings(
+        settings_for(tmp_path, "nightly"), settings_for(sweep_dir / "trials", "trial-0001")
+    )
+    assert promote_run(settings, INFO, {"status": "succeeded"})["champion_version"] == 1
+    assert _pointer(tmp_path)["run_name"] == "nightly"
+    trial = sweep_dir / "trials" / "trial-0001"
+    assert "champion now" not in trainctl("status", str(trial)).out  # it is the champion
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", str(tmp_path))
+    champion = trainctl("evaluate", "champion:digits-cnn", str(tmp_path / "data"))
+    assert f"champion is v1 of run nightly: give its folder, {sweep_dir}" in champion.err, (
+        champion.text
+    )
+    _promote(tmp_path, "new", 0.95)
+    shown = trainctl("status", str(trial)).out
+    assert "  champion now:    digits-cnn v2 (run new): v1 was replaced\n" in shown, shown
+
+
 def _rerun(storage: Path, name: str, **extra: str) -> dict:
     """What the driver does for a rerun of a finished run: the earlier verdict handed over."""
     previous = json.loads((storage / name / "summary.json").read_text()).get("promotion")
