@@ -63,11 +63,16 @@ def open_image(data: bytes, where: object) -> Image.Image:
             f"{shown(where)}: {size}over the {MAX_PIXELS:,} pixels allowed for one image (a "
             "decompression bomb, or a photograph to downscale first)"
         ) from None
-    except UnidentifiedImageError:
-        raise ImageError(
-            f"{shown(where)}: not an image format Pillow reads (JPEG, PNG, BMP, TIFF, WebP...)"
-        ) from None
-    except (OSError, ValueError, SyntaxError) as err:
+    except (OSError, ValueError, SyntaxError) as err:  # UnidentifiedImageError is an OSError
+        if kind := _signed_as(data):  # the format's signature, then too little to identify
+            raise ImageError(
+                f"{shown(where)}: a truncated or damaged {kind} (it starts as one, but its "
+                f"header is incomplete: {len(data):,} bytes); copy or upload it again"
+            ) from None
+        if isinstance(err, UnidentifiedImageError):
+            raise ImageError(
+                f"{shown(where)}: not an image format Pillow reads (JPEG, PNG, BMP, TIFF, WebP...)"
+            ) from None
         raise ImageError(f"{shown(where)}: not a readable image ({err})") from None
     width, height = image.size
     if width * height > MAX_PIXELS:
@@ -77,6 +82,24 @@ def open_image(data: bytes, where: object) -> Image.Image:
             "image (a decompression bomb, or a photograph to downscale first)"
         )
     return image
+
+
+# The first bytes of the formats people store images in: a file that starts as one but that
+# Pillow cannot identify was cut short (an interrupted copy), not of an unknown format.
+_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"GIF8", "GIF"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+    (b"BM", "BMP"),
+)
+
+
+def _signed_as(data: bytes) -> str | None:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WebP"
+    return next((kind for start, kind in _SIGNATURES if data.startswith(start)), None)
 
 
 def decode_image(

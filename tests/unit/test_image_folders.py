@@ -107,7 +107,9 @@ def test_outside_ray_the_decode_slots_are_the_usable_cpus() -> None:
         # One limit named, with the image's own count (Pillow's text quoted twice ours).
         (png_claiming(40_000, 40_000), "1,600,000,000 pixels: over the 89,478,485 pixels allowed"),
         (png_claiming(10_000, 9_000), "90,000,000 pixels: over the 89,478,485 pixels allowed"),
-        (b"GIF89a not really", "not an image format Pillow reads"),
+        (b"GIF89a not really", "a truncated or damaged GIF (it starts as one"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "a truncated or damaged PNG"),  # a cut copy
+        (b"%PDF-1.7 a document", "not an image format Pillow reads"),
         (b"", "an empty file (0 bytes), not an image"),  # an interrupted copy
     ],
 )

@@ -92,7 +92,9 @@ def _float_tiff() -> bytes:
         (png_claiming(10_000, 9_000), "over the 89,478,485 pixels allowed"),  # Pillow warns
         (png_claiming(40_000, 40_000), "over the 89,478,485 pixels allowed"),  # Pillow refuses
         (truncated_jpeg(), "not a readable image (image file is truncated"),
-        (b"GIF89a not really", "not an image format Pillow reads"),
+        (b"GIF89a not really", "a truncated or damaged GIF (it starts as one"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "a truncated or damaged PNG"),  # a cut copy
+        (b"%PDF-1.7 a document", "not an image format Pillow reads"),
         (image_bytes(4, 1, "PNG"), None),  # a good image: both take it
         (_float_tiff(), "a 32-bit floating-point image (Pillow mode F)"),
     ],
