@@ -249,8 +249,12 @@ def table(record: dict[str, Any]) -> str:
     ordered = sorted(
         rows, key=lambda r: (not r["shippable"], r["best"] is None, sign * (r["best"] or 0))
     )
+    # A trial the scheduler stopped is "stopped early", as status and compare say of it; a
+    # bare "stopped" reads as SIGTERM or Ctrl-C, which a sweep's rows call "interrupted".
+    early = STATUS_WORDS["stopped"]
     body = [
-        [r["trial"], r["status"], *(r["values"].get(k, "") for k in keys), r["epochs"],
+        [r["trial"], early if r["status"] == "stopped" else r["status"],
+         *(r["values"].get(k, "") for k in keys), r["epochs"],
          _figure(r["final"]), _figure(r["best"]), _seconds(r["duration_s"])]
         for r in ordered
     ]  # fmt: skip

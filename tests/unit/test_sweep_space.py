@@ -235,6 +235,8 @@ def test_best_is_the_best_trial_trained_to_the_end() -> None:
     assert [line.split()[0] for line in lines[2:]] == [
         "trial-0003", "trial-0001", "trial-0002", "trial-0004"
     ]  # fmt: skip
+    # The scheduler's stop in the words a run's status uses: bare "stopped" is SIGTERM's.
+    assert lines[4].startswith("trial-0002  stopped early  "), lines[4]
     # Every figure with four decimals, as the epoch lines say them (0.4 stood beside 0.6167).
     assert lines[0].endswith("best trial-0003 (0.9000)"), lines[0]
     assert lines[2].split()[5:7] == ["0.9000", "0.9000"], lines[2]
