@@ -240,6 +240,11 @@ def test_the_best_trial_is_promoted_once_for_the_sweep(sweep: Sweep) -> None:
     assert sweep.record["promotion"]["line"].startswith("promoted v1")
     promoted = [t for t in TRIALS if "promotion" in _summary(sweep.sweep_dir / "trials" / t)]
     assert promoted == [best]  # never one per trial
+    # Its status reads the champion where the sweep promoted it, the sweep's storage: it said
+    # "no champion digits-cnn under <sweep>/trials" (a red-team pass).
+    trial = run_trainctl("status", str(sweep.sweep_dir / "trials" / best), env=trainctl_env(),
+                         cwd=sweep.tmp)  # fmt: skip
+    assert "promoted v1" in trial.stdout and "champion now" not in trial.stdout, explain(trial)
     assert "promoted v1" in sweep.rerun.stdout  # type: ignore[union-attr]
     # The best trial's figure as its own run's lines show figures: four places, not `.4g`.
     figure = sweep.record["best"]["best"]
