@@ -40,6 +40,7 @@ def problems(values: dict[str, Any]) -> list[str]:
     data = values.get("dataPool") or {}
     if data.get("enabled"):
         found.append(_memory_problem("dataPool.memoryPerWorker", data["memoryPerWorker"]))
+        found.append(_data_cpu_problem(data["cpusPerWorker"]))
     for pool, p in enabled_pools(values).items():
         found += _pool_problems(values, pool, p)
         found.append(_memory_problem(f"nodePools.{pool}.memoryPerWorker", p["memoryPerWorker"]))
@@ -98,6 +99,17 @@ def _head_cpus(head: dict[str, Any]) -> float:
 def _ceil(value: float) -> float:
     """sprig's ceil (Go's math.Ceil: +Inf stays +Inf)."""
     return float(math.ceil(value)) if math.isfinite(value) else value
+
+
+def _data_cpu_problem(quantity: Any) -> str | None:
+    if amount(quantity) >= 1.0:
+        return None
+    return (
+        f"dataPool.cpusPerWorker is {scalar(quantity)}, below 1 CPU: KubeRay starts a data "
+        "node's Ray with its CPU limit rounded up, so Ray would run a whole decoding task on a "
+        "fraction of a CPU and the pool would slow the run it was added to speed up; give it "
+        "as 1, 2, 16..."
+    )
 
 
 def _memory_problem(key: str, quantity: Any) -> str | None:

@@ -418,6 +418,9 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"nodePools": {"a": {"cpusPerWorker": "0m"}}},
         {"dataPool": {"enabled": True, "cpusPerWorker": "0"}},
         {"dataPool": {"enabled": True, "cpusPerWorker": "0.0"}},
+        # Nor a fraction of one: Ray counts it as a whole CPU and runs a task per CPU counted.
+        {"dataPool": {"enabled": True, "cpusPerWorker": "1m"}},
+        {"dataPool": {"enabled": True, "cpusPerWorker": 0.5}},
         # Nor a count no node has, which Ray would be started with: bounded, in either spelling.
         {"nodePools": {"a": {"cpusPerWorker": 1e300}}},
         {"nodePools": {"a": {"cpusPerWorker": "1e300"}}},

@@ -92,6 +92,9 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- include "trainctl.memoryCheck" (dict "key" "head.memory" "q" .Values.head.memory) -}}
 {{- if $data.enabled -}}
 {{- include "trainctl.memoryCheck" (dict "key" "dataPool.memoryPerWorker" "q" $data.memoryPerWorker) -}}
+{{- if lt (float64 (include "trainctl.amount" $data.cpusPerWorker)) 1.0 -}}
+{{- fail (printf "dataPool.cpusPerWorker is %s, below 1 CPU: KubeRay starts a data node's Ray with its CPU limit rounded up, so Ray would run a whole decoding task on a fraction of a CPU and the pool would slow the run it was added to speed up; give it as 1, 2, 16..." (include "trainctl.str" $data.cpusPerWorker)) -}}
+{{- end -}}
 {{- end -}}
 {{- range $pool, $p := include "trainctl.enabledPools" . | fromJson -}}
 {{- $train := deepCopy ($.Values.train | default dict) -}}
