@@ -384,6 +384,8 @@ def _wrong_type(err: Any, where: str) -> str | None:
                 f"{quoted}; --set-string keeps it a string: give it with "
                 f"--set {where}={err.instance}"
             )
+        if "integer" in wanted and "number" not in wanted:  # no spelling of 1.5 is a count
+            return f"{where}: {err.instance} is not a whole number, and one is wanted"
         # Helm's --set types only integers, booleans and null: 0.001 stays a string there too.
         return (
             f"{quoted}; --set keeps it a string too (as Helm does): give it with "

@@ -276,6 +276,17 @@ def test_a_number_where_a_mapping_belongs_says_a_mapping_is_wanted(
     assert "loguniform" in result.err and "unquoted" not in result.err
 
 
+@pytest.mark.parametrize("option", ["--set", "--set-json"])
+def test_a_fraction_where_a_count_belongs_says_a_whole_number_is_wanted(option: str) -> None:
+    """`--set dataPool.minReplicas=1.5` was told to give it with --set-json, which then failed
+    on its type (a red-team pass): no spelling of 1.5 is a count."""
+    pool = EXAMPLES / "values-data-pool.yaml"
+    result = trainctl("render", "-f", str(pool), option, "dataPool.minReplicas=1.5")
+    assert result.code == 2, result.text
+    assert "dataPool.minReplicas" in result.err and "--set-json" not in result.err, result.err
+    assert "whole number" in result.err or "integer" in result.err, result.err
+
+
 def test_submit_refuses_a_malformed_set_before_reaching_a_cluster(tmp_path: Path) -> None:
     path = _file(tmp_path, POOL)
     result = trainctl("submit", "-f", str(path), "--set", "train.epochs", "--pool", "cpu")
