@@ -121,7 +121,7 @@ def test_an_unreadable_image_is_refused_naming_it(tmp_path: Path) -> None:
     bad = tmp_path / "photo.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 20)
     result = trainctl("predict", str(folder), str(bad))
-    assert_refused(result, 2, str(bad), "not an image format Pillow reads")  # as training says
+    assert_refused(result, 2, str(bad), "a truncated or damaged PNG")  # as training says
     missing = tmp_path / "nowhere.png"
     assert_refused(trainctl("predict", str(folder), str(missing)), 2, str(missing))
 
