@@ -58,6 +58,7 @@ from app.runfolder.folder import (
     holds_run_records,
     read_record_file,
     read_summary,
+    run_names,
 )
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
 from app.storage import bounded_json
@@ -206,12 +207,8 @@ def _signed_for_its_run(folder: RunPath, card: dict[str, Any]) -> None:
     if not holds_run_records(folder.parent):
         return
 
-    run = folder.parent
-    owners = {run.name}
-    if run.parent.name == TRIALS_DIR:  # a sweep's best trial is exported under the sweep's name
-        owners.add(run.parent.parent.name)
     named = card.get("run_name")
-    if named not in owners:
+    if named not in run_names(folder.parent):
         raise ConfigError(
             f"{folder / CARD_FILE}: a signed card of run {one_line(str(named), 100)}, in the "
             f"folder of run {folder.parent.name}: copied from another run, and not loaded; "

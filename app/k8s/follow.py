@@ -52,8 +52,8 @@ def advance(
     """One poll: new epoch lines, a progress line if the status changed, and the verdict."""
     lines: list[str] = []
     printed = set(state.printed)
-    for record in sorted(records, key=lambda r: (finite(r.get("time")) or 0.0, int(r["epoch"]))):
-        mark = (int(record["epoch"]), finite(record.get("time")) or 0.0)
+    for record in sorted(records, key=lambda r: (_written(r), int(r["epoch"]))):
+        mark = (int(record["epoch"]), _written(record))
         if mark not in printed:
             printed.add(mark)
             lines.append(epoch_line(record, total_epochs or int(record["epoch"])))
@@ -149,6 +149,11 @@ def follow(
 
 def _why(lines: tuple[str, ...], label: str) -> list[str]:
     return [f"  {label}: {line}" for line in lines]
+
+
+def _written(record: Mapping[str, Any]) -> float:
+    """When an epoch record was written; 0 where its `time` is no number a float holds."""
+    return finite(record.get("time")) or 0.0
 
 
 def sweep_line(record: Mapping[str, Any], run_dir: RunPath) -> str:

@@ -17,10 +17,10 @@ from typing import Any
 
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError
-from app.formatting import one_line
+from app.formatting import finite, one_line
 from app.promotion import champion
 from app.promotion.champion_task import TaskUnknown, vouched_card
-from app.promotion.gate import CHANCE_METRIC, Chance, chance_of, number
+from app.promotion.gate import CHANCE_METRIC, Chance, chance_of
 from app.promotion.task import Task, another_task
 from app.settings import TrainSettings
 from app.settings.gate import BEATS, Gate
@@ -168,7 +168,7 @@ def describe(gate: Gate, pointer: dict[str, Any] | None, metric: str, path: RunP
     if pointer is None:
         first = "the first run to pass the gate" if gate.thresholds else "the first run"
         return f"{said}; no champion yet ({first} becomes v1 at {where})"
-    value = number((pointer.get("metrics") or {}).get(metric))  # what the gate compares with
+    value = finite((pointer.get("metrics") or {}).get(metric))  # what the gate compares with
     if value is None:
         if gate.beats_champion:
             raise ConfigError(

@@ -114,7 +114,7 @@ def decide(
     value, champion, comparable = _compared(gate, metric, metrics, champion_metrics, judged)
     checks = []
     for threshold in gate.thresholds:
-        found = number(metrics.get(threshold.metric))
+        found = finite(metrics.get(threshold.metric))
         ok = found is not None and threshold.holds(found)
         checks.append({"metric": threshold.metric, "op": threshold.op, "threshold": threshold.value,
                        "value": found, "passed": ok})  # fmt: skip
@@ -131,7 +131,7 @@ def decide(
             failed.append(f"{metric} {shown} is not {word} the champion's {champion:.4g}")
     against_chance = None
     if gate.beats_champion and chance is not None:
-        found = number(metrics.get(CHANCE_METRIC))
+        found = finite(metrics.get(CHANCE_METRIC))
         ok = found is not None and found > chance.bar
         against_chance = {**chance.record(), "value": found, "passed": ok}
         if not ok and not (found is None and no_figures):
@@ -277,8 +277,8 @@ def _compared(
     the validation split a gate that compares with the champion reads both models' run-end
     evaluation (the run's reproduces its recorded val_accuracy). A champion not scored on the
     judged rows is not compared: the gate has failed on it already, saying why."""
-    value = number(metrics.get(metric))
-    champion = number((champion_metrics or {}).get(metric))
+    value = finite(metrics.get(metric))
+    champion = finite((champion_metrics or {}).get(metric))
     if judged is None or champion_metrics is None:
         return value, champion, True
     if judged.champion is None:
@@ -324,12 +324,6 @@ def _show(value: float | None, places: int | None = None) -> str:
     if value is None:
         return "missing"
     return f"{value:.4g}" if places is None else f"{value:.{places}f}"
-
-
-def number(value: Any) -> float | None:
-    """A metric as the gate compares it: a finite number, or None (missing, text, an integer
-    too large for a float: what a damaged pointer may hold)."""
-    return finite(value)
 
 
 def outcome_line(decision: Decision, version: int | None, champion_version: int | None) -> str:

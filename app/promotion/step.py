@@ -704,7 +704,7 @@ def _nothing_to_beat(current: dict[str, Any], settings: TrainSettings) -> str | 
     metric = settings.checkpoint_metric
     if not settings.promote_if.beats_champion:
         return None
-    if gate.number((current.get("metrics") or {}).get(metric)) is not None:
+    if finite((current.get("metrics") or {}).get(metric)) is not None:
         return None
     return (
         f"the champion's pointer {_pointer(settings)} has no {metric} "

@@ -351,9 +351,9 @@ def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
     promotion = run.promotion or {}
     if not (promotion.get("promoted") and promotion.get("version") and promotion.get("model")):
         return None
-    storage, owners = run_dir.parent, {run.name}
-    if storage.name == run_folder.TRIALS_DIR:  # a sweep promotes its best trial, in its name
-        storage, owners = storage.parent.parent, {run.name, storage.parent.name}
+    storage = run_dir.parent
+    if storage.name == run_folder.TRIALS_DIR:  # a sweep promotes its best trial in its storage
+        storage = storage.parent.parent
     try:
         pointer = read_pointer(pointer_path(storage, promotion["model"])) or {}
     except (PointerDamaged, OSError, ValueError) as err:
@@ -361,7 +361,9 @@ def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
     version, by = _count(pointer.get("version")), _shown(str(pointer.get("run_name")), MAX_NAME)
     if version is None:
         return f"no champion {promotion['model']} under {_path(storage)}"
-    if version == promotion["version"] and by in owners:
+    if version == promotion["version"] and by in {
+        _shown(name, MAX_NAME) for name in run_folder.run_names(run_dir)
+    }:
         return None
     return f"{promotion['model']} v{version} (run {by}): v{promotion['version']} was replaced"
 

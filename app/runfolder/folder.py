@@ -83,6 +83,15 @@ OWN_NAMES = (
 OWN_PREFIXES = ("checkpoint_epoch_", "corrupt_", "tensorboard")
 
 
+def run_names(run_dir: RunPath) -> set[str]:
+    """The names a run folder's export and promotion go by: its own, and for a sweep's trial
+    (<sweep>/trials/<trial>) the sweep's, under which the sweep exports and promotes it."""
+    names = {run_dir.name}
+    if run_dir.parent.name == TRIALS_DIR:
+        names.add(run_dir.parent.parent.name)
+    return names
+
+
 def holds_run_records(folder: RunPath) -> bool:
     """Whether `folder` holds any record of a run besides an export: a summary, metrics, an
     attempt, a checkpoint, logs. An export/ folder kept on its own has none."""

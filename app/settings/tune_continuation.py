@@ -77,13 +77,8 @@ def same_trials(
 def samples_raised(before: dict[str, Any], settings: TrainSettings) -> int | None:
     """The TRAIN_TUNE_SAMPLES the sweep recorded in `before`, where this rerun raises it."""
     said = before.get("kept")
-    recorded = _samples(said.get("tune_samples") if isinstance(said, dict) else None)
+    recorded = whole(said.get("tune_samples") if isinstance(said, dict) else None)
     return recorded if recorded is not None and recorded < settings.tune_samples else None
-
-
-def _samples(recorded: Any) -> int | None:
-    """A recorded TRAIN_TUNE_SAMPLES, where sweep.json holds a whole number there."""
-    return whole(recorded)
 
 
 def _samples_kept_or_raised(recorded: Any, given: int, trials: int) -> None:
@@ -91,7 +86,7 @@ def _samples_kept_or_raised(recorded: Any, given: int, trials: int) -> None:
     number, key) alone, so the trials drawn so far stay as they are and the new ones follow
     (a user asking for 5 more trials was refused as if they would be trained otherwise, a
     red-team pass). Fewer would leave trials it may have trained out of its comparison."""
-    recorded = _samples(recorded)
+    recorded = whole(recorded)
     if recorded is None or given >= recorded:
         return
     raise ConfigError(

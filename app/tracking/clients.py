@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from app.formatting import finite
+from app.formatting import finite, shown_figure
 from app.redact import redact_uri
 from app.runfolder.epoch_record import TRACKED_METRICS
 from app.settings import TrainSettings
@@ -42,11 +42,7 @@ def _wall(record: Mapping[str, Any]) -> float:
 def epoch_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     # NaN and infinities go to the trackers as the floats they are (a diverged loss is worth
     # seeing there); an integer no float holds (a hand-edited record) cannot be sent at all.
-    return {
-        k: float(v)
-        for k in TRACKED_METRICS
-        if isinstance(v := record.get(k), float) or finite(v) is not None
-    }
+    return {k: float(v) for k in TRACKED_METRICS if shown_figure(v := record.get(k)) is not None}
 
 
 class _MLflow:

@@ -17,12 +17,12 @@ HUGE = 10**400
 
 
 def test_a_threshold_and_the_gate_take_it_as_missing() -> None:
-    from app.promotion.gate import number
+    from app.formatting import finite  # what the gate reads its metrics through
     from app.settings.gate import parse_gate
 
     (threshold,) = parse_gate("val_accuracy>=0.5").thresholds
     assert threshold.met_by(0.6) and not threshold.met_by(HUGE)
-    assert number(HUGE) is None and number(3) == 3.0
+    assert finite(HUGE) is None and finite(3) == 3.0
 
 
 def test_a_checkpoints_training_state_and_run_clock_start_afresh() -> None:

@@ -76,39 +76,6 @@ def test_bad_gates_name_the_part_and_what_is_allowed(text: str, says: str) -> No
 
 
 @pytest.mark.parametrize(
-    ("env", "says"),
-    [
-        # A CPU run records no peak_gpu_gib: the gate kept the champion after the whole run.
-        ({"TRAIN_PROMOTE_IF": "peak_gpu_gib<=10"}, "peak_gpu_gib is recorded on a GPU only"),
-        (
-            {"TRAIN_PROMOTE_IF": "epoch>=3"},
-            "epoch>=3: a checkpoint's epoch is a whole number from 1 to TRAIN_EPOCHS=2",
-        ),
-        (
-            {"TRAIN_PROMOTE_IF": "epoch>2"},
-            "epoch>2: a checkpoint's epoch is a whole number from 1 to TRAIN_EPOCHS=2",
-        ),
-        ({"TRAIN_PROMOTE_IF": "epoch<1"}, "epoch<1: a checkpoint's epoch is a whole number from 1"),
-        ({"TRAIN_PROMOTE_IF": "epoch>1 and epoch<2"}, "epoch>1 and epoch<2: a checkpoint's epoch"),
-        ({"TRAIN_PROMOTE_IF": "compiled>=1"}, "records compiled 0 (TRAIN_COMPILE off, or auto"),
-        ({"TRAIN_PROMOTE_IF": "compile_s>0", "TRAIN_COMPILE": "off"}, "records compile_s 0"),
-    ],
-)
-def test_a_gate_the_runs_own_settings_rule_out_is_refused(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], says: str
-) -> None:
-    from app.errors import ConfigError
-    from app.settings.env import load_settings
-
-    monkeypatch.setenv("TRAIN_EPOCHS", "2")
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(ConfigError) as refused:
-        load_settings()
-    assert any(says in problem for problem in refused.value.problems), refused.value.problems
-
-
-@pytest.mark.parametrize(
     ("env"),
     [
         {"TRAIN_PROMOTE_IF": "epoch>=2"},

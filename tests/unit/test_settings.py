@@ -80,8 +80,18 @@ def test_given_values_are_read_alone_without_the_shell_or_env_file(
         ({"TRAIN_RUN_NAME": "champions"}, "the folder of the champion pointers"),
         # Read without regard to case, a lowercase twin would win or lose by its place.
         ({"TRAIN_EPOCHS": "5", "train_epochs": "7"}, "train_epochs must be written in capitals"),
+        # A gate the run's own settings rule out: it kept the champion after the whole run.
+        ({"TRAIN_PROMOTE_IF": "peak_gpu_gib<=10"}, "peak_gpu_gib is recorded on a GPU only"),
+        ({"TRAIN_PROMOTE_IF": "epoch>=3", "TRAIN_EPOCHS": "2"},
+         "epoch>=3: a checkpoint's epoch is a whole number from 1 to TRAIN_EPOCHS=2"),
+        ({"TRAIN_PROMOTE_IF": "epoch>2", "TRAIN_EPOCHS": "2"},
+         "epoch>2: a checkpoint's epoch is a whole number from 1 to TRAIN_EPOCHS=2"),
+        ({"TRAIN_PROMOTE_IF": "epoch<1"}, "epoch<1: a checkpoint's epoch is a whole number from 1"),
+        ({"TRAIN_PROMOTE_IF": "epoch>1 and epoch<2"}, "epoch>1 and epoch<2: a checkpoint's epoch"),
+        ({"TRAIN_PROMOTE_IF": "compiled>=1"}, "records compiled 0 (TRAIN_COMPILE off, or auto"),
+        ({"TRAIN_PROMOTE_IF": "compile_s>0", "TRAIN_COMPILE": "off"}, "records compile_s 0"),
     ],
-)
+)  # fmt: skip
 def test_bad_values_name_the_variable_and_what_is_allowed(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
 ) -> None:
