@@ -26,6 +26,11 @@ def finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def is_finite(value: Any) -> bool:
+    """Whether a record's value is a number `finite` would read (for a bound check beside it)."""
+    return finite(value) is not None
+
+
 def shown_figure(value: Any) -> float | None:
     """A figure as a line prints it: any float, NaN and the infinities included (they say a
     run diverged), or an int a float holds; None for anything else (text, a bool, an integer

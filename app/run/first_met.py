@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.formatting import finite, format_duration, whole
+from app.formatting import format_duration, is_finite, whole
 from app.settings.gate import Gate, Threshold
 
 SOURCES = ("TRAIN_STOP_AT", "TRAIN_PROMOTE_IF")
@@ -52,10 +52,10 @@ def _when(record: Mapping[str, Any] | None, per_worker: float, price: float) -> 
     if record is None:
         return {"epoch": None, "run_time_s": None, "accelerator_hours": None}
     run_s, worker_s = record.get("run_time_s"), record.get("worker_time_s")
-    hours = round(worker_s * per_worker / 3600, 6) if number(worker_s) else None
+    hours = round(worker_s * per_worker / 3600, 6) if is_finite(worker_s) else None
     when: dict[str, Any] = {
         "epoch": record["epoch"],
-        "run_time_s": round(run_s, 3) if number(run_s) else None,  # None: an older run's epoch
+        "run_time_s": round(run_s, 3) if is_finite(run_s) else None,  # None: an older run's epoch
         "accelerator_hours": hours,
     }
     if price > 0 and hours is not None:
@@ -90,7 +90,7 @@ def _entry_ok(entry: Any) -> bool:
     if epoch is not None and whole(epoch) is None:
         return False
     figures = [entry.get(k) for k in ("run_time_s", "accelerator_hours", "cost")]
-    return all(v is None or (number(v) and v >= 0) for v in figures)
+    return all(v is None or (is_finite(v) and v >= 0) for v in figures)
 
 
 def in_words(entry: Mapping[str, Any], kind: str = "") -> str:
@@ -127,7 +127,3 @@ def _hours(value: float) -> str:
 def cost(hours: float, price: float) -> float | None:
     """The cost of `hours` at `price` per accelerator-hour; None without a price."""
     return round(hours * price, 6) if price > 0 else None
-
-
-def number(value: Any) -> bool:
-    return finite(value) is not None

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.errors import ConfigError
-from app.formatting import finite, format_duration, one_line, one_path, whole
+from app.formatting import format_duration, is_finite, one_line, one_path, whole
 from app.redact import redact
 from app.run import first_met
 from app.runfolder import folder as run_folder
@@ -289,7 +289,7 @@ def _figures_of(record: Mapping[str, Any], metric: str) -> dict[str, Any] | None
     found = {
         name: float(record[name])
         for name in dict.fromkeys((metric, "val_accuracy"))
-        if _finite(record.get(name))
+        if is_finite(record.get(name))
     }
     return {"epoch": epoch, **found} if found else None
 
@@ -299,7 +299,7 @@ def _last_and_best(
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     if epochs:
         last = _figures_of(epochs[-1], metric)
-        scored = [r for r in epochs if _finite(r.get(metric))]
+        scored = [r for r in epochs if is_finite(r.get(metric))]
         pick = max if higher_is_better(metric) else min
         # The newest of equals, as retention ranks them.
         best_record = pick(reversed(scored), key=lambda r: r[metric]) if scored else None
@@ -318,7 +318,7 @@ def _silent_s(
     """Seconds since the newest sign of life (progress, an epoch, a worker-group start)."""
     times = [progress.get("time")] + [r.get("time") for r in epochs[-1:]]
     times += [a.get("time") for a in attempts[-1:] if isinstance(a, Mapping)]
-    known = [float(t) for t in times if _finite(t) and 0 < t <= now + 3600]
+    known = [float(t) for t in times if is_finite(t) and 0 < t <= now + 3600]
     return round(max(0.0, now - max(known)), 1) if known else None
 
 
@@ -416,7 +416,7 @@ def _hours(
     if not isinstance(settings, Mapping) or not isinstance(invocation, str):
         return recorded
     use_gpu, cpus = settings.get("use_gpu"), settings.get("cpus_per_worker")
-    if not isinstance(use_gpu, bool) or not _finite(cpus) or not 0 < cpus <= 1024:
+    if not isinstance(use_gpu, bool) or not is_finite(cpus) or not 0 < cpus <= 1024:
         return recorded
     mine = [a for a in attempts if isinstance(a, Mapping) and a.get("invocation") == invocation]
     return usage.accelerator_hours(
@@ -755,7 +755,3 @@ def _path(path: object) -> str:
 def _count(value: Any, *, zero: bool = False) -> int | None:
     """A count as a run folder may hold it: a non-negative int below 10**15, else None."""
     return whole(value, 0 if zero else 1, interruptions.MAX_SHOWN_COUNT - 1)
-
-
-def _finite(value: Any) -> bool:
-    return finite(value) is not None

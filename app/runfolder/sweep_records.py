@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
-from app.formatting import csv_text, finite, mapping, one_line, whole
+from app.formatting import csv_text, finite, is_finite, mapping, one_line, whole
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.folder import SWEEP_FILE as SWEEP_FILE  # the sweep's record
@@ -63,9 +63,9 @@ def trial_row(
     folder = trial_dir(sweep_dir, trial)
     summary = run_folder.read_summary(folder) or {}
     epochs = run_folder.epochs(folder)
-    values = [float(r[metric]) for r in epochs if _finite(r.get(metric))]
+    values = [float(r[metric]) for r in epochs if is_finite(r.get(metric))]
     kept = [ref.metrics.get(metric) for ref in checkpoints.recorded(folder) if ref.step is None]
-    best = [float(v) for v in kept if _finite(v)]
+    best = [float(v) for v in kept if is_finite(v)]
     higher = HIGHER_IS_BETTER[metric]
     status = summary.get("status")
     # None yet, or damaged (another writer's): the trial is trained on from its checkpoints.
@@ -352,7 +352,7 @@ def importance(rows: list[dict[str, Any]]) -> list[str]:
     strength = {}
     for key in keys:
         values = [r["values"].get(key) for r in scored]
-        if values and all(_finite(v) for v in values):
+        if values and all(is_finite(v) for v in values):
             strength[key] = abs(_pearson(_ranks(values), _ranks(metric)))
         else:
             strength[key] = _eta([str(v) for v in values], metric)
@@ -410,7 +410,7 @@ def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]
     for ax, key in zip(axes[0], keys, strict=True):
         shown = [r for r in rows if r["best"] is not None]
         xs = [r["values"].get(key, r["trial"]) for r in shown]
-        if xs and not all(_finite(x) for x in xs):
+        if xs and not all(is_finite(x) for x in xs):
             xs = [str(x) for x in xs]
         ys = [r["best"] for r in shown]
         colors = ["tab:green" if r["status"] == "succeeded" else "tab:gray" for r in shown]
@@ -431,10 +431,6 @@ def plot(sweep_dir: RunPath, record: dict[str, Any], space_kinds: dict[str, str]
     return save_figure(fig, sweep_dir / PLOT_FILE, dpi=100)
 
 
-def _finite(value: Any) -> bool:
-    return finite(value) is not None
-
-
 def shown_value(value: Any) -> str:
     """A trial's drawn value as the table and the sweep's lines show it."""
     if value is None:
@@ -451,7 +447,7 @@ def _figure(value: float | None) -> str:
 
 
 def _seconds(value: Any) -> str:
-    return f"{float(value):.0f}s" if _finite(value) else "-"
+    return f"{float(value):.0f}s" if is_finite(value) else "-"
 
 
 def _say(message: str) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from app.formatting import finite, whole
+from app.formatting import finite, is_finite, whole
 
 Kind = Literal["gpu", "cpu"]
 MAX_HOURS = 1e9  # past any real run: a bigger figure in a run folder is damage, not shown
@@ -93,7 +93,7 @@ def _unit(use_gpu: bool, cpus_per_worker: float) -> tuple[Kind, float]:
 def run_seconds(previous: Any, this_driver_s: float) -> float:
     """The run's wall time so far (summary.json's `duration_s`): this driver's on top of what
     the run's earlier drivers recorded (ignored when it is not a figure a driver writes)."""
-    carried = float(previous) if _number(previous) and 0 <= previous <= MAX_HOURS * 3600 else 0.0
+    carried = float(previous) if is_finite(previous) and 0 <= previous <= MAX_HOURS * 3600 else 0.0
     return carried + max(0.0, this_driver_s)
 
 
@@ -120,16 +120,16 @@ def checked(record: Any) -> dict[str, Any] | None:
         record.get("per_worker"),
         record.get("workers"),
     )
-    if not _number(hours) or not 0 <= hours <= MAX_HOURS:
+    if not is_finite(hours) or not 0 <= hours <= MAX_HOURS:
         return None
-    if not _number(per_worker) or not 0 < per_worker <= 1024:
+    if not is_finite(per_worker) or not 0 < per_worker <= 1024:
         return None
     if workers is not None and not _count(workers):
         return None
     out = {"kind": record["kind"], "hours": float(hours), "workers": workers,
            "per_worker": float(per_worker)}  # fmt: skip
     price, cost = record.get("price_per_hour"), record.get("cost")
-    if _number(price) and _number(cost) and price > 0 and 0 <= cost <= MAX_HOURS * price:
+    if is_finite(price) and is_finite(cost) and price > 0 and 0 <= cost <= MAX_HOURS * price:
         out.update(price_per_hour=float(price), cost=float(cost))  # TRAIN_GPU_HOUR_PRICE's
     return out
 
@@ -155,13 +155,9 @@ def hours_text(hours: float) -> str:
     return f"{hours:,.2f}" if hours >= 0.01 or hours == 0 else f"{hours:.4f}"
 
 
-def _number(value: Any) -> bool:
-    return finite(value) is not None
-
-
 def _count(value: Any) -> bool:
     return whole(value, 1, MAX_WORKERS) is not None
 
 
 def _time(value: Any, end: float) -> bool:
-    return _number(value) and 0 < value <= end
+    return is_finite(value) and 0 < value <= end
