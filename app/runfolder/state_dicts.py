@@ -69,7 +69,8 @@ def plain_keys(state: dict[str, Any]) -> dict[str, Any]:
 
 def tensor_problem(state: dict[str, Any]) -> str | None:
     """Why the tensors of a loaded state dict cannot be trained or served, naming the first
-    key: no data (the meta device), not a dense tensor, or NaN/infinite values; None if none."""
+    key: no data (the meta device), not a dense tensor, more values than its storage holds, or
+    NaN/infinite values; None if none."""
     import torch  # here: the limits and the fit check above are read without torch (predict)
 
     for key, value in state.items():
@@ -84,6 +85,15 @@ def tensor_problem(state: dict[str, Any]) -> str | None:
         if value.layout is not torch.strided or value.is_quantized:
             kind = "quantized" if value.is_quantized else str(value.layout).removeprefix("torch.")
             return f"{key} is a {kind} tensor; a model's weights are dense tensors"
+        # A saved view may declare more values than its storage holds (zero or overlapping
+        # strides over one stored number): a 400 KB file can declare 10**12 values, and the
+        # scan below would walk them for days. Real weights each own their values.
+        held = value.untyped_storage().nbytes() // max(value.element_size(), 1)
+        if value.numel() > held:
+            return (
+                f"{key} declares {value.numel():,} values {shape} over a storage of "
+                f"{held:,}: a view repeating stored values, not a model's weights"
+            )
         if value.is_floating_point() or value.is_complex():
             flat = value.detach().reshape(-1)
             for start in range(0, flat.numel(), FINITE_CHUNK):

@@ -6,7 +6,9 @@ before Ray starts. Through the CLI's entry point, in this process; real torch fi
   from a pipe (preflight used to hang on a FIFO);
 - tensors with a shape and no data (a state dict saved from the meta device: it passed the
   shape check and failed in every worker), sparse tensors, NaN: named by key;
-- a file whose storage is shorter than its tensors need: refused as unloadable.
+- a file whose storage is shorter than its tensors need: refused as unloadable;
+- a tensor whose zero strides declare 4*10**10 values over one stored number (a 400 KB file):
+  the NaN scan walked every declared value, for minutes to days; refused by key at once.
 """
 
 from __future__ import annotations
@@ -85,6 +87,14 @@ def _short_storage(tmp_path: Path, path: Path) -> str:
     return "cannot be loaded"
 
 
+def _repeated_view(tmp_path: Path, path: Path) -> str:
+    state = _state(tmp_path)
+    key = next(k for k, v in state.items() if v.dim() == 2)
+    state[key] = torch.zeros(1).as_strided((200_000, 200_000), (0, 0))
+    torch.save(state, path)
+    return f"{key} declares 40,000,000,000 values (200000, 200000) over a storage of 1:"
+
+
 def _fifo(tmp_path: Path, path: Path) -> str:
     os.mkfifo(path)
     return "a FIFO (named pipe), not a regular file"
@@ -102,6 +112,7 @@ CASES: list[tuple[str, Callable[[Path, Path], str]]] = [
     ("nan", _nan),
     ("sparse", _sparse),
     ("short-storage", _short_storage),
+    ("repeated-view", _repeated_view),
     ("fifo", _fifo),
     ("link", _link),
 ]
