@@ -381,7 +381,7 @@ def _export_and_gate(
     ended.append(run_end)
     if evaluate:
         _say_evaluated(settings, run_end)
-        _refuse_unreproduced(run_end)
+        _refuse_unreproduced(settings, run_end)
         _refuse_unreproduced_loss(settings, run_end)
     try:
         return move_champion(settings, info, best, export, promotion, run_end)
@@ -577,22 +577,36 @@ def _judging(settings: TrainSettings, candidate: Task, run_end: RunEnd | None) -
     return against
 
 
-def _refuse_unreproduced(run_end: RunEnd) -> None:
+def _refuse_unreproduced(settings: TrainSettings, run_end: RunEnd) -> None:
     """Keep the champion when scoring the export's verified weights does not give the
     val_accuracy its checkpoint records, by more than one row (a GPU's nondeterministic kernels
-    may flip a near tie): the record is what the gate reads, and a record edited in the run
-    folder (its checksum is not a secret) or validation data changed since training must not
-    promote a model on figures it does not have."""
+    may flip a near tie), or by one row across a val_accuracy threshold of the gate: the record
+    is what the gate reads, and a record edited in the run folder (its checksum is not a
+    secret) or validation data changed since training must not promote a model on figures it
+    does not have. One row is 3 points on a 30-image split: a tie passes only where the
+    measured figure passes the same terms."""
     valid = run_end.record.get("valid") or {}
     if valid.get("reproduced") is not False:
         return
     measured, recorded = float(valid["accuracy"]), float(valid["recorded_val_accuracy"])
     if abs(measured - recorded) * max(1, int(valid.get("rows") or 1)) <= 1 + 1e-9:
-        _say(
-            f"the evaluation's val_accuracy {measured:.4g} differs from the recorded "
-            f"{recorded:.4g} by one row (a near tie): the gate reads the recorded figure"
+        failed = [
+            t
+            for t in settings.promote_if.thresholds
+            if t.metric == "val_accuracy" and t.holds(recorded) and not t.holds(measured)
+        ]
+        if not failed:
+            _say(
+                f"the evaluation's val_accuracy {measured:.4g} differs from the recorded "
+                f"{recorded:.4g} by one row (a near tie): the gate reads the recorded figure"
+            )
+            return
+        raise _Kept(
+            f"the exported checkpoint scores val_accuracy {measured:.4g} on the validation "
+            f"split, which fails {failed[0]} that the recorded {recorded:.4g} passes: a one-row "
+            "difference (a GPU's near tie, or a record edited since training) is not let "
+            "through a threshold"
         )
-        return
     raise _Kept(
         f"the exported checkpoint scores val_accuracy {measured:.4g} on the validation split, "
         f"not the {recorded:.4g} its record says: the checkpoint's record or the validation "

@@ -608,31 +608,46 @@ def test_a_link_planted_at_champions_is_refused_not_written_through(tmp_path: Pa
 
 
 @pytest.mark.parametrize(
-    ("measured", "recorded", "rows", "kept"),
+    ("gate", "measured", "recorded", "rows", "kept"),
     [
-        (0.0919, 0.99, 359, True),  # a checkpoint record edited in the run folder
-        (0.5, 0.5 + 2 / 400, 400, True),  # two rows: more than a near tie
-        (0.5, 0.5 + 1 / 400, 400, False),  # one row: a GPU kernel's near tie
-        (0.7354, 0.7354, 359, False),  # reproduced
+        (
+            "val_accuracy>=0.5",
+            0.0919,
+            0.99,
+            359,
+            True,
+        ),  # a checkpoint record edited in the run folder
+        ("val_accuracy>=0.5", 0.5, 0.5 + 2 / 400, 400, True),  # two rows: more than a near tie
+        ("val_accuracy>=0.5", 0.5, 0.5 + 1 / 400, 400, False),  # one row: a GPU kernel's near tie
+        ("val_accuracy>=0.5", 0.7354, 0.7354, 359, False),  # reproduced
+        # One row across the threshold: the record edited by a row (its digest redone) passed
+        # val_accuracy>=0.88 with a measured 0.8774 (found by a red-team pass).
+        ("val_accuracy>=0.88", 315 / 359, 316 / 359, 359, True),
+        ("val_accuracy>0.5", 0.5, 0.5 + 1 / 400, 400, True),
+        ("beats_champion", 0.5, 0.5 + 1 / 400, 400, False),  # no threshold on it
     ],
 )
 def test_figures_the_export_does_not_reproduce_keep_the_champion(
-    measured: float, recorded: float, rows: int, kept: bool
+    tmp_path: Path, gate: str, measured: float, recorded: float, rows: int, kept: bool
 ) -> None:
     from types import SimpleNamespace
 
     from app.promotion import step
 
+    settings = settings_for(tmp_path, "r", promote_if=gate)
     valid = {"accuracy": measured, "recorded_val_accuracy": recorded, "rows": rows}
     valid["reproduced"] = measured == recorded
     run_end = SimpleNamespace(record={"valid": valid})
     if not kept:
-        step._refuse_unreproduced(run_end)  # type: ignore[arg-type]
+        step._refuse_unreproduced(settings, run_end)  # type: ignore[arg-type]
         return
     with pytest.raises(step._Kept) as err:
-        step._refuse_unreproduced(run_end)  # type: ignore[arg-type]
+        step._refuse_unreproduced(settings, run_end)  # type: ignore[arg-type]
     assert f"scores val_accuracy {measured:.4g}" in str(err.value)
-    assert f"not the {recorded:.4g} its record says" in str(err.value)
+    if abs(measured - recorded) * rows > 1 + 1e-9:
+        assert f"not the {recorded:.4g} its record says" in str(err.value)
+    else:
+        assert f"which fails {gate} that the recorded {recorded:.4g} passes" in str(err.value)
 
 
 @pytest.mark.parametrize(
