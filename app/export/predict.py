@@ -35,7 +35,10 @@ from app.storage.probe import DEFAULT_TIMEOUT_S
 from app.storage.reading import present, read_bounded
 
 MAX_TOP_K = 1000
-CHUNK = 64  # images per forward pass
+# Images per forward pass: at most 64, and no more pixels than 64 of 224x224 (a few at 1024),
+# so memory is bounded whatever the number of images and the card's input size.
+MOST_PER_PASS = 64
+PIXELS_PER_PASS = MOST_PER_PASS * 224 * 224
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,12 @@ def predict(
     images, twice = distinct(images)
     if twice:
         print(f"trainctl: {named_twice(twice)}", file=sys.stderr)
-    # Bounded memory whatever the number of images: they are decoded and run in chunks.
-    chunks = [images[start : start + CHUNK] for start in range(0, len(images), CHUNK)]
     folder, root = export_folder(target, timeout)
     export = verified(folder, root, card_sha256)
     card = export.card
+    # Bounded memory whatever the number of images: they are decoded and run in chunks.
+    size = per_pass(card)
+    chunks = [images[start : start + size] for start in range(0, len(images), size)]
     # A bad first image is named before anything loads.
     first = input_batch(chunks[0], card, endpoint, timeout)
     module = load_model(export)
@@ -119,6 +123,12 @@ def predict(
         batch = input_batch(chunk, card, endpoint, timeout)
         found += _classify(module, batch, chunk, card["class_names"], top_k)
     return found
+
+
+def per_pass(card: dict[str, Any]) -> int:
+    """How many images go through the model at once at the (verified) card's input size."""
+    pixels = int(card["input"]["height"]) * int(card["input"]["width"])
+    return max(1, min(MOST_PER_PASS, PIXELS_PER_PASS // pixels))
 
 
 def export_folder(where: RunPath, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[RunPath, RunPath]:

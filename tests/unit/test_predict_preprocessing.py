@@ -18,7 +18,7 @@ from PIL import Image
 from app.data.folder_images import decode_image, load_images
 from app.data.images import ImageError
 from app.errors import ConfigError
-from app.export.predict import Prediction, _pixels
+from app.export.predict import Prediction, _pixels, per_pass
 from tests.folder_support import image_bytes, png_claiming, truncated_jpeg
 
 SIZE = 16
@@ -153,3 +153,13 @@ def test_a_16_bit_image_is_scaled_in_little_more_memory_than_its_own(
     assert np.array_equal(np.asarray(eight), (wide >> 8).astype(np.uint8))
     own = 2 if mode == "I;16" else 4  # the image's bytes a pixel, which its array copies
     assert peak < (2 * own + 2) * side * side, peak / (side * side)
+
+
+@pytest.mark.parametrize(
+    ("side", "images"),
+    [(8, 64), (32, 64), (224, 64), (225, 63), (512, 12), (1024, 3)],
+)
+def test_a_forward_pass_holds_at_most_64_images_of_224x224s_pixels(side: int, images: int) -> None:
+    """Predict ran 64 images at once at any card size: 64 inputs of 1024x1024 are 768 MiB before
+    the first layer. The pass shrinks with the input, never below one image."""
+    assert per_pass({"input": {"channels": 3, "height": side, "width": side}}) == images
