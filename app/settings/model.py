@@ -3,6 +3,7 @@ fine-tuning, augmentation, precision and compilation."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -124,6 +125,14 @@ class ModelSettings(BaseModel):
         "the driver and every worker; empty uses TORCH_HOME or ~/.cache/torch. Without "
         "internet, place the weights file in <torch_home>/hub/checkpoints/.",
     )
+    weights_sha256: str | None = Field(
+        None,
+        description="The SHA-256 (64 hex digits) TRAIN_WEIGHTS' file must have, checked by the "
+        "driver and every worker on the bytes each loads. Without it a weights name's cached "
+        "file is held only to the 8 hex digits torchvision puts in its name (32 bits: a writer "
+        "of a shared cache can forge them) and a state-dict file to nothing; a value kept in "
+        "your values file or GitOps repository is one a writer of the volume cannot change.",
+    )
     freeze: Literal["none", "backbone"] = Field(
         "none",
         description="backbone trains only the classifier head: every other parameter is frozen "
@@ -159,6 +168,18 @@ class ModelSettings(BaseModel):
     def _weights_name_or_file(cls, value: str | None) -> str | None:
         return None if value is None else check_weights(value)
 
+    @field_validator("weights_sha256", mode="before")
+    @classmethod
+    def _a_sha256(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if not isinstance(value, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", value.strip()):
+            raise ValueError(
+                "must be a SHA-256: 64 hex digits, as `sha256sum FILE` prints them "
+                f"(got {len(str(value).strip())} characters)"
+            )
+        return value.strip().lower()
+
     @field_validator("torch_home")
     @classmethod
     def _torch_home_absolute(cls, value: Path | None) -> Path | None:
@@ -170,5 +191,10 @@ class ModelSettings(BaseModel):
             raise ValueError(
                 "TRAIN_WEIGHTS and TRAIN_WARM_START are both set; a run starts from one: "
                 "TRAIN_WARM_START for a trainctl checkpoint, TRAIN_WEIGHTS for pretrained weights"
+            )
+        if self.weights_sha256 is not None and self.weights is None:
+            raise ValueError(
+                "TRAIN_WEIGHTS_SHA256 is set but TRAIN_WEIGHTS is not: it pins the weights "
+                "file TRAIN_WEIGHTS names; set both, or neither"
             )
         return self

@@ -41,7 +41,7 @@ KINDS = ("loguniform", "uniform", "randint", "choice", "grid")
 RANGES = ("loguniform", "uniform", "randint")
 # What a trial may vary: the model and its optimisation. Not TRAIN_EPOCHS (the sweep's budget,
 # ASHA's horizon), not where the weights come from, not the run's place or resources.
-FIXED = frozenset({"epochs", "warm_start", "weights", "torch_home"})
+FIXED = frozenset({"epochs", "warm_start", "weights", "weights_sha256", "torch_home"})
 VARIABLE: tuple[str, ...] = tuple(n for n in ModelSettings.model_fields if n not in FIXED)
 SPACE = "TRAIN_TUNE_SPACE"
 # The sweep's own settings and the chart's values that set them (app/k8s/train_values.py names

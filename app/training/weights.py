@@ -144,8 +144,11 @@ def _name(weights: WeightsEnum) -> str:
     return f"{type(weights).__name__}.{weights.name}"
 
 
-def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[str, Any]:
-    """The state dict, on CPU, from a bounded file loaded without running code."""
+def load_state(
+    source: WeightsEnum | RunPath, torch_home: Path | None, sha256: str | None = None
+) -> dict[str, Any]:
+    """The state dict, on CPU, from a bounded file loaded without running code; held to
+    `sha256` (TRAIN_WEIGHTS_SHA256) where it is set."""
     prefix = None
     if by_name(source):
         file, label = fetch(source, torch_home), f"TRAIN_WEIGHTS={_name(source)} ({source.url})"
@@ -163,14 +166,20 @@ def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[s
         raise ConfigError(f"{label}: no such file") from None
     except (OSError, ValueError) as err:  # a FIFO or device, a folder; over the size bound
         raise ConfigError(f"{label}: cannot be read ({_why(err)})") from None
-    if prefix is not None:  # a file by name only: a user's own file has no hash to meet
-        digest = hashlib.sha256(data).hexdigest()
-        if not digest.startswith(prefix):
-            raise ConfigError(
-                f"{label}: {file} has sha256 {digest[:16]}..., not the {prefix}... its name "
-                "promises: not the published weights, and not loaded; delete it to download "
-                f"them again, or place the file from {source.url} there"
-            )
+    digest = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and digest != sha256:
+        raise ConfigError(
+            f"{label}: {redact_uri(str(file))} has sha256 {digest}, not the {sha256} "
+            "TRAIN_WEIGHTS_SHA256 pins: changed since it was pinned, and not loaded; place the "
+            "pinned file there, or pin the one you mean to train from"
+        )
+    # By name only: a user's own file has no hash in its name to meet.
+    if prefix is not None and not digest.startswith(prefix):
+        raise ConfigError(
+            f"{label}: {file} has sha256 {digest[:16]}..., not the {prefix}... its name "
+            "promises: not the published weights, and not loaded; delete it to download "
+            f"them again, or place the file from {source.url} there"
+        )
     try:
         state = load_tensors(data)
     except Exception as err:  # not a torch file, or one that needs code to unpickle
@@ -184,6 +193,17 @@ def load_state(source: WeightsEnum | RunPath, torch_home: Path | None) -> dict[s
     if problem := tensor_problem(state):
         raise ConfigError(f"{label}: {problem}")
     return plain_keys(state)
+
+
+def _held_to(source: WeightsEnum | RunPath, settings: TrainSettings) -> str:
+    """What the file's bytes are checked against, as `check` says it."""
+    if settings.weights_sha256 is not None:
+        return "sha256 pinned by TRAIN_WEIGHTS_SHA256"
+    if by_name(source) and (prefix := _hash_prefix(cache_file(source, settings.torch_home))):
+        return (
+            f"held to the sha256 prefix {prefix} in its name; TRAIN_WEIGHTS_SHA256 pins all of it"
+        )
+    return "no checksum: TRAIN_WEIGHTS_SHA256 pins one"
 
 
 def _why(err: OSError | ValueError) -> str:
@@ -216,7 +236,9 @@ def apply_weights(model: nn.Module, settings: TrainSettings) -> None:
     if source is None:
         return
     expected = {key: value.shape for key, value in model.state_dict().items()}
-    keep, problem = fitted(load_state(source, settings.torch_home), expected, head_keys(model))
+    keep, problem = fitted(
+        load_state(source, settings.torch_home, settings.weights_sha256), expected, head_keys(model)
+    )
     if problem:
         raise ConfigError(f"TRAIN_WEIGHTS does not fit TRAIN_MODEL={settings.model}: {problem}")
     model.load_state_dict(keep, strict=False)
@@ -242,10 +264,13 @@ def check_weights(settings: TrainSettings, info: DatasetInfo | None) -> str:
     source = weights_source(settings)
     if source is None:
         return "none (TRAIN_WEIGHTS is not set)"
-    state = load_state(source, settings.torch_home)
+    state = load_state(source, settings.torch_home, settings.weights_sha256)
     label = _name(source) if by_name(source) else str(source)
+    held = _held_to(source, settings)
     if info is None:
-        return f"{label} loads ({len(state)} tensors); fit checked once the data is prepared"
+        return (
+            f"{label} loads ({len(state)} tensors, {held}); fit checked once the data is prepared"
+        )
     expected, head = shapes_and_head(settings, info)
     keep, problem = fitted(state, expected, head)
     if problem:
@@ -254,7 +279,7 @@ def check_weights(settings: TrainSettings, info: DatasetInfo | None) -> str:
             f"on this data: {problem}"
         )
     fresh = "head kept" if head and head <= set(keep) else "new head"
-    return f"{redact_uri(label)} fits {settings.model} ({len(keep)} tensors, {fresh})"
+    return f"{redact_uri(label)} fits {settings.model} ({len(keep)} tensors, {fresh}; {held})"
 
 
 def pretrained_info(settings: TrainSettings, info: DatasetInfo) -> DatasetInfo:

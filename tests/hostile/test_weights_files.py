@@ -165,3 +165,46 @@ def test_real_weights_still_pass(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
         result = trainctl("check", "--skip-cluster")
         assert result.code == 0, result.text
         monkeypatch.delenv(variable)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("pin", "said"),
+    [
+        ("abc123", "must be a SHA-256: 64 hex digits, as `sha256sum FILE` prints them"),
+        ("g" * 64, "must be a SHA-256: 64 hex digits"),
+        ("0" * 64, f"not the {'0' * 64} TRAIN_WEIGHTS_SHA256 pins"),
+    ],
+)
+def test_a_weights_file_is_held_to_its_pin_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pin: str, said: str
+) -> None:
+    """TRAIN_WEIGHTS_SHA256, kept in a values file or GitOps repository, is what a writer of the
+    volume holding a weights file cannot change: a file that is not the pinned one (or a pin
+    that is not a SHA-256) stops check and train with exit 2, before Ray."""
+    path = tmp_path / "weights.pt"
+    _env(monkeypatch, tmp_path, TRAIN_WEIGHTS=str(path), TRAIN_WEIGHTS_SHA256=pin)
+    torch.save(_state(tmp_path), path)
+    for command in (("check", "--skip-cluster"), ("train",)):
+        assert_refused(trainctl(*command), 2, "TRAIN_WEIGHTS", said)
+    assert files_under(tmp_path / "runs" / "r") in ([], ["summary.json"])
+
+
+def test_the_pinned_file_passes_and_a_pin_needs_weights(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import hashlib
+
+    path = tmp_path / "weights.pt"
+    _env(monkeypatch, tmp_path)
+    torch.save(_state(tmp_path), path)
+    pin = hashlib.sha256(path.read_bytes()).hexdigest().upper()  # as some tools print it
+    _env(monkeypatch, tmp_path, TRAIN_WEIGHTS=str(path), TRAIN_WEIGHTS_SHA256=pin)
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0 and "sha256 pinned by TRAIN_WEIGHTS_SHA256" in result.out, result.text
+    monkeypatch.delenv("TRAIN_WEIGHTS")
+    assert_refused(
+        trainctl("check", "--skip-cluster"),
+        2,
+        "TRAIN_WEIGHTS_SHA256 is set but TRAIN_WEIGHTS is not",
+    )

@@ -124,6 +124,40 @@ def test_a_cached_file_that_is_not_the_published_one_is_refused(
         apply_weights(build_model("mobilenet_v3_small", _info()), settings)
 
 
+def test_a_cached_file_that_meets_its_names_prefix_but_not_the_pin_is_refused(
+    tmp_path: Path, no_downloads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 8 hex digits in torchvision's file name are 32 bits: a writer of a shared TORCH_HOME
+    can make a file that meets them (appended bytes do not change what torch.load reads).
+    TRAIN_WEIGHTS_SHA256 holds the cached file to all 256, in the driver and every worker."""
+    state = _cached(tmp_path / "torch", monkeypatch)
+    genuine = hashlib.sha256(cache_file(WEIGHTS, tmp_path / "torch").read_bytes()).hexdigest()
+    # Bytes after the archive change the hash and not what torch.load reads: the planted file
+    # loads as the genuine one would, and here its name is made to carry its own prefix.
+    planted = cache_file(WEIGHTS, tmp_path / "torch").read_bytes() + b"\0" * 64
+    other = hashlib.sha256(planted).hexdigest()
+    monkeypatch.setattr(WEIGHTS.value, "url", WEIGHTS.url.replace(genuine[:8], other[:8]))
+    cache_file(WEIGHTS, tmp_path / "torch").write_bytes(planted)
+    unpinned = _settings(tmp_path)
+    assert f"held to the sha256 prefix {other[:8]} in its name" in check_weights(unpinned, _info())
+    pinned = unpinned.model_copy(update={"weights_sha256": genuine})
+    for load in (
+        lambda: check_weights(pinned, _info()),
+        lambda: apply_weights(build_model("mobilenet_v3_small", _info()), pinned),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            load()
+        message = str(caught.value)
+        assert f"has sha256 {other}, not the {genuine} TRAIN_WEIGHTS_SHA256 pins" in message
+        assert "not loaded" in message
+    # The file the pin names passes, in check and in the worker's load.
+    trusted = unpinned.model_copy(update={"weights_sha256": other})
+    assert "sha256 pinned by TRAIN_WEIGHTS_SHA256" in check_weights(trusted, _info())
+    model = build_model("mobilenet_v3_small", _info())
+    apply_weights(model, trusted)
+    assert torch.equal(model.state_dict()["features.0.0.weight"], state["features.0.0.weight"])
+
+
 def test_default_names_the_models_default_weights(tmp_path: Path) -> None:
     assert weights_source(_settings(tmp_path, "DEFAULT")) is WEIGHTS
 
