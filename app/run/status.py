@@ -346,7 +346,12 @@ def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
     said v1 was no longer what a server following the pointer loads (a red-team pass). Read
     from the run's own storage (its parent folder; a sweep trial's is the sweep's), never from
     a path its summary names."""
-    from app.promotion.champion import PointerDamaged, pointer_path, read_pointer
+    from app.promotion.champion import (
+        PointerDamaged,
+        champion_export,
+        pointer_path,
+        read_pointer,
+    )
 
     promotion = run.promotion or {}
     if not (promotion.get("promoted") and promotion.get("version") and promotion.get("model")):
@@ -355,12 +360,12 @@ def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
     if storage.name == run_folder.TRIALS_DIR:  # a sweep promotes its best trial in its storage
         storage = storage.parent.parent
     try:
-        pointer = read_pointer(pointer_path(storage, promotion["model"])) or {}
-    except (PointerDamaged, OSError, ValueError) as err:
+        if read_pointer(pointer_path(storage, promotion["model"])) is None:
+            return f"no champion {promotion['model']} under {_path(storage)}"
+        _, pointer = champion_export(storage, promotion["model"], None)  # agrees with its card
+    except (PointerDamaged, OSError, ValueError, ConfigError) as err:
         return f"unknown: {_shown(str(err), 200)}"
     version, by = _count(pointer.get("version")), _shown(str(pointer.get("run_name")), MAX_NAME)
-    if version is None:
-        return f"no champion {promotion['model']} under {_path(storage)}"
     if version == promotion["version"] and by in {
         _shown(name, MAX_NAME) for name in run_folder.run_names(run_dir)
     }:
@@ -516,8 +521,9 @@ def _champions(root: RunPath) -> list[dict[str, Any]]:
     """Each champion under `root` as its pointer names it (model, version, run), or why its
     pointer cannot be read: `promoted v1` in a run's row stays true after a later run became
     v2, and nothing said which run the pointer now names (a red-team pass). Shown as the
-    pointer says; what loads a champion verifies it (app/promotion/champion.py)."""
-    from app.promotion.champion import PointerDamaged, champion_names, pointer_path, read_pointer
+    pointer says, once it agrees with the model card it names (as `predict champion:` checks
+    it): a pointer edited to name another run was shown as it said."""
+    from app.promotion.champion import PointerDamaged, champion_export, champion_names
 
     found: list[dict[str, Any]] = []
     try:
@@ -526,8 +532,8 @@ def _champions(root: RunPath) -> list[dict[str, Any]]:
         return found
     for name in names[:MAX_CHAMPIONS]:
         try:
-            pointer = read_pointer(pointer_path(root, name)) or {}
-        except (PointerDamaged, OSError, ValueError) as err:
+            _, pointer = champion_export(root, name, None)
+        except (PointerDamaged, OSError, ValueError, ConfigError) as err:
             found.append({"model": one_line(name, MAX_NAME), "problem": one_line(str(err), 300)})
             continue
         found.append(
@@ -677,7 +683,7 @@ def listing_notes(listing: Listing, limit: int) -> list[str]:
             f"({listing.not_read} more folders not read: --limit {limit} reached; newest first)"
         )
     if listing.champions:
-        notes.append(f"champions ({listing.root}/champions/, as each pointer says):")
+        notes.append(f"champions ({listing.root}/champions/, each pointer checked with its card):")
         notes += [
             f"  {c['model']}: "
             + (c["problem"] if "problem" in c else f"v{c['version']}, run {c['run']}")

@@ -348,6 +348,13 @@ def test_a_rerun_of_an_old_finished_run_does_not_take_the_champion_back(
     regated = _rerun(tmp_path, "old", promote_if="val_accuracy>=0.6")
     assert regated["promoted"] is True and _pointer(tmp_path)["run_name"] == "old"
 
+    # A pointer edited to name another run is not shown as what it says (a red-team pass).
+    pointer = tmp_path / "champions" / "digits-cnn.json"
+    pointer.write_text(json.dumps({**_pointer(tmp_path), "run_name": "attacker"}))
+    shown = trainctl("status", str(tmp_path / "new")).out
+    assert "  champion now:    unknown: " in shown and "says otherwise than the model card" in shown
+    assert "digits-cnn v3 (run attacker)" not in shown, shown
+
 
 def test_a_rerun_of_a_kept_run_keeps_its_verdict_and_exit_code(tmp_path: Path) -> None:
     _promote(tmp_path, "champ", 0.90)

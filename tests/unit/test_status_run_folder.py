@@ -541,10 +541,17 @@ def test_a_storage_listing_names_the_run_each_champion_pointer_names(tmp_path: P
     lines: list[str] = []
     run_status.show_listing(listing, lines.append, as_json=False, limit=10)
     text = "\n".join(lines)
-    assert f"champions ({tmp_path}/champions/, as each pointer says):" in text, text
+    assert f"champions ({tmp_path}/champions/, each pointer checked with its card):" in text
     assert "  digits-cnn: v2, run second" in text, text
     record = json.loads(json.dumps(listing.record()))
     assert record["champions"][0] == champion
+    # A pointer edited to name another run (a red-team pass: the listing showed it as it said).
+    pointer = tmp_path / "champions" / "digits-cnn.json"
+    pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "run_name": "attacker"}))
+    listing = run_status.list_runs(tmp_path, limit=10)
+    edited = next(c for c in listing.champions if c["model"] == "digits-cnn")
+    assert "version" not in edited and "attacker" not in json.dumps(edited.get("run")), edited
+    assert "the pointer says otherwise than the model card it names" in edited["problem"], edited
 
 
 def test_a_sweep_stopped_mid_trial_shows_that_trial_interrupted_with_what_it_trained(
