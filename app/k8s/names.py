@@ -57,8 +57,11 @@ FREE_FORM_REFUSED = (
 # A URI holding a password (scheme://user:password@host) anywhere in a value, by RFC 3986's
 # userinfo (no '/', '?', '#' or '@' in it: `https://host:8080/users/@me` is a path); RE2 and
 # Python read it alike (no \s). Such a value in env: would sit in a ConfigMap, readable by
-# whoever reads the namespace's ConfigMaps.
-URI_PASSWORD = r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@ ]*:[^/?#@ ]*@"
+# whoever reads the namespace's ConfigMaps. Linear in Python's engine too (RE2 always is): the
+# scheme is bounded ({0,64}, as app/redact.py's; a longer run matches from its last 65
+# characters) and the userinfo read to its first ':', so no start position rescans the value
+# (`[A-Za-z0-9+.-]*` made a 128 KB env value take 48 s to render, 1 MiB hours).
+URI_PASSWORD = r"[A-Za-z][A-Za-z0-9+.-]{0,64}://[^/?#@ :]*:[^/?#@ ]*@"
 # A value that is a credential by its form, whatever its name: a PEM private key, a token with
 # its issuer's prefix (GitHub, Hugging Face, AWS access key IDs, OpenAI-style sk-, Slack,
 # GitLab), a JWT, or a URL whose query carries a token, password, secret, key or signature.

@@ -452,6 +452,32 @@ def test_a_password_in_a_plain_variable_is_refused_and_not_echoed(
     assert "hunter2" not in text, text  # the refusal is printed in CI and Argo CD logs
 
 
+@pytest.mark.timeout(180)  # linear: a second or two; quadratic in Python's engine: hours
+@pytest.mark.parametrize("filler", ["x", "a:", "a://" + ":" * 64], ids=["letters", "colons", "uri"])
+def test_a_long_env_value_is_checked_for_credentials_without_rescanning_it(
+    filler: str, tmp_path: Path
+) -> None:
+    """The password check searched a 128 KB env value in 48 s (each start position rescanned
+    the run of letters after it), a 1 MiB one for hours: `render` and `submit` hung where Helm
+    (RE2) took 0.2 s (a red-team pass). Both engines still render it, and still refuse it with
+    a password at its end."""
+    from app.k8s.render import load_values, render_objects
+
+    value = filler * ((512 << 10) // len(filler))
+    values = {"nodePools": {"l4": {"gpusPerWorker": 1}}, "env": {"APP_CONFIG": value}}
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    for objects in (
+        *render_objects(load_values([path]), release="demo", namespace="ml").values(),
+        helm_render(values),
+    ):
+        held = [o["data"].get("APP_CONFIG") for o in of_kind(objects, "ConfigMap")]
+        assert value in held
+    values["env"]["APP_CONFIG"] = value + " https://bob:hunter2@mlflow.example.com"
+    helm, ours = refusals(values, tmp_path)
+    assert "env" in helm and "a URI with a password in it (user:password@)" in "\n".join(ours)
+
+
 CREDENTIALS_BY_FORM = {
     "pem": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n",
     "github": "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
