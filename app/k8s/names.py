@@ -89,10 +89,17 @@ SCHEDULER_LABELS = (
     r"^(kueue\.x-k8s\.io|ray\.io|volcano\.sh|yunikorn\.apache\.org|kai\.scheduler"
     r"|scheduling\.x-k8s\.io)/"
 )
-# `ray start` flag names; KubeRay pastes the values into the head's shell command line, so
-# control characters and shell metacharacters are refused there.
+# `ray start` flag names; KubeRay pastes the values unquoted into the head's shell command
+# line (`ray start --head --num-cpus=1 # ... --block`), so a value holds only what a flag's
+# value needs (numbers, addresses, paths, words): a space, quote, '#', '(' or glob there
+# split the command, commented out the flags KubeRay appends after it, or failed the shell.
 RAY_START_KEY = r"^[a-z][a-z0-9-]{0,62}$"
-RAY_START_VALUE = "^[^\\x00-\\x1f\\x7f;&|$`<>\\\\]*$"
+RAY_START_VALUE = r"^[A-Za-z0-9_.,:/=@%+-]*$"
+RAY_START_VALUE_RULE = (
+    "a `ray start` flag's value: letters, digits and _ . , : / = @ % + - only (KubeRay pastes "
+    "it unquoted into the head's shell command, so spaces, quotes, '#' and other shell syntax "
+    "would change the command)"
+)
 RAY_START_VALUE_MAX = 1024
 
 
@@ -147,6 +154,7 @@ def schema_definitions() -> dict[str, Any]:
             },
             "additionalProperties": {
                 "type": "string",
+                "description": RAY_START_VALUE_RULE,
                 "pattern": RAY_START_VALUE,
                 "maxLength": RAY_START_VALUE_MAX,
             },

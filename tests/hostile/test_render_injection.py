@@ -224,3 +224,31 @@ def test_hostile_values_come_back_verbatim_from_both_engines(field: str, value: 
         else:
             assert cm["metadata"]["annotations"][key] == value
         assert not any(o["kind"] == "Pod" for o in objects)
+
+
+@pytest.mark.parametrize(
+    "value", ["1 #", "1'", '1"', "1 --temp-dir=/x", "1 (", "*", "$(id)", "1;id"]
+)
+def test_a_ray_start_value_holding_shell_syntax_is_refused_by_both_engines(
+    tmp_path: Path, value: str
+) -> None:
+    """KubeRay pastes rayStartParams' values unquoted into the head's `ray start ... --block`
+    shell command: `1 #` commented out the flags it appends (--block among them), a space
+    added a flag, a quote failed the shell, all rendered with exit 0 (a red-team pass)."""
+    values = _pool_values(head={"rayStartParams": {"num-cpus": value}})
+    result = trainctl("render", "--values", str(_values_file(tmp_path, values)))
+    assert_refused(result, 2, "head.rayStartParams.num-cpus", "letters, digits and _ . , : / = @")
+    with pytest.raises(HelmFailed):
+        helm_render(values)
+
+
+@pytest.mark.parametrize("value", ["0", "0.0.0.0", "/tmp/ray", "127.0.0.1:6379", "true", "a=b,c"])
+def test_ray_start_values_a_flag_takes_render_in_both_engines(value: str) -> None:
+    values = _pool_values(head={"rayStartParams": {"temp-dir": value}})
+    (job,) = [o for o in helm_render(values) if o["kind"] == "RayJob"]
+    assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["temp-dir"] == value
+    python = render_objects(
+        coalesce(default_values(), copy.deepcopy(values)), release="demo", namespace="ml"
+    )
+    (job,) = [o for o in python["cpu"] if o["kind"] == "RayJob"]
+    assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["temp-dir"] == value
