@@ -19,6 +19,7 @@ from app.k8s.status import JobView, Verdict, judge, progress_line
 from app.runfolder import folder as run_folder
 from app.runfolder.epoch_record import epoch_line
 from app.runfolder.interruptions import in_words
+from app.storage.deadline import DeadlineExceeded
 
 if TYPE_CHECKING:
     from app.storage.location import RunPath
@@ -105,15 +106,21 @@ def follow(
 
     `look` explains a RayJob that is not training yet (pods Pending, image pulls, Kueue); it
     costs a few API calls, so it runs every look_every_s, and prints only what changed.
+    `fetch` and `look` may raise DeadlineExceeded (the caller bounds each request by the time
+    --timeout leaves): the wait then ends as a timeout. The time is read after each answer, so
+    a slow API server is neither polled again past the timeout nor reported as faster.
     """
     started = clock()
     state = FollowState()
     why: tuple[str, ...] = ()
     looked_at: float | None = None
     while True:
-        elapsed = clock() - started
         records = run_folder.epochs(run_dir) if run_dir is not None else []
-        rayjob = fetch()
+        try:
+            rayjob = fetch()
+        except DeadlineExceeded:
+            return Outcome(None, clock() - started, state.last_view)
+        elapsed = clock() - started
         tick = advance(
             state,
             rayjob,
@@ -135,7 +142,10 @@ def follow(
         if look is not None and rayjob is not None and needs_look(rayjob):
             if looked_at is None or elapsed - looked_at >= look_every_s:
                 looked_at = elapsed
-                found = look(rayjob)
+                try:
+                    found = look(rayjob)
+                except DeadlineExceeded:
+                    return Outcome(None, clock() - started, state.last_view)
                 if found != why:
                     for line in _why(found, "why"):
                         echo(line)

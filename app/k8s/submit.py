@@ -6,10 +6,11 @@ Orchestration only: the plan (plan.py), the verdicts (status.py, follow.py) and 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedOut
 from app.formatting import format_duration
@@ -31,9 +32,12 @@ from app.k8s.plan import (
 from app.k8s.stuck import why_stuck
 from app.k8s.value_warnings import value_warnings
 from app.runfolder.folder import read_summary, read_sweep
+from app.storage.deadline import DeadlineExceeded, call_with_deadline
 
 if TYPE_CHECKING:
     from app.storage.location import RunPath
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -148,16 +152,17 @@ def _wait(request: SubmitRequest, job: _Job, echo: Callable[[str], None]) -> Non
     if run_dir is not None:
         echo(f"reading epoch lines from {run_dir}")
     total_epochs = _total_epochs(head_env(objects, the_rayjob(objects)))
+    bounded = _within(request.timeout_s, f"the Kubernetes API (RayJob {name})")
     try:
         outcome = follow(
-            lambda: cluster.get("RayJob", namespace, name),
+            lambda: bounded(lambda: cluster.get("RayJob", namespace, name)),
             name=name,
             echo=echo,
             run_dir=run_dir,
             total_epochs=total_epochs,
             timeout_s=request.timeout_s,
             poll_s=request.poll_s,
-            look=lambda seen: why_stuck(cluster, namespace, seen),
+            look=lambda seen: bounded(lambda: why_stuck(cluster, namespace, seen)),
         )
     except KeyboardInterrupt:
         echo(f"stopped waiting; RayJob {name} keeps running (trainctl status -n {namespace})")
@@ -184,6 +189,23 @@ def _wait(request: SubmitRequest, job: _Job, echo: Callable[[str], None]) -> Non
     if outcome.verdict.exit_code == EXIT_INVALID:
         raise ConfigError(outcome.verdict.problems)
     raise RunFailed(outcome.verdict.problems)
+
+
+def _within(timeout_s: float | None, what: str) -> Callable[[Callable[[], T]], T]:
+    """A call bounded by the time --timeout leaves from now: each API request has its own
+    TRAINCTL_API_TIMEOUT and retries, which alone let `--timeout 8` run for a minute against a
+    slow server. None: no --timeout, each request's own bound."""
+    if timeout_s is None:
+        return lambda call: call()
+    end = time.monotonic() + timeout_s
+
+    def bounded(call: Callable[[], T]) -> T:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded(what, timeout_s)
+        return call_with_deadline(call, left, what)
+
+    return bounded
 
 
 def _run_dir(objects: list[dict[str, Any]], storage_mount: Path | None) -> RunPath | None:

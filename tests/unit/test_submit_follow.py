@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from app.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from app.k8s.follow import FollowState, advance, epoch_line, follow, summary_line
 from app.runfolder import folder as run_folder
@@ -113,6 +115,63 @@ def test_timeout_gives_up_without_a_verdict_and_never_oversleeps() -> None:
     assert outcome.elapsed_s == 10  # polls at 0, 4, 8 and a last one exactly at the limit
     assert api.polls == 4
     assert len(lines) == 1
+
+
+class SlowApi(ScriptedApi):
+    """An API server that takes `seconds` to answer each request, on the fake clock."""
+
+    def __init__(self, states: list[Mapping[str, Any] | None], clock: FakeClock, seconds: float):
+        super().__init__(states)
+        self.clock, self.seconds = clock, seconds
+
+    def __call__(self) -> Mapping[str, Any] | None:
+        self.clock.sleep(self.seconds)
+        return super().__call__()
+
+
+def test_a_slow_api_is_not_polled_past_the_timeout_and_the_time_said_is_the_real_one() -> None:
+    """The time was read before each request: `--timeout 8` against a server answering in 20 s
+    slept, polled again, and said `ran out after 23s` at 64 s of wall time (a red-team pass)."""
+    clock, lines = FakeClock(), []
+    api = SlowApi([_rayjob("Running", "RUNNING")], clock, 20)
+    outcome = follow(
+        api, name=NAME, echo=lines.append, clock=clock, sleep=clock.sleep, timeout_s=8, poll_s=3
+    )
+    assert outcome.verdict is None and api.polls == 1
+    assert outcome.elapsed_s == 20 == clock.now
+
+
+def test_a_request_cut_by_the_timeout_ends_the_wait_as_a_timeout() -> None:
+    from app.storage.deadline import DeadlineExceeded
+
+    clock = FakeClock()
+
+    def cut() -> Mapping[str, Any] | None:
+        clock.sleep(8)
+        raise DeadlineExceeded("the Kubernetes API (RayJob x)", 8)
+
+    outcome = follow(cut, name=NAME, echo=print, clock=clock, sleep=clock.sleep, timeout_s=8)
+    assert outcome.verdict is None and outcome.elapsed_s == 8
+
+
+@pytest.mark.timeout(60)
+def test_submit_bounds_each_request_by_the_time_the_timeout_leaves() -> None:
+    """A request that would take 30 s (TRAINCTL_API_TIMEOUT's default, times its retries) is
+    given up when --timeout's 0.5 s are spent; then no request starts at all."""
+    import time
+
+    from app.k8s.submit import _within
+    from app.storage.deadline import DeadlineExceeded
+
+    bounded = _within(0.5, "the Kubernetes API (RayJob x)")
+    assert bounded(lambda: "answer") == "answer"
+    with pytest.raises(DeadlineExceeded, match="RayJob x"):
+        bounded(lambda: time.sleep(30))
+    started = []
+    with pytest.raises(DeadlineExceeded):
+        bounded(lambda: started.append(1))
+    assert started == []
+    assert _within(None, "x")(lambda: "unbounded") == "unbounded"
 
 
 def test_a_rayjob_deleted_mid_wait_is_a_failure_that_says_so() -> None:
