@@ -726,3 +726,15 @@ def test_a_claim_of_no_storage_is_refused(size: object, tmp_path: Path) -> None:
     sized = {**values, "storage": {"size": "0.5Ti"}}
     (claim,) = of_kind(helm_render(sized), "PersistentVolumeClaim")
     assert claim["spec"]["resources"]["requests"]["storage"] == "0.5Ti"
+
+
+def test_the_notes_say_how_to_create_an_auth_secret_the_values_name() -> None:
+    """The README's `helm install -f examples/values-three-pools.yaml` named a Secret no step
+    created, and the notes said only that token auth was on: the Ray pods wait for it."""
+    from tests.contract.k8s_support import helm_notes
+
+    pool = {"nodePools": {"l4": {"gpusPerWorker": 1}}}
+    notes = helm_notes({**pool, "rayAuth": {"existingSecret": "train-ray-auth"}})
+    assert "the Ray pods do not start until it exists" in notes
+    assert "kubectl -n ml create secret generic train-ray-auth --from-literal=auth_token=" in notes
+    assert "create secret" not in helm_notes(pool)  # the chart creates its own
