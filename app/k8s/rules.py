@@ -88,12 +88,35 @@ def values_problems(values: dict[str, Any]) -> list[str]:
                 "false), so no CronJob would retrain it: enable the pool or remove it from "
                 "schedule.pools"
             )
+    problems += _secret_env_clashes(values)
     problems += _grid_without_lists(values.get("tune") or {})
     too_many = _sweep_too_large(values.get("tune") or {})
     if too_many:
         problems.append(too_many)
     problems += _reversed_ranges(values.get("tune") or {})
     return problems + capacity.problems(values)
+
+
+def _secret_env_clashes(values: dict[str, Any]) -> list[str]:
+    """A secretEnv name given twice, or also in env (the schema cannot compare items): each
+    becomes one of a container's env entries, which override its envFrom (env's ConfigMap)."""
+    problems, seen = [], set()
+    plain = values.get("env") or {}
+    for item in values.get("secretEnv") or []:
+        name = item.get("name")
+        if name in seen:
+            problems.append(
+                f'secretEnv names "{name}" twice: a container holds each variable once (the API '
+                "server refuses the pods, or one value silently replaces the other); give each "
+                "name once"
+            )
+        if name in plain:
+            problems.append(
+                f'"{name}" is in both env and secretEnv: the Secret\'s value would silently '
+                "replace env's in every container; keep it in one"
+            )
+        seen.add(name)
+    return problems
 
 
 def _reversed_ranges(tune: dict[str, Any]) -> list[str]:

@@ -367,15 +367,70 @@ def test_a_label_the_chart_sets_itself_is_refused_in_both_engines(tmp_path: Path
     assert mine.code == 0 and "team: ml" in mine.out, mine.text  # a key of its own stays yours
 
 
+SET_BY_THE_PODS = "the image, Kubernetes, KubeRay or Ray set this variable for the pods to work"
 ENV_NAME_RULES = {
     "TRAIN_PROMOTE_IF": "TRAIN_* settings go in train:, where both engines check them",
     "train_num_workers": "TRAIN_* settings go in train:, where both engines check them",
     "AWS_SECRET_ACCESS_KEY": "a credential-like name (a token, password, secret or key) goes in "
     "secretEnv:",
     "RAY_AUTH_TOKEN": "Ray's token and auth mode are the chart's (rayAuth:)",
-    "LD_LIBRARY_PATH": "the image, Kubernetes or Ray set this variable for the pods to work",
-    "NVIDIA_VISIBLE_DEVICES": "the image, Kubernetes or Ray set this variable for the pods to work",
+    "LD_LIBRARY_PATH": SET_BY_THE_PODS,
+    "NVIDIA_VISIBLE_DEVICES": SET_BY_THE_PODS,
 }
+
+
+SECRET_ENV_NAME_RULES = {
+    key: rule for key, rule in ENV_NAME_RULES.items() if key != "AWS_SECRET_ACCESS_KEY"
+} | {
+    "MY_POD_IP": SET_BY_THE_PODS,
+    "PATH": SET_BY_THE_PODS,
+}
+
+
+@pytest.mark.parametrize("key", list(SECRET_ENV_NAME_RULES))
+def test_secret_env_names_follow_envs_rules_but_credentials_in_both_engines(
+    tmp_path: Path, key: str
+) -> None:
+    """secretEnv's names were held only to not being TRAIN_*: MY_POD_IP (which KubeRay sets and
+    the spot pools' drain hook finds its Ray node by), PATH, LD_PRELOAD, RAY_AUTH_TOKEN all
+    rendered, in both engines (a red-team pass). Credential-like names are what it is for."""
+    path = _pools_file(tmp_path)
+    value = f'secretEnv=[{{"name": "{key}", "secretName": "s", "key": "k"}}]'
+    result = trainctl("render", "-f", str(path), "--set-json", value)
+    assert result.code == 2, result.text
+    assert f"secretEnv.0.name: '{key}' is not allowed: {SECRET_ENV_NAME_RULES[key]}" in result.err
+    with pytest.raises(HelmFailed, match="secretEnv"):
+        helm_template([path], set_json=(value,))
+    fine = 'secretEnv=[{"name": "AWS_SECRET_ACCESS_KEY", "secretName": "s", "key": "k"}]'
+    assert trainctl("render", "-f", str(path), "--set-json", fine).code == 0
+    helm_template([path], set_json=(fine,))
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (
+            '[{"name": "A", "secretName": "s", "key": "k"}, '
+            '{"name": "A", "secretName": "s2", "key": "k"}]',
+            'secretEnv names "A" twice: a container holds each variable once',
+        ),
+        (
+            '[{"name": "NOTE", "secretName": "s", "key": "k"}]',
+            '"NOTE" is in both env and secretEnv',
+        ),
+    ],
+    ids=["twice", "also-in-env"],
+)
+def test_a_secret_env_name_given_twice_is_refused_by_both_engines(
+    tmp_path: Path, extra: str, said: str
+) -> None:
+    """Both rendered, with two `- name: A` entries in each container (a red-team pass): the API
+    server refuses such pods, and a name in env too had its ConfigMap value silently replaced."""
+    path = _pools_file(tmp_path, "env:\n  NOTE: plain\n")
+    result = trainctl("render", "-f", str(path), "--set-json", f"secretEnv={extra}")
+    assert_refused(result, 2, said)
+    with pytest.raises(HelmFailed, match=re.escape(said)):
+        helm_template([path], set_json=(f"secretEnv={extra}",))
 
 
 @pytest.mark.parametrize("key", list(ENV_NAME_RULES))

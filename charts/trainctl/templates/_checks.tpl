@@ -54,6 +54,16 @@ fix in the message. app/k8s/rules.py holds the same rules for `trainctl render` 
 {{- fail (printf "schedule.pools names %q, whose pool is disabled (nodePools.%s.enabled: false), so no CronJob would retrain it: enable the pool or remove it from schedule.pools" . .) -}}
 {{- end -}}
 {{- end -}}
+{{- $secretNames := dict -}}
+{{- range .Values.secretEnv -}}
+{{- if hasKey $secretNames .name -}}
+{{- fail (printf "secretEnv names %q twice: a container holds each variable once (the API server refuses the pods, or one value silently replaces the other); give each name once" .name) -}}
+{{- end -}}
+{{- if hasKey ($.Values.env | default dict) .name -}}
+{{- fail (printf "%q is in both env and secretEnv: the Secret's value would silently replace env's in every container; keep it in one" .name) -}}
+{{- end -}}
+{{- $_ := set $secretNames .name true -}}
+{{- end -}}
 {{- if .Values.tune.enabled -}}
 {{- if and (eq .Values.tune.scheduler "grid") .Values.tune.space -}}
 {{- $listed := false -}}
