@@ -14,6 +14,7 @@ the Helm side; tests/contract/test_value_warnings.py holds the two alike).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from app.formatting import mapping
@@ -61,6 +62,17 @@ SHM = (
 )
 
 
+SHELL_OUTSIDE_QUOTES = (
+    "WARNING: {key} has a shell operator (; & | < > or a line break) outside quotes: KubeRay's "
+    "submitter (K8sJobMode) pastes the entrypoint into its own bash line, so only what comes "
+    "before it is the Ray job and the rest runs in the submitter pod; keep it inside one quoted "
+    "argument, as the default does (bash -c '... && ...')."
+)
+# Quoted stretches, and what is left outside them: the same regexes in NOTES.txt (RE2).
+QUOTED = re.compile("'[^']*'|\"[^\"]*\"")
+SHELL_OPERATOR = re.compile("[;&|<>\n]")
+
+
 def value_warnings(values: dict[str, Any]) -> list[str]:
     """NOTES.txt's WARNING lines of these values (over the chart's defaults), in its order."""
     values = coalesce(default_values(), values)
@@ -89,7 +101,24 @@ def value_warnings(values: dict[str, Any]) -> list[str]:
         found.append(NO_AUTH.format(who=ANY_ADMITTED if policy.get("enabled") else ANY_POD))
     if policy.get("enabled") and not policy.get("dashboardFrom"):
         found.append(DASHBOARD_SHUT)
+    if key := _entrypoint_split_by_the_submitter(values):
+        found.append(SHELL_OUTSIDE_QUOTES.format(key=key))
     return found
+
+
+def _entrypoint_split_by_the_submitter(values: dict[str, Any]) -> str | None:
+    """The entrypoint's key where a shell operator outside quotes would split it in KubeRay's
+    submitter (K8sJobMode); None otherwise. HTTPMode hands the whole text to Ray's job API."""
+    job, tune = mapping(values.get("rayJob")), mapping(values.get("tune"))
+    if job.get("submissionMode") != "K8sJobMode":
+        return None
+    key, entrypoint = (
+        ("tune.entrypoint", tune.get("entrypoint"))
+        if tune.get("enabled")
+        else ("rayJob.entrypoint", job.get("entrypoint"))
+    )
+    outside = QUOTED.sub("", str(entrypoint or ""))
+    return key if SHELL_OPERATOR.search(outside) else None
 
 
 def _pods_within_shm(values: dict[str, Any]) -> str:

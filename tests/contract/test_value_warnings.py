@@ -21,6 +21,7 @@ from app.k8s.value_warnings import (
     KEPT_CLUSTER,
     LATEST,
     NO_AUTH,
+    SHELL_OUTSIDE_QUOTES,
     SHM,
     value_warnings,
 )
@@ -130,6 +131,33 @@ CASES = {
         [NO_AUTH.format(who=ANY_POD)],
     ),
     "dashboard-shut": ({"networkPolicy": {"dashboardFrom": []}}, [DASHBOARD_SHUT]),
+    # A red-team pass: `a && b` rendered without a word, though KubeRay's submitter runs only
+    # `a` as the Ray job and `b` in its own pod (docs/gitops.md).
+    "and-outside-quotes": (
+        {"rayJob": {"entrypoint": "trainctl check && trainctl train"}},
+        [SHELL_OUTSIDE_QUOTES.format(key="rayJob.entrypoint")],
+    ),
+    "line-break": (
+        {"rayJob": {"entrypoint": "trainctl train\nshutdownAfterJobFinishes: false"}},
+        [SHELL_OUTSIDE_QUOTES.format(key="rayJob.entrypoint")],
+    ),
+    "tune-pipe": (
+        {"tune": {"enabled": True, "space": SPACE, "entrypoint": "trainctl tune | tee log"}},
+        [SHELL_OUTSIDE_QUOTES.format(key="tune.entrypoint")],
+    ),
+    "inside-quotes": (
+        {"rayJob": {"entrypoint": 'bash -c "trainctl check && exec trainctl train > x"'}},
+        [],
+    ),
+    "http-mode": (
+        {
+            "rayJob": {
+                "entrypoint": "trainctl check && trainctl train",
+                "submissionMode": "HTTPMode",
+            }
+        },
+        [],
+    ),
 }
 
 
