@@ -19,6 +19,8 @@ KUBERAY_INSTALL = (
     "kuberay/kuberay-operator --version 1.7.0"
 )
 
+GO_NOT_FOUND = "404 page not found"
+
 
 @dataclass(frozen=True)
 class ApiFailure:
@@ -28,6 +30,7 @@ class ApiFailure:
     message: str = ""
     reason: str = ""
     details: dict[str, Any] | None = None
+    kubernetes: bool = True  # a Status body, or the API server's own text for an unknown path
 
     @classmethod
     def parse(cls, status: int, body: str | bytes | None) -> ApiFailure:
@@ -37,7 +40,11 @@ class ApiFailure:
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            return cls(status, message=text.strip()[:300])
+            # An API server's mux answers an unknown path with Go's "404 page not found"
+            # (older servers, for a group it does not serve); anything else came from another
+            # kind of server: a wrong port, an ingress or a proxy in front.
+            said = text.strip()[:300]
+            return cls(status, message=said, kubernetes=said == GO_NOT_FOUND or status != 404)
         return cls(
             status,
             message=str(data.get("message") or ""),
@@ -45,10 +52,13 @@ class ApiFailure:
             details=data.get("details") or {},
         )
 
-    def not_found(self) -> Literal["object", "namespace", "type"] | None:
-        """What a 404 is about: the named object, its namespace, or the whole resource type."""
+    def not_found(self) -> Literal["object", "namespace", "type", "server"] | None:
+        """What a 404 is about: the named object, its namespace, the whole resource type, or
+        the server itself (not a Kubernetes API's answer)."""
         if self.status != 404:
             return None
+        if not self.kubernetes:
+            return "server"
         details = self.details or {}
         if details.get("kind") == "namespaces":
             return "namespace"
@@ -68,11 +78,24 @@ def explain(
             "certificate in the kubeconfig is missing, expired or wrong"
         )
     if failure.status == 403:
+        # The chart's Role is the scheduled submit's: it says nothing to a user's `logs`.
+        role = (
+            " (the chart's schedule ServiceAccount and Role cover submit)"
+            if verb in ("create", "patch")
+            else ""
+        )
         return ClusterError(
             f"forbidden by RBAC: cannot {verb} {target} {where}{detail}. Grant the identity "
-            f"`{verb}` on {kind} (the chart's schedule ServiceAccount and Role cover submit)"
+            f"`{verb}` on {kind}{role}"
         )
     not_found = failure.not_found()
+    if not_found == "server":
+        said = f" ({failure.message[:100]})" if failure.message else ""
+        return ClusterError(
+            f"the server answered 404 to {verb} {target} without a Kubernetes Status{said}: it "
+            "does not look like a Kubernetes API server. Check the kubeconfig's server address "
+            "(a wrong port, or an ingress or proxy in front of the API)"
+        )
     if not_found == "namespace":
         return ClusterError(
             f"namespace {namespace} does not exist: create it (kubectl create namespace "

@@ -206,6 +206,18 @@ def test_missing_crd_says_to_install_kuberay() -> None:
         assert "kuberay-operator --version 1.7.0" in str(err)
 
 
+def test_a_404_from_a_server_that_is_not_kubernetes_says_so() -> None:
+    """Any HTTP server answering 404 (a wrong port, an ingress) was said as "the RayJob custom
+    resource is not installed: install the KubeRay operator" (a red-team pass)."""
+    page = "<html><title>Error response</title><p>Error code: 404</p></html>"
+    assert ApiFailure.parse(404, page).not_found() == "server"
+    err = _explain(404, page)
+    assert isinstance(err, ClusterError) and err.exit_code == EXIT_CLUSTER
+    assert "does not look like a Kubernetes API server" in str(err)
+    assert "Check the kubeconfig's server address" in str(err) and "KubeRay" not in str(err)
+    assert ApiFailure.parse(500, page).not_found() is None
+
+
 def test_missing_namespace_and_missing_object_are_told_apart() -> None:
     namespace = _status(
         404, 'namespaces "ml" not found', "NotFound", {"name": "ml", "kind": "namespaces"}
