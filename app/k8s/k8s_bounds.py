@@ -84,7 +84,13 @@ def definitions() -> dict[str, Any]:
         "maxLength": SUBDOMAIN_MAX,
     }
     return {
-        "k8sName": {"type": "string", "pattern": rf"^{SUBDOMAIN}$", "maxLength": SUBDOMAIN_MAX},
+        "k8sName": {
+            "type": "string",
+            "pattern": rf"^{SUBDOMAIN}$",
+            "maxLength": SUBDOMAIN_MAX,
+            "description": "a Kubernetes object name: lowercase letters, digits, '-' and '.', "
+            f"beginning and ending with a letter or digit, up to {SUBDOMAIN_MAX} characters",
+        },
         "optionalK8sName": optional_subdomain,
         "labelValueName": dict(optional_subdomain, maxLength=LABEL_VALUE_MAX),
         "secretKey": {
@@ -135,12 +141,12 @@ def bound_names(schema: dict[str, Any]) -> dict[str, Any]:
     image["repository"].update(pattern=IMAGE_REPOSITORY, maxLength=255)
     image["repository"]["description"] = (
         "An image name as the container runtime parses it: [registry[:port]/]path, the path in "
-        "lowercase."
+        "lowercase; the tag goes in image.tag, a digest in image.digest."
     )
     image["tag"]["pattern"] = IMAGE_TAG
     image["tag"]["description"] = (
         "An image tag: up to 128 letters, digits, '_', '.' or '-', not starting with '.' or "
-        "'-'; empty means the chart's appVersion."
+        "'-'; empty means the chart's appVersion; a digest (@sha256:...) goes in image.digest."
     )
     # Secret names, or Kubernetes' own form ({name: regcred}), which most charts take.
     props["imagePullSecrets"]["items"] = {

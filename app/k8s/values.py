@@ -245,7 +245,7 @@ def validate(values: dict[str, Any]) -> None:
     if errors:
         # A refused value may be a credential given in the wrong place: never echoed whole.
         # One line each: a value failing two rules (type and enum) may be described alike.
-        raise ConfigError(list(dict.fromkeys(redact_text(_describe(err)) for err in errors)))
+        raise ConfigError(list(dict.fromkeys(redact_text(_bounded(err)) for err in errors)))
 
 
 def _named_again(err: Any, seen: set[tuple[Any, ...]]) -> bool:
@@ -300,6 +300,19 @@ def set_path(parts: Any) -> str:
         key = re.sub(r"([\\.,=\[\]])", r"\\\1", str(part))
         path += f".{key}" if path else key
     return path
+
+
+SHOWN_VALUE = 120  # characters of a refused value quoted back (a 2 MB runTag was, whole)
+
+
+def _bounded(err: Any) -> str:
+    """_describe's line with a long refused text quoted by its start and its length."""
+    said = _describe(err)
+    value = err.instance
+    if isinstance(value, str) and len(value) > SHOWN_VALUE:
+        short = f"{value[: SHOWN_VALUE // 2]!r}... ({len(value):,} characters)"
+        said = said.replace(repr(value), short).replace(value, short)
+    return said
 
 
 def _describe(err: Any) -> str:
@@ -368,13 +381,33 @@ def _wrong_type(err: Any, where: str) -> str | None:
             f'("{text}"{also}); --set reads {text} as {kind} too (as Helm does): give it with '
             f"--set-string {set_path(err.absolute_path)}={text}"
         )
+    wanted_types = (
+        err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+    )
+    if isinstance(err.instance, dict | list) and wanted_types == ["string"]:
+        kind = "a mapping" if isinstance(err.instance, dict) else "a list"
+        about = err.schema.get("description") if isinstance(err.schema, dict) else None
+        return f"{where}: {kind} is given, and text is wanted" + (f": {about}" if about else "")
+    if isinstance(err.instance, bool) and {"integer", "number"} & set(wanted_types):
+        text = canonical.scalar(err.instance)
+        return (
+            f"{where}: {text} is a boolean, and a number is wanted ({YAML_BOOLEANS}; a count "
+            "is written as digits)"
+        )
+    if (
+        isinstance(err.instance, float)
+        and "integer" in wanted_types
+        and "number" not in wanted_types
+    ):
+        return f"{where}: {canonical.scalar(err.instance)} is not a whole number, and one is wanted"
     if err.validator_value == "boolean" and isinstance(err.instance, str):
         return f"{where}: {err.instance!r} is text, and true or false is wanted: write it unquoted"
     wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
     if "object" in wanted and not {"number", "integer", "string"} & set(wanted):
         # A number or a word where a mapping belongs: how to write a number is no help there.
         about = err.schema.get("description") if isinstance(err.schema, dict) else None
-        return f"{where}: {canonical.scalar(err.instance)} is not a mapping, and one is wanted" + (
+        shown = canonical.scalar(err.instance) if err.instance != "" else '"" (empty text)'
+        return f"{where}: {shown} is not a mapping, and one is wanted" + (
             f" ({about})" if isinstance(about, str) and len(about) <= 200 else ""
         )
     if isinstance(err.instance, str) and _is_number(err.instance):

@@ -605,3 +605,52 @@ def test_a_decimal_tag_is_told_to_be_quoted_as_meant_not_as_yaml_read_it(tmp_pat
     assert kept.code == 0 and "trainctl:2.10\n" in kept.out, kept.text
     helm = helm_template([path], set_values=("image.tag=2.10",))
     assert any("trainctl:2.10" in json.dumps(o) for o in helm if o["kind"] == "RayJob")
+
+
+WORDED = {
+    "bool-for-a-count": (
+        ("--set", "nodePools.big.gpusPerWorker=true"),
+        "nodePools.big.gpusPerWorker: true is a boolean, and a number is wanted",
+    ),
+    "empty-pool": (("--set", "nodePools.big="), '"" (empty text) is not a mapping'),
+    "account-name": (
+        ("--set", "serviceAccount.name=My_SA"),
+        "'My_SA' is not allowed: a ServiceAccount name: lowercase letters",
+    ),
+    "digest": (
+        ("--set", "image.digest=sha256:abc"),
+        "an image digest: sha256: and 64 lowercase hex digits",
+    ),
+    "digest-in-the-tag": (
+        ("--set", f"image.tag=0.1.0@sha256:{'a' * 64}"),
+        "a digest (@sha256:...) goes in image.digest",
+    ),
+    "mapping-for-a-secret-name": (
+        ("--set-json", 'secretEnvFrom=[{"secretName": "extra"}]'),
+        "secretEnvFrom.0: a mapping is given, and text is wanted: a Kubernetes object name",
+    ),
+}
+
+
+@pytest.mark.parametrize(("flags", "said"), WORDED.values(), ids=WORDED.keys())
+def test_refusals_say_what_is_wanted_in_the_values_words(
+    tmp_path: Path, flags: tuple[str, str], said: str
+) -> None:
+    """Raw regexes (`'My_SA' does not match '^([a-z0-9]...'`), Python's words (`True is not of
+    type 'integer'`) and an empty value shown as nothing (a red-team pass)."""
+    result = trainctl("render", "-f", str(_pools_file(tmp_path)), *flags)
+    assert_refused(result, 2, said)
+    assert "does not match '" not in result.err and "is not of type" not in result.err
+
+
+def test_a_fraction_in_a_file_and_a_huge_value_are_said_briefly(tmp_path: Path) -> None:
+    """`gpusPerWorker: 1.5` in a file was `1.5 is not of type 'integer'`; a 2 MB runTag was
+    quoted back whole on stderr (2,000,331 bytes)."""
+    fraction = _pools_file(tmp_path, "poolDefaults: {gpusPerWorker: 1.5}\n")
+    result = trainctl("render", "-f", str(fraction))
+    assert_refused(result, 2, "1.5 is not a whole number, and one is wanted")
+    huge = tmp_path / "tag.yaml"
+    huge.write_text(f"runTag: {'a' * 200_000}\n")
+    result = trainctl("render", "-f", str(_pools_file(tmp_path)), "-f", str(huge))
+    assert_refused(result, 2, "runTag: 'aaaa", "... (200,000 characters) is not allowed")
+    assert len(result.err) < 2000, len(result.err)
