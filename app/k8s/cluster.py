@@ -59,6 +59,8 @@ class Cluster:
             raise api_errors.no_config(source == "pod", kubeconfig, err) from None
         if deadlines.PLUGIN_FAILURES:
             raise ClusterError(deadlines.PLUGIN_FAILURES.pop())
+        if not cfg.verify_ssl:
+            _said_once_insecure(cfg.host)
         return cls(client.ApiClient(cfg), cfg.host, namespace)
 
     # --- one request ----------------------------------------------------------------------
@@ -217,3 +219,19 @@ class _Failed(TrainctlError):
     def __init__(self, failure: ApiFailure) -> None:
         super().__init__(f"API error {failure.status}: {failure.message}")
         self.failure = failure
+
+
+def _said_once_insecure(host: str) -> None:
+    """One line for a kubeconfig that turns TLS verification off, instead of urllib3's
+    InsecureRequestWarning with its source line and path on every request."""
+    import warnings
+
+    import click
+    from urllib3.exceptions import InsecureRequestWarning
+
+    warnings.simplefilter("ignore", InsecureRequestWarning)
+    click.echo(
+        f"trainctl: warning: the kubeconfig turns TLS verification off for {host} "
+        "(insecure-skip-tls-verify): anyone on the path can read and change these requests",
+        err=True,
+    )

@@ -98,6 +98,80 @@ def silent_server() -> Iterator[int]:
         yield server.getsockname()[1]
 
 
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[int]:
+    """An HTTPS API server with a self-signed certificate, answering every request with an
+    empty RayJob list."""
+    import datetime
+    import http.server
+    import ssl
+    import threading
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"apiVersion": "ray.io/v1", "kind": "RayJobList", "items": []}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_tls_verification_off_is_said_once_not_warned_on_every_request(
+    tmp_path: Path, kube: None, tls_server: int
+) -> None:
+    """A kubeconfig with insecure-skip-tls-verify made urllib3 print InsecureRequestWarning,
+    its source line and its path on every request (a red-team pass): one line says it."""
+    import warnings
+
+    from urllib3.exceptions import InsecureRequestWarning
+
+    unverified = _config(f"https://127.0.0.1:{tls_server}", "{token: t}").replace(
+        "cluster: {server:", "cluster: {insecure-skip-tls-verify: true, server:"
+    )
+    _kubeconfig(tmp_path, unverified)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = trainctl("status")
+    assert result.code == 0, result.text
+    said = "the kubeconfig turns TLS verification off for https://127.0.0.1"
+    assert result.err.count(said) == 1, result.err
+    assert not [w for w in caught if issubclass(w.category, InsecureRequestWarning)]
+
+
 def test_silent_api_server_times_out_and_says_it_retries(
     tmp_path: Path, kube: None, monkeypatch: pytest.MonkeyPatch, silent_server: int
 ) -> None:
