@@ -18,6 +18,7 @@ class LogTarget:
     label_selector: str
     container: str | None  # None: the pod's first container
     what: str  # for messages: "submitter of RayJob x"
+    rayjob: str = ""  # its name, which is the run's (TRAIN_RUN_NAME)
 
 
 def log_target(rayjob: Mapping[str, Any], which: Which | None) -> LogTarget:
@@ -35,16 +36,19 @@ def log_target(rayjob: Mapping[str, Any], which: Which | None) -> LogTarget:
         if mode == "K8sJobMode":
             # The submitter is a Kubernetes Job named after the RayJob; `job-name` is the label
             # the Job controller puts on its pods on every Kubernetes version.
-            return LogTarget(f"job-name={name}", None, f"submitter of RayJob {name}")
+            return LogTarget(f"job-name={name}", None, f"submitter of RayJob {name}", name)
         if mode == "SidecarMode":
             return LogTarget(
-                _head_selector(name, cluster), SUBMITTER_CONTAINER, f"submitter of RayJob {name}"
+                _head_selector(name, cluster),
+                SUBMITTER_CONTAINER,
+                f"submitter of RayJob {name}",
+                name,
             )
         raise ConfigError(
             f"RayJob {name} uses submissionMode {mode}: there is no submitter pod; "
             "use --head for the head's logs (the driver runs there)"
         )
-    return LogTarget(_head_selector(name, cluster), None, f"Ray head of RayJob {name}")
+    return LogTarget(_head_selector(name, cluster), None, f"Ray head of RayJob {name}", name)
 
 
 def _head_selector(name: str, cluster: str) -> str:
@@ -59,6 +63,8 @@ def pick_pod(pods: list[Mapping[str, Any]], target: LogTarget) -> Mapping[str, A
         raise RunFailed(
             f"no pod found for the {target.what} ({target.label_selector}); it may not have "
             "started yet, or was removed with the Ray cluster (shutdownAfterJobFinishes). "
-            f"The run's {METRICS_FILE} and {SUMMARY_FILE} stay on the shared volume"
+            "The run's logs stay in its run folder, with its "
+            f"{METRICS_FILE} and {SUMMARY_FILE}: `trainctl logs {target.rayjob or '<run>'} "
+            "--storage <the volume's mount, or the bucket> --driver` (or --worker N)"
         )
     return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp", "")))

@@ -310,5 +310,10 @@ def test_the_newest_pod_wins_and_none_is_explained() -> None:
     ]
     target = log_target(_with_status(_rayjob()), None)
     assert pick_pod(pods, target)["metadata"]["name"] == "new"
-    with pytest.raises(RunFailed, match="no pod found for the submitter"):
+    with pytest.raises(RunFailed, match="no pod found for the submitter") as gone:
         pick_pod([], target)
+    # Where the logs are once the pods are gone (it named only metrics.jsonl and summary.json).
+    name = _rayjob()["metadata"]["name"]
+    assert f"`trainctl logs {name} --storage <the volume's mount, or the bucket> --driver`" in str(
+        gone.value
+    )
