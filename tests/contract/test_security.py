@@ -242,3 +242,8 @@ def test_the_scheduled_submit_may_do_what_submit_does_and_read_no_other_secret(
                                 "resourceNames": ["demo-ray-auth"], "verbs": ["get"]}]  # fmt: skip
         other = "/api/v1/namespaces/ml/secrets/someone-elses"
         assert not any(_allows(role, verb, other) for verb in ("get", "list", "create", "patch"))
+        # Patch only on the chart's own ServiceAccount, none on claims (created, then kept):
+        # it could annotate any account of the namespace with a cloud identity (a red-team pass).
+        assert _allows(role, "patch", "/api/v1/namespaces/ml/serviceaccounts/demo-ray")
+        for elsewhere in ("serviceaccounts/someone-elses", "persistentvolumeclaims/demo-shared"):
+            assert not _allows(role, "patch", f"/api/v1/namespaces/ml/{elsewhere}"), elsewhere

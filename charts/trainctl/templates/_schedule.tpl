@@ -23,8 +23,20 @@ rules:
     resources: ["rayjobs"]
     verbs: ["get", "list", "watch", "create", "patch"]
   - apiGroups: [""]
-    resources: ["configmaps", "persistentvolumeclaims", "serviceaccounts"]
+    resources: ["configmaps"]
     verbs: ["get", "list", "watch", "create", "patch"]
+  # The claim is only ever created (then kept as it is), and the one ServiceAccount submit
+  # applies is the chart's own: patch on it by name, so this pod cannot annotate another
+  # account of the namespace (a cloud workload identity) with its rights.
+  - apiGroups: [""]
+    resources: ["persistentvolumeclaims", "serviceaccounts"]
+    verbs: ["get", "list", "watch", "create"]
+  {{- if .root.Values.serviceAccount.create }}
+  - apiGroups: [""]
+    resources: ["serviceaccounts"]
+    resourceNames: [{{ include "trainctl.serviceAccountName" .root | quote }}]
+    verbs: ["patch"]
+  {{- end }}
   {{- if and .root.Values.rayAuth.enabled (not .root.Values.rayAuth.existingSecret) }}
   # The Ray token Secret this chart creates, by name: submit checks that it is there and keeps
   # it. No other Secret of the namespace is readable from this pod, and none can be created
