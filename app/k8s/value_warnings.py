@@ -68,6 +68,12 @@ SHELL_OUTSIDE_QUOTES = (
     "before it is the Ray job and the rest runs in the submitter pod; keep it inside one quoted "
     "argument, as the default does (bash -c '... && ...')."
 )
+DEADLINES = (
+    "WARNING: rayJob.activeDeadlineSeconds ({active}) is not above "
+    "rayJob.preRunningDeadlineSeconds ({pre}): the whole job is cut off before the time given "
+    "to start it runs out, so a run that starts late has no time left to train; give the job "
+    "its training time beyond the start."
+)
 # Quoted stretches, and what is left outside them: the same regexes in NOTES.txt (RE2).
 QUOTED = re.compile("'[^']*'|\"[^\"]*\"")
 SHELL_OPERATOR = re.compile("[;&|<>\n]")
@@ -101,6 +107,9 @@ def value_warnings(values: dict[str, Any]) -> list[str]:
         found.append(NO_AUTH.format(who=ANY_ADMITTED if policy.get("enabled") else ANY_POD))
     if policy.get("enabled") and not policy.get("dashboardFrom"):
         found.append(DASHBOARD_SHUT)
+    active, pre = job.get("activeDeadlineSeconds"), job.get("preRunningDeadlineSeconds")
+    if isinstance(active, int) and isinstance(pre, int) and active <= pre:
+        found.append(DEADLINES.format(active=active, pre=pre))
     if key := _entrypoint_split_by_the_submitter(values):
         found.append(SHELL_OUTSIDE_QUOTES.format(key=key))
     return found

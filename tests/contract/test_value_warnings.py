@@ -16,6 +16,7 @@ from app.k8s.value_warnings import (
     ANY_ADMITTED,
     ANY_POD,
     DASHBOARD_SHUT,
+    DEADLINES,
     DELETE_SELF,
     DRAWN,
     KEPT_CLUSTER,
@@ -131,6 +132,15 @@ CASES = {
         [NO_AUTH.format(who=ANY_POD)],
     ),
     "dashboard-shut": ({"networkPolicy": {"dashboardFrom": []}}, [DASHBOARD_SHUT]),
+    # A red-team pass: a job cut off before its start deadline rendered without a word.
+    "deadlines-crossed": (
+        {"rayJob": {"activeDeadlineSeconds": 60, "preRunningDeadlineSeconds": 3600}},
+        [DEADLINES.format(active=60, pre=3600)],
+    ),
+    "deadlines-in-order": (
+        {"rayJob": {"activeDeadlineSeconds": 7200, "preRunningDeadlineSeconds": 3600}},
+        [],
+    ),
     # A red-team pass: `a && b` rendered without a word, though KubeRay's submitter runs only
     # `a` as the Ray job and `b` in its own pod (docs/gitops.md).
     "and-outside-quotes": (
