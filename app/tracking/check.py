@@ -41,9 +41,15 @@ def configured(env: Mapping[str, str], settings: TrainSettings) -> list[str]:
         names.append("mlflow")
     if settings.tensorboard:
         names.append("tensorboard")
-    if env.get("WANDB_API_KEY") or env.get("WANDB_MODE"):
+    # WANDB_MODE=disabled is W&B's own off switch, whatever else is set (an API key in the
+    # image's environment): no run, nothing to check.
+    if (env.get("WANDB_API_KEY") or env.get("WANDB_MODE")) and not _wandb_disabled(env):
         names.append("wandb")
     return names
+
+
+def _wandb_disabled(env: Mapping[str, str]) -> bool:
+    return (env.get("WANDB_MODE") or "").strip() == "disabled"
 
 
 def check_trackers(settings: TrainSettings, env: Mapping[str, str] | None = None) -> list[Verdict]:

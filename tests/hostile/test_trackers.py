@@ -115,6 +115,20 @@ def test_wandb_without_its_package_is_named(
     assert "k" * 40 not in result.text  # an API key is named, never printed
 
 
+@pytest.mark.parametrize("key", [None, "k" * 40])
+def test_wandb_disabled_is_off_and_asks_for_nothing(
+    key: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WANDB_MODE=disabled, W&B's own off switch, stopped train with exit 2 asking for the
+    wandb package (a red-team pass)."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    if key:
+        monkeypatch.setenv("WANDB_API_KEY", key)
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0 and "W&B is configured" not in result.text, result.text
+    assert "tracking: none configured" in result.out, result.out
+
+
 def test_an_unknown_wandb_mode_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_MODE", "offlne")
     assert_refused(trainctl("check", "--skip-cluster"), 2, "WANDB_MODE='offlne'", "offline")
