@@ -102,6 +102,8 @@ def promote_run(
             if earlier := _first_judged(previous, version):
                 promotion["earlier"] = earlier
                 line = f"promoted v{version} (already the champion; first judged: {earlier})"
+            if _registry_missed(previous):  # its server was down: the registry follows now
+                published = run_dir / EXPORT_DIR
         elif best is not None and _judged_before(settings, best, previous):
             line, decision, version = _verdict_stands(settings, previous, promotion)  # type: ignore[arg-type]
         elif best is None:
@@ -151,6 +153,13 @@ def _publish(
     except Exception as err:  # the pointer already moved: say the registry did not follow
         promotion["registry"] = {"error": registry.describe(err)}
         _say(f"MLflow registry not updated: {promotion['registry']['error']}")
+
+
+def _registry_missed(previous: dict[str, Any] | None) -> bool:
+    """The earlier driver's promotion moved the pointer but not the MLflow registry (its
+    record says why): left as it was, the registry's champion alias named the model before."""
+    record = previous.get("registry") if isinstance(previous, dict) else None
+    return isinstance(record, dict) and "error" in record
 
 
 class _Kept(Exception):

@@ -80,11 +80,28 @@ def plan_start(
 
 
 def trackers_to_close(previous: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """On a finished run, the tracker runs a killed driver left open (its summary never said
-    succeeded), to be closed now; None when there are none."""
-    if (previous or {}).get("status") == "succeeded":
-        return None
-    return recorded_tracking(previous) or None
+    """On a finished run, the tracker runs to finish now: those a killed driver left open (its
+    summary never said succeeded), or, after a driver that did finish, those its delivery record
+    says missed epochs or their close (the tracker's server was down at the end: a rerun of the
+    finished run delivered nothing, and dropped that record). {} starts fresh runs for trackers
+    switched off then; None when there is nothing to finish."""
+    previous = previous or {}
+    if previous.get("status") != "succeeded":
+        return recorded_tracking(previous) or None
+    return recorded_tracking(previous) if delivery_incomplete(previous) else None
+
+
+def delivery_incomplete(summary: Mapping[str, Any]) -> bool:
+    """Whether summary.json's `tracking_delivery` names an epoch some tracker did not get, or a
+    tracker run left open."""
+    record = summary.get("tracking_delivery")
+    if not isinstance(record, Mapping):
+        return False
+    return any(
+        isinstance(one, Mapping)
+        and (bool(one.get("undelivered_epochs")) or one.get("closed") is False)
+        for one in record.values()
+    )
 
 
 def classify_ending(err: BaseException, sigterm: bool) -> Ending:

@@ -156,7 +156,7 @@ def _conclude_finished(
     # A driver killed after the last checkpoint left its tracker runs open: close them.
     before = read_summary(run_dir) or {}
     previous = decisions.trackers_to_close(before)
-    trackers = Trackers.start(settings, previous) if previous else None
+    trackers = Trackers.start(settings, previous) if previous is not None else None
     if trackers is not None:
         trackers.catch_up(run_folder.epochs(run_dir))
     return _conclude(
@@ -514,6 +514,10 @@ def _summary(
         summary["ingest"] = before["ingest"]
     if tracking := recorded_tracking(before):
         summary["tracking"] = tracking
+    # What each tracker got, until a driver with trackers records it again (_close_trackers):
+    # a rerun of a finished run that starts none keeps the record of what they missed.
+    if isinstance(before.get("tracking_delivery"), dict):
+        summary["tracking_delivery"] = before["tracking_delivery"]
     return summary
 
 

@@ -216,6 +216,7 @@ class Trackers:
             record[d.name] = {
                 "delivered_epochs": sorted(d.delivered),
                 "undelivered_epochs": d.undelivered(),
+                "closed": d.finished,
                 "errors": d.errors,
                 **({"last_error": d.last_error} if d.errors else {}),
             }

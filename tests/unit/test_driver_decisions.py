@@ -72,6 +72,18 @@ def test_trackers_left_open_by_a_killed_driver_are_closed_once() -> None:
     assert decisions.trackers_to_close({"status": "succeeded", "tracking": ids}) is None
     assert decisions.trackers_to_close({"status": "failed"}) is None
     assert decisions.trackers_to_close(None) is None
+    # A driver that finished while a tracker's server was down: its record says what is owed.
+    missed = {"mlflow": {"delivered_epochs": [1], "undelivered_epochs": [2], "closed": False}}
+    done = {"mlflow": {"delivered_epochs": [1, 2], "undelivered_epochs": [], "closed": True}}
+    ended = {"status": "succeeded", "tracking": ids}
+    assert decisions.trackers_to_close({**ended, "tracking_delivery": missed}) == ids
+    assert decisions.trackers_to_close({**ended, "tracking_delivery": done}) is None
+    unclosed = {"mlflow": {**done["mlflow"], "closed": False}}
+    assert decisions.trackers_to_close({**ended, "tracking_delivery": unclosed}) == ids
+    # Switched off at the start (no tracker run recorded): a run of its own now, caught up.
+    off = {"mlflow": {"delivered_epochs": [], "undelivered_epochs": [1, 2], "switched_off": "x"}}
+    assert decisions.trackers_to_close({"status": "succeeded", "tracking_delivery": off}) == {}
+    assert decisions.trackers_to_close({**ended, "tracking_delivery": ["damaged"]}) is None
 
 
 def test_sigterm_is_told_by_its_flag_whatever_ray_raised() -> None:

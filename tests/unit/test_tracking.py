@@ -193,6 +193,30 @@ def test_a_server_gone_at_the_end_is_named_with_its_epochs(
     assert delivery["delivered_epochs"] == [1] and delivery["undelivered_epochs"] == [2]
     assert "ConnectionError" in delivery["last_error"] or "refused" in delivery["last_error"]
     assert "mlflow tracking: epochs 2 not delivered and its run not closed" in warnings[-1]
+    assert delivery["closed"] is False
+
+    # The finished run rerun with the server back (a RayJob retry, a CronJob's next night):
+    # it delivered nothing and dropped this record, leaving the MLflow run RUNNING at epoch 1
+    # (a red-team pass). Now its trackers finish what the record says they missed.
+    from mlflow.tracking import MlflowClient
+
+    from app.run.decisions import trackers_to_close
+
+    summary = {"status": "succeeded", "tracking": trackers.ids, "tracking_delivery": {
+        "mlflow": delivery}}  # fmt: skip
+    previous = trackers_to_close(summary)
+    assert previous == trackers.ids
+    again = Trackers.start(settings, previous, warn=warnings.append)
+    again.catch_up([_record(1), _record(2)])
+    again.finish("succeeded", None)
+    run_id = trackers.ids["mlflow"]["run_id"]
+    assert again.ids["mlflow"]["run_id"] == run_id  # the same tracker run, continued
+    assert _steps(tracked.uri, run_id) == [1, 2]  # each epoch once
+    assert MlflowClient(tracked.uri).get_run(run_id).info.status == "FINISHED"
+    finished = again.delivery()["mlflow"]
+    assert finished["undelivered_epochs"] == [] and finished["closed"] is True
+    summary["tracking_delivery"] = again.delivery()
+    assert trackers_to_close(summary) is None  # nothing left: the next rerun starts none
 
 
 def test_an_optional_tracker_that_cannot_work_is_switched_off_with_one_warning(
@@ -230,3 +254,39 @@ def test_params_and_metrics_as_trackers_take_them() -> None:
     }
     record = {"epoch": 2, "time": 1.0, "train_loss": 1, "val_accuracy": 0.5, "note": "x"}
     assert epoch_metrics(record) == {"train_loss": 1.0, "val_accuracy": 0.5}
+
+
+def test_a_registry_left_behind_by_a_server_down_follows_on_the_rerun(
+    tracked: MlflowServer, tmp_path: Path
+) -> None:
+    """The pointer moved while the MLflow server was down at the run's end (`MLflow registry
+    not updated`), and a rerun of the finished run, the server back, said `already the
+    champion` and left the registry's champion alias on the model before (a red-team pass)."""
+    from mlflow.tracking import MlflowClient
+
+    from app.promotion.step import promote_run
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    client = MlflowClient(tracked.uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT) or client.get_experiment(
+        client.create_experiment(EXPERIMENT)
+    )
+    run_id = client.create_run(experiment.experiment_id, run_name="r").info.run_id
+    make_run(tmp_path, "r", 0.9)
+    settings = settings_for(tmp_path, "r")
+    summary = {"status": "succeeded", "tracking": {"mlflow": {"run_id": run_id}}}
+    tracked.stop()
+    try:
+        first = promote_run(settings, INFO, summary)
+    finally:
+        tracked.start()
+    assert first["champion_version"] == 1 and "error" in first["promotion"]["registry"]
+    again = promote_run(settings, INFO, summary, first["promotion"])
+    assert again["promotion"]["line"].startswith("promoted v1 (already the champion")
+    registry = again["promotion"]["registry"]
+    assert registry["registered"] is True and "error" not in registry, registry
+    alias = client.get_model_version_by_alias("digits-cnn", "champion")
+    assert (alias.run_id, int(alias.version)) == (run_id, registry["version"])
+    # Followed once: a further rerun finds nothing missed and registers nothing again.
+    promote_run(settings, INFO, summary, again["promotion"])
+    assert len(client.search_model_versions("name='digits-cnn'")) == 1
