@@ -104,6 +104,11 @@ def _train(
     resume.restore_epoch_line(run_dir, latest, _say)
     start = decisions.plan_start(latest, settings.epochs, rule_of(settings))
     _say(start.announcement(settings.run_name, run_dir, settings.epochs))
+    if start.kind == "resume" and (changed := resume.changed_since(settings)):
+        _say(
+            f"settings changed since the run's last driver: {', '.join(changed)}; the epochs "
+            "trained so far keep the recorded ones, and summary.json records these from now on"
+        )
     if warm_line := decisions.warm_start_line(start, warm_start):
         _say(warm_line)
     resume_from = start.checkpoint

@@ -16,12 +16,20 @@ from collections.abc import Callable
 from typing import Any
 
 from app.data.schema import DatasetInfo
+from app.errors import ConfigError
 from app.export.witness import witnessed
+from app.formatting import one_line
 from app.runfolder import checkpoints
 from app.runfolder import folder as run_folder
 from app.runfolder.epoch_record import CORE_METRICS
 from app.settings import TrainSettings
+from app.settings.tune_space import VARIABLE
 from app.storage.location import RunPath
+
+# Settings that shape the model: a run's checkpoints under other values cannot resume it.
+MODEL_SHAPE = ("model", "dataset", "image_size", "vit_patch")
+# What a resumed run's training follows: said when a rerun changes it.
+TRAINING = (*VARIABLE, "epochs", "dataset", "image_size")
 
 
 def usable_checkpoint(
@@ -37,8 +45,33 @@ def usable_checkpoint(
         problem = checkpoints.resume_problem(ref, model_shapes(settings, info))
         if problem is None:
             return ref
+        if shaped := changed_since(settings, MODEL_SHAPE):
+            # Another model under this run's name: set aside, its checkpoints went and the new
+            # model's epochs replaced its history, with exit 0 (a red-team pass).
+            raise ConfigError(
+                f"run {settings.run_name} was trained with {', '.join(shaped)}: its "
+                "checkpoints are of that model and cannot resume this one, and starting over "
+                "would replace its history; give the new model a run of its own "
+                f"(TRAIN_RUN_NAME), or move {settings.run_dir} away to start over"
+            )
         checkpoints.set_aside(ref.path, problem, say)
     return None
+
+
+def changed_since(settings: TrainSettings, names: tuple[str, ...] = TRAINING) -> list[str]:
+    """`names` whose value the run's last driver recorded (summary.json's settings) and this one
+    changes, each as `TRAIN_LR=0.001 (now 0.05)`; empty without a readable record."""
+    summary = run_folder.read_summary(settings.run_dir) or {}
+    recorded = summary.get("settings")
+    if not isinstance(recorded, dict):
+        return []
+    now = settings.redacted()
+    return [
+        f"TRAIN_{name.upper()}={one_line(str(recorded[name]), 60)} (now "
+        f"{one_line(str(now.get(name)), 60)})"
+        for name in dict.fromkeys(names)
+        if name in recorded and recorded[name] != now.get(name)
+    ]
 
 
 def restore_epoch_line(

@@ -369,6 +369,38 @@ def test_driver_sets_aside_a_checkpoint_of_another_model_with_the_reason(
     assert not (settings.run_dir / "checkpoint_epoch_0001").exists()
 
 
+def test_another_model_under_a_trained_runs_name_is_refused_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TRAIN_MODEL changed under an existing TRAIN_RUN_NAME: its (healthy) checkpoints were set
+    aside as corrupt and the new model's epochs replaced the run's history, exit 0 (a
+    red-team pass). The run's summary says which model its checkpoints are of: exit 2, nothing
+    moved. A checkpoint that fits no recorded model stays set aside, as above."""
+    from app.errors import ConfigError
+    from app.runfolder.folder import write_summary
+    from app.settings.env import load_settings
+
+    data.good(tmp_path / "data")
+    _settings_env(monkeypatch, tmp_path, TRAIN_RUN_NAME="r", TRAIN_MODEL="resnet18")
+    settings = load_settings()
+    info = inspect_dataset(tmp_path / "data")
+    _checkpoint(settings.run_dir, 1, torch.nn.Linear(4, 3))  # the model it was trained with
+    recorded = {**settings.redacted(), "model": "cnn", "lr": 0.01}
+    write_summary(settings.run_dir, {"status": "succeeded", "settings": recorded})
+    with pytest.raises(ConfigError) as refused:
+        resume.usable_checkpoint(settings, info, print)
+    said = str(refused.value)
+    assert "run r was trained with TRAIN_MODEL=cnn (now resnet18)" in said, said
+    assert "give the new model a run of its own (TRAIN_RUN_NAME)" in said
+    assert (settings.run_dir / "checkpoint_epoch_0001").is_dir()  # nothing set aside
+    assert not list(settings.run_dir.glob("corrupt_*"))
+    # The settings a resumed run changes are named (`TRAIN_LR=0.05` was taken without a word).
+    assert resume.changed_since(settings) == [
+        "TRAIN_MODEL=cnn (now resnet18)",
+        f"TRAIN_LR=0.01 (now {settings.lr:g})",
+    ]
+
+
 # --- run records: damaged lines are skipped with one warning ------------------------------------
 GOOD = '{"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_accuracy": 0.5}'
 GARBAGE = [
