@@ -129,9 +129,12 @@ def stop_answer(progress: dict[str, Any], invocation: str, asked: float) -> str 
     if progress.get("trained_out") == invocation:
         return "trained_out"
     jit, written = progress.get("jit"), progress.get("time")
+    # The checkpoint's own invocation: progress.json keeps an earlier driver's `jit` in every
+    # later write, which answered this stop with that stop's step and time (a red-team pass).
     if (
         isinstance(jit, dict)
         and jit.get("reason") == "stopped"
+        and jit.get("invocation") == invocation
         and isinstance(written, int | float)
         and written >= asked
     ):

@@ -371,8 +371,10 @@ def mid_epoch_checkpoint(
     if worker.rank == 0:  # what the next start counts lost steps from
         # Its folder: where a signing driver waits for the controller's witness before it
         # exits (app/run/signals.py).
+        # Its invocation: progress.json carries it into the next driver's writes, where it
+        # must not answer that driver's own stop (app/run/signals.py stop_answer).
         extra = {"jit": {"reason": reason, "step": state.step, "checkpoint_s": reported.seconds,
-                         "checkpoint": reported.folder}}  # fmt: skip
+                         "checkpoint": reported.folder, "invocation": plan.invocation}}  # fmt: skip
         run_folder.write_progress(
             plan.settings.run_dir, plan.invocation, epoch=epoch, step=state.step,
             checkpoint_step=state.step, **(extra if jit else {}),

@@ -350,21 +350,28 @@ def test_a_run_whose_loss_went_nan_is_said_to_have_diverged_from_that_epoch() ->
     assert decisions.diverged_line([], lr=0.1) is None
 
 
+JIT = {"reason": "stopped", "invocation": "me"}  # a just-in-time checkpoint of this driver's
+
+
 @pytest.mark.parametrize(
     ("progress", "answer"),
     [
         ({}, None),  # nothing written yet
         # A just-in-time checkpoint of this stop, and one left by an earlier stop.
-        ({"invocation": "me", "time": 20.0, "jit": {"reason": "stopped", "step": 7}}, "checkpoint"),
-        ({"invocation": "me", "time": 5.0, "jit": {"reason": "stopped", "step": 7}}, None),
-        ({"invocation": "me", "time": 20.0, "jit": {"reason": "preemption"}}, None),
+        ({"invocation": "me", "time": 20.0, "jit": {**JIT, "step": 7}}, "checkpoint"),
+        ({"invocation": "me", "time": 5.0, "jit": {**JIT, "step": 7}}, None),
+        ({"invocation": "me", "time": 20.0, "jit": {**JIT, "reason": "preemption"}}, None),
+        # An earlier driver's, carried into this driver's progress writes: it answered this
+        # stop with that stop's step (a red-team pass).
+        ({"invocation": "me", "time": 20.0, "jit": {**JIT, "invocation": "before"}}, None),
+        ({"invocation": "me", "time": 20.0, "jit": {"reason": "stopped", "step": 7}}, None),
         # The workers' loop had ended before the stop was asked (a Ctrl-C as the run ends):
         # found by a red-team pass, where the driver waited its full 60 s for a checkpoint.
         ({"invocation": "me", "time": 5.0, "trained_out": "me"}, "trained_out"),
         ({"invocation": "me", "time": 20.0, "trained_out": "an-earlier-driver"}, None),
         ({"invocation": "other", "time": 20.0, "trained_out": "other"}, None),
         # progress.json is the storage's: anything may be in it.
-        ({"invocation": "me", "time": "soon", "jit": {"reason": "stopped"}}, None),
+        ({"invocation": "me", "time": "soon", "jit": JIT}, None),
         ({"invocation": "me", "time": 20.0, "jit": ["stopped"]}, None),
     ],
 )
@@ -399,7 +406,7 @@ def test_a_stop_asks_every_run_first_then_awaits_them_together(tmp_path: Path) -
         asked.append(invocation)
         run_dir = tmp_path / invocation
         if invocation == "checkpoints":
-            jit = {"reason": "stopped", "step": 412, "checkpoint_s": 1.5}
+            jit = {"reason": "stopped", "step": 412, "checkpoint_s": 1.5, "invocation": invocation}
             run_folder.write_progress(run_dir, invocation, epoch=3, step=412, jit=jit)
         elif invocation == "trained-out":
             run_folder.write_progress(run_dir, invocation, trained_out=invocation)
