@@ -232,7 +232,8 @@ def _stopped(
             settings, "interrupted", started, invocation, resume_from,
             f"stopped by {signal_name}", trackers=trackers,
         )  # fmt: skip
-        if ending == "ctrl_c":
+        if ending == "ctrl_c":  # the CLI says `interrupted` (exit 130); where to go on is said here
+            _say(f"stopped by Ctrl-C; run folder {run_dir} is consistent: rerun to resume")
             return None
         return Interrupted(
             f"stopped by SIGTERM; run folder {run_dir} is consistent: rerun to resume"
