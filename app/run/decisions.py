@@ -259,15 +259,22 @@ def _figures(metrics: Mapping[str, Any], metric: str) -> str:
     return ", ".join(f"{name} {value:.4f}" for name, value in figures if value is not None)
 
 
+def diverged_since(epochs: Sequence[Mapping[str, Any]]) -> int | None:
+    """The epoch from which the training loss was not a finite number to the last; None when
+    the last epoch's is finite (or there are none)."""
+    since = None
+    for record in epochs:
+        loss = record.get("train_loss")
+        since = None if finite(loss) is not None else (since or record.get("epoch"))
+    return since
+
+
 def diverged_line(epochs: Sequence[Mapping[str, Any]], lr: float) -> str | None:
     """What the driver says when training diverged: the training loss not a finite number
     (NaN or infinite, written as null in metrics.jsonl) from some epoch to the last. The run
     still ends as it would (the best checkpoint, the gate that keeps a worse model from the
     champion), but its epoch lines alone do not say why its figures stopped moving."""
-    since = None
-    for record in epochs:
-        loss = record.get("train_loss")
-        since = None if finite(loss) is not None else (since or record.get("epoch"))
+    since = diverged_since(epochs)
     if since is None:
         return None
     return (

@@ -448,6 +448,7 @@ def _finish(
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
     if diverged := decisions.diverged_line(epochs, settings.lr):
         _say(diverged)
+        summary["diverged_since_epoch"] = decisions.diverged_since(epochs)  # status says it
     try:
         curves = plot_curves(run_dir)
     except Exception as err:  # a plot must never leave the summary at "running"

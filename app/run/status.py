@@ -74,6 +74,7 @@ class RunStatus:
     interruptions: dict[str, Any] = field(default_factory=dict)
     accelerator_hours: dict[str, Any] | None = None
     stopped_early: dict[str, Any] | None = None  # {reason, epoch, rule}
+    diverged_since: int | None = None  # the epoch from which train_loss was not finite
     time_to_threshold: list[dict[str, Any]] = field(default_factory=list)  # app/run/first_met
     error: str | None = None  # a failed or invalid run's reason
     refused: str | None = None  # why the last start was refused, beside an earlier run's record
@@ -107,6 +108,11 @@ class RunStatus:
             out.append(f"  best checkpoint: {_figures(self.best, self.metric)}{ranked}")
         if self.stopped_early:
             out.append(f"  stopped early:   {_stop_text(self.stopped_early)}")
+        if self.diverged_since is not None:
+            out.append(
+                f"  diverged:        train_loss not a finite number from epoch "
+                f"{self.diverged_since} on (a lower TRAIN_LR usually keeps it finite)"
+            )
         kind = self.accelerator_hours["kind"] if self.accelerator_hours else ""
         for index, entry in enumerate(self.time_to_threshold):
             label = "  to threshold:    " if index == 0 else " " * 19
@@ -216,6 +222,7 @@ def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:
     result.promotion = _promotion(summary) if final else None
     if final:
         result.stopped_early = _stopped(summary.get("stopped_early"))
+        result.diverged_since = _count(summary.get("diverged_since_epoch"))
         result.time_to_threshold = [
             {**entry, "threshold": _shown(entry["threshold"], 120)}
             for entry in first_met.checked(summary.get("time_to_threshold"))

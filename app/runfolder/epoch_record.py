@@ -119,11 +119,15 @@ def epoch_line(record: Mapping[str, Any], total: int, eta_s: float | None = None
     """
     epoch = int(record["epoch"])
     parts = [f"epoch {epoch:>{len(str(total))}}/{total}"]
-    parts += [
-        field.line.format(value=record[field.name])
-        for field in FIELDS
-        if field.line and is_number(record.get(field.name))
-    ]
+    for field in FIELDS:
+        if not field.line:
+            continue
+        if is_number(record.get(field.name)):
+            parts.append(field.line.format(value=record[field.name]))
+        elif field.core and field.name in record and record[field.name] is None:
+            # JSON has no NaN: a diverged epoch's loss is written as null, and was left out
+            # of the line without a word (a red-team pass).
+            parts.append(f"{field.name} not finite")
     own_pace = pace(record)
     if eta_s is None and own_pace is not None:
         eta_s = _eta_s(epoch, total, own_pace)

@@ -350,6 +350,26 @@ def test_a_run_whose_loss_went_nan_is_said_to_have_diverged_from_that_epoch() ->
     assert decisions.diverged_line([], lr=0.1) is None
 
 
+def test_a_diverged_epoch_says_its_loss_is_not_finite_and_status_says_the_run_diverged(
+    tmp_path: Path,
+) -> None:
+    """The epoch lines dropped the loss columns of a NaN epoch without a word, and nothing in
+    summary.json or `status` kept the divergence (a red-team pass)."""
+    from app.run import status as run_status
+    from app.runfolder import folder as run_folder
+    from app.runfolder.epoch_record import epoch_line
+
+    line = epoch_line({"epoch": 2, "train_loss": None, "val_loss": None, "val_accuracy": 0.08}, 3)
+    assert line.startswith("epoch 2/3  train_loss not finite  val_loss not finite  val_acc 8.00%")
+    assert "not finite" not in epoch_line({"epoch": 2, "val_accuracy": 0.5}, 3)  # not recorded
+    epochs = [{"epoch": 1, "train_loss": 2.3}, {"epoch": 2, "train_loss": None}]
+    assert decisions.diverged_since(epochs) == 2
+    summary = {"status": "succeeded", "run_name": "r", "diverged_since_epoch": 2}
+    run_folder.write_summary(tmp_path / "r", summary)
+    lines = run_status.read_run(tmp_path / "r").lines()
+    assert "  diverged:        train_loss not a finite number from epoch 2 on" in "\n".join(lines)
+
+
 JIT = {"reason": "stopped", "invocation": "me"}  # a just-in-time checkpoint of this driver's
 
 
