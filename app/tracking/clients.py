@@ -9,14 +9,16 @@ instead of opening a second one. Failures are raised: app/tracking/trackers.py r
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-from app.formatting import finite, shown_figure
+from app.formatting import finite, one_line, shown_figure
 from app.redact import redact_uri
-from app.runfolder.epoch_record import TRACKED_METRICS
+from app.runfolder.epoch_record import CORE_METRICS, TRACKED_METRICS
 from app.settings import TrainSettings
 from app.storage.location import LocalFolder, RunPath, local_copy, local_path
 
@@ -41,8 +43,32 @@ def _wall(record: Mapping[str, Any]) -> float:
 
 def epoch_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     # NaN and infinities go to the trackers as the floats they are (a diverged loss is worth
-    # seeing there); an integer no float holds (a hand-edited record) cannot be sent at all.
-    return {k: float(v) for k in TRACKED_METRICS if shown_figure(v := record.get(k)) is not None}
+    # seeing there); metrics.jsonl holds them as null (JSON has no NaN), sent as NaN. An integer
+    # no float holds (a hand-edited record) cannot be sent at all.
+    sent = {k: float(v) for k in TRACKED_METRICS if shown_figure(v := record.get(k)) is not None}
+    not_finite = {k: math.nan for k in CORE_METRICS if k in record and record[k] is None}
+    return {**not_finite, **sent}
+
+
+def same_server(recorded: object, uri: str) -> bool:
+    """Whether a recorded (redacted) tracking URI names the server `uri` does, whatever the
+    spelling: the scheme's and host's case, a trailing slash, the scheme's default port, and
+    localhost for 127.0.0.1 (a second tracker run replayed every epoch for a trailing slash)."""
+    if not isinstance(recorded, str):
+        return False
+
+    def canonical(text: str) -> tuple[str, str, int | None, str]:
+        parts = urlsplit(redact_uri(text).strip())
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        host = (parts.hostname or "").lower()
+        host = "127.0.0.1" if host in ("localhost", "::1") else host
+        port = port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+        return parts.scheme.lower(), host, port, parts.path.rstrip("/")
+
+    return canonical(recorded) == canonical(uri)
 
 
 class _MLflow:
@@ -62,7 +88,18 @@ class _MLflow:
         self.client = MlflowClient(tracking_uri=uri)
         run = None
         resumed = previous.get("run_id")
-        if isinstance(resumed, str) and resumed and previous.get("tracking_uri") == redact_uri(uri):
+        self.note: str | None = None  # why an earlier driver's run is not continued, if so
+        if (
+            isinstance(resumed, str)
+            and resumed
+            and not same_server(previous.get("tracking_uri"), uri)
+        ):
+            self.note = (
+                f"mlflow: this run's tracker run {one_line(resumed, 40)} is on "
+                f"{one_line(str(previous.get('tracking_uri')), 200)}, and MLFLOW_TRACKING_URI is "
+                f"now {redact_uri(uri)}: a new tracker run there gets every epoch"
+            )
+        elif isinstance(resumed, str) and resumed:
             try:
                 run = self.client.get_run(resumed)
             except MlflowException:

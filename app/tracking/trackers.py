@@ -114,6 +114,8 @@ class Trackers:
             delivery = _Delivery(name, lambda kind=kind, before=before: kind(settings, before))
             trackers.deliveries.append(delivery)
             trackers._try(delivery, force=True)
+            if note := getattr(delivery.client, "note", None):  # a new run where one was kept
+                trackers._warn(note)
         return trackers
 
     @property

@@ -290,3 +290,44 @@ def test_a_registry_left_behind_by_a_server_down_follows_on_the_rerun(
     # Followed once: a further rerun finds nothing missed and registers nothing again.
     promote_run(settings, INFO, summary, again["promotion"])
     assert len(client.search_model_versions("name='digits-cnn'")) == 1
+
+
+def test_another_spelling_of_the_server_continues_the_run_and_another_server_is_said(
+    tracked: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trailing slash or localhost for 127.0.0.1 in MLFLOW_TRACKING_URI opened a second
+    tracker run that replayed every epoch, without a word (a red-team pass)."""
+    from app.tracking.clients import epoch_metrics, same_server
+
+    settings = TrainSettings(storage_path=tmp_path, run_name="spelled", tensorboard=False)
+    first = Trackers.start(settings, None)
+    first.log_epoch(_record(1))
+    first.finish("interrupted", None)
+    port = tracked.uri.rsplit(":", 1)[1]
+    for spelling in (f"{tracked.uri}/", f"HTTP://LOCALHOST:{port}"):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", spelling)
+        warnings: list[str] = []
+        again = Trackers.start(settings, first.ids, warn=warnings.append)
+        assert again.ids["mlflow"]["run_id"] == first.ids["mlflow"]["run_id"], spelling
+        assert warnings == []
+        again.finish("interrupted", None)
+    assert not same_server(tracked.uri, "http://127.0.0.1:1")
+    assert same_server("http://***@mlflow.example.com", "http://u:p@MLflow.example.com:80/")
+    # A null loss (JSON's NaN) reaches the trackers as NaN, not as nothing.
+    sent = epoch_metrics({"epoch": 3, "train_loss": None, "val_loss": 1.0, "val_accuracy": 0.5})
+    assert sent["train_loss"] != sent["train_loss"] and sent["val_loss"] == 1.0
+
+
+def test_a_run_recorded_on_another_server_says_a_new_tracker_run_gets_every_epoch(
+    tracked: MlflowServer, tmp_path: Path
+) -> None:
+    settings = TrainSettings(storage_path=tmp_path, run_name="moved", tensorboard=False)
+    elsewhere = {"mlflow": {"run_id": "abc", "tracking_uri": "http://mlflow.old.example:5000"}}
+    warnings: list[str] = []
+    trackers = Trackers.start(settings, elsewhere, warn=warnings.append)
+    assert trackers.ids["mlflow"]["run_id"] != "abc"
+    assert warnings == [
+        f"mlflow: this run's tracker run abc is on http://mlflow.old.example:5000, and "
+        f"MLFLOW_TRACKING_URI is now {tracked.uri}: a new tracker run there gets every epoch"
+    ]
+    trackers.finish("succeeded", None)
