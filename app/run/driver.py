@@ -454,7 +454,7 @@ def _finish(
     except Exception as err:  # a plot must never leave the summary at "running"
         _say(f"curves not drawn ({type(err).__name__}: {err})")
         curves = None
-    _close_trackers(settings, status, summary, trackers, kept)
+    _close_trackers(settings, status, summary, trackers, kept, epochs)
     try:
         path = write_final_summary(run_dir, summary)
     except SummaryNotWritten as err:
@@ -560,9 +560,13 @@ def _close_trackers(
     summary: dict[str, Any],
     trackers: Trackers | None,
     kept: list[checkpoints.CheckpointRef],
+    epochs: list[dict[str, Any]],
 ) -> None:
-    """The trackers' runs ended with the best checkpoint, and what each got in the summary."""
+    """The trackers' runs ended with the best checkpoint, and what each got in the summary.
+    `epochs`: metrics.jsonl's, where an epoch that ended after the driver stopped following
+    (Ctrl-C reaches the workers seconds later) is too: neither sent nor named undelivered."""
     if trackers is not None:
+        trackers.catch_up(epochs)
         # The summary's best, as the object it was ranked from (not located again from text).
         best = next(iter(retention.ranked(kept, settings.checkpoint_metric)), None)
         trackers.finish(status, best.path if best else None)

@@ -331,3 +331,21 @@ def test_a_run_recorded_on_another_server_says_a_new_tracker_run_gets_every_epoc
         f"MLFLOW_TRACKING_URI is now {tracked.uri}: a new tracker run there gets every epoch"
     ]
     trackers.finish("succeeded", None)
+
+
+def test_an_epoch_that_ended_after_the_stop_reaches_the_trackers_at_the_close(
+    tracked: MlflowServer, tmp_path: Path
+) -> None:
+    """Ctrl-C reaches the workers seconds after the driver stops following: the epoch that ends
+    meanwhile was in metrics.jsonl but never sent, and not named undelivered (a red-team
+    pass). The driver's close hands the trackers every recorded epoch."""
+    from app.run.driver import _close_trackers
+
+    settings = TrainSettings(storage_path=tmp_path, run_name="late", tensorboard=False)
+    trackers = Trackers.start(settings, None)
+    trackers.log_epoch(_record(1))
+    summary: dict[str, Any] = {}
+    _close_trackers(settings, "interrupted", summary, trackers, [], [_record(1), _record(2)])
+    run_id = trackers.ids["mlflow"]["run_id"]
+    assert _steps(tracked.uri, run_id) == [1, 2]
+    assert summary["tracking_delivery"]["mlflow"]["delivered_epochs"] == [1, 2]
