@@ -13,6 +13,7 @@ app/tracking/probing.py). The MLflow probe is app/tracking/mlflow_check.py.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -64,7 +65,10 @@ def check_trackers(settings: TrainSettings, env: Mapping[str, str] | None = None
         try:
             verdicts.append(Verdict(name, detail=probes[name](settings, env)))
         except ConfigError as err:
-            verdicts.append(Verdict(name, problem="; ".join(err.problems)))
+            problem = "; ".join(err.problems)
+            if not settings.tracking_required:  # already set: advice to set it is noise
+                problem = re.sub(rf"[,;]? ?{re.escape(OPT_OUT)}", "", problem)
+            verdicts.append(Verdict(name, problem=problem))
     return verdicts
 
 

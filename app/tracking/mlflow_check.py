@@ -59,14 +59,16 @@ def _unsupported(uri: str, err: Exception) -> str:
     scheme = urlsplit(uri).scheme.lower()
     client = _client_name()
     allowed = ", ".join(supported_schemes())
-    store = redact_uri(uri) if urlsplit(uri).scheme not in ("", "file") else "sqlite:///mlflow.db"
+    from mlflow.store.db.db_types import DATABASE_ENGINES
+
+    # A database URI is a backend store the server can use; any other (ftp://, a path) is not.
+    database = scheme.split("+")[0] in DATABASE_ENGINES
+    store = redact_uri(uri) if database else "sqlite:///mlflow.db"
     fix = (
         f"run `mlflow server --backend-store-uri {store}` where it lasts and set "
         f"MLFLOW_TRACKING_URI=http://<host>:5000 (this client supports {allowed}), {OPT_OUT}"
     )
-    from mlflow.store.db.db_types import DATABASE_ENGINES
-
-    if scheme.split("+")[0] in DATABASE_ENGINES:  # sqlite://, postgresql+psycopg2://...
+    if database:  # sqlite://, postgresql+psycopg2://...
         return (
             f"{shown}: {scheme}:// is a database store, which needs the full mlflow package "
             f"with SQLAlchemy; the installed client is {client}: {fix}"
@@ -92,6 +94,8 @@ def probe_mlflow(settings: TrainSettings, env: Mapping[str, str]) -> str:
             f"install it, unset MLFLOW_TRACKING_URI, {OPT_OUT}"
         )
     experiment = env.get("MLFLOW_EXPERIMENT_NAME") or "trainctl"
+    if problem := experiment_name_problem(experiment):
+        raise ConfigError(f"MLFLOW_EXPERIMENT_NAME={shown_name(experiment)}: {problem}, {OPT_OUT}")
     try:
         store = _registry()._get_store(uri)
     except Exception as err:
@@ -108,6 +112,28 @@ def probe_mlflow(settings: TrainSettings, env: Mapping[str, str]) -> str:
 
     registry = within(timeout + 1, shown, lambda: registry_answers(store, timeout, shown, OPT_OUT))
     return f"{shown} answers, experiment {experiment} {answer}, {registry}"
+
+
+MAX_EXPERIMENT_NAME = 256  # MLflow's SQL stores hold an experiment's name in VARCHAR(256)
+
+
+def experiment_name_problem(name: str) -> str | None:
+    """Why MLflow would not take `name` as an experiment's, or create one nobody can find by
+    it (blank, or with control characters); None when it would."""
+    if not name.strip():
+        return "blank: give the experiment a name (unset, it is trainctl)"
+    if not name.isprintable():
+        return (
+            "it holds a control character (a line break, a tab): MLflow's UI and searches "
+            "show it as another name"
+        )
+    if len(name) > MAX_EXPERIMENT_NAME:
+        return f"{len(name):,} characters, over the {MAX_EXPERIMENT_NAME} MLflow's stores hold"
+    return None
+
+
+def shown_name(name: str) -> str:
+    return repr(name[:60] + ("..." if len(name) > 60 else ""))
 
 
 def _experiment(store: Any, name: str, timeout: float, shown: str) -> str:

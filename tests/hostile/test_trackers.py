@@ -68,6 +68,29 @@ def test_a_uri_the_client_cannot_use_is_refused_with_what_to_do(
     assert not Path("runs/digits-resnet18").exists() and not Path("data").exists()
     if command[0] == "check":
         assert "FAIL  tracking: MLFLOW_TRACKING_URI=" in result.out
+    # The server's backend store is a database, never the URI refused (`ftp://host/x`).
+    assert f"--backend-store-uri {uri}" not in result.text or uri.startswith("sqlite")
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("   ", "blank: give the experiment a name"),
+        ("nightly\nrun", "it holds a control character"),
+        ("e" * 600, "600 characters, over the 256 MLflow's stores hold"),
+    ],
+    ids=["blank", "line-break", "too-long"],
+)
+def test_an_experiment_name_mlflow_cannot_hold_is_named_before_any_request(
+    name: str, said: str, closed_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blank or multi-line name was created on the server as it was; a 600-character one was
+    blamed on the server's address (`HTTP 400 ... check the address`): a red-team pass."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{closed_port}")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", name)
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "MLFLOW_EXPERIMENT_NAME=", said)
+    assert "connection refused" not in result.text.lower()  # judged before any request
 
 
 def test_a_server_that_never_answers_costs_the_deadline_not_minutes(
@@ -102,6 +125,8 @@ def test_not_required_warns_and_goes_on(closed_port: int, monkeypatch: pytest.Mo
         result.out
     )
     assert "training goes on without it" in result.out
+    # It is set already: the refusal does not advise setting it (a red-team pass).
+    assert "or set TRAIN_TRACKING_REQUIRED=false" not in result.out
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
