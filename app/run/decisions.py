@@ -238,7 +238,12 @@ def running_summary(
 def outcome_line(run_name: str, status: str, summary: Mapping[str, Any], target: int) -> str:
     """The one line the driver ends with: the last epoch's figure and the best checkpoint's,
     each labelled (the promotion line that follows is about the best checkpoint)."""
-    parts = [f"run {run_name} {status}: {summary['epochs_completed']}/{target} epochs"]
+    done = summary["epochs_completed"]
+    # More than TRAIN_EPOCHS asks for now (an earlier driver's target): `4/2` read as a miscount.
+    count = (
+        f"{done}/{target} epochs" if done <= target else f"{done} epochs (TRAIN_EPOCHS={target})"
+    )
+    parts = [f"run {run_name} {status}: {count}"]
     best = summary.get("best") or {}
     metric = best.get("metric", "val_accuracy")
     last = _figures(summary.get("metrics") or {}, metric)

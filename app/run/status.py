@@ -728,6 +728,9 @@ def _figures(figures: Mapping[str, Any], metric: str, *, short: bool = False) ->
 
 def _epochs_text(run: RunStatus) -> str:
     done = "?" if run.epochs_completed is None else str(run.epochs_completed)
+    done_n, target = run.epochs_completed, run.epochs_target
+    if done_n is not None and target is not None and done_n > target:  # `4/2`: a miscount?
+        return f"{done} (TRAIN_EPOCHS={target})"
     return f"{done}/{'?' if run.epochs_target is None else run.epochs_target}"
 
 

@@ -245,6 +245,11 @@ def test_the_outcome_line_labels_the_last_epoch_and_the_best_checkpoint() -> Non
     assert decisions.outcome_line("r", "failed", summary, 5) == (
         "run r failed: 0/5 epochs; 0 failure(s) recovered"
     )
+    # A finished run rerun with a lower TRAIN_EPOCHS said `4/2 epochs` (a red-team pass).
+    summary = {"metrics": {}, "epochs_completed": 4, "failures": 0, "best": None}
+    assert decisions.outcome_line("r", "succeeded", summary, 2) == (
+        "run r succeeded: 4 epochs (TRAIN_EPOCHS=2); 0 failure(s) recovered"
+    )
 
 
 def test_compile_fallback_is_said_only_when_compile_was_required() -> None:
