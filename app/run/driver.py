@@ -18,6 +18,7 @@ import click
 from app.data.schema import DatasetInfo
 from app.errors import EXIT_SIGTERM, ConfigError, RunFailed, TrainctlError
 from app.export.witness import verified_only, witnessed
+from app.formatting import one_line
 from app.promotion.step import promote_run
 from app.run import decisions, first_met, resume
 from app.run.progress import EpochFollower
@@ -466,6 +467,9 @@ def _finish(
     _say(f"  summary: {path}")
     if curves:
         _say(f"  curves:  {curves}")
+    url = recorded_tracking(summary).get("mlflow", {}).get("run_url")
+    if isinstance(url, str):
+        _say(f"  mlflow:  {one_line(url, 300)}")
     return summary, kept
 
 

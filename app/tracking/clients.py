@@ -80,6 +80,9 @@ class _MLflow:
         # app/tracking/trackers.py keeps the epochs and retries with backoff.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        # The client prints two emoji lines with the run's address as each run ends; the
+        # driver's summary lines name it once instead (`ids["run_url"]`).
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         from mlflow.entities import Param
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
@@ -123,6 +126,11 @@ class _MLflow:
             self.resumed = True
         self.run_id = run.info.run_id
         self.ids = {"run_id": self.run_id, "tracking_uri": redact_uri(uri)}
+        if uri.startswith(("http://", "https://")):  # the server's UI, as MLflow prints it
+            self.ids["run_url"] = (
+                f"{redact_uri(uri).rstrip('/')}/#/experiments/{run.info.experiment_id}"
+                f"/runs/{self.run_id}"
+            )
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
         from mlflow.entities import Metric

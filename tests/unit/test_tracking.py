@@ -304,6 +304,11 @@ def test_another_spelling_of_the_server_continues_the_run_and_another_server_is_
     first = Trackers.start(settings, None)
     first.log_epoch(_record(1))
     first.finish("interrupted", None)
+    # The run's address, for the driver's summary lines (MLflow's own emoji lines are off).
+    url = first.ids["mlflow"]["run_url"]
+    assert url.startswith(f"{tracked.uri}/#/experiments/") and url.endswith(
+        f"/runs/{first.ids['mlflow']['run_id']}"
+    )
     port = tracked.uri.rsplit(":", 1)[1]
     for spelling in (f"{tracked.uri}/", f"HTTP://LOCALHOST:{port}"):
         monkeypatch.setenv("MLFLOW_TRACKING_URI", spelling)
