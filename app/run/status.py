@@ -669,11 +669,13 @@ def show_listing(listing: Listing, echo: Callable[[str], None], as_json: bool, l
             echo(table(listing.runs))
         elif not listing.sweeps:  # sweeps alone are listed below, not "no run folders"
             echo(f"No run folders in {listing.root}.")
-        for note in listing_notes(listing, limit):
-            echo(note)
-        for run in listing.runs:  # below the table, as `trainctl status` does for RayJobs
+        # Right below the table, as `trainctl status` does for RayJobs: after the champions
+        # and sweeps blocks they read as one of theirs (a red-team pass).
+        for run in listing.runs:
             for line in run.interruptions.get("lines", []):
                 echo(f"{run.name}: {line}")
+        for note in listing_notes(listing, limit):
+            echo(note)
     if listing.problems:
         raise RunFolderUnreadable(listing.problems)
 
