@@ -61,7 +61,6 @@ from app.runfolder.folder import (
     run_names,
 )
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
-from app.settings.image_size import IMAGE_SIZE_MAX
 from app.storage import bounded_json
 from app.storage.location import RunPath
 from app.storage.reading import present, read_bounded, sha256_of
@@ -74,10 +73,9 @@ FORMATS = {EXPORTED_PROGRAM: "torch.export", WEIGHTS_FILE: "state_dict"}
 RETIRED = {"model.ts": "a TorchScript program, which runs the code it carries when loaded"}
 MAX_CARD_BYTES = 8 << 20  # class names and the data's file list make up most of it
 MAX_PROGRAM_BYTES = 2 * MAX_WEIGHTS_BYTES  # the weights and the graph: hashed, never loaded
-# No run trains above TRAIN_IMAGE_SIZE's bound, so no export of one declares a larger input: a
-# card rewritten to 8192x8192 made predict allocate 17 GiB for one 8x8 image.
-MAX_SIDE = IMAGE_SIZE_MAX
-CHANNELS, MAX_CLASSES = (1, 3), 100_000
+# A Parquet dataset trains at its images' stored size, which TRAIN_IMAGE_SIZE does not bound;
+# predict's memory is bounded by its pass size instead (app/export/predict.py per_pass).
+CHANNELS, MAX_SIDE, MAX_CLASSES = (1, 3), 8192, 100_000
 
 
 @dataclass(frozen=True)

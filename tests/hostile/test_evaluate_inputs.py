@@ -280,8 +280,8 @@ def test_weights_vouched_for_but_not_loadable_are_refused_before_ray(
         ("std", [1e-300], "input.std must hold numbers from 1e-06 to 10"),
         ("mean", [float("nan")], "input.mean must hold numbers from -10 to 10"),
         ("mean", [1e308], "input.mean must hold numbers from -10 to 10"),
-        ("height", 8192, "input.height must be a whole number 1..1024"),
-        ("width", 1025, "input.width must be a whole number 1..1024"),
+        ("height", 8193, "input.height must be a whole number 1..8192"),
+        ("width", 10**9, "input.width must be a whole number 1..8192"),
     ],
 )
 def test_a_card_whose_input_makes_no_number_or_no_bounded_batch_is_refused(
@@ -290,8 +290,8 @@ def test_a_card_whose_input_makes_no_number_or_no_bounded_batch_is_refused(
     """A writer of the storage who rewrites the card and the summary's sha256 of it together
     (no signing key): a std of 1e-300 or a NaN mean scored every image NaN, predict printed
     `nan` (and `NaN` in --json, which is not JSON) and evaluate an accuracy from NaN's argmax,
-    all with exit 0; an input of 8192x8192, larger than any run trains at (TRAIN_IMAGE_SIZE's
-    bound), made predict allocate 17 GiB for one 8x8 image (red-team passes)."""
+    all with exit 0 (a red-team pass). An input side is bounded too: predict then bounds its
+    memory by the images it passes at once (test_predict_preprocessing.py)."""
     card_file = run / "export" / "model_card.json"
     card = json.loads(card_file.read_text())
     card["input"][field] = value

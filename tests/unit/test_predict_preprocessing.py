@@ -157,9 +157,10 @@ def test_a_16_bit_image_is_scaled_in_little_more_memory_than_its_own(
 
 @pytest.mark.parametrize(
     ("side", "images"),
-    [(8, 64), (32, 64), (224, 64), (225, 63), (512, 12), (1024, 3)],
+    [(8, 64), (32, 64), (224, 64), (225, 63), (512, 12), (1024, 3), (8192, 1)],
 )
 def test_a_forward_pass_holds_at_most_64_images_of_224x224s_pixels(side: int, images: int) -> None:
-    """Predict ran 64 images at once at any card size: 64 inputs of 1024x1024 are 768 MiB before
-    the first layer. The pass shrinks with the input, never below one image."""
+    """Predict ran 64 images at once at any card size: 64 inputs of 1024x1024 are 768 MiB
+    before the first layer, and a Parquet run trains (and exports) at its images' stored size.
+    The pass shrinks with the input, never below one image."""
     assert per_pass({"input": {"channels": 3, "height": side, "width": side}}) == images
