@@ -455,7 +455,7 @@ def _finish(
     except Exception as err:  # a plot must never leave the summary at "running"
         _say(f"curves not drawn ({type(err).__name__}: {err})")
         curves = None
-    _close_trackers(settings, status, summary, trackers, kept, epochs)
+    _close_trackers(settings, status, summary, trackers, kept, epochs, invocation)
     try:
         path = write_final_summary(run_dir, summary)
     except SummaryNotWritten as err:
@@ -565,18 +565,28 @@ def _close_trackers(
     trackers: Trackers | None,
     kept: list[checkpoints.CheckpointRef],
     epochs: list[dict[str, Any]],
+    invocation: str,
 ) -> None:
-    """The trackers' runs ended with the best checkpoint, and what each got in the summary.
-    `epochs`: metrics.jsonl's, where an epoch that ended after the driver stopped following
-    (Ctrl-C reaches the workers seconds later) is too: neither sent nor named undelivered."""
-    if trackers is not None:
+    """The trackers' runs ended with the best checkpoint, and what each got in the summary,
+    beside the records of trackers this driver did not start (not configured this time: what
+    they missed stays owed). `epochs`: metrics.jsonl's, where an epoch that ended after the
+    driver stopped following (Ctrl-C reaches the workers seconds later) is too: sent once this
+    driver's workers started, whose first report dropped the lines past the checkpoint they
+    resumed (before that, those lines are a set-aside checkpoint's, not this run's)."""
+    if trackers is None:
+        return
+    if invocation and run_folder.attempts(settings.run_dir, invocation):
         trackers.catch_up(epochs)
-        # The summary's best, as the object it was ranked from (not located again from text).
-        best = next(iter(retention.ranked(kept, settings.checkpoint_metric)), None)
-        trackers.finish(status, best.path if best else None)
-        summary["tracking"] = trackers.ids
-        # Per tracker, the epochs it got and did not: no metric is lost without a record.
-        summary["tracking_delivery"] = trackers.delivery()
+    # The summary's best, as the object it was ranked from (not located again from text).
+    best = next(iter(retention.ranked(kept, settings.checkpoint_metric)), None)
+    trackers.finish(status, best.path if best else None)
+    summary["tracking"] = {**recorded_tracking(summary), **trackers.ids}
+    # Per tracker, the epochs it got and did not: no metric is lost without a record.
+    earlier = summary.get("tracking_delivery")
+    summary["tracking_delivery"] = {
+        **(earlier if isinstance(earlier, dict) else {}),
+        **trackers.delivery(),
+    }
 
 
 def _running_summary(settings: TrainSettings, resume_from: RunPath | None) -> dict[str, Any]:

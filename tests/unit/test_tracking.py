@@ -346,12 +346,43 @@ def test_an_epoch_that_ended_after_the_stop_reaches_the_trackers_at_the_close(
     meanwhile was in metrics.jsonl but never sent, and not named undelivered (a red-team
     pass). The driver's close hands the trackers every recorded epoch."""
     from app.run.driver import _close_trackers
+    from app.runfolder import folder as run_folder
 
     settings = TrainSettings(storage_path=tmp_path, run_name="late", tensorboard=False)
+    settings.run_dir.mkdir()
+    epochs = [_record(1), _record(2), _record(3)]
+    # A driver whose workers never started: the lines past the checkpoint it would resume
+    # (epoch 1 here) are a set-aside checkpoint's, not this run's: not sent (found in review).
+    stale = Trackers.start(settings, None)
+    stale.catch_up(epochs[:1])
+    summary: dict[str, Any] = {}
+    _close_trackers(settings, "failed", summary, stale, [], epochs, "never-started")
+    assert _steps(tracked.uri, stale.ids["mlflow"]["run_id"]) == [1]
+    # This driver's workers started (their first report dropped any such lines): every
+    # recorded epoch is sent at the close, one that ended after the stop included.
+    run_folder.start_attempt(
+        settings.run_dir, invocation="started", start_epoch=1, world_size=1, restored_from=None
+    )
     trackers = Trackers.start(settings, None)
     trackers.log_epoch(_record(1))
-    summary: dict[str, Any] = {}
-    _close_trackers(settings, "interrupted", summary, trackers, [], [_record(1), _record(2)])
+    summary = {}
+    _close_trackers(settings, "interrupted", summary, trackers, [], epochs[:2], "started")
     run_id = trackers.ids["mlflow"]["run_id"]
     assert _steps(tracked.uri, run_id) == [1, 2]
     assert summary["tracking_delivery"]["mlflow"]["delivered_epochs"] == [1, 2]
+
+
+def test_a_tracker_not_configured_on_a_rerun_keeps_what_it_is_owed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished run rerun without MLFLOW_TRACKING_URI: its close wrote `tracking` and
+    `tracking_delivery` as {}, and a later rerun with the server back owed nothing (review)."""
+    from app.run.driver import _close_trackers
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    settings = TrainSettings(storage_path=tmp_path, run_name="owed", tensorboard=False)
+    owed = {"mlflow": {"delivered_epochs": [1], "undelivered_epochs": [2], "closed": False}}
+    ids = {"mlflow": {"run_id": "abc", "tracking_uri": "http://mlflow:5000"}}
+    summary: dict[str, Any] = {"tracking": ids, "tracking_delivery": owed}
+    _close_trackers(settings, "succeeded", summary, Trackers.start(settings, ids), [], [], "")
+    assert summary["tracking"] == ids and summary["tracking_delivery"] == owed
