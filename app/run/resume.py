@@ -26,8 +26,10 @@ from app.settings import TrainSettings
 from app.settings.tune_space import VARIABLE
 from app.storage.location import RunPath
 
-# Settings that shape the model: a run's checkpoints under other values cannot resume it.
-MODEL_SHAPE = ("model", "dataset", "image_size", "vit_patch")
+# Settings that make another model: a run's checkpoints are not resumed under other values,
+# even where their shapes happen to fit. The data's own identity is its class names, which
+# preflight holds to the run's (another dataset kind of the same images is the same run).
+MODEL_SHAPE = ("model", "image_size", "vit_patch")
 # What a resumed run's training follows: said when a rerun changes it.
 TRAINING = (*VARIABLE, "epochs", "dataset", "image_size")
 
@@ -39,22 +41,22 @@ def usable_checkpoint(
     A link in the run folder is refused first (LinkRefused, exit 2)."""
     run_folder.refuse_links(settings.run_dir)
     scan = checkpoints.scan(settings.run_dir)
+    if scan.good and (shaped := changed_since(settings, MODEL_SHAPE)):
+        # Another model under this run's name: its checkpoints were set aside as corrupt and
+        # the new model's epochs replaced the run's history, with exit 0 (a red-team pass).
+        raise ConfigError(
+            f"run {settings.run_name} was trained with {', '.join(shaped)}: its checkpoints are "
+            "of that model, not this one, and starting over would replace its history; give "
+            f"the new model a run of its own (TRAIN_RUN_NAME), or move {settings.run_dir} away "
+            "to start over"
+        )
     for folder, why in scan.bad:
         checkpoints.set_aside(folder, why, say)
     for ref in witnessed(scan.good, settings.signing_key, say):
         problem = checkpoints.resume_problem(ref, model_shapes(settings, info))
         if problem is None:
             return ref
-        if shaped := changed_since(settings, MODEL_SHAPE):
-            # Another model under this run's name: set aside, its checkpoints went and the new
-            # model's epochs replaced its history, with exit 0 (a red-team pass).
-            raise ConfigError(
-                f"run {settings.run_name} was trained with {', '.join(shaped)}: its "
-                "checkpoints are of that model and cannot resume this one, and starting over "
-                "would replace its history; give the new model a run of its own "
-                f"(TRAIN_RUN_NAME), or move {settings.run_dir} away to start over"
-            )
-        checkpoints.set_aside(ref.path, problem, say)
+        checkpoints.set_aside(ref.path, problem, say)  # damaged, or planted: not its model
     return None
 
 

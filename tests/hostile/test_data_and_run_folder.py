@@ -399,6 +399,13 @@ def test_another_model_under_a_trained_runs_name_is_refused_before_ray(
         "TRAIN_MODEL=cnn (now resnet18)",
         f"TRAIN_LR=0.01 (now {settings.lr:g})",
     ]
+    # Refused whether or not the shapes fit (cnn at another TRAIN_IMAGE_SIZE would load),
+    # and before anything is set aside.
+    same_model = {**settings.redacted(), "image_size": 64}
+    write_summary(settings.run_dir, {"status": "succeeded", "settings": same_model})
+    with pytest.raises(ConfigError, match=r"TRAIN_IMAGE_SIZE=64 \(now "):
+        resume.usable_checkpoint(settings, info, print)
+    assert not list(settings.run_dir.glob("corrupt_*"))
 
 
 # --- run records: damaged lines are skipped with one warning ------------------------------------
