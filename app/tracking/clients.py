@@ -124,6 +124,7 @@ class _MLflow:
         else:
             self.client.update_run(run.info.run_id, status="RUNNING")
             self.resumed = True
+            self.note = self._other_experiment(run.info.experiment_id)
         self.run_id = run.info.run_id
         self.ids = {"run_id": self.run_id, "tracking_uri": redact_uri(uri)}
         if uri.startswith(("http://", "https://")):  # the server's UI, as MLflow prints it
@@ -131,6 +132,20 @@ class _MLflow:
                 f"{redact_uri(uri).rstrip('/')}/#/experiments/{run.info.experiment_id}"
                 f"/runs/{self.run_id}"
             )
+
+    def _other_experiment(self, experiment_id: str) -> str | None:
+        """Where a continued run's experiment is not MLFLOW_EXPERIMENT_NAME's: it goes on where
+        it began, which was said nowhere (a red-team pass changed the name between reruns)."""
+        wanted = os.environ.get("MLFLOW_EXPERIMENT_NAME")
+        if not wanted:
+            return None
+        name = self.client.get_experiment(experiment_id).name
+        if name == wanted:
+            return None
+        return (
+            f"mlflow: this run's tracker run goes on in experiment {one_line(name, 200)}, where "
+            f"it began; MLFLOW_EXPERIMENT_NAME={one_line(wanted, 200)} applies to new runs"
+        )
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
         from mlflow.entities import Metric

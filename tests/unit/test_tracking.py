@@ -386,3 +386,22 @@ def test_a_tracker_not_configured_on_a_rerun_keeps_what_it_is_owed(
     summary: dict[str, Any] = {"tracking": ids, "tracking_delivery": owed}
     _close_trackers(settings, "succeeded", summary, Trackers.start(settings, ids), [], [], "")
     assert summary["tracking"] == ids and summary["tracking_delivery"] == owed
+
+
+def test_a_continued_run_says_it_stays_in_the_experiment_it_began_in(
+    tracked: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLFLOW_EXPERIMENT_NAME changed between reruns: the run went on logging to the first
+    experiment without a word (a red-team pass)."""
+    settings = TrainSettings(storage_path=tmp_path, run_name="moved-exp", tensorboard=False)
+    first = Trackers.start(settings, None)
+    first.finish("interrupted", None)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "another-experiment")
+    warnings: list[str] = []
+    again = Trackers.start(settings, first.ids, warn=warnings.append)
+    assert again.ids["mlflow"]["run_id"] == first.ids["mlflow"]["run_id"]
+    assert warnings == [
+        f"mlflow: this run's tracker run goes on in experiment {EXPERIMENT}, where it began; "
+        "MLFLOW_EXPERIMENT_NAME=another-experiment applies to new runs"
+    ]
+    again.finish("succeeded", None)
