@@ -26,7 +26,7 @@ from typing import Any
 
 from app.errors import ConfigError
 from app.evaluation.report import run_evaluations
-from app.formatting import finite, json_safe, mapping, shown
+from app.formatting import finite, is_finite, json_safe, mapping, shown
 from app.runfolder import folder as run_folder
 from app.runfolder.summary import STATUS_WORDS, series
 from app.settings.tune_plan import TRIAL_NAME
@@ -460,7 +460,7 @@ def _value(value: Any) -> str:
 
 
 def _number(value: Any) -> str:
-    if finite(value) is None:
+    if not is_finite(value):
         return "-"
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 

@@ -60,7 +60,7 @@ from app.evaluation.scoring import (
 )
 from app.export.card import CARD_FILE, EXPORT_DIR, Verified, sweep_problem, verified
 from app.export.predict import check_loads
-from app.formatting import finite, shown
+from app.formatting import finite, is_finite, shown
 from app.runfolder.folder import RUN_RECORDS, TRIALS_DIR
 from app.storage.entries import entries, not_a_link
 from app.storage.location import RunPath, store_errors
@@ -312,7 +312,7 @@ def evaluate(
     }
     figures = checkpoint.get("metrics") or {}
     recorded = figures.get("val_accuracy")
-    if data.get("split") == "valid" and finite(recorded) is not None:
+    if data.get("split") == "valid" and is_finite(recorded):
         metrics["recorded"] = {"val_accuracy": recorded, "epoch": checkpoint.get("epoch")}
         if (loss := finite(figures.get("val_loss"))) is not None:
             metrics["recorded"]["val_loss"] = loss

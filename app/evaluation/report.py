@@ -27,7 +27,7 @@ import warnings
 from typing import Any
 
 from app.errors import ConfigError
-from app.formatting import csv_text, finite
+from app.formatting import csv_text, is_finite
 from app.runfolder.folder import EVAL_DIR
 from app.storage import bounded_json, safe_fs
 from app.storage.entries import entries
@@ -221,6 +221,6 @@ def run_evaluations(run_dir: RunPath) -> list[dict[str, Any]]:
         metrics = read_metrics(root / name)
         if _other_model(metrics):
             continue  # the champion scored on this run's rows for its gate: not this run's
-        if metrics is not None and finite(metrics.get("time")) is not None:
+        if metrics is not None and is_finite(metrics.get("time")):
             found.append({**metrics, "name": name})
     return found

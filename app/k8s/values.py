@@ -381,28 +381,21 @@ def _wrong_type(err: Any, where: str) -> str | None:
             f'("{text}"{also}); --set reads {text} as {kind} too (as Helm does): give it with '
             f"--set-string {set_path(err.absolute_path)}={text}"
         )
-    wanted_types = (
-        err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
-    )
-    if isinstance(err.instance, dict | list) and wanted_types == ["string"]:
+    wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+    if isinstance(err.instance, dict | list) and wanted == ["string"]:
         kind = "a mapping" if isinstance(err.instance, dict) else "a list"
         about = err.schema.get("description") if isinstance(err.schema, dict) else None
         return f"{where}: {kind} is given, and text is wanted" + (f": {about}" if about else "")
-    if isinstance(err.instance, bool) and {"integer", "number"} & set(wanted_types):
+    if isinstance(err.instance, bool) and {"integer", "number"} & set(wanted):
         text = canonical.scalar(err.instance)
         return (
             f"{where}: {text} is a boolean, and a number is wanted ({YAML_BOOLEANS}; a count "
             "is written as digits)"
         )
-    if (
-        isinstance(err.instance, float)
-        and "integer" in wanted_types
-        and "number" not in wanted_types
-    ):
+    if isinstance(err.instance, float) and "integer" in wanted and "number" not in wanted:
         return f"{where}: {canonical.scalar(err.instance)} is not a whole number, and one is wanted"
     if err.validator_value == "boolean" and isinstance(err.instance, str):
         return f"{where}: {err.instance!r} is text, and true or false is wanted: write it unquoted"
-    wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
     if "object" in wanted and not {"number", "integer", "string"} & set(wanted):
         # A number or a word where a mapping belongs: how to write a number is no help there.
         about = err.schema.get("description") if isinstance(err.schema, dict) else None

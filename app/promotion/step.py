@@ -34,7 +34,7 @@ from app.errors import RunFailed, TrainctlError
 from app.export import signature
 from app.export.card import CARD_FILE, EXPORT_DIR, MAX_CARD_BYTES, WEIGHTS_FILE
 from app.export.witness import witnessed
-from app.formatting import finite, one_line, whole
+from app.formatting import finite, is_finite, one_line, whole
 from app.promotion import champion, champion_export, gate, pointer_signature, registry
 from app.promotion.champion_task import TaskUnknown, champion_task
 from app.promotion.class_gate import Judged
@@ -727,7 +727,7 @@ def _nothing_to_beat(current: dict[str, Any], settings: TrainSettings) -> str | 
     metric = settings.checkpoint_metric
     if not settings.promote_if.beats_champion:
         return None
-    if finite((current.get("metrics") or {}).get(metric)) is not None:
+    if is_finite((current.get("metrics") or {}).get(metric)):
         return None
     return (
         f"the champion's pointer {_pointer(settings)} has no {metric} "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.data.image_decode import ImageError
-from app.formatting import finite, shown_figure
+from app.formatting import is_finite, shown_figure
 from app.runfolder.checkpoints import CheckpointRef
 from app.runfolder.folder import REFUSED_KEY, recorded_tracking
 from app.storage.location import RunPath
@@ -270,7 +270,7 @@ def diverged_since(epochs: Sequence[Mapping[str, Any]]) -> int | None:
     since = None
     for record in epochs:
         loss = record.get("train_loss")
-        since = None if finite(loss) is not None else (since or record.get("epoch"))
+        since = None if is_finite(loss) else (since or record.get("epoch"))
     return since
 
 
