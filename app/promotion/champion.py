@@ -54,6 +54,10 @@ class PointerDamaged(ValueError):
     """The pointer exists but is not a pointer: nothing may be compared against it."""
 
 
+class NoChampion(PointerDamaged):
+    """There is no pointer to follow (champion_export): a champion's name not yet promoted."""
+
+
 @dataclass(frozen=True)
 class Replaced:
     before: dict[str, Any] | None  # the pointer the decision was made against
@@ -102,7 +106,7 @@ def champion_export(
     path = pointer_path(storage, name)
     pointer = read_pointer(path)
     if pointer is None:
-        raise PointerDamaged(
+        raise NoChampion(
             f"{path}: no champion {name} (no pointer there){other_champions(storage, name)}"
         )
     try:

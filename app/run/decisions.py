@@ -274,14 +274,12 @@ def diverged_since(epochs: Sequence[Mapping[str, Any]]) -> int | None:
     return since
 
 
-def diverged_line(epochs: Sequence[Mapping[str, Any]], lr: float) -> str | None:
+def diverged_line(since: int, lr: float) -> str:
     """What the driver says when training diverged: the training loss not a finite number
-    (NaN or infinite, written as null in metrics.jsonl) from some epoch to the last. The run
-    still ends as it would (the best checkpoint, the gate that keeps a worse model from the
-    champion), but its epoch lines alone do not say why its figures stopped moving."""
-    since = diverged_since(epochs)
-    if since is None:
-        return None
+    (NaN or infinite, written as null in metrics.jsonl) from epoch `since` (diverged_since) to
+    the last. The run still ends as it would (the best checkpoint, the gate that keeps a worse
+    model from the champion), but its epoch lines alone do not say why its figures stopped
+    moving."""
     return (
         f"training diverged: train_loss was not a finite number (NaN or infinite) from epoch "
         f"{since} on; a lower TRAIN_LR (now {lr:g}) usually keeps it finite"

@@ -447,9 +447,9 @@ def _finish(
         summary[BAD_DATA_KEY] = bad_data
     if decisions.compile_fell_back(settings.compile, epochs):
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
-    if diverged := decisions.diverged_line(epochs, settings.lr):
-        _say(diverged)
-        summary["diverged_since_epoch"] = decisions.diverged_since(epochs)  # status says it
+    if (diverged := decisions.diverged_since(epochs)) is not None:
+        _say(decisions.diverged_line(diverged, settings.lr))
+        summary["diverged_since_epoch"] = diverged  # status says it
     try:
         curves = plot_curves(run_dir)
     except Exception as err:  # a plot must never leave the summary at "running"

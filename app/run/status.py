@@ -353,12 +353,7 @@ def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
     said v1 was no longer what a server following the pointer loads (a red-team pass). Read
     from the run's own storage (its parent folder; a sweep trial's is the sweep's), never from
     a path its summary names."""
-    from app.promotion.champion import (
-        PointerDamaged,
-        champion_export,
-        pointer_path,
-        read_pointer,
-    )
+    from app.promotion.champion import NoChampion, PointerDamaged, champion_export
 
     promotion = run.promotion or {}
     if not (promotion.get("promoted") and promotion.get("version") and promotion.get("model")):
@@ -367,9 +362,9 @@ def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
     if storage.name == run_folder.TRIALS_DIR:  # a sweep promotes its best trial in its storage
         storage = storage.parent.parent
     try:
-        if read_pointer(pointer_path(storage, promotion["model"])) is None:
-            return f"no champion {promotion['model']} under {_path(storage)}"
         _, pointer = champion_export(storage, promotion["model"], None)  # agrees with its card
+    except NoChampion:
+        return f"no champion {promotion['model']} under {_path(storage)}"
     except (PointerDamaged, OSError, ValueError, ConfigError) as err:
         return f"unknown: {_shown(str(err), 200)}"
     version, by = _count(pointer.get("version")), _shown(str(pointer.get("run_name")), MAX_NAME)

@@ -335,24 +335,20 @@ def test_a_damaged_tracking_record_leaves_no_tracker_run_to_close() -> None:
 def test_a_run_whose_loss_went_nan_is_said_to_have_diverged_from_that_epoch() -> None:
     """A diverged run read `succeeded` with figures that stopped moving and nothing saying
     why (found by a red-team pass on sweeps). NaN is written as null in metrics.jsonl."""
-    said = decisions.diverged_line(
-        [{"epoch": 1, "train_loss": 2.3}, {"epoch": 2, "train_loss": None},
-         {"epoch": 3, "train_loss": float("nan")}, {"epoch": 4, "train_loss": float("inf")}],
-        lr=0.5,
-    )  # fmt: skip
-    assert said == (
+    epochs = [
+        {"epoch": 1, "train_loss": 2.3}, {"epoch": 2, "train_loss": None},
+        {"epoch": 3, "train_loss": float("nan")}, {"epoch": 4, "train_loss": float("inf")},
+    ]  # fmt: skip
+    assert decisions.diverged_since(epochs) == 2
+    assert decisions.diverged_line(2, lr=0.5) == (
         "training diverged: train_loss was not a finite number (NaN or infinite) from epoch 2 "
         "on; a lower TRAIN_LR (now 0.5) usually keeps it finite"
     )
-    assert decisions.diverged_line([{"epoch": 1, "train_loss": 0.4}], lr=0.1) is None
+    assert decisions.diverged_since([{"epoch": 1, "train_loss": 0.4}]) is None
     # Finite again at the end (a line restored without the figure, then trained on): no word.
-    assert (
-        decisions.diverged_line(
-            [{"epoch": 1, "train_loss": None}, {"epoch": 2, "train_loss": 0.3}], lr=0.1
-        )
-        is None
-    )
-    assert decisions.diverged_line([], lr=0.1) is None
+    finite_again = [{"epoch": 1, "train_loss": None}, {"epoch": 2, "train_loss": 0.3}]
+    assert decisions.diverged_since(finite_again) is None
+    assert decisions.diverged_since([]) is None
 
 
 def test_a_diverged_epoch_says_its_loss_is_not_finite_and_status_says_the_run_diverged(

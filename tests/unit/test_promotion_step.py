@@ -354,6 +354,10 @@ def test_a_rerun_of_an_old_finished_run_does_not_take_the_champion_back(
     shown = trainctl("status", str(tmp_path / "new")).out
     assert "  champion now:    unknown: " in shown and "says otherwise than the model card" in shown
     assert "digits-cnn v3 (run attacker)" not in shown, shown
+    # A pointer removed since: no champion, said as such (not as a damaged pointer).
+    pointer.unlink()
+    shown = trainctl("status", str(tmp_path / "new")).out
+    assert f"  champion now:    no champion digits-cnn under {tmp_path}\n" in shown, shown
 
 
 def test_a_rerun_of_a_kept_run_keeps_its_verdict_and_exit_code(tmp_path: Path) -> None:
