@@ -29,9 +29,7 @@ import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from app.runfolder.checkpoint_names import PREFIX, parse_name
 from app.runfolder.folder import ray_committed
@@ -47,6 +45,9 @@ from app.storage import bounded_json, safe_fs
 from app.storage.entries import Kind, entries
 from app.storage.location import RunPath, remove_tree, rename_dir, write_atomic
 from app.storage.reading import read_bounded, sha256_of
+
+if TYPE_CHECKING:
+    import torch
 
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
@@ -102,6 +103,8 @@ def write_checkpoint(
     the weights' output units keep their meaning wherever the checkpoint travels. `step` set:
     a mid-epoch checkpoint at that global step (`kind: "step"` in meta.json). `stopped`: the
     early stop that ended training after this checkpoint (app/training/early_stop.py)."""
+    import torch  # here, not at the top: `status` and `logs` read run folders without torch
+
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(plain_keys(model_state), folder / MODEL_FILE)
     torch.save(train_state, folder / STATE_FILE)
@@ -269,6 +272,8 @@ def _load(file: RunPath, digest: str, vouched: str) -> Any:
             f"{file.parent.name}/{file.name} has sha256 {found}, not the {digest} {vouched}: "
             "rewritten since, and not loaded (an altered checkpoint is never trusted)"
         )
+    import torch
+
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 

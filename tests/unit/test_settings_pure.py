@@ -69,3 +69,24 @@ def test_render_checks_train_values_without_torch_ray_or_run_code() -> None:
         "    raise AssertionError('rendered')\n"
     )
     assert _heavy_modules_after(code) == []
+
+
+def test_status_and_logs_of_a_run_folder_import_no_torch_or_ray(tmp_path) -> None:
+    """`trainctl status` loaded torch (through the checkpoint module) to read JSON: about two
+    seconds of a terminal's wait, and of `watch trainctl status`'s every round."""
+    from app.runfolder import folder as run_folder
+
+    run_dir = tmp_path / "runs" / "r"
+    run_folder.write_summary(run_dir, {"status": "succeeded", "run_name": "r"})
+    (run_dir / "checkpoint_epoch_0001").mkdir()
+    (run_dir / "logs" / "attempt-1").mkdir(parents=True)
+    (run_dir / "logs" / "attempt-1" / "driver.log").write_text("epoch 1/1\n")
+    code = (
+        "from app.cli import run\n"
+        f"assert run(['status', {str(run_dir)!r}]) == 0\n"
+        f"assert run(['status', {str(run_dir.parent)!r}]) == 0\n"
+        f"assert run(['logs', {str(run_dir)!r}, '--driver']) == 0\n"
+    )
+    # The run's own code is theirs to read (the champion pointer, the model card): not torch.
+    loaded = _heavy_modules_after(code)
+    assert [name for name in loaded if name.split(".")[0] in HEAVY_PACKAGES] == []
