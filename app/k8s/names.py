@@ -79,7 +79,8 @@ AUTH_HEADER = (
 # Labels the chart sets itself: one given in `labels:` would replace it on some objects and
 # not others (a RayJob's run label apart from its pods').
 CHART_LABELS = (
-    r"^(trainctl\.io/|app\.kubernetes\.io/(name|instance|version|part-of|managed-by|component)$)"
+    r"^(trainctl\.io/|helm\.sh/chart$"
+    r"|app\.kubernetes\.io/(name|instance|version|part-of|managed-by|component)$)"
 )
 # Labels a scheduler integration reads (Kueue's queue, Volcano's, YuniKorn's, KAI's, KubeRay's
 # scheduler and gang labels, a coscheduling pod group): given in `labels:` one would bypass the

@@ -738,3 +738,30 @@ def test_the_notes_say_how_to_create_an_auth_secret_the_values_name() -> None:
     assert "the Ray pods do not start until it exists" in notes
     assert "kubectl -n ml create secret generic train-ray-auth --from-literal=auth_token=" in notes
     assert "create secret" not in helm_notes(pool)  # the chart creates its own
+
+
+def test_every_object_says_the_chart_and_version_it_came_from_but_no_pod_template_does(
+    three_pools: list[dict],
+) -> None:
+    """`helm.sh/chart`, as `helm create`'s charts set it: which chart release an object came
+    from, for `kubectl get -l` after an upgrade. Not on pod templates, where a chart release
+    alone would change every pod's spec."""
+    import yaml
+
+    chart = yaml.safe_load((Path(__file__).parents[2] / "charts/trainctl/Chart.yaml").read_text())
+    expected = f"{chart['name']}-{chart['version']}"
+
+    def pod_template_labels(node: object) -> list[dict]:
+        if isinstance(node, list):
+            return [labels for item in node for labels in pod_template_labels(item)]
+        if not isinstance(node, dict):
+            return []
+        found = [node["template"]["metadata"].get("labels", {})] if isinstance(
+            node.get("template"), dict) and "metadata" in node["template"] else []  # fmt: skip
+        return found + [labels for value in node.values() for labels in pod_template_labels(value)]
+
+    templates = [labels for obj in three_pools for labels in pod_template_labels(obj)]
+    assert len(templates) >= 6, templates  # a head and a worker group in each of 3 RayJobs
+    assert all("helm.sh/chart" not in labels for labels in templates)
+    for obj in three_pools:
+        assert obj["metadata"]["labels"]["helm.sh/chart"] == expected, obj["metadata"]

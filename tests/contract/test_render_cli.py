@@ -350,6 +350,7 @@ def test_settings_the_pods_check_refuses_by_name_are_refused_at_render(tmp_path:
         "app.kubernetes.io/name",
         "app.kubernetes.io/managed-by",
         "app.kubernetes.io/component",
+        "helm.sh/chart",
     ],
 )
 def test_a_label_the_chart_sets_itself_is_refused_in_both_engines(tmp_path: Path, key: str) -> None:

@@ -48,6 +48,7 @@ OWN_LABELS = {
     "app.kubernetes.io/part-of",
     "app.kubernetes.io/managed-by",
     "app.kubernetes.io/component",
+    "helm.sh/chart",
     "trainctl.io/pool",
 }
 

@@ -155,6 +155,7 @@ _BASE_LABEL_KEYS = {
     "app.kubernetes.io/part-of",
     "app.kubernetes.io/managed-by",
     "app.kubernetes.io/component",
+    "helm.sh/chart",
     "trainctl.io/pool",
     "trainctl.io/run",
     "trainctl.io/run-tag",

@@ -46,9 +46,12 @@ app.kubernetes.io/part-of: trainctl
 {{- end }}
 {{- end -}}
 
+{{/* Top-level objects' labels: the chart and version they came from, as `helm create`'s charts
+say it (not on pod templates: a chart release alone would replace every pod). */}}
 {{- define "trainctl.labels" -}}
 {{ include "trainctl.commonLabels" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | quote }}
 {{- end -}}
 
 {{- define "trainctl.serviceAccountName" -}}
