@@ -71,24 +71,44 @@ def summarize(outcomes: Outcomes, class_names: list[str]) -> dict[str, Any]:
     present = np.union1d(labels, predicted)
     per_class = precision_recall_fscore_support(labels, predicted, labels=present, zero_division=0)
     predicted_counts = np.bincount(predicted, minlength=len(class_names))
-    figures["per_class"] = [
-        {
-            "class": class_names[int(index)],
-            "index": int(index),
-            "precision": float(p),
-            "recall": float(r),
-            "f1": float(f),
-            "support": int(s),
-            "predicted": int(predicted_counts[int(index)]),
-        }
-        for index, p, r, f, s in zip(present, *per_class, strict=True)
-    ]
+    most = _answered_most(labels, predicted, len(class_names))
+    figures["per_class"] = []
+    for index, p, r, f, s in zip(present.tolist(), *per_class, strict=True):
+        figures["per_class"].append(
+            {
+                "class": class_names[index],
+                "index": index,
+                "precision": float(p),
+                "recall": float(r),
+                "f1": float(f),
+                "support": int(s),
+                "predicted": int(predicted_counts[index]),
+            }
+        )
+        if index in most:
+            answer, count = most[index]
+            figures["per_class"][-1]["answered_most"] = {
+                "class": class_names[answer],
+                "count": count,
+            }
     for average in ("macro", "weighted"):
         p, r, f, _ = precision_recall_fscore_support(
             labels, predicted, labels=present, average=average, zero_division=0
         )
         figures[average] = {"precision": float(p), "recall": float(r), "f1": float(f)}
     return figures
+
+
+def _answered_most(
+    labels: np.ndarray, predicted: np.ndarray, classes: int
+) -> dict[int, tuple[int, int]]:
+    """For each class with rows: (the answer given most often on its rows, how often); a tie
+    goes to the lower class number. What shows rows labelled `a` that the model reads as `b`
+    (app/promotion/gate.py: a champion facing relabelled data)."""
+    most: dict[int, tuple[int, int]] = {}
+    for true, answer, count in confusion_pairs(labels, predicted, classes).tolist():
+        most.setdefault(int(true), (int(answer), int(count)))  # pairs come largest first
+    return most
 
 
 def calibration(

@@ -33,15 +33,20 @@ class Scores:
     accuracy: float
     loss: float
     per_class: Mapping[str, Mapping[str, float]]  # class -> recall, precision, f1, support
+    # class -> (the answer given most often on its rows, how often), where counted
+    answered: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any]) -> Scores:
         figures = ("recall", "precision", "f1", "support", "predicted")
-        per_class = {
-            str(c["class"]): {k: float(c[k]) for k in figures if k in c}
-            for c in metrics.get("per_class") or []
+        rows = metrics.get("per_class") or []
+        per_class = {str(c["class"]): {k: float(c[k]) for k in figures if k in c} for c in rows}
+        answered = {
+            str(c["class"]): (str(c["answered_most"]["class"]), int(c["answered_most"]["count"]))
+            for c in rows
+            if isinstance(c.get("answered_most"), Mapping)
         }
-        return cls(float(metrics["accuracy"]), float(metrics["loss"]), per_class)
+        return cls(float(metrics["accuracy"]), float(metrics["loss"]), per_class, answered)
 
     @property
     def rows(self) -> int:

@@ -180,28 +180,81 @@ DISAGREEMENT_ERRORS = 3.0
 
 
 def labels_disagree(champion: Scores, judged: Judged) -> str | None:
-    """Why the judged rows cannot judge against this champion: its answers there agree with
-    the labels less often than answers drawn at random would (Scores.chance_agreement), by
-    more than DISAGREEMENT_ERRORS standard errors. Same class names, same input shape, yet
-    the rows label them otherwise than the champion's own data did: data relabelled (every
-    digit shifted by one), or another task under the same names. The champion then scores
-    near zero on the rows, and any run trained on them beat it (a red-team pass promoted such
-    a run over a champion that had scored 0.79 on its own data). None where they agree."""
+    """Why the judged rows cannot judge against this champion: they label its class names
+    otherwise than its own data did (data relabelled, or another task under the same names),
+    as its answers on them show. Same class names, same input shape, yet the champion then
+    scores near zero on the rows, and any run trained on them beat it. None where they agree.
+
+    Two signs, either enough:
+    - its answers agree with the labels less often than answers drawn at random would
+      (Scores.chance_agreement), by more than DISAGREEMENT_ERRORS standard errors: every
+      digit shifted by one (a red-team pass promoted such a run over a champion that had
+      scored 0.79 on its own data);
+    - classes whose rows it mostly answers as another class, in a cycle (`circle` rows read
+      as `square` and `square` rows as `circle`): two of three classes swapped leave its
+      accuracy at chance exactly, and a run on the swapped data replaced a champion that was
+      right on every row of its own (a red-team pass). A weak or drifted champion confuses
+      classes too, but not so that each of them is another's."""
     expected = champion.chance_agreement()  # None without rows or answers counted
-    if expected is None:
+    if expected is not None:
+        error = math.sqrt(expected * (1 - expected) / champion.rows)
+        if champion.accuracy < expected - DISAGREEMENT_ERRORS * error:
+            return (
+                f"the champion agrees with the labels of {judged.where()} less often than "
+                f"chance: accuracy {champion.accuracy:.4f} where answers drawn at random, as "
+                f"often per class as it gave them, would score {expected:.4f}; {RELABELLED}"
+            )
+    cycle = _swapped(champion)
+    if not cycle:
         return None
-    error = math.sqrt(expected * (1 - expected) / champion.rows)
-    if champion.accuracy >= expected - DISAGREEMENT_ERRORS * error:
-        return None
-    return (
-        f"the champion agrees with the labels of {judged.where()} less often than chance: "
-        f"accuracy "
-        f"{champion.accuracy:.4f} where answers drawn at random, as often per class as it gave "
-        f"them, would score {expected:.4f}; these rows label its class names otherwise than its "
-        "own data did (relabelled data, or another task under the same names), so no run "
-        "trained on them is judged against it. A relabelled dataset is a new task: give it its "
-        "own TRAIN_MODEL_NAME"
+    shown = "; ".join(
+        f"rows labelled {_name(c)} mostly as {_name(d)} ({n:,} of {s:,})"
+        for c, d, n, s in cycle[:MAX_CYCLE_SHOWN]
     )
+    more = len(cycle) - MAX_CYCLE_SHOWN
+    shown += f"; and so on around {more:,} more classes" if more > 0 else ""
+    return f"on {judged.where()}, the champion answers {shown}: {RELABELLED}"
+
+
+RELABELLED = (
+    "these rows label its class names otherwise than its own data did (relabelled data, or "
+    "another task under the same names), so no run trained on them is judged against it. A "
+    "relabelled dataset is a new task: give it its own TRAIN_MODEL_NAME"
+)
+MAX_CYCLE_SHOWN = 5  # classes of a swap named in the message; the rest counted
+
+
+def _swapped(champion: Scores) -> list[tuple[str, str, int, int]]:
+    """A cycle of classes (class, answered as, how often, its rows) where the champion answers
+    most of each class's rows as the next class, each more often than its share of all its
+    answers explains by DISAGREEMENT_ERRORS standard errors; [] where there is none."""
+    rows = champion.rows
+    if rows <= 0:
+        return []
+    edges: dict[str, tuple[str, int, int]] = {}
+    for name, (answer, count) in champion.answered.items():
+        figures = champion.per_class.get(name, {})
+        support, given = int(figures.get("support", 0)), figures.get("predicted")
+        theirs = champion.per_class.get(answer, {}).get("predicted")
+        if answer == name or support <= 0 or given is None or theirs is None:
+            continue
+        share = theirs / rows  # how often it answers `answer` on any row
+        spread = math.sqrt(support * share * (1 - share))
+        if 2 * count > support and count - support * share > DISAGREEMENT_ERRORS * spread:
+            edges[name] = (answer, count, support)
+    for start in edges:
+        path, at = [start], edges[start][0]
+        while at in edges and at not in path:
+            path.append(at)
+            at = edges[at][0]
+        if at in path:  # a cycle: from where it closes
+            cycle = path[path.index(at) :]
+            return [(c, *edges[c]) for c in cycle]
+    return []
+
+
+def _name(name: str) -> str:
+    return repr(name[:60])
 
 
 def _on_data(

@@ -299,3 +299,39 @@ def test_a_champion_that_disagrees_with_the_rows_labels_is_not_judged_on_them() 
     from app.promotion.class_gate import Scores
 
     assert Scores(0.0, 1.0, {"0": {"recall": 0.0, "support": 5.0}}).chance_agreement() is None
+
+
+def test_a_champion_whose_classes_the_rows_swap_is_not_judged_on_them() -> None:
+    """Two of three classes swapped (a red-team pass): the champion, right on every row of its
+    own data, scores 1/3 on the swapped rows, chance exactly, and a run trained on them was
+    promoted over it."""
+    from app.promotion.class_gate import Judged
+    from app.promotion.gate import labels_disagree
+
+    swap = {0: 1, 1: 0, 2: 2}
+    rows = [(label, label) for label in range(3) for _ in range(12)]
+    champion = _scores([(label, swap[label]) for label, _ in rows], 3)
+    judged = Judged("test", 36, run=_scores(rows, 3), champion=champion)
+    gate = parse_gate("beats_champion and class_drop<=0.02")
+    verdict = decide(gate, {"val_accuracy": 1.0}, {"val_accuracy": 1.0}, "val_accuracy", True,
+                     chance_of((12,) * 3), judged)  # fmt: skip
+    assert not verdict.promoted
+    assert (
+        "on the test data (36 rows), the champion answers rows labelled '0' mostly as '1' "
+        "(12 of 12); rows labelled '1' mostly as '0' (12 of 12): these rows label its class "
+        "names otherwise than its own data did" in verdict.reason
+    ), verdict.reason
+    # A cycle of every class (each shifted by one) with a few rows right is a swap too.
+    shifted = [
+        (label, (label + 1) % 4 if i < 9 else label) for label in range(4) for i in range(12)
+    ]
+    assert "mostly as" in (labels_disagree(_scores(shifted, 4), judged) or "")
+    # Confusions that are no relabelling are judged as before: one class read as another but
+    # not the other way (a drifted or weak champion), every row answered one class, half of
+    # a class misread, and a swap of 3 rows a class (too few to tell from chance).
+    one_way = [(0, 1)] * 12 + [(1, 1)] * 12 + [(2, 2)] * 12
+    collapsed = [(label, 0) for label in range(3) for _ in range(12)]
+    half = [(0, 1)] * 6 + [(0, 0)] * 6 + [(1, 0)] * 6 + [(1, 1)] * 6 + [(2, 2)] * 12
+    tiny = [(label, swap[label]) for label in range(3) for _ in range(3)]
+    for pairs in (one_way, collapsed, half, tiny):
+        assert labels_disagree(_scores(pairs, 3), judged) is None, pairs
