@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from app.runfolder.class_names import one_form
+from app.runfolder.class_names import spelled_as
 from app.settings.gate import CLASS_DROP, ClassThreshold, Gate, exact
 
 VALIDATION_NOTE = (
@@ -128,9 +128,8 @@ def _term(
     check: dict[str, Any] = {"term": term.term, "figure": term.figure, "op": term.op,
                              "threshold": term.value, "data": judged.split}  # fmt: skip
     if term.name is not None:
-        found = next(
-            (f for name, f in run.per_class.items() if one_form(name) == one_form(term.name)), None
-        )
+        spelled = spelled_as(term.name, tuple(run.per_class))
+        found = run.per_class.get(spelled) if spelled is not None else None
         if found is None or found["support"] <= 0:
             check.update({"class": term.name, "value": None, "passed": False})
             return check, f"{term.term}: class {term.name!r} has no rows in {judged.where()}", None

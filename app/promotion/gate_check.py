@@ -14,7 +14,7 @@ from app.data.schema import DatasetInfo
 from app.errors import ConfigError, did_you_mean
 from app.formatting import one_line
 from app.promotion.class_gate import VALIDATION_NOTE
-from app.runfolder.class_names import one_form
+from app.runfolder.class_names import spelled_as
 from app.runfolder.retention import higher_is_better
 from app.settings import TrainSettings
 from app.settings.gate import BEATS, Gate
@@ -112,11 +112,10 @@ def _check_classes(gate: Gate, info: DatasetInfo) -> None:
     counts = info.test_class_counts if info.test_rows is not None else info.valid_class_counts
     split = "test" if info.test_rows is not None else "valid"
     problems = []
-    by_form = {one_form(n): n for n in names}
     for typed in gate.named_classes():
-        name = by_form.get(one_form(typed), typed)  # as the dataset spells it
+        name = spelled_as(typed, names) or typed  # as the dataset spells it
         if name not in names:
-            close = did_you_mean(name, names, "").removeprefix("; ")
+            close = did_you_mean(name.strip(), names, "").removeprefix("; ")
             hint = f" ({close})" if close else ""
             problems.append(
                 f"TRAIN_PROMOTE_IF names class {one_line(name, 200)!r}{hint}, which the dataset "
@@ -143,5 +142,12 @@ def _check_classes(gate: Gate, info: DatasetInfo) -> None:
 
 
 def _listed(names: tuple[str, ...]) -> str:
-    shown = ", ".join(one_line(n, 200) for n in names[:MAX_SHOWN_CLASSES])
+    shown = ", ".join(_shown(n) for n in names[:MAX_SHOWN_CLASSES])
     return shown + (f" ... ({len(names)} in all)" if len(names) > MAX_SHOWN_CLASSES else "")
+
+
+def _shown(name: str) -> str:
+    """A class name in a list of them: quoted where it would not read as one (spaces around
+    it, a comma in it)."""
+    plain = name == name.strip() and "," not in name and "'" not in name
+    return one_line(name, 200) if plain else repr(one_line(name, 200))

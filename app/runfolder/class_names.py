@@ -134,6 +134,18 @@ def one_form(name: str) -> str:
     return unicodedata.normalize("NFC", name)
 
 
+def spelled_as(typed: str, names: Sequence[str]) -> str | None:
+    """The class of `names` that `typed` (a gate's `recall[...]`) names, as the dataset spells
+    it: the same name in any Unicode form (one_form), else the one name that differs from it
+    only by spaces around it (a folder named ` lead`, typed `recall[lead]`); None where none
+    or several do."""
+    by_form = {one_form(n): n for n in names}
+    if one_form(typed) in by_form:
+        return by_form[one_form(typed)]
+    loose = [n for n in names if one_form(n).strip() == one_form(typed).strip()]
+    return loose[0] if len(loose) == 1 else None
+
+
 def names_problem(names: Sequence[str]) -> str | None:
     """Why `names` cannot label classes (a name twice, or one name in two Unicode
     normalisations), or None. Names are shown with ascii() so that the two spellings differ."""

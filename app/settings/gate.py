@@ -20,11 +20,12 @@ Only `and` exists: a gate is a list of requirements, all of which must hold; `or
 
 Class terms are judged on the run-end evaluation's per-class figures (app/evaluation), on the
 dataset's held-out test/ split where it has one, else on the validation split; CLASS is a class
-name of the data (any characters but `]`, leading and trailing spaces dropped; ` and ` inside
-the brackets is the name's own), checked against the dataset's classes before Ray starts
-(app/promotion/gate_check.py). Their numbers are fractions from 0 to 1, like val_accuracy.
-The decision (the gate against the metrics) is app/promotion/gate.py's. `parse_condition` and
-`Threshold` are the grammar's parts other settings of the same shape reuse.
+name of the data (any characters but `]`, as written; spaces around it need not be typed
+where the name without them is one class; ` and ` inside the brackets is the name's own),
+checked against the dataset's classes before Ray starts (app/promotion/gate_check.py). Their
+numbers are fractions from 0 to 1, like val_accuracy. The decision (the gate against the
+metrics) is app/promotion/gate.py's. `parse_condition` and `Threshold` are the grammar's parts
+other settings of the same shape reuse.
 """
 
 from __future__ import annotations
@@ -325,8 +326,9 @@ def parse_class_term(part: str) -> ClassThreshold | Threshold | None:
         figure, name, op, number = named.groups()
         if figure not in FIGURES:
             raise ValueError(f"{part!r}: per-class figures are {', '.join(FIGURES)}; {allowed()}")
-        name = name.strip()
-        if not name or len(name) > MAX_CLASS_CHARS or not name.isprintable():
+        # As written: a class folder's name may begin or end with a space (matched loosely:
+        # app/runfolder/class_names.spelled_as).
+        if not name.strip() or len(name) > MAX_CLASS_CHARS or not name.isprintable():
             raise ValueError(
                 f"{part!r}: a class name in [] is 1 to {MAX_CLASS_CHARS} printable characters"
             )

@@ -155,3 +155,31 @@ def test_a_class_typed_in_another_unicode_form_is_the_same_class(
     verdict = decide(parse_gate(gate), {"val_accuracy": 0.9}, None, "val_accuracy", True,
                      None, Judged("valid", 8, run, classes=(nfd, "rond")))  # fmt: skip
     assert verdict.promoted, verdict.reason
+
+
+def test_a_class_whose_folder_name_has_spaces_around_it_can_be_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A folder named ` lead`: `recall[ lead]` lost its space (`names class 'lead' (did you mean
+     lead?)`, the exact input refused) and the class list gave no sign of it (a red-team
+    pass). Named as written, or without the spaces where that is one class."""
+    from app.promotion.class_gate import Judged, Scores, judge_classes
+    from app.settings.gate import parse_gate
+
+    image_folder(tmp_path / "data", classes=(" lead", "dog"))
+    env = {**BASE, "TRAIN_DATA_PATH": str(tmp_path / "data"),
+           "TRAIN_STORAGE_PATH": str(tmp_path / "runs")}  # fmt: skip
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for gate in ("recall[ lead]>=0.5", "recall[lead]>=0.5"):
+        monkeypatch.setenv("TRAIN_PROMOTE_IF", gate)
+        result = trainctl("check", "--skip-cluster")
+        assert result.code == 0, result.out + result.err
+    monkeypatch.setenv("TRAIN_PROMOTE_IF", "recall[leed]>=0.5")
+    assert_refused(trainctl("check", "--skip-cluster"), 2, "its classes: ' lead', dog")
+    figures = {"recall": 0.75, "precision": 1.0, "f1": 0.8, "support": 4.0}
+    run = Scores(0.9, 0.3, {" lead": figures, "dog": figures})
+    checks, failed, _ = judge_classes(
+        parse_gate("recall[lead]>=0.5"), Judged("valid", 8, run=run), has_champion=False
+    )
+    assert failed == [] and checks[0]["value"] == 0.75, checks

@@ -20,7 +20,8 @@ SELECTED_TAIL = "which selected the best checkpoint: a test/ split gives a held-
     [
         ("min_class_recall>=0.8", Gate(classes=(ClassThreshold("recall", ">=", 0.8),))),
         ("recall[cat]>=0.9", Gate(classes=(ClassThreshold("recall", ">=", 0.9, "cat"),))),
-        ("f1[ big dog ] > 0.5", Gate(classes=(ClassThreshold("f1", ">", 0.5, "big dog"),))),
+        # The name as written; spaces around it are matched loosely (class_names.spelled_as).
+        ("f1[ big dog ] > 0.5", Gate(classes=(ClassThreshold("f1", ">", 0.5, " big dog "),))),
         ("precision[3]>=1", Gate(classes=(ClassThreshold("precision", ">=", 1, "3"),))),
         ("class_drop<=0.02", Gate(class_drop=Threshold("class_drop", "<=", 0.02))),
         # ` and ` inside the brackets is the class name's: it was split as two conditions,
