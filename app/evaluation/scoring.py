@@ -19,6 +19,7 @@ the very hits training counted.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -199,20 +200,50 @@ def with_progress(
 ) -> Iterator[dict[str, np.ndarray]]:
     """`batches` (scored ones: each has `top_index`) as they come, saying every `every_s`
     seconds how many rows are scored, of `total` where it is known, and how fast: a batch of
-    thousands of files showed nothing for a minute (found by a red-team pass). `say`: stderr
-    by default, since stdout may hold the predictions or --json."""
+    thousands of files showed nothing for a minute (found by a red-team pass). Said while a
+    batch is awaited too (from a thread): a batch of large images scored nothing on the
+    terminal until its 256 rows were done. `say`: stderr by default, since stdout may hold the
+    predictions or --json."""
     say = say or _to_stderr
-    started = last = time.monotonic()
-    done = 0
-    for batch in batches:
-        done += len(batch["top_index"])
-        now = time.monotonic()
-        if now - last >= every_s:
-            last = now
-            of = f" of {total:,} {unit} ({done / total:.0%})" if total else f" {unit}"
-            rate = done / max(now - started, 1e-9)
-            say(f"trainctl: scored {done:,}{of}, {rate:,.0f}/s")
-        yield batch
+    started = time.monotonic()
+    state = {"done": 0, "last": started}
+    lock = threading.Lock()
+
+    def line(now: float) -> None:
+        with lock:
+            state["last"] = now
+            done = state["done"]
+        of = f" of {total:,} {unit} ({done / total:.0%})" if total else f" {unit}"
+        elapsed = now - started
+        pace = _rate(done / max(elapsed, 1e-9)) if done else f"none yet after {elapsed:.0f} s"
+        say(f"trainctl: scored {done:,}{of}, {pace}")
+
+    stop = threading.Event()
+
+    def tick() -> None:  # a line where no batch came for a period
+        while not stop.wait(every_s):
+            now = time.monotonic()
+            if now - state["last"] >= every_s:
+                line(now)
+
+    if every_s >= 1:
+        threading.Thread(target=tick, name="trainctl-progress", daemon=True).start()
+    try:
+        for batch in batches:
+            with lock:
+                state["done"] += len(batch["top_index"])
+            now = time.monotonic()
+            if now - state["last"] >= every_s:
+                line(now)
+            yield batch
+    finally:
+        stop.set()
+
+
+def _rate(per_s: float) -> str:
+    """Rows a second, with the digits that say it: `1,234/s`, `12/s`, `0.26/s` (big images
+    scored at a fraction of one a second showed `0/s`)."""
+    return f"{per_s:,.0f}/s" if per_s >= 10 else f"{per_s:.2g}/s"
 
 
 def _to_stderr(line: str) -> None:

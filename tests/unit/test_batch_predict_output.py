@@ -106,3 +106,31 @@ def test_scoring_says_its_progress_as_batches_come() -> None:
     said.clear()  # a scoring shorter than the period says nothing
     list(with_progress(iter(batches), 600, "images", said.append, every_s=3600.0))
     assert said == []
+
+
+def test_scoring_says_its_progress_while_a_batch_is_awaited_and_rates_below_one() -> None:
+    """10 images of 9000x9000 printed nothing until the whole batch was scored, then `0/s`
+    (a red-team pass)."""
+    import threading
+
+    import numpy as np
+
+    from app.evaluation.scoring import _rate, with_progress
+
+    said: list[str] = []
+    spoke = threading.Event()
+
+    def slow() -> object:
+        # The first batch comes only once the wait has been said: no clock in the test.
+        assert spoke.wait(120), "no progress line while the first batch was awaited"
+        yield {"top_index": np.zeros((10, 2), np.int64)}
+
+    def say(line: str) -> None:
+        said.append(line)
+        spoke.set()
+
+    assert len(list(with_progress(slow(), 10, "images", say, every_s=1.0))) == 1
+    assert said[0].startswith("trainctl: scored 0 of 10 images (0%), none yet after "), said
+    assert (_rate(0.26), _rate(3.333), _rate(12.4), _rate(1234.5)) == (
+        "0.26/s", "3.3/s", "12/s", "1,234/s",
+    )  # fmt: skip
