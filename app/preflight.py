@@ -128,7 +128,13 @@ def run_preflight(settings: TrainSettings, *, connect: bool = True) -> None:
         else:
             click.echo(printable_line(f"ok    {name}: {detail}"))
     if problems:
-        raise ConfigError(problems)
+        # Each problem is on its FAIL line already: said again on stderr, a failing check
+        # printed every problem twice (a red-team pass).
+        failed = [name for name, _ in todo if name in found.failed]
+        raise ConfigError(
+            f"{len(problems)} problem(s) in check(s) {', '.join(failed)}: the FAIL lines on "
+            "stdout say each"
+        )
 
 
 @dataclass(frozen=True)

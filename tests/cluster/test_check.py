@@ -220,7 +220,10 @@ def test_each_check_fails_on_its_own_problem(
     with_cluster = failure.check in ("cluster", "versions")
     expected = set(CHECKS) if with_cluster else set(CHECKS) - {"cluster"}
     assert set(verdicts) == expected, why
-    assert "trainctl: invalid input:" in result.stderr and message in result.stderr, why
+    # Said once, on its FAIL line; stderr names the check that failed, not the problem again.
+    assert (result.stdout + result.stderr).count(message) == 1, why
+    assert "trainctl: invalid input:" in result.stderr, why
+    assert f"in check(s) {failure.check}: the FAIL lines on stdout say each" in result.stderr, why
 
 
 def test_skip_cluster_checks_everything_else_without_ray(tmp_path: Path) -> None:
