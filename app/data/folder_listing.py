@@ -98,6 +98,14 @@ def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
     if problems and root.name in SPLITS and len(set(found) & set(SPLITS)) < len(SPLITS):
         # The likeliest slip: the train/ (or valid/) folder given instead of the one above it.
         problems.add(f"{root} is itself a split folder: did you mean {root.parent}?")
+    elif problems and not set(found) & set(SPLITS) and (flat := _flat_classes(root, limit_s)):
+        # The layout most image sets are downloaded in: the classes, with no split.
+        problems.add(
+            f"{root} holds class folders with images directly ({flat}): put them in train/ "
+            "and move a share of each class's images (one in five, say) into valid/<class>/; "
+            "trainctl does not split them itself, so that the validation images stay the same "
+            "from run to run"
+        )
     if problems:
         raise ConfigError(problems)
     train, train_skipped = found["train"]
@@ -369,6 +377,17 @@ def _list_one(folder: RunPath, limit_s: float, add: _Adder) -> tuple[dict[str, l
             "give a part of it, or write it as Parquet with `trainctl prepare-data`"
         )
     return found
+
+
+def _flat_classes(root: RunPath, limit_s: float) -> str:
+    """The class folders holding images directly under `root`, listed ("" where none, or
+    where `root` cannot be listed)."""
+    try:
+        classes, _ = _split(root, "", limit_s, Problems(), _add, time.monotonic())
+    except (_Missing, DeadlineExceeded, OSError, ConfigError):
+        return ""
+    names = sorted(name for name, files in classes.items() if files)
+    return ", ".join(names[:5]) + (f" ... ({len(names)} in all)" if len(names) > 5 else "")
 
 
 def _split(

@@ -253,3 +253,27 @@ def test_prepare_from_folder_keeps_the_held_out_test_split(tmp_path: Path) -> No
     # Prepared again over itself (--force): a dataset with test/ is one it may replace.
     again = prepare_from_folder(str(tmp_path / "src"), tmp_path / "out", size=16, force=True)
     assert "+ 6 test rows" in again
+
+
+def test_class_folders_with_no_split_are_recognised_and_the_split_asked_for(
+    tmp_path: Path,
+) -> None:
+    """The layout most image sets come in (`cats/`, `dogs/` and nothing else) was refused as
+    `train: folder not found` with no word of the classes right there (a red-team pass)."""
+    from app.errors import ConfigError
+    from tests.folder_support import image_folder
+
+    image_folder(tmp_path / "made", per_class=(2, 1), classes=("cat", "dog"))
+    (tmp_path / "made" / "train").rename(tmp_path / "flat")
+    (tmp_path / "flat" / "empty").mkdir()  # a folder without images is no class to name
+    with pytest.raises(ConfigError) as err:
+        list_folder(tmp_path / "flat")
+    assert (
+        f"{tmp_path / 'flat'} holds class folders with images directly (cat, dog): put them in "
+        "train/ and move a share of each class's images (one in five, say) into valid/<class>/"
+    ) in str(err.value), err.value
+    # An empty folder, or one with a split, is not told so.
+    (tmp_path / "none").mkdir()
+    with pytest.raises(ConfigError) as err:
+        list_folder(tmp_path / "none")
+    assert "class folders" not in str(err.value)
