@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 import urllib.error
@@ -83,21 +84,29 @@ def check_folder(folder: Path, sums: dict[str, str]) -> str | None:
 
 
 def download(cache: Path, sums: dict[str, str], base_url: str, timeout: float) -> None:
-    """Fetch each pinned file into `cache`; a file lands only once its sum has matched."""
-    cache.mkdir(parents=True, exist_ok=True)
-    for name, expected in sums.items():
-        url = f"{base_url.rstrip('/')}/{name}"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
-                body = response.read(MAX_BYTES + 1)
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            raise CrdsMissing(f"cannot download {url}: {getattr(err, 'reason', err)}") from None
-        if len(body) > MAX_BYTES or hashlib.sha256(body).hexdigest() != expected:
-            raise CrdsMissing(f"{url} does not match the pinned SHA-256; nothing was kept")
-        # Write beside the target, then rename: an interrupted download leaves no half file.
-        with tempfile.NamedTemporaryFile(dir=cache, delete=False, prefix=f".{name}.") as tmp:
-            tmp.write(body)
-        os.replace(tmp.name, cache / name)
+    """Fetch each pinned file into `cache`; the folder lands only once every sum has matched.
+    Fetched into a folder beside it, then renamed: a failed or interrupted download leaves no
+    folder (an empty one made the next attempt's message say `ray.io_rayjobs.yaml is missing`,
+    as if a copy were half there)."""
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=cache.parent, prefix=f".{cache.name}."))
+    try:
+        for name, expected in sums.items():
+            url = f"{base_url.rstrip('/')}/{name}"
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as response:
+                    body = response.read(MAX_BYTES + 1)
+            except (urllib.error.URLError, OSError, ValueError) as err:
+                reason = getattr(err, "reason", err)
+                raise CrdsMissing(f"cannot download {url}: {reason}") from None
+            if len(body) > MAX_BYTES or hashlib.sha256(body).hexdigest() != expected:
+                raise CrdsMissing(f"{url} does not match the pinned SHA-256; nothing was kept")
+            (staging / name).write_bytes(body)
+        if cache.is_dir():  # a copy that failed its check (resolve looked there first)
+            shutil.rmtree(cache)
+        os.replace(staging, cache)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def resolve(

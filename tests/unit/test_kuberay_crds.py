@@ -134,8 +134,21 @@ def test_a_download_that_does_not_match_keeps_nothing(tmp_path: Path, pinned, ht
     with pytest.raises(CrdsMissing) as err:
         resolve(env={"KUBERAY_CRDS_URL": url}, shared=tmp_path / "no", cache=cache, sums_file=sums)
     assert "does not match the pinned SHA-256; nothing was kept" in str(err.value)
-    assert not (cache / NAMES[0]).exists()
-    assert not [p for p in cache.iterdir() if p.name.startswith(".")], "no temporary file left"
+    # No folder either: an empty one made the next message say a file of it was missing.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["served", "sums"], "nothing left"
+
+
+def test_a_download_replaces_a_copy_that_failed_its_check(
+    tmp_path: Path, pinned, http_folder
+) -> None:
+    files, sums = pinned
+    served, url = http_folder
+    _fill(served / "bases", files)
+    cache = _fill(tmp_path / "cache", {NAMES[0]: files[NAMES[0]]})  # one file of them
+    found = resolve(env={"KUBERAY_CRDS_URL": url}, shared=tmp_path / "no", cache=cache,
+                    sums_file=sums)  # fmt: skip
+    assert found == cache.resolve()
+    assert {p.name: p.read_bytes() for p in cache.iterdir()} == files
 
 
 def test_offline_with_no_source_fails_fast_with_one_message(tmp_path: Path) -> None:
