@@ -166,6 +166,11 @@ class Comparison:
             )
         if any(r.hours and r.hours.get("source") != "recorded" for r in self.runs):
             lines.append("* derived: duration x workers (the run recorded no accelerator_hours)")
+        if len(recalls := _recalls(self.runs)) > SHOWN_CLASSES:  # not the rest without a word
+            lines.append(
+                f"* recall: the {SHOWN_CLASSES} of {len(recalls)} classes whose recall differs "
+                "most between the runs; --json has every class"
+            )
         return [line.rstrip() for line in lines]
 
 

@@ -466,3 +466,23 @@ def test_a_run_of_one_epoch_is_drawn_in_both_panels(tmp_path: Path) -> None:
         plt.close(fig)
     values = series([{"val_loss": 10**400}, {"val_loss": "x"}, {"val_loss": 0.5}], "val_loss")
     assert [str(v) for v in values] == ["nan", "nan", "0.5"]
+
+
+def test_classes_past_those_shown_are_said_to_be_in_the_json(tmp_path: Path) -> None:
+    """Digits beside a 3-class run: recall rows for 10 of 13 classes, and no word of the other
+    three (a red-team pass)."""
+    a = make_run(tmp_path, "a", lr=0.001, accuracies=[0.5], duration_s=60)
+    b = make_run(tmp_path, "b", lr=0.01, accuracies=[0.6], duration_s=60)
+    add_eval(a, "test", {str(d): 0.5 for d in range(10)}, at=1000.0)
+    add_eval(b, "test", {"circle": 0.9, "square": 0.8, "triangle": 0.7}, at=1000.0)
+    table = trainctl("compare", str(a), str(b), "--out", str(tmp_path / "c.png"))
+    assert table.code == 0, table.text
+    lines = table.out.splitlines()
+    assert len([line for line in lines if line.startswith("recall ")]) == 10
+    assert (
+        "* recall: the 10 of 13 classes whose recall differs most between the runs; --json has "
+        "every class"
+    ) in lines, lines
+    found = json.loads(trainctl("compare", str(a), str(b), "--out", str(tmp_path / "c.png"),
+                                "--overwrite", "--json").out)  # fmt: skip
+    assert len(found["per_class_recall"]) == 13
