@@ -20,6 +20,7 @@ from app.redact import redact
 from app.settings.data import DataSettings
 from app.settings.gate import never_met_by_the_run
 from app.settings.model import ChampionRef, ModelSettings, champion_ref
+from app.settings.model_names import is_weights_name
 from app.settings.run import RunSettings
 from app.settings.scaling import ScalingSettings
 from app.settings.signing import SigningSettings
@@ -131,6 +132,20 @@ class TrainSettings(
         )
         if never:
             raise ValueError(f"TRAIN_PROMOTE_IF can never be met by this run: {never}")
+        if (
+            self.verify_key is not None
+            and self.weights is not None
+            and not is_weights_name(self.weights)
+            and self.weights_sha256 is None
+        ):
+            # As a warm start's file is refused (app/run/warm_start.py): a plain file carries no
+            # signature, and a run's signed export built on it would vouch for whatever a
+            # writer of its storage put there (a red-team pass).
+            raise ValueError(
+                f"TRAIN_WEIGHTS={self.weights} is a file, and TRAIN_VERIFY_KEY is set: weights "
+                "then come only from a file pinned by TRAIN_WEIGHTS_SHA256 (`sha256sum FILE`), "
+                "a torchvision weights name, or a signed export as TRAIN_WARM_START"
+            )
         if self.amp == "fp16" and not self.use_gpu:
             raise ValueError(
                 "TRAIN_AMP=fp16 needs TRAIN_USE_GPU=true; use TRAIN_AMP=bf16 or off on CPU"

@@ -208,3 +208,36 @@ def test_the_pinned_file_passes_and_a_pin_needs_weights(
         2,
         "TRAIN_WEIGHTS_SHA256 is set but TRAIN_WEIGHTS is not",
     )
+
+
+def test_with_a_verify_key_a_weights_file_must_be_pinned(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same plain file refused as TRAIN_WARM_START under TRAIN_VERIFY_KEY was taken as
+    TRAIN_WEIGHTS, and the run's signed export vouched for what a writer of the storage had
+    planted there (a red-team pass). Pinned by its SHA-256, it is what the operator chose."""
+    import hashlib
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    public = tmp_path / "team.pub.pem"
+    public.write_bytes(
+        ed25519.Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    path = tmp_path / "weights.pt"
+    _env(monkeypatch, tmp_path)
+    torch.save(_state(tmp_path), path)
+    _env(monkeypatch, tmp_path, TRAIN_WEIGHTS=str(path), TRAIN_VERIFY_KEY=str(public))
+    for command in (("check", "--skip-cluster"), ("train",)):
+        assert_refused(
+            trainctl(*command), 2, f"TRAIN_WEIGHTS={path} is a file, and TRAIN_VERIFY_KEY is set",
+            "pinned by TRAIN_WEIGHTS_SHA256",
+        )  # fmt: skip
+    assert not files_under(tmp_path / "runs")
+    pin = hashlib.sha256(path.read_bytes()).hexdigest()
+    monkeypatch.setenv("TRAIN_WEIGHTS_SHA256", pin)
+    result = trainctl("check", "--skip-cluster")
+    assert "sha256 pinned by TRAIN_WEIGHTS_SHA256" in result.out, result.text
