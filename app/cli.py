@@ -569,11 +569,12 @@ def _champion(
     except ValueError as err:
         raise ConfigError(str(err)) from None
     storage = storage_location(storage_path_setting(env), "TRAIN_STORAGE_PATH", endpoint)
+    # The store answers within the deadline first: the pointer's read has none of its own, and
+    # a silent endpoint held it for a minute (a red-team pass).
+    bucket_there(storage, "TRAIN_STORAGE_PATH", timeout)
     try:
         copy, pointer = champion_export(storage, name, endpoint)
     except PointerDamaged as err:
-        # "No champion yet" where the bucket itself is missing or silent would mislead.
-        bucket_there(storage, "TRAIN_STORAGE_PATH", timeout)
         raise ConfigError(f"champion:{name}: {err}") from None
     return copy, pointer, storage
 

@@ -56,6 +56,9 @@ def _endpoint(server: socket.socket) -> str:
         ("evaluate", "s3://b-1/runs/r", "--split", "valid"),
         ("status", "s3://b-1/runs/r"),  # it said "within 1 s" after a minute's retries
         ("compare", "s3://b-1/runs/a", "s3://b-1/runs/b"),  # an internal error, exit 1
+        # The pointer's read had no deadline: a minute, then "did not answer within 1 s".
+        ("predict", "champion:digits-cnn", "x.png"),
+        ("evaluate", "champion:digits-cnn", "--split", "valid"),
     ],
     ids=lambda c: "-".join(c[:1] + c[3:4]),
 )
