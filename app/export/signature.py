@@ -54,7 +54,9 @@ def _key_bytes(path: Path, setting: str) -> bytes:
     """The key file's bytes: a regular file of bounded size. A link is followed: the operator
     names this file (a Kubernetes Secret volume's files are links), no storage writer does."""
     try:
-        with path.open("rb") as file:
+        # O_NONBLOCK: a FIFO named as the key returns at once, and is refused below (a plain
+        # open waited for a writer forever: a red-team pass). Links are followed (see above).
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
             if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
                 raise ConfigError(f"{setting}={path}: not a regular file")
             data = file.read(MAX_KEY_BYTES + 1)
@@ -64,6 +66,13 @@ def _key_bytes(path: Path, setting: str) -> bytes:
         raise ConfigError(f"{setting}={path}: cannot be read ({err.strerror or err})") from None
     if len(data) > MAX_KEY_BYTES:
         raise ConfigError(f"{setting}={path}: over {MAX_KEY_BYTES:,} bytes, no key file")
+    if (blocks := data.count(b"-----BEGIN ")) > 1:
+        # The PEM reader takes the first and ignores the rest: an old and a new verify key put
+        # in one file for a rotation verified with the first alone (a red-team pass).
+        raise ConfigError(
+            f"{setting}={path}: holds {blocks} PEM blocks; it takes one key (the reader would "
+            "use the first and ignore the rest): one key per file"
+        )
     return data
 
 
@@ -81,8 +90,9 @@ def private_key(path: Path) -> Ed25519PrivateKey:
         ) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise ConfigError(
-            f"TRAIN_SIGNING_KEY={path}: a {type(key).__name__.removeprefix('_')}, not an "
-            f"Ed25519 key; make a pair with: {MAKE_KEYS}"
+            f"TRAIN_SIGNING_KEY={path}: holds a key of type "
+            f"{type(key).__name__.removeprefix('_')}, not an Ed25519 key; make a pair with: "
+            f"{MAKE_KEYS}"
         )
     return key
 

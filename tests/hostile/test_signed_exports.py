@@ -172,6 +172,25 @@ def test_check_names_keys_that_cannot_sign_or_are_not_a_pair(
             configuration(signing, verify)
 
 
+def test_a_fifo_or_a_file_of_two_keys_is_refused_not_waited_on_or_half_read(
+    tmp_path: Path, keys: tuple[Path, Path]
+) -> None:
+    """A FIFO named as the key waited for a writer forever; an old and a new public key put in
+    one file (a rotation) verified with the first alone (a red-team pass)."""
+    import os
+
+    private, public = keys
+    fifo = tmp_path / "keys" / "fifo.pem"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        configuration(fifo, None)
+    other = _pem(ed25519.Ed25519PrivateKey.generate(), tmp_path / "keys", "other")
+    both = tmp_path / "keys" / "both.pub.pem"
+    both.write_bytes(public.read_bytes() + other.with_name("other.pub.pem").read_bytes())
+    with pytest.raises(ConfigError, match="holds 2 PEM blocks; it takes one key"):
+        configuration(private, both)
+
+
 def test_the_champion_comparison_holds_the_champion_to_the_key(
     tmp_path: Path, keys: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
