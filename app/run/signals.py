@@ -97,7 +97,7 @@ def just_in_time_each(
             progress = run_folder.read_progress(run_dir)
             answer = stop_answer(progress, invocation, asked)
             if answer == "trained_out":
-                said[index] = TRAINED_OUT
+                said[index] = TRAINED_OUT + (_last_witnessed(run_dir, deadline) if signs else "")
             elif answer == "checkpoint":
                 said[index] = _checkpoint_line(run_dir, progress["jit"], deadline, signs)
         time.sleep(0.2)
@@ -110,6 +110,22 @@ def _checkpoint_line(run_dir: RunPath, jit: dict[str, Any], deadline: float, sig
     if (seconds := finite(jit.get("checkpoint_s"))) is not None:
         said += f" in {seconds:.1f} s"
     return said + (await_witness(run_dir, jit.get("checkpoint"), deadline) if signs else "")
+
+
+def _last_witnessed(run_dir: RunPath, deadline: float) -> str:
+    """After the workers' last epoch: its checkpoint's witness awaited, as a just-in-time
+    one's is. A Ctrl-C as a signed run ended left the last epoch's checkpoint unwitnessed
+    (the controller ended with this driver before it collected the report), and the run's end
+    set it aside: the epoch was trained again (a red-team pass)."""
+    from app.runfolder import checkpoints
+
+    try:
+        latest = checkpoints.scan(run_dir).latest
+    except Exception as err:  # a store that stops answering: the run is ending regardless
+        return f"; its last checkpoint could not be looked for ({type(err).__name__})"
+    if latest is None:
+        return ""
+    return f", {latest.path.name}" + await_witness(run_dir, latest.path.name, deadline)
 
 
 # Said when the stop came after the workers' last epoch (a Ctrl-C as the run ends): no step is

@@ -241,3 +241,36 @@ def test_a_signing_driver_stopped_by_sigterm_waits_for_the_witness(
     for hostile in ("../../etc", None, 7, "checkpoint_epoch_0002/../x"):
         said = await_witness(run, hostile, time.monotonic() + 60)
         assert said == "; its folder is not named, so its witness is not waited for", hostile
+
+
+def test_a_signing_driver_stopped_after_the_last_epoch_waits_for_its_witness(
+    tmp_path: Path, key: Path
+) -> None:
+    """Ctrl-C as a signed run ended: its workers had trained out, so no just-in-time
+    checkpoint was asked, and the driver left at once, before the controller witnessed the
+    last epoch's checkpoint; the run's end set it aside and the rerun trained the epoch again
+    (a red-team pass)."""
+    import threading
+
+    from app.run.signals import TRAINED_OUT, just_in_time_each
+    from app.runfolder import folder as run_folder
+
+    run = make_run(tmp_path / "runs", "nightly", 0.6, epoch=2)
+    name = "checkpoint_epoch_0002"
+    (run / name / witness.WITNESS_FILE).unlink(missing_ok=True)  # collected, not witnessed
+    run_folder.start_attempt(run, invocation="i", start_epoch=1, world_size=1, restored_from=None)
+    digest = json.loads((run / name / "meta.json").read_text())["meta_sha256"]
+
+    def workers(invocation: str) -> None:  # their loop had ended: rank 0 says so
+        run_folder.write_progress(run, invocation, trained_out=invocation)
+        threading.Timer(
+            0.5, witness.write, (run / name, digest, signature.private_key(key))
+        ).start()
+
+    said = just_in_time_each([(run, "i")], wait_s=60, signs=True, ask=workers)
+    assert said == [f"{TRAINED_OUT}, {name}, witnessed"], said
+    (run / name / witness.WITNESS_FILE).unlink()
+    late = just_in_time_each([(run, "i")], wait_s=1.0, signs=True, ask=lambda i: None)
+    assert late[0].startswith(f"{TRAINED_OUT}, {name}; not witnessed in time"), late
+    # Without signing, nothing to wait for: the line as before.
+    assert just_in_time_each([(run, "i")], wait_s=1.0, ask=lambda i: None) == [TRAINED_OUT]
