@@ -496,14 +496,18 @@ def _signing(settings: TrainSettings, found: Found) -> str:
         return f"{line}; the run's checkpoints not inspected: the storage fails (above)"
     run_dir = within(settings.run_dir, settings.storage_timeout_s)
     with store_errors(settings.run_dir, "TRAIN_STORAGE_PATH"):
-        refused = unwitnessed(recorded(run_dir), settings.signing_key)
+        good = recorded(run_dir)
+        refused = unwitnessed(good, settings.signing_key)
     if refused:
         names = ", ".join(ref.path.name for ref, _ in refused[:3])
         more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+        every = len(refused) == len(good)
+        then = (
+            "starts over: none is witnessed" if every else "resumes from the newest witnessed one"
+        )
         raise Warned(
             f"{line}; {len(refused)} checkpoint(s) of run {settings.run_name} are not witnessed "
-            f"({names}{more}; the first: {refused[0][1]}): `train` sets them aside and resumes "
-            "from the newest witnessed one"
+            f"({names}{more}; the first: {refused[0][1]}): `train` sets them aside and {then}"
         )
     return line
 

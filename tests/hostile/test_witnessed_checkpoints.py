@@ -177,6 +177,10 @@ def test_check_warns_of_the_checkpoints_train_will_set_aside(tmp_path: Path, key
     ):
         _signing(settings, Found())
     assert (storage / "nightly" / "checkpoint_epoch_0008").is_dir()  # `check` moves nothing
+    # Where none is witnessed, the run starts over: not "resumes from the newest witnessed".
+    make_run(storage, "unsigned", 0.6)
+    with pytest.raises(Warned, match="sets them aside and starts over: none is witnessed"):
+        _signing(settings_for(storage, "unsigned", signing_key=str(key)), Found())
 
 
 def test_check_with_a_failing_store_names_it_once_and_walks_no_checkpoints(
