@@ -46,6 +46,10 @@ BEATS = "beats_champion"
 OPS = (">=", "<=", ">", "<")  # two-character operators first: ">=" is not ">" then "="
 MAX_GATE_CHARS = 500
 FRACTIONS = ("val_accuracy",)  # metrics recorded as 0..1
+# Figures of an epoch that are never below 0 (times, memory, a rate), and those of them always
+# above 0 (an epoch takes time and trains images): `epoch_time_s<=0` could never hold.
+NOT_NEGATIVE = ("lr", "first_batch_s", "first_step_s", "compile_s", "peak_gpu_gib")
+ABOVE_ZERO = ("epoch_time_s", "run_time_s", "worker_time_s", "images_per_s")
 _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)"
 _CONDITION = re.compile(r"\A([a-z_][a-z0-9_]*)\s*(>=|<=|>|<)\s*" + _NUMBER + r"\Z")
 _NAMED = re.compile(r"\A([a-z0-9_]+)\[([^\]]*)\]\s*(>=|<=|>|<)\s*" + _NUMBER + r"\Z")
@@ -228,7 +232,9 @@ def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
         # class_drop may be below 0 (every class better than the champion's): no range of its own.
         fraction = term in FRACTIONS or "[" in term or term.startswith(CLASS_FLOOR)
         # The lowest and highest value the figure may take, each with whether it is excluded.
-        low = (0.0, False) if fraction or term.endswith("loss") else (-math.inf, False)
+        positive = term in ABOVE_ZERO
+        low = (0.0, positive) if fraction or positive or term.endswith("loss") or (
+            term in NOT_NEGATIVE) else (-math.inf, False)  # fmt: skip
         high = (1.0, False) if fraction else (math.inf, False)
         for op, value, _ in bounds:
             if op in (">=", ">") and (value, op == ">") > low:
@@ -237,7 +243,11 @@ def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
                 high = (value, op == "<")
         if low[0] > high[0] or (low[0] == high[0] and (low[1] or high[1])):
             written = " and ".join(said for _, _, said in bounds)
-            kind = "is a fraction from 0 to 1" if fraction else "is never below 0"
+            kind = (
+                "is a fraction from 0 to 1" if fraction
+                else "is always above 0" if positive
+                else "is never below 0"
+            )  # fmt: skip
             why = "" if len(bounds) > 1 else f" ({term} {kind})"
             return f"{written!r} can never hold{why}"
     return None
@@ -368,6 +378,12 @@ def _number(part: str, number: str) -> float:
     value = float(number)
     if not math.isfinite(value):
         raise ValueError(f"{part!r}: the number must be finite")
+    if value == 0 and any(digit in "123456789" for digit in number.split("e")[0].split("E")[0]):
+        # 1e-400 reads as 0: the gate would be judged as `<=0`, not as written (a red-team pass).
+        raise ValueError(
+            f"{part!r}: {number} is closer to 0 than a float can hold (about 5e-324) and would "
+            "be judged as 0; write 0, or a number a float holds"
+        )
     return value
 
 

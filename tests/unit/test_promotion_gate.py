@@ -54,6 +54,11 @@ def test_gates_parse_into_their_conditions(text: str, gate: Gate) -> None:
         ("val_accuracy>0.5 and val_accuracy<=0.5", "can never hold"),
         ("val_accuracy>1", "can never hold (val_accuracy is a fraction from 0 to 1)"),
         ("val_loss<0", "can never hold (val_loss is never below 0)"),
+        # An epoch takes time, and a rate or a time is never negative (a red-team pass).
+        ("epoch_time_s<=0", "can never hold (epoch_time_s is always above 0)"),
+        ("compile_s<0", "can never hold (compile_s is never below 0)"),
+        # A number no float holds read as 0: judged as `<=0`, not as written.
+        ("val_loss<=1e-400", "1e-400 is closer to 0 than a float can hold"),
         ("recall[cat]>=0.9 and recall[cat]<0.5", "can never hold"),
         # Every class's floor is each named class's floor (found by a red-team pass).
         (
