@@ -14,6 +14,7 @@ has no links.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from app.storage.location import RunPath
 OUTSIDE = "outside the data folder"
 TO_FOLDER = "a link to a folder"
 BROKEN = "a broken link: nothing is there"
+LOOP = "a loop of links: it leads back to itself"
 NOT_A_FILE = "a link to something that is not a file (a FIFO, socket or device)"
 
 
@@ -36,7 +38,7 @@ class RefusedLink:
     path: Path  # the link
     target: str  # where it resolves to
     real_root: Path  # the data folder's real path, where it had to stay
-    why: str  # OUTSIDE, TO_FOLDER, BROKEN or NOT_A_FILE
+    why: str  # OUTSIDE, TO_FOLDER, BROKEN, LOOP or NOT_A_FILE
 
 
 @dataclass
@@ -114,13 +116,28 @@ def _volume(root: Path, below: str, deadline: float, where: str, limit_s: float)
     return found
 
 
+def _loops(target: Path) -> bool:
+    """Whether `target` (realpath's answer for a link) is a link still: realpath stops where
+    links lead back to themselves, and `loop1 -> loop2 -> loop1` read as a broken link."""
+    try:
+        os.stat(target)
+    except OSError as err:
+        return err.errno == errno.ELOOP
+    return False
+
+
 def _link(found: Walk, path: Path, parts: tuple[str, ...], real_root: Path) -> None:
     """A link walked as the file inside the data folder it leads to, or refused."""
     target = Path(os.path.realpath(path))
     if not target.is_relative_to(real_root):
         found.refused.append(RefusedLink(path, str(target), real_root, OUTSIDE))
     elif not target.is_file():
-        why = TO_FOLDER if target.is_dir() else NOT_A_FILE if target.exists() else BROKEN
+        why = (
+            TO_FOLDER if target.is_dir()
+            else NOT_A_FILE if target.exists()
+            else LOOP if _loops(target)
+            else BROKEN
+        )  # fmt: skip
         found.refused.append(RefusedLink(path, str(target), real_root, why))
     else:
         found.files.append((parts, target.relative_to(real_root).as_posix()))

@@ -110,6 +110,12 @@ def _not_utf8_name(root: Path) -> None:
     (root / "train" / "cat" / name).write_bytes(image_bytes(1, 0, "PNG"))
 
 
+def _link_loop(root: Path) -> None:
+    image_folder(root)
+    (root / "train" / "cat" / "loop1.png").symlink_to(root / "train" / "cat" / "loop2.png")
+    (root / "train" / "cat" / "loop2.png").symlink_to(root / "train" / "cat" / "loop1.png")
+
+
 def _test_is_a_file(root: Path) -> None:
     image_folder(root)
     (root / "test").write_text("the held-out images are elsewhere")
@@ -129,6 +135,8 @@ CASES: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
     ("linked-class-folder", _linked_class_folder, ("train/bird: is a symbolic link", "folder")),
     # Both were called "a link to a folder".
     ("dangling-link", _dangling_link, ("gone.png: is a symbolic link", "a broken link")),
+    # Called "a broken link: nothing is there" (a red-team pass).
+    ("link-loop", _link_loop, ("loop1.png: is a symbolic link", "a loop of links")),
     ("link-to-a-fifo", _link_to_a_fifo, ("piped.png: is a symbolic link", "not a file (a FIFO")),
     ("truncated-jpeg", _truncated, ("dog/broken.jpg: not a readable image", "truncated")),
     ("newline-in-file-name", _truncated_newline_name, ("bad\\nline.jpg': not a readable",)),
