@@ -354,33 +354,8 @@ def _wrong_type(err: Any, where: str) -> str | None:
         wanted = err.validator_value
         wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
         return f"{where}: null (an empty value) is not allowed here: {_a(wanted)} is wanted"
-    if isinstance(err.instance, float) and _typed_by_set(err.instance, err.validator_value):
-        # Only a file makes a number of 2.10 (Helm's --set keeps a decimal as text), and YAML
-        # drops its trailing zero: quoting what it read back would tag 2.1, not 2.10.
-        text = canonical.scalar(err.instance)
-        trap = (
-            f'unquoted, YAML reads {text}0 as the number {text} too: "{text}0" keeps it'
-            if "." in text
-            else f"YAML read the number {text}"
-        )
-        return (
-            f"{where}: {text} is a number, and text is wanted: quote it in the values file as "
-            f"you mean it ({trap}); --set and --set-string keep a value with a decimal point "
-            "as text"
-        )
     if _typed_by_set(err.instance, err.validator_value):
-        text = canonical.scalar(err.instance)
-        kind = "a boolean" if isinstance(err.instance, bool) else "a number"
-        also = (
-            f", or the word you wrote: {YAML_BOOLEANS} too"
-            if isinstance(err.instance, bool)
-            else ""
-        )
-        return (
-            f"{where}: {text} is {kind}, and text is wanted: in a values file quote it "
-            f'("{text}"{also}); --set reads {text} as {kind} too (as Helm does): give it with '
-            f"--set-string {set_path(err.absolute_path)}={text}"
-        )
+        return _text_typed(err, where)
     wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
     if isinstance(err.instance, dict | list) and wanted == ["string"]:
         kind = "a mapping" if isinstance(err.instance, dict) else "a list"
@@ -404,20 +379,50 @@ def _wrong_type(err: Any, where: str) -> str | None:
             f" ({about})" if isinstance(about, str) and len(about) <= 200 else ""
         )
     if isinstance(err.instance, str) and _is_number(err.instance):
-        quoted = f"{where}: {err.message}: in a values file write {err.instance} unquoted"
-        if isinstance(strvals.typed_value(err.instance), int):
-            return (
-                f"{quoted}; --set-string keeps it a string: give it with "
-                f"--set {where}={err.instance}"
-            )
-        if "integer" in wanted and "number" not in wanted:  # no spelling of 1.5 is a count
-            return f"{where}: {err.instance} is not a whole number, and one is wanted"
-        # Helm's --set types only integers, booleans and null: 0.001 stays a string there too.
-        return (
-            f"{quoted}; --set keeps it a string too (as Helm does): give it with "
-            f"--set-json {where}={err.instance}"
-        )
+        return _number_as_text(err, where, wanted)
     return None
+
+
+def _text_typed(err: Any, where: str) -> str:
+    """Text wanted, and YAML or --set typed the value (a number, a boolean): how to keep it
+    text in a values file and on the command line."""
+    if isinstance(err.instance, float):
+        # Only a file makes a number of 2.10 (Helm's --set keeps a decimal as text), and YAML
+        # drops its trailing zero: quoting what it read back would tag 2.1, not 2.10.
+        text = canonical.scalar(err.instance)
+        trap = (
+            f'unquoted, YAML reads {text}0 as the number {text} too: "{text}0" keeps it'
+            if "." in text
+            else f"YAML read the number {text}"
+        )
+        return (
+            f"{where}: {text} is a number, and text is wanted: quote it in the values file as "
+            f"you mean it ({trap}); --set and --set-string keep a value with a decimal point "
+            "as text"
+        )
+    text = canonical.scalar(err.instance)
+    kind = "a boolean" if isinstance(err.instance, bool) else "a number"
+    also = f", or the word you wrote: {YAML_BOOLEANS} too" if isinstance(err.instance, bool) else ""
+    return (
+        f"{where}: {text} is {kind}, and text is wanted: in a values file quote it "
+        f'("{text}"{also}); --set reads {text} as {kind} too (as Helm does): give it with '
+        f"--set-string {set_path(err.absolute_path)}={text}"
+    )
+
+
+def _number_as_text(err: Any, where: str, wanted: list[Any]) -> str:
+    """A number wanted, and the value is text that reads as one: how to give it as a number."""
+    quoted = f"{where}: {err.message}: in a values file write {err.instance} unquoted"
+    if isinstance(strvals.typed_value(err.instance), int):
+        given = f"--set {where}={err.instance}"
+        return f"{quoted}; --set-string keeps it a string: give it with {given}"
+    if "integer" in wanted and "number" not in wanted:  # no spelling of 1.5 is a count
+        return f"{where}: {err.instance} is not a whole number, and one is wanted"
+    # Helm's --set types only integers, booleans and null: 0.001 stays a string there too.
+    return (
+        f"{quoted}; --set keeps it a string too (as Helm does): give it with "
+        f"--set-json {where}={err.instance}"
+    )
 
 
 def _refused_by_not(err: Any, where: str) -> str | None:

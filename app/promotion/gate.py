@@ -112,17 +112,7 @@ def decide(
     metrics, champion_metrics, failed = _on_data(gate, metrics, champion_metrics, judged)
     no_figures = not metrics and bool(failed)  # already said why: not each figure "missing"
     value, champion, comparable = _compared(gate, metric, metrics, champion_metrics, judged)
-    checks = []
-    for threshold in gate.thresholds:
-        found = finite(metrics.get(threshold.metric))
-        ok = found is not None and threshold.holds(found)
-        checks.append({"metric": threshold.metric, "op": threshold.op, "threshold": threshold.value,
-                       "value": found, "passed": ok})  # fmt: skip
-        if not ok and not (found is None and no_figures):
-            shown = "missing" if found is None else f"{found:.4g}"
-            failed.append(
-                f"{threshold.metric} {shown} is not {threshold.op} {exact(threshold.value)}"
-            )
+    checks = _thresholds(gate, metrics, no_figures, failed)
     if gate.beats_champion and champion is not None and comparable:
         better = value is not None and (value > champion if higher_is_better else value < champion)
         if not better and not (value is None and no_figures):
@@ -131,17 +121,8 @@ def decide(
             failed.append(f"{metric} {shown} is not {word} the champion's {champion:.4g}")
     against_chance = None
     if gate.beats_champion and chance is not None:
-        found = finite(metrics.get(CHANCE_METRIC))
-        ok = found is not None and found > chance.bar
-        against_chance = {**chance.record(), "value": found, "passed": ok}
-        if not ok and not (found is None and no_figures):
-            # With a champion too: one that scores 0 on these rows (another task's labels) is
-            # beaten by a model that always answers one class.
-            why = "no champion yet" if champion_metrics is None else "beating the champion too"
-            failed.append(
-                f"{CHANCE_METRIC} {_show(found, 4)} does not beat the majority-class rate "
-                f"{chance.rate:.4f} + {chance.margin:.4g} ({why})"
-            )
+        has = champion_metrics is not None
+        against_chance = _against_chance(chance, metrics, no_figures, has, failed)
     has_champion = champion_metrics is not None
     disagreeing = (
         labels_disagree(judged.champion, judged)
@@ -170,6 +151,45 @@ def decide(
         not failed, reason, metric, value, champion, str(gate), checks, against_chance, classes,
         judged.record() if judged is not None else None,
     )  # fmt: skip
+
+
+def _thresholds(
+    gate: Gate, metrics: Mapping[str, float], no_figures: bool, failed: list[str]
+) -> list[dict[str, Any]]:
+    """Each threshold's check as recorded; a failure's words appended to `failed`."""
+    checks = []
+    for threshold in gate.thresholds:
+        found = finite(metrics.get(threshold.metric))
+        ok = found is not None and threshold.holds(found)
+        checks.append({"metric": threshold.metric, "op": threshold.op, "threshold": threshold.value,
+                       "value": found, "passed": ok})  # fmt: skip
+        if not ok and not (found is None and no_figures):
+            shown = "missing" if found is None else f"{found:.4g}"
+            failed.append(
+                f"{threshold.metric} {shown} is not {threshold.op} {exact(threshold.value)}"
+            )
+    return checks
+
+
+def _against_chance(
+    chance: Chance,
+    metrics: Mapping[str, float],
+    no_figures: bool,
+    has_champion: bool,
+    failed: list[str],
+) -> dict[str, Any]:
+    """`beats_champion`'s comparison with chance, as recorded; its failure appended to
+    `failed`. With a champion too: one that scores 0 on these rows (another task's labels) is
+    beaten by a model that always answers one class."""
+    found = finite(metrics.get(CHANCE_METRIC))
+    ok = found is not None and found > chance.bar
+    if not ok and not (found is None and no_figures):
+        why = "beating the champion too" if has_champion else "no champion yet"
+        failed.append(
+            f"{CHANCE_METRIC} {_show(found, 4)} does not beat the majority-class rate "
+            f"{chance.rate:.4f} + {chance.margin:.4g} ({why})"
+        )
+    return {**chance.record(), "value": found, "passed": ok}
 
 
 # How many standard errors below chance agreement a champion's accuracy on the judged rows must
