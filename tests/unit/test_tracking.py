@@ -26,6 +26,9 @@ from tests.support import (
 )
 
 EXPERIMENT = "trainctl-unit"
+# One xdist worker runs this module: its mlflow server (a module fixture) then starts once, not
+# once on each worker that a test of it lands on (7 s of a two-core machine each).
+pytestmark = pytest.mark.xdist_group("unit-mlflow")
 
 
 class MlflowServer:
