@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 from app.formatting import finite
@@ -109,6 +110,8 @@ def decide(
     held-out test split, val_accuracy and val_loss are the test figures, the run's and the
     champion's on the same rows, for every term; on the validation split they are the
     recorded ones (the evaluation reproduces them), and only the class terms read it."""
+    # The champion's own figure, as recorded on its own data: what a relabelling is told by.
+    recorded = finite((champion_metrics or {}).get(CHANCE_METRIC))
     metrics, champion_metrics, failed = _on_data(gate, metrics, champion_metrics, judged)
     no_figures = not metrics and bool(failed)  # already said why: not each figure "missing"
     value, champion, comparable = _compared(gate, metric, metrics, champion_metrics, judged)
@@ -125,7 +128,7 @@ def decide(
         against_chance = _against_chance(chance, metrics, no_figures, has, failed)
     has_champion = champion_metrics is not None
     disagreeing = (
-        labels_disagree(judged.champion, judged)
+        labels_disagree(judged.champion, judged, recorded)
         if has_champion and judged is not None and judged.champion is not None
         else None
     )
@@ -199,7 +202,7 @@ def _against_chance(
 DISAGREEMENT_ERRORS = 3.0
 
 
-def labels_disagree(champion: Scores, judged: Judged) -> str | None:
+def labels_disagree(champion: Scores, judged: Judged, recorded: float | None = None) -> str | None:
     """Why the judged rows cannot judge against this champion: they label its class names
     otherwise than its own data did (data relabelled, or another task under the same names),
     as its answers on them show. Same class names, same input shape, yet the champion then
@@ -211,10 +214,12 @@ def labels_disagree(champion: Scores, judged: Judged) -> str | None:
       digit shifted by one (a red-team pass promoted such a run over a champion that had
       scored 0.79 on its own data);
     - classes whose rows it mostly answers as another class, in a cycle (`circle` rows read
-      as `square` and `square` rows as `circle`): two of three classes swapped leave its
-      accuracy at chance exactly, and a run on the swapped data replaced a champion that was
-      right on every row of its own (a red-team pass). A weak or drifted champion confuses
-      classes too, but not so that each of them is another's."""
+      as `square` and `square` rows as `circle`), where the cycle is the whole of its fall
+      from `recorded` (its val_accuracy on its own data): read back, its accuracy here is its
+      own again (_swapped). Two of three classes swapped leave its accuracy at chance exactly,
+      and a run on the swapped data replaced a champion that was right on every row of its own
+      (a red-team pass). A champion that confuses two classes on its own data too falls
+      nowhere, and is judged as usual."""
     expected = champion.chance_agreement()  # None without rows or answers counted
     if expected is not None:
         error = math.sqrt(expected * (1 - expected) / champion.rows)
@@ -224,7 +229,7 @@ def labels_disagree(champion: Scores, judged: Judged) -> str | None:
                 f"chance: accuracy {champion.accuracy:.4f} where answers drawn at random, as "
                 f"often per class as it gave them, would score {expected:.4f}; {RELABELLED}"
             )
-    cycle = _swapped(champion)
+    cycle = _swapped(champion, recorded)
     if not cycle:
         return None
     shown = "; ".join(
@@ -233,7 +238,11 @@ def labels_disagree(champion: Scores, judged: Judged) -> str | None:
     )
     more = len(cycle) - MAX_CYCLE_SHOWN
     shown += f"; and so on around {more:,} more classes" if more > 0 else ""
-    return f"on {judged.where()}, the champion answers {shown}: {RELABELLED}"
+    read_back = champion.accuracy + sum(n for _, _, n, _ in cycle) / champion.rows
+    return (
+        f"on {judged.where()}, the champion answers {shown}; its accuracy {champion.accuracy:.4f}"
+        f" there is {read_back:.4f} read back, as on its own data ({recorded:.4f}): {RELABELLED}"
+    )
 
 
 RELABELLED = (
@@ -242,25 +251,32 @@ RELABELLED = (
     "relabelled dataset is a new task: give it its own TRAIN_MODEL_NAME"
 )
 MAX_CYCLE_SHOWN = 5  # classes of a swap named in the message; the rest counted
+MIN_SWAPPED_ROWS = 5  # rows of a class answered as another: fewer tell nothing
+# One-sided chance of a class's rows going to another that often by luck, DISAGREEMENT_ERRORS
+# standard errors out; shared among the classes tested (Bonferroni), or a set of hundreds of
+# classes would find a "swap" by luck.
+_ONE_SIDED = 1 - NormalDist().cdf(DISAGREEMENT_ERRORS)
 
 
-def _swapped(champion: Scores) -> list[tuple[str, str, int, int]]:
+def _swapped(champion: Scores, recorded: float | None) -> list[tuple[str, str, int, int]]:
     """A cycle of classes (class, answered as, how often, its rows) where the champion answers
-    most of each class's rows as the next class, each more often than its share of all its
-    answers explains by DISAGREEMENT_ERRORS standard errors; [] where there is none."""
+    most of each class's rows (MIN_SWAPPED_ROWS at least) as the next class, more often than
+    its share of all its answers explains (a one-sided test, corrected for the classes
+    tested), and where reading the cycle back gives the champion its `recorded` accuracy
+    again from one significantly below it; [] where there is none."""
     rows = champion.rows
-    if rows <= 0:
+    if rows <= 0 or recorded is None:
         return []
+    bar = NormalDist().inv_cdf(1 - _ONE_SIDED / max(1, len(champion.answered)))
     edges: dict[str, tuple[str, int, int]] = {}
     for name, (answer, count) in champion.answered.items():
-        figures = champion.per_class.get(name, {})
-        support, given = int(figures.get("support", 0)), figures.get("predicted")
+        support = int(champion.per_class.get(name, {}).get("support", 0))
         theirs = champion.per_class.get(answer, {}).get("predicted")
-        if answer == name or support <= 0 or given is None or theirs is None:
+        if answer == name or support <= 0 or theirs is None or count < MIN_SWAPPED_ROWS:
             continue
         share = theirs / rows  # how often it answers `answer` on any row
         spread = math.sqrt(support * share * (1 - share))
-        if 2 * count > support and count - support * share > DISAGREEMENT_ERRORS * spread:
+        if 2 * count > support and count - support * share > bar * spread:
             edges[name] = (answer, count, support)
     for start in edges:
         path, at = [start], edges[start][0]
@@ -268,9 +284,24 @@ def _swapped(champion: Scores) -> list[tuple[str, str, int, int]]:
             path.append(at)
             at = edges[at][0]
         if at in path:  # a cycle: from where it closes
-            cycle = path[path.index(at) :]
-            return [(c, *edges[c]) for c in cycle]
+            cycle = [(c, *edges[c]) for c in path[path.index(at) :]]
+            if _explains_the_fall(champion, cycle, recorded):
+                return cycle
     return []
+
+
+def _explains_the_fall(
+    champion: Scores, cycle: list[tuple[str, str, int, int]], recorded: float
+) -> bool:
+    """Whether the champion scores significantly below its `recorded` accuracy here, and
+    reading the cycle back (each class's rows answered as the next counted right) brings it
+    to within the same margin of it. The margin: DISAGREEMENT_ERRORS standard errors of an
+    accuracy of `recorded` on these rows (Agresti-Coull, so that 1.0 has one too)."""
+    rows = champion.rows
+    adjusted = (recorded * rows + 2) / (rows + 4)
+    margin = DISAGREEMENT_ERRORS * math.sqrt(adjusted * (1 - adjusted) / rows)
+    read_back = champion.accuracy + sum(count for _, _, count, _ in cycle) / rows
+    return champion.accuracy < recorded - margin <= read_back
 
 
 def _name(name: str) -> str:
