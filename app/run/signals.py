@@ -119,13 +119,14 @@ def _last_witnessed(run_dir: RunPath, deadline: float) -> str:
     set it aside: the epoch was trained again (a red-team pass)."""
     from app.runfolder import checkpoints
 
-    try:
-        latest = checkpoints.scan(run_dir).latest
+    try:  # each meta.json read, no weights hashed: the grace period is short
+        newest = checkpoints.recorded(run_dir)
     except Exception as err:  # a store that stops answering: the run is ending regardless
         return f"; its last checkpoint could not be looked for ({type(err).__name__})"
-    if latest is None:
+    if not newest:
         return ""
-    return f", {latest.path.name}" + await_witness(run_dir, latest.path.name, deadline)
+    name = newest[0].path.name
+    return f", {name}" + await_witness(run_dir, name, deadline)
 
 
 # Said when the stop came after the workers' last epoch (a Ctrl-C as the run ends): no step is

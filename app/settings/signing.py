@@ -24,8 +24,8 @@ class SigningSettings(BaseModel):
         "champion comparison load only exports whose model card it verifies, so an export or "
         "champion forged by a writer of the storage is refused. A training run that sets it "
         "signs with the matching TRAIN_SIGNING_KEY, and starts only from what is vouched for: "
-        "a signed export (TRAIN_WARM_START), a torchvision weights name, or a TRAIN_WEIGHTS "
-        "file pinned by TRAIN_WEIGHTS_SHA256.",
+        "a signed export (TRAIN_WARM_START), or TRAIN_WEIGHTS (a file or a weights name) "
+        "pinned by TRAIN_WEIGHTS_SHA256.",
     )
 
     @field_validator("signing_key", "verify_key", mode="before")

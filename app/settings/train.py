@@ -132,19 +132,22 @@ class TrainSettings(
         )
         if never:
             raise ValueError(f"TRAIN_PROMOTE_IF can never be met by this run: {never}")
-        if (
-            self.verify_key is not None
-            and self.weights is not None
-            and not is_weights_name(self.weights)
-            and self.weights_sha256 is None
-        ):
-            # As a warm start's file is refused (app/run/warm_start.py): a plain file carries no
-            # signature, and a run's signed export built on it would vouch for whatever a
-            # writer of its storage put there (a red-team pass).
+        if self.verify_key is not None and self.weights is not None and not self.weights_sha256:
+            # As a warm start's plain file is refused (app/run/warm_start.py): a run's signed
+            # export built on unpinned weights would vouch for whatever a writer of the storage,
+            # or of a shared torchvision cache (held to 8 hex digits of its name), put there
+            # (a red-team pass, then a review).
+            what = (
+                "a torchvision weights name, whose cached file is held only to the 8 hex digits "
+                "in its name"
+                if is_weights_name(self.weights)
+                else "a file"
+            )
             raise ValueError(
-                f"TRAIN_WEIGHTS={self.weights} is a file, and TRAIN_VERIFY_KEY is set: weights "
-                "then come only from a file pinned by TRAIN_WEIGHTS_SHA256 (`sha256sum FILE`), "
-                "a torchvision weights name, or a signed export as TRAIN_WARM_START"
+                f"TRAIN_WEIGHTS={self.weights} is {what}, and TRAIN_VERIFY_KEY is set: pretrained "
+                "weights are then pinned by TRAIN_WEIGHTS_SHA256 (`sha256sum` of the file, for a "
+                "name the one in <torch_home>/hub/checkpoints/), or come from a signed export as "
+                "TRAIN_WARM_START"
             )
         if self.amp == "fp16" and not self.use_gpu:
             raise ValueError(

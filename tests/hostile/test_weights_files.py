@@ -236,6 +236,16 @@ def test_with_a_verify_key_a_weights_file_must_be_pinned(
             trainctl(*command), 2, f"TRAIN_WEIGHTS={path} is a file, and TRAIN_VERIFY_KEY is set",
             "pinned by TRAIN_WEIGHTS_SHA256",
         )  # fmt: skip
+    # A weights name too: its cached file is held to 8 hex digits of its name (a review).
+    monkeypatch.setenv("TRAIN_WEIGHTS", "ResNet18_Weights.IMAGENET1K_V1")
+    monkeypatch.setenv("TRAIN_MODEL", "resnet18")
+    assert_refused(
+        trainctl("check", "--skip-cluster"), 2,
+        "TRAIN_WEIGHTS=ResNet18_Weights.IMAGENET1K_V1 is a torchvision weights name, whose "
+        "cached file is held only to the 8 hex digits in its name",
+    )  # fmt: skip
+    monkeypatch.setenv("TRAIN_WEIGHTS", str(path))
+    monkeypatch.setenv("TRAIN_MODEL", "cnn")
     assert not files_under(tmp_path / "runs")
     pin = hashlib.sha256(path.read_bytes()).hexdigest()
     monkeypatch.setenv("TRAIN_WEIGHTS_SHA256", pin)
