@@ -20,6 +20,7 @@ sees half of it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -183,7 +184,9 @@ def batch_predict(
     check_resources(options)
     dataset = rows_dataset(groups, export.card)
     batches = scored_batches(dataset, export, _with_top_k(options, top_k))
-    found = _gather(with_progress(batches, total, "images"), export, strict)
+    # Closed however _gather ends: its progress thread stops with it, not with the frame.
+    with contextlib.closing(with_progress(batches, total, "images")) as said:
+        found = _gather(said, export, strict)
     if destination is not None:
         data = encode(found, destination, len(export.card["class_names"]), provenance(export))
         try:

@@ -21,6 +21,7 @@ driver where the split is small: app/evaluation/scoring.py).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import time
 from collections.abc import Iterator
@@ -279,8 +280,11 @@ def evaluate(
     started, wall = time.monotonic(), time.time()
     card = export.card
     names = list(card["class_names"])
-    batches = with_progress(scored_batches(rows, export, options), None, "rows")
-    found = _gather(batches, strict, max_mistakes, row_prefix)
+    # Closed however _gather ends: its progress thread stops with it, not with the frame.
+    with contextlib.closing(
+        with_progress(scored_batches(rows, export, options), None, "rows")
+    ) as said:
+        found = _gather(said, strict, max_mistakes, row_prefix)
     if found.skipped:
         unit = "row" if row_prefix else "file"
         _warn_skipped(found.skipped, found.skipped_listed, f"{strict_hint} {unit}", unit)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Annotated, Any
@@ -220,7 +221,7 @@ def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
     silently: `val_accuracy>=0.9 and val_accuracy<=0.1`, `train_loss<=-1`, `val_accuracy>1`."""
     by_term: dict[str, list[tuple[str, float, str]]] = {}
     for term, op, value in terms:
-        by_term.setdefault(term, []).append((op, value, f"{term}{op}{exact(value)}"))
+        by_term.setdefault(_one_key(term), []).append((op, value, f"{term}{op}{exact(value)}"))
     # A floor on every class (min_class_recall>=0.9) is a floor on each class the gate names:
     # with recall[cat]<=0.5 beside it, no model passes.
     for term, op, value in terms:
@@ -251,6 +252,15 @@ def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
             why = "" if len(bounds) > 1 else f" ({term} {kind})"
             return f"{written!r} can never hold{why}"
     return None
+
+
+def _one_key(term: str) -> str:
+    """A term's key, one for every spelling of one class (`recall[ cat]`, `recall[cat]`): the
+    gate matches class names without spaces around them and in any Unicode form."""
+    figure, bracket, name = term.partition("[")
+    if not bracket:
+        return term
+    return f"{figure}[{unicodedata.normalize('NFC', name.removesuffix(']')).strip()}]"
 
 
 def never_met_by_the_run(gate: Gate, *, epochs: int, gpu: bool, compiles: bool) -> str | None:

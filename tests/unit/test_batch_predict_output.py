@@ -134,3 +134,32 @@ def test_scoring_says_its_progress_while_a_batch_is_awaited_and_rates_below_one(
     assert (_rate(0.26), _rate(3.333), _rate(12.4), _rate(1234.5)) == (
         "0.26/s", "3.3/s", "12/s", "1,234/s",
     )  # fmt: skip
+
+
+def test_the_progress_thread_ends_with_a_scoring_that_fails() -> None:
+    """A failure while batches were gathered (--strict, a bad row) left the generator held by
+    the failing frame, and its thread printing `scored ...` lines after the error (a review)."""
+    import contextlib
+    import threading
+
+    import numpy as np
+    import pytest
+
+    from app.evaluation.scoring import with_progress
+
+    def alive() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "trainctl-progress"]
+
+    batches = iter([{"top_index": np.zeros((1, 2), np.int64)}] * 3)
+    with (
+        pytest.raises(ValueError),
+        contextlib.closing(
+            with_progress(batches, 3, "images", lambda line: None, every_s=1.0)
+        ) as said,
+    ):
+        next(said)
+        assert alive()
+        raise ValueError("a row --strict refuses")
+    for thread in alive():
+        thread.join(timeout=30)
+    assert not alive()

@@ -60,6 +60,8 @@ def test_gates_parse_into_their_conditions(text: str, gate: Gate) -> None:
         # A number no float holds read as 0: judged as `<=0`, not as written.
         ("val_loss<=1e-400", "1e-400 is closer to 0 than a float can hold"),
         ("recall[cat]>=0.9 and recall[cat]<0.5", "can never hold"),
+        # One class, spelled with spaces around it once (a review).
+        ("recall[cat]>=0.9 and recall[ cat]<0.5", "can never hold"),
         # Every class's floor is each named class's floor (found by a red-team pass).
         (
             "min_class_recall>=0.9 and recall[circle]<=0.5",
