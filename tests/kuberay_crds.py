@@ -90,6 +90,7 @@ def download(cache: Path, sums: dict[str, str], base_url: str, timeout: float) -
     as if a copy were half there)."""
     cache.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=cache.parent, prefix=f".{cache.name}."))
+    staging.chmod(0o755)  # as a folder made with mkdir: mkdtemp's is the owner's alone
     try:
         for name, expected in sums.items():
             url = f"{base_url.rstrip('/')}/{name}"
@@ -102,9 +103,15 @@ def download(cache: Path, sums: dict[str, str], base_url: str, timeout: float) -
             if len(body) > MAX_BYTES or hashlib.sha256(body).hexdigest() != expected:
                 raise CrdsMissing(f"{url} does not match the pinned SHA-256; nothing was kept")
             (staging / name).write_bytes(body)
-        if cache.is_dir():  # a copy that failed its check (resolve looked there first)
-            shutil.rmtree(cache)
-        os.replace(staging, cache)
+        try:
+            if cache.is_dir() and not cache.is_symlink():  # a copy that failed its check
+                shutil.rmtree(cache)
+            os.replace(staging, cache)
+        except OSError as err:
+            # Another download landed first (the folder is not empty), or the cache is a file
+            # or a link: what is there now is used if it checks out.
+            if check_folder(cache, sums) is not None:
+                raise CrdsMissing(f"cannot put the downloaded CRDs at {cache}: {err}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

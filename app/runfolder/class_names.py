@@ -58,7 +58,7 @@ def recorded(run_dir: RunPath) -> tuple[str, ...] | None:
 def _newest_checkpoints(run_dir: RunPath) -> tuple[str, ...] | None:
     """The names in the newest intact checkpoint's meta.json, for a run folder that lost (or
     predates) classes.json; None when it has no checkpoint or its checkpoint names none."""
-    from app.runfolder import checkpoints  # imports torch: only when classes.json is missing
+    from app.runfolder import checkpoints  # only when classes.json is missing
 
     latest = checkpoints.scan(run_dir).latest
     if latest is None:

@@ -277,3 +277,11 @@ def test_class_folders_with_no_split_are_recognised_and_the_split_asked_for(
     with pytest.raises(ConfigError) as err:
         list_folder(tmp_path / "none")
     assert "class folders" not in str(err.value)
+    (tmp_path / "made" / "valid").rename(tmp_path / "none" / "valid")  # valid/ alone
+    (tmp_path / "none" / "stray").mkdir()
+    image = next((tmp_path / "flat" / "cat").glob("*.png"))
+    (tmp_path / "none" / "stray" / "a.png").write_bytes(image.read_bytes())
+    with pytest.raises(ConfigError) as err:
+        list_folder(tmp_path / "none")
+    assert "train: folder not found" in str(err.value)
+    assert "class folders" not in str(err.value)

@@ -179,3 +179,17 @@ def test_offline_with_no_source_fails_fast_with_one_message(tmp_path: Path) -> N
     assert f"cache {checkout / '.cache' / 'kuberay-crds' / 'v1.7.0'}: no such folder" in message
     assert "download: cannot download" in message
     assert "`make crds`" in message and "KUBERAY_CRDS_DIR=/path/to/folder" in message
+
+
+def test_a_cache_that_is_a_file_is_named_not_a_traceback(
+    tmp_path: Path, pinned, http_folder
+) -> None:
+    files, sums = pinned
+    served, url = http_folder
+    _fill(served / "bases", files)
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder")
+    with pytest.raises(CrdsMissing, match=f"cannot put the downloaded CRDs at {cache}"):
+        resolve(env={"KUBERAY_CRDS_URL": url}, shared=tmp_path / "no", cache=cache,
+                sums_file=sums)  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "served", "sums"]

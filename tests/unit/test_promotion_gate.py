@@ -369,3 +369,17 @@ def test_a_champion_that_confuses_two_of_many_classes_on_its_own_data_too_is_jud
     rng = random.Random(7)
     noisy = [(c, c if rng.random() < 0.4 else rng.randrange(300)) for c in range(300)]
     assert labels_disagree(_scores(noisy, 300), judged, 0.4) is None
+
+
+def test_every_figure_of_an_epoch_has_its_range_for_the_gate() -> None:
+    """The gate's ranges (app/settings/gate.py) are kept beside the epoch record's fields
+    (app/runfolder/epoch_record.py, which settings may not import): a field added there
+    without a range here would let `FIELD<0` through as a gate that can never pass."""
+    from app.runfolder.epoch_record import NAMES
+    from app.settings.gate import ABOVE_ZERO, FRACTIONS, NOT_NEGATIVE
+
+    ranged = {*FRACTIONS, *NOT_NEGATIVE, *ABOVE_ZERO}
+    own = {"epoch", "compiled"}  # a whole number judged by epoch rules; a 0/1 flag
+    losses = {name for name in NAMES if name.endswith("loss")}  # never below 0, by name
+    assert ranged <= set(NAMES)
+    assert set(NAMES) - ranged - own - losses == set()
