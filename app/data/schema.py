@@ -68,6 +68,16 @@ class DatasetInfo:
     test_rows: int | None = None
     test_class_counts: tuple[int, ...] = ()
 
+    def trained_on(self) -> dict[str, Any]:
+        """What a worker group trains on, as its start records it (attempts.jsonl): a rerun's
+        data is held to it (app/run/resume.py)."""
+        return {
+            "classes": self.num_classes,
+            "input": [self.channels, self.height, self.width],
+            "train_rows": self.train_rows,
+            "valid_rows": self.valid_rows,
+        }
+
     def label_names(self) -> tuple[str, ...]:
         """Label i's name: its class name, or its number where the data names none."""
         return self.class_names or tuple(str(i) for i in range(self.num_classes))

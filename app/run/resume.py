@@ -50,14 +50,70 @@ def usable_checkpoint(
             f"the new model a run of its own (TRAIN_RUN_NAME), or move {settings.run_dir} away "
             "to start over"
         )
+    if scan.good and (then := run_folder.last_data(settings.run_dir)):
+        _held_to(settings, info, then, say)  # before anything is set aside
     for folder, why in scan.bad:
         checkpoints.set_aside(folder, why, say)
     for ref in witnessed(scan.good, settings.signing_key, say):
         problem = checkpoints.resume_problem(ref, model_shapes(settings, info))
         if problem is None:
             return ref
+        if isinstance(problem, checkpoints.Misfit) and _trained_here(settings):
+            raise ConfigError(_other_data(settings, info, ref, problem))
         checkpoints.set_aside(ref.path, problem, say)  # damaged, or planted: not its model
     return None
+
+
+def _held_to(
+    settings: TrainSettings, info: DatasetInfo, then: dict[str, Any], say: Callable[[str], None]
+) -> None:
+    """The data against what the run's last worker group trained on (attempts.jsonl): other
+    classes or another input shape is another task (ConfigError: a Parquet set rewritten at
+    48 px resumed a 32 px run, its history half one and half the other: a red-team pass);
+    other row counts are said, since a resume's exact replay assumes the same rows."""
+    now = info.trained_on()
+    if (then["classes"], then["input"]) != (now["classes"], now["input"]):
+        shown = "{classes} classes at {input[0]}x{input[1]}x{input[2]}"
+        raise ConfigError(
+            f"run {settings.run_name} trained on data of {shown.format(**then)}, and the data "
+            f"now gives {shown.format(**now)}: its checkpoints are of that task, and starting "
+            "over would replace the run's history; restore the data, give it a run of its own "
+            f"(TRAIN_RUN_NAME), or move {settings.run_dir} away to start over"
+        )
+    rows = [
+        f"{split} {then[f'{split}_rows']:,} rows then, {now[f'{split}_rows']:,} now"
+        for split in ("train", "valid")
+        if then[f"{split}_rows"] != now[f"{split}_rows"]
+    ]
+    if rows:
+        say(
+            f"the data changed since the run's last start ({'; '.join(rows)}): the epochs "
+            "trained so far saw the old rows, and a resume inside an epoch skips the first "
+            "batches of the new order, which are other rows now"
+        )
+
+
+def _trained_here(settings: TrainSettings) -> bool:
+    """Whether a driver of this run recorded its settings (summary.json): its checkpoints are
+    then the run's own, and one that no longer fits says the data changed, not that it was
+    planted."""
+    summary = run_folder.read_summary(settings.run_dir) or {}
+    return isinstance(summary.get("settings"), dict)
+
+
+def _other_data(
+    settings: TrainSettings, info: DatasetInfo, ref: checkpoints.CheckpointRef, problem: str
+) -> str:
+    """A run's own checkpoint that the model this data makes does not fit: label ids without
+    names gained a class, or Parquet images of another size. Set aside as corrupt, the run
+    started over and replaced its history with exit 0 (a red-team pass)."""
+    return (
+        f"run {settings.run_name}: its checkpoint {ref.path.name} {problem}: the data's classes "
+        f"or image size changed since it trained (the data now: {info.num_classes} classes, "
+        f"{info.channels}x{info.height}x{info.width}), and starting over would replace the "
+        "run's history; restore the data, give it a run of its own (TRAIN_RUN_NAME), or move "
+        f"{settings.run_dir} away to start over"
+    )
 
 
 def changed_since(settings: TrainSettings, names: tuple[str, ...] = TRAINING) -> list[str]:

@@ -214,6 +214,11 @@ def _link_reason(err: safe_fs.LinkRefused) -> str:
     return f"{path.name} is a symbolic link (to {target}), which is never followed"
 
 
+class Misfit(str):
+    """resume_problem's answer for a checkpoint that loads but whose weights are of another
+    model or class count (not damaged: what the run's data or model makes now differs)."""
+
+
 def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str | None:
     """Why a verified checkpoint still cannot resume this run (None when it can).
 
@@ -228,7 +233,7 @@ def resume_problem(ref: CheckpointRef, expected: dict[str, torch.Size]) -> str |
         got = train_state.get("epoch") if isinstance(train_state, dict) else None
         return f"{STATE_FILE} holds epoch {got}, but {META_FILE} and the folder say {ref.epoch}"
     problem = fit_problem(model_state, expected)
-    return f"its weights do not fit this model ({problem})" if problem else None
+    return Misfit(f"its weights do not fit this model ({problem})") if problem else None
 
 
 class CheckpointAltered(ValueError):

@@ -190,8 +190,10 @@ def start_attempt(
     resumed_step: int | None = None,
     interruption: dict[str, Any] | None = None,
     resume_note: str | None = None,
+    data: dict[str, Any] | None = None,
 ) -> None:
-    """Record a worker-group start and forget history past the epoch it resumes from."""
+    """Record a worker-group start and forget history past the epoch it resumes from. `data`:
+    what the group trains on (classes, input shape, rows), which a rerun's data is held to."""
     metrics_path = run_dir / METRICS_FILE
     kept = [r for r in read_jsonl(metrics_path, REQUIRED) if r["epoch"] < start_epoch]
     if metrics_path.exists():
@@ -207,8 +209,23 @@ def start_attempt(
             "resumed_step": resumed_step,
             "interruption": interruption,
             "resume_note": resume_note,
+            "data": data,
         },
     )
+
+
+def last_data(run_dir: RunPath) -> dict[str, Any] | None:
+    """The data the run's last worker group trained on, as start_attempt recorded it (its
+    whole numbers only: the file is the storage's), or None where no start recorded it."""
+    for record in reversed(read_jsonl(run_dir / ATTEMPTS_FILE)):
+        data = record.get("data")
+        if not isinstance(data, dict):
+            continue
+        shape = data.get("input")
+        counts = [data.get(k) for k in ("classes", "train_rows", "valid_rows")]
+        if isinstance(shape, list) and all(type(v) is int and v >= 0 for v in [*shape, *counts]):
+            return data
+    return None
 
 
 def write_progress(run_dir: RunPath, invocation: str, **fields: Any) -> None:

@@ -248,6 +248,7 @@ def resume(plan: WorkerPlan, worker: Worker, restored: Restored, began: float) -
             resumed_step=step if checkpoint else None,
             interruption=interruption_on_start(plan, checkpoint, train_state, step),
             resume_note=position.note or None,
+            data=plan.info.trained_on(),
         )
     return State(
         start_epoch=position.start_epoch,

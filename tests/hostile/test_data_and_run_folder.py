@@ -369,6 +369,77 @@ def test_driver_sets_aside_a_checkpoint_of_another_model_with_the_reason(
     assert not (settings.run_dir / "checkpoint_epoch_0001").exists()
 
 
+def test_a_runs_own_checkpoint_that_the_changed_data_does_not_fit_is_refused_not_set_aside(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Parquet labels without names gained a class (or its images another size): the run's
+    healthy checkpoint was set aside as corrupt, and the run started over and replaced its
+    history with exit 0 (a red-team pass). A run that recorded its settings owns its
+    checkpoints: one that no longer fits says the data changed. Exit 2, nothing moved."""
+    import dataclasses
+
+    from app.errors import ConfigError
+    from app.runfolder.folder import write_summary
+    from app.settings.env import load_settings
+    from app.training.model import build_model
+
+    data.good(tmp_path / "data")
+    _settings_env(monkeypatch, tmp_path, TRAIN_RUN_NAME="r")
+    settings = load_settings()
+    now = inspect_dataset(tmp_path / "data")
+    before = dataclasses.replace(now, num_classes=now.num_classes - 1)  # as it was trained
+    _checkpoint(settings.run_dir, 1, build_model(settings.model, before))
+    write_summary(settings.run_dir, {"status": "succeeded", "settings": settings.redacted()})
+    with pytest.raises(ConfigError) as refused:
+        resume.usable_checkpoint(settings, now, print)
+    said = str(refused.value)
+    assert "run r: its checkpoint checkpoint_epoch_0001 its weights do not fit this model" in said
+    assert f"the data now: {now.num_classes} classes" in said and "TRAIN_RUN_NAME" in said
+    assert (settings.run_dir / "checkpoint_epoch_0001").is_dir()
+    assert not list(settings.run_dir.glob("corrupt_*"))
+
+
+def test_a_rerun_is_held_to_the_data_its_last_worker_group_trained_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A Parquet set rewritten at 48 px resumed a run trained at 32 px (the cnn's weights fit
+    any size), its history half one and half the other; rows added to a folder resumed
+    without a word (a red-team pass). Each worker group's start records its data."""
+    import dataclasses
+
+    from app.errors import ConfigError
+    from app.settings.env import load_settings
+    from app.training.model import build_model
+
+    data.good(tmp_path / "data")
+    _settings_env(monkeypatch, tmp_path, TRAIN_RUN_NAME="r")
+    settings = load_settings()
+    info = inspect_dataset(tmp_path / "data")
+    _checkpoint(settings.run_dir, 1, build_model(settings.model, info))
+    run_folder.start_attempt(
+        settings.run_dir, invocation="i", start_epoch=1, world_size=1, restored_from=None,
+        data=dataclasses.replace(info, height=info.height * 2).trained_on(),
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        resume.usable_checkpoint(settings, info, print)
+    said = str(refused.value)
+    assert f"run r trained on data of {info.num_classes} classes at " in said, said
+    assert f"x{info.height * 2}x{info.width}, and the data now gives" in said, said
+    assert not list(settings.run_dir.glob("corrupt_*"))
+    run_folder.start_attempt(
+        settings.run_dir, invocation="j", start_epoch=1, world_size=1, restored_from=None,
+        data=dataclasses.replace(info, train_rows=info.train_rows + 400).trained_on(),
+    )  # fmt: skip
+    lines: list[str] = []
+    assert resume.usable_checkpoint(settings, info, lines.append) is not None
+    assert lines == [
+        f"the data changed since the run's last start (train {info.train_rows + 400:,} rows "
+        f"then, {info.train_rows:,} now): the epochs trained so far saw the old rows, and a "
+        "resume inside an epoch skips the first batches of the new order, which are other "
+        "rows now"
+    ], lines
+
+
 def test_another_model_under_a_trained_runs_name_is_refused_before_ray(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
