@@ -89,15 +89,16 @@ class BuiltIn(ParquetData):
         out = expand(out, "--out")
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--out={out}: exists but is not a folder")
+        asked = seed if self.generated else None
         if not force and is_present(out):
-            return _already(self.name, out)
+            return _already(self.name, out, asked)
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise ConfigError(f"{out.parent}: cannot create the output folder ({err})") from None
         with FileLock(out.parent / f".{out.name}.lock"):
             if not force and is_present(out):  # another process finished it while we waited
-                return _already(self.name, out)
+                return _already(self.name, out, asked)
             _remove_leftovers(out)
             if out.exists() and not _replaceable(out):
                 raise ConfigError(
@@ -238,13 +239,24 @@ def _replaceable(out: Path) -> bool:
     return out.is_dir() and {p.name for p in out.iterdir()} <= {"train", "valid", "test", MARKER}
 
 
-def _already(name: str, out: Path) -> str:
+def _already(name: str, out: Path, seed: int | None) -> str:
+    """The line for a dataset already at `out`; ConfigError where it is another one than asked
+    for (another dataset, or a generated one of another seed): `digits` into a folder of
+    synthetic data said `already prepared` with digits' name on the other's figures (a
+    red-team pass)."""
     try:
         meta = json.loads((out / MARKER).read_text())
     except (OSError, ValueError):
         return (
             f"{name}: {out} already holds train/ and valid/ (not written by trainctl); "
             "use --force to replace them"
+        )
+    held = meta.get("dataset") if isinstance(meta, dict) else None
+    if held != name or (seed is not None and meta.get("seed") != seed):
+        what = f"{held}" + (f" of seed {meta.get('seed')}" if meta.get("seed") is not None else "")
+        asked = name + (f" of seed {seed}" if seed is not None else "")
+        raise ConfigError(
+            f"--out={out} holds {what}, not {asked}: give another --out, or --force to replace it"
         )
     return _summary(name, out, meta, note="already prepared, use --force to rewrite")
 

@@ -120,6 +120,25 @@ def test_synthetic_is_sized_seeded_and_learnable(tmp_path: Path) -> None:
     assert (distances.argmin(1) == valid_y).mean() > 0.9
 
 
+def test_a_folder_of_another_dataset_or_seed_is_not_called_already_prepared(
+    tmp_path: Path,
+) -> None:
+    """`prepare-data --dataset digits --out syn`, where syn held synthetic data, said `digits:
+    ... (already prepared)` with the synthetic set's figures; so did another --seed (a
+    red-team pass)."""
+    from app.errors import ConfigError
+
+    out = tmp_path / "syn"
+    prepare_dataset("synthetic", out, rows=50, seed=3)
+    before = _files(out)
+    with pytest.raises(ConfigError, match=f"--out={out} holds synthetic of seed 3, not digits"):
+        prepare_dataset("digits", out)
+    with pytest.raises(ConfigError, match="holds synthetic of seed 3, not synthetic of seed 4"):
+        prepare_dataset("synthetic", out, rows=50, seed=4)
+    assert "already prepared" in prepare_dataset("synthetic", out, rows=50, seed=3)
+    assert _files(out) == before
+
+
 def test_a_complete_dataset_is_not_rewritten_unless_forced(tmp_path: Path) -> None:
     out = tmp_path / "synthetic"
     prepare_dataset("synthetic", out, rows=50)
