@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,8 @@ class FolderListing:
     skipped: int  # files that are not images by their name
     test: tuple[tuple[str, int], ...] = ()  # the optional held-out split; () where absent
     has_test: bool = False
+    # Of `skipped`, those in each split: an evaluation of one split counts its own.
+    skipped_in: dict[str, int] = field(default_factory=dict)
 
     def note(self) -> str:
         if not self.skipped:
@@ -134,6 +136,7 @@ def list_folder(root: RunPath, limit_s: float = LIST_LIMIT_S) -> FolderListing:
         skipped=train_skipped + valid_skipped + test_skipped,
         test=rows(test),
         has_test="test" in found,
+        skipped_in={"train": train_skipped, "valid": valid_skipped, "test": test_skipped},
     )
 
 

@@ -170,7 +170,7 @@ def _run_split(
         items = tuple((path, path, label) for path, label in rows)  # as the run read them
         found: EvalData = ImageFiles(
             location=root / split, rows=len(items), root=root,
-            items=items, skipped_files=listing.skipped, split=split,
+            items=items, skipped_files=listing.skipped_in.get(split, 0), split=split,
         )  # fmt: skip
     else:
         if split == "test" and not (root / split).is_dir():

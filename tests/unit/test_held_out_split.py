@@ -169,3 +169,18 @@ def test_an_image_folder_valid_split_copied_from_train_is_refused(tmp_path: Path
     # The helper's own valid/ images are drawn apart from train/'s: accepted as they are.
     (tmp_path / "valid" / "dog" / "005.png").unlink()
     assert len(list_folder(tmp_path).valid) == 8
+
+
+def test_a_splits_evaluation_counts_the_files_skipped_in_that_split_only(tmp_path: Path) -> None:
+    """The run-end evaluation of valid/ said `3 other file(s) not read` for a hidden file, a
+    note and a loose image in train/ (a red-team pass)."""
+    image_folder(tmp_path, per_class=(2, 1), classes=("cat", "dog"))
+    (tmp_path / "train" / "cat" / ".hidden.png").write_bytes(b"x")
+    (tmp_path / "train" / "cat" / "notes.txt").write_text("x")
+    (tmp_path / "valid" / "dog" / "notes.txt").write_text("x")
+    card = {
+        "class_names": ["cat", "dog"], "input": {"height": 8, "width": 8, "channels": 3},
+        "data": {"path": str(tmp_path)}, "settings": {"dataset": "folder"},
+    }  # fmt: skip
+    assert run_split(card, "valid", None).skipped_files == 1
+    assert list_folder(tmp_path).skipped == 3
