@@ -71,6 +71,9 @@ class RunStatus:
     best: dict[str, Any] | None = None  # {epoch, <metric>, val_accuracy}
     promotion: dict[str, Any] | None = None  # {promoted, version, line, model}
     champion_now: str | None = None  # where this run's promotion was since replaced: by what
+    # The version of a champion pointer (of the storage listed) that names this run: a rerun
+    # that was not promoted still has its earlier export serving as the champion.
+    champion_of: int | None = None
     interruptions: dict[str, Any] = field(default_factory=dict)
     accelerator_hours: dict[str, Any] | None = None
     stopped_early: dict[str, Any] | None = None  # {reason, epoch, rule}
@@ -513,6 +516,9 @@ def list_runs(
             champions = call_with_deadline(lambda: _champions(root), left, str(root))
         except DeadlineExceeded:
             timed_out = True
+    for run in runs:  # the champion each pointer names, beside that run's own last verdict
+        versions = [c["version"] for c in champions if c.get("run") == run.name and "version" in c]
+        run.champion_of = max(versions) if versions else None
     return Listing(
         _path(root), runs, len(names), not_runs, unread, timed_out, problems, deadline_s, sweeps,
         champions,
@@ -737,6 +743,10 @@ def _promotion_word(run: RunStatus) -> str:
         return "-"
     if promotion["promoted"] and promotion["version"]:
         return f"promoted v{promotion['version']}"
+    if not promotion["promoted"] and run.champion_of is not None:
+        # Rerun after its promotion and kept: `not promoted` alone read as if no export of it
+        # served, beside a champions line naming it (a red-team pass).
+        return f"kept (v{run.champion_of} is its)"
     return "promoted" if promotion["promoted"] else "not promoted"
 
 

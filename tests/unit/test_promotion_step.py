@@ -805,3 +805,22 @@ def test_a_verdict_made_without_the_figures_it_needed_is_made_again(
         assert "judged before" not in said and "val_accuracy 0.9 is not > the champion's 0.95" in (
             said
         ), said
+
+
+def test_the_storage_table_says_a_kept_rerun_still_serves_as_the_champion(
+    tmp_path: Path,
+) -> None:
+    """Rerun with more epochs and kept (`kept v1: not promoted`): the table said `not promoted`
+    beside a champions line naming the run (a red-team pass)."""
+    from tests.hostile.support import trainctl
+
+    _promote(tmp_path, "champ", 0.90)
+    summary_file = tmp_path / "champ" / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["promoted"] = False  # the rerun's verdict: its new export was not promoted
+    summary["promotion"]["line"] = "kept v1: not promoted (val_accuracy 0.9 is not > 0.9)"
+    summary_file.write_text(json.dumps(summary))
+    shown = trainctl("status", str(tmp_path)).out
+    row = next(line for line in shown.splitlines() if line.startswith("champ "))
+    assert "kept (v1 is its)" in row, shown
+    assert "  digits-cnn: v1, run champ" in shown
