@@ -80,16 +80,25 @@ class BuiltIn(ParquetData):
         if self.to_prepare(location):
             # In a bucket: written whole on this machine, then copied up.
             with written_whole(location, "trainctl-data-") as local:
-                self.write(local, seed=settings.seed)
+                # Whatever another driver finished there first is used, of any seed: `train`
+                # has no --out or --force to answer a refusal with.
+                self.write(local, seed=settings.seed, held_to_seed=False)
 
     def write(
-        self, out: Path, *, force: bool = False, seed: int = 0, rows: int | None = None
+        self,
+        out: Path,
+        *,
+        force: bool = False,
+        seed: int = 0,
+        rows: int | None = None,
+        held_to_seed: bool = True,
     ) -> str:
-        """Write out/train/ and out/valid/; returns a one-line summary."""
+        """Write out/train/ and out/valid/; returns a one-line summary. `held_to_seed`: a
+        generated dataset already there of another seed is refused (`prepare-data`)."""
         out = expand(out, "--out")
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--out={out}: exists but is not a folder")
-        asked = seed if self.generated else None
+        asked = seed if self.generated and held_to_seed else None
         if not force and is_present(out):
             return _already(self.name, out, asked)
         try:
@@ -251,7 +260,8 @@ def _already(name: str, out: Path, seed: int | None) -> str:
             f"{name}: {out} already holds train/ and valid/ (not written by trainctl); "
             "use --force to replace them"
         )
-    held = meta.get("dataset") if isinstance(meta, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    held = meta.get("dataset")
     if held != name or (seed is not None and meta.get("seed") != seed):
         what = f"{held}" + (f" of seed {meta.get('seed')}" if meta.get("seed") is not None else "")
         asked = name + (f" of seed {seed}" if seed is not None else "")

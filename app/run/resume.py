@@ -73,12 +73,14 @@ def _held_to(
     other row counts are said, since a resume's exact replay assumes the same rows."""
     now = info.trained_on()
     if (then["classes"], then["input"]) != (now["classes"], now["input"]):
-        shown = "{classes} classes at {input[0]}x{input[1]}x{input[2]}"
+        shown = "{classes} classes at input {input[0]}x{input[1]}x{input[2]}"
         raise ConfigError(
-            f"run {settings.run_name} trained on data of {shown.format(**then)}, and the data "
-            f"now gives {shown.format(**now)}: its checkpoints are of that task, and starting "
-            "over would replace the run's history; restore the data, give it a run of its own "
-            f"(TRAIN_RUN_NAME), or move {settings.run_dir} away to start over"
+            f"run {settings.run_name} trained on {shown.format(**then)} (its last start), and "
+            f"this rerun would train on {shown.format(**now)}: the data's classes changed, or "
+            "the input size (the data's own, or the one TRAIN_IMAGE_SIZE, TRAIN_WEIGHTS or the "
+            "model sets). Its checkpoints are of that task, and starting over would replace the "
+            "run's history; restore what changed, give this a run of its own (TRAIN_RUN_NAME), "
+            f"or move {settings.run_dir} away to start over"
         )
     rows = [
         f"{split} {then[f'{split}_rows']:,} rows then, {now[f'{split}_rows']:,} now"
@@ -108,11 +110,11 @@ def _other_data(
     names gained a class, or Parquet images of another size. Set aside as corrupt, the run
     started over and replaced its history with exit 0 (a red-team pass)."""
     return (
-        f"run {settings.run_name}: its checkpoint {ref.path.name} {problem}: the data's classes "
-        f"or image size changed since it trained (the data now: {info.num_classes} classes, "
+        f"run {settings.run_name}, checkpoint {ref.path.name}: {problem}: the data's classes "
+        f"or the input size changed since it trained (now {info.num_classes} classes at input "
         f"{info.channels}x{info.height}x{info.width}), and starting over would replace the "
-        "run's history; restore the data, give it a run of its own (TRAIN_RUN_NAME), or move "
-        f"{settings.run_dir} away to start over"
+        "run's history; restore what changed, give this a run of its own (TRAIN_RUN_NAME), or "
+        f"move {settings.run_dir} away to start over"
     )
 
 

@@ -517,7 +517,11 @@ def list_runs(
         except DeadlineExceeded:
             timed_out = True
     for run in runs:  # the champion each pointer names, beside that run's own last verdict
-        versions = [c["version"] for c in champions if c.get("run") == run.name and "version" in c]
+        model = (run.promotion or {}).get("model")
+        versions = [
+            c["version"] for c in champions
+            if c.get("run") == run.name and c.get("model") == model and "version" in c
+        ]  # fmt: skip
         run.champion_of = max(versions) if versions else None
     return Listing(
         _path(root), runs, len(names), not_runs, unread, timed_out, problems, deadline_s, sweeps,
@@ -746,7 +750,7 @@ def _promotion_word(run: RunStatus) -> str:
     if not promotion["promoted"] and run.champion_of is not None:
         # Rerun after its promotion and kept: `not promoted` alone read as if no export of it
         # served, beside a champions line naming it (a red-team pass).
-        return f"kept (v{run.champion_of} is its)"
+        return f"not promoted; its v{run.champion_of} is champion"
     return "promoted" if promotion["promoted"] else "not promoted"
 
 

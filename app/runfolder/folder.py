@@ -215,16 +215,23 @@ def start_attempt(
 
 
 def last_data(run_dir: RunPath) -> dict[str, Any] | None:
-    """The data the run's last worker group trained on, as start_attempt recorded it (its
-    whole numbers only: the file is the storage's), or None where no start recorded it."""
-    for record in reversed(read_jsonl(run_dir / ATTEMPTS_FILE)):
-        data = record.get("data")
-        if not isinstance(data, dict):
-            continue
-        shape = data.get("input")
-        counts = [data.get(k) for k in ("classes", "train_rows", "valid_rows")]
-        if isinstance(shape, list) and all(type(v) is int and v >= 0 for v in [*shape, *counts]):
-            return data
+    """The data the run's last worker group trained on, as its start recorded it, or None
+    where the last start recorded none that reads as one (an older version's, a damaged one):
+    never an earlier start's, which may be of data since replaced. Whole numbers only, an
+    input of three: the file is the storage's."""
+    records = read_jsonl(run_dir / ATTEMPTS_FILE)
+    data = records[-1].get("data") if records else None
+    if not isinstance(data, dict):
+        return None
+    shape = data.get("input")
+    counts = [data.get(k) for k in ("classes", "train_rows", "valid_rows")]
+    whole = isinstance(shape, list) and len(shape) == 3
+    if (
+        whole
+        and all(type(v) is int and v >= 1 for v in shape)
+        and all(type(v) is int and v >= 0 for v in counts)
+    ):
+        return data
     return None
 
 

@@ -237,3 +237,9 @@ def test_the_finished_run_reads_back_through_status_and_logs(finished_run: Finis
     assert result.code == 0, result.text
     assert result.out.splitlines()[0] == f"==> {run_dir}/logs/attempt-1/driver.log <=="
     assert line.removeprefix("trainctl: ") in result.out
+    # Its worker group's start recorded the data it trained on, which a rerun is held to.
+    from app.data.schema import inspect_dataset
+    from app.runfolder.folder import last_data
+
+    trained = inspect_dataset(finished_run.tmp / "data" / "digits").trained_on()
+    assert last_data(run_dir) == trained, (last_data(run_dir), trained)

@@ -393,8 +393,8 @@ def test_a_runs_own_checkpoint_that_the_changed_data_does_not_fit_is_refused_not
     with pytest.raises(ConfigError) as refused:
         resume.usable_checkpoint(settings, now, print)
     said = str(refused.value)
-    assert "run r: its checkpoint checkpoint_epoch_0001 its weights do not fit this model" in said
-    assert f"the data now: {now.num_classes} classes" in said and "TRAIN_RUN_NAME" in said
+    assert "run r, checkpoint checkpoint_epoch_0001: its weights do not fit this model" in said
+    assert f"(now {now.num_classes} classes at input " in said and "TRAIN_RUN_NAME" in said
     assert (settings.run_dir / "checkpoint_epoch_0001").is_dir()
     assert not list(settings.run_dir.glob("corrupt_*"))
 
@@ -416,6 +416,8 @@ def test_a_rerun_is_held_to_the_data_its_last_worker_group_trained_on(
     settings = load_settings()
     info = inspect_dataset(tmp_path / "data")
     _checkpoint(settings.run_dir, 1, build_model(settings.model, info))
+    damaged = _checkpoint(settings.run_dir, 0, build_model(settings.model, info))
+    (damaged / "model.pt").write_bytes(b"truncated")  # set aside by a resume: not before this
     run_folder.start_attempt(
         settings.run_dir, invocation="i", start_epoch=1, world_size=1, restored_from=None,
         data=dataclasses.replace(info, height=info.height * 2).trained_on(),
@@ -423,16 +425,18 @@ def test_a_rerun_is_held_to_the_data_its_last_worker_group_trained_on(
     with pytest.raises(ConfigError) as refused:
         resume.usable_checkpoint(settings, info, print)
     said = str(refused.value)
-    assert f"run r trained on data of {info.num_classes} classes at " in said, said
-    assert f"x{info.height * 2}x{info.width}, and the data now gives" in said, said
+    assert f"run r trained on {info.num_classes} classes at input " in said, said
+    assert f"x{info.height * 2}x{info.width} (its last start), and this rerun would" in said
     assert not list(settings.run_dir.glob("corrupt_*"))
+    assert (settings.run_dir / "checkpoint_epoch_0000").is_dir()  # not set aside either
     run_folder.start_attempt(
         settings.run_dir, invocation="j", start_epoch=1, world_size=1, restored_from=None,
         data=dataclasses.replace(info, train_rows=info.train_rows + 400).trained_on(),
     )  # fmt: skip
     lines: list[str] = []
     assert resume.usable_checkpoint(settings, info, lines.append) is not None
-    assert lines == [
+    assert lines[1].startswith("checkpoint checkpoint_epoch_0000 is unusable")  # now, after
+    assert lines[:1] == [
         f"the data changed since the run's last start (train {info.train_rows + 400:,} rows "
         f"then, {info.train_rows:,} now): the epochs trained so far saw the old rows, and a "
         "resume inside an epoch skips the first batches of the new order, which are other "

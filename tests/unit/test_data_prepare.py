@@ -137,6 +137,13 @@ def test_a_folder_of_another_dataset_or_seed_is_not_called_already_prepared(
         prepare_dataset("synthetic", out, rows=50, seed=4)
     assert "already prepared" in prepare_dataset("synthetic", out, rows=50, seed=3)
     assert _files(out) == before
+    # `train` prepares without a seed to hold to: whatever another driver finished is used.
+    from app.data.kinds import KINDS
+
+    assert "already prepared" in KINDS["synthetic"].write(out, seed=4, held_to_seed=False)
+    (out / "_trainctl_dataset.json").write_text("[1]")  # a marker that is no object
+    with pytest.raises(ConfigError, match="holds None, not digits"):
+        prepare_dataset("digits", out)
 
 
 def test_a_complete_dataset_is_not_rewritten_unless_forced(tmp_path: Path) -> None:

@@ -822,5 +822,5 @@ def test_the_storage_table_says_a_kept_rerun_still_serves_as_the_champion(
     summary_file.write_text(json.dumps(summary))
     shown = trainctl("status", str(tmp_path)).out
     row = next(line for line in shown.splitlines() if line.startswith("champ "))
-    assert "kept (v1 is its)" in row, shown
+    assert "not promoted; its v1 is champion" in row, shown
     assert "  digits-cnn: v1, run champ" in shown
