@@ -138,12 +138,18 @@ def test_a_download_that_does_not_match_keeps_nothing(tmp_path: Path, pinned, ht
     assert sorted(p.name for p in tmp_path.iterdir()) == ["served", "sums"], "nothing left"
 
 
-def test_a_download_replaces_a_copy_that_failed_its_check(
-    tmp_path: Path, pinned, http_folder
-) -> None:
+def _serving(pinned, http_folder) -> tuple[dict[str, bytes], Path, str]:
+    """(the pinned files, their sums file, the URL that serves them whole)."""
     files, sums = pinned
     served, url = http_folder
     _fill(served / "bases", files)
+    return files, sums, url
+
+
+def test_a_download_replaces_a_copy_that_failed_its_check(
+    tmp_path: Path, pinned, http_folder
+) -> None:
+    files, sums, url = _serving(pinned, http_folder)
     cache = _fill(tmp_path / "cache", {NAMES[0]: files[NAMES[0]]})  # one file of them
     found = resolve(env={"KUBERAY_CRDS_URL": url}, shared=tmp_path / "no", cache=cache,
                     sums_file=sums)  # fmt: skip
@@ -184,9 +190,7 @@ def test_offline_with_no_source_fails_fast_with_one_message(tmp_path: Path) -> N
 def test_a_cache_that_is_a_file_is_named_not_a_traceback(
     tmp_path: Path, pinned, http_folder
 ) -> None:
-    files, sums = pinned
-    served, url = http_folder
-    _fill(served / "bases", files)
+    _, sums, url = _serving(pinned, http_folder)
     cache = tmp_path / "cache"
     cache.write_text("not a folder")
     with pytest.raises(CrdsMissing, match=f"cannot put the downloaded CRDs at {cache}"):
