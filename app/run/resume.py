@@ -78,9 +78,7 @@ def _held_to(
             f"run {settings.run_name} trained on {shown.format(**then)} (its last start), and "
             f"this rerun would train on {shown.format(**now)}: the data's classes changed, or "
             "the input size (the data's own, or the one TRAIN_IMAGE_SIZE, TRAIN_WEIGHTS or the "
-            "model sets). Its checkpoints are of that task, and starting over would replace the "
-            "run's history; restore what changed, give this a run of its own (TRAIN_RUN_NAME), "
-            f"or move {settings.run_dir} away to start over"
+            f"model sets). Its checkpoints are of that task, and {_ways_on(settings)}"
         )
     rows = [
         f"{split} {then[f'{split}_rows']:,} rows then, {now[f'{split}_rows']:,} now"
@@ -112,9 +110,15 @@ def _other_data(
     return (
         f"run {settings.run_name}, checkpoint {ref.path.name}: {problem}: the data's classes "
         f"or the input size changed since it trained (now {info.num_classes} classes at input "
-        f"{info.channels}x{info.height}x{info.width}), and starting over would replace the "
-        "run's history; restore what changed, give this a run of its own (TRAIN_RUN_NAME), or "
-        f"move {settings.run_dir} away to start over"
+        f"{info.channels}x{info.height}x{info.width}), and {_ways_on(settings)}"
+    )
+
+
+def _ways_on(settings: TrainSettings) -> str:
+    """What a refused rerun of another task can do instead, said by both refusals above."""
+    return (
+        "starting over would replace the run's history; restore what changed, give this a run "
+        f"of its own (TRAIN_RUN_NAME), or move {settings.run_dir} away to start over"
     )
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.errors import ConfigError, RunFailed
+from app.formatting import whole
 from app.runfolder.epoch_record import REQUIRED
 from app.storage import bounded_json, safe_fs
 from app.storage.entries import entries, links, not_a_link
@@ -225,11 +226,11 @@ def last_data(run_dir: RunPath) -> dict[str, Any] | None:
         return None
     shape = data.get("input")
     counts = [data.get(k) for k in ("classes", "train_rows", "valid_rows")]
-    whole = isinstance(shape, list) and len(shape) == 3
+    sized = isinstance(shape, list) and len(shape) == 3
     if (
-        whole
-        and all(type(v) is int and v >= 1 for v in shape)
-        and all(type(v) is int and v >= 0 for v in counts)
+        sized
+        and all(whole(v, 1) is not None for v in shape)
+        and all(whole(v, 0) is not None for v in counts)
     ):
         return data
     return None
