@@ -559,24 +559,44 @@ def _champion(
     both), from TRAIN_STORAGE_PATH (through `endpoint`, TRAIN_STORAGE_ENDPOINT, for an
     S3-compatible store) as `env` (settings_environ's) gives it."""
     from app.errors import ConfigError
-    from app.promotion.champion import PointerDamaged, champion_export
+    from app.promotion.champion import PointerDamaged, champion_export, pointer_path
+    from app.promotion.champion_export import folder
     from app.settings.env import storage_location, storage_path_setting
     from app.settings.model import champion_ref
+    from app.storage.buckets import ObjectPath
+    from app.storage.deadline import DeadlineExceeded, call_with_deadline
     from app.storage.entries import bucket_there
+    from app.storage.location import within
+    from app.storage.probe import StoreUnavailable, describe_store_error
+    from app.storage.reading import present_within
 
     try:
         name = champion_ref(f"champion:{name}").name  # a TRAIN_MODEL_NAME, nothing else
     except ValueError as err:
         raise ConfigError(str(err)) from None
     storage = storage_location(storage_path_setting(env), "TRAIN_STORAGE_PATH", endpoint)
-    # The store answers within the deadline first: the pointer's read has none of its own, and
-    # a silent endpoint held it for a minute (a red-team pass).
+    # The store answers within the deadline first, then the pointer's own reads end within it
+    # too: a store that answered the probe and then held the pointer's request kept this for a
+    # minute of the client's retries (a red-team pass).
     bucket_there(storage, "TRAIN_STORAGE_PATH", timeout)
+    present_within(pointer_path(storage, name), "TRAIN_STORAGE_PATH", timeout)
+    budgeted = within(storage, timeout)
     try:
-        copy, pointer = champion_export(storage, name, endpoint)
+        _, pointer = call_with_deadline(
+            lambda: champion_export(budgeted, name, endpoint), timeout, f"champion:{name}"
+        )
     except PointerDamaged as err:
         raise ConfigError(f"champion:{name}: {err}") from None
-    return copy, pointer, storage
+    except DeadlineExceeded as err:
+        said = (
+            describe_store_error(storage, "TRAIN_STORAGE_PATH", err)
+            if isinstance(storage, ObjectPath)
+            else f"{storage}: no answer within {err.seconds:g} s (TRAIN_STORAGE_TIMEOUT_S)"
+        )
+        raise StoreUnavailable(f"champion:{name}: {said}", "TRAIN_STORAGE_PATH") from None
+    # The model itself is read through the store's own client: a large file may take longer
+    # than one request's deadline.
+    return folder(storage, name, pointer["card_sha256"]), pointer, storage
 
 
 def _champion_is_a_run(

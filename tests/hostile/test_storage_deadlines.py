@@ -195,3 +195,33 @@ def test_a_store_that_stalls_inside_the_client_is_left_within_the_deadline(
     first, closed = stalls.held[0]
     assert closed is not None, "the client never gave up on the held request"
     assert closed - first < 2 + CLIENT_SLACK_S, stalls.held
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("predict", "champion:digits-cnn", "x.png"),
+        ("evaluate", "champion:digits-cnn", "--split", "valid"),
+    ],
+    ids=["predict", "evaluate"],
+)
+def test_a_store_that_holds_the_champions_pointer_is_left_within_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # The bucket answers its probe (it exists and lists), then no object request is answered:
+    # the pointer's own reads waited out the client's retries, a minute (a red-team pass).
+    monkeypatch.chdir(tmp_path)
+    with stalling_store(buckets=True) as stalls:
+        monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://b-1/runs")
+        monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", stalls.endpoint)
+        monkeypatch.setenv("TRAIN_STORAGE_TIMEOUT_S", "2")
+        started = time.monotonic()
+        result = trainctl(*command)
+        took = time.monotonic() - started
+    assert_refused(
+        result, 2, "champions/digits-cnn.json",
+        f"the store at {stalls.endpoint} did not answer within 2 s", "TRAIN_STORAGE_TIMEOUT_S",
+    )  # fmt: skip
+    assert stalls.held, "no object request reached the store"
+    assert took < 2 + MARGIN_S, took
+    assert files_under(tmp_path) == []

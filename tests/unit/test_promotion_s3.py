@@ -92,6 +92,12 @@ def test_promotion_and_prediction_on_object_storage(
     assert result.code == 0, result.text
     top = json.loads(result.out)["predictions"][0]["top"]
     assert len(top) == 2 and top[0]["probability"] >= top[1]["probability"]
+    # The champion itself, by its pointer in the bucket: the same model, the same figures.
+    monkeypatch.setenv("TRAIN_STORAGE_PATH", bucket.uri("runs"))
+    monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", bucket.endpoint)
+    named = trainctl("predict", "champion:digits-cnn", str(image), "--json", "--top-k", "2")
+    assert named.code == 0, named.text
+    assert json.loads(named.out)["predictions"][0]["top"] == top
 
     # The image in the bucket too: a file named by its URI is classified in this process, as
     # a local one is (it started a Ray for one image), to the same figures.
