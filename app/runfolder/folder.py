@@ -152,6 +152,19 @@ def read_record_file(path: RunPath, limit: int) -> bytes:
     return read_bounded(path, None, limit)
 
 
+# A record the storage would not hand over is not damaged: another writer did nothing to it,
+# and no run rewrites it. (An access error in a bucket read as "damaged": a red-team pass.)
+NOT_READ = "check the storage's credentials and network (TRAIN_STORAGE_PATH)"
+
+
+def refused_read(err: BaseException) -> bool:
+    """The storage refused or did not answer the read (access denied, network), as opposed to
+    what was read, or found there, being wrong (a folder, a link, bad text)."""
+    return isinstance(err, OSError) and not isinstance(
+        err, (IsADirectoryError, NotADirectoryError, safe_fs.LinkRefused)
+    )
+
+
 def _why(err: BaseException) -> str:
     if isinstance(err, safe_fs.LinkRefused):
         return "a symbolic link, not followed"
@@ -282,7 +295,10 @@ def read_summary(run_dir: RunPath) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, safe_fs.LinkRefused) as err:  # UnicodeDecodeError included
-        _warn_once(path, f"{path} is damaged ({_why(err)}); ignored (a run rewrites it)")
+        if refused_read(err):
+            _warn_once(path, f"{path} cannot be read ({_why(err)}); {NOT_READ}")
+        else:
+            _warn_once(path, f"{path} is damaged ({_why(err)}); ignored (a run rewrites it)")
         return None
     if not isinstance(summary, dict):
         _warn_once(path, f"{path} is damaged (not a JSON object); ignored (a run rewrites it)")
@@ -318,7 +334,9 @@ def read_sweep(
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as err:
-        if damaged is not None:
+        if damaged is not None and refused_read(err):
+            print(f"trainctl: {path} cannot be read ({_why(err)}); {NOT_READ}")
+        elif damaged is not None:
             print(f"trainctl: {path} is damaged ({type(err).__name__}); {damaged}")
         return None
     if not isinstance(record, dict):

@@ -17,7 +17,7 @@ import pytest
 
 from app.k8s.follow import summary_line
 from app.k8s.plan import pool_objects
-from app.k8s.render import load_values, render_objects
+from app.k8s.render import load_values, render_objects, render_schedule_objects
 from app.k8s.submit import _run_dir as submit_run_dir
 from app.runfolder.folder import read_summary
 from app.settings import TrainSettings
@@ -71,8 +71,10 @@ def _both(values: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
     path = tmp_path / "values.yaml"
     path.write_text(json.dumps(values))  # JSON: the dict's exact meaning in any YAML reader
     python: dict = {}
-    for objects in render_objects(load_values([path]), release="train", namespace="ml").values():
+    values_read = load_values([path])
+    for objects in render_objects(values_read, release="train", namespace="ml").values():
         python.update(by_key(objects))
+    python.update(by_key(render_schedule_objects(values_read, release="train", namespace="ml")))
     assert sorted(helm) == sorted(python)
     for key, obj in helm.items():
         assert normalized(obj) == normalized(python[key]), key
@@ -145,6 +147,40 @@ def test_gcs_mounts_the_key_file_read_only(tmp_path: Path) -> None:
         assert data["GOOGLE_APPLICATION_CREDENTIALS"] == f"{KEY_DIR}/key.json"
         assert data["TRAIN_STORAGE_PATH"] == "gs://ml_runs/trainctl/runs"
         assert not {"TRAIN_STORAGE_ENDPOINT", "AWS_REGION"} & set(data)
+
+
+def _retrain_container(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The scheduled CronJob's pod spec and its one container (`submit --wait`)."""
+    (cron, *_) = of_kind(objects, "CronJob")
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return pod, container
+
+
+def test_the_scheduled_wait_reads_the_bucket_with_the_ray_pods_credentials(
+    tmp_path: Path,
+) -> None:
+    """`submit --wait` in the CronJob reads the run's records from the bucket itself: without
+    the bucket's credentials it said summary.json was damaged and never printed the promotion
+    (found by a red-team pass)."""
+    schedule = {"schedule": {"enabled": True}, "rayAuth": {"existingSecret": "ray-auth"}}
+    pod, container = _retrain_container(_both({**S3, **schedule}, tmp_path))
+    assert container["envFrom"] == [{"secretRef": {"name": "minio-credentials"}}]
+    assert {"name": "AWS_REGION", "value": "eu-west-1"} in container["env"]
+    assert [v["name"] for v in pod["volumes"]] == ["values"]
+
+    pod, container = _retrain_container(_both({**GCS, **schedule}, tmp_path))
+    assert "envFrom" not in container
+    key = {"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{KEY_DIR}/key.json"}
+    assert key in container["env"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "gcs-credentials"]
+    assert mount == {"name": "gcs-credentials", "mountPath": KEY_DIR, "readOnly": True}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["gcs-credentials"]["secret"] == {"secretName": "gcs-key", "defaultMode": 0o440}
+
+    pod, container = _retrain_container(_both({**POOLS, **schedule}, tmp_path))  # a volume
+    assert "envFrom" not in container and [e["name"] for e in container["env"]] == ["RUN_TAG"]
+    assert [v["name"] for v in pod["volumes"]] == ["values", "shared"]
 
 
 def test_workload_identity_needs_no_secret_and_an_empty_prefix_no_double_slash(

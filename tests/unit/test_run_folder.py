@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from app.formatting import format_duration
 from app.runfolder import folder as run_folder
@@ -84,3 +90,55 @@ def test_a_diverged_runs_records_are_json_a_reader_takes(tmp_path: Path) -> None
 
 def _refuse(constant: str) -> None:
     raise AssertionError(f"{constant} is not JSON")
+
+
+def test_a_record_the_store_refuses_is_said_unreadable_not_damaged(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A bucket that answers every request with AccessDenied (the credentials missing): the
+    summary and sweep records were called damaged, and the sweep "rebuilt from the trials'
+    folders" for a run that is no sweep (a red-team pass). Nothing is damaged: the read was
+    refused, and the message says where to look."""
+    from app.storage.buckets import ObjectPath
+
+    with _refusing_store() as endpoint:
+        run_dir = ObjectPath("s3://b-1/runs/r1", endpoint)
+        assert run_folder.read_summary(run_dir) is None
+        assert run_folder.read_sweep(run_dir) is None
+    said = capsys.readouterr()
+    text = said.out + said.err
+    assert "summary.json cannot be read (" in text and "sweep.json cannot be read (" in text
+    assert "check the storage's credentials and network" in text
+    assert "damaged" not in text and "rebuilt" not in text
+
+
+@contextlib.contextmanager
+def _refusing_store() -> Iterator[str]:
+    """An S3 endpoint that refuses every request as S3 does without valid credentials."""
+    body = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+        b"<Message>Access Denied</Message></Error>"
+    )
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def _refuse(self) -> None:
+            self.send_response(403)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_HEAD = do_PUT = do_POST = _refuse
+
+        def log_message(self, *args: object) -> None:  # quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -164,11 +164,27 @@ spec:
                 # promotion outcome (a bucket is read directly).
                 - {{ printf "--storage-mount=%s" (include "trainctl.mountPath" .root) | quote }}
                 {{- end }}
+              {{- if and (eq $v.storage.type "s3") $v.storage.credentialsSecret }}
+              # The bucket's credentials, as the Ray pods have them: --wait reads the run's
+              # records (its epochs, its promotion) from the bucket itself.
+              envFrom:
+                - secretRef:
+                    name: {{ $v.storage.credentialsSecret | quote }}
+              {{- end }}
               env:
                 - name: RUN_TAG
                   valueFrom:
                     fieldRef:
                       fieldPath: metadata.labels['batch.kubernetes.io/job-name']
+                {{- if eq $v.storage.type "s3" }}
+                {{- with $v.storage.region }}
+                - name: AWS_REGION
+                  value: {{ . | quote }}
+                {{- end }}
+                {{- else if and (eq $v.storage.type "gcs") $v.storage.credentialsSecret }}
+                - name: GOOGLE_APPLICATION_CREDENTIALS
+                  value: "/var/run/secrets/trainctl/gcs/key.json"
+                {{- end }}
               resources:
                 {{- include "trainctl.resources" $s.resources | nindent 16 }}
               securityContext:
@@ -181,6 +197,10 @@ spec:
                 - name: shared
                   mountPath: {{ include "trainctl.mountPath" .root | quote }}
                   readOnly: true
+                {{- else if and (eq $v.storage.type "gcs") $v.storage.credentialsSecret }}
+                - name: gcs-credentials
+                  mountPath: /var/run/secrets/trainctl/gcs
+                  readOnly: true
                 {{- end }}
           volumes:
             - name: values
@@ -191,5 +211,11 @@ spec:
               persistentVolumeClaim:
                 claimName: {{ include "trainctl.claimName" .root | quote }}
                 readOnly: true
+            {{- else if and (eq $v.storage.type "gcs") $v.storage.credentialsSecret }}
+            # The service account key (key.json), readable by the pod's group (fsGroup) only.
+            - name: gcs-credentials
+              secret:
+                secretName: {{ $v.storage.credentialsSecret | quote }}
+                defaultMode: 288
             {{- end }}
 {{- end -}}
