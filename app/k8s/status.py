@@ -30,6 +30,17 @@ WAITING_DEPLOYMENT = {
     "Suspended": "suspended: not admitted yet (Kueue queue) or spec.suspend is true",
     "Retrying": "the attempt failed; retrying on a new Ray cluster (spec.backoffLimit)",
 }
+# The status table's one word for each: `running` only once there is a Ray cluster with the
+# job on it (a RayJob queued in Kueue read as running: a red-team pass).
+WAITING_RESULT = {
+    "": "pending",
+    "Initializing": "starting",
+    "Waiting": "starting",
+    "Running": "running",
+    "Suspending": "suspended",
+    "Suspended": "queued",
+    "Retrying": "retrying",
+}
 TERMINAL_DEPLOYMENT = ("Complete", "Failed", "ValidationFailed")
 DEPLOYMENT_STATUSES = (*WAITING_DEPLOYMENT, *TERMINAL_DEPLOYMENT)
 
@@ -112,7 +123,7 @@ class Verdict:
 
     terminal: bool
     exit_code: int
-    result: str  # one word for tables: running, succeeded, failed, invalid, unknown
+    result: str  # one word for tables: WAITING_RESULT's, succeeded, failed, invalid, unknown
     problems: tuple[str, ...] = ()  # lines explaining a failure, printed on stderr
 
 
@@ -132,7 +143,7 @@ def judge(view: JobView) -> Verdict:
     if view.deployment == "ValidationFailed":
         return Verdict(True, EXIT_INVALID, "invalid", _failure_lines(view, _reason_text(view)))
     if view.deployment in WAITING_DEPLOYMENT:
-        return Verdict(False, EXIT_OK, "running")
+        return Verdict(False, EXIT_OK, WAITING_RESULT[view.deployment])
     # A status this trainctl does not know (a newer KubeRay): keep waiting, never guess.
     return Verdict(False, EXIT_OK, "unknown")
 
