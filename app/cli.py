@@ -172,6 +172,7 @@ def render_cmd(
     trainctl render -f a.yaml -f b.yaml --set train.epochs=5 | kubectl apply -f -
     trainctl render -f values.yaml --out manifests   # a kustomization per pool
     """
+    from app.errors import ConfigError
     from app.k8s.deprecated import notes
     from app.k8s.manifests_out import (
         SECRET_IN_STREAM,
@@ -182,6 +183,8 @@ def render_cmd(
     from app.k8s.render import load_values
     from app.k8s.value_warnings import value_warnings
 
+    if with_secret and out is None:  # the stream holds the Secret anyway (with a warning)
+        raise ConfigError("--with-secret only applies together with --out")
     read_notes: list[str] = []  # a leading-zero number, a key read as a boolean
     values = load_values(**values_args, notes=read_notes)  # -f files and --set*, as Helm takes
     for note in [*read_notes, *notes(values), *value_warnings(values)]:  # NOTES.txt's, and more

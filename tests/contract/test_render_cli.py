@@ -655,3 +655,14 @@ def test_a_fraction_in_a_file_and_a_huge_value_are_said_briefly(tmp_path: Path) 
     result = trainctl("render", "-f", str(_pools_file(tmp_path)), "-f", str(huge))
     assert_refused(result, 2, "runTag: 'aaaa", "... (200,000 characters) is not allowed")
     assert len(result.err) < 2000, len(result.err)
+
+
+def test_with_secret_without_out_is_refused_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--with-secret acts on --out's folder only: on stdout it did nothing, with exit 0 and no
+    word (a red-team pass), while submit refuses its own flags of that kind."""
+    monkeypatch.chdir(tmp_path)
+    result = trainctl("render", "-f", str(EXAMPLES / "values-three-pools.yaml"), "--with-secret")
+    assert_refused(result, 2, "--with-secret only applies together with --out")
+    assert result.out == ""
