@@ -8,6 +8,7 @@ resource type, no such namespace) and only the body tells them apart.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -135,7 +136,12 @@ def root_cause(error: BaseException) -> str:
     # "HTTPSConnection(host='h', port=1): Failed to establish ..." -> the part that matters.
     if text.startswith(("HTTPConnection(", "HTTPSConnection(")) and "): " in text:
         text = text.split("): ", 1)[1]
+    # urllib3 says what is left of its budget: "read timeout=29.999718081999163" -> 30.0.
+    text = _LONG_DECIMAL.sub(lambda found: f"{float(found.group()):.1f}", text)
     return text.rstrip(".")[:300]
+
+
+_LONG_DECIMAL = re.compile(r"\b\d+\.\d{4,}\b")
 
 
 def no_config(in_pod: bool, kubeconfig: str, error: BaseException) -> ClusterError:
