@@ -765,3 +765,22 @@ def test_every_object_says_the_chart_and_version_it_came_from_but_no_pod_templat
     assert all("helm.sh/chart" not in labels for labels in templates)
     for obj in three_pools:
         assert obj["metadata"]["labels"]["helm.sh/chart"] == expected, obj["metadata"]
+
+
+def test_every_pattern_of_the_schema_is_said_in_words() -> None:
+    """A value a pattern refuses is told what it should be, never the pattern: a raw regex
+    (`'Bad_Q' does not match '^([a-z0-9]([-a-z0-9]*...`) reached the user for a scheduler's
+    queue (a red-team pass). Each shared definition with a pattern says it in words."""
+    from tests.hostile.support import assert_refused, trainctl
+
+    schema = json.loads(
+        (Path(__file__).parents[2] / "charts/trainctl/values.schema.json").read_text()
+    )
+    unsaid = [name for name, rule in schema["definitions"].items()
+              if "pattern" in rule and "description" not in rule]  # fmt: skip
+    assert unsaid == []
+    result = trainctl(
+        "render", "--set", "scheduler.name=volcano,scheduler.queue=Bad_Q,nodePools.a.replicas=1"
+    )
+    assert_refused(result, 2, "scheduler.queue: 'Bad_Q' is not allowed: empty, or a name of")
+    assert "does not match" not in result.text
