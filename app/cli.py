@@ -272,6 +272,12 @@ or with --storage; anything else is a RayJob name.
   trainctl status runs/digits-cnn       one run folder, local or in a bucket
   trainctl status --storage runs        every run folder under runs/, newest first
   trainctl status digits-cnn --storage s3://bucket/runs --json
+\b
+Exit codes:
+  0  shown (whatever the runs' own results)
+  1  no such RayJob among this app's
+  2  invalid input: a malformed name, a folder that holds no run
+  4  Kubernetes unreachable or forbidden (no kubeconfig, RBAC)
 """
 
 
@@ -344,6 +350,12 @@ exists here (runs/NAME, ./NAME, s3://bucket/runs/NAME), or with --storage,
   trainctl logs runs/digits-cnn --worker 1 -f   worker rank 1, followed
   trainctl logs digits-cnn --storage s3://bucket/runs --tail 50
   trainctl logs RAYJOB -n ml --head             the Ray head pod's log
+\b
+Exit codes:
+  0  shown
+  1  no such RayJob, or no pod to read (not started yet, or removed with its Ray cluster)
+  2  invalid input: a malformed name, a folder that holds no run's logs
+  4  Kubernetes unreachable or forbidden (no kubeconfig, RBAC)
 """
 
 
