@@ -127,6 +127,22 @@ class Verdict:
     problems: tuple[str, ...] = ()  # lines explaining a failure, printed on stderr
 
 
+def going_beside(
+    rayjobs: list[Mapping[str, Any]], name: str, labels: Mapping[str, str]
+) -> list[str]:
+    """The RayJobs carrying all of `labels` (a release's pool) that are not over, other than
+    `name`: a RayJob created as `name` trains beside them, on the same pool and for the same
+    champion (values that differ from the ones Helm was given name another RayJob)."""
+    found = []
+    for rayjob in rayjobs:
+        meta = rayjob.get("metadata") or {}
+        mine = all((meta.get("labels") or {}).get(k) == v for k, v in labels.items())
+        deployment = (rayjob.get("status") or {}).get("jobDeploymentStatus") or ""
+        if mine and meta.get("name") != name and deployment not in TERMINAL_DEPLOYMENT:
+            found.append(str(meta.get("name")))
+    return sorted(found)
+
+
 def judge(view: JobView) -> Verdict:
     """Decide from jobDeploymentStatus first: it is KubeRay's verdict on the whole RayJob.
 

@@ -29,6 +29,7 @@ from app.k8s.plan import (
     resolve_namespace,
     the_rayjob,
 )
+from app.k8s.status import going_beside
 from app.k8s.stuck import why_stuck
 from app.k8s.value_warnings import value_warnings
 from app.runfolder.folder import read_summary, read_sweep
@@ -130,6 +131,7 @@ def _create_or_attach(job: _Job, echo: Callable[[str], None]) -> None:
     exists = cluster.get("RayJob", namespace, name) is not None
     existing = set()
     if not exists:
+        _say_what_runs_beside(job, echo)
         for obj in objects:
             if obj["kind"] in CREATE_ONLY and cluster.get(*_where(obj, namespace)) is not None:
                 existing.add(key(obj))
@@ -143,6 +145,29 @@ def _create_or_attach(job: _Job, echo: Callable[[str], None]) -> None:
                 # Someone (a parallel submit, Helm, Argo CD) created it since we looked.
                 step = replace(step, action="attach" if step.kind == "RayJob" else "keep")
         echo(f"{step.describe()} (namespace {namespace})")
+
+
+# The labels that make two RayJobs runs of one release's pool.
+RUN_OF_POOL = ("app.kubernetes.io/instance", "trainctl.io/pool")
+
+
+def _say_what_runs_beside(job: _Job, echo: Callable[[str], None]) -> None:
+    """A warning where the RayJob about to be created is not the pool's only one going: values
+    other than the ones the release was installed with (a --set left out) name another RayJob,
+    and it would not attach to the run going but start a second (a red-team pass)."""
+    labels = the_rayjob(job.objects)["metadata"].get("labels") or {}
+    mine = {k: labels[k] for k in RUN_OF_POOL if k in labels}
+    if len(mine) < len(RUN_OF_POOL):
+        return
+    selector = ",".join(f"{k}={v}" for k, v in mine.items())
+    others = going_beside(job.cluster.list("RayJob", job.namespace, selector), job.name, mine)
+    if others:
+        echo(
+            f"warning: RayJob {', '.join(others)} of this release's pool "
+            f"{mine['trainctl.io/pool']} is still going: {job.name} will train beside it, on "
+            "the same GPUs and for the same champion. To attach to it instead, give submit the "
+            "same values (files and --set flags) that created it"
+        )
 
 
 def _wait(request: SubmitRequest, job: _Job, echo: Callable[[str], None]) -> None:

@@ -237,3 +237,25 @@ def test_status_table_lists_newest_first_with_pool_and_result() -> None:
 
 def test_status_table_says_so_when_empty() -> None:
     assert "No RayJobs" in status_table([], now=datetime.now(UTC), pool_label="x")
+
+
+def test_only_the_pools_rayjobs_still_going_are_beside_a_new_one() -> None:
+    from app.k8s.status import going_beside
+
+    pool = {"app.kubernetes.io/instance": "train", "trainctl.io/pool": "l4"}
+
+    def rayjob(name: str, deployment: str | None, **labels: str) -> dict[str, Any]:
+        status = {"jobDeploymentStatus": deployment} if deployment is not None else {}
+        return {"metadata": {"name": name, "labels": {**pool, **labels}}, "status": status}
+
+    rayjobs = [
+        rayjob("train-l4-new", None),  # the one about to be created: never its own rival
+        rayjob("train-l4-queued", "Suspended"),
+        rayjob("train-l4-fresh", None),
+        rayjob("train-l4-done", "Complete"),
+        rayjob("train-l4-failed", "Failed"),
+        rayjob("train-a100-run", "Running", **{"trainctl.io/pool": "a100"}),
+        rayjob("other-l4-run", "Running", **{"app.kubernetes.io/instance": "other"}),
+        {"metadata": {"name": "bare"}},  # no labels, no status
+    ]
+    assert going_beside(rayjobs, "train-l4-new", pool) == ["train-l4-fresh", "train-l4-queued"]

@@ -40,6 +40,7 @@ def test_submit_wait_creates_everything_and_exits_0_on_success(
     assert f"configmap/{rayjob_name} applied" in out
     assert "Initializing / job -" in out and "Running / job RUNNING: training" in out
     assert f"RayJob {rayjob_name} succeeded" in out
+    assert "warning: RayJob" not in out  # the pool's only run
     writes = api.writes()
     assert writes[-1] == ("POST", "/apis/ray.io/v1/namespaces/ml/rayjobs")
     applies = [q for m, _, q, ct in api.requests if m == "PATCH"]
@@ -68,6 +69,10 @@ def test_a_run_tag_makes_a_new_run_beside_the_old_one(
     assert code == EXIT_OK
     names = {name for plural, _, name in api.objects if plural == "rayjobs"}
     assert len(names) == 2 and rayjob_name in names
+    # The first is still going (no status yet): said, as it is for values that differ from
+    # the release's (a --set left out named another RayJob, found by a red-team pass).
+    assert f"warning: RayJob {rayjob_name} of this release's pool cpu-a is still going" in out
+    assert "give submit the same values" in out
     # The Secret made by the first submit is kept, never overwritten with a new token.
     assert "secret/demo-ray-auth exists, kept as is" in out
 
