@@ -61,6 +61,11 @@ class Cluster:
             raise ClusterError(deadlines.PLUGIN_FAILURES.pop())
         if not cfg.verify_ssl:
             _said_once_insecure(cfg.host)
+        credentials = bool(cfg.api_key or cfg.username or cfg.cert_file)
+        if (said := plain_http_warning(cfg.host, credentials)) is not None:
+            import click
+
+            click.echo(f"trainctl: warning: {said}", err=True)
         return cls(client.ApiClient(cfg), cfg.host, namespace)
 
     # --- one request ----------------------------------------------------------------------
@@ -219,6 +224,23 @@ class _Failed(TrainctlError):
     def __init__(self, failure: ApiFailure) -> None:
         super().__init__(f"API error {failure.status}: {failure.message}")
         self.failure = failure
+
+
+def plain_http_warning(host: str, credentials: bool) -> str | None:
+    """What to say where the kubeconfig sends credentials to an API server over plain HTTP,
+    which TLS verification's own warning does not cover; None for HTTPS, for no credentials,
+    or for this machine (`kubectl proxy`, a tunnel), where nothing leaves it."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(host)
+    if parts.scheme != "http" or not credentials:
+        return None
+    if (parts.hostname or "") in ("localhost", "127.0.0.1", "::1"):
+        return None
+    return (
+        f"the kubeconfig sends its credentials to {host} over plain HTTP: anyone on the path "
+        "can read the token and these requests; use the server's https:// address"
+    )
 
 
 def _said_once_insecure(host: str) -> None:

@@ -314,3 +314,28 @@ def test_sigterm_while_checking_settings(monkeypatch: pytest.MonkeyPatch) -> Non
 
     _sigterm_during(monkeypatch, preflight, "_storage")
     assert_refused(trainctl("check", "--skip-cluster"), 143, "stopped by SIGTERM")
+
+
+@pytest.mark.parametrize(
+    ("server", "user", "warned"),
+    [
+        ("http://10.255.255.1:6443", "{token: t}", True),
+        ("http://10.255.255.1:6443", "{username: a, password: b}", True),
+        ("https://10.255.255.1:6443", "{token: t}", False),  # TLS: its own checks apply
+        ("http://10.255.255.1:6443", "{}", False),  # nothing secret travels
+        ("http://127.0.0.1:8001", "{token: t}", False),  # kubectl proxy: nothing leaves
+    ],
+    ids=["token", "password", "https", "anonymous", "loopback"],
+)
+def test_credentials_sent_over_plain_http_are_warned_of(
+    tmp_path: Path, kube: None, capsys: pytest.CaptureFixture[str], server: str, user: str,
+    warned: bool,
+) -> None:  # fmt: skip
+    """A bearer token to an http:// API server travels in clear text; the kubeconfig that
+    turns TLS verification off was warned of, this was not (a red-team pass)."""
+    from app.k8s.cluster import Cluster
+
+    _kubeconfig(tmp_path, _config(server, user))
+    Cluster.connect()  # reads the kubeconfig; no request is made
+    said = f"sends its credentials to {server} over plain HTTP"
+    assert (said in capsys.readouterr().err) is warned
