@@ -16,6 +16,7 @@ from app.data.image_decode import ImageError
 from app.formatting import is_finite, shown_figure
 from app.runfolder.checkpoints import CheckpointRef
 from app.runfolder.folder import REFUSED_KEY, recorded_tracking
+from app.runfolder.interruptions import Cause
 from app.storage.location import RunPath
 from app.training.early_stop import Stop, StopRule, recorded_stop, still_holds
 
@@ -114,11 +115,14 @@ def classify_ending(err: BaseException, sigterm: bool) -> Ending:
     return "failure"
 
 
-def previous_interrupted(previous: Mapping[str, Any] | None) -> bool:
-    """Whether the last driver of this run folder ended without finishing: stopped by SIGTERM,
-    failed, or killed while its summary still said running."""
+def previous_interrupted(previous: Mapping[str, Any] | None) -> Cause | None:
+    """How the last driver of this run folder ended without finishing: `stopped` by SIGTERM or
+    Ctrl-C (its summary says interrupted), a `failure` (it failed, or was killed while its
+    summary still said running); None where it finished, or there was none."""
     status = (previous or {}).get("status")
-    return status in ("interrupted", "failed", "running")
+    if status == "interrupted":
+        return "stopped"
+    return "failure" if status in ("failed", "running") else None
 
 
 def root_cause(err: BaseException) -> str:

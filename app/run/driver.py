@@ -118,7 +118,8 @@ def _train(
 
     invocation = uuid.uuid4().hex
     # A rerun after a driver that never finished (SIGTERM, killed, failed) is an interruption.
-    interrupted = start.kind == "resume" and decisions.previous_interrupted(read_summary(run_dir))
+    previous = read_summary(run_dir) if start.kind == "resume" else None
+    interrupted = decisions.previous_interrupted(previous)
     _join(run_dir, join_cluster)
     open_log()  # training starts: from here on the driver's output is kept in the run folder
     trackers = _begin(settings, info, resume_from, start.epochs_done)

@@ -55,13 +55,14 @@ def resume_position(
     return Position(epoch + 1, 0, repeated, note)
 
 
-def cause_of(reason: str | None) -> Cause:
-    """A just-in-time checkpoint names its cause; any other restart followed a failure."""
+def cause_of(reason: str | None, otherwise: Cause = "failure") -> Cause:
+    """A just-in-time checkpoint names its cause; any other restart followed `otherwise`: a
+    failure, or a driver stopped before its workers' checkpoint was written."""
     if reason == "preemption":
         return "preemption"
     if reason == "stopped":
         return "stopped"
-    return "failure"
+    return otherwise
 
 
 def interruption(
@@ -71,13 +72,16 @@ def interruption(
     last_step: int | None,
     resumed_step: int,
     checkpoint_s: float | None,
+    without_checkpoint: Cause = "failure",
 ) -> dict[str, Any]:
     """The record of one interruption. `last_step`: the last step the interrupted group was
     known to reach (None when unknown: it is then taken to be the resumed step). A
-    just-in-time checkpoint is written when the group stops training, so it loses nothing."""
-    cause = cause_of(reason)
+    just-in-time checkpoint is written when the group stops training, so it loses nothing;
+    without one (`reason` None), the cause is `without_checkpoint` and the steps past the
+    resumed checkpoint are lost."""
+    cause = cause_of(reason, without_checkpoint)
     step = resumed_step if last_step is None else max(last_step, resumed_step)
-    lost = 0 if cause != "failure" else step - resumed_step
+    lost = 0 if reason in ("preemption", "stopped") else step - resumed_step
     return {
         "cause": cause,
         "epoch": epoch,

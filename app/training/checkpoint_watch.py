@@ -174,10 +174,15 @@ def interruption_on_start(
     matched = jit.get("step") == step  # the checkpoint resumed is that just-in-time one
     reason = train_state.get("reason") or (jit.get("reason") if matched else None)
     last = progress.get("step")
+    # This driver's first group (Ray has no checkpoint of its own yet) takes over from the last
+    # driver, stopped before its workers' checkpoint (a second Ctrl-C) or failed; a later group
+    # from a failure inside this driver.
+    after = plan.interrupted if ray.train.get_checkpoint() is None else None
     return interruptions.interruption(
         reason=str(reason) if reason else None,
         epoch=int(train_state.get("epoch", 0)) + 1,
         last_step=int(last) if isinstance(last, int) else None,
         resumed_step=step,
         checkpoint_s=finite(jit.get("checkpoint_s")) if matched else None,
+        without_checkpoint=after or "failure",
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.data.schema import DatasetInfo
+from app.runfolder.interruptions import Cause
 from app.settings import TrainSettings
 from app.storage.location import RunPath
 from app.training.early_stop import StopRule, rule_of
@@ -28,7 +29,9 @@ class WorkerPlan:
     resume_from: RunPath | None = None  # the verified checkpoint the driver chose, if any
     # resume_from's files' sha256s as the driver verified them: the workers load those bytes.
     resume_files: dict[str, str] = field(default_factory=dict)
-    interrupted: bool = False  # the previous driver did not finish (a rerun after a stop)
+    # How the previous driver did not finish (a rerun after it): "stopped" (SIGTERM, Ctrl-C) or
+    # "failure"; None where it finished or there was none.
+    interrupted: Cause | None = None
     warm_start: Any = None  # app/training/warm_start.WarmStart as preflight verified it
 
     @property

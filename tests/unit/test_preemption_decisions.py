@@ -118,6 +118,22 @@ def test_unknown_progress_counts_the_resumed_step() -> None:
     assert stale["steps_lost"] == 0  # progress older than the checkpoint loses nothing
 
 
+@pytest.mark.parametrize("reason", ["interval", "epoch", None])
+def test_a_driver_stopped_before_its_checkpoint_is_a_stop_that_lost_steps(
+    reason: str | None,
+) -> None:
+    """Ctrl-C twice (the second while the just-in-time checkpoint was being written), or
+    SIGKILL after SIGTERM's grace: the rerun resumes an older checkpoint. It was recorded as a
+    failure; it was a stop, and the steps past that checkpoint were lost."""
+    record = interruptions.interruption(
+        reason=reason, epoch=3, last_step=419, resumed_step=412, checkpoint_s=None,
+        without_checkpoint="stopped",
+    )  # fmt: skip
+    assert (record["cause"], record["steps_lost"]) == ("stopped", 7)
+    said = interruptions.in_words(record)
+    assert said == "stopped at step 419 (epoch 3), resumed, 7 steps lost"
+
+
 def test_interruption_in_words() -> None:
     record = interruptions.interruption(
         reason="preemption", epoch=3, last_step=412, resumed_step=412, checkpoint_s=1.8
@@ -140,13 +156,13 @@ def test_interruptions_come_from_the_attempts_that_recorded_one() -> None:
 
 @pytest.mark.parametrize(
     ("status", "expected"),
-    [("interrupted", True), ("failed", True), ("running", True), ("succeeded", False),
-     ("invalid", False), (None, False)],
+    [("interrupted", "stopped"), ("failed", "failure"), ("running", "failure"),
+     ("succeeded", None), ("invalid", None), (None, None)],
 )  # fmt: skip
 def test_a_rerun_after_an_unfinished_driver_is_an_interruption(
-    status: str | None, expected: bool
+    status: str | None, expected: str | None
 ) -> None:
-    assert previous_interrupted({"status": status} if status else None) is expected
+    assert previous_interrupted({"status": status} if status else None) == expected
 
 
 def _interrupted_run(run_dir: Path) -> dict:
