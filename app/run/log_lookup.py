@@ -99,6 +99,12 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
     if _asked(is_dir_within, as_path / LOGS_DIR, "RUN", timeout):
         return not_a_link(as_path)
     if "/" in run:  # a path or URI: never looked up again as a name under the storage
+        if not _asked(is_dir_within, as_path, "RUN", timeout):
+            raise ConfigError(
+                f"run {redact(run)!r}: no such folder: {as_path}; give a run folder's path "
+                "(`trainctl status --storage DIR` lists the runs there), or a run's name "
+                "with --storage"
+            )
         _refuse_a_sweep(as_path, run, timeout)
         raise ConfigError(
             f"run {redact(run)!r}: {as_path} is no run folder with logs (it has no "

@@ -39,9 +39,7 @@ BAD_NAMES = [
 @pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
 def test_logs_refuses_a_bad_rayjob_name_before_any_request(name: str) -> None:
     if "/" in name:  # a path, by the rule both commands state: a run folder, never a request
-        assert_refused(
-            trainctl("logs", "--", name), 2, "is no run folder with logs (it has no logs/ folder)"
-        )
+        assert_refused(trainctl("logs", "--", name), 2, f"run '{name}': no such folder: ", name)
         return
     assert_refused(trainctl("logs", "--", name), 2, "RayJob name", "not a valid Kubernetes name")
     assert_refused(trainctl("status", "--", name), 2, "RayJob name", "not a valid Kubernetes name")

@@ -261,9 +261,10 @@ def test_a_run_given_by_its_uri_is_never_looked_up_again_under_the_storage(
     bucket.write("runs/r1/summary.json", b"{}")
     monkeypatch.setenv("TRAIN_STORAGE_ENDPOINT", s3_server.endpoint)
     monkeypatch.setenv("TRAIN_STORAGE_PATH", "s3://logs-by-uri/runs")
-    for run in ("s3://logs-by-uri/runs/nope", "s3://logs-by-uri/runs/r1"):
+    for run, why in (
+        ("s3://logs-by-uri/runs/nope", "no such folder: s3://logs-by-uri/runs/nope"),
+        ("s3://logs-by-uri/runs/r1", "s3://logs-by-uri/runs/r1 is no run folder with logs"),
+    ):
         result = trainctl("logs", run)
-        assert_refused(
-            result, 2, f"run '{run}': {run} is no run folder with logs (it has no logs/ folder)"
-        )
+        assert_refused(result, 2, f"run '{run}': {why}")
         assert "s3://logs-by-uri/runs/s3:" not in result.text and "Empty path" not in result.text
