@@ -148,13 +148,19 @@ class Ready:
     join_cluster: Callable[[], str]
 
 
-def preflight_for_training(settings: TrainSettings, *, own_folder: bool = False) -> Ready:
+def preflight_for_training(
+    settings: TrainSettings, *, own_folder: bool = False, trackers_checked: bool = False
+) -> Ready:
     """`trainctl train`: the same checks but the cluster's, stopping at the first problem (which
     the run folder records, as an invalid start, made for it where the caller owns it: a
-    sweep's trial); what they found."""
+    sweep's trial); what they found. `trackers_checked`: a sweep's trial, whose sweep checked
+    the trackers before its first trial; one down since is retried as a run's is mid-run (app/
+    tracking/trackers.py), where a refusal made every later trial `invalid` (a red-team pass)."""
     found = Found()
     try:
-        for _name, check in checks(prepare=True, rows_per_worker=False):
+        for name, check in checks(prepare=True, rows_per_worker=False):
+            if trackers_checked and name == "tracking":
+                continue
             try:
                 check(settings, found)
             except Advice as advice:  # said once, here; the run goes on
@@ -203,7 +209,7 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
     from app.runfolder.folder import read_sweep, refuse_the_other_kind
     from app.runfolder.sweep_records import WARM_START_KEY, left_to_train, refuse_planted_trials
     from app.settings.tune_continuation import same_trials
-    from app.settings.tune_plan import plan_sweep, unused_settings
+    from app.settings.tune_plan import plan_sweep, space_warnings
 
     # As `trainctl tune` refuses first: a sweep never continues into a training run's folder.
     refuse_the_other_kind(settings.run_dir, sweep=True, timeout_s=settings.storage_timeout_s)
@@ -239,7 +245,7 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
             f"{settings.epochs}: ASHA judges a trial only after its grace period, so it stops "
             "none and every trial trains to the end"
         )
-    advice = [unused_settings(settings, space), _trials_advice(per_trial, found.info), stops_none]
+    advice = [*space_warnings(settings, space), _trials_advice(per_trial, found.info), stops_none]
     if advice := "; ".join(filter(None, advice)):
         raise Advice(f"{said}; but {advice}")
     return said
@@ -294,7 +300,7 @@ def trials_fit_the_data(
     from app.training.model import model_problem
 
     problems = [
-        f"{trial_id}: {problem}"
+        (trial_id, problem)
         for trial_id, trial in per_trial.items()
         if (problem := model_problem(trial.model, info, trial.vit_patch))
     ]
@@ -303,7 +309,22 @@ def trials_fit_the_data(
 
         problems = trials_fit_problems(warm_start, per_trial, info)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(by_problem(problems))
+
+
+def by_problem(problems: list[tuple[str, str]], named: int = 3) -> list[str]:
+    """One line per distinct problem, naming the first trials it holds for and how many more:
+    5,000 trials of a space that cannot fit printed 5,000 FAIL lines of one cause (a red-team
+    pass)."""
+    trials: dict[str, list[str]] = {}
+    for trial_id, problem in problems:
+        trials.setdefault(problem, []).append(trial_id)
+    lines = []
+    for problem, ids in trials.items():
+        more = len(ids) - named
+        shown = ", ".join(ids[:named]) + (f" and {counted(more, 'more trial')}" if more > 0 else "")
+        lines.append(f"{shown}: {problem}")
+    return lines
 
 
 def _settings(settings: TrainSettings, found: Found) -> str:

@@ -97,8 +97,8 @@ def resolve(settings: TrainSettings, info: DatasetInfo | None) -> WarmStart:
 
 def trials_fit_problems(
     warm: WarmStart, per_trial: Mapping[str, TrainSettings], info: DatasetInfo
-) -> list[str]:
-    """A sweep's trials whose model the warm start does not fit, one line each: a space that
+) -> list[tuple[str, str]]:
+    """A sweep's trials whose model the warm start does not fit, with why: a space that
     varies `model` passed check with the base model's fit, and each other model's trials
     then failed in Tune with a traceback (a red-team pass)."""
     shapes = dict(warm.shapes) if warm.shapes else shapes_of(_weights(warm))
@@ -110,8 +110,11 @@ def trials_fit_problems(
             found[shape] = shapes_problem(shapes, _model_shapes(trial, info))
         if problem := found[shape]:
             problems.append(
-                f"{trial_id}: TRAIN_WARM_START={warm.source} does not fit TRAIN_MODEL="
-                f"{trial.model}: {problem}"
+                (
+                    trial_id,
+                    f"TRAIN_WARM_START={warm.source} does not fit TRAIN_MODEL={trial.model}: "
+                    f"{problem}",
+                )
             )
     return problems
 

@@ -203,6 +203,33 @@ def test_a_trial_whose_model_cannot_take_the_data_is_refused_before_ray(
     assert_refused(result, 2, "FAIL  sweep", "trial-0001: TRAIN_VIT_PATCH=3 does not divide")
 
 
+def test_many_trials_with_one_problem_are_one_fail_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """5,000 trials that could not fit printed 5,000 FAIL lines of one cause (a red-team
+    pass): one line per distinct problem, naming the first trials and how many more."""
+    from app.data.kinds import prepare_dataset
+
+    sweep_dir = _sweep_env(monkeypatch, tmp_path)
+    prepare_dataset("digits", tmp_path / "data" / "digits")
+    (tmp_path / "space.yaml").write_text(
+        "model: {choice: [vit]}\nvit_patch: {choice: [3, 5]}\nlr: {loguniform: [0.001, 0.1]}\n"
+    )
+    monkeypatch.setenv("TRAIN_TUNE_SAMPLES", "400")
+    monkeypatch.setenv("TRAIN_DATASET", "digits")  # 8px images: neither 3 nor 5 divides them
+    monkeypatch.setenv("TRAIN_DATA_PATH", str(tmp_path / "data"))
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  sweep")
+    fails = [line for line in result.out.splitlines() if line.startswith("FAIL  sweep")]
+    assert len(fails) == 2, fails  # one per patch size, not one per trial
+    counts = [int(line.split(" and ")[1].split()[0]) for line in fails]
+    assert sum(counts) + 3 * len(fails) == 400, fails
+    assert any("TRAIN_VIT_PATCH=3 does not divide" in line for line in fails), fails
+    assert any("TRAIN_VIT_PATCH=5 does not divide" in line for line in fails), fails
+    assert all(line.startswith("FAIL  sweep: trial-0") for line in fails), fails
+    assert not (sweep_dir / "trials").exists()
+
+
 def test_a_warm_start_that_only_some_trials_models_take_is_refused_before_ray(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

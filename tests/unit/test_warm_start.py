@@ -403,5 +403,5 @@ def test_a_sweeps_trials_are_fitted_to_the_weights_preflight_loaded_once(
     trials = {t.trial_id: trial_settings(sweep, t, sweep.run_dir) for t in drawn}
     problems = trials_fit_problems(warm, trials, INFO)
     assert len(loads) == 1  # not loaded again
-    assert [p.split(":")[0] for p in problems] == ["trial-0002"], problems
-    assert "does not fit TRAIN_MODEL=resnet18" in problems[0]
+    assert [trial for trial, _ in problems] == ["trial-0002"], problems
+    assert "does not fit TRAIN_MODEL=resnet18" in problems[0][1]
