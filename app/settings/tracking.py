@@ -66,7 +66,8 @@ class TrackingSettings(BaseModel):
         "(its files in champions/<name>/) and the MLflow registered model. One task per name: "
         "only a model of the champion's class names, channels and input size replaces it. "
         "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit; empty means "
-        "<dataset>-<model>.",
+        "<dataset>-<model> (TRAIN_MODEL's, also for a sweep whose space varies model: set it "
+        "there, as check warns).",
     )
     not_promoted_exit: int = Field(
         0,

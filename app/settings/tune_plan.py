@@ -155,6 +155,24 @@ def unused_settings(settings: TrainSettings, space: dict[str, Dimension]) -> str
     return f"{shown} {verb} not used: every trial draws its own {', '.join(given)} ({SPACE})"
 
 
+def champion_named_by_one_model(settings: TrainSettings, space: dict[str, Dimension]) -> str | None:
+    """A space that varies `model` with TRAIN_MODEL_NAME unset: the winner would be promoted
+    under the name TRAIN_MODEL makes (`digits-cnn` for a resnet18 winner, a red-team pass)."""
+    if "model" not in space or "model_name" in settings.model_fields_set:
+        return None
+    return (
+        f"the space varies model and TRAIN_MODEL_NAME is unset: whichever model wins is "
+        f"promoted as {settings.champion_name!r} (named after TRAIN_MODEL={settings.model}); "
+        "set TRAIN_MODEL_NAME to name the champion for its task"
+    )
+
+
+def space_warnings(settings: TrainSettings, space: dict[str, Dimension]) -> list[str]:
+    """What `check` and `tune` warn of in a valid space (the sweep trains either way)."""
+    said = [unused_settings(settings, space), champion_named_by_one_model(settings, space)]
+    return [warning for warning in said if warning]
+
+
 def plan_sweep(
     settings: TrainSettings,
 ) -> tuple[dict[str, Dimension], list[Trial], dict[str, TrainSettings]]:

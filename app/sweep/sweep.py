@@ -36,7 +36,7 @@ from app.runfolder.summary import record_interrupted
 from app.runfolder.sweep_records import DONE, FAILED, HIGHER_IS_BETTER, WARM_START_KEY
 from app.settings import TrainSettings
 from app.settings.tune_continuation import kept_alike, same_trials, samples_raised
-from app.settings.tune_plan import Trial, plan_sweep, unused_settings
+from app.settings.tune_plan import Trial, plan_sweep, space_warnings
 from app.settings.tune_space import Dimension
 from app.storage.location import storage_options
 from app.sweep import parent_run
@@ -52,8 +52,8 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     sweep_dir = settings.run_dir
     refuse_the_other_kind(sweep_dir, sweep=True, timeout_s=settings.storage_timeout_s)
     space, trials, per_trial = plan_sweep(settings)
-    if unused := unused_settings(settings, space):
-        click.echo(f"trainctl: warning: {unused}", err=True)
+    for warning in space_warnings(settings, space):
+        click.echo(f"trainctl: warning: {warning}", err=True)
     before = read_sweep(sweep_dir) or {}
     same_trials(settings, before, trials, space)
     results.refuse_planted_trials(sweep_dir, trials)

@@ -60,7 +60,7 @@ def run_trial(
     # What `trainctl train` checks, per trial. A refusal is recorded in the trial's folder,
     # made for it if need be: the sweep reads each trial's status there, and a trial refused
     # before its first start read `pending`, which a rerun was said to resume.
-    ready = preflight_for_training(settings, own_folder=True)
+    ready = preflight_for_training(settings, own_folder=True, trackers_checked=True)
     warm = ready.warm_start if pinned is None else same_weights(ready.warm_start, pinned)
     run_training(
         settings, ready.info, join_cluster=ready.join_cluster, warm_start=warm,

@@ -473,3 +473,22 @@ def test_check_says_how_many_trials_train_at_once_and_warns_above_the_room(
     monkeypatch.delenv("TRAIN_TUNE_SPACE")
     result = trainctl("check")
     assert result.code == 0 and "trials" not in result.out, result.text
+
+
+def test_a_space_varying_the_model_warns_of_the_champions_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A sweep over cnn and resnet18 promoted its resnet18 winner as `synthetic-cnn`, the
+    name TRAIN_MODEL makes (a red-team pass): check warns until TRAIN_MODEL_NAME is set."""
+    _sweep_env(monkeypatch, tmp_path)
+    (tmp_path / "space.yaml").write_text("model: {choice: [cnn, resnet18]}\n")
+    monkeypatch.setenv("TRAIN_DATASET", "synthetic")
+    monkeypatch.setenv("TRAIN_MODEL", "cnn")
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0, result.text
+    assert "WARN  sweep" in result.out, result.out
+    assert "whichever model wins is promoted as 'synthetic-cnn'" in result.out, result.out
+    monkeypatch.setenv("TRAIN_MODEL_NAME", "shapes-classifier")
+    result = trainctl("check", "--skip-cluster")
+    assert result.code == 0, result.text
+    assert "whichever model wins" not in result.text, result.text

@@ -11,6 +11,7 @@ from app.runfolder.sweep_records import best_row, importance, table, trials_csv
 from app.settings import TrainSettings
 from app.settings.tune_plan import Trial, draw, trial_settings
 from app.settings.tune_space import MAX_SPACE_BYTES, VARIABLE, load_space, parse_space
+from tests.support import free_port
 
 BASE = TrainSettings.model_validate({"num_workers": "2", "storage_path": "/store"})
 
@@ -746,7 +747,9 @@ def test_yaml_merge_keys_are_read_as_yaml_reads_them(tmp_path: Path) -> None:
     assert load_space(space, BASE)["weight_decay"].values == (0.2,)  # given here overrides merged
 
 
-def test_a_trial_refused_before_its_first_start_is_recorded_and_said_apart(tmp_path: Path) -> None:
+def test_a_trial_refused_before_its_first_start_is_recorded_and_said_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A trial whose own settings failed `train`'s checks inside Tune had no folder yet: it
     read `pending`, and the sweep said to rerun it to resume (a red-team pass). Its folder is
     the sweep's, so the refusal is recorded there, and the sweep names it, with its reason."""
@@ -760,8 +763,12 @@ def test_a_trial_refused_before_its_first_start_is_recorded_and_said_apart(tmp_p
         dataset="folder", data_path=tmp_path / "no-images", storage_path=sweep_dir / "trials",
         run_name=trial.trial_id,
     )  # fmt: skip
+    # A tracker down since the sweep checked it is retried as a run's is, not a refusal: a
+    # server down mid-sweep made every later trial `invalid` (a red-team pass).
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
     with pytest.raises(ConfigError) as refused:
         run_trial({"trial": trial.trial_id}, {trial.trial_id: settings}, env={}, pinned=None)
+    assert not any("MLflow" in problem for problem in refused.value.problems), refused.value
     row = trial_row(sweep_dir, trial, "val_accuracy", {})
     assert row["status"] == "invalid", row
     said = "; ".join(refused.value.problems)  # cut to one line of 300 characters in the row
