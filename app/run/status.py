@@ -258,7 +258,8 @@ def _json_file(path: RunPath, limit: int, problems: list[str]) -> dict[str, Any]
 
 
 def _jsonl(path: RunPath, problems: list[str], required: dict[str, Any] | None = None) -> list[Any]:
-    """The file's records; damaged lines are skipped (a killed writer leaves half a line)."""
+    """The file's records; damaged lines are skipped and said (a killed writer leaves half a
+    line; hands may leave figures no run has), but not the line a live writer is appending."""
     try:
         raw = run_folder.read_record_file(path, run_folder.MAX_RECORDS_BYTES)
     except FileNotFoundError:
@@ -266,7 +267,10 @@ def _jsonl(path: RunPath, problems: list[str], required: dict[str, Any] | None =
     except (OSError, ValueError, safe_fs.LinkRefused) as err:
         problems.append(_unreadable(path, err))
         return []
-    return run_folder.parse_jsonl(raw, required)[0]
+    records, bad = run_folder.parse_jsonl(raw, required)
+    being_written = not raw.endswith(b"\n") and bad and bad[-1] == len(raw.splitlines())
+    run_folder.say_skipped(path, bad[:-1] if being_written else bad)
+    return records
 
 
 def _epochs(run_dir: RunPath, problems: list[str]) -> list[dict[str, Any]]:

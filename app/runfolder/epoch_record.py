@@ -9,6 +9,7 @@ from `FIELDS`. Free of storage, torch and Ray, so any of them imports it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,20 +26,24 @@ class Field:
     tracked: bool = False  # logged to MLflow / TensorBoard / W&B at step=epoch
     gauge: tuple[str, str] | None = None  # Ray gauge: (metric name, description)
     line: str | None = None  # its part of the epoch line, formatted with `value`
+    # What a core figure can be (a loss never below 0, an accuracy a fraction): a metrics line
+    # outside it is damaged, never shown (a hand-written accuracy of 1e308 was, by status).
+    least: float | None = None
+    most: float | None = None
 
 
 FIELDS: tuple[Field, ...] = (
     Field("epoch", gauge=("trainctl_epoch", "Last completed epoch.")),
     Field(
-        "train_loss", core=True, tracked=True, line="train_loss {value:.4f}",
+        "train_loss", core=True, tracked=True, least=0.0, line="train_loss {value:.4f}",
         gauge=("trainctl_train_loss", "Mean training loss of the last epoch."),
     ),
     Field(
-        "val_loss", core=True, tracked=True, line="val_loss {value:.4f}",
+        "val_loss", core=True, tracked=True, least=0.0, line="val_loss {value:.4f}",
         gauge=("trainctl_val_loss", "Validation loss after the last epoch."),
     ),
     Field(
-        "val_accuracy", core=True, tracked=True, line="val_acc {value:.2%}",
+        "val_accuracy", core=True, tracked=True, least=0.0, most=1.0, line="val_acc {value:.2%}",
         gauge=("trainctl_val_accuracy", "Validation accuracy after the last epoch (0-1)."),
     ),
     Field("lr", tracked=True),
@@ -68,15 +73,28 @@ def _an_epoch(value: object) -> bool:
     return whole(value, 1, MAX_EPOCHS) is not None
 
 
-def _a_figure(value: object) -> bool:
-    return value is None or shown_figure(value) is not None
+def _a_figure(field: Field) -> Callable[[object], bool]:
+    def fits(value: object) -> bool:
+        if value is None:
+            return True
+        figure = shown_figure(value)
+        if figure is None:
+            return False
+        # NaN is a diverged run's figure (the epoch line says so), not a damaged line.
+        return math.isnan(figure) or (
+            (field.least is None or figure >= field.least)
+            and (field.most is None or figure <= field.most)
+        )
+
+    return fits
 
 
 # What a metrics line must hold to be read: an epoch number TRAIN_EPOCHS allows, and numbers (or
-# null) for the core figures, each a number a float holds. Anything else is a damaged line.
+# null) for the core figures, each a number a float holds within the figure's range. Anything
+# else is a damaged line.
 REQUIRED: dict[str, Callable[[object], bool]] = {
     "epoch": _an_epoch,
-    **{name: _a_figure for name in CORE_METRICS},
+    **{f.name: _a_figure(f) for f in FIELDS if f.core},
 }
 ETA_GAUGE = (
     "trainctl_eta_seconds",

@@ -121,10 +121,15 @@ def read_jsonl(path: RunPath, required: dict[str, Any] | None = None) -> list[di
         _warn_once(path, f"cannot read {path} ({_why(err)}); its records are ignored")
         return []
     records, bad = parse_jsonl(raw, required)
+    say_skipped(path, bad)
+    return records
+
+
+def say_skipped(path: RunPath, bad: list[int]) -> None:
+    """The damaged lines of a records file, said once with their line numbers."""
     if bad:
         shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
         _warn_once(path, f"skipped {len(bad)} unreadable line(s) in {path} (line {shown})")
-    return records
 
 
 def parse_jsonl(

@@ -323,3 +323,35 @@ def test_a_number_too_large_for_a_float_anywhere_in_a_run_folder_never_raises(
     for args in ((), ("--json",)):
         result = trainctl("status", str(run_dir), *args)
         assert result.code == 0 and "internal error" not in result.text, result.text
+
+
+def test_figures_no_run_can_have_are_damaged_lines_not_shown(tmp_path: Path) -> None:
+    """A running run's epochs come from metrics.jsonl, which many hands write: an accuracy of
+    1e308 or a negative loss was shown as the run's figure (a red-team pass). Such a line is
+    damaged: said with its line number, and the epochs before it shown; a diverged run's NaN
+    loss is still a figure."""
+    run_dir = tmp_path / "runs" / "live"
+    run_dir.mkdir(parents=True)
+    lines = [
+        {"epoch": 1, "train_loss": float("nan"), "val_loss": 0.9, "val_accuracy": 0.61},
+        {"epoch": 2, "train_loss": 0.5, "val_loss": 0.8, "val_accuracy": 1e308},
+        {"epoch": 3, "train_loss": -2.0, "val_loss": 0.7, "val_accuracy": 0.7},
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = trainctl("status", str(run_dir), "--json")
+    assert "1e+308" not in result.out and "-2.0" not in result.out, result.out
+    assert f"skipped 2 unreadable line(s) in {run_dir / 'metrics.jsonl'} (line 2, 3)" in result.err
+    shown = json.loads(result.out)
+    assert json.dumps(shown).count("0.61") >= 1, shown
+    # The line a live writer is appending is no damage; a last line without its newline that
+    # is whole is read.
+    with (run_dir / "metrics.jsonl").open("a") as metrics:
+        metrics.write(
+            json.dumps({"epoch": 4, "train_loss": 0.4, "val_loss": 0.6, "val_accuracy": 0.8})
+        )
+    result = trainctl("status", str(run_dir), "--json")
+    assert '"val_accuracy": 0.8' in result.out, result.text
+    with (run_dir / "metrics.jsonl").open("a") as metrics:
+        metrics.write('\n{"epoch": 5, "train_lo')
+    result = trainctl("status", str(run_dir), "--json")
+    assert "line 5" not in result.err and '"epochs_completed": 4' in result.out, result.text
