@@ -1,7 +1,8 @@
 """`trainctl compare RUN...`: runs side by side, from what their run folders hold.
 
 For each run: summary.json (status, epochs, the last epoch's and the best checkpoint's
-metrics, duration, settings), metrics.jsonl (the curves), attempts.jsonl (how many workers
+metrics, duration, settings; from metrics.jsonl where a run has none yet), metrics.jsonl (the
+curves), attempts.jsonl (how many workers
 the last start had) and its evaluations, `eval/<name>/metrics.json` (a run's end-of-run
 evaluation is one of them): the one shown is of a name every run has, so that the figures side
 by side are of the same data (_choose_evaluations). Shown: the settings that
@@ -28,6 +29,7 @@ from app.errors import ConfigError
 from app.evaluation.report import run_evaluations
 from app.formatting import finite, is_finite, json_safe, mapping, shown
 from app.runfolder import folder as run_folder
+from app.runfolder.epoch_record import CORE_METRICS
 from app.runfolder.summary import STATUS_WORDS, series
 from app.settings.tune_plan import TRIAL_NAME
 from app.storage.entries import Kind, bucket_there, entries, kind, kind_within, not_a_link
@@ -44,6 +46,8 @@ MAX_RUNS = 20
 SHOWN_CLASSES = 10  # classes in the table (by spread of recall); --json has them all
 IGNORED_SETTINGS = ("run_name",)  # each column is named by it already
 CELL = 22  # characters per column of the table
+# A run folder without summary.json: training under its first driver, or that driver killed.
+NO_SUMMARY = "no summary yet"
 
 
 @dataclass
@@ -348,7 +352,7 @@ def _read(
             f"{shown(run_dir)}: not a run folder (no summary.json or metrics.jsonl); give run "
             "folders (or their s3:// / gs:// URIs)"
         )
-    summary = summary or {}
+    summary = summary if summary is not None else _summary_of(epochs)
     starts = run_folder.read_jsonl(run_dir / run_folder.ATTEMPTS_FILE)
     sizes = [s.get("world_size") for s in starts if isinstance(s.get("world_size"), int)]
     figures = RunFigures(
@@ -362,6 +366,26 @@ def _read(
     )
     figures.hours = accelerator_hours(summary, figures.workers)
     return figures
+
+
+def _summary_of(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run without summary.json yet (its first driver is training, or was killed first): its
+    epochs, last figures and best accuracy from metrics.jsonl, where compare showed dashes."""
+    last = epochs[-1]
+    scored = [r for r in epochs if is_finite(r.get("val_accuracy"))]
+    best = max(reversed(scored), key=lambda r: r["val_accuracy"]) if scored else None
+    return {
+        "status": NO_SUMMARY,
+        "epochs_completed": last["epoch"],
+        "metrics": {name: last.get(name) for name in CORE_METRICS},
+        "best": None
+        if best is None
+        else {
+            "metric": "val_accuracy",
+            "epoch": best["epoch"],
+            "val_accuracy": best["val_accuracy"],
+        },
+    }
 
 
 def accelerator_hours(summary: dict[str, Any], workers: int | None) -> dict[str, Any]:
@@ -472,7 +496,9 @@ def _number(value: Any) -> str:
 
 def _epochs(summary: dict[str, Any]) -> str:
     done, target = summary.get("epochs_completed"), summary.get("epochs_target")
-    return f"{done}/{target}" if done is not None else "-"
+    if done is None:
+        return "-"
+    return f"{done}/{target}" if target is not None else str(done)
 
 
 def _best(summary: dict[str, Any]) -> str:

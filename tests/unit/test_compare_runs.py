@@ -486,3 +486,19 @@ def test_classes_past_those_shown_are_said_to_be_in_the_json(tmp_path: Path) -> 
     found = json.loads(trainctl("compare", str(a), str(b), "--out", str(tmp_path / "c.png"),
                                 "--overwrite", "--json").out)  # fmt: skip
     assert len(found["per_class_recall"]) == 13
+
+
+def test_a_run_without_its_summary_yet_is_compared_from_its_epochs(tmp_path: Path) -> None:
+    """A run under its first driver has metrics.jsonl but no summary.json: compare showed a
+    column of dashes (a red-team pass). Its epochs, last figures and best accuracy are read
+    from its epoch records, and its status says there is no summary yet."""
+    done = make_run(tmp_path, "done", lr=0.001, accuracies=[0.5, 0.6], duration_s=60)
+    live = make_run(tmp_path, "live", lr=0.01, accuracies=[0.4, 0.7, 0.65], duration_s=60)
+    (live / "summary.json").unlink()
+    result = trainctl("compare", str(done), str(live), "--out", str(tmp_path / "c.png"))
+    assert result.code == 0, result.text
+    rows = {line.split("  ")[0]: line for line in result.out.splitlines()}
+    assert rows["status"].split()[1:] == ["succeeded", "no", "summary", "yet"], rows
+    assert rows["epochs"].split()[1:] == ["2/2", "3"], rows
+    assert rows["final val_accuracy"].split()[2:] == ["0.6000", "0.6500"], rows
+    assert rows["best"].split()[1:] == ["0.6000", "@2", "0.7000", "@2"], rows
