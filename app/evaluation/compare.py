@@ -1,14 +1,14 @@
 """`trainctl compare RUN...`: runs side by side, from what their run folders hold.
 
-For each run: summary.json (status, epochs, the last epoch's and the best checkpoint's
-metrics, duration, settings; from metrics.jsonl where a run has none yet), metrics.jsonl (the
-curves), attempts.jsonl (how many workers
-the last start had) and its evaluations, `eval/<name>/metrics.json` (a run's end-of-run
-evaluation is one of them): the one shown is of a name every run has, so that the figures side
-by side are of the same data (_choose_evaluations). Shown: the settings that
-differ, the final and best figures, time and accelerator-hours, and the classes whose recall
-differs most between the runs' evaluations, and for a sweep's trials which one the sweep
-exported (sweep.json's best); `--json` gives all of it, every class included.
+For each run: summary.json (status, epochs, the last epoch's and the best checkpoint's metrics,
+duration, settings; from metrics.jsonl where a run has none yet), metrics.jsonl (the curves),
+attempts.jsonl (how many workers the last start had) and its evaluations,
+`eval/<name>/metrics.json` (a run's end-of-run evaluation is one of them): the one shown is of
+a name every run has, so that the figures side by side are of the same data
+(_choose_evaluations). Shown: the settings that differ, the final and best figures, time and
+accelerator-hours, and the classes whose recall differs most between the runs' evaluations, and
+for a sweep's trials which one the sweep exported (sweep.json's best); `--json` gives all of
+it, every class included.
 One PNG overlays the runs' validation accuracy and losses per epoch.
 
 Accelerator-hours are summary.json's `accelerator_hours` where the run recorded them; else

@@ -28,7 +28,8 @@ from app.data.schema import DatasetInfo
 from app.errors import RunFailed
 from app.formatting import counted, finite
 from app.preflight import preflight_for_training, sweep_data, trials_fit_the_data
-from app.run.driver import Interrupted
+from app.run.decisions import delivery_incomplete
+from app.run.driver import Interrupted, run_training
 from app.run.signals import SIGTERM_SEEN, just_in_time_each, sigterm_interrupts
 from app.runfolder import sweep_records as results
 from app.runfolder.folder import read_summary, read_sweep, recorded_tracking, refuse_the_other_kind
@@ -81,11 +82,25 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
         + (f" (TRAIN_TUNE_SAMPLES raised from {raised}: the new trials follow)" if raised else "")
         + f" ({settings.tune_scheduler}, {settings.checkpoint_metric}) in {sweep_dir}"
     )
+    deliver_owed([t for t in trials if t not in todo], per_trial, info)
     if todo:
         ready.join_cluster()  # joins or starts Ray; one trial must fit
         sweep.write("running")
         _tune_until_sigterm(settings, sweep, todo, per_trial, pinned)
     return _conclude(settings, sweep, per_trial, info, started)
+
+
+def deliver_owed(done: list[Trial], per_trial: dict[str, TrainSettings], info: DatasetInfo) -> None:
+    """The finished trials whose tracker runs missed epochs or their close (the server was
+    down when they ended) get them now, as a rerun of a finished run does: Tune never runs a
+    finished trial again, so what its summary said was owed stayed owed (a red-team pass)."""
+    for trial in done:
+        settings = per_trial[trial.trial_id]
+        summary = read_summary(settings.run_dir) or {}
+        if summary.get("status") == "succeeded" and delivery_incomplete(summary):
+            _say(f"{trial.trial_id}: its trackers missed epochs or their close; delivering them")
+            # The finished run's own path: nothing trains, no cluster is joined.
+            run_training(settings, info, join_cluster=lambda: None, promote=False)
 
 
 def _tune_until_sigterm(

@@ -408,3 +408,44 @@ def test_a_continued_run_says_it_stays_in_the_experiment_it_began_in(
         "MLFLOW_EXPERIMENT_NAME=another-experiment applies to new runs"
     ]
     again.finish("succeeded", None)
+
+
+def test_a_finished_trial_owed_epochs_gets_them_when_the_sweep_is_rerun(
+    tracked: MlflowServer, tmp_path: Path
+) -> None:
+    """A trial that finished while the server was down kept `undelivered_epochs` and an open
+    MLflow run in its summary; Tune never runs a finished trial again, so a rerun of the sweep
+    left them owed (a red-team pass). The rerun delivers them, as a finished run's rerun does."""
+    from mlflow.tracking import MlflowClient
+
+    from app.runfolder import folder as run_folder
+    from app.settings.tune_plan import Trial, trial_settings
+    from app.sweep.sweep import deliver_owed
+    from tests.promotion_support import INFO, make_run, settings_for
+
+    space = tmp_path / "space.yaml"
+    space.write_text("lr: {grid: [0.01]}\n")
+    sweep = settings_for(tmp_path / "runs", "nightly", tune_space=space, epochs=1,
+                         tensorboard=False)  # fmt: skip
+    trial = Trial(1, {"lr": 0.01})
+    settings = trial_settings(sweep, trial, sweep.run_dir)
+    make_run(sweep.run_dir / "trials", trial.trial_id, 0.9)
+    run_folder.record_epoch(settings.run_dir, {**_record(1), "val_accuracy": 0.9})
+    # The trial's driver started its MLflow run, then the server went before epoch 1 got there.
+    started = Trackers.start(settings, None)
+    owed = {"delivered_epochs": [], "undelivered_epochs": [1], "closed": False}
+    run_folder.write_summary(settings.run_dir, {
+        "status": "succeeded", "epochs_completed": 1, "epochs_target": 1,
+        "tracking": started.ids, "tracking_delivery": {"mlflow": owed},
+    })  # fmt: skip
+
+    deliver_owed([trial], {trial.trial_id: settings}, INFO)
+
+    run_id = started.ids["mlflow"]["run_id"]
+    assert _steps(tracked.uri, run_id) == [1]
+    assert MlflowClient(tracked.uri).get_run(run_id).info.status == "FINISHED"
+    summary = run_folder.read_summary(settings.run_dir) or {}
+    assert summary["status"] == "succeeded", summary
+    assert summary["tracking_delivery"]["mlflow"]["undelivered_epochs"] == [], summary
+    assert summary["tracking_delivery"]["mlflow"]["closed"] is True, summary
+    assert not (settings.run_dir / "export").exists()  # a trial is never promoted itself
