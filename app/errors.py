@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Iterable, Sequence
 
 EXIT_OK = 0
@@ -65,3 +66,20 @@ def did_you_mean(name: str, known: Iterable[str], otherwise: str) -> str:
         or [candidate for candidate in rest if len(given) >= 3 and candidate.startswith(given)][:1]
     )
     return f"; did you mean {shared}{close[0]}?" if close else f"; {otherwise}"
+
+
+def root_cause(error: BaseException) -> str:
+    """The innermost reason of a connection failure (urllib3's, under the Kubernetes client's,
+    MLflow's and requests' errors), without the pool and URL preamble around it."""
+    while getattr(error, "reason", None) is not None and isinstance(error.reason, BaseException):
+        error = error.reason  # type: ignore[attr-defined]
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    # "HTTPSConnection(host='h', port=1): Failed to establish ..." -> the part that matters.
+    if text.startswith(("HTTPConnection(", "HTTPSConnection(")) and "): " in text:
+        text = text.split("): ", 1)[1]
+    # urllib3 says what is left of its budget: "read timeout=29.999718081999163" -> 30.0.
+    text = _LONG_DECIMAL.sub(lambda found: f"{float(found.group()):.1f}", text)
+    return text.rstrip(".")[:300]
+
+
+_LONG_DECIMAL = re.compile(r"\b\d+\.\d{4,}\b")

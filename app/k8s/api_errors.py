@@ -8,11 +8,10 @@ resource type, no such namespace) and only the body tells them apart.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.errors import ClusterError, ConfigError, TrainctlError
+from app.errors import ClusterError, ConfigError, TrainctlError, root_cause
 
 KUBERAY_INSTALL = (
     "install the KubeRay operator first: helm repo add kuberay "
@@ -126,22 +125,6 @@ def unreachable(host: str, error: BaseException) -> ClusterError:
         f"cannot reach the Kubernetes API server at {host or 'the configured address'}: "
         f"{root_cause(error)}. Is the cluster up, and is the kubeconfig context the right one?"
     )
-
-
-def root_cause(error: BaseException) -> str:
-    """The innermost reason, without urllib3's pool and URL preamble around it."""
-    while getattr(error, "reason", None) is not None and isinstance(error.reason, BaseException):
-        error = error.reason  # type: ignore[attr-defined]
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    # "HTTPSConnection(host='h', port=1): Failed to establish ..." -> the part that matters.
-    if text.startswith(("HTTPConnection(", "HTTPSConnection(")) and "): " in text:
-        text = text.split("): ", 1)[1]
-    # urllib3 says what is left of its budget: "read timeout=29.999718081999163" -> 30.0.
-    text = _LONG_DECIMAL.sub(lambda found: f"{float(found.group()):.1f}", text)
-    return text.rstrip(".")[:300]
-
-
-_LONG_DECIMAL = re.compile(r"\b\d+\.\d{4,}\b")
 
 
 def no_config(in_pod: bool, kubeconfig: str, error: BaseException) -> ClusterError:

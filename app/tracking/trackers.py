@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from app.errors import root_cause
 from app.redact import redact_text
 from app.settings import TrainSettings
 from app.storage.location import RunPath
@@ -233,9 +234,27 @@ class Trackers:
 
 
 def _one_line(err: BaseException) -> str:
-    """The error's message on one line, credentials hidden, whole (the fix comes last)."""
+    """The error's message on one line, credentials hidden, whole (the fix comes last). A
+    connection failure is said by the request and its reason: MLflow's message carries
+    urllib3's whole retry story, 400 characters in every warning (a red-team pass)."""
     text = " ".join(str(err).split())
+    if (reason := _connection_reason(err)) is not None:
+        asked, wrapped, _ = text.partition(" failed with exception ")
+        text = f"{asked} failed: {reason}" if wrapped else reason
     return redact_text(f"{type(err).__name__}: {text}" if text else type(err).__name__)
+
+
+def _connection_reason(err: BaseException) -> str | None:
+    """urllib3's reason under `err` (its cause or context, or an exception it wraps), if any."""
+    found: BaseException | None = err
+    for _ in range(8):  # a chain many hands built is followed a few links, no further
+        if found is None:
+            return None
+        for candidate in (found, *(a for a in found.args if isinstance(a, BaseException))):
+            if isinstance(getattr(candidate, "reason", None), BaseException):
+                return root_cause(candidate)
+        found = found.__cause__ or found.__context__
+    return None
 
 
 def _epochs(epochs: list[int]) -> str:

@@ -449,3 +449,22 @@ def test_a_finished_trial_owed_epochs_gets_them_when_the_sweep_is_rerun(
     assert summary["tracking_delivery"]["mlflow"]["undelivered_epochs"] == [], summary
     assert summary["tracking_delivery"]["mlflow"]["closed"] is True, summary
     assert not (settings.run_dir / "export").exists()  # a trial is never promoted itself
+
+
+def test_a_server_not_answering_is_said_by_the_request_and_its_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """MLflow's connection error carries urllib3's pool, retry and object addresses: each
+    warning of a sweep's trials was 400 characters of it (a red-team pass)."""
+    port = free_port()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:secret@127.0.0.1:{port}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    warnings: list[str] = []
+    settings = TrainSettings(storage_path=tmp_path, run_name="down", tensorboard=False)
+    trackers = Trackers.start(settings, None, warn=warnings.append)
+    (said,) = [w for w in warnings if "could not start" in w]
+    assert f"127.0.0.1:{port}/api/2.0/mlflow/" in said and "Connection refused" in said, said
+    assert "HTTPConnectionPool" not in said and "object at 0x" not in said, said
+    assert "secret" not in said and len(said) < 300, said
+    assert trackers.deliveries[0].last_error.startswith("MlflowException: API request to")
