@@ -91,14 +91,26 @@ def definitions() -> dict[str, Any]:
             "description": "a Kubernetes object name: lowercase letters, digits, '-' and '.', "
             f"beginning and ending with a letter or digit, up to {SUBDOMAIN_MAX} characters",
         },
-        "optionalK8sName": optional_subdomain,
-        "labelValueName": dict(optional_subdomain, maxLength=LABEL_VALUE_MAX),
+        # Each said in words: a refusal quotes the description, not the raw pattern.
+        "optionalK8sName": dict(
+            optional_subdomain,
+            description="empty, or a Kubernetes object name: lowercase letters, digits, '-' and "
+            f"'.', beginning and ending with a letter or digit, up to {SUBDOMAIN_MAX} characters",
+        ),
+        "labelValueName": dict(
+            optional_subdomain,
+            maxLength=LABEL_VALUE_MAX,
+            description="empty, or a name of lowercase letters, digits, '-' and '.', beginning "
+            f"and ending with a letter or digit, up to {LABEL_VALUE_MAX} characters",
+        ),
         "secretKey": {
             "type": "string",
             "pattern": SECRET_KEY,
             "maxLength": SUBDOMAIN_MAX,
             # IsConfigMapKey refuses '.', '..' and any key that starts with '..'.
             "not": {"pattern": r"^\.\.|^\.$", "description": "'.', '..' or a leading '..'"},
+            "description": "a Secret's key: letters, digits, '-', '_' and '.', up to "
+            f"{SUBDOMAIN_MAX} characters",
         },
         "cron": {
             "type": "string",
