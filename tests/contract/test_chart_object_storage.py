@@ -167,7 +167,7 @@ def test_the_scheduled_wait_reads_the_bucket_with_the_ray_pods_credentials(
     pod, container = _retrain_container(_both({**S3, **schedule}, tmp_path))
     assert container["envFrom"] == [{"secretRef": {"name": "minio-credentials"}}]
     assert {"name": "AWS_REGION", "value": "eu-west-1"} in container["env"]
-    assert [v["name"] for v in pod["volumes"]] == ["values"]
+    assert [v["name"] for v in pod["volumes"]] == ["scratch", "values"]
 
     pod, container = _retrain_container(_both({**GCS, **schedule}, tmp_path))
     assert "envFrom" not in container
@@ -179,8 +179,9 @@ def test_the_scheduled_wait_reads_the_bucket_with_the_ray_pods_credentials(
     assert volumes["gcs-credentials"]["secret"] == {"secretName": "gcs-key", "defaultMode": 0o440}
 
     pod, container = _retrain_container(_both({**POOLS, **schedule}, tmp_path))  # a volume
-    assert "envFrom" not in container and [e["name"] for e in container["env"]] == ["RUN_TAG"]
-    assert [v["name"] for v in pod["volumes"]] == ["values", "shared"]
+    assert "envFrom" not in container
+    assert [e["name"] for e in container["env"]] == ["HOME", "RUN_TAG"]
+    assert [v["name"] for v in pod["volumes"]] == ["scratch", "values", "shared"]
 
 
 def test_workload_identity_needs_no_secret_and_an_empty_prefix_no_double_slash(

@@ -31,8 +31,11 @@ SKIPPED = {
     "image.pullPolicy lets a cluster choose Always",
     "CKV_K8S_43": "digest pinning is supported (image.digest) but optional; tags are the default",
     "CKV_K8S_40": "the Ray image's ray user is UID 1000; the restricted profile asks for non-root",
-    "CKV_K8S_22": "Ray writes its session dir, logs and runtime envs under /tmp/ray and $HOME",
     "CKV_K8S_35": "secretEnv is an opt-in for tools that read credentials only from env vars",
+}
+# Skipped for the Ray pods only: the scheduled submit's root filesystem is read-only.
+RAY_SKIPPED = {
+    "CKV_K8S_22": "Ray writes its session dir, logs and runtime envs under /tmp/ray and $HOME",
 }
 # Skipped for the scheduled-retraining pod only (as a checkov.io/skip annotation).
 CRONJOB_SKIPPED = {
@@ -80,6 +83,24 @@ def test_every_container_meets_the_restricted_profile(rendered: list) -> None:
                         assert {"cpu", "memory"} <= set(container["resources"][kind]), label
     # head + worker + submitter per RayJob, plus the CronJob: the walk really found them
     assert seen >= 20
+
+
+def test_the_scheduled_submit_writes_only_to_its_scratch_folder(rendered: list) -> None:
+    """submit runs no Ray, so its pod (the one that holds an API token) gets a read-only root
+    filesystem, and $HOME and temporary files go to a small emptyDir at /tmp."""
+    seen = 0
+    for _, objects in rendered:
+        for obj in of_kind(objects, "CronJob"):
+            spec = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+            scratch = {v["name"]: v for v in spec["volumes"]}["scratch"]
+            assert scratch == {"name": "scratch", "emptyDir": {"sizeLimit": "64Mi"}}, scratch
+            for container in spec["containers"]:
+                seen += 1
+                assert container["securityContext"]["readOnlyRootFilesystem"] is True
+                mounts = {m["name"]: m for m in container["volumeMounts"]}
+                assert mounts["scratch"] == {"name": "scratch", "mountPath": "/tmp"}, mounts
+                assert {"name": "HOME", "value": "/tmp"} in container["env"], container["env"]
+    assert seen >= 1
 
 
 def test_ray_pods_mount_no_service_account_token(rendered: list) -> None:
@@ -147,9 +168,9 @@ def _pod_preview(where: str, template: dict, index: int, cronjob: bool) -> dict:
         "labels": dict(template.get("metadata", {}).get("labels") or {}),
         "annotations": {"trainctl.io/preview-of": where},
     }
-    if cronjob:
-        for i, (check, reason) in enumerate(sorted(CRONJOB_SKIPPED.items()), start=1):
-            metadata["annotations"][f"checkov.io/skip{i}"] = f"{check}={reason}"
+    skipped = CRONJOB_SKIPPED if cronjob else RAY_SKIPPED
+    for i, (check, reason) in enumerate(sorted(skipped.items()), start=1):
+        metadata["annotations"][f"checkov.io/skip{i}"] = f"{check}={reason}"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
 
 

@@ -172,6 +172,10 @@ spec:
                     name: {{ $v.storage.credentialsSecret | quote }}
               {{- end }}
               env:
+                # The root filesystem is read-only: anything a library keeps under $HOME goes
+                # to the pod's own scratch folder.
+                - name: HOME
+                  value: /tmp
                 - name: RUN_TAG
                   valueFrom:
                     fieldRef:
@@ -189,7 +193,10 @@ spec:
                 {{- include "trainctl.resources" $s.resources | nindent 16 }}
               securityContext:
                 {{- include "trainctl.containerSecurityContext" . | nindent 16 }}
+                readOnlyRootFilesystem: true
               volumeMounts:
+                - name: scratch
+                  mountPath: /tmp
                 - name: values
                   mountPath: /etc/trainctl
                   readOnly: true
@@ -203,6 +210,11 @@ spec:
                   readOnly: true
                 {{- end }}
           volumes:
+            # submit runs no Ray: unlike the Ray pods' (CKV_K8S_22), its root filesystem is
+            # read-only, with a small scratch folder for temporary files.
+            - name: scratch
+              emptyDir:
+                sizeLimit: 64Mi
             - name: values
               configMap:
                 name: {{ printf "%s-values" .root.Release.Name | quote }}
