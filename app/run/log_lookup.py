@@ -124,7 +124,8 @@ def resolve_run_dir(run: str, storage: str | None) -> RunPath:
 
 
 def _refuse_a_sweep(folder: RunPath, run: str, timeout: float) -> None:
-    """A sweep's folder has no logs of its own: ConfigError naming where its trials' are."""
+    """A sweep's folder without logs of its own (refused before its first trial, or kept by an
+    older trainctl): ConfigError naming where its trials' are."""
     if _asked(present_within, folder / SWEEP_FILE, "RUN", timeout):  # its trials have logs
         raise ConfigError(
             f"run {redact(run)!r}: {folder} is a sweep's folder; each trial is a run with "

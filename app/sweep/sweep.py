@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -31,6 +32,7 @@ from app.preflight import preflight_for_training, sweep_data, trials_fit_the_dat
 from app.run.decisions import delivery_incomplete
 from app.run.driver import Interrupted, run_training
 from app.run.signals import SIGTERM_SEEN, just_in_time_each, sigterm_interrupts
+from app.runfolder import log_capture as run_logs
 from app.runfolder import sweep_records as results
 from app.runfolder.folder import read_summary, read_sweep, recorded_tracking, refuse_the_other_kind
 from app.runfolder.summary import record_interrupted
@@ -49,6 +51,17 @@ TUNE_DIR = "tune"
 
 
 def run_sweep(settings: TrainSettings) -> dict[str, Any]:
+    """The sweep, its own output kept in <sweep>/logs/attempt-K/driver.log (each trial's is in
+    its own folder), written from when its checks pass: a refused sweep leaves nothing."""
+    sweep_dir = settings.run_dir
+    attempt = run_logs.next_attempt(sweep_dir)
+    driver_log = run_logs.attempt_dir(sweep_dir, attempt) / "driver.log"
+    banner = f"sweep, attempt {attempt}"
+    with run_logs.capture(driver_log, settings.log_max_mb, banner, held=True) as log:
+        return _sweep(settings, log.open)
+
+
+def _sweep(settings: TrainSettings, open_log: Callable[[], None]) -> dict[str, Any]:
     started = time.monotonic()
     sweep_dir = settings.run_dir
     refuse_the_other_kind(sweep_dir, sweep=True, timeout_s=settings.storage_timeout_s)
@@ -68,6 +81,7 @@ def run_sweep(settings: TrainSettings) -> dict[str, Any]:
     per_trial, pinned, warm_record = pin_champion(
         settings, ready.warm_start, before, per_trial, trials_left=bool(todo)
     )
+    open_log()  # the sweep goes on: from here its output is kept in its folder
     if warm_record is not None:
         sweep.extra[WARM_START_KEY] = warm_record
     if pinned is not None:

@@ -230,6 +230,23 @@ def test_sweep_records_table_and_plot(sweep: Sweep) -> None:
     assert f"best {best['trial']}" in shown.stdout and all(t in shown.stdout for t in TRIALS)
 
 
+def test_the_sweeps_own_output_is_kept_in_its_folder(sweep: Sweep) -> None:
+    """The sweep's console output (its trials, its best, the promotion) was on the terminal
+    only (a red-team pass): each invocation's is in <sweep>/logs/attempt-K/driver.log, the
+    killed one's included, and `trainctl logs` shows the newest."""
+    logs = sweep.sweep_dir / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["attempt-1", "attempt-2"]
+    killed = (logs / "attempt-1" / "driver.log").read_text()
+    assert "=== sweep, attempt 1" in killed and f"sweep {SWEEP}: 4 trials, 0 done" in killed
+    assert sweep.rerun is not None
+    rerun = (logs / "attempt-2" / "driver.log").read_text()
+    said = [line for line in sweep.rerun.stdout.splitlines() if line.startswith("trainctl: ")]
+    assert said and all(line in rerun for line in said), (said, rerun[-3000:])
+    shown = run_trainctl("logs", str(sweep.sweep_dir), env=trainctl_env(), cwd=sweep.tmp)
+    assert shown.returncode == 0, explain(shown)
+    assert "=== sweep, attempt 2" in shown.stdout and said[-1] in shown.stdout
+
+
 def test_the_best_trial_is_promoted_once_for_the_sweep(sweep: Sweep) -> None:
     best = sweep.record["best"]["trial"]
     pointer = json.loads((sweep.tmp / "runs" / "champions" / "digits-cnn.json").read_text())
