@@ -207,6 +207,12 @@ def render_cmd(
     )
     pools = sorted({path.parent.name for path in paths})
     click.echo(f"wrote {len(paths)} files for pool(s) {', '.join(pools) or '(none enabled)'}")
+    if with_secret and paths and not any(path.name.startswith("secret") for path in paths):
+        click.echo(
+            "trainctl: warning: --with-secret wrote no Secret: these values generate none "
+            "(rayAuth.existingSecret names one, or rayAuth is off)",
+            err=True,
+        )
     for pool in pools:
         click.echo(f"  kubectl apply -k {out / pool}")
     for folder in earlier_pools(out, pools):

@@ -666,3 +666,20 @@ def test_with_secret_without_out_is_refused_not_ignored(
     result = trainctl("render", "-f", str(EXAMPLES / "values-three-pools.yaml"), "--with-secret")
     assert_refused(result, 2, "--with-secret only applies together with --out")
     assert result.out == ""
+
+
+def test_with_secret_where_the_values_generate_none_is_said(tmp_path: Path) -> None:
+    """With rayAuth.existingSecret set, --with-secret wrote nothing more and said nothing (a
+    red-team pass): the user believed the token was in the folder."""
+    values = str(tmp_path / "values.yaml")
+    (tmp_path / "values.yaml").write_text("nodePools:\n  cpu: {gpusPerWorker: 0}\n")
+    result = trainctl("render", "-f", values, "--out", str(tmp_path / "a"), "--with-secret")
+    assert result.code == 0 and "wrote no Secret" not in result.err, result.text
+    assert list((tmp_path / "a").glob("*/secret*.yaml")), result.text
+    result = trainctl(
+        "render", "-f", values, "--set", "rayAuth.existingSecret=team-token",
+        "--out", str(tmp_path / "b"), "--with-secret",
+    )  # fmt: skip
+    assert result.code == 0, result.text
+    assert "--with-secret wrote no Secret: these values generate none" in result.err
+    assert not list((tmp_path / "b").glob("*/secret*.yaml"))
