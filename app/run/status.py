@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.errors import ConfigError
+from app.export.card import CARD_FILE
 from app.formatting import format_duration, is_finite, one_line, one_path, whole
 from app.redact import redact
 from app.run import first_met
@@ -639,7 +640,23 @@ def show_status(
             )
         show_run(one, echo, as_json)
     else:  # a folder of run folders (the storage root), listed (a sweep's: app/sweep/status)
+        _refuse_a_part_of_the_storage(path, timeout)
         show_listing(list_runs(path, limit=limit), echo, as_json, limit)
+
+
+def _refuse_a_part_of_the_storage(path: RunPath, timeout: float) -> None:
+    """A run's export/ or the champions' folder, given where a run folder or a folder of them
+    goes: `No run folders in ...` with exit 0 read as nothing amiss (a red-team pass)."""
+    if path.name == run_folder.EXPORT_DIR and kind_within(path / CARD_FILE, "RUN_DIR", timeout):
+        raise ConfigError(
+            f"{_path(path)}: a run's export, not a run folder: give the run's folder, "
+            f"{_path(path.parent)}"
+        )
+    if path.name in NOT_RUNS:
+        raise ConfigError(
+            f"{_path(path)}: the champions' pointers, not run folders: `trainctl status "
+            f"--storage {_path(path.parent)}` lists the runs with the champions"
+        )
 
 
 def _folder(path: RunPath, variable: str, timeout: float) -> RunPath:

@@ -355,3 +355,26 @@ def test_figures_no_run_can_have_are_damaged_lines_not_shown(tmp_path: Path) -> 
         metrics.write('\n{"epoch": 5, "train_lo')
     result = trainctl("status", str(run_dir), "--json")
     assert "line 5" not in result.err and '"epochs_completed": 4' in result.out, result.text
+
+
+def test_a_runs_export_or_the_champions_folder_is_named_not_listed_as_empty(
+    tmp_path: Path,
+) -> None:
+    """`status runs/r/export` and `status runs/champions` said `No run folders in ...` with
+    exit 0 (a red-team pass): each is named for what it is, with the folder to give."""
+    storage = tmp_path / "runs"
+    run_dir = _run(storage, "r")
+    (run_dir / "export").mkdir()
+    (run_dir / "export" / "model_card.json").write_text("{}")
+    (storage / "champions").mkdir()
+    (storage / "champions" / "digits-cnn.json").write_text("{}")
+    result = trainctl("status", str(run_dir / "export"))
+    assert_refused(
+        result, 2, "a run's export, not a run folder", f"give the run's folder, {run_dir}"
+    )
+    result = trainctl("status", str(storage / "champions"))
+    assert_refused(result, 2, "the champions' pointers", f"trainctl status --storage {storage}")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = trainctl("status", str(empty))
+    assert result.code == 0 and f"No run folders in {empty}." in result.out, result.text
