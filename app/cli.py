@@ -584,11 +584,10 @@ def _champion(
     from app.promotion.champion_export import folder
     from app.settings.env import storage_location, storage_path_setting
     from app.settings.model import champion_ref
-    from app.storage.buckets import ObjectPath
     from app.storage.deadline import DeadlineExceeded, call_with_deadline
     from app.storage.entries import bucket_there
     from app.storage.location import within
-    from app.storage.probe import StoreUnavailable, describe_store_error
+    from app.storage.probe import unanswered
     from app.storage.reading import present_within
 
     try:
@@ -609,12 +608,7 @@ def _champion(
     except PointerDamaged as err:
         raise ConfigError(f"champion:{name}: {err}") from None
     except DeadlineExceeded as err:
-        said = (
-            describe_store_error(storage, "TRAIN_STORAGE_PATH", err)
-            if isinstance(storage, ObjectPath)
-            else f"{storage}: no answer within {err.seconds:g} s (TRAIN_STORAGE_TIMEOUT_S)"
-        )
-        raise StoreUnavailable(f"champion:{name}: {said}", "TRAIN_STORAGE_PATH") from None
+        raise unanswered(storage, "TRAIN_STORAGE_PATH", f"champion:{name}", err) from None
     # The model itself is read through the store's own client: a large file may take longer
     # than one request's deadline.
     return folder(storage, name, pointer["card_sha256"]), pointer, storage

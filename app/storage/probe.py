@@ -188,6 +188,18 @@ _UNREACHABLE = re.compile(
 )
 
 
+def unanswered(
+    path: Path | ObjectPath, variable: str, what: str, err: DeadlineExceeded
+) -> StoreUnavailable:
+    """`what`, read from `path`, unanswered within its deadline: for a bucket, its endpoint and
+    what to check; for a folder (a mount that hangs), the folder."""
+    if isinstance(path, ObjectPath):
+        said = describe_store_error(path, variable, err)
+    else:
+        said = f"{path}: no answer within {err.seconds:g} s ({TIMEOUT_VARIABLE})"
+    return StoreUnavailable(f"{what}: {said}", variable)
+
+
 def describe_store_error(path: ObjectPath, variable: str, err: BaseException) -> str:
     """One line naming the variable and what is wrong; the client's text never carries keys,
     and neither does this (only the error's kind is kept, redacted, not the request)."""
