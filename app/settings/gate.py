@@ -182,6 +182,8 @@ def parse_gate(text: str) -> Gate:
     parts = _conditions(text.strip())
     if not text.strip():
         raise ValueError(f"is empty; {allowed()}")
+    if slip := _slip(text, _outside_classes(text)):
+        raise ValueError(slip)
     joiner = re.search(r"\s(and|or|&&|\|\|)\s", _outside_classes(text), re.IGNORECASE)
     if joiner and joiner.group(1) != "and":
         raise ValueError(
@@ -293,6 +295,19 @@ def _some_epoch(bounds: list[Threshold], epochs: int) -> bool:
         else:
             high = min(high, math.ceil(t.value) - 1 if t.op == "<" else math.floor(t.value))
     return low <= high
+
+
+def _slip(text: str, outside: str) -> str | None:
+    """A slip of the pen the generic "cannot read" left to be guessed (a red-team pass): an
+    operator written backwards, a decimal comma, terms joined by a comma."""
+    for wrong, right in (("=>", ">="), ("=<", "<=")):
+        if wrong in outside:
+            return f"{text!r}: the operator is {right}, not {wrong}"
+    if re.search(r"\d,\d", outside):
+        return f"{text!r}: a number takes a decimal point (0.9), not a comma"
+    if re.search(r"[,;]", outside):
+        return f"{text!r}: conditions are joined by ` and `, not a comma or semicolon"
+    return None
 
 
 def _outside_classes(text: str) -> str:

@@ -129,7 +129,7 @@ def test_a_stop_record_not_shaped_as_a_run_writes_it_is_no_stop(meta: object) ->
         ("beats_champion", "beats_champion is a promotion condition"),
         ("val_accuracy>=95%", "write 0.95"),
         ("val_accuracy>=1.5", "is a fraction from 0 to 1"),
-        ("val_accuracy=>0.9", "cannot read 'val_accuracy=>0.9'; conditions are METRIC OP NUMBER"),
+        ("val_accuracy=>0.9", "'val_accuracy=>0.9': the operator is >=, not =>"),
     ],
 )
 def test_stop_at_refuses_nonsense_naming_what_is_allowed(text: str, says: str) -> None:
