@@ -6,19 +6,18 @@ Ctrl-C end every phase of every command cleanly.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from types import FrameType
 
 import click
 
 from app.errors import EXIT_CTRL_C, EXIT_FAILED, EXIT_INVALID, EXIT_SIGTERM, TrainctlError
 from app.formatting import one_path, printable_line
+from app.held_signals import signals_held
 
 
 class Terminated(KeyboardInterrupt):
@@ -65,17 +64,6 @@ def _leave_ray() -> None:
             ray.shutdown()
         except Exception as err:  # the command's work is done: its exit code stands
             click.echo(f"trainctl: warning: leaving Ray: {type(err).__name__}: {err}", err=True)
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM ignored inside (main thread only), the handlers put back after."""
-    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in held.items():
-            signal.signal(sig, handler)
 
 
 def _run(cli: click.Group, argv: list[str] | None) -> int:

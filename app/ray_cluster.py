@@ -6,14 +6,17 @@ import contextlib
 import logging
 import math
 import os
+import signal
 import socket
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import click
 
 from app.cpus import usable_cpus
 from app.errors import ConfigError, TrainctlError
+from app.held_signals import signals_held
 from app.settings import TrainSettings
 
 # Progress comes from the run's metrics file (app.run.progress); worker output stays in Ray's log
@@ -171,30 +174,68 @@ def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
     _own_auth_line()
     quiet_ray_data()
     if address:
-        ray.init(address=address, **QUIET)
+        with _own_sigterm():
+            ray.init(address=address, **QUIET)
         return
     # address="local": without it, ray.init() joins whatever cluster this machine last started
     # (/tmp/ray/ray_current_cluster) and then rejects num_cpus.
     # No dashboard: its dozen processes would compete with training for a laptop's cores, and
     # nothing submits jobs to a cluster that lives only as long as this command.
     try:
-        ray.init(
-            address="local",
-            num_cpus=num_cpus or usable_cpus().usable,
-            include_dashboard=False,
-            **QUIET,
-        )
-    except Exception as err:  # the machine's failure (overloaded, no temp space), not a bug
-        with contextlib.suppress(Exception):
-            ray.shutdown()  # whatever half started goes with this process
-        raise TrainctlError(
-            f"the local Ray cluster did not start ({type(err).__name__}: {err}); nothing was "
-            "trained: rerun when the machine is less loaded (and RAY_TMPDIR, or /tmp, is "
-            "writable), or set TRAIN_RAY_ADDRESS to a running cluster"
-        ) from None
+        with _own_sigterm():
+            ray.init(
+                address="local",
+                num_cpus=num_cpus or usable_cpus().usable,
+                include_dashboard=False,
+                **QUIET,
+            )
+    except BaseException as err:
+        _leave_half_started()  # a stop or failure in ray.init: no local Ray process outlives it
+        if not isinstance(err, Exception):  # SIGTERM or Ctrl-C: the command says it
+            raise
+        raise _did_not_start(err) from None
     # On stderr, as a diagnostic: stdout is the command's (`evaluate --json` prints one
     # JSON document there).
     click.echo(f"trainctl: {auth_line(os.environ)}", err=True)
+
+
+@contextlib.contextmanager
+def _own_sigterm() -> Iterator[None]:
+    """ray.init with this process's SIGTERM handler kept. Ray swaps in its own, `sys.exit(15)`,
+    and its core worker a C handler that prints a stack trace: SIGTERM in `evaluate` or
+    `predict` ended with exit 15, Ray's trace and no word of trainctl's (a red-team pass), where
+    every command stops with 143 and `trainctl: stopped by SIGTERM`. A SIGTERM during the init
+    is the process's own handler's too. Off the main thread nothing is set (Ray sets nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    own = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    except SystemExit as err:
+        if err.code != signal.SIGTERM or not callable(own):
+            raise
+        own(signal.SIGTERM, None)  # raises as the command's handler does (Terminated, ...)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, own)
+
+
+def _leave_half_started() -> None:
+    """What a stopped or failed ray.init started of a local cluster, stopped, with signals held
+    off: its agents were left running under PID 1 after a SIGTERM (a red-team pass)."""
+    import ray
+
+    with signals_held(), contextlib.suppress(Exception):
+        ray.shutdown()
+
+
+def _did_not_start(err: Exception) -> TrainctlError:
+    return TrainctlError(
+        f"the local Ray cluster did not start ({type(err).__name__}: {err}); nothing was "
+        "trained: rerun when the machine is less loaded (and RAY_TMPDIR, or /tmp, is "
+        "writable), or set TRAIN_RAY_ADDRESS to a running cluster"
+    )
 
 
 # Ray announces the token authentication it turns on for a new local cluster with a warning

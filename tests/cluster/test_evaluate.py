@@ -16,6 +16,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from PIL import Image
 from tests.folder_support import png_claiming
 from tests.hostile.support import Result, trainctl
 from tests.s3_support import S3Server
-from tests.support import FinishedRun
+from tests.support import REPO, FinishedRun, explain, trainctl_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -353,3 +355,33 @@ def test_predict_out_names_each_row_by_its_own_path_and_replaces_only_with_overw
 
 def _mistakes(folder: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO((folder / "mistakes.csv").read_text())))
+
+
+def test_sigterm_once_joined_to_ray_stops_a_command_with_143_and_its_own_word(
+    ray_cluster: object,
+) -> None:
+    """ray.init swaps in Ray's SIGTERM handlers (`sys.exit(15)`, and a C one that prints a
+    stack trace): `predict` and `evaluate` stopped by SIGTERM while scoring ended with exit 15
+    and Ray's trace (a red-team pass). Joined as they join, a command keeps its own handler."""
+    script = (
+        "import os, signal, sys, time\n"
+        "import click\n"
+        "from app.cli_exit import run_command\n"
+        "from app.evaluation.scoring import connect\n"
+        "@click.group()\n"
+        "def cli() -> None: ...\n"
+        "@cli.command()\n"
+        "def score() -> None:\n"
+        "    connect()\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(120)\n"
+        "sys.exit(run_command(cli, ['score']))\n"
+    )
+    env = trainctl_env(ray_address=ray_cluster.address)  # type: ignore[attr-defined]
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 143, explain(done)
+    assert "trainctl: stopped by SIGTERM" in done.stderr, explain(done)
+    assert "SIGTERM received" not in done.stderr, explain(done)

@@ -37,7 +37,7 @@ def test_signals_held_ignores_ctrl_c_and_sigterm_then_puts_their_handlers_back()
     import signal
     import time
 
-    from app.cli_exit import signals_held
+    from app.held_signals import signals_held
 
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with signals_held():

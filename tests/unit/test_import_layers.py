@@ -45,7 +45,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("storage", ("app.storage",)),
     (
         "leaf helpers",
-        ("app", "app.errors", "app.redact", "app.formatting", "app.cpus", "app.dns", "app.envfile"),
+        (
+            "app",
+            "app.errors",
+            "app.redact",
+            "app.formatting",
+            "app.cpus",
+            "app.dns",
+            "app.envfile",
+            "app.held_signals",
+        ),
     ),
 )
 
