@@ -317,10 +317,15 @@ def _class_problem(
     if not extra and (allow_missing or not missing):
         return None
     if extra:
+        # Circle beside circle: the likeliest slip, said (a red-team pass).
+        cased = {name.casefold(): name for name in missing}
+        renames = [f"{shown(e)} as {shown(cased[e.casefold()])}" for e in extra
+                   if e.casefold() in cased]  # fmt: skip
         return (
             f"class folders the run does not have: {_listed(extra)} (the run's classes: "
             f"{_listed(names)}); the model can only score classes it was trained on"
             + (f"; missing: {_listed(missing)}" if missing else "")
+            + (f"; class names are case-sensitive: rename {', '.join(renames)}" if renames else "")
         )
     empty = sorted(set(missing) & set(folders))
     return (

@@ -62,7 +62,21 @@ def test_a_folder_whose_classes_differ_from_the_runs_is_refused_naming_them(
     data = folder(tmp_path / "test", [*CLASSES[:9], "emu"])
     result = trainctl("evaluate", str(run), str(data))
     assert_refused(result, 2, "class folders the run does not have: emu", "missing: 9")
+    assert "case-sensitive" not in result.text
     no_eval_written(run)
+
+
+def test_a_class_folder_named_in_another_case_is_said() -> None:
+    """`Circle/` for the run's class circle was refused without a word of the likeliest slip
+    (a red-team pass); the gate offers one for recall[Circle]."""
+    from app.evaluation.data import _class_problem
+
+    names = ["circle", "square", "triangle"]
+    said = _class_problem(["Circle", "square", "triangle"], ["Circle", "square"], names, False)
+    assert said is not None and "class folders the run does not have: Circle" in said, said
+    assert said.endswith("; class names are case-sensitive: rename Circle as circle"), said
+    said = _class_problem(["emu", "square", "triangle"], ["emu", "square"], names, False)
+    assert said is not None and "case-sensitive" not in said, said
 
 
 def test_a_folder_lacking_some_classes_is_refused_unless_allowed(run: Path, tmp_path: Path) -> None:
