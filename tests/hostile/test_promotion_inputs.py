@@ -25,7 +25,7 @@ from tests.hostile.support import assert_refused, malicious_torch_file, trainctl
     ("variable", "value", "needles"),
     [
         ("TRAIN_PROMOTE_IF", "val_acc>=0.9", ("unknown metric 'val_acc'", "val_accuracy", ">=")),
-        ("TRAIN_PROMOTE_IF", "val_accuracy => 0.9", ("cannot read", "beats_champion")),
+        ("TRAIN_PROMOTE_IF", "val_accuracy => 0.9", ("the operator is >=, not =>",)),
         ("TRAIN_PROMOTE_IF", "val_accuracy>=90", ("a fraction from 0 to 1", ">=0.9?")),
         ("TRAIN_PROMOTE_IF", "val_acc>0.9", ("did you mean val_accuracy?",)),
         ("TRAIN_PROMOTE_IF", "beats_champion or val_loss<1", ("cannot read",)),
