@@ -30,7 +30,7 @@ from app.evaluation.report import run_evaluations
 from app.formatting import finite, is_finite, json_safe, mapping, shown
 from app.runfolder import folder as run_folder
 from app.runfolder.epoch_record import CORE_METRICS
-from app.runfolder.summary import STATUS_WORDS, series
+from app.runfolder.summary import STATUS_WORDS, best_epoch, series
 from app.settings.tune_plan import TRIAL_NAME
 from app.storage.entries import Kind, bucket_there, entries, kind, kind_within, not_a_link
 from app.storage.location import (
@@ -372,8 +372,7 @@ def _summary_of(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """A run without summary.json yet (its first driver is training, or was killed first): its
     epochs, last figures and best accuracy from metrics.jsonl, where compare showed dashes."""
     last = epochs[-1]
-    scored = [r for r in epochs if is_finite(r.get("val_accuracy"))]
-    best = max(reversed(scored), key=lambda r: r["val_accuracy"]) if scored else None
+    best = best_epoch(epochs, "val_accuracy")
     return {
         "status": NO_SUMMARY,
         "epochs_completed": last["epoch"],

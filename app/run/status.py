@@ -34,8 +34,7 @@ from app.run import first_met
 from app.runfolder import folder as run_folder
 from app.runfolder import interruptions, sweep_records, usage
 from app.runfolder.epoch_record import CORE_METRICS, REQUIRED
-from app.runfolder.retention import higher_is_better
-from app.runfolder.summary import STATUS_WORDS
+from app.runfolder.summary import STATUS_WORDS, best_epoch
 from app.settings.run import RESERVED_RUN_NAMES
 from app.settings.tracking import MODEL_NAME_PATTERN
 from app.storage import bounded_json, safe_fs
@@ -314,10 +313,7 @@ def _last_and_best(
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     if epochs:
         last = _figures_of(epochs[-1], metric)
-        scored = [r for r in epochs if is_finite(r.get(metric))]
-        pick = max if higher_is_better(metric) else min
-        # The newest of equals, as retention ranks them.
-        best_record = pick(reversed(scored), key=lambda r: r[metric]) if scored else None
+        best_record = best_epoch(epochs, metric)
         return last, (_figures_of(best_record, metric) if best_record else None)
     metrics = summary.get("metrics")
     last = None

@@ -7,7 +7,7 @@ import io
 import math
 from typing import Any
 
-from app.formatting import finite
+from app.formatting import finite, is_finite
 from app.runfolder import checkpoints, interruptions, retention
 from app.runfolder import folder as run_folder
 from app.runfolder.epoch_record import CORE_METRICS
@@ -146,6 +146,16 @@ def plot_curves(run_dir: RunPath) -> RunPath | None:
         ax.xaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(run_dir.name)
     return save_figure(fig, run_dir / CURVES_FILE, dpi=110)
+
+
+def best_epoch(epochs: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The epoch record best at `metric` (the newest of equals, as retention ranks
+    checkpoints); None where no record has a finite figure for it."""
+    scored = [r for r in epochs if is_finite(r.get(metric))]
+    if not scored:
+        return None
+    pick = max if retention.higher_is_better(metric) else min
+    return pick(reversed(scored), key=lambda r: r[metric])
 
 
 def series(epochs: list[dict[str, Any]], metric: str) -> list[float]:
