@@ -182,9 +182,10 @@ def parse_gate(text: str) -> Gate:
     parts = _conditions(text.strip())
     if not text.strip():
         raise ValueError(f"is empty; {allowed()}")
-    if slip := _slip(text, _outside_classes(text)):
+    outside = _outside_classes(text)
+    if slip := _slip(text, outside):
         raise ValueError(slip)
-    joiner = re.search(r"\s(and|or|&&|\|\|)\s", _outside_classes(text), re.IGNORECASE)
+    joiner = re.search(r"\s(and|or|&&|\|\|)\s", outside, re.IGNORECASE)
     if joiner and joiner.group(1) != "and":
         raise ValueError(
             f"cannot read {text!r}: conditions are joined by a lowercase `and` (every one must "
