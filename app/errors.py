@@ -68,7 +68,7 @@ def did_you_mean(name: str, known: Iterable[str], otherwise: str) -> str:
     return f"; did you mean {shared}{close[0]}?" if close else f"; {otherwise}"
 
 
-def root_cause(error: BaseException) -> str:
+def connection_cause(error: BaseException) -> str:
     """The innermost reason of a connection failure (urllib3's, under the Kubernetes client's,
     MLflow's and requests' errors), without the pool and URL preamble around it."""
     while getattr(error, "reason", None) is not None and isinstance(error.reason, BaseException):

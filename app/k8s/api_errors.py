@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.errors import ClusterError, ConfigError, TrainctlError, root_cause
+from app.errors import ClusterError, ConfigError, TrainctlError, connection_cause
 
 KUBERAY_INSTALL = (
     "install the KubeRay operator first: helm repo add kuberay "
@@ -123,7 +123,8 @@ def unreachable(host: str, error: BaseException) -> ClusterError:
     """The API server could not be reached at all (DNS, refused, TLS, timeout)."""
     return ClusterError(
         f"cannot reach the Kubernetes API server at {host or 'the configured address'}: "
-        f"{root_cause(error)}. Is the cluster up, and is the kubeconfig context the right one?"
+        f"{connection_cause(error)}. Is the cluster up, and is the kubeconfig context the right "
+        "one?"
     )
 
 
@@ -132,9 +133,9 @@ def no_config(in_pod: bool, kubeconfig: str, error: BaseException) -> ClusterErr
     if in_pod:
         return ClusterError(
             "running in a pod but its service account credentials could not be loaded: "
-            f"{root_cause(error)}"
+            f"{connection_cause(error)}"
         )
     return ClusterError(
         f"no usable Kubernetes configuration: not in a pod, and the kubeconfig {kubeconfig} "
-        f"could not be loaded ({root_cause(error)}). Set KUBECONFIG or create ~/.kube/config"
+        f"could not be loaded ({connection_cause(error)}). Set KUBECONFIG or create ~/.kube/config"
     )

@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from app.errors import root_cause
+from app.errors import connection_cause
 from app.redact import redact_text
 from app.settings import TrainSettings
 from app.storage.location import RunPath
@@ -252,7 +252,7 @@ def _connection_reason(err: BaseException) -> str | None:
             return None
         for candidate in (found, *(a for a in found.args if isinstance(a, BaseException))):
             if isinstance(getattr(candidate, "reason", None), BaseException):
-                return root_cause(candidate)
+                return connection_cause(candidate)
         found = found.__cause__ or found.__context__
     return None
 

@@ -9,8 +9,15 @@ from typing import Any
 
 import pytest
 
-from app.errors import EXIT_CLUSTER, EXIT_INVALID, ClusterError, ConfigError, RunFailed
-from app.k8s.api_errors import ApiFailure, explain, no_config, root_cause, unreachable
+from app.errors import (
+    EXIT_CLUSTER,
+    EXIT_INVALID,
+    ClusterError,
+    ConfigError,
+    RunFailed,
+    connection_cause,
+)
+from app.k8s.api_errors import ApiFailure, explain, no_config, unreachable
 from app.k8s.plan import (
     bucket_run_dir,
     config_source,
@@ -266,12 +273,13 @@ def test_unreachable_and_missing_config_give_the_root_cause() -> None:
             super().__init__("HTTPSConnectionPool(host='h', port=6443): Max retries exceeded")
             self.reason = inner
 
-    assert root_cause(Wrapper()) == "[Errno 111] Connection refused"
+    assert connection_cause(Wrapper()) == "[Errno 111] Connection refused"
     assert "at https://h:6443: [Errno 111]" in str(unreachable("https://h:6443", Wrapper()))
     # urllib3's leftover budget, to the tenth (it printed 29.999718081999163: a red-team pass).
     slow = TimeoutError("HTTPSConnectionPool(host='h', port=6443): Read timed out. "
                         "(read timeout=29.999718081999163)")  # fmt: skip
-    assert root_cause(slow).endswith("Read timed out. (read timeout=30.0)"), root_cause(slow)
+    said = connection_cause(slow)
+    assert said.endswith("Read timed out. (read timeout=30.0)"), said
     err = no_config(False, "/nowhere/config", FileNotFoundError("No such file."))
     assert "kubeconfig /nowhere/config could not be loaded (No such file)" in str(err)
     assert "service account" in str(no_config(True, "", OSError("token missing")))
