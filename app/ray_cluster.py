@@ -174,6 +174,7 @@ def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
     _own_auth_line()
     quiet_ray_data()
     if address:
+        _may_join(address)
         with _own_sigterm():
             ray.init(address=address, **QUIET)
         return
@@ -219,6 +220,73 @@ def _own_sigterm() -> Iterator[None]:
         raise
     finally:
         signal.signal(signal.SIGTERM, own)
+
+
+def _may_join(address: str) -> None:
+    """ConfigError where the head at `address` refuses this client, asked before ray.init.
+
+    ray.init meets a refused token by asking again each second for 20 s, printing Ray's C++
+    warning each time, and then raises a bare ConnectionError that says nothing of the token:
+    `trainctl check` against a `ray start` head (token authentication is Ray's default there)
+    ended in trainctl's "internal error". Ray's own control-store client refuses at once, with
+    AuthenticationError; it is private API, so a client of another shape is left to ray.init.
+    Ray Client addresses (ray://) and "auto" are not a head's control store.
+    """
+    if "://" in address or _host_port(address) is None:
+        return
+    import ray.exceptions
+
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            ensure_token_if_auth_enabled,
+        )
+        from ray._raylet import GcsClient
+    except ImportError:
+        return
+    try:
+        # First the token this client would send: with RAY_AUTH_MODE=token and no token, Ray's
+        # C++ client aborts the process (a failed check and a stack trace), where this raises.
+        ensure_token_if_auth_enabled(None, create_token_if_missing=False)
+    except ray.exceptions.AuthenticationError as err:
+        raise ConfigError(
+            f"Ray address {address}: RAY_AUTH_MODE=token, but this client has no token to "
+            f"send: {err.message.strip()}"
+        ) from None
+    try:
+        GcsClient(address=address)
+    except ray.exceptions.AuthenticationError:
+        raise ConfigError(refused_token(address, os.environ)) from None
+    except ray.exceptions.RpcError as err:
+        raise ConfigError(
+            f"Ray address {address}: something answers there, but not as a Ray head "
+            f"({type(err).__name__}: {err}); is it the head's GCS port (6379 by default)?"
+        ) from None
+    except TypeError:  # another Ray's client: ray.init asks
+        return
+
+
+def refused_token(address: str, env: Mapping[str, str]) -> str:
+    """What to do when the head at `address` refuses this client's token (or its lack of one)."""
+    mode = env.get("RAY_AUTH_MODE", "").lower()
+    set_token = (
+        "the cluster's token in RAY_AUTH_TOKEN or in the file RAY_AUTH_TOKEN_PATH names "
+        "(`ray start` writes ~/.ray/auth_token on the head's machine)"
+    )
+    if mode != "token":
+        return (
+            f"Ray address {address}: the cluster requires token authentication, and this "
+            f"client sends no token (RAY_AUTH_MODE={mode or 'unset'}): set RAY_AUTH_MODE=token "
+            f"and {set_token}"
+        )
+    sent = (
+        "RAY_AUTH_TOKEN"
+        if env.get("RAY_AUTH_TOKEN")
+        else (env.get("RAY_AUTH_TOKEN_PATH") or "~/.ray/auth_token")
+    )
+    return (
+        f"Ray address {address}: the cluster refused the token this client sends (from "
+        f"{sent}): it is not the cluster's; set {set_token}"
+    )
 
 
 def _leave_half_started() -> None:

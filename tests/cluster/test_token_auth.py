@@ -20,12 +20,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from tests.contract.k8s_support import EXAMPLES, load_yaml
 from tests.rayjob_support import auth_env, render_pool
-from tests.support import REPO, free_port
+from tests.support import REPO, free_port, run_trainctl, trainctl_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -60,15 +61,20 @@ def chart_auth() -> dict[str, str]:
     return env
 
 
+class TokenHead(NamedTuple):
+    jobs: str  # the job API's URL, as KubeRay's submitter is given it
+    gcs: str  # host:port of the head's control store, as TRAIN_RAY_ADDRESS names it
+
+
 @pytest.fixture(scope="module")
-def token_head(chart_auth: dict[str, str]) -> Iterator[str]:
-    """A one-node cluster started with the chart's auth env; yields its job API address.
+def token_head(chart_auth: dict[str, str]) -> Iterator[TokenHead]:
+    """A one-node cluster started with the chart's auth env.
 
     `ray start` gives its raylet a fixed 30 s to register with the GCS and then exits; on two
     cores busy with both test groups' clusters that can run out, so a start that ended so is
     tried once more (any other failure is the test's to report)."""
     for attempt in (1, 2):
-        head, temp_dir, dashboard = _start_head(chart_auth)
+        head, temp_dir, dashboard, gcs = _start_head(chart_auth)
         try:
             _wait_ready(head, temp_dir / "head.log", retry=attempt == 1)
         except _StartTimedOut:
@@ -80,7 +86,7 @@ def token_head(chart_auth: dict[str, str]) -> Iterator[str]:
             shutil.rmtree(temp_dir, ignore_errors=True)
             raise
         try:
-            yield f"http://127.0.0.1:{dashboard}"
+            yield TokenHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}")
         finally:
             _stop(head)
             shutil.rmtree(temp_dir, ignore_errors=True)
@@ -91,18 +97,18 @@ class _StartTimedOut(Exception):
     """`ray start` gave up waiting for its own raylet (Ray's fixed 30 s)."""
 
 
-def _start_head(chart_auth: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path, int]:
+def _start_head(chart_auth: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path, int, int]:
     # Its own short temp dir: Ray's socket paths must stay short, and `ray start` records its
     # address there instead of in /tmp/ray, where other clusters' `ray.init()` would find it.
     temp_dir = Path(tempfile.mkdtemp(prefix="rayauth-", dir="/tmp"))
-    dashboard = free_port()
+    dashboard, gcs = free_port(), free_port()
     log_path = temp_dir / "head.log"
     command = [
         str(Path(sys.executable).parent / "ray"),
         "start",
         "--head",
         "--block",
-        f"--port={free_port()}",
+        f"--port={gcs}",
         "--num-cpus=1",
         "--include-dashboard=true",
         "--dashboard-host=127.0.0.1",
@@ -119,7 +125,7 @@ def _start_head(chart_auth: dict[str, str]) -> tuple[subprocess.Popen[bytes], Pa
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its Ray processes form one group we can end together
         )
-    return head, temp_dir, dashboard
+    return head, temp_dir, dashboard, gcs
 
 
 def _wait_ready(
@@ -160,25 +166,59 @@ def _submit(address: str, env: dict[str, str]) -> dict[str, str]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_submission_without_a_token_is_refused(token_head: str, tmp_path: Path) -> None:
+def test_submission_without_a_token_is_refused(token_head: TokenHead, tmp_path: Path) -> None:
     # An empty HOME: no ~/.ray/auth_token to fall back on.
-    outcome = _submit(token_head, {**_clean_env(), "HOME": str(tmp_path)})
+    outcome = _submit(token_head.jobs, {**_clean_env(), "HOME": str(tmp_path)})
     assert "status" not in outcome, outcome
     assert "Missing authentication token" in outcome["error"], outcome
 
 
 def test_submission_with_a_wrong_token_is_refused(
-    token_head: str, chart_auth: dict[str, str], tmp_path: Path
+    token_head: TokenHead, chart_auth: dict[str, str], tmp_path: Path
 ) -> None:
     wrong = {**chart_auth, "RAY_AUTH_TOKEN": chart_auth["RAY_AUTH_TOKEN"][::-1] + "x"}
-    outcome = _submit(token_head, {**_clean_env(), "HOME": str(tmp_path), **wrong})
+    outcome = _submit(token_head.jobs, {**_clean_env(), "HOME": str(tmp_path), **wrong})
     assert "status" not in outcome, outcome
     assert "Invalid authentication token" in outcome["error"], outcome
 
 
 def test_submission_with_the_charts_token_runs(
-    token_head: str, chart_auth: dict[str, str], tmp_path: Path
+    token_head: TokenHead, chart_auth: dict[str, str], tmp_path: Path
 ) -> None:
-    outcome = _submit(token_head, {**_clean_env(), "HOME": str(tmp_path), **chart_auth})
+    outcome = _submit(token_head.jobs, {**_clean_env(), "HOME": str(tmp_path), **chart_auth})
     assert outcome.get("status") == "SUCCEEDED", outcome
     assert "task answered 42" in outcome["logs"], outcome["logs"]
+
+
+def test_trainctl_joins_with_the_token_and_names_a_missing_or_refused_one(
+    token_head: TokenHead, chart_auth: dict[str, str], tmp_path: Path
+) -> None:
+    """A client without the token was refused by Ray after 20 s of retries with a bare
+    ConnectionError, which trainctl called an internal error; with RAY_AUTH_MODE=token and no
+    token file, Ray's C++ client aborted the process. Each is now a FAIL line naming the fix."""
+    base = trainctl_env(
+        {**_clean_env(), "HOME": str(tmp_path)},
+        ray_address=token_head.gcs,
+        num_workers="1",  # the head is the one node, with 1 CPU
+        data_path=str(tmp_path / "data"),
+        storage_path=str(tmp_path / "runs"),
+    )
+    missing = tmp_path / "no-token"
+    said = f"FAIL  cluster: Ray address {token_head.gcs}: "
+    cases = [
+        ({}, said + "the cluster requires token authentication, and this client sends no token "
+             "(RAY_AUTH_MODE=unset): set RAY_AUTH_MODE=token and the cluster's token in "
+             "RAY_AUTH_TOKEN or in the file RAY_AUTH_TOKEN_PATH names (`ray start` writes "
+             "~/.ray/auth_token on the head's machine)"),
+        ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(missing)},
+         said + "RAY_AUTH_MODE=token, but this client has no token to send: RAY_AUTH_TOKEN_PATH "
+                f"is set but file cannot be opened or is empty: {missing}"),
+        (chart_auth, "ok    cluster: 1 node(s)"),
+    ]  # fmt: skip
+    for auth, expected in cases:
+        result = run_trainctl("check", env={**base, **auth}, cwd=tmp_path, timeout=300)
+        told = (sorted(auth), result.stdout[-3000:], result.stderr[-3000:])
+        lines = [line for line in result.stdout.splitlines() if line[6:14] == "cluster:"]
+        assert len(lines) == 1 and lines[0].startswith(expected), told
+        assert result.returncode == (0 if expected.startswith("ok") else 2), told
+        assert "internal error" not in result.stderr and "StackTrace" not in result.stderr, told

@@ -122,3 +122,24 @@ def test_the_auth_line_says_it_is_on_and_why() -> None:
         "warning: Ray token authentication is off (RAY_AUTH_MODE=disabled): anyone who can "
         "reach this machine's Ray ports can run code on it"
     )
+
+
+def test_a_refused_token_names_where_the_token_came_from() -> None:
+    """The head refused the token sent (tests/cluster/test_token_auth.py covers no token and a
+    missing token file against a real head)."""
+    from app.ray_cluster import refused_token
+
+    fix = (
+        "set the cluster's token in RAY_AUTH_TOKEN or in the file RAY_AUTH_TOKEN_PATH names "
+        "(`ray start` writes ~/.ray/auth_token on the head's machine)"
+    )
+    assert refused_token("10.0.0.5:6379", {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "x"}) == (
+        "Ray address 10.0.0.5:6379: the cluster refused the token this client sends (from "
+        f"RAY_AUTH_TOKEN): it is not the cluster's; {fix}"
+    )
+    said = refused_token("h:1", {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": "/run/t"})
+    assert "(from /run/t)" in said
+    assert "(from ~/.ray/auth_token)" in refused_token("h:1", {"RAY_AUTH_MODE": "token"})
+    assert "sends no token (RAY_AUTH_MODE=disabled)" in refused_token(
+        "h:1", {"RAY_AUTH_MODE": "disabled"}
+    )
