@@ -174,6 +174,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     front or the middle of a group: they then left a core idle there instead of at the end.
     The same machine runs slower on some days: on 2026-12-05 commit 3be15c1, the one that
     measured 10:47 on 2026-12-04, took 12:58, run just after the day's HEAD took 13:00.
+
+    One digits run of 2 epochs on 2 workers, every process sampled 5 times a second
+    (2026-12-05, 55-58 busy CPU-seconds that day): the training workers 13-15 (each imports
+    torch, and an optimizer imports torch._dynamo, about 4 s apiece before a step), the driver
+    12-13 (imports, then evaluating, exporting and plotting the best checkpoint), Ray Train's
+    controller 5 (it imports torch too, through TorchConfig), Ray Data's Parquet sampling tasks
+    3-5 (Ray 2.60 samples a file per read, on a process of each node, with no switch:
+    DataContext.decoding_size_estimation=False keeps the tasks), the watcher, dataset,
+    split and synchronization actors about 2 each, the read tasks 2-3, and 3 to 8 worker
+    processes Ray starts for leases another one took first (0.8 each). Per test, run one at a
+    time: the sweep 214 CPU-seconds, the interrupted run 203, preemption 168, the data pool
+    112, the S3 run 97, the RayJob 93, the damaged checkpoints 73, early stopping 70, the
+    bucket fine-tune 68, the finished run 63, the failing run 53; everything else 220.
     """
     for item in items:
         if "ray_cluster" not in getattr(item, "fixturenames", ()):

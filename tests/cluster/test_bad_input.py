@@ -25,7 +25,8 @@ from tests import parquet_support as data
 from tests.hostile.support import trainctl_with
 from tests.support import explain, trainctl_env
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+# One group: `outcomes` runs every case of the table, so a worker that got any of them ran all.
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("bad-input")]
 
 RUN = "bad"
 BASE = {

@@ -28,7 +28,9 @@ from tests.contract.k8s_support import EXAMPLES, load_yaml
 from tests.rayjob_support import auth_env, render_pool
 from tests.support import REPO, free_port, run_trainctl, trainctl_env
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+# One group: under `--dist loadgroup` the module's tests were spread over both workers, and each
+# started its own token head (about 12 s of two busy cores apiece).
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("token-auth")]
 
 READY = "This command will now block forever"
 # A driver that talks to the GCS and runs a task on a worker: in-cluster auth works too.
