@@ -257,9 +257,11 @@ def _may_join(address: str) -> None:
     except ray.exceptions.AuthenticationError:
         raise ConfigError(refused_token(address, os.environ)) from None
     except ray.exceptions.RpcError as err:
+        # Something took the connection (wait_for_address knocked) but no Ray head answered
+        # within Ray's own deadline: another service, or a head too busy to answer.
         raise ConfigError(
-            f"Ray address {address}: something answers there, but not as a Ray head "
-            f"({type(err).__name__}: {err}); is it the head's GCS port (6379 by default)?"
+            f"Ray address {address}: no Ray head answered there ({type(err).__name__}: "
+            f"{err}); is it the head's GCS port (6379 by default), and is the head up?"
         ) from None
     except TypeError:  # another Ray's client: ray.init asks
         return
