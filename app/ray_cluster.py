@@ -280,15 +280,17 @@ def refused_token(address: str, env: Mapping[str, str]) -> str:
             f"client sends no token (RAY_AUTH_MODE={mode or 'unset'}): set RAY_AUTH_MODE=token "
             f"and {set_token}"
         )
-    sent = (
-        "RAY_AUTH_TOKEN"
-        if env.get("RAY_AUTH_TOKEN")
-        else (env.get("RAY_AUTH_TOKEN_PATH") or "~/.ray/auth_token")
-    )
     return (
         f"Ray address {address}: the cluster refused the token this client sends (from "
-        f"{sent}): it is not the cluster's; set {set_token}"
+        f"{_token_source(env)}): it is not the cluster's; set {set_token}"
     )
+
+
+def _token_source(env: Mapping[str, str]) -> str:
+    """Where Ray reads this client's token from, in the order it looks."""
+    if env.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    return env.get("RAY_AUTH_TOKEN_PATH") or "~/.ray/auth_token"
 
 
 def _leave_half_started() -> None:
@@ -336,14 +338,9 @@ def auth_line(env: Mapping[str, str]) -> str:
             f"warning: Ray token authentication is off (RAY_AUTH_MODE={mode or 'unset'}): "
             "anyone who can reach this machine's Ray ports can run code on it"
         )
-    where = (
-        "RAY_AUTH_TOKEN"
-        if env.get("RAY_AUTH_TOKEN")
-        else env.get("RAY_AUTH_TOKEN_PATH") or "~/.ray/auth_token"
-    )
     return (
-        f"ray: token authentication is on (the token in {where}): only its holders can "
-        "submit work to this local cluster, not other users or hosts"
+        f"ray: token authentication is on (the token in {_token_source(env)}): only its "
+        "holders can submit work to this local cluster, not other users or hosts"
     )
 
 
