@@ -22,6 +22,10 @@ KUBERAY_INSTALL = (
 GO_NOT_FOUND = "404 page not found"
 
 
+class Forbidden(ClusterError):
+    """403: RBAC does not let this identity make the call (a caller may go on without it)."""
+
+
 @dataclass(frozen=True)
 class ApiFailure:
     """The parts of an API error response that decide the message."""
@@ -84,7 +88,7 @@ def explain(
             if verb in ("create", "patch")
             else ""
         )
-        return ClusterError(
+        return Forbidden(
             f"forbidden by RBAC: cannot {verb} {target} {where}{detail}. Grant the identity "
             f"`{verb}` on {kind}{role}"
         )

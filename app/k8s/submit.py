@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from app.errors import EXIT_INVALID, EXIT_OK, ConfigError, RunFailed, WaitTimedOut
 from app.formatting import format_duration
 from app.k8s import deprecated
+from app.k8s.api_errors import Forbidden
 from app.k8s.cluster import AlreadyExists, Cluster
 from app.k8s.follow import follow, summary_line, sweep_line
 from app.k8s.outcome import promotion_line
@@ -29,6 +30,7 @@ from app.k8s.plan import (
     resolve_namespace,
     the_rayjob,
 )
+from app.k8s.secret_refs import secret_keys, secret_problems, secret_refs
 from app.k8s.status import going_beside
 from app.k8s.stuck import why_stuck
 from app.k8s.value_warnings import value_warnings
@@ -131,6 +133,7 @@ def _create_or_attach(job: _Job, echo: Callable[[str], None]) -> None:
     exists = cluster.get("RayJob", namespace, name) is not None
     existing = set()
     if not exists:
+        _check_secrets(job, echo)
         _say_what_runs_beside(job, echo)
         for obj in objects:
             if obj["kind"] in CREATE_ONLY and cluster.get(*_where(obj, namespace)) is not None:
@@ -145,6 +148,25 @@ def _create_or_attach(job: _Job, echo: Callable[[str], None]) -> None:
                 # Someone (a parallel submit, Helm, Argo CD) created it since we looked.
                 step = replace(step, action="attach" if step.kind == "RayJob" else "keep")
         echo(f"{step.describe()} (namespace {namespace})")
+
+
+def _check_secrets(job: _Job, echo: Callable[[str], None]) -> None:
+    """Exit 2, creating nothing, where a Secret the pods read is missing or lacks its key.
+    A Secret this identity may not read (the chart's scheduled submit reads none but the Ray
+    token's) is not judged: the pods' own CreateContainerConfigError still says it."""
+    refs = secret_refs(job.objects)
+    found: dict[str, frozenset[str] | None] = {}
+    for name in sorted({ref.name for ref in refs}):
+        try:
+            secret = job.cluster.get("Secret", job.namespace, name)
+        except Forbidden:
+            continue
+        found[name] = secret_keys(secret)
+    problems, warnings = secret_problems(refs, found, job.namespace)
+    for warning in warnings:
+        echo(f"warning: {warning}")
+    if problems:
+        raise ConfigError([*problems, "nothing was created"])
 
 
 # The labels that make two RayJobs runs of one release's pool.
