@@ -165,17 +165,18 @@ def is_run_folder(path: RunPath) -> bool:
 
 
 def _folder_kind(path: RunPath) -> str | None:
-    """ "run" where `path` holds any of a run's records (a link counts: it is then refused),
-    "sweep" where it holds a sweep's record, else None: from one listing request."""
+    """ "sweep" where `path` holds a sweep's record, "run" where it holds any of a run's
+    records (a link counts: it is then refused), else None: from one listing request."""
     try:
         names = {entry.name for entry in entries(path)}  # one listing request in a bucket
     except NotADirectoryError:
         return None
     except PermissionError:
         return "run"  # there, but not readable: the read names why
-    if names & set(run_folder.RUN_RECORDS):
-        return "run"
-    return "sweep" if run_folder.SWEEP_FILE in names else None
+    # Before the run records: a sweep's folder holds logs/ too (its own driver's).
+    if run_folder.SWEEP_FILE in names:
+        return "sweep"
+    return "run" if names & set(run_folder.RUN_RECORDS) else None
 
 
 def read_run(run_dir: RunPath, now: float | None = None) -> RunStatus:

@@ -333,22 +333,27 @@ def read_sweep(
     """sweep.json as last written; None when there is none. A damaged one is not fatal: every
     trial's own folder says what it did, and the sweep is rebuilt from them (`damaged`: what
     the caller does instead, said after the problem; None: nothing said)."""
+    record, problem, refused = sweep_record(sweep_dir)
+    if problem is not None and damaged is not None:
+        print(f"trainctl: {problem}; {NOT_READ if refused else damaged}")
+    return record
+
+
+def sweep_record(sweep_dir: RunPath) -> tuple[dict[str, Any] | None, str | None, bool]:
+    """(sweep.json, what is wrong with it, whether the store refused the read): (None, None,
+    False) where there is none."""
     path = sweep_dir / SWEEP_FILE
     try:
         record = bounded_json.loads(read_record_file(path, MAX_SWEEP_BYTES).decode("utf-8"))
     except FileNotFoundError:
-        return None
+        return None, None, False
     except (OSError, ValueError) as err:
-        if damaged is not None and refused_read(err):
-            print(f"trainctl: {path} cannot be read ({_why(err)}); {NOT_READ}")
-        elif damaged is not None:
-            print(f"trainctl: {path} is damaged ({type(err).__name__}); {damaged}")
-        return None
+        if refused_read(err):
+            return None, f"{path} cannot be read ({_why(err)})", True
+        return None, f"{path} is damaged ({type(err).__name__})", False
     if not isinstance(record, dict):
-        if damaged is not None:
-            print(f"trainctl: {path} is damaged (not a JSON object); {damaged}")
-        return None
-    return record
+        return None, f"{path} is damaged (not a JSON object)", False
+    return record, None, False
 
 
 def write_summary(run_dir: RunPath, summary: dict[str, Any]) -> RunPath:

@@ -6,10 +6,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from app.errors import ConfigError
 from app.formatting import format_duration, shown
 from app.redact import redact
-from app.run.status import STALE_S, read_run
-from app.runfolder.folder import read_sweep
+from app.run.status import STALE_S, is_run_folder, read_run
+from app.runfolder.folder import sweep_record
 from app.runfolder.summary import STATUS_WORDS
 from app.runfolder.sweep_records import DONE, SWEEP_FILE, record_metric, table
 from app.settings.tune_plan import TRIAL_NAME, TRIALS_DIR
@@ -44,38 +45,53 @@ def show_sweep(
     except (OSError, ValueError):
         return False
     trials = path / TRIALS_DIR
-    record = read_sweep(path, f"each trial's own folder: trainctl status {shown(str(trials))}")
+    record, problem, _ = sweep_record(path)
+    if problem is not None:
+        # As a run folder's damaged summary.json: exit 2, on stderr, nothing on stdout.
+        raise ConfigError(
+            f"{problem}; each trial's own folder: trainctl status {shown(str(trials))}"
+        )
     if record is None:
         return True  # a sweep's folder all the same: its run folders are the trials'
-    record, silent = _live(record, path)
+    record, silent, damaged = _live(record, path)
     echo(json.dumps(record, indent=2) if as_json else table(record))
     if silent and not as_json:
         echo(
             f"({', '.join(silent)}: no progress for over {format_duration(STALE_S)}; a sweep "
             "whose driver was killed is left like this: rerun `trainctl tune` to continue it)"
         )
+    if damaged:
+        said = f"{shown(str(path))}: sweep.json lists trials whose folders do not hold them"
+        raise ConfigError([said, *dict.fromkeys(damaged)])  # a trial listed twice, said once
     return True
 
 
-def _live(record: dict[str, Any], sweep_dir: RunPath) -> tuple[dict[str, Any], list[str]]:
-    """sweep.json with each trial it has not seen end read from the trial's own folder, and
-    the trials silent for long. The sweep rewrites sweep.json only when a trial ends, so a
-    trial in training showed `pending 0` for as long as it trained, and one whose driver was
-    killed stayed so for good; its folder says what `trainctl status` says of any run."""
+def _live(
+    record: dict[str, Any], sweep_dir: RunPath
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """sweep.json with each trial it has not seen end read from the trial's own folder; the
+    trials silent for long; and the ended trials whose folders are gone or damaged.
+
+    The sweep rewrites sweep.json only when a trial ends, so a trial in training showed
+    `pending 0` for as long as it trained, and one whose driver was killed stayed so for good;
+    its folder says what `trainctl status` says of any run. An ended trial's folder is read
+    too: sweep.json alone showed a healthy table over a best trial whose folder was deleted."""
     rows = record.get("trials")
     if not isinstance(rows, list):
-        return record, []
+        return record, [], []
     metric = record_metric(record)
     live: list[Any] = []
     silent: list[str] = []
+    damaged: list[str] = []
     for row in rows:
         name = row.get("trial") if isinstance(row, dict) else None
-        if (
-            not isinstance(name, str)
-            or not TRIAL_NAME.fullmatch(name)
-            or row.get("status") in ENDED
-        ):
+        if not isinstance(name, str) or not TRIAL_NAME.fullmatch(name):
             live.append(row)
+            continue
+        if row.get("status") in ENDED:
+            live.append(row)
+            if row.get("status") in DONE:  # a failed trial may have failed before its folder
+                damaged.extend(_ended_trial_problems(sweep_dir / TRIALS_DIR / name, name))
             continue
         run = read_run(sweep_dir / TRIALS_DIR / name)
         if run.status == "unknown" and run.epochs_completed is None:  # not started yet
@@ -88,4 +104,16 @@ def _live(record: dict[str, Any], sweep_dir: RunPath) -> tuple[dict[str, Any], l
         )  # fmt: skip
         if run.silent_s is not None and run.silent_s >= STALE_S:
             silent.append(f"{name} silent {format_duration(run.silent_s)}")
-    return {**record, "trials": live}, silent
+    return {**record, "trials": live}, silent, damaged
+
+
+def _ended_trial_problems(trial_dir: RunPath, name: str) -> list[str]:
+    """What is wrong with an ended trial's folder: gone, without its summary, or damaged."""
+    if not is_run_folder(trial_dir):
+        return [f"{name}: its folder {shown(str(trial_dir))} is missing or holds no run records"]
+    run = read_run(trial_dir)
+    if run.problems:
+        return [f"{name}: {problem}" for problem in run.problems]
+    if run.status == "unknown":
+        return [f"{name}: {shown(str(trial_dir))} has no readable summary.json"]
+    return []

@@ -70,6 +70,9 @@ def test_status_of_a_sweep_whose_figures_no_float_holds(tmp_path: Path) -> None:
     record = {"sweep": "s", "metric": "val_accuracy", "trials": [trial, {**trial, "best": 0.5}],
               "best": {"trial": "trial-0001", "best": HUGE}}  # fmt: skip
     (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    trial_dir = sweep_dir / "trials" / "trial-0001"  # the ended trial's own folder
+    trial_dir.mkdir(parents=True)
+    (trial_dir / "summary.json").write_text(json.dumps({"status": "succeeded"}))
     for args in ((), ("--json",)):
         result = trainctl("status", str(sweep_dir), *args)
         assert result.code == 0 and "internal error" not in result.text, result.text

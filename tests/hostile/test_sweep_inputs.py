@@ -303,8 +303,6 @@ def test_check_holds_the_space_and_every_trial_to_the_settings(
         ({"metric": {"a": 1}, "trials": []}, "metric val_accuracy"),
         ({"sweep": "s\x1b]52;c;cm0gLXJm\x07", "trials": [{"trial": "t\x1b[31m", "best": "hi"}]},
          "s\\x1b]52;c;cm0gLXJm\\x07"),
-        ("[1, 2]", "is damaged (not a JSON object); each trial's own folder: trainctl status "),
-        ('{"trials": [', "is damaged (JSONDecodeError); each trial's own folder: trainctl status "),
     ],
 )  # fmt: skip
 def test_status_shows_a_damaged_or_hostile_sweep_record_safely(
@@ -322,6 +320,48 @@ def test_status_shows_a_damaged_or_hostile_sweep_record_safely(
     assert says in result.text, result.text
     assert "\x1b" not in result.text and "\x07" not in result.text
     assert "No run folders" not in result.text
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[1, 2]", "is damaged (not a JSON object)"),
+        ('{"trials": [', "is damaged (JSONDecodeError)"),
+    ],
+)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_damaged_sweep_record_is_exit_2_on_stderr(
+    tmp_path: Path, text: str, says: str, as_json: bool
+) -> None:
+    """As a run folder's damaged summary.json: it was said on stdout (into `--json`'s JSON)
+    with exit 0, which hid the damage from a script (a red-team pass)."""
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    (sweep_dir / "sweep.json").write_text(text)
+    result = trainctl("status", str(sweep_dir), *(["--json"] if as_json else []))
+    assert result.code == 2 and result.out == "", result.text
+    assert says + "; each trial's own folder: trainctl status " in result.err, result.text
+
+
+def test_a_sweep_whose_ended_trial_folder_is_gone_or_damaged_is_exit_2(tmp_path: Path) -> None:
+    """status read sweep.json only: with the best trial's folder deleted, or a trial's
+    summary.json cut short, it showed the healthy table with exit 0 (a red-team pass)."""
+    sweep_dir = tmp_path / "sweep"
+    rows = [{"trial": f"trial-000{n}", "status": "succeeded", "best": 0.5} for n in (1, 2, 3)]
+    record = {"sweep": "s", "status": "succeeded", "metric": "val_accuracy", "trials": rows}
+    (sweep_dir / "trials").mkdir(parents=True)
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    for n in (1, 3):
+        trial = sweep_dir / "trials" / f"trial-000{n}"
+        trial.mkdir()
+        (trial / "summary.json").write_text(json.dumps({"status": "succeeded"}))
+    (sweep_dir / "trials" / "trial-0003" / "summary.json").write_text('{"status": "succ')
+    result = trainctl("status", str(sweep_dir))
+    assert result.code == 2, result.text
+    assert "trial-0001  succeeded" in result.out  # the table is still shown
+    assert "sweep.json lists trials whose folders do not hold them" in result.err
+    assert f"trial-0002: its folder {sweep_dir}/trials/trial-0002 is missing" in result.err
+    assert "trial-0003: " in result.err and "trial-0001:" not in result.err, result.err
 
 
 def test_a_warm_started_sweep_rerun_after_the_champion_moved_on(

@@ -402,6 +402,9 @@ def test_a_storage_folder_names_the_sweeps_it_holds(
     says; a damaged sweep.json (many hands write the folder) is said as such."""
     storage = tmp_path / "runs"
     (storage / "nightly" / "trials").mkdir(parents=True)
+    # The sweep's own driver logs, as `trainctl tune` leaves them: with them the sweep was
+    # listed as a run, "unknown ?/?" (a red-team pass).
+    (storage / "nightly" / "logs" / "attempt-1").mkdir(parents=True)
     (storage / "nightly" / "sweep.json").write_text(json.dumps({
         "sweep": "nightly", "status": "incomplete", "metric": "val_loss",
         "trials": [{"trial": "trial-0001", "status": "succeeded", "best": 0.21},
