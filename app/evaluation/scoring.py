@@ -281,14 +281,40 @@ def check_resources(options: ScoringOptions) -> None:
             f"--gpus: the Ray cluster has no GPU (it has {has}); leave --gpus out to score on "
             "CPUs, or join a cluster with GPUs (TRAIN_RAY_ADDRESS or RAY_ADDRESS)"
         )
-    largest = max(
-        (n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0
-    )
-    if options.cpus_per_actor > largest:
+    nodes = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
+    # Ray Data fuses the tasks that read the rows into the actors only where their resources
+    # are equal (1 CPU, no GPU, as those tasks take): otherwise they run apart, beside them.
+    apart = options.gpus or options.cpus_per_actor != 1
+    problem = cpus_per_actor_problem(options.cpus_per_actor, nodes, readers_apart=apart)
+    if problem is not None:
         raise ConfigError(
-            f"--cpus-per-actor {options.cpus_per_actor:g}: no node of the Ray cluster has that "
-            f"many CPUs (the largest has {largest:g}; the cluster has {has})"
+            f"--cpus-per-actor {options.cpus_per_actor:g}: {problem}; the cluster has {has}"
         )
+
+
+def cpus_per_actor_problem(cpus: float, nodes: list[float], *, readers_apart: bool) -> str | None:
+    """Why an actor of `cpus` CPUs could never score on nodes of these CPU counts, or None.
+
+    With `readers_apart`, one CPU must stay free beside the first actor for the tasks that
+    read and decode the rows for it: an actor holding a lone node's every CPU waited for rows
+    that were never read, with no end (a red-team pass)."""
+    largest = max(nodes, default=0.0)
+    if cpus > largest:
+        return f"no node of the Ray cluster has that many CPUs (the largest has {largest:g})"
+    if not readers_apart:
+        return None
+    most = max(
+        n if any(m >= 1 for j, m in enumerate(nodes) if j != i) else n - 1
+        for i, n in enumerate(nodes)
+    )
+    if cpus <= most:
+        return None
+    advice = f"give at most {most:g}" if most >= 1 else "join a cluster with more CPUs"
+    return (
+        f"the actor would leave {max(largest - cpus, 0):g} of the {largest:g} CPUs of the only "
+        "node it fits on, where the tasks that read the rows for it need 1, so scoring would "
+        f"never start: {advice}"
+    )
 
 
 def connect() -> None:
