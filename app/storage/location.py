@@ -344,9 +344,13 @@ def local_write_problem(path: RunPath) -> str | None:
         if not folder.is_dir():
             return f"{folder}: exists but is not a folder"
         probe.write_bytes(b"ok")
-        probe.unlink()
     except OSError as err:
         return f"{folder}: {err.strerror}"
+    finally:
+        # A full disk makes the file, then refuses its bytes: it was left behind (a red-team
+        # pass).
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
     return None
 
 
