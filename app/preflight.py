@@ -238,14 +238,7 @@ def _sweep(settings: TrainSettings, found: Found) -> str:
         f"{counted(len(trials), 'trial')} over {', '.join(space)} ({settings.tune_scheduler}), "
         f"each trial's settings valid{fits}"
     )
-    stops_none = None
-    if settings.tune_scheduler == "asha" and settings.tune_grace_period >= settings.epochs:
-        stops_none = (
-            f"TRAIN_TUNE_GRACE_PERIOD={settings.tune_grace_period} is not below TRAIN_EPOCHS="
-            f"{settings.epochs}: ASHA judges a trial only after its grace period, so it stops "
-            "none and every trial trains to the end"
-        )
-    advice = [*space_warnings(settings, space), _trials_advice(per_trial, found.info), stops_none]
+    advice = [*space_warnings(settings, space), _trials_advice(per_trial, found.info)]
     if advice := "; ".join(filter(None, advice)):
         raise Advice(f"{said}; but {advice}")
     return said

@@ -167,9 +167,25 @@ def champion_named_by_one_model(settings: TrainSettings, space: dict[str, Dimens
     )
 
 
+def asha_stops_none(settings: TrainSettings) -> str | None:
+    """Where ASHA's grace period is the whole run: no trial can be stopped early."""
+    if settings.tune_scheduler != "asha" or settings.tune_grace_period < settings.epochs:
+        return None
+    return (
+        f"TRAIN_TUNE_GRACE_PERIOD={settings.tune_grace_period} is not below TRAIN_EPOCHS="
+        f"{settings.epochs}: ASHA judges a trial only after its grace period, so it stops "
+        "none and every trial trains to the end"
+    )
+
+
 def space_warnings(settings: TrainSettings, space: dict[str, Dimension]) -> list[str]:
-    """What `check` and `tune` warn of in a valid space (the sweep trains either way)."""
-    said = [unused_settings(settings, space), champion_named_by_one_model(settings, space)]
+    """What `check` and `tune` warn of in a valid sweep (it trains either way): `tune` said
+    none of the grace period's, which only `check` judged (a red-team pass)."""
+    said = [
+        unused_settings(settings, space),
+        champion_named_by_one_model(settings, space),
+        asha_stops_none(settings),
+    ]
     return [warning for warning in said if warning]
 
 

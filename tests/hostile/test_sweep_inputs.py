@@ -441,6 +441,15 @@ def test_a_grace_period_asha_never_ends_is_warned_on(
     assert result.code == 0, result.text
     assert "WARN  sweep: 2 trials over lr (asha)" in result.out, result.text
     assert "TRAIN_TUNE_GRACE_PERIOD=5 is not below TRAIN_EPOCHS=2: ASHA judges" in result.out
+    # `tune` itself says it too, before its preflight (here refusing a data folder not there).
+    monkeypatch.setenv("TRAIN_DATASET", "folder")
+    monkeypatch.setenv("TRAIN_DATA_PATH", str(tmp_path / "no-images"))
+    result = trainctl("tune")
+    assert result.code == 2 and "no-images" in result.err, result.text
+    said = "trainctl: warning: TRAIN_TUNE_GRACE_PERIOD=5 is not below TRAIN_EPOCHS=2: ASHA"
+    assert said in result.err, result.text
+    monkeypatch.delenv("TRAIN_DATASET")
+    monkeypatch.delenv("TRAIN_DATA_PATH")
     for grace, scheduler in (("1", "asha"), ("5", "random")):  # ASHA can stop; no ASHA
         monkeypatch.setenv("TRAIN_TUNE_GRACE_PERIOD", grace)
         monkeypatch.setenv("TRAIN_TUNE_SCHEDULER", scheduler)
