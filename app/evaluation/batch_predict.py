@@ -188,7 +188,8 @@ def batch_predict(
     with contextlib.closing(with_progress(batches, total, "images")) as said:
         found = _gather(said, export, strict)
     if destination is not None:
-        data = encode(found, destination, len(export.card["class_names"]), provenance(export))
+        k = min(top_k, len(export.card["class_names"]))  # columns a row, whatever was skipped
+        data = encode(found, destination, k, provenance(export))
         try:
             with store_errors(destination, "--out"):
                 destination.parent.mkdir(parents=True, exist_ok=True)  # a bucket has none
@@ -320,14 +321,15 @@ def provenance(export: Verified) -> dict[str, str]:
 def encode(
     found: list[tuple[Prediction, str]],
     destination: RunPath,
-    classes: int,
+    k: int,
     provenance: dict[str, str] | None = None,
 ) -> bytes:
-    """The output file's bytes, Parquet or CSV by `destination`'s suffix (see the module); a
-    Parquet file's schema carries `provenance` (CSV has no place for it)."""
+    """The output file's bytes, Parquet or CSV by `destination`'s suffix (see the module), with
+    `k` classes a row (the top k asked for, at most the model's classes) in every row's place
+    (a CSV of skipped images only lost its class_N columns, a red-team pass); a Parquet file's
+    schema carries `provenance` (CSV has no place for it)."""
     import pyarrow as pa
 
-    k = min(max((len(p.top) for p, _ in found), default=1), classes)
     images = [p.image for p, _ in found]
     errors = [e or None for _, e in found]
     if str(destination).lower().endswith(".parquet"):

@@ -31,7 +31,7 @@ def test_few_files_stay_in_process_and_the_rest_go_to_ray(tmp_path: Path) -> Non
 
 
 def test_parquet_holds_lists_of_classes_and_probabilities() -> None:
-    table = pq.read_table(io.BytesIO(encode(FOUND, Path("p.parquet"), classes=2)))
+    table = pq.read_table(io.BytesIO(encode(FOUND, Path("p.parquet"), k=2)))
     assert table.column_names == ["image", "classes", "probabilities", "error"]
     assert table.to_pylist() == [
         {"image": "/d/a.png", "classes": ["cat", "dog"], "probabilities": [0.75, 0.25],
@@ -53,7 +53,7 @@ def test_parquet_names_the_model_that_scored_it(tmp_path: Path) -> None:
     exported_run(tmp_path / "runs")
     folder = tmp_path / "runs" / "r" / "export"
     export = verified(folder)
-    data = encode(FOUND, Path("p.parquet"), classes=2, provenance=provenance(export))
+    data = encode(FOUND, Path("p.parquet"), k=2, provenance=provenance(export))
     said = pq.read_schema(io.BytesIO(data)).metadata
     card = hashlib.sha256((folder / CARD_FILE).read_bytes()).hexdigest()
     assert said[b"trainctl.model_card_sha256"] == card.encode()
@@ -63,7 +63,7 @@ def test_parquet_names_the_model_that_scored_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["p.csv", "P.CSV"])
 def test_csv_holds_one_column_pair_per_rank(name: str) -> None:
-    rows = list(csv.reader(io.StringIO(encode(FOUND, Path(name), classes=2).decode())))
+    rows = list(csv.reader(io.StringIO(encode(FOUND, Path(name), k=2).decode())))
     assert rows == [
         ["image", "class_1", "probability_1", "class_2", "probability_2", "error"],
         ["/d/a.png", "cat", "0.750000", "dog", "0.250000", ""],
@@ -72,13 +72,21 @@ def test_csv_holds_one_column_pair_per_rank(name: str) -> None:
     ]
 
 
+def test_a_csv_of_skipped_images_only_keeps_every_column() -> None:
+    """Its header was `image,error`: a reader expecting class_1 broke (a red-team pass)."""
+    found = [(Prediction("/d/b.png", []), "/d/b.png: not an image format Pillow reads")]
+    rows = list(csv.reader(io.StringIO(encode(found, Path("p.csv"), k=2).decode())))
+    assert rows[0] == ["image", "class_1", "probability_1", "class_2", "probability_2", "error"]
+    assert rows[1] == ["/d/b.png", "", "", "", "", "/d/b.png: not an image format Pillow reads"]
+
+
 def test_csv_cells_a_spreadsheet_would_run_are_written_as_text_and_parquet_keeps_them() -> None:
     """Class names are folder names and images are file names, from whoever wrote the folder:
     `=2+3` or `@SUM(1)` in a CSV is run by a spreadsheet that opens it."""
     found = [(Prediction("=HYPERLINK(x).png", [("@SUM(1)", 0, 0.75), ("-cat", 1, 0.25)]), "")]
-    rows = list(csv.reader(io.StringIO(encode(found, Path("p.csv"), classes=2).decode())))
+    rows = list(csv.reader(io.StringIO(encode(found, Path("p.csv"), k=2).decode())))
     assert rows[1] == ["'=HYPERLINK(x).png", "'@SUM(1)", "0.750000", "'-cat", "0.250000", ""]
-    table = pq.read_table(io.BytesIO(encode(found, Path("p.parquet"), classes=2)))
+    table = pq.read_table(io.BytesIO(encode(found, Path("p.parquet"), k=2)))
     assert table.to_pylist()[0]["image"] == "=HYPERLINK(x).png"
     assert table.to_pylist()[0]["classes"] == ["@SUM(1)", "-cat"]
 
