@@ -7,6 +7,8 @@ the file or folder, what is wrong and what is allowed.
 
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,6 +385,8 @@ def _sample_images(split: _Split, problems: Problems, skip_bad_rows: bool) -> No
                 problems.add(f"{path}: column image: {err}")
                 return
             first_error = first_error or f"{path}: column image: {err}"
+            if split.format is None:
+                split.format = _most_common_format(split.fields[path], column)
             for row in range(len(column)):
                 try:
                     samples.append(_decoded(split, path, column.slice(row, 1)))
@@ -392,6 +396,16 @@ def _sample_images(split: _Split, problems: Problems, skip_bad_rows: bool) -> No
         problems.add(f"{first_error}; none of the {looked_at:,} rows looked at decodes")
         return
     split.sample = np.concatenate(samples)
+
+
+def _most_common_format(field: pa.Field, column: pa.Array) -> ImageFormat | None:
+    """The format most of the column's readable rows have: one image of another size in the
+    first row decided the size, and every other row was then the odd one (a red-team pass)."""
+    found: Counter[ImageFormat] = Counter()
+    for row in range(len(column)):
+        with contextlib.suppress(ImageError):
+            found[infer_format(field, column.slice(row, 1))] += 1
+    return found.most_common(1)[0][0] if found else None
 
 
 def _decoded(split: _Split, path: Path, column: pa.Array) -> np.ndarray:

@@ -288,3 +288,15 @@ def test_data_to_evaluate_is_inspected_past_rows_that_do_not_decode(tmp_path: Pa
         inspect_split(tmp_path / "eval")
     assert "row 0: not a decodable PNG/JPEG image" in str(refused.value)
     assert "none of the 4 rows looked at decodes" in str(refused.value)
+
+
+def test_data_to_evaluate_takes_the_size_most_rows_have(tmp_path: Path) -> None:
+    """One image of another size in the first row decided the size: the folder was refused as
+    "images are 8x8 ..., the model takes 6x5" while only that row was odd (a red-team pass)."""
+    from app.data.schema import inspect_split
+
+    images = [Image.fromarray(GRAY[i]) for i in range(4)]
+    images[0] = Image.fromarray(np.zeros((8, 8), np.uint8))
+    encoded(tmp_path / "eval" / "a.parquet", images, np.arange(4) % 2)
+    info = inspect_split(tmp_path / "eval")
+    assert (info.height, info.width, info.channels, info.valid_rows) == (6, 5, 1, 4)
