@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from app.formatting import finite, is_finite, json_safe, mapping, shown
 from app.runfolder import folder as run_folder
 from app.runfolder.epoch_record import CORE_METRICS
 from app.runfolder.summary import STATUS_WORDS, best_epoch, series
+from app.runfolder.sweep_records import DONE
 from app.settings.tune_plan import TRIAL_NAME
 from app.storage.entries import Kind, bucket_there, entries, kind, kind_within, not_a_link
 from app.storage.location import (
@@ -296,11 +298,13 @@ def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None, bool | None]]:
     # looked into here.
     if not present(where / run_folder.SWEEP_FILE) or run_folder.read_summary(where) is not None:
         return [(where, None, _trial_is_best(where))]  # a run, or what _read names as not one
-    trials = [
+    folders = [
         entry.path
         for entry in entries(where / run_folder.TRIALS_DIR)
-        if entry.kind is Kind.DIR and TRIAL_NAME.fullmatch(entry.name) and _started(entry.path)
+        if entry.kind is Kind.DIR and TRIAL_NAME.fullmatch(entry.name)
     ]
+    trials = [trial for trial in folders if _started(trial)]
+    _warn_ended_without_records(where, {trial.name for trial in trials})
     if not trials:
         raise ConfigError(
             f"{shown(where)}: a sweep's folder, none of whose trials has started yet: rerun "
@@ -333,6 +337,22 @@ def _best_trial(sweep_dir: RunPath) -> str | None:
         return ""
     trial = mapping(record.get("best")).get("trial")
     return trial if isinstance(trial, str) else None
+
+
+def _warn_ended_without_records(sweep_dir: RunPath, started: set[str]) -> None:
+    """A trial sweep.json says ended, with no records in its folder (deleted, or the folder
+    gone), is left out as one not started yet is: said, not silently (a red-team pass)."""
+    record = run_folder.read_sweep(sweep_dir, damaged=None) or {}
+    rows = record.get("trials") if isinstance(record.get("trials"), list) else []
+    for row in rows:
+        name, status = mapping(row).get("trial"), mapping(row).get("status")
+        if isinstance(name, str) and status in DONE and name not in started:
+            print(
+                f"trainctl: warning: {shown(name)}: {shown(str(sweep_dir))}/sweep.json says it "
+                f"{status}, but its folder holds no {run_folder.SUMMARY_FILE} or "
+                f"{run_folder.METRICS_FILE}: left out",
+                file=sys.stderr,
+            )
 
 
 def _started(trial: RunPath) -> bool:

@@ -352,6 +352,31 @@ def test_a_sweeps_folder_stands_for_its_trials_each_named_by_sweep_and_trial(
     (sweep / "trials" / "trial-0002").rmdir()
     alone = trainctl("compare", str(sweep))
     assert alone.code == 2 and "(1 given, a sweep's trials counted each)" in alone.text, alone.text
+    assert "warning" not in alone.text  # sweep.json names no trial as ended
+
+
+def test_a_trial_the_sweep_says_ended_without_records_is_said_as_left_out(
+    tmp_path: Path,
+) -> None:
+    """Its records deleted, it was left out without a word, as a trial not started yet is (a
+    red-team pass)."""
+    sweep = tmp_path / "nightly"
+    rows = [{"trial": f"trial-000{n}", "status": "succeeded"} for n in (1, 2, 3)]
+    (sweep / "trials").mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"trials": rows}))
+    make_run(sweep / "trials", "trial-0001", lr=0.1, accuracies=[0.5, 0.7], duration_s=10)
+    make_run(sweep / "trials", "trial-0002", lr=0.01, accuracies=[0.4, 0.45], duration_s=10)
+    (sweep / "trials" / "trial-0003").mkdir()  # its summary.json and metrics.jsonl deleted
+    result = trainctl("compare", str(sweep), "--json", "--out", str(tmp_path / "c.png"))
+    assert result.code == 0, result.text
+    assert [run["run"] for run in json.loads(result.out)["runs"]] == [
+        "nightly/trial-0001", "nightly/trial-0002",
+    ]  # fmt: skip
+    said = (
+        f"trainctl: warning: trial-0003: {sweep}/sweep.json says it succeeded, but its folder "
+        "holds no summary.json or metrics.jsonl: left out"
+    )
+    assert said in result.err, result.text
 
 
 def test_a_run_given_twice_by_other_spellings_is_refused_and_nothing_there_is_named(
