@@ -138,6 +138,15 @@ def sweep_best_trial(folder: RunPath) -> RunPath | None:
     Only the trial's id is taken from the record: the folder is the sweep's own trials/<id>,
     and its export is then verified as any run's."""
 
+    trial = _named_best(folder)
+    if trial is None:
+        return None
+    chosen = folder / TRIALS_DIR / trial
+    return chosen if present(chosen / EXPORT_DIR / CARD_FILE) else None
+
+
+def _named_best(folder: RunPath) -> str | None:
+    """The trial id sweep.json names as the best (exported) one, None where it names none."""
     try:
         record = bounded_json.loads(
             read_record_file(folder / SWEEP_FILE, MAX_RECORDS_BYTES).decode("utf-8")
@@ -148,8 +157,7 @@ def sweep_best_trial(folder: RunPath) -> RunPath | None:
     trial = best.get("trial") if isinstance(best, dict) else None
     if not isinstance(trial, str) or not re.fullmatch(r"trial-[0-9]{4,9}", trial):
         return None
-    chosen = folder / TRIALS_DIR / trial
-    return chosen if present(chosen / EXPORT_DIR / CARD_FILE) else None
+    return trial
 
 
 def sweep_problem(folder: RunPath) -> str | None:
@@ -168,6 +176,15 @@ def sweep_problem(folder: RunPath) -> str | None:
         )
     if not present(sweep / SWEEP_FILE):
         return None
+    if (best := _named_best(sweep)) is not None:
+        # The record names its exported best, and that export is not there: deleted or moved
+        # (a red-team pass: "has exported no trial yet" sent the user to rerun a done sweep).
+        return (
+            f"{sweep}: its sweep.json names {best} as the best trial, the one it exported, but "
+            f"{sweep / TRIALS_DIR / best / EXPORT_DIR} holds no model card: the trial's folder "
+            f"was deleted or moved (`trainctl status {sweep}` names what is missing); give "
+            "champion:<model-name> where the sweep promoted it"
+        )
     # Asked where the sweep's record names no exported best trial (sweep_best_trial): its
     # trials are not all ended, or none trained to the end. Its trials' folders then hold no
     # export either, and pointing there sent the user back here.

@@ -363,11 +363,18 @@ def test_predict_and_evaluate_on_a_sweep_use_the_trial_it_exported(
     (sweep / "trials" / "trial-0001").mkdir()
     other = trainctl("predict", str(sweep / "trials" / "trial-0001"), image)
     assert_refused(other, 2, "a trial the sweep", "did not export", "give the sweep's folder")
-    for hostile in ("../../runs/r", "trial-0003", {"x": 1}):  # a path, none exported, no id
+    for hostile in ("../../runs/r", {"x": 1}):  # a path, no id
         (sweep / "sweep.json").write_text(json.dumps({"best": {"trial": hostile}}))
         for command in (("predict", str(sweep), image), ("evaluate", str(sweep), "--split=valid")):
             refused = trainctl(*command)
             assert_refused(refused, 2, "a sweep's folder", "has exported no trial yet")
+    # A best trial whose folder is gone (deleted, moved): said so, not "rerun the sweep" (a
+    # red-team pass: the sweep had finished).
+    (sweep / "sweep.json").write_text(json.dumps({"best": {"trial": "trial-0003"}}))
+    for command in (("predict", str(sweep), image), ("evaluate", str(sweep), "--split=valid")):
+        refused = trainctl(*command)
+        assert_refused(refused, 2, "names trial-0003 as the best trial", "holds no model card")
+        assert "rerun the sweep" not in refused.text
 
 
 def test_an_image_named_twice_is_one_row(run: Path, image: str) -> None:
