@@ -8,6 +8,7 @@ replace, rename a folder, delete a tree) are decided here, once.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import json
 import math
@@ -345,7 +346,10 @@ def local_write_problem(path: RunPath) -> str | None:
             return f"{folder}: exists but is not a folder"
         probe.write_bytes(b"ok")
     except OSError as err:
-        return f"{folder}: {err.strerror}"
+        # A folder that exists yet takes no new file (/proc, some FUSE mounts) answers ENOENT,
+        # "No such file or directory", about a folder that is there (a red-team pass).
+        missing = err.errno == errno.ENOENT and folder.is_dir()
+        return f"{folder}: {'no file can be created there' if missing else err.strerror}"
     finally:
         # A full disk makes the file, then refuses its bytes: it was left behind (a red-team
         # pass).

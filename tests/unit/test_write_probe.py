@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO
 
 # The file size limit of a subprocess stands in for a full disk: the file is made, then its
@@ -37,3 +39,11 @@ def test_a_writable_folder_is_said_so_and_left_as_it_was(tmp_path: Path) -> None
 
     assert local_write_problem(tmp_path / "new" / "out.csv") is None
     assert list(tmp_path.iterdir()) == []  # the folder to be is not made
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no procfs (not Linux)")
+def test_a_folder_that_takes_no_new_file_is_said_so() -> None:
+    """/proc is there, but makes no file: it was said as "No such file or directory"."""
+    from app.storage.location import local_write_problem
+
+    assert local_write_problem(Path("/proc/x.csv")) == "/proc: no file can be created there"
