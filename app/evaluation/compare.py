@@ -304,13 +304,14 @@ def _runs_in(where: RunPath) -> list[tuple[RunPath, str | None, bool | None]]:
         if entry.kind is Kind.DIR and TRIAL_NAME.fullmatch(entry.name)
     ]
     trials = [trial for trial in folders if _started(trial)]
-    _warn_ended_without_records(where, {trial.name for trial in trials})
+    record = run_folder.read_sweep(where, damaged=None)  # read once: the best and the ended
+    _warn_ended_without_records(where, record, {trial.name for trial in trials})
     if not trials:
         raise ConfigError(
             f"{shown(where)}: a sweep's folder, none of whose trials has started yet: rerun "
             f"`trainctl tune` (`trainctl status {shown(where)}` shows it)"
         )
-    best = _best_trial(where)
+    best = _best_in(record)
     return [
         (trial, f"{where.name}/{trial.name}", None if best is None else trial.name == best)
         for trial in trials
@@ -322,15 +323,14 @@ def _trial_is_best(run_dir: RunPath) -> bool | None:
     sweep's best; None for any other run folder."""
     if run_dir.parent.name != run_folder.TRIALS_DIR or not TRIAL_NAME.fullmatch(run_dir.name):
         return None
-    best = _best_trial(run_dir.parent.parent)  # None without a sweep.json there
+    best = _best_in(run_folder.read_sweep(run_dir.parent.parent, damaged=None))
     return None if best is None else run_dir.name == best
 
 
-def _best_trial(sweep_dir: RunPath) -> str | None:
-    """The trial the sweep exported and judged, as sweep.json names it ("" where no trial
-    trained to the end); None where sweep.json cannot say (`trainctl status` of the sweep
-    names the damage)."""
-    record = run_folder.read_sweep(sweep_dir, damaged=None)
+def _best_in(record: dict[str, Any] | None) -> str | None:
+    """The trial the sweep exported and judged, as its sweep.json `record` names it ("" where
+    no trial trained to the end); None where sweep.json cannot say (none there, or damaged:
+    `trainctl status` of the sweep names the damage)."""
     if record is None:
         return None
     if "best" in record and record["best"] is None:
@@ -339,11 +339,14 @@ def _best_trial(sweep_dir: RunPath) -> str | None:
     return trial if isinstance(trial, str) else None
 
 
-def _warn_ended_without_records(sweep_dir: RunPath, started: set[str]) -> None:
-    """A trial sweep.json says ended, with no records in its folder (deleted, or the folder
-    gone), is left out as one not started yet is: said, not silently (a red-team pass)."""
-    record = run_folder.read_sweep(sweep_dir, damaged=None) or {}
-    rows = record.get("trials") if isinstance(record.get("trials"), list) else []
+def _warn_ended_without_records(
+    sweep_dir: RunPath, record: dict[str, Any] | None, started: set[str]
+) -> None:
+    """A trial sweep.json (`record`) says ended, with no records in its folder (deleted, or
+    the folder gone), is left out as one not started yet is: said, not silently (a red-team
+    pass)."""
+    trials = (record or {}).get("trials")
+    rows = trials if isinstance(trials, list) else []
     for row in rows:
         name, status = mapping(row).get("trial"), mapping(row).get("status")
         if isinstance(name, str) and status in DONE and name not in started:
