@@ -322,3 +322,22 @@ class FinishedRun:
         run_dir = dest / "runs" / self.run_dir.name
         shutil.copytree(self.run_dir, run_dir)
         return {**self.env, "TRAIN_STORAGE_PATH": str(dest / "runs")}, run_dir
+
+
+def python_on_a_full_disk(
+    script: str, max_file_bytes: int, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`script` run by this Python where no file may grow past `max_file_bytes`: writes past it
+    fail with EFBIG (SIGXFSZ ignored), the operating system refusing them as a full disk does,
+    without mounting a file system. The file itself is made first, as on a disk with an inode
+    and no block left."""
+    limit = (
+        "import resource, signal\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({max_file_bytes}, "
+        "resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", limit + script, *args],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip

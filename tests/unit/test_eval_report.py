@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ from app.evaluation.report import (
     mistakes_csv,
     write_folder,
 )
-from tests.support import REPO
+from tests.support import python_on_a_full_disk
 
 
 @pytest.mark.parametrize("name", ["valid", "test-2026.04", "a_b", "X" * 64])
@@ -111,13 +109,11 @@ def test_an_evaluation_replaces_the_earlier_one_whole(tmp_path: Path) -> None:
 
 
 REFUSED_WRITE = """
-import resource, signal, sys
+import sys
 from pathlib import Path
 from app.errors import RunFailed
 from app.evaluation.report import write_folder
 run = Path(sys.argv[1])
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails (EFBIG) instead of killing
-resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 try:
     write_folder(run / "eval" / "big", {"mistakes.csv": b"x" * 5000, "metrics.json": b"{}"}, run)
 except RunFailed as err:
@@ -127,14 +123,10 @@ except RunFailed as err:
 
 def test_a_write_the_machine_refuses_is_a_failure_that_leaves_nothing(tmp_path: Path) -> None:
     """A full disk under `evaluate` was "internal error: OSError ... please report it" (a
-    red-team pass). The file size limit of a subprocess stands in for the full disk: the same
-    refusal of a write by the operating system, without mounting a file system."""
+    red-team pass)."""
     run = tmp_path / "run"
     (run / "eval").mkdir(parents=True)
-    result = subprocess.run(
-        [sys.executable, "-c", REFUSED_WRITE, str(run)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+    result = python_on_a_full_disk(REFUSED_WRITE, 1000, str(run))
     assert result.returncode == 0, result.stderr
     said = f"{run}/eval/big: could not be written (File too large); the scores were not kept"
     assert result.stdout.startswith(said), result.stdout

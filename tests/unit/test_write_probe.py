@@ -3,32 +3,23 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import python_on_a_full_disk
 
-# The file size limit of a subprocess stands in for a full disk: the file is made, then its
-# bytes are refused, as on a disk with an inode and no block left.
-PROBE_ON_A_FULL_DISK = """
-import resource, signal, sys
+PROBE = """
+import sys
 from pathlib import Path
 from app.storage.location import local_write_problem
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, (1, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 print(local_write_problem(Path(sys.argv[1]) / "out.csv"))
 """
 
 
 def test_a_refused_probe_is_named_and_removed(tmp_path: Path) -> None:
     """The probe file stayed behind on a full disk (a red-team pass)."""
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE_ON_A_FULL_DISK, str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+    result = python_on_a_full_disk(PROBE, 1, str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"{tmp_path}: File too large", result.stdout
     assert list(tmp_path.iterdir()) == []
