@@ -15,7 +15,14 @@ from types import FrameType
 
 import click
 
-from app.errors import EXIT_CTRL_C, EXIT_FAILED, EXIT_INVALID, EXIT_SIGTERM, TrainctlError
+from app.errors import (
+    EXIT_CTRL_C,
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_SIGTERM,
+    TrainctlError,
+    refused_write,
+)
 from app.formatting import one_path, printable_line
 from app.held_signals import signals_held
 
@@ -94,6 +101,8 @@ def _run(cli: click.Group, argv: list[str] | None) -> int:
         click.echo("trainctl: interrupted", err=True)
         return EXIT_CTRL_C
     except OSError as err:
+        if refused_write(err):
+            return _refused(err)
         if err.errno != errno.ENAMETOOLONG:
             return _internal(err)
         # A path given on the command line or in a setting, too long for the file system:
@@ -109,6 +118,21 @@ def _run(cli: click.Group, argv: list[str] | None) -> int:
     except Exception as err:
         return _internal(err)
     return code if isinstance(code, int) else 0
+
+
+def _refused(err: OSError) -> int:
+    """A write (or read) the machine refused, where the command did not say what it was
+    writing: still the machine's state, not a bug to report (`compare --out` on a full disk
+    said "internal error ... please report it", a red-team pass)."""
+    named = one_path(err.filename, 200) if err.filename else "a file or folder"
+    why = err.strerror or os.strerror(err.errno or 0)
+    click.echo("trainctl: failed:", err=True)
+    click.echo(
+        f"  - {named}: {why}: the machine refused it (a full disk, a quota, a file size limit, "
+        "or a file or folder this user may not change); fix that, then run the command again",
+        err=True,
+    )
+    return EXIT_FAILED
 
 
 def _internal(err: Exception) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -37,6 +38,17 @@ class RunFailed(TrainctlError):
     """Training (or a submitted job) started and then failed."""
 
     exit_code = EXIT_FAILED
+
+
+# Writes the machine refuses (a full disk, a quota, a file size limit, a read-only or foreign
+# folder): its state, neither a bug nor a wrong input, so a failure (exit 1) that names the place.
+REFUSED_WRITES = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+)
+
+
+def refused_write(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in REFUSED_WRITES
 
 
 class WaitTimedOut(TrainctlError):

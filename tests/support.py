@@ -341,3 +341,12 @@ def python_on_a_full_disk(
         [sys.executable, "-c", limit + script, *args],
         capture_output=True, text=True, timeout=120, cwd=REPO,
     )  # fmt: skip
+
+
+def trainctl_on_a_full_disk(max_file_bytes: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """`trainctl *args` where no file may grow past `max_file_bytes` (python_on_a_full_disk);
+    its output comes back through pipes, which the limit does not cover."""
+    script = (
+        "import sys\nfrom app.cli import main\nsys.argv = ['trainctl', *sys.argv[1:]]\nmain()\n"
+    )
+    return python_on_a_full_disk(script, max_file_bytes, *args)

@@ -20,6 +20,7 @@ import shutil
 import time
 import uuid
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +33,7 @@ from filelock import FileLock
 from app.data.class_meta import encode as encode_class_names
 from app.data.images import SHAPE_KEY, geometry
 from app.data.kind import ParquetData
-from app.errors import ConfigError, RunFailed
+from app.errors import ConfigError, RunFailed, refused_write
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, expand, written_whole
 
@@ -115,14 +116,10 @@ class BuiltIn(ParquetData):
                     "choose an empty or new folder"
                 )
             splits = self._load(out, seed=seed, rows=rows)
-            staging = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            try:
-                meta = _write(
-                    splits, staging, name=self.name, seed=seed if self.generated else None
-                )
-                _swap_in(staging, out)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
+            generated_by = seed if self.generated else None
+            meta = write_staged(
+                out, lambda staging: _write(splits, staging, name=self.name, seed=generated_by)
+            )
         return _summary(self.name, out, meta)
 
     def _load(self, out: Path, *, seed: int, rows: int | None) -> Splits:
@@ -225,6 +222,27 @@ def write_part(
     pq.write_table(
         table, path, compression="snappy", use_dictionary=["label"], write_statistics=["label"]
     )
+
+
+def write_staged(out: Path, write: Callable[[Path], dict[str, object]]) -> dict[str, object]:
+    """`write` (which returns the marker's record) into a temporary sibling of `out`, renamed
+    to `out` when whole: a reader sees no dataset or a complete one. A write the machine
+    refuses (a full disk) ends the command naming `out`, with nothing of it left behind; it
+    was "internal error ... please report it" (a red-team pass)."""
+    staging = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        meta = write(staging)
+        _swap_in(staging, out)
+    except OSError as err:
+        if not refused_write(err):
+            raise
+        raise RunFailed(
+            f"{out}: could not be written ({os.strerror(err.errno or 0)}); nothing of it was "
+            "kept: make room there, then run it again"
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return meta
 
 
 def _swap_in(staging: Path, out: Path) -> None:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -32,10 +30,10 @@ from app.data.prepare import (
     _remove_leftovers,
     _replaceable,
     _summary,
-    _swap_in,
     is_present,
     rows_per_file,
     write_part,
+    write_staged,
 )
 from app.errors import ConfigError
 from app.redact import redact_uri
@@ -68,12 +66,7 @@ def prepare_from_folder(
                 f"{out} exists and holds more than a dataset (train/, valid/, test/); "
                 "choose an empty or new folder"
             )
-        staging = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            meta = _write(root, listing, staging, size)
-            _swap_in(staging, out)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        meta = write_staged(out, lambda staging: _write(root, listing, staging, size))
     return _summary(f"folder {redact_uri(str(root))}", out, meta)
 
 

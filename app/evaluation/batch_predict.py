@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.data.folder_listing import IMAGE_EXTENSIONS, NOT_UTF8, is_utf8, list_images
-from app.errors import ConfigError
+from app.errors import ConfigError, RunFailed, refused_write
 from app.evaluation.rows import ROWS_PER_BLOCK, folder_rows
 from app.evaluation.scoring import (
     ScoringOptions,
@@ -195,8 +195,10 @@ def batch_predict(
                 destination.parent.mkdir(parents=True, exist_ok=True)  # a bucket has none
                 write_atomic(destination, data)
         except OSError as err:  # a volume's, since the probe: full, gone, read-only now
+            # After the scoring: a failure of the run (exit 1) where the machine refused it.
+            failure = RunFailed if refused_write(err) else ConfigError
             why = err.strerror or str(err)
-            raise ConfigError(f"--out {shown(destination)}: cannot be written ({why})") from None
+            raise failure(f"--out {shown(destination)}: cannot be written ({why})") from None
     return BatchResult(
         [p for p, error in found if not error],
         [(p.image, error) for p, error in found if error],

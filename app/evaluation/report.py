@@ -20,14 +20,13 @@ reader (`trainctl compare`) takes a folder without metrics.json for no evaluatio
 from __future__ import annotations
 
 import csv
-import errno
 import io
 import json
 import re
 import warnings
 from typing import Any
 
-from app.errors import ConfigError, RunFailed
+from app.errors import ConfigError, RunFailed, refused_write
 from app.formatting import csv_text, is_finite
 from app.runfolder.folder import EVAL_DIR
 from app.storage import bounded_json, safe_fs
@@ -94,13 +93,6 @@ def eval_folder(run_dir: RunPath, name: str) -> RunPath:
     return run_dir / EVAL_DIR / checked_name(name)
 
 
-# Writes the machine refuses (a full disk, a quota, a file size limit, a read-only or foreign
-# folder).
-UNWRITABLE = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
-)
-
-
 def write_folder(folder: RunPath, files: dict[str, bytes], run_dir: RunPath) -> None:
     """`files` as `folder`'s whole content, replacing what was there (see the module), below
     the run folder; metrics.json last, the marker a reader trusts the rest by."""
@@ -110,7 +102,7 @@ def write_folder(folder: RunPath, files: dict[str, bytes], run_dir: RunPath) -> 
     except OSError as err:
         # A full disk or a quota is the machine's state, not a bug: said as a failed write
         # (it was "internal error ... please report it", a red-team pass).
-        if err.errno not in UNWRITABLE:
+        if not refused_write(err):
             raise
         raise RunFailed(
             f"{folder}: could not be written ({err.strerror}); the scores were not kept, and "

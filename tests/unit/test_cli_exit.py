@@ -6,7 +6,7 @@ import click
 import pytest
 
 from app.cli_exit import run_command
-from app.errors import EXIT_INVALID, ConfigError
+from app.errors import EXIT_FAILED, EXIT_INVALID, ConfigError
 
 
 def test_a_problem_is_one_printed_line_whatever_it_quotes(
@@ -45,3 +45,26 @@ def test_signals_held_ignores_ctrl_c_and_sigterm_then_puts_their_handlers_back()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.2)  # delivered and ignored: nothing is raised here
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_write_the_machine_refuses_is_a_failure_naming_the_place_not_a_bug(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Where a command does not say what it was writing, a full disk is still the machine's
+    state: exit 1 naming the file, not "internal error ... please report it"."""
+    import errno
+
+    @click.group()
+    def cli() -> None: ...
+
+    @cli.command()
+    def write() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/runs/r/summary.json")
+
+    assert run_command(cli, ["write"]) == EXIT_FAILED
+    assert capsys.readouterr().err.splitlines() == [
+        "trainctl: failed:",
+        "  - /data/runs/r/summary.json: No space left on device: the machine refused it (a full "
+        "disk, a quota, a file size limit, or a file or folder this user may not change); fix "
+        "that, then run the command again",
+    ]

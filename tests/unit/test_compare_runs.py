@@ -14,6 +14,7 @@ import pytest
 from app.evaluation.report import METRICS_FILE, report_files, write_folder
 from app.runfolder import folder as run_folder
 from tests.hostile.support import assert_refused, trainctl
+from tests.support import trainctl_on_a_full_disk
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -527,3 +528,18 @@ def test_a_run_without_its_summary_yet_is_compared_from_its_epochs(tmp_path: Pat
     assert rows["epochs"].split()[1:] == ["2/2", "3"], rows
     assert rows["final val_accuracy"].split()[2:] == ["0.6000", "0.6500"], rows
     assert rows["best"].split()[1:] == ["0.6000", "@2", "0.7000", "@2"], rows
+
+
+def test_a_full_disk_under_the_curves_is_a_failure_naming_out(tmp_path: Path) -> None:
+    """It was "internal error: OSError ... please report it" (a red-team pass)."""
+    a = make_run(tmp_path, "a", lr=0.1, accuracies=[0.5, 0.6], duration_s=10)
+    b = make_run(tmp_path, "b", lr=0.01, accuracies=[0.4, 0.7], duration_s=12)
+    png = tmp_path / "curves.png"
+    result = trainctl_on_a_full_disk(100, "compare", "--out", str(png), str(a), str(b))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        "trainctl: failed:",
+        f"  - --out {str(png)!r}: could not be written (File too large); give --out a place "
+        "with room",
+    ]
+    assert not png.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]

@@ -21,7 +21,7 @@ from app.data.prepare import MARKER, download_dir
 from app.data.schema import DatasetInfo
 from app.errors import ConfigError, RunFailed
 from app.settings import TrainSettings
-from tests.support import explain, run_trainctl, trainctl_env
+from tests.support import explain, run_trainctl, trainctl_env, trainctl_on_a_full_disk
 
 
 def _read(split_dir: Path) -> tuple[np.ndarray, np.ndarray, pa.Schema]:
@@ -273,3 +273,18 @@ def test_cli_prepares_digits(tmp_path: Path) -> None:
     assert result.returncode == 0, explain(result)
     assert "digits: 1438 train + 359 valid rows" in result.stdout
     assert (tmp_path / "d" / MARKER).is_file()
+
+
+def test_a_full_disk_under_prepare_data_is_a_failure_naming_out_that_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """It was "internal error: OSError ... please report it" (a red-team pass)."""
+    out = tmp_path / "digits"
+    result = trainctl_on_a_full_disk(2000, "prepare-data", "--dataset", "digits", "--out", str(out))
+    assert result.returncode == 1, explain(result)
+    assert result.stderr.splitlines() == [
+        "trainctl: failed:",
+        f"  - {out}: could not be written (File too large); nothing of it was kept: make room "
+        "there, then run it again",
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == [".digits.lock"]  # no staging folder left
