@@ -155,6 +155,20 @@ def unused_settings(settings: TrainSettings, space: dict[str, Dimension]) -> str
     return f"{shown} {verb} not used: every trial draws its own {', '.join(given)} ({SPACE})"
 
 
+def fixed_dimensions(space: dict[str, Dimension]) -> str | None:
+    """Keys whose distribution holds one value (`randint: [4, 4]`, `uniform: [3.5, 4.4]` over a
+    whole-number setting, a one-item choice): every trial gets it, so nothing is searched there
+    (a red-team pass: a sweep of such a space trained the same settings in every trial)."""
+    fixed = [dim for dim in space.values() if len({repr(v) for v in dim.values}) == 1]
+    if not fixed:
+        return None
+    shown = ", ".join(f"{dim.key}: {dim.describe()}" for dim in fixed)
+    instead = ", ".join(f"{env_name(dim.key)}={dim.values[0]}" for dim in fixed)
+    holds = "holds one value" if len(fixed) == 1 else "hold one value each"
+    every = " (every trial trains the same settings)" if len(fixed) == len(space) else ""
+    return f"{shown} {holds}, the same in every trial{every}: set {instead} instead"
+
+
 def champion_named_by_one_model(settings: TrainSettings, space: dict[str, Dimension]) -> str | None:
     """A space that varies `model` with TRAIN_MODEL_NAME unset: the winner would be promoted
     under the name TRAIN_MODEL makes (`digits-cnn` for a resnet18 winner, a red-team pass)."""
@@ -183,6 +197,7 @@ def space_warnings(settings: TrainSettings, space: dict[str, Dimension]) -> list
     none of the grace period's, which only `check` judged (a red-team pass)."""
     said = [
         unused_settings(settings, space),
+        fixed_dimensions(space),
         champion_named_by_one_model(settings, space),
         asha_stops_none(settings),
     ]

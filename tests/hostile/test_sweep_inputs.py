@@ -419,6 +419,30 @@ def test_a_setting_the_space_draws_is_said_to_be_unused(
     assert "ok    sweep: 2 trials over lr" in trainctl("check", "--skip-cluster").out
 
 
+def test_a_distribution_of_one_value_is_warned_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`randint: [64, 64]` (or `uniform: [3.5, 4.4]` over a whole-number setting) gives every
+    trial the same value: a sweep of only such keys trained one setting over and over without
+    a word (a red-team pass)."""
+    _sweep_env(monkeypatch, tmp_path)
+    space = tmp_path / "space.yaml"
+    space.write_text("global_batch_size: {randint: [64, 64]}\nseed: {uniform: [3.5, 4.4]}\n")
+    result = trainctl("check", "--skip-cluster")
+    said = ("global_batch_size: randint [64, 64], seed: uniform [4, 4] hold one value each, the "
+            "same in every trial (every trial trains the same settings): set "
+            "TRAIN_GLOBAL_BATCH_SIZE=64, TRAIN_SEED=4 instead")  # fmt: skip
+    assert result.code == 0 and "WARN  sweep: 2 trials over" in result.out, result.text
+    assert said in result.out, result.text
+    space.write_text("lr: {loguniform: [0.001, 0.01]}\nglobal_batch_size: {choice: [64]}\n")
+    result = trainctl("check", "--skip-cluster")
+    said = ("global_batch_size: choice [64] holds one value, the same in every trial: set "
+            "TRAIN_GLOBAL_BATCH_SIZE=64 instead")  # fmt: skip
+    assert said in result.out, result.text
+    space.write_text("lr: {loguniform: [0.001, 0.01]}\nglobal_batch_size: {choice: [32, 64]}\n")
+    assert "ok    sweep: 2 trials over" in trainctl("check", "--skip-cluster").out
+
+
 def test_a_space_with_a_tab_is_said_in_one_line_with_its_place(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
