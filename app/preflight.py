@@ -403,6 +403,7 @@ def _dataset_in(
     prepare: bool,
     rows_per_worker: bool,
 ) -> str:
+    from app.run.resume import other_task
     from app.runfolder.class_names import class_names_problem
     from app.training.model import model_problem
 
@@ -419,6 +420,7 @@ def _dataset_in(
     if "storage" not in found.failed:
         _still_bad(kind, info, settings.run_dir)
         problem = class_names_problem(settings.run_dir, info.class_names, info.path)
+        problem = problem or other_task(settings, info)  # the checkpoints' model and task
     problem = problem or model_problem(settings.model, info, settings.vit_patch)
     if rows_per_worker:
         problem = problem or workers_problem(settings, info)

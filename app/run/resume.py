@@ -40,18 +40,11 @@ def usable_checkpoint(
     """The newest checkpoint that can resume this run; unusable ones are set aside, with why.
     A link in the run folder is refused first (LinkRefused, exit 2)."""
     run_folder.refuse_links(settings.run_dir)
+    if problem := other_task(settings, info):  # before anything is set aside
+        raise ConfigError(problem)
     scan = checkpoints.scan(settings.run_dir)
-    if scan.good and (shaped := changed_since(settings, MODEL_SHAPE)):
-        # Another model under this run's name: its checkpoints were set aside as corrupt and
-        # the new model's epochs replaced the run's history, with exit 0 (a red-team pass).
-        raise ConfigError(
-            f"run {settings.run_name} was trained with {', '.join(shaped)}: its checkpoints are "
-            "of that model, not this one, and starting over would replace its history; give "
-            f"the new model a run of its own (TRAIN_RUN_NAME), or move {settings.run_dir} away "
-            "to start over"
-        )
     if scan.good and (then := run_folder.last_data(settings.run_dir)):
-        _held_to(settings, info, then, say)  # before anything is set aside
+        _say_other_rows(info, then, say)
     for folder, why in scan.bad:
         checkpoints.set_aside(folder, why, say)
     for ref in witnessed(scan.good, settings.signing_key, say):
@@ -64,22 +57,41 @@ def usable_checkpoint(
     return None
 
 
-def _held_to(
-    settings: TrainSettings, info: DatasetInfo, then: dict[str, Any], say: Callable[[str], None]
-) -> None:
-    """The data against what the run's last worker group trained on (attempts.jsonl): other
-    classes or another input shape is another task (ConfigError: a Parquet set rewritten at
-    48 px resumed a 32 px run, its history half one and half the other: a red-team pass);
-    other row counts are said, since a resume's exact replay assumes the same rows."""
-    now = info.trained_on()
-    if (then["classes"], then["input"]) != (now["classes"], now["input"]):
+def other_task(settings: TrainSettings, info: DatasetInfo) -> str | None:
+    """Why this rerun is another task than the one the run's checkpoints hold, or None: read
+    only, so `check` says it too (it said ok, and `train` then refused: a red-team pass).
+
+    - Another model (TRAIN_MODEL, TRAIN_IMAGE_SIZE, TRAIN_VIT_PATCH): its checkpoints were
+      set aside as corrupt and the new model's epochs replaced the run's history, exit 0.
+    - Other classes or another input shape than the run's last worker group trained on
+      (attempts.jsonl): a Parquet set rewritten at 48 px resumed a 32 px run, its history half
+      one and half the other.
+    Both red-team passes. A run without checkpoint folders has nothing to lose."""
+    if not checkpoints.has_checkpoints(settings.run_dir):
+        return None
+    if shaped := changed_since(settings, MODEL_SHAPE):
+        return (
+            f"run {settings.run_name} was trained with {', '.join(shaped)}: its checkpoints are "
+            "of that model, not this one, and starting over would replace its history; give "
+            f"the new model a run of its own (TRAIN_RUN_NAME), or move {settings.run_dir} away "
+            "to start over"
+        )
+    then, now = run_folder.last_data(settings.run_dir), info.trained_on()
+    if then and (then["classes"], then["input"]) != (now["classes"], now["input"]):
         shown = "{classes} classes at input {input[0]}x{input[1]}x{input[2]}"
-        raise ConfigError(
+        return (
             f"run {settings.run_name} trained on {shown.format(**then)} (its last start), and "
             f"this rerun would train on {shown.format(**now)}: the data's classes changed, or "
             "the input size (the data's own, or the one TRAIN_IMAGE_SIZE, TRAIN_WEIGHTS or the "
             f"model sets). Its checkpoints are of that task, and {_ways_on(settings)}"
         )
+    return None
+
+
+def _say_other_rows(info: DatasetInfo, then: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Other row counts than the run's last start: said, since a resume's exact replay
+    assumes the same rows."""
+    now = info.trained_on()
     rows = [
         f"{split} {then[f'{split}_rows']:,} rows then, {now[f'{split}_rows']:,} now"
         for split in ("train", "valid")

@@ -305,6 +305,11 @@ def scan(run_dir: RunPath, skip: Collection[RunPath] = ()) -> Scan:
     return Scan(good=good, bad=bad)
 
 
+def has_checkpoints(run_dir: RunPath) -> bool:
+    """Whether the run folder holds a checkpoint folder, usable or not (none is read)."""
+    return bool(_folders(run_dir))
+
+
 def _folders(run_dir: RunPath) -> list[RunPath]:
     """The checkpoint folders; on a volume a link of that name is listed too (verify then
     finds it unusable), but a link never gets listed through."""

@@ -429,6 +429,10 @@ def test_a_rerun_is_held_to_the_data_its_last_worker_group_trained_on(
     assert f"x{info.height * 2}x{info.width} (its last start), and this rerun would" in said
     assert not list(settings.run_dir.glob("corrupt_*"))
     assert (settings.run_dir / "checkpoint_epoch_0000").is_dir()  # not set aside either
+    # `check` says so too: it said ok, and `train` then refused (a red-team pass).
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  dataset", f"x{info.height * 2}x{info.width} (its last start)")
+    assert (settings.run_dir / "checkpoint_epoch_0000").is_dir()  # `check` moves nothing
     run_folder.start_attempt(
         settings.run_dir, invocation="j", start_epoch=1, world_size=1, restored_from=None,
         data=dataclasses.replace(info, train_rows=info.train_rows + 400).trained_on(),
@@ -481,6 +485,13 @@ def test_another_model_under_a_trained_runs_name_is_refused_before_ray(
     with pytest.raises(ConfigError, match=r"TRAIN_IMAGE_SIZE=64 \(now "):
         resume.usable_checkpoint(settings, info, print)
     assert not list(settings.run_dir.glob("corrupt_*"))
+    # `check` and `train`'s preflight say so, before Ray (`check` said ok: a red-team pass);
+    # the refused start is recorded, for `status`.
+    result = trainctl("check", "--skip-cluster")
+    assert_refused(result, 2, "FAIL  dataset", "run r was trained with TRAIN_IMAGE_SIZE=64 (now")
+    assert_refused(trainctl("train"), 2, "run r was trained with TRAIN_IMAGE_SIZE=64 (now")
+    refused = (read_summary(settings.run_dir) or {})[run_folder.REFUSED_KEY]
+    assert "run r was trained with" in refused["error"], refused
 
 
 # --- run records: damaged lines are skipped with one warning ------------------------------------
