@@ -67,7 +67,8 @@ def cli() -> None:
     "--image-size",
     type=click.IntRange(0, IMAGE_SIZE_MAX),
     default=0,
-    help="--from-folder: side to resize to; 0 follows TRAIN_IMAGE_SIZE's rule for TRAIN_MODEL.",
+    help="--from-folder: side to resize to; 0: the side `train` reads the folder at "
+    "(TRAIN_IMAGE_SIZE, else TRAIN_MODEL's and TRAIN_WEIGHTS', from ./.env and the environment).",
 )
 def prepare_data_cmd(
     dataset: str | None, source: str | None, out: Path, force: bool, seed: int, image_size: int

@@ -307,6 +307,28 @@ def test_prepare_from_a_hostile_folder_is_refused_and_writes_nothing(
     assert not any(p.name.startswith(".out.tmp") for p in tmp_path.iterdir())  # no staging left
 
 
+def test_prepare_data_sizes_images_by_the_settings_as_train_reads_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """./.env's TRAIN_MODEL and TRAIN_IMAGE_SIZE were ignored (the environment alone was read):
+    a .env's TRAIN_MODEL=resnet50 prepared 32-pixel images, without a word (a red-team pass)."""
+    image_folder(tmp_path / "src", per_class=(2, 1))
+    (tmp_path / ".env").write_text("TRAIN_MODEL=cnn\nTRAIN_IMAGE_SIZE=40\n")
+
+    def prepared(out: str, *args: str) -> list[int]:
+        result = trainctl("prepare-data", "--from-folder", "src", "--out", out, *args)
+        assert result.code == 0, result.text
+        return json.loads((tmp_path / out / "_trainctl_dataset.json").read_text())["image_shape"]
+
+    assert prepared("a") == [40, 40, 3]  # the .env's size
+    monkeypatch.setenv("TRAIN_IMAGE_SIZE", "48")
+    assert prepared("b") == [48, 48, 3]  # the environment over the .env, as `train` reads them
+    assert prepared("c", "--image-size", "36") == [36, 36, 3]  # the option over both
+    (tmp_path / ".env").write_text("TRAIN_MODLE=cnn\n")
+    assert_refused(trainctl("prepare-data", "--from-folder", "src", "--out", "d"), 2, "TRAIN_MODLE")
+    assert not (tmp_path / "d").exists()
+
+
 @pytest.mark.parametrize("inside", ["train/new", "valid", "train/cat/x", "."])
 def test_prepare_into_the_source_folder_is_refused_and_leaves_it_as_it_was(
     tmp_path: Path, inside: str
