@@ -49,6 +49,7 @@ MAX_RUNS = 20
 SHOWN_CLASSES = 10  # classes in the table (by spread of recall); --json has them all
 IGNORED_SETTINGS = ("run_name",)  # each column is named by it already
 CELL = 22  # characters per column of the table
+NAME_HEAD = 8  # characters a run name cut in the middle keeps of its start
 # A run folder without summary.json: training under its first driver, or that driver killed.
 NO_SUMMARY = "no summary yet"
 
@@ -121,7 +122,7 @@ class Comparison:
 
     def table(self) -> list[str]:
         """The comparison as lines of a fixed-width table, one column per run."""
-        rows: list[tuple[str, list[str]]] = [("run", [r.name for r in self.runs])]
+        rows: list[tuple[str, list[str]]] = [("run", _run_names([r.name for r in self.runs]))]
         rows.append(("status", [_status(r.summary.get("status")) for r in self.runs]))
         rows.append(("epochs", [_epochs(r.summary) for r in self.runs]))
         if any(r.sweeps_best is not None for r in self.runs):
@@ -577,9 +578,33 @@ def _where_they_differ(values: list[str]) -> list[str]:
     and `…pion and class_drop…` (red-team passes). A value that fits is shown whole."""
     if all(len(v) < CELL for v in values):
         return values
-    columns = enumerate(zip(*values, strict=False))
-    differ = next((i for i, chars in columns if len(set(chars)) > 1), min(map(len, values)))
+    differ = _first_difference(values)
     return [v if len(v) < CELL else _from_word(v, differ) for v in values]
+
+
+def _run_names(names: list[str]) -> list[str]:
+    """Names too long for a cell, cut in the middle where they differ at the end (a sweep's
+    trials, `nightly-…/trial-0001`), else as a setting is cut: every trial of a sweep was shown
+    as `nightly-sweep/trial-…` (a red-team pass)."""
+    tail = CELL - 2 - NAME_HEAD - 1
+    shown = []
+    for n in names:
+        # Where it parts from the name most like it: there it can be told from every other.
+        differ = max((_first_difference([n, m]) for m in names if m != n), default=0)
+        if len(n) < CELL:
+            shown.append(n)
+        elif differ >= len(n) - tail:
+            shown.append(n[:NAME_HEAD] + "…" + n[-tail:])
+        else:
+            shown.append(_from_word(n, differ))
+    return shown
+
+
+def _first_difference(values: list[str]) -> int:
+    """The first character index where the values differ (the shortest one's length if one
+    begins every other)."""
+    columns = enumerate(zip(*values, strict=False))
+    return next((i for i, chars in columns if len(set(chars)) > 1), min(map(len, values)))
 
 
 def _from_word(value: str, differ: int) -> str:

@@ -543,3 +543,16 @@ def test_a_full_disk_under_the_curves_is_a_failure_naming_out(tmp_path: Path) ->
         "with room",
     ]
     assert not png.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_long_run_names_are_cut_where_they_differ(tmp_path: Path) -> None:
+    """Every trial of a sweep (`nightly-sweep/trial-0001`, ...) was shown as
+    `nightly-sweep/trial-…`, and runs named alike up to their last characters the same way: the
+    columns could not be told apart (a red-team pass)."""
+    names = ["shapes-resnet18-nightly-a", "shapes-resnet18-nightly-b", "shapes-resnet18-lr-0.003"]
+    runs = [make_run(tmp_path, name, lr=0.1, accuracies=[0.5], duration_s=1) for name in names]
+    result = trainctl("compare", *map(str, runs), "--out", str(tmp_path / "c.png"))
+    assert result.code == 0, result.text
+    (row,) = [line for line in result.out.splitlines() if line.startswith("run ")]
+    cells = row.removeprefix("run").split()
+    assert cells == ["shapes-r…8-nightly-a", "shapes-r…8-nightly-b", "shapes-r…18-lr-0.003"], row
