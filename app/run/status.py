@@ -122,6 +122,8 @@ class RunStatus:
             out.append(label + first_met.in_words(entry, kind))
         if self.promotion:
             out.append(f"  promotion:       {self.promotion['line'] or _promotion_word(self)}")
+        elif self.champion_of is not None:  # a later attempt, stopped or running, not judged
+            out.append(f"  promotion:       {_promotion_word(self)}, from an earlier attempt")
         if self.champion_now:
             out.append(f"  champion now:    {self.champion_now}")
         counts = self.interruptions
@@ -363,9 +365,7 @@ def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
     promotion = run.promotion or {}
     if not (promotion.get("promoted") and promotion.get("version") and promotion.get("model")):
         return None
-    storage = run_dir.parent
-    if storage.name == run_folder.TRIALS_DIR:  # a sweep promotes its best trial in its storage
-        storage = storage.parent.parent
+    storage = _storage_of(run_dir)
     try:
         _, pointer = champion_export(storage, promotion["model"], None)  # agrees with its card
     except NoChampion:
@@ -378,6 +378,15 @@ def _champion_now(run: RunStatus, run_dir: RunPath) -> str | None:
     }:
         return None
     return f"{promotion['model']} v{version} (run {by}): v{promotion['version']} was replaced"
+
+
+def _storage_of(run_dir: RunPath) -> RunPath:
+    """Where the run's champion pointers are: its parent folder; a sweep trial's, the sweep's
+    (a sweep promotes its best trial in its own storage)."""
+    storage = run_dir.parent
+    if storage.name == run_folder.TRIALS_DIR:
+        storage = storage.parent.parent
+    return storage
 
 
 def _stopped(record: Any) -> dict[str, Any] | None:
@@ -519,16 +528,23 @@ def list_runs(
         except DeadlineExceeded:
             timed_out = True
     for run in runs:  # the champion each pointer names, beside that run's own last verdict
-        model = (run.promotion or {}).get("model")
-        versions = [
-            c["version"] for c in champions
-            if c.get("run") == run.name and c.get("model") == model and "version" in c
-        ]  # fmt: skip
-        run.champion_of = max(versions) if versions else None
+        run.champion_of = _champion_of(run, champions)
     return Listing(
         _path(root), runs, len(names), not_runs, unread, timed_out, problems, deadline_s, sweeps,
         champions,
     )  # fmt: skip
+
+
+def _champion_of(run: RunStatus, champions: list[dict[str, Any]]) -> int | None:
+    """The version of a champion pointer naming this run: of the model its last verdict names,
+    or of any model where its last driver gave none (stopped, or still running: a rerun of a
+    champion's run showed `-`, as if no export of it served, a red-team pass)."""
+    model = (run.promotion or {}).get("model")
+    versions = [
+        c["version"] for c in champions
+        if c.get("run") == run.name and model in (None, c.get("model")) and "version" in c
+    ]  # fmt: skip
+    return max(versions) if versions else None
 
 
 def _champions(root: RunPath) -> list[dict[str, Any]]:
@@ -635,6 +651,12 @@ def show_status(
             one.champion_now = call_with_deadline(
                 lambda: _champion_now(one, path), LIST_DEADLINE_S, str(path)
             )
+        if not one.promotion:  # an earlier attempt's export may still be the champion
+            with contextlib.suppress(DeadlineExceeded):
+                champions = call_with_deadline(
+                    lambda: _champions(_storage_of(path)), LIST_DEADLINE_S, str(path)
+                )
+                one.champion_of = _champion_of(one, champions)
         show_run(one, echo, as_json)
     else:  # a folder of run folders (the storage root), listed (a sweep's: app/sweep/status)
         _refuse_a_part_of_the_storage(path, timeout)
@@ -762,7 +784,7 @@ def _epochs_text(run: RunStatus) -> str:
 def _promotion_word(run: RunStatus) -> str:
     promotion = run.promotion
     if not promotion:
-        return "-"
+        return f"its v{run.champion_of} is champion" if run.champion_of is not None else "-"
     if promotion["promoted"] and promotion["version"]:
         return f"promoted v{promotion['version']}"
     if not promotion["promoted"] and run.champion_of is not None:

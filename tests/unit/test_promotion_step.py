@@ -824,3 +824,24 @@ def test_the_storage_table_says_a_kept_rerun_still_serves_as_the_champion(
     row = next(line for line in shown.splitlines() if line.startswith("champ "))
     assert "not promoted; its v1 is champion" in row, shown
     assert "  digits-cnn: v1, run champ" in shown
+
+
+def test_a_champions_run_rerun_and_stopped_still_says_its_export_serves(tmp_path: Path) -> None:
+    """Rerun for more epochs and stopped by SIGTERM (its summary has no verdict): the table's
+    PROMOTION said `-` and the run's own view said nothing, while its v1 served (a red-team
+    pass)."""
+    from tests.hostile.support import trainctl
+
+    _promote(tmp_path, "champ", 0.90)
+    summary_file = tmp_path / "champ" / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    for key in ("promotion", "promoted", "champion_version"):
+        summary.pop(key, None)
+    summary_file.write_text(json.dumps({**summary, "status": "interrupted"}))
+    shown = trainctl("status", str(tmp_path)).out
+    row = next(line for line in shown.splitlines() if line.startswith("champ "))
+    assert "its v1 is champion" in row, shown
+    alone = trainctl("status", str(tmp_path / "champ")).out
+    assert "  promotion:       its v1 is champion, from an earlier attempt" in alone, alone
+    _promote(tmp_path, "other", 0.95)  # v2 names another run: nothing is said of champ's
+    assert "its v1" not in trainctl("status", str(tmp_path / "champ")).out
