@@ -30,12 +30,33 @@ def env_vars() -> list[EnvVar]:
         rows.append(
             EnvVar(
                 name=env_name(field_name),
-                type=_type_label(field.annotation),
+                type=_type_label(field.annotation) + _bounds(field.metadata),
                 default=_default_label(field.default),
                 description=field.description or "",
             )
         )
     return rows
+
+
+def _bounds(metadata: list[Any]) -> str:
+    """A number's bounds as the settings hold them (` 0..125`, ` > 0, <= 10`), from the field's
+    ge/gt/le/lt: they were said only by the error a value past them gets (a red-team pass)."""
+    found = {
+        op: value
+        for m in metadata
+        for op, value in (("ge", getattr(m, "ge", None)), ("gt", getattr(m, "gt", None)),
+                          ("le", getattr(m, "le", None)), ("lt", getattr(m, "lt", None)))
+        if value is not None
+    }  # fmt: skip
+    if "ge" in found and "le" in found:
+        return f" {_number(found['ge'])}..{_number(found['le'])}"
+    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    said = [f"{signs[op]} {_number(value)}" for op, value in found.items()]
+    return " " + ", ".join(said) if said else ""
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def _type_label(annotation: Any) -> str:
@@ -56,7 +77,9 @@ def _type_label(annotation: Any) -> str:
         return " | ".join(labels) + (" (optional)" if type(None) in args else "")
     if annotation is Path:
         return "path"
-    return getattr(annotation, "__name__", str(annotation))
+    return getattr(annotation, "doc_label", None) or getattr(
+        annotation, "__name__", str(annotation)
+    )
 
 
 def _default_label(default: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 from pydantic_settings import NoDecode
@@ -33,6 +33,7 @@ ALLOWED = (
 
 @dataclass(frozen=True)
 class CheckpointEvery:
+    doc_label: ClassVar[str] = "epoch / steps / duration"  # its type, as docs/settings.md says
     kind: Literal["epoch", "steps", "seconds"]
     value: int = 0  # steps or seconds; 0 for epoch
 

@@ -35,7 +35,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 from pydantic_settings import NoDecode
@@ -122,6 +122,7 @@ class ClassThreshold:
 
 @dataclass(frozen=True)
 class Gate:
+    doc_label: ClassVar[str] = "condition"  # its type, as docs/settings.md says
     beats_champion: bool = False
     thresholds: tuple[Threshold, ...] = ()
     classes: tuple[ClassThreshold, ...] = ()

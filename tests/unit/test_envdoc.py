@@ -29,14 +29,16 @@ def test_every_setting_has_exactly_one_entry_in_each_format(fmt: str) -> None:
 
 def test_rows_show_type_default_and_meaning() -> None:
     rows = render_env("markdown").splitlines()
-    assert "| `TRAIN_EPOCHS` | int | `10` | Total epochs of the run. |" in rows
+    assert "| `TRAIN_EPOCHS` | int 1..100000 | `10` | Total epochs of the run. |" in rows
     assert any(r.startswith("| `TRAIN_AMP` | auto / off / bf16 / fp16 | `auto` | ") for r in rows)
     assert any(
         r.startswith("| `TRAIN_STORAGE_PATH` | path or URI (s3://, gs://) | `runs` | ")
         for r in rows
     )
     table = render_env("table")
-    assert re.search(r"^TRAIN_EPOCHS +int +\[default: 10\]$", table, flags=re.MULTILINE)
+    assert re.search(r"^TRAIN_EPOCHS +int 1..100000 +\[default: 10\]$", table, flags=re.MULTILINE)
+    # bounds said with the type, not only by the error past them (a red-team pass)
+    assert "| `TRAIN_LR` | float > 0, <= 10 | " in render_env("markdown")
     assert "# TRAIN_EPOCHS=10" in render_env("dotenv").splitlines()
 
 
