@@ -55,7 +55,9 @@ def load_values(
     try:
         validate(values)
     except ConfigError as err:  # a refusal may come of such a reading (`yes:` as "true")
-        raise ConfigError([*err.problems, *read]) from None
+        # Said after the problems as what may explain them, not as problems of their own.
+        why = [note.replace("WARNING: ", "which may explain it: ", 1) for note in read]
+        raise ConfigError([*err.problems, *why]) from None
     if notes is not None:
         notes.extend(read)
     return values

@@ -149,7 +149,8 @@ def test_leading_zeros_and_word_boolean_keys_are_read_as_in_helm_and_said_with_t
     refused = _file(tmp_path, POOL + "train: {on: x}\n")
     assert_refused(
         trainctl("render", "-f", str(refused)), 2, "train: Additional properties are not allowed",
-        f"WARNING: values file {refused}, line 4: the key on is read as the boolean true",
+        f"  - which may explain it: values file {refused}, line 4: the key on is read as the "
+        "boolean true",
     )  # fmt: skip
 
 
