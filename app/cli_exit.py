@@ -20,6 +20,8 @@ from app.errors import (
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_SIGTERM,
+    ConfigError,
+    RunFailed,
     TrainctlError,
     refused_write,
 )
@@ -77,11 +79,7 @@ def _run(cli: click.Group, argv: list[str] | None) -> int:
     try:
         code = cli.main(args=argv, prog_name="trainctl", standalone_mode=False)
     except TrainctlError as err:
-        label = err.label or ("invalid input" if err.exit_code == EXIT_INVALID else "failed")
-        click.echo(f"trainctl: {label}:", err=True)
-        for problem in err.problems:
-            click.echo(f"  - {printable_line(problem)}", err=True)
-        return err.exit_code
+        return _said(err)
     except click.exceptions.Abort as err:
         if isinstance(err.__context__, Terminated):
             click.echo("trainctl: stopped by SIGTERM", err=True)
@@ -102,37 +100,43 @@ def _run(cli: click.Group, argv: list[str] | None) -> int:
         return EXIT_CTRL_C
     except OSError as err:
         if refused_write(err):
-            return _refused(err)
-        if err.errno != errno.ENAMETOOLONG:
-            return _internal(err)
-        # A path given on the command line or in a setting, too long for the file system:
-        # wherever a command first touches it, the input is what is wrong.
-        named = one_path(err.filename, 200) if err.filename else "a path"
-        click.echo("trainctl: invalid input:", err=True)
-        click.echo(
-            f"  - {named}: a name in it is too long for the file system (at most 255 bytes "
-            "per name, 4096 per path)",
-            err=True,
-        )
-        return EXIT_INVALID
+            # Where the command did not say what it was writing: still the machine's state,
+            # not a bug to report (`compare --out` on a full disk said "internal error ...
+            # please report it", a red-team pass).
+            why = err.strerror or os.strerror(err.errno or 0)
+            return _said(
+                RunFailed(
+                    f"{_named(err, 'a file or folder')}: {why}: the machine refused it (a full "
+                    "disk, a quota, a file size limit, or a file or folder this user may not "
+                    "change); fix that, then run the command again"
+                )
+            )
+        if err.errno == errno.ENAMETOOLONG:
+            # A path given on the command line or in a setting, too long for the file system:
+            # wherever a command first touches it, the input is what is wrong.
+            return _said(
+                ConfigError(
+                    f"{_named(err, 'a path')}: a name in it is too long for the file system (at "
+                    "most 255 bytes per name, 4096 per path)"
+                )
+            )
+        return _internal(err)
     except Exception as err:
         return _internal(err)
     return code if isinstance(code, int) else 0
 
 
-def _refused(err: OSError) -> int:
-    """A write (or read) the machine refused, where the command did not say what it was
-    writing: still the machine's state, not a bug to report (`compare --out` on a full disk
-    said "internal error ... please report it", a red-team pass)."""
-    named = one_path(err.filename, 200) if err.filename else "a file or folder"
-    why = err.strerror or os.strerror(err.errno or 0)
-    click.echo("trainctl: failed:", err=True)
-    click.echo(
-        f"  - {named}: {why}: the machine refused it (a full disk, a quota, a file size limit, "
-        "or a file or folder this user may not change); fix that, then run the command again",
-        err=True,
-    )
-    return EXIT_FAILED
+def _said(err: TrainctlError) -> int:
+    """The failure's heading, one line per problem, and its exit code."""
+    label = err.label or ("invalid input" if err.exit_code == EXIT_INVALID else "failed")
+    click.echo(f"trainctl: {label}:", err=True)
+    for problem in err.problems:
+        click.echo(f"  - {printable_line(problem)}", err=True)
+    return err.exit_code
+
+
+def _named(err: OSError, otherwise: str) -> str:
+    return one_path(err.filename, 200) if err.filename else otherwise
 
 
 def _internal(err: Exception) -> int:
