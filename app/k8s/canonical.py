@@ -79,9 +79,15 @@ def _blen(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-def content_hash(spec: dict[str, Any], data: dict[str, Any]) -> str:
-    """8 hex characters of sha256 over the RayJob spec and its ConfigMap data."""
-    text = canon({"spec": spec, "data": data})
+def content_hash(
+    spec: dict[str, Any], data: dict[str, Any], scheduler: dict[str, str] | None = None
+) -> str:
+    """8 hex characters of sha256 over the RayJob spec, its ConfigMap data and, where given,
+    Kueue's queue and priority class (the chart's "trainctl.runName")."""
+    hashed: dict[str, Any] = {"spec": spec, "data": data}
+    if scheduler is not None:
+        hashed["scheduler"] = scheduler
+    text = canon(hashed)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
 
 

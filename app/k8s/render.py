@@ -152,7 +152,8 @@ def _pool_objects(
     draft = dict(ctx, name="")
     job = _render(env, "rayjob.yaml.j2", c=draft)[0]
     config = _render(env, "configmap.yaml.j2", c=draft)[0]
-    name = f"{base['release']}-{pool}-{canonical.content_hash(job['spec'], config['data'])}"
+    hashed = canonical.content_hash(job["spec"], config["data"], _labelled_scheduler(env, draft))
+    name = f"{base['release']}-{pool}-{hashed}"
     problem = rules.name_problem(name, base["release"], pool)
     if problem:
         raise ConfigError(problem)
@@ -163,6 +164,19 @@ def _pool_objects(
     objects += _render(env, "podgroup.yaml.j2", c=ctx)  # nothing but with scheduler-plugins
     objects += _render(env, "rayjob.yaml.j2", c=ctx)
     return objects
+
+
+def _labelled_scheduler(env: Environment, c: dict[str, Any]) -> dict[str, str] | None:
+    """Kueue's queue and priority class, which the run name's hash covers (the chart's
+    "trainctl.runName" says why); None with any other scheduler."""
+    scheduler = json.loads(env.get_template("_macros.j2").module.scheduler(c))
+    if scheduler.get("name") != "kueue":
+        return None
+    return {
+        "name": scheduler["name"],
+        "queue": scheduler.get("queue") or "",
+        "priorityClass": scheduler.get("priorityClass") or "",
+    }
 
 
 def _shared_objects(env: Environment, base: dict[str, Any]) -> list[dict[str, Any]]:

@@ -167,14 +167,25 @@ def test_each_scheduler_renders_what_kuberay_documents(case: str, tmp_path: Path
     assert python == job
 
 
-def test_a_scheduler_changes_labels_and_pods_but_not_the_run_for_label_only_ones() -> None:
+def test_a_scheduler_changes_labels_and_pods_but_not_the_run_for_label_only_ones(
+    tmp_path: Path,
+) -> None:
     """The content hash covers the RayJob spec: a queue label alone keeps the run's name (a
-    re-queued run resumes), a pod priority class makes a new one."""
+    re-queued run resumes), a pod priority class makes a new one. Kueue's queue and priority
+    class make a new one too: Kueue refuses a changed queue label on a RayJob that is not
+    suspended, so every sync after a queue change failed (a red-team pass)."""
     plain = _job(_values({"name": ""}))["metadata"]["name"]
     volcano = _job(_values({"name": "volcano", "queue": "q"}))["metadata"]["name"]
     yunikorn = _job(_values({"name": "yunikorn", "priorityClass": "p"}))["metadata"]["name"]
     assert volcano == plain
     assert yunikorn != plain
+    names = set()
+    for queue, priority in (("a", ""), ("b", ""), ("a", "high")):
+        values = _values({"name": "kueue", "queue": queue, "priorityClass": priority})
+        name = _job(values)["metadata"]["name"]
+        assert _python_job(values, tmp_path)["metadata"]["name"] == name  # the engines agree
+        names.add(name)
+    assert len(names) == 3 and plain not in names, names
 
 
 def test_yunikorn_app_ids_differ_between_namespaces_and_fit_a_label() -> None:

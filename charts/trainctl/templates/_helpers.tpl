@@ -198,7 +198,11 @@ priorityClassName: {{ . | quote }}
 {{- end -}}
 
 {{/* The RayJob (and ConfigMap, NetworkPolicy) name: <release>-<pool>-<hash8>, where the hash
-covers the RayJob spec and the ConfigMap data rendered with an empty name. */}}
+covers the RayJob spec and the ConfigMap data rendered with an empty name, and with Kueue its
+queue and priority class: they are labels, outside the spec, and Kueue refuses a changed queue
+label on a RayJob that is not suspended, so every sync after a queue change failed; a new queue
+is a new run instead, as a change of the spec is. (Other schedulers' labels may change on a
+live RayJob: a re-queued run keeps its name and resumes.) */}}
 {{- define "trainctl.runName" -}}
 {{- $draft := dict "root" .root "pool" .pool "p" .p "train" .train "name" "" -}}
 {{- $job := include "trainctl.rayjob" $draft | fromYaml -}}
@@ -206,7 +210,12 @@ covers the RayJob spec and the ConfigMap data rendered with an empty name. */}}
 {{- if or (hasKey $job "Error") (hasKey $cm "Error") -}}
 {{- fail (printf "internal error rendering pool %s: %v %v" .pool ($job.Error | default "") ($cm.Error | default "")) -}}
 {{- end -}}
-{{- $hash := include "trainctl.canon" (dict "spec" $job.spec "data" $cm.data) | sha256sum | trunc 8 -}}
+{{- $hashed := dict "spec" $job.spec "data" $cm.data -}}
+{{- $s := include "trainctl.scheduler" .root | fromJson -}}
+{{- if eq $s.name "kueue" -}}
+{{- $_ := set $hashed "scheduler" (dict "name" $s.name "queue" ($s.queue | default "") "priorityClass" ($s.priorityClass | default "")) -}}
+{{- end -}}
+{{- $hash := include "trainctl.canon" $hashed | sha256sum | trunc 8 -}}
 {{- $name := printf "%s-%s-%s" .root.Release.Name .pool $hash -}}
 {{- if gt (len $name) 47 -}}
 {{- fail (printf "RayJob name %q is %d characters; KubeRay allows at most 47: shorten the release name (%q) or the pool name (%q) so that release + pool is at most 37 characters" $name (len $name) .root.Release.Name .pool) -}}
