@@ -332,3 +332,24 @@ def test_the_documented_data_loaders_are_valid_and_mount_the_charts_claim_as_the
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
         }
+
+
+def test_the_generated_ray_token_is_written_once_under_gitops() -> None:
+    """Argo CD and Flux render the chart without the cluster, so the chart's Ray token is new
+    on each render: every sync wrote a new token under running Ray clusters, whose restarted
+    workers could then not join (a red-team pass). Flux creates it once (ssa: IfNotPresent);
+    the Argo CD example ignores its data, for the Secret of the release it installs."""
+    values = load_values([EXAMPLES / "values-cpu.yaml"])  # leaves rayAuth.existingSecret empty
+    (app,) = documents(EXAMPLES / "argocd" / "application.yaml")
+    release = app["spec"]["source"]["helm"]["releaseName"]
+    for objects in render_objects(values, release=release, namespace="ml").values():
+        (secret,) = [o for o in objects if o["kind"] == "Secret"]
+        assert (
+            secret["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/ssa"] == "IfNotPresent"
+        )
+        ignored = [
+            rule for rule in app["spec"]["ignoreDifferences"]
+            if rule["kind"] == "Secret" and rule.get("name") == secret["metadata"]["name"]
+        ]  # fmt: skip
+        assert [rule["jsonPointers"] for rule in ignored] == [["/data"]], ignored
+    assert "RespectIgnoreDifferences=true" in app["spec"]["syncPolicy"]["syncOptions"]
