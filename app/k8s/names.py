@@ -165,6 +165,7 @@ def schema_definitions() -> dict[str, Any]:
         # A label value of its own (a YuniKorn queue such as root.team_a travels as one).
         "labelValue": label_value,
         "tolerations": _tolerations(label_value),
+        "nodeAffinity": _node_affinity(key, label_value),
     }
 
 
@@ -218,6 +219,88 @@ def _tolerations(label_value: dict[str, Any]) -> dict[str, Any]:
             "allOf": [{"not": rule} for rule in _REFUSED_TOLERATIONS],
         },
     }
+
+
+def _node_affinity(key: dict[str, Any], label_value: dict[str, Any]) -> dict[str, Any]:
+    """A pod's nodeAffinity, as Kubernetes validates it: what nodeSelector cannot say (a spot or
+    an on-demand node, one of several instance types, a preferred zone). Held to the API
+    server's rules here, since a pod it refuses is one KubeRay never makes, and the run waits."""
+    requirement = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key", "operator"],
+        "properties": {
+            "key": key,
+            "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]},
+            "values": {"type": "array", "maxItems": 100, "items": label_value},
+        },
+        "allOf": [{"not": rule} for rule in _REFUSED_REQUIREMENTS],
+    }
+    term = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["matchExpressions"],
+        "properties": {
+            "matchExpressions": {"type": "array", "minItems": 1, "maxItems": 20,
+                                 "items": requirement},
+        },
+    }  # fmt: skip
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "Kubernetes' nodeAffinity for the pool's Ray pods: required terms (any "
+        "one holds) and preferred terms with a weight of 1 to 100.",
+        "properties": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["nodeSelectorTerms"],
+                "properties": {
+                    "nodeSelectorTerms": {"type": "array", "minItems": 1, "maxItems": 20,
+                                          "items": term},
+                },
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": {
+                "type": "array",
+                "maxItems": 20,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["weight", "preference"],
+                    "properties": {
+                        "weight": {"type": "integer", "minimum": 1, "maximum": 100},
+                        "preference": term,
+                    },
+                },
+            },
+        },
+    }  # fmt: skip
+
+
+_REFUSED_REQUIREMENTS: list[dict[str, Any]] = [
+    {
+        "properties": {"operator": {"enum": ["In", "NotIn"]}},
+        "anyOf": [{"not": {"required": ["values"]}}, {"properties": {"values": {"maxItems": 0}}}],
+        "description": "operator In and NotIn need values (Kubernetes refuses an empty list): "
+        "list the label values to match",
+    },
+    {
+        "required": ["values"],
+        "properties": {"operator": {"enum": ["Exists", "DoesNotExist"]}, "values": {"minItems": 1}},
+        "description": "operator Exists and DoesNotExist take no values (Kubernetes refuses "
+        "them): remove values",
+    },
+    {
+        "properties": {"operator": {"enum": ["Gt", "Lt"]}},
+        "anyOf": [
+            {"not": {"required": ["values"]}},
+            {"properties": {"values": {"not": {"minItems": 1, "maxItems": 1}}}},
+            {"properties": {"values": {"items": {"not": {"pattern": "^-?[0-9]{1,18}$"}}}}},
+        ],
+        "description": "operator Gt and Lt take exactly one value, a whole number (Kubernetes "
+        "refuses others)",
+    },
+]
 
 
 # The pod validation rules the API server applies to the pods KubeRay creates, after the

@@ -431,6 +431,82 @@ def test_the_tolerations_kubernetes_takes_render() -> None:
     assert group["template"]["spec"]["tolerations"] == allowed
 
 
+SPOT_OR_ON_DEMAND = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In",
+                 "values": ["spot", "on-demand"]},
+                {"key": "node.kubernetes.io/instance-type", "operator": "NotIn",
+                 "values": ["g4dn.xlarge"]},
+                {"key": "example.com/gpu-memory-gib", "operator": "Gt", "values": ["20"]},
+                {"key": "example.com/draining", "operator": "DoesNotExist"},
+            ]}],
+        },
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "preference": {"matchExpressions": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}},
+        ],
+    }
+}  # fmt: skip
+
+
+def test_a_pools_node_affinity_reaches_its_pods_alike_in_both_engines(tmp_path: Path) -> None:
+    """What nodeSelector cannot say for a spot GPU pool (spot or on-demand, instance types, a
+    preferred capacity type): the schema refused `affinity` (a red-team pass). The data pool
+    takes it too; the head does not (it stays where head.nodeSelector puts it)."""
+    from app.k8s.render import load_values, render_objects
+
+    values = {
+        "nodePools": {"l4": {"gpusPerWorker": 1, "affinity": SPOT_OR_ON_DEMAND}},
+        "dataPool": {"enabled": True, "affinity": SPOT_OR_ON_DEMAND},
+    }
+    (job,) = of_kind(helm_render(values), "RayJob")
+    head, groups = rayjob_groups(job)
+    assert [g["template"]["spec"]["affinity"] for g in groups] == [SPOT_OR_ON_DEMAND] * 2
+    assert "affinity" not in head["template"]["spec"]
+    assert list(crd_validator("rayjobs").iter_errors(job)) == []
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    (objects,) = render_objects(load_values([path]), release="demo", namespace="ml").values()
+    (ours,) = [o for o in objects if o["kind"] == "RayJob"]
+    _, our_groups = rayjob_groups(ours)
+    assert [g["template"]["spec"] for g in our_groups] == [g["template"]["spec"] for g in groups]
+    plain = of_kind(helm_render({"nodePools": {"l4": {"gpusPerWorker": 1}}}), "RayJob")[0]
+    assert plain["metadata"]["name"] != job["metadata"]["name"]  # another pod spec, another run
+
+
+def _requirement(**given: object) -> dict:
+    term = {"matchExpressions": [{"key": "karpenter.sh/capacity-type", **given}]}
+    required = {"nodeSelectorTerms": [term]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+
+
+@pytest.mark.parametrize(
+    ("affinity", "says"),
+    [
+        (_requirement(operator="In"), "operator In and NotIn need values"),
+        (_requirement(operator="NotIn", values=[]), "operator In and NotIn need values"),
+        (_requirement(operator="Exists", values=["spot"]), "operator Exists and DoesNotExist"),
+        (_requirement(operator="Gt", values=["a lot"]), "operator Gt and Lt take exactly one"),
+        (_requirement(operator="Lt", values=["1", "2"]), "operator Gt and Lt take exactly one"),
+        (_requirement(operator="Near", values=["x"]), "operator"),
+        ({"podAntiAffinity": {}}, "podAntiAffinity"),
+        ({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 0, "preference": {"matchExpressions": []}}]}}, "weight"),
+    ],
+)  # fmt: skip
+def test_node_affinity_kubernetes_refuses_in_pods_is_refused_at_render(
+    affinity: dict, says: str, tmp_path: Path
+) -> None:
+    """The RayJob would be accepted and its pods refused inside KubeRay: the run would wait its
+    whole preRunningDeadlineSeconds for pods that are never made."""
+    values = {"nodePools": {"l4": {"gpusPerWorker": 1, "affinity": affinity}}}
+    helm, ours = refusals(values, tmp_path)
+    assert "affinity" in helm
+    assert any(line.startswith("nodePools.l4.affinity") and says in line for line in ours), ours
+
+
 @pytest.mark.parametrize(
     "values",
     [

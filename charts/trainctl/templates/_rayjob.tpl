@@ -469,7 +469,7 @@ spec:
 {{- end -}}
 
 {{/* One worker group: a RayJob's GPU pool, or the data pool (dataPool). Context: root, pool,
-name, group (groupName), g (the group's settings: nodeSelector, tolerations, cpusPerWorker,
+name, group (groupName), g (the group's settings: nodeSelector, tolerations, affinity, cpusPerWorker,
 memoryPerWorker, spot), gpus, replicas, min, max, and optionally resources (Ray custom
 resources) and rayLabels (Ray node labels). */}}
 {{- define "trainctl.workerGroup" -}}
@@ -515,6 +515,10 @@ resources) and rayLabels (Ray node labels). */}}
       {{- end }}
       {{- with $g.tolerations }}
       tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $g.affinity }}
+      affinity:
         {{- toYaml . | nindent 8 }}
       {{- end }}
       containers:
