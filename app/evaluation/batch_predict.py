@@ -189,16 +189,7 @@ def batch_predict(
         found = _gather(said, export, strict)
     if destination is not None:
         k = min(top_k, len(export.card["class_names"]))  # columns a row, whatever was skipped
-        data = encode(found, destination, k, provenance(export))
-        try:
-            with store_errors(destination, "--out"):
-                destination.parent.mkdir(parents=True, exist_ok=True)  # a bucket has none
-                write_atomic(destination, data)
-        except OSError as err:  # a volume's, since the probe: full, gone, read-only now
-            # After the scoring: a failure of the run (exit 1) where the machine refused it.
-            failure = RunFailed if refused_write(err) else ConfigError
-            why = err.strerror or str(err)
-            raise failure(f"--out {shown(destination)}: cannot be written ({why})") from None
+        _write_out(destination, encode(found, destination, k, provenance(export)))
     return BatchResult(
         [p for p, error in found if not error],
         [(p.image, error) for p, error in found if error],
@@ -206,6 +197,18 @@ def batch_predict(
         not_images,
         twice,
     )
+
+
+def _write_out(destination: RunPath, data: bytes) -> None:
+    try:
+        with store_errors(destination, "--out"):
+            destination.parent.mkdir(parents=True, exist_ok=True)  # a bucket has none
+            write_atomic(destination, data)
+    except OSError as err:  # a volume's, since the probe: full, gone, read-only now
+        # After the scoring: a failure of the run (exit 1) where the machine refused it.
+        failure = RunFailed if refused_write(err) else ConfigError
+        why = err.strerror or str(err)
+        raise failure(f"--out {shown(destination)}: cannot be written ({why})") from None
 
 
 def _with_top_k(options: ScoringOptions, top_k: int) -> ScoringOptions:
