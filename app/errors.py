@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import errno
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # training or a cluster operation failed at run time
@@ -49,6 +50,20 @@ REFUSED_WRITES = frozenset(
 
 def refused_write(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in REFUSED_WRITES
+
+
+@contextlib.contextmanager
+def refused_writes_fail(place: str, then: str) -> Iterator[None]:
+    """A write inside that the machine refuses ends as RunFailed: `place: could not be written
+    (why); then`, `then` saying what was kept and what to do; any other error goes on as it is.
+    It was "internal error ... please report it" (a red-team pass)."""
+    try:
+        yield
+    except OSError as err:
+        if not refused_write(err):
+            raise
+        why = os.strerror(err.errno or 0)  # a library's strerror may be a sentence of its own
+        raise RunFailed(f"{place}: could not be written ({why}); {then}") from None
 
 
 class WaitTimedOut(TrainctlError):

@@ -33,7 +33,7 @@ from filelock import FileLock
 from app.data.class_meta import encode as encode_class_names
 from app.data.images import SHAPE_KEY, geometry
 from app.data.kind import ParquetData
-from app.errors import ConfigError, RunFailed, refused_write
+from app.errors import ConfigError, RunFailed, refused_writes_fail
 from app.storage.buckets import ObjectPath
 from app.storage.location import RunPath, expand, written_whole
 
@@ -231,15 +231,11 @@ def write_staged(out: Path, write: Callable[[Path], dict[str, object]]) -> dict[
     was "internal error ... please report it" (a red-team pass)."""
     staging = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        meta = write(staging)
-        _swap_in(staging, out)
-    except OSError as err:
-        if not refused_write(err):
-            raise
-        raise RunFailed(
-            f"{out}: could not be written ({os.strerror(err.errno or 0)}); nothing of it was "
-            "kept: make room there, then run it again"
-        ) from None
+        with refused_writes_fail(
+            str(out), "nothing of it was kept: make room there, then run it again"
+        ):
+            meta = write(staging)
+            _swap_in(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return meta

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.errors import ConfigError, RunFailed, refused_write
+from app.errors import ConfigError, refused_writes_fail
 from app.evaluation.report import run_evaluations
 from app.formatting import finite, is_finite, json_safe, mapping, shown
 from app.runfolder import folder as run_folder
@@ -215,15 +214,8 @@ def compare(runs: Sequence[str], out: str | None, overwrite: bool = False) -> Co
     known = [r for r in found if r.settings]
     differing = [k for k in keys if len({_value(r.settings.get(k)) for r in known}) > 1]
     _choose_evaluations(found)
-    try:
+    with refused_writes_fail(f"--out {out or 'compare.png'!r}", "give --out a place with room"):
         write_atomic(destination, _curves(found))
-    except OSError as err:
-        if not refused_write(err):
-            raise
-        raise RunFailed(
-            f"--out {out or 'compare.png'!r}: could not be written "
-            f"({os.strerror(err.errno or 0)}); give --out a place with room"
-        ) from None
     return Comparison(found, differing, destination)
 
 

@@ -26,7 +26,7 @@ import re
 import warnings
 from typing import Any
 
-from app.errors import ConfigError, RunFailed, refused_write
+from app.errors import ConfigError, refused_writes_fail
 from app.formatting import csv_text, is_finite
 from app.runfolder.folder import EVAL_DIR
 from app.storage import bounded_json, safe_fs
@@ -97,17 +97,12 @@ def write_folder(folder: RunPath, files: dict[str, bytes], run_dir: RunPath) -> 
     """`files` as `folder`'s whole content, replacing what was there (see the module), below
     the run folder; metrics.json last, the marker a reader trusts the rest by."""
     others = {name: data for name, data in files.items() if name != METRICS_FILE}
-    try:
+    kept = (
+        "the scores were not kept, and nothing of the folder was left half-written: make room "
+        "there, then run it again"
+    )
+    with refused_writes_fail(str(folder), kept):
         replace_folder(folder, {**others, METRICS_FILE: files[METRICS_FILE]}, run_dir)
-    except OSError as err:
-        # A full disk or a quota is the machine's state, not a bug: said as a failed write
-        # (it was "internal error ... please report it", a red-team pass).
-        if not refused_write(err):
-            raise
-        raise RunFailed(
-            f"{folder}: could not be written ({err.strerror}); the scores were not kept, and "
-            "nothing of the folder was left half-written: make room there, then run it again"
-        ) from None
 
 
 def report_files(
