@@ -51,13 +51,12 @@ from app.runfolder.class_names import (
 )
 from app.runfolder.folder import EXPORT_DIR as EXPORT_DIR  # the run folder's name for it
 from app.runfolder.folder import (
-    MAX_RECORDS_BYTES,
     SUMMARY_FILE,
     SWEEP_FILE,
     TRIALS_DIR,
     holds_run_records,
-    read_record_file,
     read_summary,
+    read_sweep,
     run_names,
 )
 from app.runfolder.state_dicts import MAX_WEIGHTS_BYTES
@@ -147,13 +146,8 @@ def sweep_best_trial(folder: RunPath) -> RunPath | None:
 
 def _named_best(folder: RunPath) -> str | None:
     """The trial id sweep.json names as the best (exported) one, None where it names none."""
-    try:
-        record = bounded_json.loads(
-            read_record_file(folder / SWEEP_FILE, MAX_RECORDS_BYTES).decode("utf-8")
-        )
-    except (OSError, ValueError):  # none, a link, damaged: the caller says what to give
-        return None
-    best = record.get("best") if isinstance(record, dict) else None
+    record = read_sweep(folder, damaged=None)  # none, a link, damaged: the caller says more
+    best = record.get("best") if record is not None else None
     trial = best.get("trial") if isinstance(best, dict) else None
     if not isinstance(trial, str) or not re.fullmatch(r"trial-[0-9]{4,9}", trial):
         return None
