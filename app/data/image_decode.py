@@ -69,6 +69,11 @@ def open_image(data: bytes, where: object) -> Image.Image:
                 f"{shown(where)}: a truncated or damaged {kind} (it starts as one, but its "
                 f"header is incomplete: {len(data):,} bytes); copy or upload it again"
             ) from None
+        if isinstance(err, UnidentifiedImageError) and data.startswith(b"PAR1"):
+            raise ImageError(
+                f"{shown(where)}: a Parquet file, not an image: `trainctl evaluate` scores a "
+                "Parquet dataset's rows"
+            ) from None
         if isinstance(err, UnidentifiedImageError):
             raise ImageError(
                 f"{shown(where)}: not an image format Pillow reads (JPEG, PNG, BMP, TIFF, WebP...)"

@@ -177,7 +177,7 @@ def batch_predict(
     if total == 0:
         raise ConfigError(
             f"no image files in {', '.join(shown(i) for i in images)} (images: .jpg, .png, "
-            ".bmp, .tif, .webp ...)"
+            ".bmp, .tif, .webp ...; `trainctl evaluate` scores a Parquet dataset's rows)"
         )
     check_loads(export)
     connect()

@@ -101,8 +101,8 @@ def judge_classes(
     gate: Gate, judged: Judged | None, has_champion: bool
 ) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     """(the per-class checks as recorded, the failures, notes) of `gate`'s class terms."""
-    if not gate.per_class:
-        return [], [], []
+    if not gate.per_class or (judged is not None and judged.unread):
+        return [], [], []  # a split too unreadable to judge already fails every gate, once
     if judged is None or judged.run is None:
         why = judged.problem if judged is not None else "no run-end evaluation"
         return [], [f"the per-class terms need the run-end evaluation, which failed ({why})"], []

@@ -213,12 +213,13 @@ def labels_disagree(champion: Scores, judged: Judged, recorded: float | None = N
       (Scores.chance_agreement), by more than DISAGREEMENT_ERRORS standard errors: every
       digit shifted by one (a red-team pass promoted such a run over a champion that had
       scored 0.79 on its own data);
-    - classes whose rows it mostly answers as another class, in a cycle (`circle` rows read
-      as `square` and `square` rows as `circle`), where the cycle is the whole of its fall
-      from `recorded` (its val_accuracy on its own data): read back, its accuracy here is its
-      own again (_swapped). Two of three classes swapped leave its accuracy at chance exactly,
-      and a run on the swapped data replaced a champion that was right on every row of its own
-      (a red-team pass). A champion that confuses two classes on its own data too falls
+    - classes whose rows it answers as another class more often than as themselves, in a
+      cycle (`circle` rows read as `square` and `square` rows as `circle`), where the cycle is
+      the whole of its fall from `recorded` (its val_accuracy on its own data): read back, its
+      accuracy here is its own again (_swapped). Two of three classes swapped leave its
+      accuracy at chance exactly, and a run on the swapped data replaced a champion that was
+      right on every row of its own (a red-team pass). A champion that confuses two classes
+      on its own data too falls
       nowhere, and is judged as usual."""
     expected = champion.chance_agreement()  # None without rows or answers counted
     if expected is not None:
@@ -233,7 +234,7 @@ def labels_disagree(champion: Scores, judged: Judged, recorded: float | None = N
     if not cycle:
         return None
     shown = "; ".join(
-        f"rows labelled {_name(c)} mostly as {_name(d)} ({n:,} of {s:,})"
+        f"rows labelled {_name(c)} most often as {_name(d)} ({n:,} of {s:,})"
         for c, d, n, s in cycle[:MAX_CYCLE_SHOWN]
     )
     more = len(cycle) - MAX_CYCLE_SHOWN
@@ -260,23 +261,25 @@ _ONE_SIDED = 1 - NormalDist().cdf(DISAGREEMENT_ERRORS)
 
 def _swapped(champion: Scores, recorded: float | None) -> list[tuple[str, str, int, int]]:
     """A cycle of classes (class, answered as, how often, its rows) where the champion answers
-    most of each class's rows (MIN_SWAPPED_ROWS at least) as the next class, more often than
-    its share of all its answers explains (a one-sided test, corrected for the classes
-    tested), and where reading the cycle back gives the champion its `recorded` accuracy
-    again from one significantly below it; [] where there is none."""
+    each class's rows (MIN_SWAPPED_ROWS at least) as the next class more often than as the
+    class itself or any other, the cycle as a whole more often than its share of all its
+    answers explains (a one-sided test, corrected for the classes tested), and where reading
+    the cycle back gives the champion its `recorded` accuracy again from one significantly
+    below it; [] where there is none.
+
+    The cycle is tested as a whole, not edge by edge: a weak champion facing a swap answers a
+    class it half knew as the other only about half the time (7 of 15 rows, a red-team pass),
+    which no test of that edge alone can tell from chance, while the two edges together can."""
     rows = champion.rows
     if rows <= 0 or recorded is None:
         return []
-    bar = NormalDist().inv_cdf(1 - _ONE_SIDED / max(1, len(champion.answered)))
     edges: dict[str, tuple[str, int, int]] = {}
     for name, (answer, count) in champion.answered.items():
-        support = int(champion.per_class.get(name, {}).get("support", 0))
-        theirs = champion.per_class.get(answer, {}).get("predicted")
-        if answer == name or support <= 0 or theirs is None or count < MIN_SWAPPED_ROWS:
-            continue
-        share = theirs / rows  # how often it answers `answer` on any row
-        spread = math.sqrt(support * share * (1 - share))
-        if 2 * count > support and count - support * share > bar * spread:
+        figures = champion.per_class.get(name, {})
+        support = int(figures.get("support", 0))
+        right = round(figures.get("recall", 0.0) * support)
+        known = answer in champion.per_class and "predicted" in champion.per_class[answer]
+        if answer != name and known and count >= MIN_SWAPPED_ROWS and count > right:
             edges[name] = (answer, count, support)
     for start in edges:
         path, at = [start], edges[start][0]
@@ -285,9 +288,24 @@ def _swapped(champion: Scores, recorded: float | None) -> list[tuple[str, str, i
             at = edges[at][0]
         if at in path:  # a cycle: from where it closes
             cycle = [(c, *edges[c]) for c in path[path.index(at) :]]
-            if _explains_the_fall(champion, cycle, recorded):
+            if _past_chance(champion, cycle) and _explains_the_fall(champion, cycle, recorded):
                 return cycle
     return []
+
+
+def _past_chance(champion: Scores, cycle: list[tuple[str, str, int, int]]) -> bool:
+    """Whether the cycle's rows go to the next class more often, all together, than answers
+    drawn as often per class as the champion gave them would: by more than the one-sided bar
+    of DISAGREEMENT_ERRORS standard errors, shared among the classes (Bonferroni), or a set of
+    hundreds of classes would find a cycle by luck."""
+    rows = champion.rows
+    bar = NormalDist().inv_cdf(1 - _ONE_SIDED / max(1, len(champion.answered)))
+    excess = variance = 0.0
+    for _, answer, count, support in cycle:
+        share = champion.per_class[answer]["predicted"] / rows  # its answers that are `answer`
+        excess += count - support * share
+        variance += support * share * (1 - share)
+    return variance > 0 and excess > bar * math.sqrt(variance)
 
 
 def _explains_the_fall(

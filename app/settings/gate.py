@@ -234,7 +234,7 @@ def _never_met(terms: list[tuple[str, str, float]]) -> str | None:
             for other in [t for t in by_term if t.startswith(named)]:
                 by_term[other].append((op, value, f"{term}{op}{exact(value)}"))
     for term, bounds in by_term.items():
-        # class_drop may be below 0 (every class better than the champion's): no range of its own.
+        # class_drop's own bounds are checked where it is read (parse_class_term).
         fraction = term in FRACTIONS or "[" in term or term.startswith(CLASS_FLOOR)
         # The lowest and highest value the figure may take, each with whether it is excluded.
         positive = term in ABOVE_ZERO
@@ -391,7 +391,14 @@ def parse_class_term(part: str) -> ClassThreshold | Threshold | None:
                 f"may fall below the champion's: {CLASS_DROP}<=0 lets no class fall; write e.g. "
                 f"{CLASS_DROP}<=0.02"
             )
-        return Threshold(CLASS_DROP, op, _fraction(part, term, op, value, percent))
+        fraction = _fraction(part, term, op, value, percent)
+        if op == "<" and fraction == 0:
+            raise ValueError(
+                f"{part!r} asks every class's recall to rise above the champion's, which no "
+                f"run can do where the champion recalls a class fully: {CLASS_DROP}<=0 lets no "
+                f"class fall; write e.g. {CLASS_DROP}<=0.02"
+            )
+        return Threshold(CLASS_DROP, op, fraction)
     if term.startswith(CLASS_FLOOR):
         figure = term.removeprefix(CLASS_FLOOR)
         if figure not in FIGURES:

@@ -456,6 +456,7 @@ def test_predict_on_a_folder_without_images_is_refused(run: Path, tmp_path: Path
     (tmp_path / "imgs" / "notes.txt").write_text("x")
     result = trainctl("predict", str(run), str(tmp_path / "imgs"), "--out", str(tmp_path / "p.csv"))
     assert_refused(result, 2, "no image files in")
+    assert "`trainctl evaluate` scores a Parquet dataset's rows" in result.text  # a red-team pass
     assert not (tmp_path / "p.csv").exists()
     # --out's folders are created only to write the predictions (a red-team pass found them
     # left behind by a refusal, one at the filesystem's root).

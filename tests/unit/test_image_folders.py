@@ -110,6 +110,9 @@ def test_outside_ray_the_decode_slots_are_the_usable_cpus() -> None:
         (b"GIF89a not really", "a truncated or damaged GIF (it starts as one"),
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "a truncated or damaged PNG"),  # a cut copy
         (b"%PDF-1.7 a document", "not an image format Pillow reads"),
+        # A Parquet file given to `predict` (a red-team pass): said as one, with where its
+        # rows are scored.
+        (b"PAR1\x15\x04 some pages", "a Parquet file, not an image: `trainctl evaluate`"),
         (b"", "an empty file (0 bytes), not an image"),  # an interrupted copy
     ],
 )
