@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.errors import ClusterError, ConfigError, TrainctlError, connection_cause
+from app.redact import redact_text
 
 KUBERAY_INSTALL = (
     "install the KubeRay operator first: helm repo add kuberay "
@@ -120,6 +121,18 @@ def explain(
     return ClusterError(
         f"the Kubernetes API failed to {verb} {target} {where} "
         f"({failure.status} {failure.reason or 'error'}){detail}"
+    )
+
+
+def not_json(host: str, status: int, body: bytes) -> ClusterError:
+    """A success whose body is no JSON: something other than the API server answered."""
+    start = body[:60].decode("utf-8", "replace")
+    shown = " ".join(redact_text(start).split())
+    return ClusterError(
+        f"the server at {host or 'the configured address'} answered {status} with a body that "
+        f"is not JSON ({shown!r}...): it does not look like a Kubernetes API server. Check the "
+        "kubeconfig's server address (a wrong port, or a proxy, load balancer or sign-in page "
+        "in front of the API)"
     )
 
 

@@ -114,7 +114,10 @@ class Cluster:
         if stream:
             return raw
         data = response.read()
-        return json.loads(data) if data else None
+        try:
+            return json.loads(data) if data else None
+        except ValueError:  # a sign-in page or a proxy's answer, sent as 200
+            raise api_errors.not_json(self.host, response.status, data) from None
 
     def _call(self, verb: str, kind: str, name: str, namespace: str, **request: Any) -> Any:
         try:

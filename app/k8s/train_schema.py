@@ -8,6 +8,7 @@ and a contract test fails when the committed schema and the settings model disag
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from pathlib import Path
@@ -131,6 +132,8 @@ def bound_maps(schema: dict[str, Any]) -> dict[str, Any]:
     _bound_labels(props)
     _bound_env(props)
     _bound_free_form(props)
+    credential_names = schema["definitions"]["plainEnvName"]["allOf"][1]["not"]["pattern"]
+    _bound_collector_env(props, credential_names)
     # IRSA or GKE Workload Identity annotations on the created ServiceAccount.
     props["serviceAccount"]["properties"]["annotations"] = {"$ref": _ref("annotations")}
     for kind in ("requests", "limits"):
@@ -225,6 +228,33 @@ def _bound_free_form(props: dict[str, Any]) -> None:
     for selector in ("namespaceSelector", "podSelector"):
         expressions = metrics["scraper"]["properties"][selector]["properties"]["matchExpressions"]
         expressions["items"] = names.bound_free_form(expressions["items"])
+
+
+def _bound_collector_env(props: dict[str, Any], credential_names: str) -> None:
+    """The history server collector's variables sit in the RayJob's text, passed through as
+    is: a credential given there in plain text, by its name or by its form, is refused as in
+    env: (a red-team pass), and goes in valueFrom, which reads it from a Secret."""
+    secret = "give it with valueFrom: {secretKeyRef: {name: ..., key: ...}}, kept in a Secret"
+    job = props["rayJob"]["properties"]
+    collector = job["historyServerOptions"]["properties"]["collectorOptions"]["properties"]
+    items = collector["env"]["items"]
+    items["allOf"].append(
+        {
+            "not": {
+                "required": ["name", "value"],
+                "properties": {"name": {"pattern": credential_names}},
+                "description": "a credential-like name (a token, password, secret or key) "
+                f"with its value in plain text would sit in the RayJob: {secret}",
+            }
+        }
+    )
+    value = copy.deepcopy(props["env"]["additionalProperties"])
+    for rule in value["allOf"]:
+        said = rule["not"]["description"]
+        rule["not"]["description"] = said.replace(
+            "give the variable in secretEnv: (a Secret)", secret
+        )
+    items.setdefault("properties", {})["value"] = value
 
 
 def _ref(name: str) -> str:

@@ -344,9 +344,34 @@ def _describe(err: Any) -> str:
         "not": _refused_by_not,
         "pattern": _refused_by_pattern,
         "additionalProperties": _unknown_key,
+        "required": _deleted,
     }
     said = by_rule[err.validator](err, where) if err.validator in by_rule else None
     return said or _other_rule(err, where) or f"{where}: {err.message}"
+
+
+def _deleted(err: Any, where: str) -> str | None:
+    """A key the chart needs whose default a null (an empty value) deleted; None for a key
+    the chart has no default for, which the schema's own words name."""
+    path = [str(part) for part in err.absolute_path]
+    said = []
+    for key in [k for k in err.validator_value if k not in err.instance]:
+        default: Any = default_values()
+        for part in (*path, key):
+            default = default[part] if isinstance(default, dict) and part in default else None
+        if default is None:
+            continue
+        shown = (
+            "a map" if isinstance(default, dict)
+            else "a list" if isinstance(default, list)
+            else repr(default) if isinstance(default, str)
+            else canonical.scalar(default)
+        )  # fmt: skip
+        said.append(
+            f"{'.'.join((*path, key))}: missing: the chart needs it ({shown} by default), and a "
+            "null (an empty value) deletes the chart's default; give it a value"
+        )
+    return "; ".join(said) or None
 
 
 def _wrong_type(err: Any, where: str) -> str | None:

@@ -49,6 +49,7 @@ _SPECIAL = {
 }
 _YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 _INT64 = (-(2**63), 2**63 - 1)
+_SURROGATE = re.compile("[\ud800-\udfff]")  # only an escape makes one: UTF-8 cannot hold it
 _UINT64_MAX = 2**64 - 1
 # go-yaml v2's alias budget (decode.go: allowedAliasRatio).
 _ALIAS_LOW, _ALIAS_HIGH = 400_000, 4_000_000
@@ -137,6 +138,17 @@ class HelmValuesLoader(yaml.SafeLoader):
                 )
                 self.notes.append((key.start_mark.line + 1, key.start_mark.column, said))
         return super().construct_mapping(node, deep=deep)
+
+    def construct_scalar(self, node: Node) -> Any:
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and (surrogate := _SURROGATE.search(value)):
+            code = ord(surrogate.group())
+            raise ValuesYAMLError(
+                f"line {node.start_mark.line + 1}: \\u{code:04x} is half of a UTF-16 "
+                "surrogate pair, which YAML (and Helm) refuses in an escape: write the "
+                "character itself (UTF-8), or one \\U escape of 8 digits (\\U0001f600)"
+            )
+        return value
 
     def resolve(self, kind: type[Node], value: Any, implicit: Any) -> str:
         if kind is ScalarNode and implicit[0]:

@@ -18,6 +18,7 @@ from app.errors import ConfigError
 from app.k8s import canonical, train_values
 from app.k8s.render import load_values, render_objects, render_schedule_objects
 from tests.contract.k8s_support import (
+    CHART,
     KEPT_BY_GITOPS,
     MANAGED_BY,
     VALUES_FILES,
@@ -27,6 +28,7 @@ from tests.contract.k8s_support import (
     helm_template,
     load_yaml,
     normalized,
+    refusals,
 )
 from tests.contract.values_strategy import from_schema, schema, values_files
 
@@ -512,6 +514,28 @@ def test_created_secret_is_in_every_pool_list_and_never_in_a_configmap() -> None
         {"env": {"WANDB_KEY": "0123456789abcdef"}},
         {"env": {"AUTH": "Bearer eyJhbGciOiJIUzI1NiJ9.e30.x"}},
         {"rayJob": {"runtimeEnv": {"env_vars": {"HEADER": "basic dXNlcjpwYXNzd29yZA=="}}}},
+        # The history server collector's variables, passed through into the RayJob (a
+        # red-team pass): a credential by its name or its form goes in valueFrom.
+        {
+            "rayJob": {
+                "historyServerOptions": {
+                    "collectorOptions": {
+                        "image": "c:1",
+                        "env": [{"name": "AWS_SECRET_ACCESS_KEY", "value": "topsecretpw"}],
+                    }
+                }
+            }
+        },
+        {
+            "rayJob": {
+                "historyServerOptions": {
+                    "collectorOptions": {
+                        "image": "c:1",
+                        "env": [{"name": "STORE", "value": "s3://ak:topsecretpw@minio:9000/logs"}],
+                    }
+                }
+            }
+        },
         {"tune": {"enabled": True, "space": {}}},
         {"tune": {"enabled": True, "space": {"lr": {"uniform": [0.5, 0.1]}}}},
         {"tune": {"space": {"epochs": {"choice": [1, 2]}}}},
@@ -530,6 +554,22 @@ def test_bad_values_are_refused_by_both_engines(bad: dict, tmp_path: Path) -> No
         render_objects(load_values([values_file]), release="demo", namespace="ml")
     key = next(iter(bad))
     assert any(key in problem for problem in err.value.problems), err.value.problems
+
+
+def test_a_collector_variable_read_from_a_secret_renders(tmp_path: Path) -> None:
+    """The refusals above leave the collector's own way to a credential open: valueFrom."""
+    secret = {"secretKeyRef": {"name": "s3", "key": "secret"}}
+    values = {"nodePools": {"a": {}}, "rayJob": {"historyServerOptions": {"collectorOptions": {
+        "image": "c:1", "env": [{"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": secret},
+                                {"name": "REGION", "value": "eu-west-1"}]}}}}  # fmt: skip
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    helm = by_key(helm_render(values))
+    python = python_objects([path], "demo", "ml")
+    assert sorted(helm) == sorted(python)
+    job = next(obj for key, obj in python.items() if key[0] == "RayJob")
+    history = job["spec"]["rayClusterSpec"]["historyServerOptions"]["collectorOptions"]
+    assert history["env"][0] == {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": secret}
 
 
 def test_rule_failures_carry_the_same_message_in_both_engines(tmp_path: Path) -> None:
@@ -596,3 +636,91 @@ def test_canonical_text_is_unambiguous() -> None:
     assert canonical.canon({"k": 1}) == canonical.canon({"k": 1.0})  # Helm has only float64
     spec = {"x": [1, {"y": "é"}]}
     assert canonical.content_hash(spec, {}) == canonical.content_hash(copy.deepcopy(spec), {})
+
+
+# Every part of the chart on at once, so that a null for any default key reaches a template that
+# reads it: a pool, an autoscaled data pool, the schedule, the PodMonitor, a sweep, a policy.
+EVERYTHING_ON = {
+    "nodePools": {"a": {}},
+    "dataPool": {"enabled": True, "autoscaling": True, "minReplicas": 1, "maxReplicas": 2},
+    "schedule": {"enabled": True},
+    "metrics": {"podMonitor": {"enabled": True}},
+    "tune": {"enabled": True, "space": {"lr": {"loguniform": [0.0001, 0.1]}}},
+    "networkPolicy": {"enabled": True},
+    "rayAuth": {"existingSecret": "ray-auth"},
+}
+
+
+def _default_key_paths(values: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple]:
+    paths = []
+    for key, value in values.items():
+        paths.append((*prefix, key))
+        if isinstance(value, dict):
+            paths += _default_key_paths(value, (*prefix, key))
+    return paths
+
+
+def _with_null(base: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    values = copy.deepcopy(base)
+    at = values
+    for key in path[:-1]:
+        if not isinstance(at.get(key), dict):
+            at[key] = {}
+        at = at[key]
+    at[path[-1]] = None
+    return values
+
+
+NULLED_PATHS = _default_key_paths(load_yaml(CHART / "values.yaml"))
+
+
+def test_a_null_for_any_default_key_renders_alike_or_is_refused_by_both(tmp_path: Path) -> None:
+    """A values key left empty is a null, and a null deletes the chart's default (Helm's rule,
+    docs/kubernetes.md): `labels:` with nothing after it. For every key of values.yaml, on a
+    file that turns every part of the chart on, both engines render the same objects or both
+    refuse it naming the key; neither crashes (a red-team pass: `trainctl render` stopped with
+    "internal error: UndefinedError" on 16 of them, Helm with a template's nil pointer on 13)."""
+    crashed = []
+    for path in NULLED_PATHS:
+        values = _with_null(EVERYTHING_ON, path)
+        file = tmp_path / "values.json"
+        file.write_text(json.dumps(values))
+        try:
+            helm: Any = by_key(helm_render(values))
+        except HelmFailed as err:
+            helm = err
+        key = ".".join(path)
+        try:
+            python: Any = python_objects([file], "demo", "ml")
+        except ConfigError as err:
+            python = err
+        except Exception as err:
+            crashed.append(f"{key}: trainctl crashed: {err!r:.300}")
+            continue
+        if isinstance(helm, HelmFailed) or isinstance(python, ConfigError):
+            said = str(helm) if isinstance(helm, HelmFailed) else ""
+            if (
+                not isinstance(helm, HelmFailed)
+                or "executing" in said
+                or not isinstance(python, ConfigError)
+            ):
+                crashed.append(f"{key}: helm {said[-300:] or 'rendered'}; trainctl {python!r:.300}")
+                continue
+            # The key, or the map a rule judges whole (an emptied selector), by both.
+            named = path[-2:]
+            if not (any(k in p for k in named for p in python.problems)
+                    and any(k in said for k in named)):  # fmt: skip
+                crashed.append(f"{key}: not named: helm {said[-300:]}; trainctl {python.problems}")
+            continue
+        if sorted(helm) != sorted(python) or any(
+            normalized(obj) != normalized(python[name]) for name, obj in helm.items()
+        ):
+            crashed.append(f"{key}: rendered differently")
+    assert not crashed, "\n".join(crashed)
+    # What trainctl says of a deleted key the chart needs: it, its default, and why it is gone.
+    helm, said = refusals(_with_null(EVERYTHING_ON, ("schedule", "cron")), tmp_path)
+    assert "missing property 'cron'" in helm
+    assert said == [
+        "schedule.cron: missing: the chart needs it ('0 3 * * 0' by default), and a null (an "
+        "empty value) deletes the chart's default; give it a value"
+    ]

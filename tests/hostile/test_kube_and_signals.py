@@ -182,6 +182,43 @@ def test_silent_api_server_times_out_and_says_it_retries(
     assert time.monotonic() - started < 10
 
 
+@pytest.fixture
+def sign_in_page() -> Iterator[int]:
+    """What an auth proxy or a load balancer in front of the API answers: 200 and a web page."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><title>Sign in</title></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+@pytest.mark.parametrize("command", [("status",), ("logs", "train-l4-0a1b2c3d")])
+def test_a_web_page_answering_200_is_not_kubernetes(
+    tmp_path: Path, kube: None, sign_in_page: int, command: tuple[str, ...]
+) -> None:
+    """A 200 whose body is no JSON (a sign-in page) was an internal error, exit 1: the
+    schedule's CronJob takes 1 for a failed run and never retries it (a red-team pass)."""
+    _kubeconfig(tmp_path, _config(f"http://127.0.0.1:{sign_in_page}", "{token: t}"))
+    result = trainctl(*command)
+    assert_refused(result, 4, "does not look like a Kubernetes API server", "<html><title>Sign")
+
+
 def test_hanging_exec_credential_plugin_is_stopped(
     tmp_path: Path, kube: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
