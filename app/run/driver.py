@@ -205,7 +205,7 @@ def _begin(
             "trained: free space on the store and rerun"
         ) from None
     record_class_names(run_dir, info.class_names)  # checked against the data in preflight
-    run_folder.forget_ray_snapshot(run_dir)  # resume was decided above, from verified files
+    run_folder.forget_ray_files(run_dir)  # resume was decided above, from verified files
     return trackers
 
 

@@ -52,6 +52,7 @@ MAX_PROGRESS_BYTES = 64 << 10
 # Ray Train's record of the checkpoints it registered. Resume is decided from verified files
 # instead; a stale snapshot may name checkpoints since set aside, which stops Ray from starting.
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"
+RAY_STORAGE_MARKER = ".validate_storage_marker"  # Ray Train writes it to test the storage
 # Bounds on what is read back: years of epochs fit many times over; a file past them is damaged.
 MAX_RECORDS_BYTES = 64 << 20
 MAX_LINE_CHARS = 1 << 20
@@ -429,8 +430,13 @@ def ray_committed(run_dir: RunPath) -> set[str]:
     return {name for name in names if isinstance(name, str)}
 
 
-def forget_ray_snapshot(run_dir: RunPath) -> None:
-    (run_dir / RAY_SNAPSHOT).unlink(missing_ok=True)  # unlink removes a link, not its target
+def forget_ray_files(run_dir: RunPath) -> None:
+    """Ray Train's own files in the run folder removed before it starts: its stale snapshot,
+    and its storage check's marker, which Ray opens for writing through any link a writer of
+    the storage planted there (a red-team pass: a file the user can write, truncated). Unlink
+    removes a link, not its target."""
+    for name in (RAY_SNAPSHOT, RAY_STORAGE_MARKER):
+        (run_dir / name).unlink(missing_ok=True)
 
 
 def refuse_the_other_kind(run_dir: RunPath, *, sweep: bool, timeout_s: float) -> None:

@@ -62,8 +62,17 @@ def test_corrupt_and_partial_newest_checkpoints_fall_back_to_the_last_good_one(
     # A partial one before it: the upload never finished, so meta.json never arrived.
     (run_dir / f"checkpoint_epoch_{partial:04d}" / "meta.json").unlink()
 
+    # A writer of the storage links Ray's storage marker to a file the user can write: Ray
+    # Train opens it for writing as it starts, and truncated the file (a red-team pass).
+    precious = tmp_path / "precious.txt"
+    precious.write_text("the user's own file\n")
+    (run_dir / ".validate_storage_marker").unlink(missing_ok=True)
+    (run_dir / ".validate_storage_marker").symlink_to(precious)
+
     rerun = run_trainctl("train", env=env, cwd=tmp_path, timeout=900)
     assert rerun.returncode == 0, explain(rerun)
+    assert precious.read_text() == "the user's own file\n"
+    assert not (run_dir / ".validate_storage_marker").is_symlink()
     assert f"checkpoint checkpoint_epoch_{last:04d} is unusable" in rerun.stdout, explain(rerun)
     assert f"checkpoint_epoch_{partial:04d} is unusable: meta.json is missing" in rerun.stdout
     assert f"resuming run {name} at epoch {good + 1}" in rerun.stdout, explain(rerun)
