@@ -96,6 +96,26 @@ def silent_server() -> Iterator[int]:
         yield server.getsockname()[1]
 
 
+def _answering(body: bytes, content_type: str) -> type:
+    """An HTTP handler answering every GET and POST with 200 and `body`."""
+    import http.server
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Answer
+
+
 @pytest.fixture
 def tls_server(tmp_path: Path) -> Iterator[int]:
     """An HTTPS API server with a self-signed certificate, answering every request with an
@@ -127,19 +147,8 @@ def tls_server(tmp_path: Path) -> Iterator[int]:
         )
     )
 
-    class Api(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b'{"apiVersion": "ray.io/v1", "kind": "RayJobList", "items": []}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    body = b'{"apiVersion": "ray.io/v1", "kind": "RayJobList", "items": []}'
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _answering(body, "application/json"))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
     server.socket = context.wrap_socket(server.socket, server_side=True)
@@ -188,21 +197,8 @@ def sign_in_page() -> Iterator[int]:
     import http.server
     import threading
 
-    class Page(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"<html><title>Sign in</title></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_POST = do_GET
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    page = _answering(b"<html><title>Sign in</title></html>", "text/html")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), page)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server.server_address[1]
     server.shutdown()
