@@ -58,13 +58,15 @@ def run_training(
     warm_start: Any = None,
     promote: bool = True,
     callbacks: Sequence[Any] = (),
+    group_cleaner: bool = False,
 ) -> dict[str, Any]:
     """The run, after preflight (app/preflight.py `preflight_for_training`, which the CLI runs
     first): `info` is the dataset it inspected, `warm_start` TRAIN_WARM_START as it verified it,
     and `join_cluster` its last check, run here once the run folder is settled. `promote=False`
     and `callbacks` (Ray Train callbacks) are for a sweep's trials (app/sweep/trial.py): a trial
     reports its epochs to Ray Tune and is never promoted itself; the sweep promotes its best
-    trial once."""
+    trial once. `group_cleaner`: keep Ray Train's placement-group cleaner (app/run/job_trainer.py),
+    which a trial on a joined cluster needs."""
     started = time.monotonic()
     run_dir = settings.run_dir
     # The driver's output goes to <run_dir>/logs/attempt-K/driver.log too, and each worker's
@@ -73,7 +75,7 @@ def run_training(
     driver_log = run_logs.attempt_dir(run_dir, attempt) / "driver.log"
     banner = f"driver, attempt {attempt}"
     with run_logs.capture(driver_log, settings.log_max_mb, banner, held=True) as log:
-        run = _Run(promote, tuple(callbacks))
+        run = _Run(promote, tuple(callbacks), group_cleaner)
         return _train(settings, info, started, attempt, log.open, join_cluster, warm_start, run)
 
 
@@ -83,6 +85,7 @@ class _Run:
 
     promote: bool = True
     callbacks: tuple[Any, ...] = ()
+    group_cleaner: bool = False
 
     @property
     def trial(self) -> bool:
@@ -369,8 +372,7 @@ def _trainer(
     from app.training.loop import train_loop_per_worker
 
     workers = settings.workers
-    # A sweep's trial ends long before its job does: it keeps Ray's placement-group cleaner.
-    trainer = trainer_class(own_job=not run.trial)
+    trainer = trainer_class(own_job=not run.group_cleaner)
     return trainer(
         train_loop_per_worker,
         train_loop_config=config,

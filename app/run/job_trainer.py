@@ -12,7 +12,10 @@ group was removed" (seen in this project's test suite; ray-project/ray#65447 nam
 `trainctl train` is its Ray job's driver and runs one training: Ray removes the job's placement
 groups when the driver exits, which it does as soon as the training ends, well or not. There the
 cleaner adds nothing but that risk, a process per run and a state-API query a second, so a run
-goes without it. A sweep's trial keeps it: its trainings end long before the sweep's driver.
+goes without it. A sweep's trial on a cluster it joined keeps it: its trainings end long before
+the sweep's driver. On a local cluster the sweep started (no dashboard, so no state API of its
+own) the cleaner asks whichever cluster this machine started last, and trials go without it too
+(app/sweep/sweep.py).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import click
 from app.data.schema import DatasetInfo
 from app.errors import RunFailed
 from app.formatting import counted, finite
-from app.preflight import preflight_for_training, sweep_data, trials_fit_the_data
+from app.preflight import joins_cluster, preflight_for_training, sweep_data, trials_fit_the_data
 from app.run.decisions import delivery_incomplete
 from app.run.driver import Interrupted, run_training
 from app.run.signals import SIGTERM_SEEN, just_in_time_each, sigterm_interrupts
@@ -276,9 +276,15 @@ def _tune(
     from app.sweep.trial import forwarded_env, run_trial
 
     metric = settings.checkpoint_metric
+    # A trial's training ends long before the sweep's job: on a cluster the sweep joined, Ray
+    # Train's placement-group cleaner frees the group of a trial ASHA stopped. On a cluster
+    # the sweep started itself (no dashboard) it cannot reach its own cluster's state API: it
+    # asks the Ray cluster this machine started last, and where that is another one, which
+    # knows no such controller, it removed the live trial's group (a CI run: every trial
+    # failed "Destroying worker since its placement group was removed").
     trainable = tune.with_parameters(
         run_trial, trials={t.trial_id: per_trial[t.trial_id] for t in todo},
-        env=forwarded_env(os.environ), pinned=pinned,
+        env=forwarded_env(os.environ), pinned=pinned, group_cleaner=joins_cluster(settings),
     )  # fmt: skip
     # The trial's function only drives its TorchTrainer (as `trainctl train`'s process does):
     # the workers hold the CPUs and GPUs, and TRAIN_TUNE_CONCURRENT bounds the trials. It runs on

@@ -47,9 +47,12 @@ def run_trial(
     trials: dict[str, TrainSettings],
     env: dict[str, str],
     pinned: WarmStart | None = None,
+    group_cleaner: bool = True,
 ) -> None:
     """The Tune trainable: trial config["trial"], trained as a normal run in its folder;
-    `pinned`: the champion the sweep resolved for every trial (app/sweep/warm_start.py)."""
+    `pinned`: the champion the sweep resolved for every trial (app/sweep/warm_start.py);
+    `group_cleaner`: whether the trial keeps Ray Train's placement-group cleaner
+    (app/sweep/sweep.py says when)."""
     from app.preflight import preflight_for_training
     from app.run.driver import run_training
     from app.sweep.warm_start import same_weights
@@ -65,4 +68,5 @@ def run_trial(
     run_training(
         settings, ready.info, join_cluster=ready.join_cluster, warm_start=warm,
         promote=False, callbacks=[EpochReports(settings.checkpoint_metric)],
+        group_cleaner=group_cleaner,
     )  # fmt: skip
