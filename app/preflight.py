@@ -17,7 +17,6 @@ Each check returns what it found, in a few words, or raises ConfigError naming t
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +34,13 @@ from app.errors import ConfigError
 from app.formatting import counted, printable_line
 from app.promotion.check import UnguardedChampion, promotion_check
 from app.promotion.gate_check import GateAdvice, gate_check
-from app.ray_cluster import DATA_CPUS, check_capacity, connect_ray, oversubscribed
+from app.ray_cluster import (
+    DATA_CPUS,
+    check_capacity,
+    connect_ray,
+    joined_address,
+    oversubscribed,
+)
 from app.redact import redact_uri
 from app.runfolder.folder import failed_on_data, record_invalid, refuse_links
 from app.settings import TrainSettings
@@ -625,7 +630,7 @@ def _pins() -> dict[str, str]:
 def joins_cluster(settings: TrainSettings) -> bool:
     """Whether `train` joins a running cluster (TRAIN_RAY_ADDRESS or RAY_ADDRESS), rather than
     starting its own."""
-    return bool(settings.ray_address or os.environ.get("RAY_ADDRESS"))
+    return joined_address(settings) is not None
 
 
 def local_cluster_check(settings: TrainSettings, found: Found) -> str:

@@ -41,13 +41,19 @@ DRAIN_POLL = ("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "1")
 RETRY_NOTICES = ("RAY_enable_output_error_log_if_still_retry", "0")
 
 
+def joined_address(settings: TrainSettings) -> str | None:
+    """The running cluster a command joins (TRAIN_RAY_ADDRESS, else RAY_ADDRESS); None where it
+    starts a local one of its own."""
+    return settings.ray_address or os.environ.get("RAY_ADDRESS") or None
+
+
 def connect_ray(settings: TrainSettings) -> None:
     import ray
 
     os.environ.setdefault(*CONTROLLER_POLL)
     os.environ.setdefault(*DRAIN_POLL)
 
-    address = settings.ray_address or os.environ.get("RAY_ADDRESS")
+    address = joined_address(settings)
     if address:
         # ray.init alone retries a closed port for minutes, deaf to SIGTERM: knock first, even
         # when this process is already connected (the address asked for must answer).
@@ -394,7 +400,7 @@ def check_capacity(settings: TrainSettings, pool_cpus: Callable[[], float] = lam
 
     # A cluster this command started itself is complete at once; a joined one may still be
     # adding nodes (a RayJob's workers start after its head).
-    joined = settings.ray_address or os.environ.get("RAY_ADDRESS")
+    joined = joined_address(settings)
     deadline = time.monotonic() + (settings.capacity_wait_s if joined else 0)
     while True:
         missing = capacity_problems(settings, ray.cluster_resources(), pool_cpus())

@@ -219,8 +219,7 @@ def labels_disagree(champion: Scores, judged: Judged, recorded: float | None = N
       accuracy here is its own again (_swapped). Two of three classes swapped leave its
       accuracy at chance exactly, and a run on the swapped data replaced a champion that was
       right on every row of its own (a red-team pass). A champion that confuses two classes
-      on its own data too falls
-      nowhere, and is judged as usual."""
+      on its own data too falls nowhere, and is judged as usual."""
     expected = champion.chance_agreement()  # None without rows or answers counted
     if expected is not None:
         error = math.sqrt(expected * (1 - expected) / champion.rows)

@@ -46,8 +46,8 @@ def run_trial(
     config: dict[str, Any],
     trials: dict[str, TrainSettings],
     env: dict[str, str],
-    pinned: WarmStart | None = None,
-    group_cleaner: bool = True,
+    pinned: WarmStart | None,
+    group_cleaner: bool,
 ) -> None:
     """The Tune trainable: trial config["trial"], trained as a normal run in its folder;
     `pinned`: the champion the sweep resolved for every trial (app/sweep/warm_start.py);

@@ -767,7 +767,13 @@ def test_a_trial_refused_before_its_first_start_is_recorded_and_said_apart(
     # server down mid-sweep made every later trial `invalid` (a red-team pass).
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
     with pytest.raises(ConfigError) as refused:
-        run_trial({"trial": trial.trial_id}, {trial.trial_id: settings}, env={}, pinned=None)
+        run_trial(
+            {"trial": trial.trial_id},
+            {trial.trial_id: settings},
+            env={},
+            pinned=None,
+            group_cleaner=False,
+        )
     assert not any("MLflow" in problem for problem in refused.value.problems), refused.value
     row = trial_row(sweep_dir, trial, "val_accuracy", {})
     assert row["status"] == "invalid", row
