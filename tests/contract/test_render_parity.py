@@ -680,7 +680,7 @@ def test_a_null_for_any_default_key_renders_alike_or_is_refused_by_both(tmp_path
     file that turns every part of the chart on, both engines render the same objects or both
     refuse it naming the key; neither crashes (a red-team pass: `trainctl render` stopped with
     "internal error: UndefinedError" on 16 of them, Helm with a template's nil pointer on 13)."""
-    crashed = []
+    problems = []
     for path in NULLED_PATHS:
         values = _with_null(EVERYTHING_ON, path)
         file = tmp_path / "values.json"
@@ -695,7 +695,7 @@ def test_a_null_for_any_default_key_renders_alike_or_is_refused_by_both(tmp_path
         except ConfigError as err:
             python = err
         except Exception as err:
-            crashed.append(f"{key}: trainctl crashed: {err!r:.300}")
+            problems.append(f"{key}: trainctl problems: {err!r:.300}")
             continue
         if isinstance(helm, HelmFailed) or isinstance(python, ConfigError):
             said = str(helm) if isinstance(helm, HelmFailed) else ""
@@ -704,19 +704,21 @@ def test_a_null_for_any_default_key_renders_alike_or_is_refused_by_both(tmp_path
                 or "executing" in said
                 or not isinstance(python, ConfigError)
             ):
-                crashed.append(f"{key}: helm {said[-300:] or 'rendered'}; trainctl {python!r:.300}")
+                problems.append(
+                    f"{key}: helm {said[-300:] or 'rendered'}; trainctl {python!r:.300}"
+                )
                 continue
             # The key, or the map a rule judges whole (an emptied selector), by both.
             named = path[-2:]
             if not (any(k in p for k in named for p in python.problems)
                     and any(k in said for k in named)):  # fmt: skip
-                crashed.append(f"{key}: not named: helm {said[-300:]}; trainctl {python.problems}")
+                problems.append(f"{key}: not named: helm {said[-300:]}; trainctl {python.problems}")
             continue
         if sorted(helm) != sorted(python) or any(
             normalized(obj) != normalized(python[name]) for name, obj in helm.items()
         ):
-            crashed.append(f"{key}: rendered differently")
-    assert not crashed, "\n".join(crashed)
+            problems.append(f"{key}: rendered differently")
+    assert not problems, "\n".join(problems)
     # What trainctl says of a deleted key the chart needs: it, its default, and why it is gone.
     helm, said = refusals(_with_null(EVERYTHING_ON, ("schedule", "cron")), tmp_path)
     assert "missing property 'cron'" in helm
