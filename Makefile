@@ -9,9 +9,18 @@ CHECKOV_VENV ?= .venv-checkov
 MLFLOW_VENV ?= .venv-mlflow
 MOTO_VENV ?= .venv-moto
 CONSTRAINTS := requirements/constraints.txt
+# uv installs the pinned versions: the same packages pip installs from the same constraints, in
+# a fraction of the time, as it downloads side by side (the main venv on a fresh two-core
+# machine, 2026-12-06: 16 s against pip's 95). pip is used once, to install uv itself.
+UV_VERSION := 0.13.9
+UV := $(VENV)/bin/uv
 # Some machines point pip at local CPU-only torch wheels; torchvision on PyPI only matches the
 # standard torch wheel, so installs here use plain PyPI and the pinned pair (both run on CPU).
+# uv reads no pip configuration: a package mirror named by PIP_INDEX_URL is passed on to it.
 PIP := env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(PY) -m pip
+ifdef PIP_INDEX_URL
+export UV_DEFAULT_INDEX ?= $(PIP_INDEX_URL)
+endif
 # KubeRay's CRDs for the schema tests: found (or downloaded and checked against the committed
 # SHA-256 sums) by tests/kuberay_crds.py, which needs only the machine's Python.
 CRDS := $(PYTHON_BIN) tests/kuberay_crds.py
@@ -25,35 +34,37 @@ PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=30 -m "not bench_smoke"
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
-	@echo "installing pinned dependencies into $(VENV) (about 3 minutes the first time)..."
+$(UV):
 	test -x $(PY) || $(PYTHON_BIN) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	$(PIP) install --quiet uv==$(UV_VERSION)
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(UV)
+	@echo "installing pinned dependencies into $(VENV) (under a minute on a fast network)..."
+	$(UV) pip install --python $(PY) --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	@echo "installed: $(VENV)/bin/trainctl (\`source $(VENV)/bin/activate\` puts trainctl on your PATH)"
 	touch $@
 
-$(CHECKOV_VENV)/.installed: requirements/checkov.txt
+$(CHECKOV_VENV)/.installed: requirements/checkov.txt | $(UV)
 	@echo "installing checkov for the tests into $(CHECKOV_VENV)..."
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON_BIN) -m venv $(CHECKOV_VENV)
-	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(CHECKOV_VENV)/bin/pip install --quiet -r requirements/checkov.txt
+	$(UV) pip install --python $(CHECKOV_VENV)/bin/python --quiet -r requirements/checkov.txt
 	touch $@
 
-$(MLFLOW_VENV)/.installed: requirements/mlflow-server.txt
+$(MLFLOW_VENV)/.installed: requirements/mlflow-server.txt | $(UV)
 	@echo "installing the MLflow server for the tests into $(MLFLOW_VENV)..."
 	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MLFLOW_VENV)
-	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(MLFLOW_VENV)/bin/pip install --quiet -r requirements/mlflow-server.txt
+	$(UV) pip install --python $(MLFLOW_VENV)/bin/python --quiet -r requirements/mlflow-server.txt
 	touch $@
 
-$(MOTO_VENV)/.installed: requirements/moto-server.txt
+$(MOTO_VENV)/.installed: requirements/moto-server.txt | $(UV)
 	@echo "installing the moto S3 server for the tests into $(MOTO_VENV)..."
 	test -x $(MOTO_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MOTO_VENV)
-	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $(MOTO_VENV)/bin/pip install --quiet -r requirements/moto-server.txt
+	$(UV) pip install --python $(MOTO_VENV)/bin/python --quiet -r requirements/moto-server.txt
 	touch $@
 
 SETUP_STAMPS := $(VENV)/.installed $(CHECKOV_VENV)/.installed $(MLFLOW_VENV)/.installed $(MOTO_VENV)/.installed
-# Side by side: most of a first setup is waiting on downloads (6.5 minutes one after another on a
-# fresh two-core machine, 3.5 side by side).
+# Side by side: most of a first setup is waiting on downloads (all four with uv in 24 s on a fresh
+# two-core machine, 2026-12-06; with pip, 6.5 minutes one after another and 3.5 side by side).
 setup:  ## create the virtualenvs with pinned versions
 	@$(MAKE) --no-print-directory --silent --jobs=4 $(SETUP_STAMPS)
 
