@@ -10,8 +10,10 @@ MLFLOW_VENV ?= .venv-mlflow
 MOTO_VENV ?= .venv-moto
 CONSTRAINTS := requirements/constraints.txt
 # uv installs the pinned versions: the same packages pip installs from the same constraints, in
-# a fraction of the time, as it downloads side by side (the main venv on a fresh two-core
-# machine, 2026-12-06: 16 s against pip's 95). pip is used once, to install uv itself.
+# a fraction of the time, as it downloads side by side. pip is used once, to install uv itself.
+# uv compiles bytecode only when asked (pip always does): without it, where PYTHONDONTWRITEBYTECODE
+# is set (as on CI machines and in many images), every process that Ray starts compiles torch's
+# and Ray's sources again on import, and the test suite ran at half speed.
 UV_VERSION := 0.13.9
 UV := $(VENV)/bin/uv
 # Some machines point pip at local CPU-only torch wheels; torchvision on PyPI only matches the
@@ -39,31 +41,31 @@ $(UV):
 	$(PIP) install --quiet uv==$(UV_VERSION)
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(UV)
-	@echo "installing pinned dependencies into $(VENV) (under a minute on a fast network)..."
-	$(UV) pip install --python $(PY) --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	@echo "installing pinned dependencies into $(VENV) (about a minute on a fast network)..."
+	$(UV) pip install --python $(PY) --quiet --compile-bytecode -c $(CONSTRAINTS) -e '.[dev]'
 	@echo "installed: $(VENV)/bin/trainctl (\`source $(VENV)/bin/activate\` puts trainctl on your PATH)"
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements/checkov.txt | $(UV)
 	@echo "installing checkov for the tests into $(CHECKOV_VENV)..."
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON_BIN) -m venv $(CHECKOV_VENV)
-	$(UV) pip install --python $(CHECKOV_VENV)/bin/python --quiet -r requirements/checkov.txt
+	$(UV) pip install --python $(CHECKOV_VENV)/bin/python --quiet --compile-bytecode -r requirements/checkov.txt
 	touch $@
 
 $(MLFLOW_VENV)/.installed: requirements/mlflow-server.txt | $(UV)
 	@echo "installing the MLflow server for the tests into $(MLFLOW_VENV)..."
 	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MLFLOW_VENV)
-	$(UV) pip install --python $(MLFLOW_VENV)/bin/python --quiet -r requirements/mlflow-server.txt
+	$(UV) pip install --python $(MLFLOW_VENV)/bin/python --quiet --compile-bytecode -r requirements/mlflow-server.txt
 	touch $@
 
 $(MOTO_VENV)/.installed: requirements/moto-server.txt | $(UV)
 	@echo "installing the moto S3 server for the tests into $(MOTO_VENV)..."
 	test -x $(MOTO_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MOTO_VENV)
-	$(UV) pip install --python $(MOTO_VENV)/bin/python --quiet -r requirements/moto-server.txt
+	$(UV) pip install --python $(MOTO_VENV)/bin/python --quiet --compile-bytecode -r requirements/moto-server.txt
 	touch $@
 
 SETUP_STAMPS := $(VENV)/.installed $(CHECKOV_VENV)/.installed $(MLFLOW_VENV)/.installed $(MOTO_VENV)/.installed
-# Side by side: most of a first setup is waiting on downloads (all four with uv in 24 s on a fresh
+# Side by side: most of a first setup is waiting on downloads (all four with uv in 60 s on a fresh
 # two-core machine, 2026-12-06; with pip, 6.5 minutes one after another and 3.5 side by side).
 setup:  ## create the virtualenvs with pinned versions
 	@$(MAKE) --no-print-directory --silent --jobs=4 $(SETUP_STAMPS)
