@@ -73,15 +73,20 @@ setup:  ## create the virtualenvs with pinned versions
 run: $(VENV)/.installed  ## train the default job (digits, 2 CPU workers, local Ray)
 	$(VENV)/bin/trainctl train
 
+# The suite starts hundreds of Python processes (trainctl, Ray's workers) that import the app
+# from this checkout: where PYTHONDONTWRITEBYTECODE is set (CI machines, many images) each one
+# compiled the app's sources again, and pytest rewrote every test module on both workers.
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
+
 test:  ## find the KubeRay CRDs, lint, then the test suite (all but the bench smokes)
 	@crds="$$($(CRDS))" && $(MAKE) --no-print-directory setup && \
 	  $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
-	  KUBERAY_CRDS_DIR="$$crds" CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov \
+	  $(TEST_ENV) KUBERAY_CRDS_DIR="$$crds" CHECKOV_BIN=$(abspath $(CHECKOV_VENV))/bin/checkov \
 	  MLFLOW_BIN=$(abspath $(MLFLOW_VENV))/bin/mlflow MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server \
 	  $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 bench-smoke: $(VENV)/.installed $(MOTO_VENV)/.installed  ## every bench/ script at a tiny size: they still run and report (CI runs this too)
-	MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server $(VENV)/bin/pytest -n 2 -p no:cacheprovider --durations=0 -m bench_smoke tests/cluster/test_bench_smoke.py
+	$(TEST_ENV) MOTO_BIN=$(abspath $(MOTO_VENV))/bin/moto_server $(VENV)/bin/pytest -n 2 -p no:cacheprovider --durations=0 -m bench_smoke tests/cluster/test_bench_smoke.py
 
 PARITY_EXAMPLES ?= 5000
 parity: $(VENV)/.installed  ## Helm and `trainctl render` on many generated values files (make test runs 200)
