@@ -80,6 +80,45 @@ def plan_start(
     return Start(kind, latest.path, latest.epoch, latest.step, files=latest.files)
 
 
+@dataclass(frozen=True)
+class AsTrained:
+    """What a run's summary says it was trained with: its settings, TRAIN_EPOCHS, and the unit
+    its accelerator-hours are counted in."""
+
+    settings: dict[str, Any]
+    target_epochs: int
+    use_gpu: bool
+    cpus_per_worker: float
+
+
+def as_trained(before: Mapping[str, Any], current: AsTrained, trained_now: bool) -> AsTrained:
+    """`current` (this driver's) where it trained; else, on a rerun of a finished run, which
+    trains nothing, what the run's last training driver recorded (`before`, its summary), so a
+    rerun with other settings (TRAIN_USE_GPU, TRAIN_LR, fewer TRAIN_EPOCHS) does not rewrite
+    what the run was trained with, nor count its hours as another kind. A recorded value that
+    is not what a driver writes is replaced by this driver's."""
+    recorded = before.get("settings")
+    if trained_now or not isinstance(recorded, Mapping) or not recorded:
+        return current
+    target, gpu, cpus = (
+        before.get("epochs_target"),
+        recorded.get("use_gpu"),
+        recorded.get("cpus_per_worker"),
+    )
+    return AsTrained(
+        settings=dict(recorded),
+        target_epochs=target if _whole(target) and target >= 1 else current.target_epochs,
+        use_gpu=gpu if isinstance(gpu, bool) else current.use_gpu,
+        cpus_per_worker=float(cpus)
+        if is_finite(cpus) and 0 < cpus <= 512
+        else current.cpus_per_worker,
+    )
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def trackers_to_close(previous: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """On a finished run, the tracker runs to finish now: those a killed driver left open (its
     summary never said succeeded), or, after a driver that did finish, those its delivery record

@@ -448,7 +448,8 @@ def _finish(
     summary = _summary(settings, status, started, invocation, resumed, error, kept, epochs)
     if bad_data is not None:
         summary[BAD_DATA_KEY] = bad_data
-    if decisions.compile_fell_back(settings.compile, epochs):
+    # Said by the driver whose workers trained (a rerun of a finished run trains nothing).
+    if invocation and decisions.compile_fell_back(settings.compile, epochs):
         _say("torch.compile failed on the workers; trained uncompiled (the worker log says why)")
     if (diverged := decisions.diverged_since(epochs)) is not None:
         _say(decisions.diverged_line(diverged, settings.lr))
@@ -492,12 +493,16 @@ def _summary(
     starts = run_folder.attempts(run_dir, invocation) if invocation else []
     before = read_summary(run_dir) or {}  # the running summary: what earlier drivers recorded
     this_driver_s = time.monotonic() - started
+    this_driver = decisions.AsTrained(
+        _recorded_settings(settings), settings.epochs, settings.use_gpu, settings.cpus_per_worker
+    )
+    ran = decisions.as_trained(before, this_driver, trained_now=bool(invocation))
     summary = build_summary(
         run_dir,
         status=status,
         run_name=settings.run_name,
-        target_epochs=settings.epochs,
-        settings=_recorded_settings(settings),
+        target_epochs=ran.target_epochs,
+        settings=ran.settings,
         duration_s=max(
             usage.run_seconds(before.get("duration_s"), this_driver_s),
             usage.clock_seconds(trained),
@@ -510,7 +515,7 @@ def _summary(
         epochs=trained,
     )
     # What this run has held so far: this driver's worker groups on top of earlier drivers'.
-    use_gpu, cpus = settings.use_gpu, settings.cpus_per_worker
+    use_gpu, cpus = ran.use_gpu, ran.cpus_per_worker
     summary["accelerator_hours"] = usage.at_least(
         usage.accelerator_hours(
             before.get("accelerator_hours"),

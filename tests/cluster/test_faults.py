@@ -48,10 +48,18 @@ def test_corrupt_and_partial_newest_checkpoints_fall_back_to_the_last_good_one(
     # A finished run (every checkpoint kept), copied: the same start as training one here.
     env, run_dir = finished_run.copy_to(tmp_path)
     name, last, more = run_dir.name, FINISHED_EPOCHS, FINISHED_EPOCHS + 1
-    again = run_trainctl("train", env=env, cwd=tmp_path)
+    trained = read_summary(run_dir)
+    # Rerun with other settings, none of which trains it on: its record stays the one it was
+    # trained with (a red-team pass found lr, GPUs and fewer epochs rewritten, untrained).
+    other = {"TRAIN_LR": "0.5", "TRAIN_USE_GPU": "true", "TRAIN_EPOCHS": str(last - 1)}
+    again = run_trainctl("train", env={**env, **other}, cwd=tmp_path)
     assert again.returncode == 0, explain(again)
     assert f"already finished {FINISHED_EPOCHS} epochs" in again.stdout
-    assert read_summary(run_dir)["epochs_completed"] == FINISHED_EPOCHS
+    summary = read_summary(run_dir)
+    assert summary["epochs_completed"] == FINISHED_EPOCHS
+    assert summary["settings"] == trained["settings"], explain(again)
+    assert summary["epochs_target"] == trained["epochs_target"] == FINISHED_EPOCHS
+    assert summary["accelerator_hours"]["kind"] == trained["accelerator_hours"]["kind"] == "cpu"
 
     partial, good = last - 1, last - 2
     env = {**env, "TRAIN_EPOCHS": str(more), "TRAIN_CHECKPOINTS_TO_KEEP": "10"}  # keep them all

@@ -448,3 +448,44 @@ def test_a_stop_asks_every_run_first_then_awaits_them_together(tmp_path: Path) -
 
     said = just_in_time_each(runs[:1], wait_s=2.0, ask=gone)
     assert said == ["no just-in-time checkpoint (Ray is gone: ConnectionError)"]
+
+
+THIS_DRIVER = decisions.AsTrained({"lr": 0.5, "use_gpu": True}, 4, True, 1.0)
+RECORDED = {"settings": {"lr": 0.003, "use_gpu": False, "cpus_per_worker": 2}, "epochs_target": 6}
+
+
+def test_a_rerun_that_trains_nothing_keeps_what_the_run_was_trained_with() -> None:
+    """A finished run rerun with TRAIN_USE_GPU=true, TRAIN_LR=0.5 and fewer epochs (a red-team
+    pass): its summary said it trained on GPUs at lr 0.5, and counted its hours as GPU-hours."""
+    ran = decisions.as_trained(RECORDED, THIS_DRIVER, trained_now=False)
+    assert ran == decisions.AsTrained(RECORDED["settings"], 6, False, 2.0)
+    # A driver that trained records its own.
+    assert decisions.as_trained(RECORDED, THIS_DRIVER, trained_now=True) == THIS_DRIVER
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        {},
+        {"settings": "lr=0.003"},
+        {"settings": {}},
+        {"settings": None, "epochs_target": 6},
+    ],
+)
+def test_no_readable_record_of_the_settings_records_this_drivers(before: dict) -> None:
+    assert decisions.as_trained(before, THIS_DRIVER, trained_now=False) == THIS_DRIVER
+
+
+@pytest.mark.parametrize(
+    ("target", "gpu", "cpus"),
+    [("6", "false", "2"), (True, 0, float("nan")), (0, None, 0), (-1, [], 1e9)],
+)
+def test_recorded_values_no_driver_writes_are_replaced_by_this_drivers(
+    target: object, gpu: object, cpus: object
+) -> None:
+    before = {
+        "settings": {"lr": 0.003, "use_gpu": gpu, "cpus_per_worker": cpus},
+        "epochs_target": target,
+    }
+    ran = decisions.as_trained(before, THIS_DRIVER, trained_now=False)
+    assert ran == decisions.AsTrained(before["settings"], 4, True, 1.0)
