@@ -48,7 +48,8 @@ class Start:
         if self.kind == "finished":
             return (
                 f"run {run_name} already finished {self.epochs_done} epochs "
-                f"(TRAIN_EPOCHS={target_epochs}); nothing to train. Raise TRAIN_EPOCHS to continue."
+                f"(TRAIN_EPOCHS={target_epochs}); nothing to train. Set TRAIN_EPOCHS above "
+                f"{self.epochs_done} to continue."
             )
         if self.kind == "resume":
             within = f", step {self.step}" if self.step is not None else ""

@@ -64,6 +64,8 @@ def test_a_checkpoint_at_or_past_the_target_leaves_nothing_to_train(epoch: int) 
     assert start.kind == "finished" and start.checkpoint == _ref(epoch).path
     said = start.announcement("r", Path("/runs/r"), 5)
     assert f"already finished {epoch} epochs (TRAIN_EPOCHS=5); nothing to train" in said
+    # Raising TRAIN_EPOCHS from 5 to 6 would not continue a run at epoch 7 (a newcomer pass).
+    assert said.endswith(f"Set TRAIN_EPOCHS above {epoch} to continue.")
 
 
 def test_trackers_left_open_by_a_killed_driver_are_closed_once() -> None:
