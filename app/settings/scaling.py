@@ -70,6 +70,8 @@ class ScalingSettings(BaseModel):
             raise ValueError("must be a whole number such as 4, or MIN-MAX such as 2-8")
         low = int(match.group(1))
         high = int(match.group(2) or low)
+        if match.group(2) is None and low < 1:
+            raise ValueError("must be at least 1 (a count of workers, or MIN-MAX such as 2-8)")
         if low < 1 or high < low:
             raise ValueError("needs 1 <= MIN <= MAX")
         if high > MAX_WORKERS:

@@ -70,6 +70,9 @@ def test_given_values_are_read_alone_without_the_shell_or_env_file(
         ({"TRAIN_MODEL": "gpt"}, "TRAIN_MODEL='gpt': must be cnn, resnet18, vit or a torchvision"),
         ({"TRAIN_DATASET": "imagenet"}, "TRAIN_DATASET='imagenet'"),
         ({"TRAIN_NUM_WORKERS": "4-2"}, "1 <= MIN <= MAX"),
+        ({"TRAIN_NUM_WORKERS": "0-2"}, "1 <= MIN <= MAX"),
+        # A plain count names no range (a newcomer pass read "MIN <= MAX" for "0").
+        ({"TRAIN_NUM_WORKERS": "0"}, "must be at least 1 (a count of workers"),
         ({"TRAIN_NUM_WORKERS": "many"}, "MIN-MAX"),
         ({"TRAIN_RUN_NAME": "My_Run"}, "lowercase"),
         ({"TRAIN_AMP": "fp16"}, "TRAIN_USE_GPU=true"),
