@@ -10,6 +10,7 @@ by its folder or by its name alone.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
@@ -160,8 +161,17 @@ def _described(err: ValidationError, env: Mapping[str, str]) -> list[tuple[str, 
         shown = redact(given)
         if isinstance(shown, str) and len(shown) > MAX_SHOWN:
             shown = f"{shown[:MAX_SHOWN]}... ({len(shown):,} characters)"
+        if item["type"] == "literal_error" and isinstance(given, str):
+            message += _closest(given, str(item.get("ctx", {}).get("expected", "")))
         lines.append((name, f"{name}={shown!r}: {message}"))
     return lines
+
+
+def _closest(given: str, expected: str) -> str:
+    """`; did you mean X?` for a value close to one of a fixed set (pydantic quotes each in
+    `expected`), as TRAIN_MODEL's own check says it; nothing where none is close."""
+    hint = did_you_mean(given, re.findall(r"'([^']*)'", expected), otherwise="")
+    return hint if "did you mean" in hint else ""
 
 
 def storage_location(value: str, label: str, endpoint: str | None) -> RunPath:

@@ -73,6 +73,9 @@ def test_given_values_are_read_alone_without_the_shell_or_env_file(
         ({"TRAIN_NUM_WORKERS": "0-2"}, "1 <= MIN <= MAX"),
         # A plain count names no range (a newcomer pass read "MIN <= MAX" for "0").
         ({"TRAIN_NUM_WORKERS": "0"}, "must be at least 1 (a count of workers"),
+        # A choice of a fixed set says the closest, as TRAIN_MODEL does (a newcomer pass).
+        ({"TRAIN_DATASET": "digit"}, "or 'folder'; did you mean digits?"),
+        ({"TRAIN_AMP": "bf61"}, "or 'fp16'; did you mean bf16?"),
         ({"TRAIN_NUM_WORKERS": "many"}, "MIN-MAX"),
         ({"TRAIN_RUN_NAME": "My_Run"}, "lowercase"),
         ({"TRAIN_AMP": "fp16"}, "TRAIN_USE_GPU=true"),
