@@ -9,14 +9,13 @@ the documented exit code, never a traceback.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from app.cli_exit import run_command
+from app.cli_exit import exit_process, run_command
 from app.cli_target import DEFAULT_LIMIT, MAX_LIMIT
 from app.k8s.values_flags import values_options
 from app.settings import NAMED_DATASETS, SEED_MAX, TrainSettings
@@ -768,7 +767,7 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    sys.exit(run())
+    exit_process(run())
 
 
 if __name__ == "__main__":

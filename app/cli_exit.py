@@ -6,12 +6,14 @@ Ctrl-C end every phase of every command cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import sys
 import threading
 from types import FrameType
+from typing import NoReturn
 
 import click
 
@@ -27,6 +29,19 @@ from app.errors import (
 )
 from app.formatting import one_path, printable_line
 from app.held_signals import signals_held
+from app.ray_cluster import stopped_midway_start
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process with `code`: through Python's exit, or, after a local Ray cluster's start
+    was stopped midway (app/ray_cluster.py stopped_midway_start), without its exit hooks, once
+    the output is flushed: Ray's, run on a half-built core worker, crashed the process."""
+    if stopped_midway_start():
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 class Terminated(KeyboardInterrupt):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import click
 
+from app import process_tree
 from app.cpus import usable_cpus
 from app.errors import ConfigError, TrainctlError
 from app.held_signals import signals_held
@@ -188,6 +189,7 @@ def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
     # (/tmp/ray/ray_current_cluster) and then rejects num_cpus.
     # No dashboard: its dozen processes would compete with training for a laptop's cores, and
     # nothing submits jobs to a cluster that lives only as long as this command.
+    before = process_tree.descendants()  # any this command started itself are not Ray's
     try:
         with _own_sigterm():
             ray.init(
@@ -197,7 +199,7 @@ def join_or_start(address: str | None, *, num_cpus: int | None = None) -> None:
                 **QUIET,
             )
     except BaseException as err:
-        _leave_half_started()  # a stop or failure in ray.init: no local Ray process outlives it
+        _leave_half_started(before)  # a stop or failure in ray.init: no Ray process outlives it
         if not isinstance(err, Exception):  # SIGTERM or Ctrl-C: the command says it
             raise
         raise _did_not_start(err) from None
@@ -299,13 +301,32 @@ def _token_source(env: Mapping[str, str]) -> str:
     return env.get("RAY_AUTH_TOKEN_PATH") or "~/.ray/auth_token"
 
 
-def _leave_half_started() -> None:
+# Set once a local cluster's start was stopped midway: see stopped_midway_start.
+_MIDWAY: list[bool] = []
+
+
+def stopped_midway_start() -> bool:
+    """Whether this process stopped a local Ray cluster's start midway (`_leave_half_started`).
+    Its Ray core worker is then half built, and Python's exit hooks run on it ended the process
+    with a segmentation fault about 1 time in 17 (a red-team pass): such a process ends without
+    them (app/cli_exit.py exit_process), everything the start made being stopped already."""
+    return bool(_MIDWAY)
+
+
+def _leave_half_started(before: list[process_tree.Proc]) -> None:
     """What a stopped or failed ray.init started of a local cluster, stopped, with signals held
-    off: its agents were left running under PID 1 after a SIGTERM (a red-team pass)."""
+    off: its agents were left running under PID 1 after a SIGTERM (a red-team pass). Ray's own
+    stop ends the processes it had recorded; the raylet's agents, started before it could stop
+    them, are ended here with the rest of what ray.init started: the processes below this one
+    that `before` (taken as it began) does not hold (app/process_tree.py)."""
     import ray
 
-    with signals_held(), contextlib.suppress(Exception):
-        ray.shutdown()
+    _MIDWAY.append(True)
+    with signals_held():
+        started = [p for p in process_tree.descendants() if p not in before]
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        process_tree.end(started)
 
 
 def _did_not_start(err: Exception) -> TrainctlError:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import click
 import pytest
 
@@ -68,3 +71,27 @@ def test_a_write_the_machine_refuses_is_a_failure_naming_the_place_not_a_bug(
         "disk, a quota, a file size limit, or a file or folder this user may not change); fix "
         "that, then run the command again",
     ]
+
+
+EXIT = """
+import atexit, sys
+from app import ray_cluster
+from app.cli_exit import exit_process
+atexit.register(lambda: print("exit hook ran", flush=True))
+if sys.argv[1] == "midway":
+    ray_cluster._MIDWAY.append(True)  # as _leave_half_started records it
+print("said", flush=True)
+exit_process(130)
+"""
+
+
+def test_after_a_start_stopped_midway_the_process_ends_without_exit_hooks() -> None:
+    """Ray's exit hooks, run on the core worker of a start stopped midway, crashed the process
+    with a segmentation fault now and then (rc -11 after `trainctl: interrupted`, a red-team
+    pass): such a process ends with its code, its output flushed, and no exit hook run."""
+    for case, hook in (("midway", False), ("started", True)):
+        done = subprocess.run(
+            [sys.executable, "-c", EXIT, case], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 130 and done.stdout.startswith("said"), done
+        assert ("exit hook ran" in done.stdout) is hook, (case, done.stdout)

@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "app.dns",
             "app.envfile",
             "app.held_signals",
+            "app.process_tree",
         ),
     ),
 )

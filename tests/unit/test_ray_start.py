@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from app.errors import EXIT_FAILED
 
@@ -28,17 +29,24 @@ print(json.dumps({**outcome, "before": before, "after": ray.is_initialized()}))
 """
 
 
+def _outcome_of(script: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """The JSON line `script` ends with, run in a fresh interpreter that starts its own local
+    cluster (no RAY_ADDRESS), with `env` over this environment."""
+    env = {**os.environ, **env}
+    env.pop("RAY_ADDRESS", None)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_a_local_cluster_that_cannot_start_is_a_clear_failure(tmp_path: Path) -> None:
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where Ray wants its session folder")
-    env = {**os.environ, "RAY_TMPDIR": str(blocked)}  # a real failure, before any process
-    env.pop("RAY_ADDRESS", None)
-    result = subprocess.run(
-        [sys.executable, "-c", START], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    # A real failure, before any process.
+    outcome = _outcome_of(START, {"RAY_TMPDIR": str(blocked)}, timeout=120)
     assert outcome["before"] is False and outcome["raised"] is True, outcome
     assert outcome["code"] == EXIT_FAILED
     message = outcome["message"]
@@ -143,3 +151,44 @@ def test_a_refused_token_names_where_the_token_came_from() -> None:
     assert "sends no token (RAY_AUTH_MODE=disabled)" in refused_token(
         "h:1", {"RAY_AUTH_MODE": "disabled"}
     )
+
+
+# Ctrl-C while ray.init starts a local cluster: once the raylet has started its agents, this
+# process interrupts itself, as a terminal's Ctrl-C does.
+STOPPED = """
+import json, os, signal, threading, time
+from app import process_tree
+from app.ray_cluster import join_or_start, stopped_midway_start
+
+seen = []
+
+def press_ctrl_c():
+    deadline = time.monotonic() + 100
+    while time.monotonic() < deadline:
+        below = process_tree.descendants()
+        live = [p for p in below if os.path.isdir(f"/proc/{p.pid}")]
+        names = [open(f"/proc/{p.pid}/comm").read() for p in live]
+        if sum(n.startswith("ray::") for n in names) >= 2:  # the dashboard and runtime-env agents
+            seen.extend(below)
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.02)
+
+threading.Thread(target=press_ctrl_c, daemon=True).start()
+try:
+    join_or_start(None, num_cpus=1)
+    outcome = {"interrupted": False}
+except KeyboardInterrupt:
+    outcome = {"interrupted": True}
+left = [p.pid for p in seen if process_tree._running(p, process_tree.PROC)]
+print(json.dumps({**outcome, "midway": stopped_midway_start(), "seen": len(seen), "left": left}))
+"""
+
+
+def test_ctrl_c_while_a_local_cluster_starts_leaves_none_of_its_processes() -> None:
+    """The raylet's agents outlived a Ctrl-C in ray.init under PID 1, a minute or more at 220 MB
+    each (a red-team pass): every process the start made is ended, and the process says it
+    stopped a start midway, so that it ends without Ray's exit hooks (app/cli_exit.py)."""
+    outcome = _outcome_of(STOPPED, {}, timeout=300)
+    assert outcome["interrupted"] and outcome["midway"], outcome
+    assert outcome["seen"] >= 3 and outcome["left"] == [], outcome  # raylet, gcs, agents...
