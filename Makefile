@@ -16,6 +16,7 @@ CONSTRAINTS := requirements/constraints.txt
 # and Ray's sources again on import, and the test suite ran at half speed.
 UV_VERSION := 0.13.9
 UV := $(VENV)/bin/uv
+UV_INSTALL := $(UV) pip install --quiet --compile-bytecode --python
 # Some machines point pip at local CPU-only torch wheels; torchvision on PyPI only matches the
 # standard torch wheel, so installs here use plain PyPI and the pinned pair (both run on CPU).
 # uv reads no pip configuration: a package mirror named by PIP_INDEX_URL is passed on to it.
@@ -42,26 +43,26 @@ $(UV):
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(UV)
 	@echo "installing pinned dependencies into $(VENV) (about a minute on a fast network)..."
-	$(UV) pip install --python $(PY) --quiet --compile-bytecode -c $(CONSTRAINTS) -e '.[dev]'
+	$(UV_INSTALL) $(PY) -c $(CONSTRAINTS) -e '.[dev]'
 	@echo "installed: $(VENV)/bin/trainctl (\`source $(VENV)/bin/activate\` puts trainctl on your PATH)"
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements/checkov.txt | $(UV)
 	@echo "installing checkov for the tests into $(CHECKOV_VENV)..."
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON_BIN) -m venv $(CHECKOV_VENV)
-	$(UV) pip install --python $(CHECKOV_VENV)/bin/python --quiet --compile-bytecode -r requirements/checkov.txt
+	$(UV_INSTALL) $(CHECKOV_VENV)/bin/python -r requirements/checkov.txt
 	touch $@
 
 $(MLFLOW_VENV)/.installed: requirements/mlflow-server.txt | $(UV)
 	@echo "installing the MLflow server for the tests into $(MLFLOW_VENV)..."
 	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MLFLOW_VENV)
-	$(UV) pip install --python $(MLFLOW_VENV)/bin/python --quiet --compile-bytecode -r requirements/mlflow-server.txt
+	$(UV_INSTALL) $(MLFLOW_VENV)/bin/python -r requirements/mlflow-server.txt
 	touch $@
 
 $(MOTO_VENV)/.installed: requirements/moto-server.txt | $(UV)
 	@echo "installing the moto S3 server for the tests into $(MOTO_VENV)..."
 	test -x $(MOTO_VENV)/bin/python || $(PYTHON_BIN) -m venv $(MOTO_VENV)
-	$(UV) pip install --python $(MOTO_VENV)/bin/python --quiet --compile-bytecode -r requirements/moto-server.txt
+	$(UV_INSTALL) $(MOTO_VENV)/bin/python -r requirements/moto-server.txt
 	touch $@
 
 SETUP_STAMPS := $(VENV)/.installed $(CHECKOV_VENV)/.installed $(MLFLOW_VENV)/.installed $(MOTO_VENV)/.installed

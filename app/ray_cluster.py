@@ -302,7 +302,7 @@ def _token_source(env: Mapping[str, str]) -> str:
 
 
 # Set once a local cluster's start was stopped midway: see stopped_midway_start.
-_MIDWAY: list[bool] = []
+_STOPPED_MIDWAY = threading.Event()
 
 
 def stopped_midway_start() -> bool:
@@ -310,7 +310,7 @@ def stopped_midway_start() -> bool:
     Its Ray core worker is then half built, and Python's exit hooks run on it ended the process
     with a segmentation fault about 1 time in 17 (a red-team pass): such a process ends without
     them (app/cli_exit.py exit_process), everything the start made being stopped already."""
-    return bool(_MIDWAY)
+    return _STOPPED_MIDWAY.is_set()
 
 
 def _leave_half_started(before: list[process_tree.Proc]) -> None:
@@ -321,7 +321,7 @@ def _leave_half_started(before: list[process_tree.Proc]) -> None:
     that `before` (taken as it began) does not hold (app/process_tree.py)."""
     import ray
 
-    _MIDWAY.append(True)
+    _STOPPED_MIDWAY.set()
     with signals_held():
         started = [p for p in process_tree.descendants() if p not in before]
         with contextlib.suppress(Exception):

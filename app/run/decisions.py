@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.data.image_decode import ImageError
-from app.formatting import is_finite, shown_figure
+from app.formatting import is_finite, shown_figure, whole
 from app.runfolder.checkpoints import CheckpointRef
 from app.runfolder.folder import REFUSED_KEY, recorded_tracking
 from app.runfolder.interruptions import Cause
@@ -108,16 +108,12 @@ def as_trained(before: Mapping[str, Any], current: AsTrained, trained_now: bool)
     )
     return AsTrained(
         settings=dict(recorded),
-        target_epochs=target if _whole(target) and target >= 1 else current.target_epochs,
+        target_epochs=whole(target, least=1) or current.target_epochs,
         use_gpu=gpu if isinstance(gpu, bool) else current.use_gpu,
         cpus_per_worker=float(cpus)
         if is_finite(cpus) and 0 < cpus <= 512
         else current.cpus_per_worker,
     )
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def trackers_to_close(previous: Mapping[str, Any] | None) -> dict[str, Any] | None:

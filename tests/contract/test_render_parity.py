@@ -695,7 +695,7 @@ def test_a_null_for_any_default_key_renders_alike_or_is_refused_by_both(tmp_path
         except ConfigError as err:
             python = err
         except Exception as err:
-            problems.append(f"{key}: trainctl problems: {err!r:.300}")
+            problems.append(f"{key}: trainctl crashed: {err!r:.300}")
             continue
         if isinstance(helm, HelmFailed) or isinstance(python, ConfigError):
             said = str(helm) if isinstance(helm, HelmFailed) else ""

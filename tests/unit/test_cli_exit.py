@@ -79,7 +79,7 @@ from app import ray_cluster
 from app.cli_exit import exit_process
 atexit.register(lambda: print("exit hook ran", flush=True))
 if sys.argv[1] == "midway":
-    ray_cluster._MIDWAY.append(True)  # as _leave_half_started records it
+    ray_cluster._STOPPED_MIDWAY.set()  # as _leave_half_started records it
 print("said", flush=True)
 exit_process(130)
 """

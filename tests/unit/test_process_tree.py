@@ -48,7 +48,6 @@ def test_a_pid_that_is_another_process_now_is_left_alone() -> None:
         time.sleep(0.2)
         assert child.poll() is None  # still running: never signalled
     finally:
-        for p in process_tree.descendants(child.pid):
-            process_tree.end([p], grace_s=0.1)
+        process_tree.end(process_tree.descendants(child.pid), grace_s=0.1)
         child.kill()
         child.wait(timeout=30)

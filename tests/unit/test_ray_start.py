@@ -162,12 +162,17 @@ from app.ray_cluster import join_or_start, stopped_midway_start
 
 seen = []
 
+def name(pid):  # "" for a process that ended since it was listed
+    try:
+        return open(f"/proc/{pid}/comm").read()
+    except OSError:
+        return ""
+
 def press_ctrl_c():
     deadline = time.monotonic() + 100
     while time.monotonic() < deadline:
         below = process_tree.descendants()
-        live = [p for p in below if os.path.isdir(f"/proc/{p.pid}")]
-        names = [open(f"/proc/{p.pid}/comm").read() for p in live]
+        names = [name(p.pid) for p in below]
         if sum(n.startswith("ray::") for n in names) >= 2:  # the dashboard and runtime-env agents
             seen.extend(below)
             os.kill(os.getpid(), signal.SIGINT)
